@@ -1,0 +1,3 @@
+from dmlbench.cli.app import main
+
+main()

@@ -1,0 +1,93 @@
+"""Downloads with checksum verification; nothing half-written is ever left in place."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from dmlbench.errors import DatasetError
+
+CHUNK = 1 << 20
+
+
+def file_digest(path: Path, algorithm: str) -> str:
+    digest = hashlib.new(algorithm)
+    with path.open("rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(url: str, dest: Path, *, checksum: str, algorithm: str = "sha256") -> Path:
+    """Fetch ``url`` to ``dest`` and verify its checksum; the file appears only if it matches."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.new(algorithm)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            while block := response.read(CHUNK):
+                digest.update(block)
+                out.write(block)
+    except (urllib.error.URLError, OSError, TimeoutError) as error:
+        tmp.unlink(missing_ok=True)
+        reason = getattr(error, "reason", error)
+        raise DatasetError(
+            f"could not download {url} ({reason}); put {dest.name} in a folder yourself "
+            f"and pass --data-dir FOLDER"
+        ) from None
+    if digest.hexdigest() != checksum:
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(
+            f"{url} downloaded with {algorithm} {digest.hexdigest()}, expected {checksum}; "
+            "the file was discarded: retry, or fetch it yourself and pass --data-dir"
+        )
+    tmp.replace(dest)
+    return dest
+
+
+def extract_tar(archive: Path, dest: Path, member_dir: str) -> Path:
+    """Unpack ``archive`` so that ``dest/member_dir`` appears whole or not at all."""
+    final = dest / member_dir
+    if final.is_dir():
+        return final
+    dest.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=dest, prefix=".extract-"))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")
+        unpacked = staging / member_dir
+        if not unpacked.is_dir():
+            raise DatasetError(f"{archive} does not contain {member_dir}/; is it the right file?")
+        unpacked.replace(final)
+    except (tarfile.TarError, EOFError, OSError) as error:
+        raise DatasetError(
+            f"{archive} could not be unpacked ({error}); it is probably truncated: "
+            "delete it and download it again"
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def cache_root() -> Path:
+    """Where unpacked and converted data go when the data folder is read-only."""
+    return Path(os.environ.get("DMLBENCH_CACHE", Path.home() / ".cache" / "dmlbench"))
+
+
+def writable_dir(preferred: Path, fallback: Path) -> Path:
+    """``preferred`` if we may write there (read-only shared data stays untouched)."""
+    try:
+        preferred.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=preferred, prefix=".probe-")
+        probe.close()
+        return preferred
+    except OSError:
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback

@@ -1,0 +1,86 @@
+"""Model registry: a name, a typed options class, and a builder.
+
+A task's recipe names its model (``recipe.model.name``) with options; options are
+validated here before any process starts. Register your own with ``register_model``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, ValidationError
+from torch import nn
+
+from dmlbench.errors import SpecError
+from dmlbench.models.mlp import MLP, Linear
+from dmlbench.models.resnet import CifarResNet
+from dmlbench.spec.recipe import ModelSpec, StrictModel
+
+
+class ResNetOptions(StrictModel):
+    depth: int = Field(20, ge=8, description="6n+2 layers: 20, 32, 44, 56, 110")
+    variant: Literal["m1", "m2"] = Field("m1", description="m1: He 2015; m2: pre-activation")
+
+
+class MLPOptions(StrictModel):
+    hidden: list[int] = Field(default_factory=lambda: [128], description="hidden widths")
+
+
+class LinearOptions(StrictModel):
+    zero_init: bool = True
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    options: type[StrictModel]
+    build: Callable[[StrictModel, tuple[int, ...], int], nn.Module]
+    """(options, input shape of one example, number of outputs) → module"""
+
+
+MODELS: dict[str, ModelEntry] = {}
+
+
+def register_model(name: str, entry: ModelEntry) -> None:
+    MODELS[name] = entry
+
+
+def _build_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    assert isinstance(options, ResNetOptions)
+    return CifarResNet(options.depth, options.variant, outputs, in_channels=shape[0])
+
+
+def _build_mlp(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    assert isinstance(options, MLPOptions)
+    return MLP(math.prod(shape), options.hidden, outputs)
+
+
+def _build_linear(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    assert isinstance(options, LinearOptions)
+    return Linear(math.prod(shape), outputs, options.zero_init)
+
+
+register_model("resnet", ModelEntry(ResNetOptions, _build_resnet))
+register_model("mlp", ModelEntry(MLPOptions, _build_mlp))
+register_model("linear", ModelEntry(LinearOptions, _build_linear))
+
+
+def validate_model_spec(spec: ModelSpec) -> StrictModel:
+    entry = MODELS.get(spec.name)
+    if entry is None:
+        raise SpecError(f"unknown model '{spec.name}'; known: {', '.join(sorted(MODELS))}")
+    try:
+        options = entry.options.model_validate(spec.options)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SpecError(f"model {spec.name} option {where}: {first['msg']}") from None
+    if isinstance(options, ResNetOptions) and (options.depth - 2) % 6:
+        raise SpecError(f"ResNet depth must be 6n+2 (20, 32, 44, 56...), got {options.depth}")
+    return options
+
+
+def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    return MODELS[spec.name].build(validate_model_spec(spec), input_shape, num_outputs)

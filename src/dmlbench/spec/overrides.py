@@ -1,0 +1,117 @@
+"""``key=value`` overrides on nested spec dictionaries.
+
+A key is a dotted path (``recipe.optimizer.momentum``) or, for convenience, any unique
+suffix of one (``momentum``). Values are read as YAML scalars or lists, so ``0.1``,
+``true``, ``[82, 109]`` and ``null`` mean what they look like.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from dmlbench.errors import SpecError
+
+# Keys whose value is a free-form mapping: a dotted path may add new keys below them.
+_OPEN_MAPPINGS = ("options", "alpha_by_workers")
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Split ``key=value`` and read the value as YAML."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise SpecError(f"override {text!r} is not key=value (e.g. --set recipe.local_batch=64)")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def _paths(tree: Mapping[Any, Any], prefix: str = "") -> list[str]:
+    paths: list[str] = []
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        paths.append(path)
+        if isinstance(value, Mapping):
+            paths.extend(_paths(value, f"{path}."))
+    return paths
+
+
+def resolve_key(tree: Mapping[str, Any], key: str) -> str:
+    """Return the full dotted path that ``key`` names in ``tree``, or explain why not."""
+    paths = _paths(tree)
+    if key in paths:
+        return key
+    matches = [p for p in paths if p.endswith(f".{key}")]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise SpecError(f"'{key}' is ambiguous: say one of {', '.join(sorted(matches))}")
+    head, _, tail = key.rpartition(".")
+    if head.rpartition(".")[2] in _OPEN_MAPPINGS:  # a new entry, e.g. model.options.width
+        return f"{resolve_key(tree, head)}.{tail}"
+    by_leaf = {p.rpartition(".")[2]: p for p in paths}
+    close = difflib.get_close_matches(key.rpartition(".")[2], by_leaf, n=1)
+    hint = f" (did you mean '{by_leaf[close[0]]}'?)" if close else ""
+    raise SpecError(f"unknown spec key '{key}'{hint}; `--dry-run --json` shows every key")
+
+
+def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
+    node = tree
+    *parents, last = path.split(".")
+    for part in parents:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[last] = value
+
+
+def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``extra`` into ``base`` recursively (in place) and return ``base``.
+
+    A mapping that changes the schedule ``kind`` replaces the schedule wholesale, since
+    the fields of one kind mean nothing to another.
+    """
+    for key, value in extra.items():
+        current = base.get(key)
+        same_kind = not (
+            isinstance(value, Mapping)
+            and isinstance(current, Mapping)
+            and "kind" in value
+            and value["kind"] != current.get("kind")
+        )
+        if isinstance(value, Mapping) and isinstance(current, dict) and same_kind:
+            deep_merge(current, value)
+        else:
+            base[key] = dict(value) if isinstance(value, Mapping) else value
+    return base
+
+
+def apply_overrides(tree: dict[str, Any], assignments: Iterable[str]) -> list[str]:
+    """Apply ``key=value`` strings to ``tree`` in order; return the full paths touched."""
+    touched = []
+    for text in assignments:
+        key, value = parse_assignment(text)
+        path = resolve_key(tree, key)
+        set_path(tree, path, value)
+        touched.append(path)
+    return touched
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` → ``{"a.b": 1}``; lists stay whole."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat

@@ -1,0 +1,101 @@
+"""A task's training recipe: model, batch, optimizer, learning-rate schedule, goal.
+
+The reference recipe of each task lives in exactly one place (its task definition);
+a run's recipe starts as a copy of it and every field a user changes is recorded as a
+deviation (open division).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class StrictModel(BaseModel):
+    """Refuses unknown keys, so a typo in a spec never passes silently."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ModelSpec(StrictModel):
+    """Which network to build; ``options`` are checked by the model's own registry entry."""
+
+    name: str = Field(description="registered model builder, e.g. 'resnet', 'mlp', 'linear'")
+    options: dict[str, Any] = Field(default_factory=dict, description="builder options")
+
+
+class OptimizerSpec(StrictModel):
+    """Per-worker optimizer applied after the gradient exchange."""
+
+    name: Literal["sgd"] = "sgd"
+    momentum: float = Field(0.0, ge=0.0, lt=1.0)
+    nesterov: bool = False
+    weight_decay: float = Field(0.0, ge=0.0, description="decoupled from the loss, per step")
+
+    @model_validator(mode="after")
+    def _nesterov_needs_momentum(self) -> OptimizerSpec:
+        if self.nesterov and self.momentum == 0.0:
+            raise ValueError("nesterov=true needs momentum > 0")
+        return self
+
+
+class WarmupStepSchedule(StrictModel):
+    """Linear-scaling rule with warm-up and step decay (Goyal et al. 2017).
+
+    The rate of a worker is ``lr_per_sample × local_batch`` at step 0 and grows linearly
+    to ``lr_per_sample × global_batch`` over ``warmup_epochs``; it is multiplied by
+    ``gamma`` at each milestone epoch.
+    """
+
+    kind: Literal["warmup_step"] = "warmup_step"
+    lr_per_sample: float = Field(gt=0.0, description="η, learning rate per example")
+    warmup_epochs: float = Field(0.0, ge=0.0)
+    milestones: list[float] = Field(default_factory=list, description="epochs of each decay")
+    gamma: float = Field(0.1, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _sorted_milestones(self) -> WarmupStepSchedule:
+        if any(m <= 0 for m in self.milestones) or self.milestones != sorted(self.milestones):
+            raise ValueError("milestones must be positive epochs in increasing order")
+        return self
+
+
+class InverseSqrtSchedule(StrictModel):
+    """``α / √t`` with ``t`` the update count from 1; α looked up by worker count."""
+
+    kind: Literal["inverse_sqrt"] = "inverse_sqrt"
+    alpha_by_workers: dict[int, float] = Field(
+        description="α for each worker count; a count between keys takes the lower key's α"
+    )
+
+    @model_validator(mode="after")
+    def _table_is_usable(self) -> InverseSqrtSchedule:
+        if not self.alpha_by_workers or 1 not in self.alpha_by_workers:
+            raise ValueError("alpha_by_workers needs an entry for 1 worker")
+        if any(a <= 0 for a in self.alpha_by_workers.values()):
+            raise ValueError("every alpha must be > 0")
+        return self
+
+    def alpha(self, world_size: int) -> float:
+        key = max(k for k in self.alpha_by_workers if k <= world_size)
+        return self.alpha_by_workers[key]
+
+
+Schedule = Annotated[WarmupStepSchedule | InverseSqrtSchedule, Field(discriminator="kind")]
+
+
+class Recipe(StrictModel):
+    """Everything the closed division fixes, except the worker count."""
+
+    model: ModelSpec
+    local_batch: int = Field(gt=0, description="examples per worker per step (b)")
+    max_epochs: float = Field(gt=0.0)
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    schedule: Schedule
+    l2: float = Field(0.0, ge=0.0, description="adds l2/2·‖w‖² to the loss")
+    augment: bool = Field(False, description="the task's random training augmentation")
+    target: float = Field(description="goal on the task's metric (time to accuracy)")
+    time_budget_s: float | None = Field(
+        None, gt=0.0, description="seconds for accuracy after time; the run stops there"
+    )

@@ -1,0 +1,171 @@
+"""RunSpec: one benchmark run, fully resolved before any process starts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from dmlbench.errors import SpecError
+from dmlbench.spec.overrides import apply_overrides, deep_merge, flatten
+from dmlbench.spec.recipe import Recipe, StrictModel
+
+DEFAULT_DATA_DIR = Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench"))
+
+
+class RunSpec(StrictModel):
+    """What to run and how. ``recipe`` is the closed-division part; the rest is runtime."""
+
+    task: str = Field(description="registered task name, see `dmlbench tasks`")
+    workers: int = Field(1, ge=1, le=4096, description="world size: worker processes")
+    seed: int = Field(0, ge=0, description="model init, data order and augmentation")
+    recipe: Recipe
+    global_batch: int | None = Field(
+        None, gt=0, description="if set, local batch = global_batch / workers (strong scaling)"
+    )
+    exchange: Literal["allreduce", "ddp"] = Field(
+        "allreduce",
+        description="allreduce: one flat all-reduce after backward (comm measured alone); "
+        "ddp: DistributedDataParallel's bucketed all-reduce overlapped with backward",
+    )
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads_per_worker: int | None = Field(None, ge=1, description="default: cores / workers")
+    eval_every_epochs: int = Field(1, ge=1)
+    stop_at_target: bool = Field(True, description="stop when the target is reached")
+    max_steps: int | None = Field(None, ge=1, description="stop after this many updates")
+    warmup_steps_excluded: int = Field(
+        5, ge=0, description="first updates left out of throughput and phase shares"
+    )
+    data_dir: Path = Field(DEFAULT_DATA_DIR, description="where datasets are found or downloaded")
+    download: bool = Field(True, description="download a missing dataset (checksum verified)")
+    save_model: bool = Field(False, description="rank 0 saves final weights as model.pt")
+    plugins: list[str] = Field(
+        default_factory=list, description="modules imported first; they may register tasks"
+    )
+
+    @model_validator(mode="after")
+    def _derive_local_batch(self) -> RunSpec:
+        if self.global_batch is not None:
+            if self.global_batch % self.workers:
+                raise ValueError(
+                    f"global_batch {self.global_batch} is not divisible by workers "
+                    f"{self.workers}; pick a multiple of {self.workers}"
+                )
+            self.recipe.local_batch = self.global_batch // self.workers
+        return self
+
+    @property
+    def local_batch(self) -> int:
+        return self.recipe.local_batch
+
+    @property
+    def effective_global_batch(self) -> int:
+        return self.recipe.local_batch * self.workers
+
+    def threads(self, cores: int | None = None) -> int:
+        cores = cores or len(os.sched_getaffinity(0))
+        return self.threads_per_worker or max(1, cores // self.workers)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def _one_line(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(p) for p in item["loc"] if not str(p).startswith("function-after"))
+        msg = item["msg"].removeprefix("Value error, ")
+        got = f" (got {item['input']!r})" if item["type"] != "value_error" else ""
+        if isinstance(item.get("input"), dict):
+            got = ""
+        parts.append(f"{where}: {msg}{got}" if where else f"{msg}{got}")
+    return "; ".join(parts)
+
+
+def validate_spec(data: Mapping[str, Any]) -> RunSpec:
+    """Validate a spec dictionary; every problem becomes one readable line."""
+    try:
+        spec = RunSpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(f"invalid run spec: {_one_line(error)}") from None
+    from dmlbench.models import validate_model_spec
+    from dmlbench.tasks import get_task
+
+    get_task(spec.task)
+    validate_model_spec(spec.recipe.model)
+    return spec
+
+
+def resolve_spec(
+    task: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    overrides: Iterable[str] = (),
+    plugins: Iterable[str] = (),
+    **fields: Any,
+) -> RunSpec:
+    """Build a RunSpec: the task's reference recipe, then ``config``, then ``overrides``.
+
+    ``fields`` are explicit top-level values (``workers=2``) applied before overrides;
+    ``None`` values are ignored so CLI defaults do not mask a config file.
+    """
+    from dmlbench.tasks import get_task, import_plugins
+
+    plugin_list = [*(config or {}).get("plugins", []), *plugins]
+    import_plugins(plugin_list)
+    definition = get_task(task)
+    tree: dict[str, Any] = {"task": definition.name, "recipe": definition.recipe.model_dump()}
+    for name, info in RunSpec.model_fields.items():
+        if not info.is_required():
+            default = info.get_default(call_default_factory=True)
+            tree[name] = str(default) if isinstance(default, Path) else default
+    tree["plugins"] = plugin_list
+    if config:
+        deep_merge(tree, {k: v for k, v in config.items() if k != "plugins"})
+    deep_merge(tree, {k: v for k, v in fields.items() if v is not None})
+    apply_overrides(tree, overrides)
+    return validate_spec(tree)
+
+
+def deviations(spec: RunSpec) -> dict[str, dict[str, Any]]:
+    """Recipe fields that differ from the task's reference recipe (open division).
+
+    A field a task lists in ``free_choices`` (e.g. ResNet variant m1/m2) is not a
+    deviation while its value is one of the allowed ones.
+    """
+    from dmlbench.tasks import get_task
+
+    definition = get_task(spec.task)
+    reference = flatten(definition.recipe.model_dump(mode="json"))
+    actual = flatten(spec.recipe.model_dump(mode="json"))
+    differ = {}
+    for key in sorted(set(reference) | set(actual)):
+        ref, got = reference.get(key), actual.get(key)
+        allowed = definition.free_choices.get(f"recipe.{key}")
+        if ref != got and not (allowed and got in allowed):
+            differ[f"recipe.{key}"] = {"reference": ref, "actual": got}
+    return differ
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML or TOML run spec file."""
+    import tomllib
+
+    import yaml
+
+    if not path.is_file():
+        raise SpecError(f"config file {path} does not exist")
+    try:
+        if path.suffix == ".toml":
+            data = tomllib.loads(path.read_text())
+        else:
+            data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
+        raise SpecError(f"config file {path} is not valid: {str(error).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"config file {path} must hold a mapping of spec keys")
+    return data

@@ -1,0 +1,54 @@
+"""A task: dataset + model + reference recipe + goal, in one typed definition."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from dmlbench.data import Dataset
+from dmlbench.spec.recipe import Recipe
+
+Loss = Literal["cross_entropy", "logistic"]
+
+
+def _nothing_to_prepare(data_dir: Path, download: bool) -> None:
+    """Tasks whose data ships with a package need no preparation."""
+
+
+@dataclass(frozen=True)
+class TaskDefinition:
+    """The single source of truth for a task; `dmlbench tasks` and the docs read it.
+
+    ``prepare`` runs once in the launching process (find, download, unpack, convert) so
+    that a missing or corrupt dataset is one clear error before any worker starts;
+    ``load`` runs in every worker and only reads.
+    """
+
+    name: str
+    summary: str
+    dataset: str
+    recipe: Recipe
+    load: Callable[[Path], Dataset]
+    prepare: Callable[[Path, bool], None] = _nothing_to_prepare
+    loss: Loss = "cross_entropy"
+    metric: str = "top1_accuracy"
+    free_choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    reference: str = ""
+    eval_batch: int = 1000
+    builtin_for_tests: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready description used by `dmlbench tasks --json` and the docs."""
+        return {
+            "name": self.name,
+            "summary": self.summary,
+            "dataset": self.dataset,
+            "metric": self.metric,
+            "target": self.recipe.target,
+            "loss": self.loss,
+            "reference": self.reference,
+            "free_choices": {k: list(v) for k, v in self.free_choices.items()},
+            "recipe": self.recipe.model_dump(mode="json"),
+        }

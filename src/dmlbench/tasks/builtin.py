@@ -1,0 +1,3 @@
+"""Importing this module registers every built-in task."""
+
+from dmlbench.tasks import cifar10, epsilon, small  # noqa: F401

@@ -1,0 +1,62 @@
+"""Task 1a: CIFAR-10 image classification with ResNet (mlbench's reference recipe)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dmlbench.data import Dataset, Preprocess, cifar10
+from dmlbench.data.augment import ChannelNormalize
+from dmlbench.spec.recipe import ModelSpec, OptimizerSpec, Recipe, WarmupStepSchedule
+from dmlbench.tasks.base import TaskDefinition
+from dmlbench.tasks.registry import register_task
+
+DEPTHS = (20, 32, 44, 56)
+
+
+def load_cifar10(data_dir: Path) -> Dataset:
+    (train_x, train_y), (test_x, test_y) = cifar10.load(data_dir)
+    normalize = ChannelNormalize(cifar10.MEAN, cifar10.STD)
+    return Dataset(
+        train_x,
+        train_y,
+        test_x,
+        test_y,
+        num_outputs=cifar10.NUM_CLASSES,
+        augment=Preprocess(normalize, crop_padding=4, flip=True),
+        plain=Preprocess(normalize),
+    )
+
+
+def prepare_cifar10(data_dir: Path, download: bool) -> None:
+    cifar10.locate(data_dir, download_missing=download)
+
+
+def cifar10_recipe(depth: int) -> Recipe:
+    return Recipe(
+        model=ModelSpec(name="resnet", options={"depth": depth, "variant": "m1"}),
+        local_batch=32,
+        max_epochs=164,
+        optimizer=OptimizerSpec(momentum=0.9, nesterov=True, weight_decay=1e-4),
+        schedule=WarmupStepSchedule(
+            lr_per_sample=0.1 / 256, warmup_epochs=5, milestones=[82, 109], gamma=0.1
+        ),
+        augment=True,
+        target=0.80,
+        time_budget_s=2 * 3600,
+    )
+
+
+for _depth in DEPTHS:
+    register_task(
+        TaskDefinition(
+            name=f"cifar10-resnet{_depth}",
+            summary=f"ResNet-{_depth} on CIFAR-10 to 80% top-1, synchronous SGD",
+            dataset="CIFAR-10, 50,000 train / 10,000 test, 32×32 RGB, 10 classes",
+            recipe=cifar10_recipe(_depth),
+            load=load_cifar10,
+            prepare=prepare_cifar10,
+            free_choices={"recipe.model.options.variant": ("m1", "m2")},
+            reference="mlbench task 1a; He et al. 2015 (m1) and 2016 (m2); Goyal et al. 2017",
+            eval_batch=500,
+        )
+    )
