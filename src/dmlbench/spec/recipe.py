@@ -31,7 +31,7 @@ class OptimizerSpec(StrictModel):
     name: Literal["sgd"] = "sgd"
     momentum: float = Field(0.0, ge=0.0, lt=1.0)
     nesterov: bool = False
-    weight_decay: float = Field(0.0, ge=0.0, description="decoupled from the loss, per step")
+    weight_decay: float = Field(0.0, ge=0.0, description="added to the gradient (torch SGD)")
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> OptimizerSpec:

@@ -1,0 +1,37 @@
+"""Collective helpers used for metrics (never for gradients)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def world_size() -> int:
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    if world_size() > 1:
+        dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def all_gather_floats(values: list[float], device: torch.device) -> list[list[float]]:
+    """Every rank's ``values`` (same length on all ranks), in rank order; no pickling."""
+    mine = torch.tensor(values, dtype=torch.float64, device=device)
+    if world_size() == 1:
+        return [mine.tolist()]
+    gathered = [torch.empty_like(mine) for _ in range(world_size())]
+    dist.all_gather(gathered, mine)
+    return [t.tolist() for t in gathered]
+
+
+def broadcast_state(module: nn.Module, *, buffers_only: bool = False) -> None:
+    """Copy rank 0's parameters and buffers (e.g. BatchNorm statistics) to every rank."""
+    if world_size() == 1:
+        return
+    tensors = list(module.buffers()) if buffers_only else [*module.parameters(), *module.buffers()]
+    for tensor in tensors:
+        dist.broadcast(tensor.data, src=0)

@@ -1,0 +1,114 @@
+"""How workers combine gradients after each backward pass.
+
+``allreduce`` is the reference form of synchronous SGD: backward finishes, then one
+all-reduce of all gradients (held in one flat buffer, so there is no copy) averages
+them; communication is its own measured phase. ``ddp`` is PyTorch's
+DistributedDataParallel: gradients are all-reduced in buckets while backward still
+runs, so communication hides inside the ``backward`` phase.
+
+New algorithms (local SGD, compression, parameter server...) implement
+``GradientExchange`` and register in ``EXCHANGES``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from dmlbench.comm.collectives import broadcast_state, world_size
+
+
+class GradientExchange(ABC):
+    """One algorithm for turning local gradients into the update every worker applies."""
+
+    name: str
+    overlapped: bool  # True when communication runs inside backward and is not timed alone
+
+    def __init__(self, device: torch.device, vote: bool) -> None:
+        self.device = device
+        self.vote = vote  # whether ``exchange`` must agree on a stop flag every step
+
+    @abstractmethod
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """Start every rank from rank 0's weights; return the module to run forward on."""
+
+    @abstractmethod
+    def zero_grad(self) -> None: ...
+
+    @abstractmethod
+    def exchange(self, stop: bool) -> bool:
+        """Average gradients across workers; return True if any worker voted to stop."""
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Before evaluation: every rank uses rank 0's BatchNorm statistics."""
+        broadcast_state(model, buffers_only=True)
+
+    def _vote_alone(self, stop: bool) -> bool:
+        if not self.vote or world_size() == 1:
+            return stop
+        flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() > 0)
+
+
+class AllReduceExchange(GradientExchange):
+    name = "allreduce"
+    overlapped = False
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        broadcast_state(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        total = sum(p.numel() for p in params)
+        # One extra slot carries the stop vote: agreement costs no extra message.
+        self.flat = torch.zeros(total + 1, device=self.device)
+        offset = 0
+        for p in params:
+            p.grad = self.flat[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+        return model
+
+    def zero_grad(self) -> None:
+        self.flat.zero_()  # keeps the .grad views; set_to_none would detach them
+
+    def exchange(self, stop: bool) -> bool:
+        if world_size() == 1:
+            return stop
+        self.flat[-1] = 1.0 if stop else 0.0
+        dist.all_reduce(self.flat)
+        self.flat.div_(world_size())
+        return bool(self.flat[-1].item() > 0)
+
+
+class DDPExchange(GradientExchange):
+    name = "ddp"
+    overlapped = True
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        # Buffers are synced before evaluation instead of before every forward, matching
+        # the reference form (and saving one broadcast per step).
+        self.wrapped = DistributedDataParallel(
+            model, device_ids=device_ids, broadcast_buffers=False
+        )
+        return self.wrapped
+
+    def zero_grad(self) -> None:
+        self.wrapped.zero_grad(set_to_none=True)
+
+    def exchange(self, stop: bool) -> bool:
+        return self._vote_alone(stop)  # gradients were averaged during backward
+
+
+EXCHANGES: dict[str, Callable[[torch.device, bool], GradientExchange]] = {
+    "allreduce": AllReduceExchange,
+    "ddp": DDPExchange,
+}
+
+
+def make_exchange(name: str, device: torch.device, vote: bool) -> GradientExchange:
+    return EXCHANGES[name](device, vote)

@@ -1,0 +1,100 @@
+"""Start ``workers`` local processes with torch's elastic launcher.
+
+Rendezvous is c10d on ``127.0.0.1`` port 0 (the OS picks a free port, as torchrun's
+``--standalone`` does), gloo binds to loopback, restarts are off: a worker that dies
+ends the run, and the launcher stops the others within a second or two.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from dmlbench.errors import WorkerFailed
+from dmlbench.spec import RunSpec
+from dmlbench.train.worker import run_worker
+
+LOOPBACK = "127.0.0.1"
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _failure_message(failure: ProcessFailure, log_dir: Path) -> str:
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", message)
+    text = str(message).strip()
+    if failure.exitcode < 0 and text:  # killed by a signal
+        return text
+    if not text or text == "<NONE>" or "To enable traceback" in text:
+        return f"exited with code {failure.exitcode} before reporting an error; see {log_dir}"
+    return text.splitlines()[-1]
+
+
+def _quiet_torch_launcher() -> None:
+    # The launcher logs each failure as a multi-line traceback; dmlbench reports it in
+    # one line and keeps the workers' own output in the run's log folder.
+    for name in ("torch.distributed.elastic", "torch.multiprocessing"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def launch_local(spec: RunSpec, run_dir: Path, *, echo: bool = True) -> None:
+    """Run ``spec.workers`` worker processes to completion; raise ``WorkerFailed`` if one fails.
+
+    Raises ``KeyboardInterrupt`` if the launcher is interrupted (SIGINT/SIGTERM); the
+    workers are stopped first.
+    """
+    _quiet_torch_launcher()
+    log_dir = run_dir / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=spec.workers,
+        run_id=run_dir.name,
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"{LOOPBACK}:0",
+        max_restarts=0,
+        monitor_interval=0.1,
+        start_method="spawn",
+        local_addr=LOOPBACK,
+        log_line_prefix_template="[rank${rank}]: ",
+        logs_specs=DefaultLogsSpecs(
+            log_dir=str(log_dir),
+            redirects=Std.NONE if echo else Std.ALL,
+            tee=Std.ALL if echo else Std.NONE,
+        ),
+    )
+    env = {"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
+    spec_json = json.dumps(spec.to_json_dict())
+    try:
+        with _environment(env):
+            elastic_launch(config, run_worker)(spec_json, str(run_dir))
+    except ChildFailedError as error:
+        rank, failure = error.get_first_failure()
+        raise WorkerFailed(f"worker rank {rank} failed: {_failure_message(failure, log_dir)}") from None
+    except SignalException as error:
+        raise KeyboardInterrupt(f"launcher received {error.sigval.name}") from None
+    except Exception as error:  # rendezvous or start-up failures inside torch
+        raise WorkerFailed(f"workers could not be started: {error}") from None

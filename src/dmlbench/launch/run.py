@@ -1,0 +1,103 @@
+"""One benchmark run end to end: prepare data, record, launch, summarise, store."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dmlbench.errors import WorkerFailed
+from dmlbench.launch.local import launch_local
+from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
+from dmlbench.results.environment import collect_environment
+from dmlbench.results.events import EventTail
+from dmlbench.results.summary import eval_history, summarize
+from dmlbench.spec import RunSpec
+from dmlbench.spec.run import deviations
+from dmlbench.tasks import get_task
+
+ProgressFn = Callable[[list[dict[str, Any]]], None]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    status: str
+    summary: dict[str, Any]
+    evals: list[dict[str, Any]]
+    error: str | None
+    run_dir: str
+
+
+def new_run_id(spec: RunSpec) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{spec.task}-w{spec.workers}-{secrets.token_hex(3)}"
+
+
+class _Watcher(threading.Thread):
+    """Feeds newly logged events to a progress callback while workers run."""
+
+    def __init__(self, tail: EventTail, callback: ProgressFn) -> None:
+        super().__init__(daemon=True)
+        self.tail, self.callback = tail, callback
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            self.callback(self.tail.new_events())
+        self.callback(self.tail.new_events())
+
+
+def run_benchmark(
+    spec: RunSpec,
+    store: ResultsStore,
+    *,
+    echo: bool = True,
+    progress: ProgressFn | None = None,
+) -> RunOutcome:
+    """Run ``spec`` once and store it. Failed and interrupted runs are stored too.
+
+    Data problems surface before anything is recorded; after the run row exists, every
+    exit path (success, worker failure, Ctrl-C, a bug) completes it.
+    """
+    task = get_task(spec.task)
+    task.prepare(spec.data_dir, spec.download)
+    run_id = new_run_id(spec)
+    run_dir = store.run_dir(run_id)
+    run_dir.mkdir(parents=True)
+    spec_dict = spec.to_json_dict()
+    (run_dir / "spec.json").write_text(json.dumps(spec_dict, indent=2))
+    store.begin(run_id, spec_dict, deviations(spec), collect_environment())
+    status, error = "failed", None
+    watcher = _Watcher(EventTail(run_dir / EVENTS_FILE), progress) if progress else None
+    if watcher:
+        watcher.start()
+    try:
+        launch_local(spec, run_dir, echo=echo)
+        status = ""
+    except WorkerFailed as failure:
+        error = str(failure)
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user"
+        raise
+    except BaseException as unexpected:
+        error = f"launcher error: {unexpected!r}"
+        raise
+    finally:
+        if watcher:
+            watcher.done.set()
+            watcher.join()
+        events = read_events(run_dir / EVENTS_FILE)
+        summary = summarize(events)
+        if not status:
+            status = summary.get("status") or "failed"
+            if not summary["finished"]:
+                error = "workers exited without finishing the run"
+        store.finish(
+            run_id, status=status, summary=summary, evals=eval_history(events), error=error
+        )
+    return RunOutcome(run_id, status, summary, eval_history(events), error, str(run_dir))

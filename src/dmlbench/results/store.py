@@ -1,0 +1,221 @@
+"""SQLite store of runs, their evaluations and their per-rank phase totals.
+
+A run row is inserted as ``running`` before workers start and completed in one
+transaction when they end, so a reader never sees half a run. A row left
+``running`` by a launcher that was killed is marked ``interrupted`` on next open.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+STORE_ENV = "DMLBENCH_STORE"
+DB_FILE = "dmlbench.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    status TEXT NOT NULL,
+    stop_reason TEXT,
+    division TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    finished_at TEXT,
+    workers INTEGER NOT NULL,
+    local_batch INTEGER NOT NULL,
+    global_batch INTEGER NOT NULL,
+    seed INTEGER NOT NULL,
+    exchange TEXT NOT NULL,
+    target REAL,
+    best_metric REAL,
+    time_to_accuracy_s REAL,
+    time_to_accuracy_compute_s REAL,
+    epochs REAL,
+    steps INTEGER,
+    samples INTEGER,
+    elapsed_s REAL,
+    throughput REAL,
+    error TEXT,
+    host TEXT,
+    cpu_model TEXT,
+    cores INTEGER,
+    gpus TEXT,
+    torch_version TEXT,
+    git_revision TEXT,
+    spec_json TEXT NOT NULL,
+    deviations_json TEXT NOT NULL,
+    environment_json TEXT NOT NULL,
+    summary_json TEXT,
+    run_dir TEXT NOT NULL,
+    launcher_pid INTEGER
+);
+CREATE TABLE IF NOT EXISTS evals (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    epoch REAL, step INTEGER, samples INTEGER,
+    elapsed_s REAL, compute_elapsed_s REAL,
+    metric REAL, loss REAL
+);
+CREATE TABLE IF NOT EXISTS phases (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    rank INTEGER, phase TEXT, seconds REAL, steady_seconds REAL
+);
+CREATE INDEX IF NOT EXISTS evals_run ON evals(run_id);
+CREATE INDEX IF NOT EXISTS phases_run ON phases(run_id);
+"""
+
+
+def default_store() -> Path:
+    return Path(os.environ.get(STORE_ENV, "dmlbench-results"))
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class ResultsStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = root / DB_FILE
+        with self._connect() as db:
+            db.executescript(SCHEMA)
+        self._mark_abandoned()
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        db = sqlite3.connect(self.path, timeout=30)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        try:
+            with db:  # one transaction: committed whole or rolled back
+                yield db
+        finally:
+            db.close()
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def begin(
+        self,
+        run_id: str,
+        spec: dict[str, Any],
+        deviations: dict[str, Any],
+        environment: dict[str, Any],
+    ) -> None:
+        recipe = spec["recipe"]
+        with self._connect() as db:
+            db.execute(
+                """INSERT INTO runs (run_id, task, status, division, created_at, workers,
+                local_batch, global_batch, seed, exchange, target, host, cpu_model, cores, gpus,
+                torch_version, git_revision, spec_json, deviations_json, environment_json,
+                run_dir, launcher_pid)
+                VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    run_id, spec["task"], "open" if deviations else "closed", now_iso(),
+                    spec["workers"], recipe["local_batch"], recipe["local_batch"] * spec["workers"],
+                    spec["seed"], spec["exchange"], recipe["target"], environment["host"],
+                    environment["cpu_model"], environment["cores"], json.dumps(environment["gpus"]),
+                    environment["torch"], environment["git_revision"], json.dumps(spec),
+                    json.dumps(deviations), json.dumps(environment),
+                    str(self.run_dir(run_id)), os.getpid(),
+                ),
+            )  # fmt: skip
+
+    def finish(
+        self,
+        run_id: str,
+        *,
+        status: str,
+        summary: dict[str, Any],
+        evals: list[dict[str, Any]],
+        error: str | None = None,
+    ) -> None:
+        phases = summary.get("phases") or []
+        steady = summary.get("phases_steady") or [{} for _ in phases]
+        with self._connect() as db:
+            db.execute(
+                """UPDATE runs SET status=?, stop_reason=?, finished_at=?, best_metric=?,
+                time_to_accuracy_s=?, time_to_accuracy_compute_s=?, epochs=?, steps=?,
+                samples=?, elapsed_s=?, throughput=?, error=?, summary_json=?
+                WHERE run_id=?""",
+                (
+                    status, summary.get("stop_reason"), now_iso(), summary.get("best_metric"),
+                    summary.get("time_to_accuracy_s"), summary.get("time_to_accuracy_compute_s"),
+                    summary.get("epochs"), summary.get("steps"), summary.get("samples"),
+                    summary.get("elapsed_s"), summary.get("throughput"), error,
+                    json.dumps(summary), run_id,
+                ),
+            )  # fmt: skip
+            db.executemany(
+                "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        run_id, e["epoch"], e["step"], e["samples"], e["elapsed_s"],
+                        e["compute_elapsed_s"], e["metric"], e["loss"],
+                    )
+                    for e in evals
+                ],
+            )  # fmt: skip
+            db.executemany(
+                "INSERT INTO phases VALUES (?, ?, ?, ?, ?)",
+                [
+                    (run_id, rank, phase, seconds, steady[rank].get(phase))
+                    for rank, row in enumerate(phases)
+                    for phase, seconds in row.items()
+                ],
+            )
+
+    def _mark_abandoned(self) -> None:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT run_id, launcher_pid FROM runs WHERE status='running'"
+            ).fetchall()
+            for row in rows:
+                if not _alive(row["launcher_pid"]):
+                    db.execute(
+                        "UPDATE runs SET status='interrupted', error=? WHERE run_id=?",
+                        ("the launching process ended without finishing the run", row["run_id"]),
+                    )
+
+    def runs(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Every run (or one), oldest first, with its evaluations and phase totals."""
+        query = "SELECT * FROM runs" + (" WHERE run_id=?" if run_id else "") + " ORDER BY rowid"
+        with self._connect() as db:
+            rows = [dict(r) for r in db.execute(query, (run_id,) if run_id else ())]
+            for row in rows:
+                for key in ("spec_json", "deviations_json", "environment_json", "summary_json"):
+                    value = row.pop(key)
+                    row[key.removesuffix("_json")] = json.loads(value) if value else None
+                row["gpus"] = json.loads(row["gpus"]) if row["gpus"] else []
+                row["evals"] = [
+                    {k: e[k] for k in e.keys() if k != "run_id"}
+                    for e in db.execute(
+                        "SELECT * FROM evals WHERE run_id=? ORDER BY step", (row["run_id"],)
+                    )
+                ]
+                row["phases"] = [
+                    {k: p[k] for k in p.keys() if k != "run_id"}
+                    for p in db.execute(
+                        "SELECT * FROM phases WHERE run_id=? ORDER BY rank", (row["run_id"],)
+                    )
+                ]
+        return rows

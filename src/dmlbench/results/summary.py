@@ -1,0 +1,69 @@
+"""Turn a run's event log into its summary: the numbers a report shows.
+
+Pure functions of the events, so every figure can be recomputed from the log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmlbench.train.timers import PHASES
+
+
+def eval_history(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "epoch": e["metadata"]["epoch_num"],
+            "step": e["metadata"]["step"],
+            "samples": e["metadata"]["samples_count"],
+            "elapsed_s": e["metadata"]["elapsed_s"],
+            "compute_elapsed_s": e["metadata"]["compute_elapsed_s"],
+            "metric": e["value"],
+            "loss": e["metadata"]["eval_loss"],
+        }
+        for e in events
+        if e["key"] == "eval_accuracy"
+    ]
+
+
+def phase_shares(per_rank: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Share of step time per phase, ``{"phase": {"mean": .., "max": ..}}`` over ranks.
+
+    The ``comm`` share is the communication ratio ``comm / (comm + compute)``.
+    """
+    shares: dict[str, list[float]] = {p: [] for p in PHASES}
+    for rank in per_rank:
+        step_time = sum(rank.get(p, 0.0) for p in PHASES)
+        for phase in PHASES:
+            shares[phase].append(rank.get(phase, 0.0) / step_time if step_time else 0.0)
+    return {
+        p: {"mean": sum(v) / len(v), "max": max(v)} for p, v in shares.items() if v
+    }
+
+
+def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Summary of a run from its events; a run that never logged ``run_stop`` is partial."""
+    first = {e["key"]: e for e in reversed(events)}  # first occurrence of each key
+    evals = eval_history(events)
+    start = first.get("run_start", {}).get("metadata", {})
+    stop = first.get("run_stop")
+    summary: dict[str, Any] = {"finished": stop is not None, **start}
+    if "init_start" in first and "init_stop" in first:
+        summary["init_s"] = (first["init_stop"]["time_ms"] - first["init_start"]["time_ms"]) / 1e3
+    if stop is None:  # crashed or interrupted: keep what was reached
+        metrics = [e["metric"] for e in evals]
+        steps = [e["metadata"].get("step", 0) for e in events if e["key"] == "epoch_stop"]
+        summary.update(
+            best_metric=max(metrics) if metrics else None,
+            steps=steps[-1] if steps else 0,
+            epochs=evals[-1]["epoch"] if evals else None,
+        )
+        return summary
+    summary.update(stop["metadata"])
+    steady = summary.get("phases_steady") or []
+    slowest = max((sum(r.get(p, 0.0) for p in PHASES) for r in steady), default=0.0)
+    if slowest > 0 and summary.get("steady_steps"):
+        summary["step_time_s"] = slowest / summary["steady_steps"]
+        summary["throughput"] = summary["steady_steps"] * start.get("global_batch", 0) / slowest
+        summary["phase_shares"] = phase_shares(steady)
+    return summary

@@ -1,0 +1,51 @@
+"""The worker's place in the world: rank, device, backend, threads, process group."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from dmlbench.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @classmethod
+    def initialize(cls, spec: RunSpec) -> DistContext:
+        """Join the process group the launcher set up (``RANK``, ``MASTER_ADDR``... in env)."""
+        rank = int(os.environ.get("RANK", 0))
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        cuda = spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available())
+        device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        backend = spec.backend if spec.backend != "auto" else ("nccl" if cuda else "gloo")
+        torch.set_num_threads(spec.threads())
+        if not dist.is_initialized():
+            dist.init_process_group(
+                backend, rank=rank, world_size=world, timeout=timedelta(minutes=10)
+            )
+        return cls(rank, world, local_rank, device, backend)
+
+    def destroy(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()

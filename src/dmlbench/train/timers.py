@@ -1,0 +1,41 @@
+"""Per-step phase timing.
+
+Each ``lap(phase)`` charges the time since the previous lap to ``phase``, so the
+phases of a step add up to the step's wall time exactly. On an asynchronous device
+the clock first waits for queued work, otherwise a kernel launched in ``forward``
+would be charged to whichever phase happens to wait for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+PHASES = ("data", "forward", "backward", "comm", "optimizer")
+EXTRA_PHASES = ("eval", "checkpoint")
+
+
+class PhaseTimer:
+    def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
+        self._sync = synchronize
+        self.seconds: dict[str, float] = dict.fromkeys(PHASES + EXTRA_PHASES, 0.0)
+        self._last = 0.0
+
+    def start(self) -> None:
+        if self._sync:
+            self._sync()
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if self._sync:
+            self._sync()
+        now = time.perf_counter()
+        self.seconds[phase] += now - self._last
+        self._last = now
+
+    def vector(self) -> list[float]:
+        """Seconds per phase in ``PHASES + EXTRA_PHASES`` order (for all-gather)."""
+        return [self.seconds[p] for p in PHASES + EXTRA_PHASES]
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(self.seconds, 0.0)

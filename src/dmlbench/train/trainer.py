@@ -1,0 +1,246 @@
+"""Trainer: one worker's synchronous data-parallel SGD with phase timing and stop rules.
+
+``train()`` runs epochs until a stop rule fires (target reached, time budget spent,
+``max_epochs`` or ``max_steps``), evaluating on the whole test set every
+``eval_every_epochs``. ``train_step()`` is one update, with each phase timed.
+Only rank 0 writes events; every number it writes about other ranks was gathered
+from them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dmlbench.comm import make_exchange
+from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum
+from dmlbench.data import Dataset, EpochSharding, eval_shard
+from dmlbench.models import build_model
+from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
+from dmlbench.results.events import EventLog
+from dmlbench.spec import RunSpec
+from dmlbench.tasks import TaskDefinition
+from dmlbench.train.context import DistContext
+from dmlbench.train.losses import LOSSES
+from dmlbench.train.timers import EXTRA_PHASES, PHASES, PhaseTimer
+
+ALL_PHASES = PHASES + EXTRA_PHASES
+PROGRESS_EVERY_S = 2.0
+
+
+class Trainer:
+    def __init__(
+        self,
+        spec: RunSpec,
+        task: TaskDefinition,
+        data: Dataset,
+        ctx: DistContext,
+        events: EventLog | None = None,
+    ) -> None:
+        self.spec, self.task, self.data, self.ctx = spec, task, data, ctx
+        self.events = events or EventLog(None)
+        self.device = ctx.device
+        torch.manual_seed(spec.seed)  # same initial weights on every rank
+        self.model = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
+        self.model.to(self.device)
+        budget = spec.recipe.time_budget_s
+        self.exchange = make_exchange(spec.exchange, self.device, vote=budget is not None)
+        self.net = self.exchange.prepare(self.model)
+        self.optimizer = build_optimizer(spec.recipe.optimizer, self.model.parameters())
+        self.loss_fn, self.correct_fn = LOSSES[task.loss]
+        self.sharding = EpochSharding(
+            len(data.train_x), ctx.world_size, ctx.rank, spec.local_batch, spec.seed
+        )
+        self.preprocess = data.preprocess(spec.recipe.augment)
+        self.generator = torch.Generator().manual_seed(spec.seed * 7919 + ctx.rank)
+        self.timer = PhaseTimer(ctx.synchronize if self.device.type == "cuda" else None)
+        self.step = 0
+        self._loss_sum = torch.zeros((), device=self.device)
+        self._warm: list[float] | None = None  # phase totals when warm-up ended
+
+    # -- one update -------------------------------------------------------------------
+
+    def train_step(self, indices: torch.Tensor, stop_vote: bool = False) -> bool:
+        """One synchronous update on this worker's ``indices``; True if any worker votes stop."""
+        timer = self.timer
+        timer.start()
+        x = self.data.train_x[indices].to(self.device, non_blocking=True)
+        y = self.data.train_y[indices].to(self.device, non_blocking=True)
+        x = self.preprocess.train(x, self.generator)
+        timer.lap("data")
+        self.exchange.zero_grad()
+        loss = self.loss_fn(self.net(x), y).mean()
+        if self.spec.recipe.l2:
+            loss = loss + l2_penalty(self.model, self.spec.recipe.l2)
+        timer.lap("forward")
+        loss.backward()
+        timer.lap("backward")
+        stop = self.exchange.exchange(stop_vote)
+        timer.lap("comm")
+        rate = learning_rate(
+            self.spec.recipe.schedule,
+            step=self.step,
+            epoch=self.step / self.sharding.steps_per_epoch,
+            local_batch=self.spec.local_batch,
+            world_size=self.ctx.world_size,
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        self.optimizer.step()
+        timer.lap("optimizer")
+        self._loss_sum += loss.detach()
+        self.step += 1
+        if self.step == self.spec.warmup_steps_excluded:
+            self._warm = timer.vector()
+        return stop
+
+    # -- evaluation ---------------------------------------------------------------------
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy and mean loss on the whole test set, each rank taking one slice."""
+        self.timer.start()
+        self.exchange.sync_buffers(self.model)
+        self.model.eval()
+        shard = eval_shard(len(self.data.test_x), self.ctx.world_size, self.ctx.rank)
+        correct = torch.zeros((), device=self.device)
+        loss_sum = torch.zeros((), device=self.device)
+        for start in range(shard.start, shard.stop, self.task.eval_batch):
+            stop = min(start + self.task.eval_batch, shard.stop)
+            x = self.data.test_x[start:stop].to(self.device, non_blocking=True)
+            y = self.data.test_y[start:stop].to(self.device, non_blocking=True)
+            out = self.model(self.preprocess.eval(x))
+            correct += self.correct_fn(out, y)
+            loss_sum += self.loss_fn(out, y).sum()
+        self.model.train()
+        total_correct, total_loss, count = all_reduce_sum(
+            [correct.item(), loss_sum.item(), float(len(shard))], self.device
+        )
+        self.timer.lap("eval")
+        return {"accuracy": total_correct / count, "loss": total_loss / count}
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def step_limit(self) -> int:
+        limit = math.ceil(self.spec.recipe.max_epochs * self.sharding.steps_per_epoch)
+        return min(limit, self.spec.max_steps) if self.spec.max_steps else limit
+
+    def train(self) -> dict[str, Any]:
+        spec, recipe, sharding = self.spec, self.spec.recipe, self.sharding
+        limit = self.step_limit()
+        self.events.log(
+            "run_start",
+            world_size=self.ctx.world_size,
+            local_batch=spec.local_batch,
+            global_batch=sharding.global_batch,
+            steps_per_epoch=sharding.steps_per_epoch,
+            step_limit=limit,
+            train_examples=len(self.data.train_x),
+            test_examples=len(self.data.test_x),
+            threads_per_worker=torch.get_num_threads(),
+            device=str(self.device),
+            backend=self.ctx.backend,
+            exchange=self.exchange.name,
+            comm_overlapped=self.exchange.overlapped,
+        )
+        if self.ctx.world_size > 1:
+            dist.barrier()
+        start = last_progress = time.perf_counter()
+        reason: str | None = None
+        best: float | None = None
+        tta = tta_compute = None
+        epoch = 0
+        previous = [0.0] * len(ALL_PHASES)
+        while reason is None:
+            epoch_first_step = self.step
+            for row in sharding.indices(epoch):
+                budget = recipe.time_budget_s
+                over = budget is not None and time.perf_counter() - start >= budget
+                if self.train_step(row, over):
+                    reason = "time_budget"
+                elif self.step >= limit:
+                    reason = "max_steps" if limit == spec.max_steps else "max_epochs"
+                if reason:
+                    break
+                if self.ctx.is_main and time.perf_counter() - last_progress > PROGRESS_EVERY_S:
+                    last_progress = time.perf_counter()
+                    self.events.log("train_progress", self.step, epoch_num=epoch + 1)
+            epoch += 1
+            previous = self._log_epoch(epoch, self.step - epoch_first_step, previous)
+            if reason == "time_budget":
+                break  # an evaluation now would end after the budget: it could not count
+            if epoch % spec.eval_every_epochs == 0 or reason is not None:
+                metrics = self.evaluate()
+                elapsed = time.perf_counter() - start
+                compute_elapsed = elapsed - self.timer.seconds["eval"]
+                best = metrics["accuracy"] if best is None else max(best, metrics["accuracy"])
+                self.events.log(
+                    "eval_accuracy",
+                    metrics["accuracy"],
+                    epoch_num=round(self.step / sharding.steps_per_epoch, 4),
+                    step=self.step,
+                    samples_count=self.step * sharding.global_batch,
+                    eval_loss=metrics["loss"],
+                    elapsed_s=elapsed,
+                    compute_elapsed_s=compute_elapsed,
+                )
+                if tta is None and metrics["accuracy"] >= recipe.target:
+                    tta, tta_compute = elapsed, compute_elapsed
+                    if spec.stop_at_target:
+                        reason = "target_reached"
+        elapsed = time.perf_counter() - start
+        return self._finish(reason or "max_epochs", elapsed, best, tta, tta_compute)
+
+    def _log_epoch(self, epoch: int, steps: int, previous: list[float]) -> list[float]:
+        """Gather this epoch's per-rank phase seconds and mean train loss; rank 0 logs them."""
+        totals = self.timer.vector()
+        mine = [now - before for now, before in zip(totals, previous, strict=True)]
+        gathered = all_gather_floats([*mine, self._loss_sum.item(), float(steps)], self.device)
+        self._loss_sum.zero_()
+        losses = sum(row[-2] for row in gathered)
+        self.events.log(
+            "epoch_stop",
+            epoch,
+            step=self.step,
+            train_loss=losses / max(1.0, sum(row[-1] for row in gathered)),
+            phases=[dict(zip(ALL_PHASES, row[:-2], strict=True)) for row in gathered],
+        )
+        return totals
+
+    def _finish(
+        self,
+        reason: str,
+        elapsed: float,
+        best: float | None,
+        tta: float | None,
+        tta_compute: float | None,
+    ) -> dict[str, Any]:
+        totals = self.timer.vector()
+        warm = self._warm if self._warm is not None else [0.0] * len(totals)
+        excluded = self.spec.warmup_steps_excluded if self._warm is not None else 0
+        steady = [t - w for t, w in zip(totals, warm, strict=True)]
+        gathered = all_gather_floats([*totals, *steady], self.device)
+        count = len(ALL_PHASES)
+        summary = {
+            "status": "success" if tta is not None else "target_not_reached",
+            "stop_reason": reason,
+            "steps": self.step,
+            "epochs": self.step / self.sharding.steps_per_epoch,
+            "samples": self.step * self.sharding.global_batch,
+            "elapsed_s": elapsed,
+            "eval_s": self.timer.seconds["eval"],
+            "time_to_accuracy_s": tta,
+            "time_to_accuracy_compute_s": tta_compute,
+            "best_metric": best,
+            "target": self.spec.recipe.target,
+            "warmup_steps_excluded": excluded,
+            "steady_steps": self.step - excluded,
+            "phases": [dict(zip(ALL_PHASES, row[:count], strict=True)) for row in gathered],
+            "phases_steady": [dict(zip(ALL_PHASES, row[count:], strict=True)) for row in gathered],
+        }
+        self.events.log("run_stop", summary["status"], **summary)
+        return summary
