@@ -12,6 +12,7 @@ New algorithms (local SGD, compression, parameter server...) implement
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
@@ -21,6 +22,14 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from dmlbench.comm.collectives import broadcast_state, world_size
+
+# torch ≥ 2.13 renamed DDP's per-forward buffer broadcast; parameters were synced at init
+# either way, and buffers are synced before evaluation (see ``sync_buffers``).
+DDP_NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 class GradientExchange(ABC):
@@ -92,9 +101,7 @@ class DDPExchange(GradientExchange):
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         # Buffers are synced before evaluation instead of before every forward, matching
         # the reference form (and saving one broadcast per step).
-        self.wrapped = DistributedDataParallel(
-            model, device_ids=device_ids, broadcast_buffers=False
-        )
+        self.wrapped = DistributedDataParallel(model, device_ids=device_ids, **DDP_NO_BUFFER_SYNC)
         return self.wrapped
 
     def zero_grad(self) -> None:

@@ -18,20 +18,22 @@ def random_crop_flip(
     """Zero-pad by ``padding``, take a random crop of the original size, maybe mirror it.
 
     ``images`` is ``[N, C, H, W]`` of any dtype; the result has the same shape and dtype.
+    The crop is one ``gather`` over each padded image seen as a flat row: a flat index per
+    output pixel (row offset × padded width + column), mirrored by reversing the columns.
     """
     n, c, h, w = images.shape
     padded = F.pad(images, (padding, padding, padding, padding)) if padding else images
-    device = images.device
-    dy = torch.randint(0, 2 * padding + 1, (n, 1), generator=generator).to(device)
-    dx = torch.randint(0, 2 * padding + 1, (n, 1), generator=generator).to(device)
-    rows = dy + torch.arange(h, device=device)
-    cols = dx + torch.arange(w, device=device)
-    if flip:  # mirroring is reading the crop's columns backwards
-        mirror = (torch.rand(n, generator=generator) < 0.5).to(device)
+    width = w + 2 * padding
+    dy = torch.randint(0, 2 * padding + 1, (n, 1), generator=generator)
+    dx = torch.randint(0, 2 * padding + 1, (n, 1), generator=generator)
+    rows = dy + torch.arange(h)
+    cols = dx + torch.arange(w)
+    if flip:
+        mirror = torch.rand(n, generator=generator) < 0.5
         cols = torch.where(mirror[:, None], cols.flip(1), cols)
-    batch = torch.arange(n, device=device)[:, None, None, None]
-    channel = torch.arange(c, device=device)[None, :, None, None]
-    return padded[batch, channel, rows[:, None, :, None], cols[:, None, None, :]]
+    flat = (rows[:, :, None] * width + cols[:, None, :]).view(n, 1, h * w)
+    index = flat.to(images.device).expand(n, c, h * w)
+    return padded.reshape(n, c, -1).gather(2, index).view(n, c, h, w)
 
 
 class ChannelNormalize:

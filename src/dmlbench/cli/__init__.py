@@ -1,0 +1,1 @@
+"""The `dmlbench` command line."""

@@ -1,0 +1,205 @@
+"""Rich renderings for the terminal: task list, live progress, run summary, stored runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from dmlbench.spec.recipe import InverseSqrtSchedule, Schedule, WarmupStepSchedule
+from dmlbench.tasks import TaskDefinition
+from dmlbench.train.timers import PHASES
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value >= 3600:
+        return f"{value / 3600:.2f} h"
+    return f"{value:,.1f} s" if value >= 10 else f"{value:.2f} s"
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    if isinstance(schedule, WarmupStepSchedule):
+        text = f"lr η·B with η={schedule.lr_per_sample:.3g}/example"
+        if schedule.warmup_epochs:
+            text += f", warm-up from η·b over {schedule.warmup_epochs:g} epochs"
+        if schedule.milestones:
+            epochs = ", ".join(f"{m:g}" for m in schedule.milestones)
+            text += f", ×{schedule.gamma:g} at epochs {epochs}"
+        return text
+    if isinstance(schedule, InverseSqrtSchedule):
+        table = ", ".join(f"{k}→{v:g}" for k, v in sorted(schedule.alpha_by_workers.items()))
+        return f"lr α/√t, α by workers {table}"
+    return str(schedule)
+
+
+def tasks_table(tasks: list[TaskDefinition]) -> Table:
+    table = Table(title="dmlbench tasks", title_justify="left", show_lines=True, expand=True)
+    table.add_column("task", no_wrap=True)
+    table.add_column("data · model · goal", ratio=2)
+    table.add_column("reference recipe", ratio=3)
+    for task in tasks:
+        recipe = task.recipe
+        options = ", ".join(f"{k}={v}" for k, v in recipe.model.options.items())
+        opt = recipe.optimizer
+        lines = [
+            f"local batch b={recipe.local_batch}, at most {recipe.max_epochs:g} epochs",
+            describe_schedule(recipe.schedule),
+            f"{opt.name}, momentum {opt.momentum:g}{' (Nesterov)' if opt.nesterov else ''}, "
+            f"weight decay {opt.weight_decay:g}" + (f", L2 {recipe.l2:g} in loss" if recipe.l2 else ""),
+        ]
+        if recipe.augment:
+            lines.append("augmentation: pad 4 + random 32×32 crop, horizontal flip")
+        if recipe.time_budget_s:
+            lines.append(f"accuracy-after-time budget {_seconds(recipe.time_budget_s)}")
+        for key, values in task.free_choices.items():
+            lines.append(f"free choice: {key.rpartition('.')[2]} in {', '.join(map(str, values))}")
+        name = task.name + ("\n[dim](for tests)[/dim]" if task.builtin_for_tests else "")
+        model = f"{recipe.model.name} ({options})" if options else recipe.model.name
+        table.add_row(
+            name,
+            f"{task.dataset}\n{model}\ngoal: {_pct(recipe.target)} {task.metric}",
+            "\n".join(lines),
+        )
+    return table
+
+
+class RunProgress:
+    """A progress bar fed with the run's events as rank 0 logs them."""
+
+    def __init__(self, console: Console, title: str) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self.bar = self.progress.add_task(title, total=None, status="starting workers")
+        self.best: float | None = None
+
+    def __enter__(self) -> RunProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def __call__(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            key, meta = event["key"], event["metadata"]
+            if key == "init_start":
+                self.progress.update(self.bar, status="loading data")
+            elif key == "run_start":
+                self.progress.update(self.bar, total=meta["step_limit"], status="training")
+            elif key == "train_progress":
+                self.progress.update(self.bar, completed=event["value"])
+            elif key == "epoch_stop":
+                self.progress.update(self.bar, completed=meta["step"])
+            elif key == "eval_accuracy":
+                self.best = event["value"] if self.best is None else max(self.best, event["value"])
+                self.progress.update(
+                    self.bar,
+                    status=f"epoch {meta['epoch_num']:g}: {_pct(event['value'])} "
+                    f"(best {_pct(self.best)})",
+                )
+            elif key == "run_stop":
+                self.progress.update(self.bar, completed=meta["steps"], total=meta["steps"])
+
+
+REASONS = {
+    "target_reached": "target reached",
+    "time_budget": "time budget spent",
+    "max_epochs": "max epochs reached",
+    "max_steps": "max steps reached",
+}
+
+
+def run_summary(run: dict[str, Any]) -> Table:
+    """Summary of one stored run (a row of ``ResultsStore.runs``)."""
+    summary = run.get("summary") or {}
+    title = (
+        f"{run['task']} · {run['workers']} worker{'s' if run['workers'] > 1 else ''} · "
+        f"{run['division']} division · run {run['run_id']}"
+    )
+    table = Table(title=title, title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    status = run["status"]
+    reason = REASONS.get(run.get("stop_reason") or "", run.get("stop_reason") or "")
+    colour = {"success": "green", "failed": "red", "interrupted": "yellow"}.get(status, "yellow")
+    table.add_row("status", f"[{colour}]{status}[/{colour}]" + (f" ({reason})" if reason else ""))
+    if run.get("error"):
+        table.add_row("error", run["error"])
+    target = run.get("target")
+    tta = run.get("time_to_accuracy_s")
+    if tta is not None:
+        table.add_row(
+            f"time to {_pct(target)}",
+            f"{_seconds(tta)} wall-clock, evaluation included "
+            f"({_seconds(run.get('time_to_accuracy_compute_s'))} without evaluation)",
+        )
+    else:
+        table.add_row(f"time to {_pct(target)}", "not reached")
+    evals = run.get("evals") or []
+    if evals:
+        best = max(evals, key=lambda e: e["metric"])
+        table.add_row("best accuracy", f"{_pct(best['metric'])} at epoch {best['epoch']:g}")
+    if run.get("epochs") is not None:
+        table.add_row(
+            "trained",
+            f"{run['epochs']:.2f} epochs, {run.get('steps') or 0:,} steps, "
+            f"{run.get('samples') or 0:,} samples in {_seconds(run.get('elapsed_s'))}",
+        )
+    if summary.get("throughput"):
+        table.add_row(
+            "throughput",
+            f"{summary['throughput']:,.0f} samples/s, {1000 * summary['step_time_s']:.2f} ms "
+            f"per step (global batch {run['global_batch']}; first "
+            f"{summary.get('warmup_steps_excluded', 0)} steps excluded as warm-up)",
+        )
+    if summary.get("init_s") is not None:
+        table.add_row("start-up", f"{_seconds(summary['init_s'])} data load + model build "
+                      "(before the clock starts)")  # fmt: skip
+    shares = summary.get("phase_shares")
+    if shares:
+        cells = [
+            f"{p} {_pct(shares[p]['mean'])}/{_pct(shares[p]['max'])}" for p in PHASES if p in shares
+        ]
+        note = " (comm overlapped, inside backward)" if summary.get("comm_overlapped") else ""
+        table.add_row(f"phases mean/max over {len(summary['phases_steady'])} ranks",
+                      "  ".join(cells) + note)  # fmt: skip
+    if run.get("deviations"):
+        table.add_row("differs from recipe", ", ".join(
+            f"{k}={v['actual']}" for k, v in run["deviations"].items()))  # fmt: skip
+    table.add_row("run folder", run["run_dir"])
+    return table
+
+
+def runs_table(runs: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"{len(runs)} stored runs", title_justify="left")
+    for column in ("run", "task", "workers", "batch b/B", "division", "status", "TTA", "best",
+                   "epochs", "created"):  # fmt: skip
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        table.add_row(
+            run["run_id"],
+            run["task"],
+            str(run["workers"]),
+            f"{run['local_batch']}/{run['global_batch']}",
+            run["division"],
+            run["status"],
+            _seconds(run.get("time_to_accuracy_s")),
+            _pct(run.get("best_metric")),
+            "—" if run.get("epochs") is None else f"{run['epochs']:.1f}",
+            run["created_at"],
+        )
+    return table
