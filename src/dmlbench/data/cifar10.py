@@ -100,10 +100,11 @@ def _read_split(folder: Path, names: list[str]) -> Arrays:
 def locate(data_dir: Path, *, download_missing: bool = False) -> Path:
     """Find (or unpack, or download and unpack) the CIFAR-10 batches under ``data_dir``.
 
-    An archive in a read-only folder (shared data) is unpacked into ``~/.cache``.
+    Archives are unpacked into the cache (``DMLBENCH_CACHE``), never beside the archive:
+    the data folder may be shared and read-only.
     """
-    fallback = cache_root() / "cifar10"
-    roots = (data_dir, data_dir / "cifar10", fallback)
+    cache = cache_root() / "cifar10"
+    roots = (data_dir, data_dir / "cifar10", cache)
     for root in roots:
         for name in (BINARY_DIR, PYTHON_DIR):
             if (root / name).is_dir():
@@ -112,15 +113,14 @@ def locate(data_dir: Path, *, download_missing: bool = False) -> Path:
             return root
     for root in roots:
         if (root / BINARY_ARCHIVE).is_file():
-            cache = writable_dir(root, fallback)
             return extract_tar(root / BINARY_ARCHIVE, cache, BINARY_DIR)
     if not download_missing:
         raise DatasetError(
             f"CIFAR-10 not found under {data_dir}: put {BINARY_ARCHIVE} or {BINARY_DIR}/ there "
             "and pass --data-dir FOLDER"
         )
-    cache = writable_dir(data_dir / "cifar10", fallback)
-    archive = download(BINARY_URL, cache / BINARY_ARCHIVE, checksum=BINARY_MD5, algorithm="md5")
+    target = writable_dir(data_dir / "cifar10", cache)
+    archive = download(BINARY_URL, target / BINARY_ARCHIVE, checksum=BINARY_MD5, algorithm="md5")
     return extract_tar(archive, cache, BINARY_DIR)
 
 

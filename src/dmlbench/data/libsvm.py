@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from sklearn.datasets import load_svmlight_file
 
-from dmlbench.data.download import cache_root, writable_dir
+from dmlbench.data.download import cache_root
 from dmlbench.errors import DatasetError
 
 CHUNK_BYTES = 64 << 20
@@ -30,8 +30,7 @@ def _cache_dir(path: Path, n_features: int) -> Path:
     stat = path.stat()
     key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{n_features}|{CACHE_VERSION}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    base = writable_dir(path.parent / ".dmlbench-cache", cache_root() / "libsvm")
-    return base / f"{path.name}-{digest}"
+    return cache_root() / "libsvm" / f"{path.name}-{digest}"
 
 
 def _decompress(path: Path, work: Path) -> Path:

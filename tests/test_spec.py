@@ -1,0 +1,81 @@
+"""Run specs: resolution, overrides, deviations and refusal of impossible values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dmlbench.errors import SpecError
+from dmlbench.spec import resolve_spec
+from dmlbench.spec.run import deviations, load_config_file
+
+
+def test_reference_recipe_is_closed_division() -> None:
+    spec = resolve_spec("cifar10-resnet20", workers=4)
+    assert spec.local_batch == 32 and spec.effective_global_batch == 128
+    assert deviations(spec) == {}
+
+
+def test_free_choice_stays_closed_but_other_changes_open() -> None:
+    assert deviations(resolve_spec("cifar10-resnet20", overrides=["variant=m2"])) == {}
+    differ = deviations(resolve_spec("cifar10-resnet20", overrides=["momentum=0.5"]))
+    assert differ == {"recipe.optimizer.momentum": {"reference": 0.9, "actual": 0.5}}
+
+
+def test_overrides_accept_full_paths_suffixes_and_yaml_values() -> None:
+    spec = resolve_spec(
+        "cifar10-resnet20",
+        overrides=["recipe.local_batch=64", "milestones=[10, 20]", "nesterov=false", "momentum=0"],
+    )
+    assert spec.local_batch == 64
+    assert spec.recipe.schedule.milestones == [10.0, 20.0]  # type: ignore[union-attr]
+    assert spec.recipe.optimizer.nesterov is False
+
+
+def test_global_batch_derives_local_batch() -> None:
+    spec = resolve_spec("cifar10-resnet20", workers=4, overrides=["global_batch=256"])
+    assert spec.local_batch == 64
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"workers": 0}, "workers: Input should be greater than or equal to 1"),
+        ({"workers": 3, "overrides": ["global_batch=100"]}, "not divisible by workers 3"),
+        ({"overrides": ["time_budget_s=-5"]}, "time_budget_s: Input should be greater than 0"),
+        ({"overrides": ["local_batch=0"]}, "local_batch"),
+        ({"overrides": ["mometum=0.1"]}, "did you mean 'recipe.optimizer.momentum'"),
+        ({"overrides": ["depth=21"]}, "6n+2"),
+        ({"overrides": ["momentum=0"]}, "nesterov=true needs momentum > 0"),
+        ({"overrides": ["milestones=[109, 82]"]}, "increasing order"),
+        ({"overrides": ["exchange=carrier-pigeon"]}, "exchange"),
+        ({"overrides": ["nonsense"]}, "is not key=value"),
+    ],
+)
+def test_impossible_specs_are_refused_in_one_line(kwargs: dict, message: str) -> None:
+    with pytest.raises(SpecError) as error:
+        resolve_spec("cifar10-resnet20", **kwargs)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_task_suggests_the_closest() -> None:
+    with pytest.raises(SpecError, match="unknown task 'cifar10-resnet21'.*did you mean"):
+        resolve_spec("cifar10-resnet21")
+
+
+def test_config_files_yaml_and_toml(tmp_path: Path) -> None:
+    yaml_file = tmp_path / "run.yaml"
+    yaml_file.write_text("workers: 2\nrecipe:\n  optimizer:\n    momentum: 0.5\n")
+    toml_file = tmp_path / "run.toml"
+    toml_file.write_text("workers = 2\n[recipe.optimizer]\nmomentum = 0.5\n")
+    for path in (yaml_file, toml_file):
+        spec = resolve_spec("digits-mlp", config=load_config_file(path), overrides=["seed=3"])
+        assert (spec.workers, spec.seed, spec.recipe.optimizer.momentum) == (2, 3, 0.5)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("workers: [\n")
+    with pytest.raises(SpecError, match="is not valid"):
+        load_config_file(broken)
+    with pytest.raises(SpecError, match="does not exist"):
+        load_config_file(tmp_path / "missing.yaml")
