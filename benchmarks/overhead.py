@@ -3,10 +3,11 @@
     python benchmarks/overhead.py                  # ResNet-20, local batch 32, 1 and 2 workers
     python benchmarks/overhead.py --workers 1 2 --steps 30 --rounds 10
 
-Both loops run in the same worker processes on the same in-memory CIFAR-shaped data,
-model and batch, interleaved round by round in rotating order (A B C, B C A, ...) so machine noise hits
-them alike; the first steps of every block are run untimed. Reported: median ms per
-step over all timed steps, and the ratio to the hand-written loop (≤ 1.05 is the goal).
+The loops run in the same worker processes on the same in-memory CIFAR-shaped data,
+model and batch, interleaved round by round in rotating order (A B C, B C A, ...) so
+machine noise hits them alike; the first steps of every block are run untimed.
+Reported: median ms per step over all timed steps, and the ratio to the hand-written
+loop (≤ 1.05 is the goal).
 
 - ``minimal-ddp``: DDP-wrapped ResNet, SGD, gather a random batch, cast, normalise.
 - ``dmlbench-ddp``: dmlbench's Trainer.train_step with exchange=ddp (includes the
@@ -164,7 +165,9 @@ def main() -> None:
                 f"| {workers} | {name} | {1000 * median:.1f} | "
                 f"{1000 * p25:.1f}–{1000 * p75:.1f} | {median / base:.3f} |"
             )
-        print(f"| {workers} | data share of dmlbench step | {100 * result['data_share']:.1f}% | | |")
+        print(
+            f"| {workers} | data share of dmlbench step | {100 * result['data_share']:.1f}% | | |"
+        )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from dmlbench.tasks import get_task
 
 def test_binary_layout_round_trips(tmp_path: Path) -> None:
     written = write_cifar_binary(tmp_path)
-    (train_x, train_y), (test_x, test_y) = cifar.load(tmp_path)
+    (train_x, train_y), (test_x, _test_y) = cifar.load(tmp_path)
     assert train_x.shape == (200, 3, 32, 32) and train_x.dtype == torch.uint8
     images, labels = written["data_batch_2"]
     assert torch.equal(train_x[40:80], torch.from_numpy(images))
@@ -63,19 +63,19 @@ def test_corrupt_labels_and_python_file_are_reported(tmp_path: Path) -> None:
     raw = bytearray(batch.read_bytes())
     raw[0] = 200
     batch.write_bytes(bytes(raw))
-    with pytest.raises(DatasetError, match="label 200 outside 0-9"):
+    with pytest.raises(DatasetError, match=r"label 200 outside 0-9"):
         cifar.load(tmp_path / "a")
     write_cifar_python(tmp_path / "b", protocol=4)
     broken = tmp_path / "b" / "cifar-10-batches-py" / "data_batch_1"
     broken.write_bytes(broken.read_bytes()[: len(broken.read_bytes()) // 2])
-    with pytest.raises(DatasetError, match="data_batch_1 is corrupt or truncated"):
+    with pytest.raises(DatasetError, match=r"data_batch_1 is corrupt or truncated"):
         cifar.load(tmp_path / "b")
 
 
 def test_missing_dataset_names_data_dir(tmp_path: Path) -> None:
-    with pytest.raises(DatasetError, match="CIFAR-10 not found under .*--data-dir"):
+    with pytest.raises(DatasetError, match=r"CIFAR-10 not found under .*--data-dir"):
         get_task("cifar10-resnet20").prepare(tmp_path, False)
-    with pytest.raises(DatasetError, match="epsilon file .* not found .*--data-dir"):
+    with pytest.raises(DatasetError, match=r"epsilon file .* not found .*--data-dir"):
         get_task("epsilon-logreg").prepare(tmp_path, False)
 
 
@@ -96,7 +96,7 @@ def test_truncated_archive_is_reported(tmp_path: Path) -> None:
     write_cifar_binary(source)
     archive = tar_folder(source, "cifar-10-batches-bin", tmp_path / "cifar-10-binary.tar.gz")
     archive.write_bytes(archive.read_bytes()[:2000])
-    with pytest.raises(DatasetError, match="could not be unpacked.*truncated"):
+    with pytest.raises(DatasetError, match=r"could not be unpacked.*truncated"):
         cifar.locate(tmp_path)
 
 
@@ -111,14 +111,14 @@ def test_download_verifies_checksum(tmp_path: Path) -> None:
     download(source.as_uri(), dest, checksum=good)
     assert dest.read_bytes() == source.read_bytes()
     other = tmp_path / "data" / "other.bin"
-    with pytest.raises(DatasetError, match="expected 0000.*discarded"):
+    with pytest.raises(DatasetError, match=r"expected 0000.*discarded"):
         download(source.as_uri(), other, checksum="0" * 64)
     assert not other.exists() and not list(other.parent.glob(".*part"))
 
 
 def test_failed_download_says_what_to_do(tmp_path: Path) -> None:
     missing = (tmp_path / "nowhere.tar.gz").as_uri()
-    with pytest.raises(DatasetError, match="could not download .*--data-dir"):
+    with pytest.raises(DatasetError, match=r"could not download .*--data-dir"):
         download(missing, tmp_path / "x.tar.gz", checksum="0" * 64)
 
 
@@ -151,16 +151,16 @@ def test_libsvm_chunked_reading_keeps_every_row(tmp_path: Path, monkeypatch) -> 
 def test_malformed_and_truncated_libsvm_are_reported(tmp_path: Path) -> None:
     bad = tmp_path / "bad.svm"
     bad.write_text("1 1:0.5 2:0.25\n-1 3:abc\n")
-    with pytest.raises(DatasetError, match="not a valid LIBSVM file"):
+    with pytest.raises(DatasetError, match=r"not a valid LIBSVM file"):
         load_libsvm(bad, 3)
     write_libsvm(tmp_path / "cut.svm.bz2", rows=200, features=10)
     cut = tmp_path / "cut.svm.bz2"
     cut.write_bytes(cut.read_bytes()[:-50])
-    with pytest.raises(DatasetError, match="could not be decompressed.*truncated"):
+    with pytest.raises(DatasetError, match=r"could not be decompressed.*truncated"):
         load_libsvm(cut, 10)
     wide = tmp_path / "wide.svm"
     wide.write_text("1 1:0.5 9:1\n")
-    with pytest.raises(DatasetError, match="not a valid LIBSVM file"):
+    with pytest.raises(DatasetError, match=r"not a valid LIBSVM file"):
         load_libsvm(wide, 3)
 
 
@@ -168,7 +168,7 @@ def test_epsilon_with_wrong_row_count_is_called_truncated(tmp_path: Path) -> Non
     folder = tmp_path / "epsilon"
     write_libsvm(folder / "epsilon_normalized", rows=50, features=2000)
     write_libsvm(folder / "epsilon_normalized.t", rows=20, features=2000)
-    with pytest.raises(DatasetError, match="has 50 examples, epsilon's has 400,000.*truncated"):
+    with pytest.raises(DatasetError, match=r"has 50 examples, epsilon's has 400,000.*truncated"):
         get_task("epsilon-logreg").prepare(tmp_path, False)
 
 
@@ -193,7 +193,7 @@ def test_global_batches_do_not_depend_on_worker_count() -> None:
 
 
 def test_batch_larger_than_dataset_is_refused() -> None:
-    with pytest.raises(SpecError, match="larger than the 100 training examples"):
+    with pytest.raises(SpecError, match=r"larger than the 100 training examples"):
         EpochSharding(100, 4, 0, 32, seed=0)
 
 
@@ -220,7 +220,7 @@ def test_crop_and_flip_are_real_crops_of_the_padded_image() -> None:
 def test_normalize_matches_the_formula() -> None:
     images = torch.randint(0, 256, (4, 3, 8, 8), dtype=torch.uint8)
     norm = ChannelNormalize((0.4, 0.5, 0.6), (0.2, 0.25, 0.3))
-    expected = (images.float() / 255 - torch.tensor([0.4, 0.5, 0.6]).view(1, 3, 1, 1)) / torch.tensor(
-        [0.2, 0.25, 0.3]
-    ).view(1, 3, 1, 1)
+    expected = (
+        images.float() / 255 - torch.tensor([0.4, 0.5, 0.6]).view(1, 3, 1, 1)
+    ) / torch.tensor([0.2, 0.25, 0.3]).view(1, 3, 1, 1)
     torch.testing.assert_close(norm(images), expected)

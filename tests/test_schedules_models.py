@@ -39,7 +39,9 @@ def test_epsilon_alpha_over_sqrt_t_by_workers(workers: int, alpha: float) -> Non
 @pytest.mark.parametrize("variant", ["m1", "m2"])
 def test_resnet_depth_counts_weighted_layers(depth: int, variant: str) -> None:
     model = CifarResNet(depth, variant)  # type: ignore[arg-type]
-    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)]
+    convs = [
+        m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)
+    ]
     assert len(convs) + 1 == depth  # 6n+2 = 3×3 convolutions + the final linear layer
     assert model(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
 

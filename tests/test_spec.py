@@ -61,7 +61,7 @@ def test_impossible_specs_are_refused_in_one_line(kwargs: dict, message: str) ->
 
 
 def test_unknown_task_suggests_the_closest() -> None:
-    with pytest.raises(SpecError, match="unknown task 'cifar10-resnet21'.*did you mean"):
+    with pytest.raises(SpecError, match=r"unknown task 'cifar10-resnet21'.*did you mean"):
         resolve_spec("cifar10-resnet21")
 
 
@@ -75,7 +75,7 @@ def test_config_files_yaml_and_toml(tmp_path: Path) -> None:
         assert (spec.workers, spec.seed, spec.recipe.optimizer.momentum) == (2, 3, 0.5)
     broken = tmp_path / "broken.yaml"
     broken.write_text("workers: [\n")
-    with pytest.raises(SpecError, match="is not valid"):
+    with pytest.raises(SpecError, match=r"is not valid"):
         load_config_file(broken)
-    with pytest.raises(SpecError, match="does not exist"):
+    with pytest.raises(SpecError, match=r"does not exist"):
         load_config_file(tmp_path / "missing.yaml")

@@ -1,10 +1,10 @@
 """`dmlbench`: run benchmark tasks on N local workers and read the stored results.
 
-    dmlbench tasks                                   # every task and its reference recipe
-    dmlbench run digits-mlp --workers 2              # a real 2-process run, then a summary
-    dmlbench run cifar10-resnet20 --workers 4 --dry-run --json
-    dmlbench run cifar10-resnet20 --data-dir ../shared/data/cifar10 --set max_steps=100
-    dmlbench results --json                          # every stored run, machine-readable
+dmlbench tasks                                   # every task and its reference recipe
+dmlbench run digits-mlp --workers 2              # a real 2-process run, then a summary
+dmlbench run cifar10-resnet20 --workers 4 --dry-run --json
+dmlbench run cifar10-resnet20 --data-dir ../shared/data/cifar10 --set max_steps=100
+dmlbench results --json                          # every stored run, machine-readable
 """
 
 from __future__ import annotations
@@ -74,7 +74,9 @@ def run(
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="where datasets are found")] = None,
     store: StoreOption = default_store(),
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="resolve the spec, start nothing")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="resolve the spec, start nothing")
+    ] = False,
     json_out: JsonOption = False,
     quiet: Annotated[bool, typer.Option(help="keep worker output in the run folder only")] = False,
 ) -> None:

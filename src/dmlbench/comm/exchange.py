@@ -101,7 +101,11 @@ class DDPExchange(GradientExchange):
         device_ids = [self.device.index] if self.device.type == "cuda" else None
         # Buffers are synced before evaluation instead of before every forward, matching
         # the reference form (and saving one broadcast per step).
-        self.wrapped = DistributedDataParallel(model, device_ids=device_ids, **DDP_NO_BUFFER_SYNC)
+        self.wrapped = DistributedDataParallel(
+            model,
+            device_ids=device_ids,
+            **DDP_NO_BUFFER_SYNC,  # type: ignore[arg-type]
+        )
         return self.wrapped
 
     def zero_grad(self) -> None:

@@ -52,9 +52,9 @@ class ChannelNormalize:
         return torch.addcmul(self._add, x.float(), self._mul)
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, ChannelNormalize)
-            and (self.mean, self.std) == (other.mean, other.std)
+        return isinstance(other, ChannelNormalize) and (self.mean, self.std) == (
+            other.mean,
+            other.std,
         )
 
     def __hash__(self) -> int:

@@ -85,9 +85,8 @@ def writable_dir(preferred: Path, fallback: Path) -> Path:
     """``preferred`` if we may write there (read-only shared data stays untouched)."""
     try:
         preferred.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=preferred, prefix=".probe-")
-        probe.close()
-        return preferred
+        with tempfile.NamedTemporaryFile(dir=preferred, prefix=".probe-"):
+            return preferred
     except OSError:
         fallback.mkdir(parents=True, exist_ok=True)
         return fallback

@@ -93,7 +93,9 @@ def launch_local(spec: RunSpec, run_dir: Path, *, echo: bool = True) -> None:
             elastic_launch(config, run_worker)(spec_json, str(run_dir))
     except ChildFailedError as error:
         rank, failure = error.get_first_failure()
-        raise WorkerFailed(f"worker rank {rank} failed: {_failure_message(failure, log_dir)}") from None
+        raise WorkerFailed(
+            f"worker rank {rank} failed: {_failure_message(failure, log_dir)}"
+        ) from None
     except SignalException as error:
         raise KeyboardInterrupt(f"launcher received {error.sigval.name}") from None
     except Exception as error:  # rendezvous or start-up failures inside torch

@@ -33,9 +33,9 @@ class RunOutcome:
     run_dir: str
 
 
-def new_run_id(spec: RunSpec) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{spec.task}-w{spec.workers}-{secrets.token_hex(3)}"
+def new_run_id() -> str:
+    """Sortable by start time and unique; task and workers are columns of their own."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 class _Watcher(threading.Thread):
@@ -66,7 +66,7 @@ def run_benchmark(
     """
     task = get_task(spec.task)
     task.prepare(spec.data_dir, spec.download)
-    run_id = new_run_id(spec)
+    run_id = new_run_id()
     run_dir = store.run_dir(run_id)
     run_dir.mkdir(parents=True)
     spec_dict = spec.to_json_dict()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -53,7 +54,8 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
             f"local batch b={recipe.local_batch}, at most {recipe.max_epochs:g} epochs",
             describe_schedule(recipe.schedule),
             f"{opt.name}, momentum {opt.momentum:g}{' (Nesterov)' if opt.nesterov else ''}, "
-            f"weight decay {opt.weight_decay:g}" + (f", L2 {recipe.l2:g} in loss" if recipe.l2 else ""),
+            f"weight decay {opt.weight_decay:g}"
+            + (f", L2 {recipe.l2:g} in loss" if recipe.l2 else ""),
         ]
         if recipe.augment:
             lines.append("augmentation: pad 4 + random 32×32 crop, horizontal flip")
@@ -185,10 +187,11 @@ def run_summary(run: dict[str, Any]) -> Table:
 
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"{len(runs)} stored runs", title_justify="left")
-    for column in ("run", "task", "workers", "batch b/B", "division", "status", "TTA", "best",
-                   "epochs", "created"):  # fmt: skip
-        table.add_column(column, overflow="fold")
+    table = Table(title=f"{len(runs)} stored runs", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("run", no_wrap=True)
+    table.add_column("task", no_wrap=True)
+    for column in ("workers", "b/B", "division", "status", "TTA", "best", "epochs"):
+        table.add_column(column)
     for run in runs:
         table.add_row(
             run["run_id"],
@@ -200,6 +203,5 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
             _seconds(run.get("time_to_accuracy_s")),
             _pct(run.get("best_metric")),
             "—" if run.get("epochs") is None else f"{run['epochs']:.1f}",
-            run["created_at"],
         )
     return table

@@ -128,7 +128,8 @@ class ResultsStore:
                 local_batch, global_batch, seed, exchange, target, host, cpu_model, cores, gpus,
                 torch_version, git_revision, spec_json, deviations_json, environment_json,
                 run_dir, launcher_pid)
-                VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                ?)""",
                 (
                     run_id, spec["task"], "open" if deviations else "closed", now_iso(),
                     spec["workers"], recipe["local_batch"], recipe["local_batch"] * spec["workers"],
@@ -207,13 +208,13 @@ class ResultsStore:
                     row[key.removesuffix("_json")] = json.loads(value) if value else None
                 row["gpus"] = json.loads(row["gpus"]) if row["gpus"] else []
                 row["evals"] = [
-                    {k: e[k] for k in e.keys() if k != "run_id"}
+                    {k: e[k] for k in e if k != "run_id"}
                     for e in db.execute(
                         "SELECT * FROM evals WHERE run_id=? ORDER BY step", (row["run_id"],)
                     )
                 ]
                 row["phases"] = [
-                    {k: p[k] for k in p.keys() if k != "run_id"}
+                    {k: p[k] for k in p if k != "run_id"}
                     for p in db.execute(
                         "SELECT * FROM phases WHERE run_id=? ORDER BY rank", (row["run_id"],)
                     )

@@ -36,9 +36,7 @@ def phase_shares(per_rank: list[dict[str, float]]) -> dict[str, dict[str, float]
         step_time = sum(rank.get(p, 0.0) for p in PHASES)
         for phase in PHASES:
             shares[phase].append(rank.get(phase, 0.0) / step_time if step_time else 0.0)
-    return {
-        p: {"mean": sum(v) / len(v), "max": max(v)} for p, v in shares.items() if v
-    }
+    return {p: {"mean": sum(v) / len(v), "max": max(v)} for p, v in shares.items() if v}
 
 
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class Recipe(StrictModel):
     model: ModelSpec
     local_batch: int = Field(gt=0, description="examples per worker per step (b)")
     max_epochs: float = Field(gt=0.0)
-    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    optimizer: OptimizerSpec = Field(default_factory=lambda: OptimizerSpec())
     schedule: Schedule
     l2: float = Field(0.0, ge=0.0, description="adds l2/2·‖w‖² to the loss")
     augment: bool = Field(False, description="the task's random training augmentation")

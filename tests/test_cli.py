@@ -1,0 +1,124 @@
+"""The `dmlbench` command as a user runs it (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DMLBENCH = [sys.executable, "-m", "dmlbench"]
+
+
+def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "160"}
+    done = subprocess.run([*DMLBENCH, *args], capture_output=True, text=True, timeout=120, env=env)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_tasks_lists_every_reference_task() -> None:
+    names = {t["name"] for t in json.loads(cli("tasks", "--json").stdout)}
+    expected = {"digits-mlp", "epsilon-logreg"} | {f"cifar10-resnet{d}" for d in (20, 32, 44, 56)}
+    assert expected <= names
+    table = cli("tasks").stdout
+    assert "cifar10-resnet56" in table and "α/√t" in table
+
+
+def test_dry_run_resolves_and_starts_nothing(tmp_path: Path) -> None:
+    out = cli("run", "cifar10-resnet20", "--workers", "4", "--dry-run", "--json",
+              "--store", str(tmp_path / "s"))  # fmt: skip
+    plan = json.loads(out.stdout)
+    assert plan["spec"]["workers"] == 4 and plan["derived"]["global_batch"] == 128
+    assert plan["derived"]["lr_first_step"] == pytest.approx(0.1 / 256 * 32)
+    assert plan["derived"]["lr_after_warmup"] == pytest.approx(0.1 / 256 * 128)
+    assert plan["derived"]["division"] == "closed" and plan["deviations"] == {}
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "no-such-task"], "unknown task 'no-such-task'"),
+        (["run", "digits-mlp", "--workers", "0", "--dry-run"], "workers: Input should be"),
+        (["run", "digits-mlp", "--set", "global_batch=33", "--workers", "2"], "not divisible"),
+        (["run", "cifar10-resnet20", "--data-dir", "/nonexistent", "--set", "download=false"],
+         "CIFAR-10 not found under /nonexistent"),
+        (["results", "--store", "/nonexistent/store"], "no results store"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) -> None:
+    done = cli(*args, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.multiprocess
+def test_run_then_results(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    run = json.loads(cli("run", "digits-mlp", "--workers", "2", "--json", "--store", store).stdout)
+    assert run["status"] == "success"
+    stored = json.loads(cli("results", "--json", "--store", store).stdout)
+    assert [r["run_id"] for r in stored] == [run["run_id"]]
+    assert stored[0]["evals"] == run["evals"]
+    table = cli("results", "--store", store).stdout
+    assert "digits-mlp" in table
+    summary = cli("results", run["run_id"], "--store", store).stdout
+    assert "time to 97.0%" in summary and "phases" in summary
+
+
+@pytest.mark.multiprocess
+def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = subprocess.Popen(
+        [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--quiet", "--store", str(store),
+         "--set", "max_epochs=100000", "--set", "target=1.01"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        logs = list(store.glob("runs/*/events.jsonl"))
+        if logs and '"eval_accuracy"' in logs[0].read_text():
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the run never started")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    row = json.loads(cli("results", "--json", "--store", str(store)).stdout)[0]
+    assert row["status"] == "interrupted"
+    assert len(row["evals"]) >= 1  # what was reached is kept
+
+
+def test_abandoned_running_row_is_marked_interrupted(tmp_path: Path) -> None:
+    from dmlbench.results import ResultsStore
+    from dmlbench.results.environment import collect_environment
+    from dmlbench.spec import resolve_spec
+
+    store = ResultsStore(tmp_path / "store")
+    spec = resolve_spec("digits-mlp").to_json_dict()
+    store.begin("r1", spec, {}, collect_environment())
+    assert store.runs("r1")[0]["status"] == "running"  # our own pid is alive
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    import sqlite3
+
+    with sqlite3.connect(store.path) as db:
+        db.execute("UPDATE runs SET launcher_pid=? WHERE run_id='r1'", (dead.pid,))
+    row = ResultsStore(tmp_path / "store").runs("r1")[0]
+    assert row["status"] == "interrupted" and "ended without finishing" in row["error"]
+
+
+def test_help_lists_the_commands() -> None:
+    help_text = cli("--help").stdout
+    assert all(command in help_text for command in ("tasks", "run", "results"))
