@@ -122,3 +122,10 @@ def test_abandoned_running_row_is_marked_interrupted(tmp_path: Path) -> None:
 def test_help_lists_the_commands() -> None:
     help_text = cli("--help").stdout
     assert all(command in help_text for command in ("tasks", "run", "results"))
+
+
+def test_docs_task_page_is_generated_from_the_registry() -> None:
+    page = Path(__file__).parent.parent / "docs" / "tasks.md"
+    assert page.read_text() == cli("tasks", "--markdown").stdout, (
+        "docs/tasks.md is stale: run `dmlbench tasks --markdown > docs/tasks.md`"
+    )

@@ -43,13 +43,19 @@ def _print_json(data: Any) -> None:
 
 
 @app.command()
-def tasks(json_out: JsonOption = False) -> None:
+def tasks(
+    json_out: JsonOption = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="the docs page")] = False,
+) -> None:
     """List every task: dataset, model, goal and reference recipe."""
+    from dmlbench.report.docs import tasks_markdown
     from dmlbench.report.terminal import tasks_table
     from dmlbench.tasks import all_tasks
 
     if json_out:
         _print_json([t.describe() for t in all_tasks()])
+    elif markdown:
+        sys.stdout.write(tasks_markdown(all_tasks()))
     else:
         console.print(tasks_table(all_tasks()))
 

@@ -26,6 +26,9 @@ def _seconds(value: float | None) -> str:
     return f"{value:,.1f} s" if value >= 10 else f"{value:.2f} s"
 
 
+AUGMENTATION = "pad 4 + random 32×32 crop, horizontal flip"
+
+
 def describe_schedule(schedule: Schedule) -> str:
     if isinstance(schedule, WarmupStepSchedule):
         text = f"lr η·B with η={schedule.lr_per_sample:.3g}/example"
@@ -58,7 +61,7 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
             + (f", L2 {recipe.l2:g} in loss" if recipe.l2 else ""),
         ]
         if recipe.augment:
-            lines.append("augmentation: pad 4 + random 32×32 crop, horizontal flip")
+            lines.append(f"augmentation: {AUGMENTATION}")
         if recipe.time_budget_s:
             lines.append(f"accuracy-after-time budget {_seconds(recipe.time_budget_s)}")
         for key, values in task.free_choices.items():

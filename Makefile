@@ -1,0 +1,34 @@
+# Two commands do all set-up on a fresh machine:
+#   make run    creates .venv, installs dmlbench, runs the built-in default benchmark
+#   make test   creates .venv, installs dmlbench with dev tools, runs lint, types and tests
+#
+# TORCH is what gets installed when the venv has no torch yet. The default is the CPU
+# build of 2.13.0 (a local file on our machines); any torch 2.x works:
+#   make test TORCH="torch==2.5.1"
+
+VENV ?= .venv
+PYTHON ?= python3
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+
+.PHONY: run test install clean
+
+$(BIN)/dmlbench: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/dmlbench
+
+run: install
+	$(BIN)/dmlbench run digits-mlp --workers 2
+
+test: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) dmlbench-results .pytest_cache .mypy_cache .ruff_cache
