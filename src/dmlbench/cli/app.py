@@ -1,10 +1,12 @@
 """`dmlbench`: run benchmark tasks on N local workers and read the stored results.
 
-dmlbench tasks                                   # every task and its reference recipe
-dmlbench run digits-mlp --workers 2              # a real 2-process run, then a summary
-dmlbench run cifar10-resnet20 --workers 4 --dry-run --json
-dmlbench run cifar10-resnet20 --data-dir ../shared/data/cifar10 --set max_steps=100
-dmlbench results --json                          # every stored run, machine-readable
+Examples::
+
+    dmlbench tasks                                   # every task and its reference recipe
+    dmlbench run digits-mlp --workers 2              # a real 2-process run, then a summary
+    dmlbench run cifar10-resnet20 --workers 4 --dry-run --json
+    dmlbench run cifar10-resnet20 --data-dir ../shared/data/cifar10 --set max_steps=100
+    dmlbench results --json                          # every stored run, machine-readable
 """
 
 from __future__ import annotations

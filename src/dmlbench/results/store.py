@@ -207,16 +207,10 @@ class ResultsStore:
                     value = row.pop(key)
                     row[key.removesuffix("_json")] = json.loads(value) if value else None
                 row["gpus"] = json.loads(row["gpus"]) if row["gpus"] else []
-                row["evals"] = [
-                    {k: e[k] for k in e if k != "run_id"}
-                    for e in db.execute(
-                        "SELECT * FROM evals WHERE run_id=? ORDER BY step", (row["run_id"],)
-                    )
-                ]
-                row["phases"] = [
-                    {k: p[k] for k in p if k != "run_id"}
-                    for p in db.execute(
-                        "SELECT * FROM phases WHERE run_id=? ORDER BY rank", (row["run_id"],)
-                    )
-                ]
+                for table, order in (("evals", "step"), ("phases", "rank")):
+                    query = f"SELECT * FROM {table} WHERE run_id=? ORDER BY {order}"
+                    records = [dict(r) for r in db.execute(query, (row["run_id"],))]
+                    for record in records:
+                        del record["run_id"]
+                    row[table] = records
         return rows
