@@ -75,7 +75,9 @@ def test_time_budget_stops_every_rank_together(store: ResultsStore) -> None:
         store, "synthetic-mlp", 2, "time_budget_s=0.3", "max_epochs=100000", "target=1.01"
     )
     assert row["stop_reason"] == "time_budget"
-    assert 0.3 <= row["elapsed_s"] < 10
+    # Each rank starts its clock when it leaves the same barrier, a few ms apart at most;
+    # the run stops at the first step on which any rank is past the budget.
+    assert 0.3 - 0.05 <= row["elapsed_s"] < 10
     assert all(e["elapsed_s"] <= 0.3 + 0.5 for e in row["evals"])
 
 
