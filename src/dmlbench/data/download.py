@@ -16,14 +16,6 @@ from dmlbench.errors import DatasetError
 CHUNK = 1 << 20
 
 
-def file_digest(path: Path, algorithm: str) -> str:
-    digest = hashlib.new(algorithm)
-    with path.open("rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def download(url: str, dest: Path, *, checksum: str, algorithm: str = "sha256") -> Path:
     """Fetch ``url`` to ``dest`` and verify its checksum; the file appears only if it matches."""
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,9 @@ class RunProgress:
             console=console,
             transient=False,
         )
-        self.bar = self.progress.add_task(title, total=None, status="starting workers")
+        self.bar = self.progress.add_task(
+            title, total=None, status="preparing data, starting workers"
+        )
         self.best: float | None = None
 
     def __enter__(self) -> RunProgress:

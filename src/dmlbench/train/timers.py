@@ -36,6 +36,3 @@ class PhaseTimer:
     def vector(self) -> list[float]:
         """Seconds per phase in ``PHASES + EXTRA_PHASES`` order (for all-gather)."""
         return [self.seconds[p] for p in PHASES + EXTRA_PHASES]
-
-    def reset(self) -> None:
-        self.seconds = dict.fromkeys(self.seconds, 0.0)
