@@ -71,7 +71,7 @@ def test_run_reaches_target_and_is_stored_with_history(store: ResultsStore) -> N
 
 
 def test_time_budget_stops_every_rank_together(store: ResultsStore) -> None:
-    _outcome, row = _run(
+    _, row = _run(
         store, "synthetic-mlp", 2, "time_budget_s=0.3", "max_epochs=100000", "target=1.01"
     )
     assert row["stop_reason"] == "time_budget"

@@ -37,10 +37,10 @@ class GradientExchange(ABC):
 
     name: str
     overlapped: bool  # True when communication runs inside backward and is not timed alone
+    vote_every: int = 1  # steps between stop votes (a vote must not cost a message per step)
 
-    def __init__(self, device: torch.device, vote: bool) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.vote = vote  # whether ``exchange`` must agree on a stop flag every step
 
     @abstractmethod
     def prepare(self, model: nn.Module) -> nn.Module:
@@ -50,16 +50,20 @@ class GradientExchange(ABC):
     def zero_grad(self) -> None: ...
 
     @abstractmethod
-    def exchange(self, stop: bool) -> bool:
-        """Average gradients across workers; return True if any worker voted to stop."""
+    def exchange(self, stop: bool | None) -> bool:
+        """Average gradients across workers; return True if any worker voted to stop.
+
+        ``stop`` is this worker's vote, or None on steps where no vote is taken (every
+        rank passes None on the same steps: ``step % vote_every != 0``).
+        """
 
     def sync_buffers(self, model: nn.Module) -> None:
         """Before evaluation: every rank uses rank 0's BatchNorm statistics."""
         broadcast_state(model, buffers_only=True)
 
-    def _vote_alone(self, stop: bool) -> bool:
-        if not self.vote or world_size() == 1:
-            return stop
+    def _vote_alone(self, stop: bool | None) -> bool:
+        if stop is None or world_size() == 1:
+            return bool(stop)
         flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item() > 0)
@@ -84,9 +88,9 @@ class AllReduceExchange(GradientExchange):
     def zero_grad(self) -> None:
         self.flat.zero_()  # keeps the .grad views; set_to_none would detach them
 
-    def exchange(self, stop: bool) -> bool:
+    def exchange(self, stop: bool | None) -> bool:
         if world_size() == 1:
-            return stop
+            return bool(stop)
         self.flat[-1] = 1.0 if stop else 0.0
         dist.all_reduce(self.flat)
         self.flat.div_(world_size())
@@ -96,6 +100,7 @@ class AllReduceExchange(GradientExchange):
 class DDPExchange(GradientExchange):
     name = "ddp"
     overlapped = True
+    vote_every = 16  # a separate message: at most 16 steps past a time budget
 
     def prepare(self, model: nn.Module) -> nn.Module:
         device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -111,15 +116,15 @@ class DDPExchange(GradientExchange):
     def zero_grad(self) -> None:
         self.wrapped.zero_grad(set_to_none=True)
 
-    def exchange(self, stop: bool) -> bool:
+    def exchange(self, stop: bool | None) -> bool:
         return self._vote_alone(stop)  # gradients were averaged during backward
 
 
-EXCHANGES: dict[str, Callable[[torch.device, bool], GradientExchange]] = {
+EXCHANGES: dict[str, Callable[[torch.device], GradientExchange]] = {
     "allreduce": AllReduceExchange,
     "ddp": DDPExchange,
 }
 
 
-def make_exchange(name: str, device: torch.device, vote: bool) -> GradientExchange:
-    return EXCHANGES[name](device, vote)
+def make_exchange(name: str, device: torch.device) -> GradientExchange:
+    return EXCHANGES[name](device)

@@ -47,8 +47,7 @@ class Trainer:
         torch.manual_seed(spec.seed)  # same initial weights on every rank
         self.model = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
         self.model.to(self.device)
-        budget = spec.recipe.time_budget_s
-        self.exchange = make_exchange(spec.exchange, self.device, vote=budget is not None)
+        self.exchange = make_exchange(spec.exchange, self.device)
         self.net = self.exchange.prepare(self.model)
         self.optimizer = build_optimizer(spec.recipe.optimizer, self.model.parameters())
         self.loss_fn, self.correct_fn = LOSSES[task.loss]
@@ -64,8 +63,11 @@ class Trainer:
 
     # -- one update -------------------------------------------------------------------
 
-    def train_step(self, indices: torch.Tensor, stop_vote: bool = False) -> bool:
-        """One synchronous update on this worker's ``indices``; True if any worker votes stop."""
+    def train_step(self, indices: torch.Tensor, stop_vote: bool | None = None) -> bool:
+        """One synchronous update on this worker's ``indices``; True if any worker votes stop.
+
+        ``stop_vote`` is None on steps without a vote (see ``GradientExchange.vote_every``).
+        """
         timer = self.timer
         timer.start()
         x = self.data.train_x[indices].to(self.device, non_blocking=True)
@@ -132,6 +134,7 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         spec, recipe, sharding = self.spec, self.spec.recipe, self.sharding
         limit = self.step_limit()
+        budget = recipe.time_budget_s
         self.events.log(
             "run_start",
             world_size=self.ctx.world_size,
@@ -158,9 +161,10 @@ class Trainer:
         while reason is None:
             epoch_first_step = self.step
             for row in sharding.indices(epoch):
-                budget = recipe.time_budget_s
-                over = budget is not None and time.perf_counter() - start >= budget
-                if self.train_step(row, over):
+                vote = None
+                if budget is not None and self.step % self.exchange.vote_every == 0:
+                    vote = time.perf_counter() - start >= budget
+                if self.train_step(row, vote):
                     reason = "time_budget"
                 elif self.step >= limit:
                     reason = "max_steps" if limit == spec.max_steps else "max_epochs"
