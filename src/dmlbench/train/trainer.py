@@ -60,6 +60,7 @@ class Trainer:
         self.step = 0
         self._loss_sum = torch.zeros((), device=self.device)
         self._warm: list[float] | None = None  # phase totals when warm-up ended
+        self._start = 0.0  # perf_counter() when the run's clock started
 
     # -- one update -------------------------------------------------------------------
 
@@ -132,16 +133,15 @@ class Trainer:
         return min(limit, self.spec.max_steps) if self.spec.max_steps else limit
 
     def train(self) -> dict[str, Any]:
-        spec, recipe, sharding = self.spec, self.spec.recipe, self.sharding
-        limit = self.step_limit()
-        budget = recipe.time_budget_s
+        """Epochs until a stop rule fires; returns the summary logged as ``run_stop``."""
+        spec, sharding = self.spec, self.sharding
         self.events.log(
             "run_start",
             world_size=self.ctx.world_size,
             local_batch=spec.local_batch,
             global_batch=sharding.global_batch,
             steps_per_epoch=sharding.steps_per_epoch,
-            step_limit=limit,
+            step_limit=self.step_limit(),
             train_examples=len(self.data.train_x),
             test_examples=len(self.data.test_x),
             threads_per_worker=torch.get_num_threads(),
@@ -152,52 +152,61 @@ class Trainer:
         )
         if self.ctx.world_size > 1:
             dist.barrier()
-        start = last_progress = time.perf_counter()
+        self._start = time.perf_counter()
         reason: str | None = None
-        best: float | None = None
-        tta = tta_compute = None
+        best = tta = tta_compute = None
         epoch = 0
         previous = [0.0] * len(ALL_PHASES)
         while reason is None:
-            epoch_first_step = self.step
-            for row in sharding.indices(epoch):
-                vote = None
-                if budget is not None and self.step % self.exchange.vote_every == 0:
-                    vote = time.perf_counter() - start >= budget
-                if self.train_step(row, vote):
-                    reason = "time_budget"
-                elif self.step >= limit:
-                    reason = "max_steps" if limit == spec.max_steps else "max_epochs"
-                if reason:
-                    break
-                if self.ctx.is_main and time.perf_counter() - last_progress > PROGRESS_EVERY_S:
-                    last_progress = time.perf_counter()
-                    self.events.log("train_progress", self.step, epoch_num=epoch + 1)
+            first_step = self.step
+            reason = self._train_epoch(epoch)
             epoch += 1
-            previous = self._log_epoch(epoch, self.step - epoch_first_step, previous)
+            previous = self._log_epoch(epoch, self.step - first_step, previous)
             if reason == "time_budget":
                 break  # an evaluation now would end after the budget: it could not count
             if epoch % spec.eval_every_epochs == 0 or reason is not None:
-                metrics = self.evaluate()
-                elapsed = time.perf_counter() - start
-                compute_elapsed = elapsed - self.timer.seconds["eval"]
-                best = metrics["accuracy"] if best is None else max(best, metrics["accuracy"])
-                self.events.log(
-                    "eval_accuracy",
-                    metrics["accuracy"],
-                    epoch_num=round(self.step / sharding.steps_per_epoch, 4),
-                    step=self.step,
-                    samples_count=self.step * sharding.global_batch,
-                    eval_loss=metrics["loss"],
-                    elapsed_s=elapsed,
-                    compute_elapsed_s=compute_elapsed,
-                )
-                if tta is None and metrics["accuracy"] >= recipe.target:
+                accuracy, elapsed, compute_elapsed = self._evaluate_and_log()
+                best = accuracy if best is None else max(best, accuracy)
+                if tta is None and accuracy >= spec.recipe.target:
                     tta, tta_compute = elapsed, compute_elapsed
                     if spec.stop_at_target:
                         reason = "target_reached"
-        elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - self._start
         return self._finish(reason or "max_epochs", elapsed, best, tta, tta_compute)
+
+    def _train_epoch(self, epoch: int) -> str | None:
+        """Run ``epoch``'s steps; return why training must stop, or None to go on."""
+        budget, limit = self.spec.recipe.time_budget_s, self.step_limit()
+        last_progress = time.perf_counter()
+        for row in self.sharding.indices(epoch):
+            vote = None
+            if budget is not None and self.step % self.exchange.vote_every == 0:
+                vote = time.perf_counter() - self._start >= budget
+            if self.train_step(row, vote):
+                return "time_budget"
+            if self.step >= limit:
+                return "max_steps" if limit == self.spec.max_steps else "max_epochs"
+            if self.ctx.is_main and time.perf_counter() - last_progress > PROGRESS_EVERY_S:
+                last_progress = time.perf_counter()
+                self.events.log("train_progress", self.step, epoch_num=epoch + 1)
+        return None
+
+    def _evaluate_and_log(self) -> tuple[float, float, float]:
+        """Evaluate; log ``eval_accuracy``; return (accuracy, elapsed, elapsed without eval)."""
+        metrics = self.evaluate()
+        elapsed = time.perf_counter() - self._start
+        compute_elapsed = elapsed - self.timer.seconds["eval"]
+        self.events.log(
+            "eval_accuracy",
+            metrics["accuracy"],
+            epoch_num=round(self.step / self.sharding.steps_per_epoch, 4),
+            step=self.step,
+            samples_count=self.step * self.sharding.global_batch,
+            eval_loss=metrics["loss"],
+            elapsed_s=elapsed,
+            compute_elapsed_s=compute_elapsed,
+        )
+        return metrics["accuracy"], elapsed, compute_elapsed
 
     def _log_epoch(self, epoch: int, steps: int, previous: list[float]) -> list[float]:
         """Gather this epoch's per-rank phase seconds and mean train loss; rank 0 logs them."""
