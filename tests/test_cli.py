@@ -71,8 +71,10 @@ def test_run_then_results(tmp_path: Path) -> None:
     assert stored[0]["evals"] == run["evals"]
     table = cli("results", "--store", store).stdout
     assert "digits-mlp" in table
-    summary = cli("results", run["run_id"], "--store", store).stdout
-    assert "time to 97.0%" in summary and "phases" in summary
+    summary = cli("results", run["run_id"][-6:], "--store", store).stdout  # unique end of id
+    assert "time to 97.0%" in summary and "phases" in summary and run["run_id"] in summary
+    missing = cli("results", "no-such-run", "--store", store, check=False)
+    assert missing.returncode == 2 and "no single run matches 'no-such-run'" in missing.stderr
 
 
 @pytest.mark.multiprocess

@@ -155,7 +155,9 @@ def _dry_run(spec: Any, differ: dict[str, Any], json_out: bool) -> None:
 
 @app.command()
 def results(
-    run_id: Annotated[str | None, typer.Argument(help="one run (default: all)")] = None,
+    run_id: Annotated[
+        str | None, typer.Argument(help="one run: its id, or a unique start or end of it")
+    ] = None,
     store: StoreOption = default_store(),
     json_out: JsonOption = False,
 ) -> None:
@@ -165,9 +167,13 @@ def results(
 
     if not (store / "dmlbench.sqlite").is_file():
         raise DmlbenchError(f"no results store at {store}; run a benchmark first or pass --store")
-    runs = ResultsStore(store).runs(run_id)
-    if run_id and not runs:
-        raise DmlbenchError(f"no run '{run_id}' in {store}")
+    results_store = ResultsStore(store)
+    if run_id:
+        resolved = results_store.resolve_id(run_id)
+        if resolved is None:
+            raise DmlbenchError(f"no single run matches '{run_id}' in {store}")
+        run_id = resolved
+    runs = results_store.runs(run_id)
     if json_out:
         _print_json(runs)
     elif run_id:

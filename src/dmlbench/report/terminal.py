@@ -142,7 +142,7 @@ def run_summary(run: dict[str, Any]) -> Table:
     table.add_column()
     status = run["status"]
     reason = REASONS.get(run.get("stop_reason") or "", run.get("stop_reason") or "")
-    colour = {"success": "green", "failed": "red", "interrupted": "yellow"}.get(status, "yellow")
+    colour = STATUS_STYLE.get(status, "yellow")
     table.add_row("status", f"[{colour}]{status}[/{colour}]" + (f" ({reason})" if reason else ""))
     if run.get("error"):
         table.add_row("error", run["error"])
@@ -191,21 +191,41 @@ def run_summary(run: dict[str, Any]) -> Table:
     return table
 
 
+STATUS_WORDS = {"target_not_reached": "no target"}
+STATUS_STYLE = {"success": "green", "failed": "red", "interrupted": "yellow"}
+
+
 def runs_table(runs: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"{len(runs)} stored runs", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("run", no_wrap=True)
-    table.add_column("task", no_wrap=True)
-    for column in ("workers", "b/B", "division", "status", "TTA", "best", "epochs"):
-        table.add_column(column)
+    """One line per run, narrow enough for an 80-column terminal."""
+    open_runs = sum(run["division"] == "open" for run in runs)
+    table = Table(
+        title=f"{len(runs)} stored runs",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=0,  # the box draws one space between columns
+        pad_edge=False,
+        caption="* open division (differs from the reference recipe)" if open_runs else None,
+        caption_justify="left",
+    )
+    table.add_column("run", no_wrap=True, min_width=22)
+    table.add_column("task", overflow="fold", min_width=16)
+    table.add_column("N", justify="right", min_width=1)
+    table.add_column("b/B", no_wrap=True, min_width=5)
+    table.add_column("status", no_wrap=True, min_width=7)
+    table.add_column("TTA", justify="right", no_wrap=True, min_width=6)
+    table.add_column("best", justify="right", no_wrap=True, min_width=5)
+    table.add_column("epochs", justify="right", no_wrap=True, min_width=6)
     for run in runs:
+        status = run["status"]
+        style = STATUS_STYLE.get(status, "")
+        tta = run.get("time_to_accuracy_s")
         table.add_row(
             run["run_id"],
-            run["task"],
+            run["task"] + ("*" if run["division"] == "open" else ""),
             str(run["workers"]),
             f"{run['local_batch']}/{run['global_batch']}",
-            run["division"],
-            run["status"],
-            _seconds(run.get("time_to_accuracy_s")),
+            f"[{style}]{STATUS_WORDS.get(status, status)}[/{style}]" if style else status,
+            "—" if tta is None else f"{tta:,.0f} s" if tta >= 10 else f"{tta:.2f} s",
             _pct(run.get("best_metric")),
             "—" if run.get("epochs") is None else f"{run['epochs']:.1f}",
         )

@@ -197,6 +197,15 @@ class ResultsStore:
                         ("the launching process ended without finishing the run", row["run_id"]),
                     )
 
+    def resolve_id(self, fragment: str) -> str | None:
+        """The run id equal to ``fragment``, or the only one that starts or ends with it."""
+        with self._connect() as db:
+            ids = [r[0] for r in db.execute("SELECT run_id FROM runs")]
+        if fragment in ids:
+            return fragment
+        matches = [i for i in ids if i.startswith(fragment) or i.endswith(fragment)]
+        return matches[0] if len(matches) == 1 else None
+
     def runs(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Every run (or one), oldest first, with its evaluations and phase totals."""
         query = "SELECT * FROM runs" + (" WHERE run_id=?" if run_id else "") + " ORDER BY rowid"
