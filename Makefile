@@ -25,8 +25,8 @@ run: install
 	$(BIN)/dmlbench run digits-mlp --workers 2
 
 test: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 

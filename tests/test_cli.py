@@ -15,8 +15,13 @@ import pytest
 DMLBENCH = [sys.executable, "-m", "dmlbench"]
 
 
-def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def cli(*args: str, check: bool = True, pythonpath: str = "") -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "160"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join((pythonpath, env.get("PYTHONPATH", "")))
     done = subprocess.run([*DMLBENCH, *args], capture_output=True, text=True, timeout=120, env=env)
     if check:
         assert done.returncode == 0, done.stderr
@@ -131,3 +136,20 @@ def test_docs_task_page_is_generated_from_the_registry() -> None:
     assert page.read_text() == cli("tasks", "--markdown").stdout, (
         "docs/tasks.md is stale: run `dmlbench tasks --markdown > docs/tasks.md`"
     )
+
+
+@pytest.mark.multiprocess
+def test_example_plugin_task_runs(tmp_path: Path) -> None:
+    done = cli("run", "breast-cancer-logreg", "--plugin", "my_tasks", "--workers", "2", "--json",
+               "--store", str(tmp_path / "s"), pythonpath=str(EXAMPLES))  # fmt: skip
+    run = json.loads(done.stdout)
+    assert run["status"] == "success" and run["best_metric"] >= 0.95
+
+
+@pytest.mark.parametrize(
+    ("name", "task"),
+    [("digits.yaml", "digits-mlp"), ("cifar10-resnet20.toml", "cifar10-resnet20")],
+)
+def test_example_spec_files_resolve(name: str, task: str) -> None:
+    done = cli("run", "--config", str(EXAMPLES / name), "--dry-run", "--json")
+    assert json.loads(done.stdout)["spec"]["task"] == task
