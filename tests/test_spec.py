@@ -51,6 +51,7 @@ def test_global_batch_derives_local_batch() -> None:
         ({"overrides": ["milestones=[109, 82]"]}, "increasing order"),
         ({"overrides": ["exchange=carrier-pigeon"]}, "exchange"),
         ({"overrides": ["nonsense"]}, "is not key=value"),
+        ({"workers": 64, "overrides": ["local_batch=1024"]}, "larger than the 50,000 training"),
     ],
 )
 def test_impossible_specs_are_refused_in_one_line(kwargs: dict, message: str) -> None:

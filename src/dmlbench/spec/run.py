@@ -95,8 +95,14 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
     from dmlbench.models import validate_model_spec
     from dmlbench.tasks import get_task
 
-    get_task(spec.task)
+    task = get_task(spec.task)
     validate_model_spec(spec.recipe.model)
+    if task.train_examples is not None and spec.effective_global_batch > task.train_examples:
+        raise SpecError(
+            f"global batch {spec.effective_global_batch} ({spec.workers} workers × "
+            f"{spec.local_batch}) is larger than the {task.train_examples:,} training examples "
+            f"of {task.name}; use fewer workers or a smaller local_batch"
+        )
     return spec
 
 

@@ -37,6 +37,9 @@ class TaskDefinition:
     free_choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     reference: str = ""
     eval_batch: int = 1000
+    train_examples: int | None = None
+    """Size of the training set, when known without loading it: lets an impossible global
+    batch be refused before any worker starts."""
     builtin_for_tests: bool = False
 
     def describe(self) -> dict[str, Any]:

@@ -104,5 +104,6 @@ register_task(
         loss="logistic",
         reference="mlbench task 2a (reference target loss 0.2828); max_epochs is dmlbench's",
         eval_batch=10_000,
+        train_examples=400_000,
     )
 )

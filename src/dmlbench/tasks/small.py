@@ -89,6 +89,7 @@ register_task(
         load=load_digits_split,
         reference="dmlbench's own; target set from repeated runs (see BENCHMARKS.md)",
         eval_batch=512,
+        train_examples=1437,
     )
 )
 
@@ -106,6 +107,7 @@ register_task(
             target=0.95,
         ),
         load=load_synthetic_classification,
+        train_examples=2048,
         builtin_for_tests=True,
     )
 )
@@ -118,6 +120,7 @@ register_task(
         recipe=epsilon_recipe(max_epochs=5, target=0.9),
         load=load_synthetic_binary,
         loss="logistic",
+        train_examples=4000,
         builtin_for_tests=True,
     )
 )
