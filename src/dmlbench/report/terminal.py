@@ -184,6 +184,10 @@ def run_summary(run: dict[str, Any]) -> Table:
         note = " (comm overlapped, inside backward)" if summary.get("comm_overlapped") else ""
         table.add_row(f"phases mean/max over {len(summary['phases_steady'])} ranks",
                       "  ".join(cells) + note)  # fmt: skip
+    cores = run.get("cores")
+    if cores and run["workers"] > cores:
+        table.add_row("[yellow]note[/yellow]", f"{run['workers']} workers on {cores} cores: "
+                      "oversubscribed, so times include workers sharing cores")  # fmt: skip
     if run.get("deviations"):
         table.add_row("differs from recipe", ", ".join(
             f"{k}={v['actual']}" for k, v in run["deviations"].items()))  # fmt: skip
