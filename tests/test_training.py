@@ -117,3 +117,13 @@ def test_user_task_from_a_plugin_module(store: ResultsStore) -> None:
     assert outcome.status == "success"
     assert row["division"] == "open"
     assert row["deviations"] == {"recipe.optimizer.momentum": {"reference": 0.0, "actual": 0.5}}
+
+
+def test_ddp_reports_the_communication_it_could_not_hide(store: ResultsStore) -> None:
+    _, row = _run(store, "synthetic-mlp", 2, "exchange=ddp", "max_epochs=1")
+    shares = row["summary"]["phase_shares"]
+    # A tiny model fills one gradient bucket, launched when backward compute ends: its
+    # all-reduce cannot overlap anything, so it shows up as comm, not as backward.
+    assert shares["comm"]["mean"] > 0.05
+    assert sum(s["mean"] for s in shares.values()) == pytest.approx(1.0)
+    assert row["summary"]["comm_overlapped"] is True

@@ -4,7 +4,10 @@
 all-reduce of all gradients (held in one flat buffer, so there is no copy) averages
 them; communication is its own measured phase. ``ddp`` is PyTorch's
 DistributedDataParallel: gradients are all-reduced in buckets while backward still
-runs, so communication hides inside the ``backward`` phase.
+runs. Its ``comm`` phase is the part that did not overlap: from the launch of the last
+bucket (when the last gradients were ready) to the end of ``backward()``, which waits
+for every bucket. On a GPU, where launch precedes completion of the kernels, that is
+an upper bound.
 
 New algorithms (local SGD, compression, parameter server...) implement
 ``GradientExchange`` and register in ``EXCHANGES``.
@@ -13,12 +16,14 @@ New algorithms (local SGD, compression, parameter server...) implement
 from __future__ import annotations
 
 import inspect
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from dmlbench.comm.collectives import broadcast_state, world_size
@@ -36,7 +41,7 @@ class GradientExchange(ABC):
     """One algorithm for turning local gradients into the update every worker applies."""
 
     name: str
-    overlapped: bool  # True when communication runs inside backward and is not timed alone
+    overlapped: bool  # True when communication overlaps backward (only its tail is ``comm``)
     vote_every: int = 1  # steps between stop votes (a vote must not cost a message per step)
 
     def __init__(self, device: torch.device) -> None:
@@ -56,6 +61,10 @@ class GradientExchange(ABC):
         ``stop`` is this worker's vote, or None on steps where no vote is taken (every
         rank passes None on the same steps: ``step % vote_every != 0``).
         """
+
+    def exposed_comm(self, backward_end: float) -> float:
+        """Seconds of the backward phase spent only waiting on communication."""
+        return 0.0
 
     def sync_buffers(self, model: nn.Module) -> None:
         """Before evaluation: every rank uses rank 0's BatchNorm statistics."""
@@ -111,13 +120,29 @@ class DDPExchange(GradientExchange):
             device_ids=device_ids,
             **DDP_NO_BUFFER_SYNC,  # type: ignore[arg-type]
         )
+        self._last_launch: float | None = None
+        self.wrapped.register_comm_hook(self, _timed_allreduce)
         return self.wrapped
+
+    def exposed_comm(self, backward_end: float) -> float:
+        launched, self._last_launch = self._last_launch, None
+        return max(0.0, backward_end - launched) if launched is not None else 0.0
 
     def zero_grad(self) -> None:
         self.wrapped.zero_grad(set_to_none=True)
 
     def exchange(self, stop: bool | None) -> bool:
         return self._vote_alone(stop)  # gradients were averaged during backward
+
+
+def _timed_allreduce(state, bucket):
+    """DDP's own default all-reduce hook, noting when each bucket is launched.
+
+    Unannotated on purpose: DDP compares a hook's annotations with ``dist.GradBucket``
+    itself, and this module's postponed annotations would be strings.
+    """
+    state._last_launch = time.perf_counter()
+    return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
 
 EXCHANGES: dict[str, Callable[[torch.device], GradientExchange]] = {

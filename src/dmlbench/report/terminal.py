@@ -181,7 +181,11 @@ def run_summary(run: dict[str, Any]) -> Table:
         cells = [
             f"{p} {_pct(shares[p]['mean'])}/{_pct(shares[p]['max'])}" for p in PHASES if p in shares
         ]
-        note = " (comm overlapped, inside backward)" if summary.get("comm_overlapped") else ""
+        note = (
+            " (ddp: comm is the part not hidden behind backward)"
+            if summary.get("comm_overlapped")
+            else ""
+        )
         table.add_row(f"phases mean/max over {len(summary['phases_steady'])} ranks",
                       "  ".join(cells) + note)  # fmt: skip
     cores = run.get("cores")

@@ -19,19 +19,24 @@ class PhaseTimer:
     def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
         self._sync = synchronize
         self.seconds: dict[str, float] = dict.fromkeys(PHASES + EXTRA_PHASES, 0.0)
-        self._last = 0.0
+        self.last = 0.0  # perf_counter() of the latest start or lap
 
     def start(self) -> None:
         if self._sync:
             self._sync()
-        self._last = time.perf_counter()
+        self.last = time.perf_counter()
 
     def lap(self, phase: str) -> None:
         if self._sync:
             self._sync()
         now = time.perf_counter()
-        self.seconds[phase] += now - self._last
-        self._last = now
+        self.seconds[phase] += now - self.last
+        self.last = now
+
+    def move(self, seconds: float, source: str, target: str) -> None:
+        """Re-charge ``seconds`` of ``source`` to ``target`` (the sum stays the step time)."""
+        self.seconds[source] -= seconds
+        self.seconds[target] += seconds
 
     def vector(self) -> list[float]:
         """Seconds per phase in ``PHASES + EXTRA_PHASES`` order (for all-gather)."""

@@ -82,6 +82,8 @@ class Trainer:
         timer.lap("forward")
         loss.backward()
         timer.lap("backward")
+        if self.exchange.overlapped:
+            timer.move(self.exchange.exposed_comm(timer.last), "backward", "comm")
         stop = self.exchange.exchange(stop_vote)
         timer.lap("comm")
         rate = learning_rate(
