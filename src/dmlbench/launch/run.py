@@ -92,12 +92,10 @@ def run_benchmark(
             watcher.done.set()
             watcher.join()
         events = read_events(run_dir / EVENTS_FILE)
-        summary = summarize(events)
-        if not status:
+        summary, evals = summarize(events), eval_history(events)
+        if not status:  # the workers exited cleanly: the log says how the run ended
             status = summary.get("status") or "failed"
             if not summary["finished"]:
                 error = "workers exited without finishing the run"
-        store.finish(
-            run_id, status=status, summary=summary, evals=eval_history(events), error=error
-        )
-    return RunOutcome(run_id, status, summary, eval_history(events), error, str(run_dir))
+        store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
+    return RunOutcome(run_id, status, summary, evals, error, str(run_dir))
