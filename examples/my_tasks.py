@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dmlbench.data import Dataset, Preprocess
+from dmlbench.data import Dataset
 from dmlbench.spec import ModelSpec, OptimizerSpec, Recipe, WarmupStepSchedule
 from dmlbench.tasks import TaskDefinition, register_task
 
@@ -36,8 +36,7 @@ def load_breast_cancer_split(data_dir: Path) -> Dataset:
         return torch.from_numpy(x), torch.from_numpy(signs)
 
     (train_x, train_y), (test_x, test_y) = tensors(x_train, y_train), tensors(x_test, y_test)
-    plain = Preprocess()
-    return Dataset(train_x, train_y, test_x, test_y, 1, augment=plain, plain=plain)
+    return Dataset(train_x, train_y, test_x, test_y, num_outputs=1)
 
 
 register_task(

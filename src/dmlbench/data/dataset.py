@@ -45,8 +45,8 @@ class Dataset:
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_outputs: int
-    augment: Preprocess
-    plain: Preprocess
+    augment: Preprocess = Preprocess()  # training batches when the recipe augments
+    plain: Preprocess = Preprocess()  # evaluation, and training without augmentation
 
     def __post_init__(self) -> None:
         if len(self.train_x) != len(self.train_y) or len(self.test_x) != len(self.test_y):

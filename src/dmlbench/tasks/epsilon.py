@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from dmlbench.data import Dataset, Preprocess
+from dmlbench.data import Dataset
 from dmlbench.data.download import download as fetch
 from dmlbench.data.libsvm import load_libsvm
 from dmlbench.errors import DatasetError
@@ -75,8 +75,6 @@ def load_epsilon(data_dir: Path) -> Dataset:
         torch.from_numpy(test_x),
         torch.from_numpy(test_y),
         num_outputs=1,
-        augment=Preprocess(),
-        plain=Preprocess(),
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dmlbench.data import Dataset, Preprocess
+from dmlbench.data import Dataset
 from dmlbench.spec.recipe import ModelSpec, OptimizerSpec, Recipe, WarmupStepSchedule
 from dmlbench.tasks.base import TaskDefinition
 from dmlbench.tasks.epsilon import epsilon_recipe
@@ -36,8 +36,6 @@ def load_digits_split(data_dir: Path) -> Dataset:
         torch.from_numpy(x_test),
         torch.from_numpy(y_test.astype(np.int64)),
         num_outputs=10,
-        augment=Preprocess(),
-        plain=Preprocess(),
     )
 
 
@@ -53,8 +51,7 @@ def load_synthetic_classification(data_dir: Path) -> Dataset:
     generator = torch.Generator().manual_seed(DATA_SEED + 1)
     train_x, train_y = _blobs(2048, 32, 8, generator)
     test_x, test_y = _blobs(512, 32, 8, generator)
-    plain = Preprocess()
-    return Dataset(train_x, train_y, test_x, test_y, 8, augment=plain, plain=plain)
+    return Dataset(train_x, train_y, test_x, test_y, num_outputs=8)
 
 
 def load_synthetic_binary(data_dir: Path) -> Dataset:
@@ -69,8 +66,7 @@ def load_synthetic_binary(data_dir: Path) -> Dataset:
         return x, torch.where(x @ teacher + noise >= 0, 1.0, -1.0)
 
     (train_x, train_y), (test_x, test_y) = sample(4000), sample(1000)
-    plain = Preprocess()
-    return Dataset(train_x, train_y, test_x, test_y, 1, augment=plain, plain=plain)
+    return Dataset(train_x, train_y, test_x, test_y, num_outputs=1)
 
 
 register_task(
