@@ -119,7 +119,6 @@ def worker(workers: int, steps: int, warm: int, rounds: int, out_path: str) -> N
                 start = time.perf_counter()
                 loop.step()
                 times[name].append(time.perf_counter() - start)
-    data_share = None
     trainer = loops["dmlbench-allreduce"].trainer  # type: ignore[attr-defined]
     phases = trainer.timer.seconds
     step_total = sum(phases[p] for p in ("data", "forward", "backward", "comm", "optimizer"))

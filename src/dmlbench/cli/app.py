@@ -92,8 +92,8 @@ def run(
     from dmlbench.spec.run import deviations, load_config_file, resolve_spec
 
     config_data = load_config_file(config) if config else {}
-    name = task or config_data.pop("task", None) or DEFAULT_TASK
-    config_data.pop("task", None)
+    config_task = config_data.pop("task", None)  # the argument wins over the file
+    name = task or config_task or DEFAULT_TASK
     spec = resolve_spec(
         name,
         config=config_data,

@@ -226,14 +226,13 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
     for run in runs:
         status = run["status"]
         style = STATUS_STYLE.get(status, "")
-        tta = run.get("time_to_accuracy_s")
         table.add_row(
             run["run_id"],
             run["task"] + ("*" if run["division"] == "open" else ""),
             str(run["workers"]),
             f"{run['local_batch']}/{run['global_batch']}",
             f"[{style}]{STATUS_WORDS.get(status, status)}[/{style}]" if style else status,
-            "—" if tta is None else f"{tta:,.0f} s" if tta >= 10 else f"{tta:.2f} s",
+            _seconds(run.get("time_to_accuracy_s")),
             _pct(run.get("best_metric")),
             "—" if run.get("epochs") is None else f"{run['epochs']:.1f}",
         )
