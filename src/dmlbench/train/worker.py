@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import torch
@@ -15,6 +16,17 @@ from dmlbench.train.context import DistContext
 from dmlbench.train.trainer import Trainer
 
 MODEL_FILE = "model.pt"
+# A worker whose peer died sees a broken connection in its next collective. It waits this
+# long before raising, so that the launcher, which reports the first failure it notices,
+# reports the peer's own failure (the cause) rather than this one (a symptom).
+PEER_LOST_GRACE_S = 3.0
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Read error", "Broken pipe")
+
+
+def _lost_a_peer(error: BaseException) -> bool:
+    return isinstance(error, torch.distributed.DistError) or any(
+        marker in str(error) for marker in _PEER_LOST
+    )
 
 
 @record
@@ -33,6 +45,10 @@ def run_worker(spec_json: str, run_dir: str) -> None:
         trainer.train()
         if spec.save_model and ctx.is_main:
             torch.save(trainer.model.state_dict(), Path(run_dir) / MODEL_FILE)
+    except Exception as error:
+        if _lost_a_peer(error):
+            time.sleep(PEER_LOST_GRACE_S)
+        raise
     finally:
         events.close()
         ctx.destroy()
