@@ -7,6 +7,11 @@ Examples::
     dmlbench run cifar10-resnet20 --workers 4 --dry-run --json
     dmlbench run cifar10-resnet20 --data-dir ../shared/data/cifar10 --set max_steps=100
     dmlbench results --json                          # every stored run, machine-readable
+    dmlbench run digits-mlp --workers 1,2,4 --scaling weak --repeats 3   # a sweep
+    dmlbench sweep examples/scaling-weak.yaml --plan # the runs a sweep file expands to
+    dmlbench report --out report.html                # terminal tables + one HTML file
+    dmlbench compare --by workers --csv              # aggregated side by side
+    dmlbench export --out tables --format parquet    # runs, evals, phases as files
 """
 
 from __future__ import annotations
@@ -38,6 +43,34 @@ StoreOption = Annotated[
     typer.Option("--store", help="results folder (SQLite + run logs); env DMLBENCH_STORE"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+RerunOption = Annotated[
+    str,
+    typer.Option(
+        help="runs the store already has: never (skip all), failed (redo failed/interrupted), "
+        "always (run everything again)"
+    ),
+]
+
+
+def _worker_counts(text: str | None) -> list[int]:
+    """``"1,2,4"`` → [1, 2, 4]; refused with one line when it is not a list of counts."""
+    if text is None:
+        return []
+    try:
+        counts = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise DmlbenchError(f"--workers {text!r}: give a count or a list like 1,2,4") from None
+    if not counts or min(counts) < 1:
+        raise DmlbenchError(f"--workers {text!r}: worker counts must be at least 1")
+    return list(dict.fromkeys(counts))
+
+
+def _require_store(store: Path) -> Any:
+    from dmlbench.results import ResultsStore
+
+    if not (store / "dmlbench.sqlite").is_file():
+        raise DmlbenchError(f"no results store at {store}; run a benchmark first or pass --store")
+    return ResultsStore(store)
 
 
 def _print_json(data: Any) -> None:
@@ -65,7 +98,10 @@ def tasks(
 @app.command()
 def run(
     task: Annotated[str | None, typer.Argument(help=f"task name (default {DEFAULT_TASK})")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", "-w", help="worker processes")] = None,
+    workers: Annotated[
+        str | None,
+        typer.Option("--workers", "-w", help="worker processes; a list (1,2,4) makes a sweep"),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="random seed")] = None,
     config: Annotated[
         Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")
@@ -87,19 +123,55 @@ def run(
     ] = False,
     json_out: JsonOption = False,
     quiet: Annotated[bool, typer.Option(help="keep worker output in the run folder only")] = False,
+    scaling: Annotated[
+        str | None, typer.Option(help="weak (local batch fixed) or strong (global batch fixed)")
+    ] = None,
+    repeats: Annotated[
+        int | None, typer.Option(min=1, help="runs per worker count (seeds seed, seed+1, ...)")
+    ] = None,
+    rerun: RerunOption = "failed",
+    name: Annotated[
+        str | None, typer.Option(help="sweep name runs are stored under (resume key)")
+    ] = None,
 ) -> None:
-    """Run one benchmark task on local worker processes and store the result."""
+    """Run one benchmark task on local worker processes and store the result.
+
+    A list of worker counts, --scaling or --repeats turns the run into a sweep.
+    """
     from dmlbench.spec.run import deviations, load_config_file, resolve_spec
 
     config_data = load_config_file(config) if config else {}
     config_task = config_data.pop("task", None)  # the argument wins over the file
-    name = task or config_task or DEFAULT_TASK
+    task_name = task or config_task or DEFAULT_TASK
+    counts = _worker_counts(workers)
+    if len(counts) > 1 or scaling or (repeats or 1) > 1:
+        from dmlbench.spec.sweep import validate_sweep
+
+        mode = scaling or "none"
+        sweep = validate_sweep(
+            {
+                "name": name or f"{task_name}-{mode if mode != 'none' else 'workers'}",
+                "task": task_name,
+                "scaling": mode,
+                "repeats": repeats or 1,
+                "seed": seed or 0,
+                "set": {k: v for k, v in config_data.items() if k != "plugins"},
+                "axes": {"workers": counts or [1]},
+                "plugins": config_data.get("plugins", []),
+            }
+        )
+        _run_sweep(
+            sweep, overrides=overrides or [], plugins=plugins or [],
+            fields={"exchange": exchange, "data_dir": str(data_dir) if data_dir else None},
+            store=store, rerun=rerun, plan_only=dry_run, json_out=json_out, quiet=quiet,
+        )  # fmt: skip
+        return
     spec = resolve_spec(
-        name,
+        task_name,
         config=config_data,
         overrides=overrides or [],
         plugins=plugins or [],
-        workers=workers,
+        workers=counts[0] if counts else None,
         seed=seed,
         exchange=exchange,
         data_dir=str(data_dir) if data_dir else None,
@@ -163,11 +235,8 @@ def results(
 ) -> None:
     """Show stored runs: a table, one run's summary, or everything as JSON."""
     from dmlbench.report.terminal import run_summary, runs_table
-    from dmlbench.results import ResultsStore
 
-    if not (store / "dmlbench.sqlite").is_file():
-        raise DmlbenchError(f"no results store at {store}; run a benchmark first or pass --store")
-    results_store = ResultsStore(store)
+    results_store = _require_store(store)
     if run_id:
         resolved = results_store.resolve_id(run_id)
         if resolved is None:
@@ -180,6 +249,302 @@ def results(
         console.print(run_summary(runs[0]))
     else:
         console.print(runs_table(runs))
+
+
+def _run_sweep(
+    sweep: Any,
+    *,
+    overrides: list[str],
+    plugins: list[str],
+    fields: dict[str, Any],
+    store: Path,
+    rerun: str,
+    plan_only: bool,
+    json_out: bool,
+    quiet: bool,
+    repeats: int | None = None,
+) -> None:
+    """Plan a sweep, then (unless ``plan_only``) run what the store does not have yet."""
+    from dmlbench.sweep import pending, plan_sweep, run_sweep
+
+    if rerun not in ("never", "failed", "always"):
+        raise DmlbenchError(f"--rerun {rerun!r}: choose never, failed or always")
+    plan = plan_sweep(sweep, overrides=overrides, plugins=plugins, fields=fields, repeats=repeats)
+    results = _open_store(store)
+    to_run, skipped = pending(plan, results, rerun)  # type: ignore[arg-type]
+    if plan_only:
+        _print_plan(plan, {r.key for r in skipped}, json_out)
+        return
+    from dmlbench.report.terminal import RunProgress
+
+    out = err_console if json_out else console
+    out.print(
+        f"sweep [bold]{plan.sweep.name}[/bold]: {len(plan.runs)} runs planned, "
+        f"{len(skipped)} already in {store} (--rerun {rerun}), {len(to_run)} to run"
+    )
+    active: list[RunProgress] = []
+
+    def progress(run: Any, index: int, total: int) -> Any:
+        title = f"[{index + 1}/{total}] {plan.describe(run)}"
+        if json_out or not out.is_terminal:
+            out.print(title)
+            return None
+        bar = RunProgress(out, title)
+        bar.__enter__()
+        active.append(bar)
+        return bar
+
+    def done(run: Any, result: Any, error: str | None) -> None:
+        while active:
+            active.pop().__exit__(None, None, None)
+        if result is None:
+            out.print(f"  [red]error[/red]: {error}")
+            return
+        colour = {"success": "green", "failed": "red"}.get(result.status, "yellow")
+        tta = result.summary.get("time_to_accuracy_s")
+        detail = f"TTA {tta:.1f} s" if tta is not None else "target not reached"
+        if result.status in ("failed", "interrupted"):
+            detail = result.error or ""
+        out.print(f"  [{colour}]{result.status}[/{colour}] {result.run_id}: {detail}")
+
+    outcome = run_sweep(
+        plan, results, rerun=rerun, echo=not quiet and not json_out and not out.is_terminal,  # type: ignore[arg-type]
+        progress=progress, on_done=done,
+    )  # fmt: skip
+    while active:
+        active.pop().__exit__(None, None, None)
+    runs = results.runs(sweep=plan.sweep.name)
+    if json_out:
+        _print_json(runs)
+    else:
+        from dmlbench.report import analysis
+        from dmlbench.report.terminal import scaling_tables
+
+        table = analysis.scaling_table(analysis.runs_frame(runs))
+        for rich_table in scaling_tables(table):
+            console.print(rich_table)
+        console.print(
+            f"{len(outcome.finished)} run(s) done, {len(outcome.skipped)} skipped, "
+            f"{outcome.failed} failed. Report: dmlbench report --store {store} "
+            f"--sweep {plan.sweep.name}"
+        )
+    if outcome.interrupted:
+        err_console.print(
+            "interrupted: finished runs are stored; run the same command again to resume"
+        )
+        raise typer.Exit(130)
+    if outcome.failed:
+        raise typer.Exit(1)
+
+
+def _open_store(store: Path) -> Any:
+    from dmlbench.results import ResultsStore
+
+    return ResultsStore(store)
+
+
+def _print_plan(plan: Any, stored: set[str], json_out: bool) -> None:
+    if json_out:
+        _print_json(
+            {
+                "sweep": plan.sweep.model_dump(mode="json"),
+                "dropped": plan.dropped,
+                "duplicates": plan.duplicates,
+                "runs": [
+                    {"key": r.key, "repeat": r.repeat, "point": r.point, "stored": r.key in stored,
+                     "spec": r.spec.to_json_dict()}
+                    for r in plan.runs
+                ],
+            }
+        )  # fmt: skip
+        return
+    from rich.table import Table
+
+    table = Table(
+        title=f"sweep {plan.sweep.name}: {len(plan.runs)} runs ({plan.sweep.scaling} scaling)",
+        title_justify="left",
+        caption=f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
+        "stored = already in the store",
+        caption_justify="left",
+    )
+    for column in ("#", "run", "N", "b / B", "seed", "division", "stored"):
+        table.add_column(column)
+    from dmlbench.spec.run import deviations
+
+    for index, run in enumerate(plan.runs, 1):
+        spec = run.spec
+        table.add_row(
+            str(index), plan.describe(run), str(spec.workers),
+            f"{spec.local_batch} / {spec.effective_global_batch}", str(spec.seed),
+            "open" if deviations(spec) else "closed", "yes" if run.key in stored else "",
+        )  # fmt: skip
+    console.print(table)
+
+
+@app.command()
+def sweep(
+    file: Annotated[Path, typer.Argument(help="sweep file (YAML or TOML)")],
+    plan: Annotated[
+        bool, typer.Option("--plan", help="print the expanded runs, start nothing")
+    ] = False,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", "-s", help="override a key in every run")
+    ] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="override the file's repeats")] = None,
+    rerun: RerunOption = "failed",
+    plugins: Annotated[
+        list[str] | None, typer.Option("--plugin", help="module that registers tasks")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="where datasets are found")] = None,
+    store: StoreOption = default_store(),
+    json_out: JsonOption = False,
+    quiet: Annotated[bool, typer.Option(help="keep worker output in the run folders only")] = True,
+) -> None:
+    """Run a sweep file: every combination of its axes, each stored as it finishes.
+
+    Running it again skips what the store already has (see --rerun); Ctrl-C keeps
+    every finished run.
+    """
+    from dmlbench.spec.sweep import load_sweep_file
+
+    spec = load_sweep_file(file)
+    _run_sweep(
+        spec, overrides=overrides or [], plugins=plugins or [],
+        fields={"data_dir": str(data_dir) if data_dir else None}, store=store, rerun=rerun,
+        plan_only=plan, json_out=json_out, quiet=quiet, repeats=repeats,
+    )  # fmt: skip
+
+
+SweepFilter = Annotated[str | None, typer.Option(help="only this sweep's runs")]
+TaskFilter = Annotated[str | None, typer.Option(help="only this task's runs")]
+BudgetOption = Annotated[
+    float | None,
+    typer.Option(help="accuracy after time: best accuracy within this many seconds", min=0),
+]
+PriceOption = Annotated[
+    str | None,
+    typer.Option(help="price per worker-hour: a number or a name in the price table "
+                 "(default gcp-n1-standard-4, an example)"),
+]  # fmt: skip
+PricesOption = Annotated[
+    Path | None, typer.Option(help="your own price table (YAML, like report/prices.yaml)")
+]
+
+
+def _selected_runs(store: Path, sweep: str | None, task: str | None) -> list[dict[str, Any]]:
+    runs = _require_store(store).runs(sweep=sweep, task=task)
+    if not runs:
+        what = " and ".join(f"{k} '{v}'" for k, v in (("sweep", sweep), ("task", task)) if v)
+        raise DmlbenchError(f"no stored runs in {store}" + (f" for {what}" if what else ""))
+    return list(runs)
+
+
+@app.command()
+def report(
+    store: StoreOption = default_store(),
+    out: Annotated[
+        Path | None, typer.Option(help="HTML file to write (default: STORE/report.html)")
+    ] = None,
+    sweep: SweepFilter = None,
+    task: TaskFilter = None,
+    budget: BudgetOption = None,
+    price: PriceOption = None,
+    prices: PricesOption = None,
+    png: Annotated[Path | None, typer.Option(help="also write every figure as PNG here")] = None,
+) -> None:
+    """Scaling tables in the terminal and one self-contained HTML report with plots."""
+    from dmlbench.report import analysis
+    from dmlbench.report.html import write_report
+    from dmlbench.report.prices import choose_price
+    from dmlbench.report.terminal import scaling_tables
+
+    runs = _selected_runs(store, sweep, task)
+    chosen = choose_price(price, prices)
+    target = out or store / "report.html"
+    sections, pngs = write_report(
+        runs, target, store=str(store), budget_s=budget, price=chosen, png_dir=png
+    )
+    frame = analysis.runs_frame(runs)
+    table = analysis.scaling_table(
+        frame, budget_s=budget, evals=analysis.evals_frame(runs),
+        price_per_worker_hour=chosen.per_worker_hour,
+    )  # fmt: skip
+    for rich_table in scaling_tables(table, budget):
+        console.print(rich_table)
+    for section in sections:
+        for note in section.notes:
+            console.print(f"[yellow]note[/yellow] ({section.task} · {section.sweep}): {note}")
+    figures = sum(len(s.figures) for s in sections)
+    console.print(f"report: {target} ({figures} figures, {len(runs)} runs; cost at {chosen.label})")
+    if pngs:
+        console.print(f"{len(pngs)} PNG files in {png}")
+
+
+@app.command()
+def compare(
+    by: Annotated[
+        str, typer.Option(help="columns to group by, comma-separated (e.g. workers,exchange)")
+    ] = "workers",
+    store: StoreOption = default_store(),
+    sweep: SweepFilter = None,
+    task: TaskFilter = None,
+    budget: BudgetOption = None,
+    price: PriceOption = None,
+    prices: PricesOption = None,
+    json_out: JsonOption = False,
+    csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
+) -> None:
+    """Aggregated runs side by side: repeats as mean ± std and olympic mean, speedup,
+    efficiency, comm ratio and cost."""
+    from dmlbench.report import analysis
+    from dmlbench.report.prices import choose_price
+    from dmlbench.report.terminal import scaling_tables
+
+    runs = _selected_runs(store, sweep, task)
+    frame = analysis.runs_frame(runs)
+    columns = [c.strip() for c in by.split(",") if c.strip()]
+    unknown = [c for c in columns if c not in frame.columns]
+    if unknown:
+        raise DmlbenchError(
+            f"cannot group by {', '.join(unknown)}; choose from workers, exchange, local_batch, "
+            "global_batch, variant, status, division"
+        )
+    chosen = choose_price(price, prices)
+    table = analysis.scaling_table(
+        frame, by=columns, budget_s=budget, evals=analysis.evals_frame(runs),
+        price_per_worker_hour=chosen.per_worker_hour,
+    )  # fmt: skip
+    if json_out:
+        sys.stdout.write(table.to_json(orient="records", indent=2) + "\n")
+    elif csv_out:
+        sys.stdout.write(table.to_csv(index=False))
+    elif "workers" in columns:
+        for rich_table in scaling_tables(table, budget):
+            console.print(rich_table)
+    else:
+        console.print(table.to_string(index=False))
+
+
+@app.command()
+def export(
+    out: Annotated[Path, typer.Option(help="folder for runs/evals/phases files")],
+    store: StoreOption = default_store(),
+    formats: Annotated[
+        list[str] | None, typer.Option("--format", help="csv and/or parquet (default both)")
+    ] = None,
+    sweep: SweepFilter = None,
+    task: TaskFilter = None,
+) -> None:
+    """Write runs, evaluations and phases as CSV and/or Parquet files."""
+    from dmlbench.report.export import export as export_tables
+
+    chosen = formats or ["csv", "parquet"]
+    bad = [f for f in chosen if f not in ("csv", "parquet")]
+    if bad:
+        raise DmlbenchError(f"--format {bad[0]!r}: choose csv or parquet")
+    runs = _selected_runs(store, sweep, task)
+    written = export_tables(runs, out, chosen)  # type: ignore[arg-type]
+    console.print(f"{len(written)} files in {out}: " + ", ".join(p.name for p in written))
 
 
 def main() -> None:

@@ -58,8 +58,11 @@ def run_benchmark(
     *,
     echo: bool = True,
     progress: ProgressFn | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> RunOutcome:
     """Run ``spec`` once and store it. Failed and interrupted runs are stored too.
+
+    ``sweep`` tags the run as part of a sweep (see :meth:`ResultsStore.begin`).
 
     Data problems surface before anything is recorded; after the run row exists, every
     exit path (success, worker failure, Ctrl-C, a bug) completes it.
@@ -71,7 +74,7 @@ def run_benchmark(
     run_dir.mkdir(parents=True)
     spec_dict = spec.to_json_dict()
     (run_dir / "spec.json").write_text(json.dumps(spec_dict, indent=2))
-    store.begin(run_id, spec_dict, deviations(spec), collect_environment())
+    store.begin(run_id, spec_dict, deviations(spec), collect_environment(), sweep=sweep)
     status, error = "failed", None
     watcher = _Watcher(EventTail(run_dir / EVENTS_FILE), progress) if progress else None
     if watcher:

@@ -237,3 +237,36 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
             "—" if run.get("epochs") is None else f"{run['epochs']:.1f}",
         )
     return table
+
+
+def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
+    """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows."""
+    from dmlbench.report.tables import scaling_columns
+
+    tables = []
+    for (task, sweep), rows in table.groupby(["task", "sweep"], sort=False):
+        modes = ", ".join(sorted(set(rows["scaling"]) - {"none"})) or "no scaling mode"
+        over = rows[rows["oversubscribed"]]
+        caption = (
+            f"* oversubscribed: {', '.join(str(int(n)) for n in sorted(set(over['workers'])))}"
+            f" workers on {int(over['cores'].max())} cores"
+            if not over.empty
+            else None
+        )
+        legend = "TTA mean±std; speedup and effic. as TTA/step-time; comm = max over ranks"
+        rich_table = Table(
+            title=f"{task} · sweep {sweep} · {modes} scaling",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            caption=f"{legend}\n{caption}" if caption else legend,
+            caption_justify="left",
+            padding=0,  # the box draws one space between columns
+            pad_edge=False,
+        )
+        columns = scaling_columns(rows, budget_s, terminal=True)
+        for title, _ in columns:
+            rich_table.add_column(title, justify="right", no_wrap=True)
+        for _, row in rows.iterrows():
+            rich_table.add_row(*(fn(row) for _, fn in columns))
+        tables.append(rich_table)
+    return tables

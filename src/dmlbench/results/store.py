@@ -54,7 +54,12 @@ CREATE TABLE IF NOT EXISTS runs (
     environment_json TEXT NOT NULL,
     summary_json TEXT,
     run_dir TEXT NOT NULL,
-    launcher_pid INTEGER
+    launcher_pid INTEGER,
+    sweep TEXT,
+    scaling TEXT,
+    repeat INTEGER,
+    run_key TEXT,
+    point_json TEXT
 );
 CREATE TABLE IF NOT EXISTS evals (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -69,6 +74,17 @@ CREATE TABLE IF NOT EXISTS phases (
 CREATE INDEX IF NOT EXISTS evals_run ON evals(run_id);
 CREATE INDEX IF NOT EXISTS phases_run ON phases(run_id);
 """
+
+# Columns added after a store format was first released: (name, SQL type). A store
+# written by an older dmlbench gains them on open; its old rows read NULL.
+ADDED_COLUMNS = [
+    ("sweep", "TEXT"),
+    ("scaling", "TEXT"),
+    ("repeat", "INTEGER"),
+    ("run_key", "TEXT"),
+    ("point_json", "TEXT"),
+]
+_JSON_COLUMNS = ("spec_json", "deviations_json", "environment_json", "summary_json", "point_json")
 
 
 def default_store() -> Path:
@@ -97,7 +113,12 @@ class ResultsStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = root / DB_FILE
         with self._connect() as db:
+            have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+            for name, sql_type in ADDED_COLUMNS:
+                if have and name not in have:
+                    db.execute(f"ALTER TABLE runs ADD COLUMN {name} {sql_type}")
             db.executescript(SCHEMA)
+            db.execute("CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep, run_key)")
         self._mark_abandoned()
 
     @contextmanager
@@ -120,16 +141,20 @@ class ResultsStore:
         spec: dict[str, Any],
         deviations: dict[str, Any],
         environment: dict[str, Any],
+        sweep: dict[str, Any] | None = None,
     ) -> None:
+        """Insert the run as ``running``. ``sweep`` tags a run of a sweep: its ``name``,
+        ``scaling``, ``repeat``, ``key`` (for resuming) and ``point`` (what varies)."""
         recipe = spec["recipe"]
+        tag = sweep or {}
         with self._connect() as db:
             db.execute(
                 """INSERT INTO runs (run_id, task, status, division, created_at, workers,
                 local_batch, global_batch, seed, exchange, target, host, cpu_model, cores, gpus,
                 torch_version, git_revision, spec_json, deviations_json, environment_json,
-                run_dir, launcher_pid)
+                run_dir, launcher_pid, sweep, scaling, repeat, run_key, point_json)
                 VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-                ?)""",
+                ?, ?, ?, ?, ?, ?)""",
                 (
                     run_id, spec["task"], "open" if deviations else "closed", now_iso(),
                     spec["workers"], recipe["local_batch"], recipe["local_batch"] * spec["workers"],
@@ -137,7 +162,9 @@ class ResultsStore:
                     environment["cpu_model"], environment["cores"], json.dumps(environment["gpus"]),
                     environment["torch"], environment["git_revision"], json.dumps(spec),
                     json.dumps(deviations), json.dumps(environment),
-                    str(self.run_dir(run_id)), os.getpid(),
+                    str(self.run_dir(run_id)), os.getpid(), tag.get("name"),
+                    tag.get("scaling"), tag.get("repeat"), tag.get("key"),
+                    json.dumps(tag["point"], default=str) if "point" in tag else None,
                 ),
             )  # fmt: skip
 
@@ -206,13 +233,30 @@ class ResultsStore:
         matches = [i for i in ids if i.startswith(fragment) or i.endswith(fragment)]
         return matches[0] if len(matches) == 1 else None
 
-    def runs(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        """Every run (or one), oldest first, with its evaluations and phase totals."""
-        query = "SELECT * FROM runs" + (" WHERE run_id=?" if run_id else "") + " ORDER BY rowid"
+    def sweep_status(self, sweep: str) -> dict[str, str]:
+        """``{run_key: status}`` of a sweep's stored runs; a success anywhere wins."""
+        rank = {"success": 3, "target_not_reached": 2}
+        latest: dict[str, str] = {}
         with self._connect() as db:
-            rows = [dict(r) for r in db.execute(query, (run_id,) if run_id else ())]
+            query = "SELECT run_key, status FROM runs WHERE sweep=? ORDER BY rowid"
+            for key, status in db.execute(query, (sweep,)):
+                if rank.get(status, 0) >= rank.get(latest.get(key, ""), 0):
+                    latest[key] = status
+        return latest
+
+    def runs(
+        self, run_id: str | None = None, *, sweep: str | None = None, task: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Every run (or one, or a sweep's or task's), oldest first, with its evaluations
+        and phase totals."""
+        where = {"run_id": run_id, "sweep": sweep, "task": task}
+        filters = {k: v for k, v in where.items() if v is not None}
+        clause = " AND ".join(f"{k}=?" for k in filters)
+        query = "SELECT * FROM runs" + (f" WHERE {clause}" if clause else "") + " ORDER BY rowid"
+        with self._connect() as db:
+            rows = [dict(r) for r in db.execute(query, tuple(filters.values()))]
             for row in rows:
-                for key in ("spec_json", "deviations_json", "environment_json", "summary_json"):
+                for key in _JSON_COLUMNS:
                     value = row.pop(key)
                     row[key.removesuffix("_json")] = json.loads(value) if value else None
                 row["gpus"] = json.loads(row["gpus"]) if row["gpus"] else []

@@ -94,15 +94,16 @@ def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
     return base
 
 
+def assign(tree: dict[str, Any], key: str, value: Any) -> str:
+    """Set spec key ``key`` (full path or unique suffix) to an already parsed ``value``."""
+    path = resolve_key(tree, key)
+    set_path(tree, path, value)
+    return path
+
+
 def apply_overrides(tree: dict[str, Any], assignments: Iterable[str]) -> list[str]:
     """Apply ``key=value`` strings to ``tree`` in order; return the full paths touched."""
-    touched = []
-    for text in assignments:
-        key, value = parse_assignment(text)
-        path = resolve_key(tree, key)
-        set_path(tree, path, value)
-        touched.append(path)
-    return touched
+    return [assign(tree, *parse_assignment(text)) for text in assignments]
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

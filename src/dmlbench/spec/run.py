@@ -106,18 +106,17 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
     return spec
 
 
-def resolve_spec(
+def spec_tree(
     task: str,
     *,
     config: Mapping[str, Any] | None = None,
     overrides: Iterable[str] = (),
     plugins: Iterable[str] = (),
     **fields: Any,
-) -> RunSpec:
-    """Build a RunSpec: the task's reference recipe, then ``config``, then ``overrides``.
-
-    ``fields`` are explicit top-level values (``workers=2``) applied before overrides;
-    ``None`` values are ignored so CLI defaults do not mask a config file.
+) -> dict[str, Any]:
+    """The unvalidated spec dictionary: the task's reference recipe, then ``config``, then
+    ``fields`` (explicit top-level values; ``None`` is ignored so CLI defaults do not mask a
+    config file), then ``overrides``. Sweeps edit this tree before validating it.
     """
     from dmlbench.tasks import get_task, import_plugins
 
@@ -134,6 +133,19 @@ def resolve_spec(
         deep_merge(tree, {k: v for k, v in config.items() if k != "plugins"})
     deep_merge(tree, {k: v for k, v in fields.items() if v is not None})
     apply_overrides(tree, overrides)
+    return tree
+
+
+def resolve_spec(
+    task: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    overrides: Iterable[str] = (),
+    plugins: Iterable[str] = (),
+    **fields: Any,
+) -> RunSpec:
+    """Build a validated RunSpec; see :func:`spec_tree` for the order values apply in."""
+    tree = spec_tree(task, config=config, overrides=overrides, plugins=plugins, **fields)
     return validate_spec(tree)
 
 

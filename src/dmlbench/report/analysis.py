@@ -1,0 +1,306 @@
+"""Analysis of stored runs as pandas DataFrames: the numbers behind tables and plots.
+
+    from dmlbench.results import ResultsStore
+    from dmlbench.report import analysis
+
+    runs = ResultsStore(Path("dmlbench-results")).runs()
+    frame = analysis.runs_frame(runs)               # one row per run
+    table = analysis.scaling_table(frame)           # one row per (group, variant, workers)
+    aat = analysis.accuracy_after_time(analysis.evals_frame(runs), budget_s=60)
+
+Definitions (the glossary's):
+
+- time to accuracy (TTA): wall-clock seconds from run start, evaluation included, until
+  the metric first reaches the target; runs that never reach it count as not converged
+  and are shown, never dropped silently.
+- accuracy after time (AAT): best metric among evaluations made within a budget.
+- speedup: ``t0 / tN`` for a time, ``thrN / thr0`` for throughput, against the smallest
+  worker count present (``baseline_workers``; 1 when there is a 1-worker run).
+- efficiency: weak scaling ``t0 / tN``; strong scaling ``n0·t0 / (N·tN)``.
+- comm ratio: ``comm / (comm + compute)`` per rank, mean and max over ranks.
+- cost: hours × workers × price per worker-hour.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dmlbench.spec.overrides import flatten
+from dmlbench.train.timers import PHASES
+
+# Spec keys that never make two runs different experiments.
+_NOT_VARIANT = {"workers", "seed", "data_dir", "download", "plugins", "save_model"}
+_BATCH_KEYS = {"recipe.local_batch", "global_batch"}
+GROUP = ["task", "sweep"]
+
+
+def olympic_mean(values: Iterable[float]) -> float:
+    """MLPerf's olympic mean: drop the single fastest and slowest, average the rest.
+
+    With fewer than 3 values nothing can be dropped, so it is the plain mean. A run that
+    did not converge counts as ``inf``: one such run is dropped as the slowest; two or
+    more make the result ``inf`` (the point did not converge reliably).
+    """
+    ordered = sorted(float(v) for v in values if not pd.isna(v))
+    if not ordered:
+        return math.nan
+    kept = ordered[1:-1] if len(ordered) >= 3 else ordered
+    return math.inf if any(math.isinf(v) for v in kept) else float(np.mean(kept))
+
+
+def _per_step_phases(run: dict[str, Any]) -> dict[str, float]:
+    summary = run.get("summary") or {}
+    steady = summary.get("phases_steady") or []
+    steps = summary.get("steady_steps") or 0
+    if not steady or not steps:
+        return {}
+    return {f"{p}_s": float(np.mean([r.get(p, 0.0) for r in steady])) / steps for p in PHASES}
+
+
+def runs_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per stored run (rows of ``ResultsStore.runs``)."""
+    rows = []
+    for run in runs:
+        summary = run.get("summary") or {}
+        comm = (summary.get("phase_shares") or {}).get("comm", {})
+        epochs, steps = run.get("epochs"), run.get("steps")
+        step_time = summary.get("step_time_s")
+        per_epoch = step_time * steps / epochs if step_time and steps and epochs else None
+        rows.append(
+            {
+                "run_id": run["run_id"],
+                "task": run["task"],
+                "sweep": run.get("sweep") or "single runs",
+                "scaling": run.get("scaling") or "none",
+                "division": run["division"],
+                "status": run["status"],
+                "converged": run["status"] == "success",
+                "stop_reason": run.get("stop_reason"),
+                "workers": int(run["workers"]),
+                "local_batch": int(run["local_batch"]),
+                "global_batch": int(run["global_batch"]),
+                "seed": int(run["seed"]),
+                "repeat": run.get("repeat"),
+                "exchange": run["exchange"],
+                "target": run.get("target"),
+                "best_metric": run.get("best_metric"),
+                "tta_s": run.get("time_to_accuracy_s"),
+                "tta_compute_s": run.get("time_to_accuracy_compute_s"),
+                "elapsed_s": run.get("elapsed_s"),
+                "epochs": epochs,
+                "steps": steps,
+                "step_time_s": step_time,
+                "epoch_time_s": per_epoch,
+                "throughput": run.get("throughput"),
+                "comm_ratio_mean": comm.get("mean"),
+                "comm_ratio_max": comm.get("max"),
+                **_per_step_phases(run),
+                "cores": run.get("cores"),
+                "oversubscribed": bool(run.get("cores")) and run["workers"] > run["cores"],
+                "cpu_model": run.get("cpu_model"),
+                "host": run.get("host"),
+                "torch_version": run.get("torch_version"),
+                "git_revision": run.get("git_revision"),
+                "created_at": run.get("created_at"),
+                "error": run.get("error"),
+                "spec": json.dumps(run.get("spec"), sort_keys=True),
+            }
+        )
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    for column in ["tta_s", "tta_compute_s", "best_metric", "elapsed_s", "step_time_s",
+                   "epoch_time_s", "throughput", "comm_ratio_mean", "comm_ratio_max"]:  # fmt: skip
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
+    frame["variant"] = _variants(frame)
+    return frame
+
+
+def _variants(frame: pd.DataFrame) -> pd.Series:
+    """A label per run for what differs within its group besides workers and seed.
+
+    Batch sizes count only when they vary at a fixed worker count (weak and strong
+    scaling change them with the workers; that is the experiment, not a variant).
+    """
+    labels = pd.Series("", index=frame.index, dtype=object)
+    for _, group in frame.groupby(GROUP, sort=False):
+        flat = pd.DataFrame(
+            [{k: json.dumps(v, sort_keys=True) for k, v in flatten(json.loads(s)).items()}
+             for s in group["spec"]],
+            index=group.index,
+        )  # fmt: skip
+        flat["workers"] = group["workers"]
+        keys = []
+        for key in flat.columns:
+            if key in _NOT_VARIANT or flat[key].nunique(dropna=False) < 2:
+                continue
+            if key in _BATCH_KEYS and flat.groupby("workers")[key].nunique().max() < 2:
+                continue
+            keys.append(key)
+        for index in group.index:
+            labels[index] = " ".join(
+                f"{k.rpartition('.')[2]}={json.loads(flat.at[index, k])}" for k in keys
+            )
+    return labels
+
+
+def evals_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Every evaluation of every run, with the run's identifying columns."""
+    rows = [
+        {"run_id": r["run_id"], "task": r["task"], "sweep": r.get("sweep") or "single runs",
+         "workers": r["workers"], "seed": r["seed"], **e}
+        for r in runs
+        for e in r.get("evals") or []
+    ]  # fmt: skip
+    columns = ["run_id", "task", "sweep", "workers", "seed", "epoch", "step", "samples",
+               "elapsed_s", "compute_elapsed_s", "metric", "loss"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)
+
+
+def phases_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Per-rank phase totals (whole run and steady state after warm-up) of every run."""
+    rows = [
+        {"run_id": r["run_id"], "task": r["task"], "sweep": r.get("sweep") or "single runs",
+         "workers": r["workers"], **p}
+        for r in runs
+        for p in r.get("phases") or []
+    ]  # fmt: skip
+    columns = ["run_id", "task", "sweep", "workers", "rank", "phase", "seconds", "steady_seconds"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def accuracy_after_time(
+    evals: pd.DataFrame, budget_s: float, *, compute_only: bool = False
+) -> pd.Series:
+    """Best metric per run among evaluations within ``budget_s`` (NaN when none was)."""
+    clock = "compute_elapsed_s" if compute_only else "elapsed_s"
+    within = evals[evals[clock] <= budget_s]
+    best = within.groupby("run_id")["metric"].max()
+    return best.reindex(evals["run_id"].unique()).rename(f"aat_{budget_s:g}s")
+
+
+def infer_scaling(group: pd.DataFrame) -> str:
+    """A group's scaling mode: recorded by its sweep, else read from its batch sizes."""
+    recorded = set(group["scaling"]) - {"none"}
+    if len(recorded) == 1:
+        return recorded.pop()
+    if group["workers"].nunique() > 1:
+        if group["global_batch"].nunique() == 1:
+            return "strong"
+        if group["local_batch"].nunique() == 1:
+            return "weak"
+    return "none"
+
+
+def efficiency(t0: float, n0: int, t: float, n: int, scaling: str) -> float:
+    """Weak: ``t0/tN``; strong: ``n0·t0/(N·tN)``; NaN when either time is missing."""
+    if not (t0 and t) or any(map(math.isnan, (t0, t))):
+        return math.nan
+    if math.isinf(t):
+        return 0.0
+    return t0 / t if scaling != "strong" else (n0 * t0) / (n * t)
+
+
+def price_of(prices: dict[str, Any] | float | None) -> float | None:
+    if prices is None or isinstance(prices, int | float):
+        return prices
+    return float(prices["per_worker_hour"])
+
+
+def scaling_table(
+    frame: pd.DataFrame,
+    *,
+    by: Sequence[str] = ("workers",),
+    budget_s: float | None = None,
+    evals: pd.DataFrame | None = None,
+    price_per_worker_hour: float | None = None,
+) -> pd.DataFrame:
+    """One row per (task, sweep, variant, ``by``...): repeats aggregated, speedup,
+    efficiency, comm ratio, throughput, and cost when a price is given.
+
+    Failed and interrupted runs are counted in ``runs`` but not in the timings;
+    runs that finished without reaching the target count as not converged.
+    """
+    if frame.empty:
+        return pd.DataFrame()
+    keys = [*GROUP, "variant", *[b for b in by if b not in (*GROUP, "variant")]]
+    if budget_s is not None and evals is not None:
+        frame = frame.join(accuracy_after_time(evals, budget_s).rename("aat"), on="run_id")
+    rows = []
+    for values, group in frame.groupby(keys, sort=False, dropna=False):
+        finished = group[group["status"].isin(["success", "target_not_reached"])]
+        tta = finished["tta_s"].where(finished["converged"], math.inf)
+        converged = finished.loc[finished["converged"], "tta_s"]
+        row = dict(zip(keys, values, strict=True))
+        row.update(
+            runs=len(group),
+            finished=len(finished),
+            converged=int(finished["converged"].sum()),
+            tta_mean=converged.mean() if len(converged) else math.nan,
+            tta_std=converged.std(ddof=1) if len(converged) > 1 else math.nan,
+            tta_olympic=olympic_mean(tta) if len(tta) else math.nan,
+            tta_compute_mean=finished.loc[finished["converged"], "tta_compute_s"].mean(),
+            best_metric_mean=finished["best_metric"].mean(),
+            elapsed_mean=finished["elapsed_s"].mean(),
+            step_time_mean=finished["step_time_s"].mean(),
+            step_time_std=finished["step_time_s"].std(ddof=1),
+            epoch_time_mean=finished["epoch_time_s"].mean(),
+            throughput_mean=finished["throughput"].mean(),
+            comm_ratio_mean=finished["comm_ratio_mean"].mean(),
+            comm_ratio_max=finished["comm_ratio_max"].max(),
+            local_batch=int(group["local_batch"].iloc[0]),
+            global_batch=int(group["global_batch"].iloc[0]),
+            cores=group["cores"].max(),
+            oversubscribed=bool(group["oversubscribed"].any()),
+            division=",".join(sorted(set(group["division"]))),
+        )
+        for phase in PHASES:
+            column = f"{phase}_s"
+            row[column] = finished[column].mean() if column in finished else math.nan
+        if "aat" in group:
+            row["aat_mean"] = finished["aat"].mean()
+        if price_per_worker_hour is not None:
+            workers = row.get("workers", group["workers"].iloc[0])
+            row["cost_to_target"] = row["tta_mean"] / 3600 * workers * price_per_worker_hour
+            row["cost_mean"] = row["elapsed_mean"] / 3600 * workers * price_per_worker_hour
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    return _add_scaling(table, frame, keys)
+
+
+def _add_scaling(table: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    for column in ("baseline_workers", "speedup_tta", "speedup_throughput",
+                   "efficiency_tta", "efficiency_step"):  # fmt: skip
+        table[column] = math.nan
+    table["scaling"] = "none"
+    if "workers" not in keys:
+        return table
+    series_keys = [k for k in keys if k != "workers"]
+    for values, series in table.groupby(series_keys, sort=False, dropna=False):
+        members = frame
+        for key, value in zip(series_keys, values, strict=True):
+            members = members[members[key] == value]
+        mode = infer_scaling(members)
+        base = series.loc[series["workers"].idxmin()]
+        n0 = int(base["workers"])
+        for index, row in series.iterrows():
+            n = int(row["workers"])
+            table.loc[index, "scaling"] = mode
+            table.loc[index, "baseline_workers"] = n0
+            table.loc[index, "speedup_tta"] = base["tta_mean"] / row["tta_mean"]
+            table.loc[index, "speedup_throughput"] = (
+                row["throughput_mean"] / base["throughput_mean"]
+            )
+            table.loc[index, "efficiency_tta"] = efficiency(
+                base["tta_mean"], n0, row["tta_mean"], n, mode
+            )
+            table.loc[index, "efficiency_step"] = efficiency(
+                base["step_time_mean"], n0, row["step_time_mean"], n, mode
+            )
+    return table.sort_values([*series_keys, "workers"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,246 @@
+"""The report's figures (matplotlib), one function per figure, drawn from analysis frames.
+
+Each takes a section's scaling table (``analysis.scaling_table``), runs or evals and a
+title line, and returns a Figure that the HTML report inlines as SVG and ``--png``
+writes as PNG. Worker counts are numbers: sorted numerically, on a log2 axis for line
+plots and in numeric order for bars. An oversubscribed worker count is marked ``*``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+from matplotlib.ticker import NullLocator, ScalarFormatter
+
+from dmlbench.train.timers import PHASES
+
+PHASE_COLOURS = {
+    "data": "#8c8c8c",
+    "forward": "#4c78a8",
+    "backward": "#72b7b2",
+    "comm": "#e45756",
+    "optimizer": "#f2cf5b",
+}
+VARIANT_COLOURS = colormaps["tab10"].colors  # type: ignore[attr-defined]
+WIDTH, HEIGHT = 7.0, 4.2
+
+
+def _figure(title: str, heading: str, ncols: int = 1) -> tuple[Figure, list]:
+    fig = Figure(figsize=(WIDTH * (1.45 if ncols > 1 else 1), HEIGHT), layout="constrained")
+    axes = list(np.atleast_1d(fig.subplots(1, ncols)))
+    fig.suptitle(f"{heading}\n{title}", fontsize=10, x=0.01, ha="left")
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+        ax.spines[["top", "right"]].set_visible(False)
+    return fig, axes
+
+
+def _worker_label(row: pd.Series) -> str:
+    return f"{int(row['workers'])}{'*' if row.get('oversubscribed') else ''}"
+
+
+def _tick_labels(table: pd.DataFrame, workers: list[int]) -> list[str]:
+    over = set(table.loc[table["oversubscribed"], "workers"].astype(int))
+    return [f"{w}{'*' if w in over else ''}" for w in workers]
+
+
+def _log2_workers(ax, workers: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(workers)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("workers")
+    if len(workers) == 1:
+        ax.set_xlim(workers[0] / 1.5, workers[0] * 1.5)
+
+
+def _variants(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    return [(str(v), g.sort_values("workers")) for v, g in table.groupby("variant", sort=False)]
+
+
+def _note(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#666")
+
+
+def _oversubscription_caption(fig: Figure, table: pd.DataFrame) -> None:
+    over = table[table["oversubscribed"]]
+    if not over.empty:
+        cores = int(over["cores"].max())
+        counts = ", ".join(str(n) for n in sorted(set(over["workers"])))
+        fig.text(0.01, 0.0, f"* oversubscribed: {counts} workers on {cores} cores share them",
+                 fontsize=8, color="#a05000", va="bottom")  # fmt: skip
+
+
+def speedup(table: pd.DataFrame, title: str) -> Figure:
+    """Speedup against the smallest worker count, in TTA and throughput, with ideal."""
+    fig, (ax,) = _figure(title, "Speedup vs workers")
+    workers = sorted(int(w) for w in table["workers"].unique())
+    n0 = min(workers)
+    ideal = [w / n0 for w in workers]
+    ax.plot(workers, ideal, "k--", lw=1, label="ideal (linear)")
+    for i, (variant, rows) in enumerate(_variants(table)):
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        suffix = f" · {variant}" if variant else ""
+        ax.plot(rows["workers"], rows["speedup_throughput"], "o-", color=colour,
+                label=f"throughput{suffix}")  # fmt: skip
+        if rows["speedup_tta"].notna().any():
+            base = rows.iloc[0]
+            rel = np.sqrt((base["tta_std"] / base["tta_mean"]) ** 2
+                          + (rows["tta_std"] / rows["tta_mean"]) ** 2)  # fmt: skip
+            ax.errorbar(rows["workers"], rows["speedup_tta"],
+                        yerr=(rows["speedup_tta"] * rel).fillna(0), fmt="s:", color=colour,
+                        capsize=3, label=f"time to accuracy{suffix}")  # fmt: skip
+    _log2_workers(ax, workers)
+    ax.set_ylabel(f"speedup over {n0} worker{'s' if n0 > 1 else ''}")
+    ax.legend(fontsize=8)
+    _oversubscription_caption(fig, table)
+    return fig
+
+
+def efficiency(table: pd.DataFrame, title: str) -> Figure:
+    fig, (ax,) = _figure(title, "Scaling efficiency")
+    workers = sorted(int(w) for w in table["workers"].unique())
+    ax.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
+    modes = ", ".join(sorted(set(table["scaling"])))
+    for i, (variant, rows) in enumerate(_variants(table)):
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        suffix = f" · {variant}" if variant else ""
+        ax.plot(rows["workers"], rows["efficiency_step"], "o-", color=colour,
+                label=f"time per step{suffix}")  # fmt: skip
+        if rows["efficiency_tta"].notna().any():
+            ax.plot(rows["workers"], rows["efficiency_tta"], "s:", color=colour,
+                    label=f"time to accuracy{suffix}")  # fmt: skip
+    _log2_workers(ax, workers)
+    formula = {"strong": "n0·t0 / (N·tN)", "weak": "t0 / tN"}.get(modes, "t0 / tN")
+    ax.set_ylabel(f"efficiency ({modes} scaling: {formula})")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    _oversubscription_caption(fig, table)
+    return fig
+
+
+def _bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], float]:
+    workers = sorted(int(w) for w in table["workers"].unique())
+    variants = list(dict.fromkeys(table["variant"]))
+    width = 0.8 / len(variants)
+    offsets = {v: (i - (len(variants) - 1) / 2) * width for i, v in enumerate(variants)}
+    return workers, offsets, width
+
+
+def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
+    """Mean TTA ± std per worker count; how many runs converged is written on each bar."""
+    fig, (ax,) = _figure(title, "Time to accuracy (evaluation included)")
+    workers, offsets, width = _bar_positions(table)
+    position = {w: i for i, w in enumerate(workers)}
+    top = float(np.nanmax(table["tta_mean"] + table["tta_std"].fillna(0))) if \
+        table["tta_mean"].notna().any() else 1.0  # fmt: skip
+    for i, (variant, rows) in enumerate(_variants(table)):
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
+        heights = rows["tta_mean"].fillna(0)
+        bars = ax.bar(x, heights, width, yerr=rows["tta_std"].fillna(0), capsize=4,
+                      color=colour, label=variant or None)  # fmt: skip
+        for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
+            if row["oversubscribed"]:
+                bar.set_hatch("//")
+            text = f"{int(row['converged'])}/{int(row['runs'])} reached"
+            if not row["converged"]:
+                text = f"not reached\n0/{int(row['runs'])}"
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.02 * top, text,
+                    ha="center", va="bottom", fontsize=8)  # fmt: skip
+    ax.set_xticks(range(len(workers)))
+    ax.set_xticklabels(_tick_labels(table, workers))
+    ax.set_xlabel("workers")
+    ax.set_ylabel("seconds (mean ± std over converged runs)")
+    ax.set_ylim(0, top * 1.2)
+    if any(v for v in offsets):
+        ax.legend(fontsize=8)
+    _oversubscription_caption(fig, table)
+    return fig
+
+
+def curves(evals: pd.DataFrame, table: pd.DataFrame, target: float | None, title: str) -> Figure:
+    """Test accuracy and loss against wall-clock time, one line per run, coloured by N."""
+    fig, (acc, loss) = _figure(title, "Accuracy and loss vs wall-clock time", ncols=2)
+    workers = sorted(int(w) for w in evals["workers"].unique())
+    cmap = colormaps["viridis"]
+    colour = {w: cmap(i / max(1, len(workers) - 1) * 0.85) for i, w in enumerate(workers)}
+    over = set(table.loc[table["oversubscribed"], "workers"].astype(int))
+    seen: set[int] = set()
+    for _, run in evals.sort_values("elapsed_s").groupby("run_id", sort=False):
+        n = int(run["workers"].iloc[0])
+        label = None if n in seen else f"{n} worker{'s' * (n > 1)}{' *' * (n in over)}"
+        seen.add(n)
+        acc.plot(run["elapsed_s"], run["metric"], "-", color=colour[n], lw=1.2, alpha=0.85,
+                 label=label)  # fmt: skip
+        loss.plot(run["elapsed_s"], run["loss"], "-", color=colour[n], lw=1.2, alpha=0.85)
+    if target is not None:
+        acc.axhline(target, color="k", ls="--", lw=1, label=f"target {target:.0%}")
+    acc.set_xlabel("wall-clock seconds since run start")
+    loss.set_xlabel("wall-clock seconds since run start")
+    acc.set_ylabel("test accuracy")
+    loss.set_ylabel("test loss")
+    acc.legend(fontsize=8)
+    _oversubscription_caption(fig, table)
+    return fig
+
+
+def phases(table: pd.DataFrame, title: str) -> Figure:
+    """Per-step time split into phases (mean over ranks and runs), stacked per worker count."""
+    fig, (ax,) = _figure(title, "Where a step's time goes (steady state, mean over ranks)")
+    workers, offsets, width = _bar_positions(table)
+    position = {w: i for i, w in enumerate(workers)}
+    drawn = False
+    for variant, rows in _variants(table):
+        x = np.array([position[int(w)] + offsets[variant] for w in rows["workers"]])
+        bottom = np.zeros(len(rows))
+        for phase in PHASES:
+            values = rows[f"{phase}_s"].fillna(0).to_numpy() * 1000
+            ax.bar(x, values, width, bottom=bottom, color=PHASE_COLOURS[phase],
+                   label=phase if not drawn else None, edgecolor="white", lw=0.5)  # fmt: skip
+            bottom += values
+        drawn = True
+        for xi, total, (_, row) in zip(x, bottom, rows.iterrows(), strict=True):
+            if not math.isnan(row["comm_ratio_mean"]):
+                ax.text(xi, total, f"comm {row['comm_ratio_mean']:.0%}/{row['comm_ratio_max']:.0%}"
+                        + (f"\n{variant}" if variant else ""), ha="center", va="bottom",
+                        fontsize=7)  # fmt: skip
+    ax.set_xticks(range(len(workers)))
+    ax.set_xticklabels(_tick_labels(table, workers))
+    ax.set_xlabel("workers (labels: comm ratio mean/max over ranks)")
+    ax.set_ylabel("milliseconds per step")
+    ax.margins(y=0.15)
+    ax.legend(fontsize=8, ncols=len(PHASES), loc="upper left")
+    _oversubscription_caption(fig, table)
+    return fig
+
+
+def cost(table: pd.DataFrame, price_label: str, title: str) -> Figure:
+    """Cost against time: to the target where runs converged, else of the whole run."""
+    fig, (ax,) = _figure(title, f"Cost vs time ({price_label})")
+    reached = bool(table["tta_mean"].notna().any())
+    x_col, y_col = ("tta_mean", "cost_to_target") if reached else ("elapsed_mean", "cost_mean")
+    for i, (variant, rows) in enumerate(_variants(table)):
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        ax.plot(rows[x_col], rows[y_col], "o-", color=colour, label=variant or None)
+        for _, row in rows.iterrows():
+            if not (pd.isna(row[x_col]) or pd.isna(row[y_col])):
+                ax.annotate(f"N={_worker_label(row)}", (row[x_col], row[y_col]),
+                            textcoords="offset points", xytext=(5, 5), fontsize=8)  # fmt: skip
+    if not table[y_col].notna().any():
+        _note(ax, "no cost to show: no run finished")
+    what = "time to accuracy" if reached else "run time (no run reached the target)"
+    ax.set_xlabel(f"{what}, seconds (mean)")
+    ax.set_ylabel(f"cost to {'target' if reached else 'finish'}")
+    if any(v for v, _ in _variants(table)):
+        ax.legend(fontsize=8)
+    _oversubscription_caption(fig, table)
+    return fig
+
+
+FigureFn = Callable[..., Figure]

@@ -1,0 +1,159 @@
+"""Small, safe expressions for sweep files: derived values and rule conditions.
+
+``global_batch // workers``, ``workers >= 2 and exchange == 'ddp'``,
+``0.1 if workers < 4 else 0.05``: Python syntax, restricted to arithmetic, comparisons,
+boolean logic, conditional expressions, literals and a few pure functions. Names are
+spec keys, written in full (``recipe.local_batch``) or as any unique suffix
+(``local_batch``), exactly like ``--set``. Nothing is imported, called or looked up
+outside that whitelist, so a sweep file cannot run code.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dmlbench.errors import SpecError
+
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type, Callable[[Any], Any]] = {
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+    ast.Not: operator.not_,
+}
+_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "min": min,
+    "max": max,
+    "int": int,
+    "float": float,
+    "round": round,
+    "abs": abs,
+    "sqrt": math.sqrt,
+    "log2": math.log2,
+    "ceil": math.ceil,
+    "floor": math.floor,
+}
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``recipe.local_batch`` parses as attribute access; read it back as one name."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None
+
+
+def lookup(values: Mapping[str, Any], name: str) -> Any:
+    """The value of spec key ``name`` (full dotted path or unique suffix) in flat ``values``."""
+    if name in values:
+        return values[name]
+    matches = [k for k in values if k.endswith(f".{name}")]
+    if len(matches) == 1:
+        return values[matches[0]]
+    if matches:
+        raise SpecError(f"'{name}' is ambiguous in a sweep expression: say one of {matches}")
+    raise SpecError(f"unknown name '{name}' in a sweep expression; use a spec key like workers")
+
+
+class Expression:
+    """A parsed expression; ``evaluate(values)`` against a flat ``{dotted key: value}``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        try:
+            self.tree = ast.parse(text.strip(), mode="eval").body
+        except SyntaxError as error:
+            raise SpecError(f"sweep expression {text!r} is not valid: {error.msg}") from None
+        self._check(self.tree)
+
+    def _check(self, node: ast.AST) -> None:
+        allowed = (
+            ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Constant,
+            ast.Name, ast.Attribute, ast.List, ast.Tuple, ast.Call, ast.Load,
+            ast.operator, ast.unaryop, ast.boolop, ast.cmpop,
+        )  # fmt: skip
+        if not isinstance(node, allowed):
+            raise SpecError(
+                f"sweep expression {self.text!r} uses {type(node).__name__}, which is not "
+                "allowed: use arithmetic, comparisons, and/or/not, x if c else y, "
+                f"and {', '.join(sorted(FUNCTIONS))}"
+            )
+        if isinstance(node, ast.Attribute) and _dotted(node) is None:
+            raise SpecError(f"sweep expression {self.text!r}: only spec keys may use dots")
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
+                raise SpecError(
+                    f"sweep expression {self.text!r} calls something other than "
+                    f"{', '.join(sorted(FUNCTIONS))}"
+                )
+            if node.keywords:
+                raise SpecError(f"sweep expression {self.text!r}: no keyword arguments")
+            for arg in node.args:
+                self._check(arg)
+            return
+        if isinstance(node, ast.Attribute):
+            return
+        for child in ast.iter_child_nodes(node):
+            self._check(child)
+
+    def evaluate(self, values: Mapping[str, Any]) -> Any:
+        try:
+            return self._eval(self.tree, values)
+        except SpecError:
+            raise
+        except (ArithmeticError, TypeError, ValueError) as error:
+            raise SpecError(f"sweep expression {self.text!r} failed: {error}") from None
+
+    def _eval(self, node: ast.expr, values: Mapping[str, Any]) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name | ast.Attribute):
+            return lookup(values, _dotted(node) or "")
+        if isinstance(node, ast.List | ast.Tuple):
+            return [self._eval(e, values) for e in node.elts]
+        if isinstance(node, ast.BinOp):
+            left, right = self._eval(node.left, values), self._eval(node.right, values)
+            return _BINARY[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp):
+            return _UNARY[type(node.op)](self._eval(node.operand, values))
+        if isinstance(node, ast.BoolOp):
+            results = (self._eval(v, values) for v in node.values)
+            return all(results) if isinstance(node.op, ast.And) else any(results)
+        if isinstance(node, ast.Compare):
+            left = self._eval(node.left, values)
+            for op, comparator in zip(node.ops, node.comparators, strict=True):
+                right = self._eval(comparator, values)
+                if not _COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.IfExp):
+            branch = node.body if self._eval(node.test, values) else node.orelse
+            return self._eval(branch, values)
+        if isinstance(node, ast.Call):
+            assert isinstance(node.func, ast.Name)
+            return FUNCTIONS[node.func.id](*(self._eval(a, values) for a in node.args))
+        raise SpecError(f"sweep expression {self.text!r}: unsupported syntax")  # pragma: no cover

@@ -1,0 +1,159 @@
+"""Expand a SweepSpec into the validated RunSpecs it stands for.
+
+Every run is refused or accepted before the first one starts: a sweep never fails
+half-way because its fifth combination was impossible.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dmlbench.errors import SpecError
+from dmlbench.spec.overrides import apply_overrides, assign, flatten, resolve_key
+from dmlbench.spec.run import RunSpec, spec_tree, validate_spec
+from dmlbench.spec.sweep import SweepSpec
+from dmlbench.sweep.expressions import Expression
+
+# Spec fields that say where or how data is found, not what runs: not part of a run's key.
+_NOT_IDENTITY = ("data_dir", "download", "plugins")
+
+
+def run_key(spec: RunSpec) -> str:
+    """Identity of a run for resuming: a hash of its resolved spec (seed included)."""
+    data = {k: v for k, v in spec.to_json_dict().items() if k not in _NOT_IDENTITY}
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    spec: RunSpec
+    point: dict[str, Any]  # what distinguishes this run: axis, rule and derived values
+    repeat: int
+    key: str
+
+
+@dataclass
+class SweepPlan:
+    sweep: SweepSpec
+    runs: list[PlannedRun]
+    dropped: int = 0  # combinations removed by drop rules
+    duplicates: int = 0  # combinations that resolved to a spec already planned
+    point_keys: list[str] = field(default_factory=list)  # the keys that vary, for display
+
+    def describe(self, run: PlannedRun) -> str:
+        parts = [f"{_short(k)}={run.point[k]}" for k in self.point_keys if k in run.point]
+        return " ".join([*parts, f"seed={run.spec.seed}"])
+
+
+def _short(key: str) -> str:
+    return key.rpartition(".")[2]
+
+
+def _apply_rules(
+    trees: list[tuple[dict[str, Any], dict[str, Any]]], sweep: SweepSpec
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    for rule in sweep.rules:
+        if rule.drop:
+            continue
+        condition = Expression(rule.when)
+        expanded = []
+        for tree, point in trees:
+            if not condition.evaluate(flatten(tree)):
+                expanded.append((tree, point))
+                continue
+            fork_keys = list(rule.fork)
+            for combo in itertools.product(*(rule.fork[k] for k in fork_keys)):
+                new_tree, new_point = copy.deepcopy(tree), dict(point)
+                for key, value in [*rule.set.items(), *zip(fork_keys, combo, strict=True)]:
+                    new_point[assign(new_tree, key, value)] = value
+                expanded.append((new_tree, new_point))
+        trees = expanded
+    return trees
+
+
+def _strong_global_batch(sweep: SweepSpec, trees: list[dict[str, Any]]) -> int:
+    if sweep.global_batch is not None:
+        return sweep.global_batch
+    smallest = min(trees, key=lambda t: t["workers"])
+    return int(smallest["recipe"]["local_batch"]) * int(smallest["workers"])
+
+
+def plan_sweep(
+    sweep: SweepSpec,
+    *,
+    overrides: Iterable[str] = (),
+    plugins: Iterable[str] = (),
+    fields: dict[str, Any] | None = None,
+    repeats: int | None = None,
+) -> SweepPlan:
+    """Expand ``sweep``; ``overrides``/``fields`` apply to every run (CLI ``--set``, paths)."""
+    base = spec_tree(
+        sweep.task, config={"plugins": sweep.plugins}, plugins=plugins, **(fields or {})
+    )
+    for key, value in sweep.set.items():
+        assign(base, key, value)
+    apply_overrides(base, overrides)
+    axis_paths = [resolve_key(base, key) for key in sweep.axes]
+    trees: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for combo in itertools.product(*sweep.axes.values()):
+        tree = copy.deepcopy(base)
+        for path, value in zip(axis_paths, combo, strict=True):
+            assign(tree, path, value)
+        trees.append((tree, dict(zip(axis_paths, combo, strict=True))))
+    trees = _apply_rules(trees, sweep)
+    for key, text in sweep.derived.items():
+        expression = Expression(text)
+        for tree, point in trees:
+            value = expression.evaluate(flatten(tree))
+            point[assign(tree, key, value)] = value
+    before = len(trees)
+    for rule in sweep.rules:
+        if rule.drop:
+            condition = Expression(rule.when)
+            trees = [(t, p) for t, p in trees if not condition.evaluate(flatten(t))]
+    dropped = before - len(trees)
+    if not trees:
+        raise SpecError(f"sweep '{sweep.name}' has no runs left after its drop rules")
+    if sweep.scaling == "strong":
+        batch = _strong_global_batch(sweep, [t for t, _ in trees])
+        for tree, point in trees:
+            if batch % tree["workers"]:
+                raise SpecError(
+                    f"strong scaling: global batch {batch} does not divide among "
+                    f"{tree['workers']} workers; choose worker counts that divide {batch} "
+                    "or set global_batch in the sweep"
+                )
+            tree["global_batch"] = batch
+            point["global_batch"] = batch
+    runs: list[PlannedRun] = []
+    seen: set[str] = set()
+    duplicates = 0
+    cli_seed = (fields or {}).get("seed")
+    first_seed = sweep.seed if cli_seed is None else cli_seed
+    for repeat in range(repeats or sweep.repeats):  # repeat-major: repeats interleave
+        for tree, point in trees:
+            tree = copy.deepcopy(tree)
+            tree["seed"] = first_seed + repeat
+            try:
+                spec = validate_spec(tree)
+            except SpecError as error:
+                where = " ".join(f"{_short(k)}={v}" for k, v in point.items())
+                raise SpecError(f"{error} (sweep run {where or 'base'})") from None
+            key = run_key(spec)
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            runs.append(PlannedRun(spec, point, repeat, key))
+    varying = [
+        k for k in dict.fromkeys(k for r in runs for k in r.point)
+        if len({json.dumps(r.point.get(k), default=str) for r in runs}) > 1
+    ]  # fmt: skip
+    return SweepPlan(sweep, runs, dropped, duplicates, varying)

@@ -1,0 +1,94 @@
+"""Run a planned sweep: one run at a time, each stored as it ends, resumable.
+
+A failed run is stored as failed and the sweep goes on. Ctrl-C stores the current run
+as interrupted and stops; everything finished stays. Running the same sweep again
+skips what is already done, as ``rerun`` says:
+
+- ``never``: skip every run the store already holds, whatever its status;
+- ``failed`` (default): skip finished runs (success or target not reached), run again
+  those that failed or were interrupted;
+- ``always``: run everything again (new rows; the old ones stay).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from dmlbench.errors import DmlbenchError
+from dmlbench.launch.run import ProgressFn, RunOutcome, run_benchmark
+from dmlbench.results import ResultsStore
+from dmlbench.sweep.plan import PlannedRun, SweepPlan
+from dmlbench.tasks import get_task
+
+Rerun = Literal["never", "failed", "always"]
+FINISHED = ("success", "target_not_reached")
+
+
+@dataclass
+class SweepOutcome:
+    finished: list[tuple[PlannedRun, RunOutcome]] = field(default_factory=list)
+    skipped: list[PlannedRun] = field(default_factory=list)
+    errors: list[tuple[PlannedRun, str]] = field(default_factory=list)  # never got a run row
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> int:
+        return len(self.errors) + sum(o.status not in FINISHED for _, o in self.finished)
+
+
+def pending(
+    plan: SweepPlan, store: ResultsStore, rerun: Rerun
+) -> tuple[list[PlannedRun], list[PlannedRun]]:
+    """Split the plan into (runs to start, runs skipped because the store has them)."""
+    if rerun == "always":
+        return list(plan.runs), []
+    stored = store.sweep_status(plan.sweep.name)
+    to_run: list[PlannedRun] = []
+    skipped: list[PlannedRun] = []
+    for run in plan.runs:
+        status = stored.get(run.key)
+        done = status is not None if rerun == "never" else status in FINISHED
+        (skipped if done else to_run).append(run)
+    return to_run, skipped
+
+
+def run_sweep(
+    plan: SweepPlan,
+    store: ResultsStore,
+    *,
+    rerun: Rerun = "failed",
+    echo: bool = False,
+    progress: Callable[[PlannedRun, int, int], ProgressFn | None] | None = None,
+    on_done: Callable[[PlannedRun, RunOutcome | None, str | None], None] | None = None,
+) -> SweepOutcome:
+    """Run what ``pending`` leaves; ``progress(run, i, n)`` may return a per-run callback."""
+    to_run, skipped = pending(plan, store, rerun)
+    outcome = SweepOutcome(skipped=skipped)
+    for task in {run.spec.task for run in to_run}:  # a missing dataset stops us up front
+        first = next(r.spec for r in to_run if r.spec.task == task)
+        get_task(task).prepare(first.data_dir, first.download)
+    for index, run in enumerate(to_run):
+        tag = {
+            "name": plan.sweep.name,
+            "scaling": plan.sweep.scaling,
+            "repeat": run.repeat,
+            "key": run.key,
+            "point": run.point,
+        }
+        callback = progress(run, index, len(to_run)) if progress else None
+        try:
+            result = run_benchmark(run.spec, store, echo=echo, progress=callback, sweep=tag)
+        except KeyboardInterrupt:
+            outcome.interrupted = True
+            break
+        except (DmlbenchError, OSError, RuntimeError) as error:
+            outcome.errors.append((run, f"{type(error).__name__}: {error}"))
+            if on_done:
+                on_done(run, None, str(error))
+            continue
+        outcome.finished.append((run, result))
+        if on_done:
+            on_done(run, result, result.error)
+    return outcome
