@@ -1,0 +1,206 @@
+"""Sweep files: expressions, expansion (products, derived values, rules), scaling modes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dmlbench.errors import SpecError
+from dmlbench.spec.sweep import load_sweep_file, validate_sweep
+from dmlbench.sweep import plan_sweep
+from dmlbench.sweep.expressions import Expression
+
+
+def sweep(**fields):
+    return validate_sweep({"name": "t", "task": "synthetic-mlp", **fields})
+
+
+# --- expressions --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("global_batch // workers", 16),
+        ("recipe.local_batch * workers", 64),
+        ("0.1 if workers < 4 else 0.05", 0.1),
+        ("workers >= 2 and exchange == 'ddp'", True),
+        ("exchange in ['allreduce', 'ddp'] and not workers == 3", True),
+        ("max(8, sqrt(workers) * 4)", 8),
+        ("1 < workers <= 2", True),
+        ("1 < workers < 2", False),
+    ],
+)
+def test_expressions_evaluate_over_spec_keys(text: str, expected: object) -> None:
+    values = {"workers": 2, "global_batch": 32, "recipe.local_batch": 32, "exchange": "ddp"}
+    assert Expression(text).evaluate(values) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("__import__('os').system('true')", "calls something other than"),
+        ("(lambda: 1)()", "calls something other than"),
+        ("workers.__class__", None),
+        ("[x for x in workers]", "ListComp"),
+        ("workers +", "not valid"),
+        ("open('f')", "calls something other than"),
+    ],
+)
+def test_expressions_cannot_run_code(text: str, message: str | None) -> None:
+    values = {"workers": 2}
+    with pytest.raises(SpecError) as error:
+        Expression(text).evaluate(values)
+    if message:
+        assert message in str(error.value)
+
+
+def test_expression_names_must_exist_and_be_unambiguous() -> None:
+    with pytest.raises(SpecError, match="unknown name 'wrkers'"):
+        Expression("wrkers + 1").evaluate({"workers": 1})
+    with pytest.raises(SpecError, match="ambiguous"):
+        Expression("momentum").evaluate({"a.momentum": 1, "b.momentum": 2})
+    with pytest.raises(SpecError, match="failed: .*by zero"):
+        Expression("1 // (workers - 1)").evaluate({"workers": 1})
+
+
+# --- expansion ----------------------------------------------------------------------
+
+
+def test_axes_expand_as_a_cartesian_product() -> None:
+    plan = plan_sweep(sweep(axes={"workers": [1, 2, 4], "exchange": ["allreduce", "ddp"]}))
+    combos = [(r.spec.workers, r.spec.exchange) for r in plan.runs]
+    assert combos == [(w, e) for w in (1, 2, 4) for e in ("allreduce", "ddp")]
+    assert len({r.key for r in plan.runs}) == 6
+    assert plan.point_keys == ["workers", "exchange"]
+
+
+def test_fixed_values_and_suffix_keys_apply_to_every_run() -> None:
+    plan = plan_sweep(sweep(set={"max_epochs": 3, "recipe": {"optimizer": {"momentum": 0.5}}},
+                            axes={"workers": [1, 2]}))  # fmt: skip
+    assert {r.spec.recipe.max_epochs for r in plan.runs} == {3}
+    assert {r.spec.recipe.optimizer.momentum for r in plan.runs} == {0.5}
+
+
+def test_derived_values_are_computed_per_run() -> None:
+    plan = plan_sweep(
+        sweep(
+            axes={"workers": [1, 2, 4], "global_batch": [64]},
+            derived={"recipe.max_epochs": "2 * workers", "momentum": "0.9 if workers < 4 else 0.5"},
+        )
+    )
+    assert [(r.spec.workers, r.spec.local_batch) for r in plan.runs] == [(1, 64), (2, 32), (4, 16)]
+    assert [r.spec.recipe.max_epochs for r in plan.runs] == [2, 4, 8]
+    assert [r.spec.recipe.optimizer.momentum for r in plan.runs] == [0.9, 0.9, 0.5]
+    assert plan.runs[2].point["recipe.max_epochs"] == 8  # recorded with the run
+
+
+def test_rules_set_fork_and_drop() -> None:
+    plan = plan_sweep(
+        sweep(
+            axes={"workers": [1, 2, 4], "exchange": ["allreduce", "ddp"]},
+            rules=[
+                {"when": "workers == 1 and exchange == 'ddp'", "drop": True},
+                {"when": "workers == 4", "fork": {"local_batch": [8, 16]}},
+                {"when": "exchange == 'ddp'", "set": {"max_epochs": 2}},
+                {"when": "max_epochs == 2 and workers == 4 and local_batch == 8", "drop": True},
+            ],
+        )
+    )
+    got = [(r.spec.workers, r.spec.exchange, r.spec.local_batch, r.spec.recipe.max_epochs)
+           for r in plan.runs]  # fmt: skip
+    assert got == [
+        (1, "allreduce", 16, 10),
+        (2, "allreduce", 16, 10),
+        (2, "ddp", 16, 2),
+        (4, "allreduce", 8, 10),
+        (4, "allreduce", 16, 10),
+        (4, "ddp", 16, 2),
+    ]
+    assert plan.dropped == 2
+
+
+def test_identical_combinations_run_once() -> None:
+    plan = plan_sweep(sweep(axes={"workers": [1, 2]},
+                            rules=[{"when": "True", "set": {"workers": 2}}]))  # fmt: skip
+    assert [r.spec.workers for r in plan.runs] == [2]
+    assert plan.duplicates == 1
+
+
+def test_repeats_have_distinct_recorded_seeds_and_interleave() -> None:
+    plan = plan_sweep(sweep(axes={"workers": [1, 2]}, repeats=3, seed=10))
+    assert [(r.repeat, r.spec.workers, r.spec.seed) for r in plan.runs] == [
+        (0, 1, 10), (0, 2, 10), (1, 1, 11), (1, 2, 11), (2, 1, 12), (2, 2, 12),
+    ]  # fmt: skip
+    assert plan_sweep(sweep(axes={"workers": [1]}), repeats=2).runs[1].spec.seed == 1
+
+
+def test_weak_scaling_keeps_the_local_batch() -> None:
+    plan = plan_sweep(sweep(scaling="weak", axes={"workers": [1, 2, 4]}))
+    assert [(r.spec.local_batch, r.spec.effective_global_batch) for r in plan.runs] == [
+        (16, 16), (16, 32), (16, 64),
+    ]  # fmt: skip
+
+
+def test_strong_scaling_fixes_the_global_batch() -> None:
+    plan = plan_sweep(sweep(scaling="strong", axes={"workers": [2, 4, 8]}))
+    # default: the recipe's local batch at the smallest worker count
+    assert [(r.spec.local_batch, r.spec.effective_global_batch) for r in plan.runs] == [
+        (16, 32), (8, 32), (4, 32),
+    ]  # fmt: skip
+    explicit = plan_sweep(sweep(scaling="strong", global_batch=96, axes={"workers": [1, 2]}))
+    assert [r.spec.local_batch for r in explicit.runs] == [96, 48]
+
+
+def test_strong_scaling_refuses_a_batch_that_does_not_divide() -> None:
+    with pytest.raises(SpecError, match="global batch 16 does not divide among 3 workers"):
+        plan_sweep(sweep(scaling="strong", axes={"workers": [1, 3]}))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"axes": {"workers": []}}, "axis 'workers' has no values"),
+        ({"axes": {"seed": [1, 2]}}, "use repeats"),
+        ({"scaling": "weak", "set": {"local_batch": 8}}, "sets the batch sizes itself"),
+        ({"global_batch": 64}, "set scaling: strong"),
+        ({"rules": [{"when": "workers > 1"}]}, "does nothing"),
+        ({"rules": [{"drop": True, "set": {"x": 1}}]}, "not both"),
+        ({"repeats": 0}, "repeats"),
+        ({"axes": {"workers": [1]}, "bogus": 1}, "bogus"),
+    ],
+)
+def test_impossible_sweeps_are_refused_in_one_line(fields: dict, message: str) -> None:
+    with pytest.raises(SpecError, match="invalid sweep") as error:
+        validate_sweep({"name": "t", "task": "synthetic-mlp", **fields})
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_bad_run_is_refused_before_any_starts() -> None:
+    with pytest.raises(SpecError, match=r"workers: .*greater than or equal to 1.*workers=0"):
+        plan_sweep(sweep(axes={"workers": [2, 0]}))
+    with pytest.raises(SpecError, match="unknown spec key 'momentm'"):
+        plan_sweep(sweep(axes={"momentm": [0.1]}))
+    with pytest.raises(SpecError, match="no runs left"):
+        plan_sweep(sweep(axes={"workers": [1]}, rules=[{"when": "True", "drop": True}]))
+
+
+def test_sweep_file_name_defaults_to_its_stem(tmp_path: Path) -> None:
+    path = tmp_path / "my-sweep.yaml"
+    path.write_text("task: synthetic-mlp\naxes:\n  workers: [1, 2]\n")
+    assert load_sweep_file(path).name == "my-sweep"
+    (tmp_path / "no-task.yaml").write_text("axes: {workers: [1]}\n")
+    with pytest.raises(SpecError, match="names no task"):
+        load_sweep_file(tmp_path / "no-task.yaml")
+
+
+def test_example_sweeps_expand() -> None:
+    examples = Path(__file__).parent.parent / "examples"
+    weak = plan_sweep(load_sweep_file(examples / "scaling-weak.yaml"))
+    strong = plan_sweep(load_sweep_file(examples / "scaling-strong.yaml"))
+    full = plan_sweep(load_sweep_file(examples / "scaling.yaml"))
+    assert len(full.runs) == 2 * (1 + 2 * 2) and full.dropped == 1
+    assert {r.spec.workers for r in weak.runs} == {1, 2}
+    assert weak.sweep.scaling == "weak" and strong.sweep.scaling == "strong"
+    assert len({r.spec.effective_global_batch for r in strong.runs}) == 1
