@@ -11,7 +11,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: run test install clean
+.PHONY: run test install browser clean
 
 $(BIN)/dmlbench: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,18 @@ install: $(BIN)/dmlbench
 run: install
 	$(BIN)/dmlbench run digits-mlp --workers 2
 
-test: install
+# The report test opens the HTML report in headless Chromium (Debian's package).
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  command -v google-chrome >/dev/null || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Chromium for the report test (apt-get install chromium)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "the report test needs Chromium: sudo apt-get install chromium (or DMLBENCH_SKIP_BROWSER=1)"; \
+	  fi
+
+test: install browser
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy

@@ -150,7 +150,7 @@ def svg_of(fig: Figure) -> str:
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
-    svg = text[text.index("<svg") :]
+    svg = re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg") :], flags=re.S)
     size = re.compile(r'<svg([^>]*?) width="[^"]*" height="[^"]*"')
     return size.sub(r'<svg\1 class="plot-svg"', svg, count=1)  # scales with the page
 

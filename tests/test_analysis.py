@@ -1,0 +1,157 @@
+"""Analysis formulas on known numbers: olympic mean, speedup, efficiency, AAT, cost."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from dmlbench.report import analysis
+
+
+def stored_run(
+    run_id: str,
+    workers: int,
+    *,
+    tta: float | None,
+    seed: int = 0,
+    status: str | None = None,
+    local_batch: int = 32,
+    global_batch: int | None = None,
+    step_time: float = 0.01,
+    comm: tuple[float, float] = (0.1, 0.2),
+    exchange: str = "allreduce",
+    cores: int = 2,
+    evals: list[tuple[float, float]] = (),
+    sweep: str | None = "s",
+    scaling: str | None = None,
+) -> dict[str, Any]:
+    """A run as ``ResultsStore.runs`` returns it (the fields analysis reads)."""
+    global_batch = global_batch or local_batch * workers
+    status = status or ("success" if tta is not None else "target_not_reached")
+    spec = {"task": "t", "workers": workers, "seed": seed, "exchange": exchange,
+            "recipe": {"local_batch": global_batch // workers}, "global_batch": global_batch}
+    return {
+        "run_id": run_id, "task": "t", "sweep": sweep, "scaling": scaling, "division": "closed",
+        "status": status, "stop_reason": None, "workers": workers, "local_batch": global_batch //
+        workers, "global_batch": global_batch, "seed": seed, "repeat": seed, "exchange": exchange,
+        "target": 0.9, "best_metric": 0.91 if tta else 0.8, "time_to_accuracy_s": tta,
+        "time_to_accuracy_compute_s": tta and tta * 0.9, "elapsed_s": tta or 50.0, "epochs": 4.0,
+        "steps": 400, "throughput": global_batch / step_time,
+        "summary": {"step_time_s": step_time,
+                    "phase_shares": {"comm": {"mean": comm[0], "max": comm[1]}}},
+        "cores": cores, "cpu_model": "cpu", "host": "h", "torch_version": "2", "git_revision": "r",
+        "created_at": "2026-11-22T00:00:00+00:00", "error": None, "spec": spec,
+        "evals": [{"epoch": i + 1, "step": 100 * (i + 1), "samples": 0, "elapsed_s": t,
+                   "compute_elapsed_s": t, "metric": m, "loss": 1 - m}
+                  for i, (t, m) in enumerate(evals)],
+        "phases": [],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([1, 2, 3, 4, 100], 3.0),  # fastest and slowest dropped
+        ([10, 12, 14], 12.0),
+        ([2, 4], 3.0),  # fewer than 3: plain mean
+        ([5], 5.0),
+        ([1, math.inf, 3], 3.0),  # one non-converged run is dropped as the slowest
+        ([1, math.inf, math.inf], math.inf),  # two are not: the point did not converge
+        ([], math.nan),
+    ],
+)
+def test_olympic_mean(values: list[float], expected: float) -> None:
+    got = analysis.olympic_mean(values)
+    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("t0", "n0", "t", "n", "mode", "expected"),
+    [
+        (10, 1, 10, 2, "weak", 1.0),  # same time per step at twice the workers: ideal
+        (10, 1, 12.5, 4, "weak", 0.8),
+        (10, 1, 5, 2, "strong", 1.0),  # half the time at twice the workers: ideal
+        (12, 2, 4, 8, "strong", 0.75),  # baseline of 2 workers: 2·12 / (8·4)
+        (10, 1, math.inf, 2, "strong", 0.0),  # never converged
+        (10, 1, math.nan, 2, "weak", math.nan),
+    ],
+)
+def test_efficiency_formulas(t0, n0, t, n, mode, expected) -> None:
+    got = analysis.efficiency(t0, n0, t, n, mode)
+    assert (math.isnan(got) and math.isnan(expected)) or got == pytest.approx(expected)
+
+
+def strong_runs() -> list[dict[str, Any]]:
+    runs = [stored_run(f"a{s}", 1, tta=t, seed=s, global_batch=64, step_time=0.010)
+            for s, t in enumerate([10.0, 12.0, 14.0])]  # fmt: skip
+    runs += [stored_run(f"b{s}", 2, tta=t, seed=s, global_batch=64, step_time=0.006)
+             for s, t in enumerate([6.0, 7.0, None])]  # fmt: skip
+    runs.append(stored_run("c0", 2, tta=None, seed=3, global_batch=64, status="failed"))
+    return runs
+
+
+def test_scaling_table_aggregates_repeats_and_computes_strong_scaling() -> None:
+    table = analysis.scaling_table(analysis.runs_frame(strong_runs()), price_per_worker_hour=2.0)
+    one, two = table.iloc[0], table.iloc[1]
+    assert list(table["workers"]) == [1, 2]
+    assert (one["runs"], one["converged"], two["runs"], two["finished"], two["converged"]) == (
+        3, 3, 4, 3, 2
+    )  # fmt: skip
+    assert one["tta_mean"] == pytest.approx(12.0) and one["tta_std"] == pytest.approx(2.0)
+    assert two["tta_mean"] == pytest.approx(6.5)  # converged runs only
+    assert two["tta_olympic"] == pytest.approx(7.0)  # [6, 7, inf]: inf dropped as slowest
+    assert two["scaling"] == "strong" and two["baseline_workers"] == 1
+    assert two["speedup_tta"] == pytest.approx(12 / 6.5)
+    assert two["efficiency_tta"] == pytest.approx(12 / (2 * 6.5))
+    assert two["efficiency_step"] == pytest.approx(0.010 / (2 * 0.006))
+    assert two["speedup_throughput"] == pytest.approx(0.010 / 0.006)
+    assert two["cost_to_target"] == pytest.approx(6.5 / 3600 * 2 * 2.0)
+    assert two["comm_ratio_max"] == pytest.approx(0.2)
+
+
+def test_weak_scaling_and_baseline_is_the_smallest_count() -> None:
+    runs = [stored_run("a", 2, tta=10.0, step_time=0.01), stored_run("b", 4, tta=8.0,
+            step_time=0.0125), stored_run("c", 8, tta=None)]  # fmt: skip
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    assert list(table["scaling"]) == ["weak"] * 3  # local batch fixed: inferred as weak
+    assert list(table["baseline_workers"]) == [2, 2, 2]
+    assert table["efficiency_step"].iloc[1] == pytest.approx(0.01 / 0.0125)
+    assert table["efficiency_tta"].iloc[1] == pytest.approx(10 / 8)
+    assert math.isnan(table["speedup_tta"].iloc[2])  # not converged: no speedup, shown as such
+    assert table["converged"].iloc[2] == 0 and table["runs"].iloc[2] == 1
+
+
+def test_recorded_scaling_mode_wins_over_inference() -> None:
+    runs = [stored_run("a", 1, tta=10.0, scaling="strong", global_batch=32),
+            stored_run("b", 2, tta=5.0, scaling="strong", global_batch=32)]  # fmt: skip
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    assert list(table["scaling"]) == ["strong", "strong"]
+    assert table["efficiency_tta"].iloc[1] == pytest.approx(1.0)
+
+
+def test_variants_separate_what_else_differs() -> None:
+    runs = [stored_run(f"{e}{w}", w, tta=10.0 / w, exchange=e)
+            for e in ("allreduce", "ddp") for w in (1, 2)]  # fmt: skip
+    frame = analysis.runs_frame(runs)
+    assert sorted(set(frame["variant"])) == ["exchange=allreduce", "exchange=ddp"]
+    table = analysis.scaling_table(frame)
+    assert len(table) == 4 and set(table["speedup_tta"]) == {1.0, 2.0}
+
+
+def test_accuracy_after_time_uses_only_evaluations_within_the_budget() -> None:
+    runs = [stored_run("a", 1, tta=3.0, evals=[(1.0, 0.5), (2.0, 0.7), (3.0, 0.91)]),
+            stored_run("b", 2, tta=None, evals=[(4.0, 0.6)])]  # fmt: skip
+    evals = analysis.evals_frame(runs)
+    aat = analysis.accuracy_after_time(evals, 2.5)
+    assert aat["a"] == pytest.approx(0.7) and math.isnan(aat["b"])
+    table = analysis.scaling_table(analysis.runs_frame(runs), budget_s=10, evals=evals)
+    assert list(table["aat_mean"]) == pytest.approx([0.91, 0.6])
+
+
+def test_oversubscription_is_read_from_the_recorded_cores() -> None:
+    frame = analysis.runs_frame([stored_run("a", 2, tta=1.0), stored_run("b", 4, tta=1.0)])
+    assert list(frame["oversubscribed"]) == [False, True]
+    assert isinstance(frame, pd.DataFrame)

@@ -1,0 +1,207 @@
+"""Sweeps as a user runs them: real workers, a real store, a report opened in Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from test_cli import DMLBENCH, EXAMPLES, cli
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.fixture(scope="module")
+def weak_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example weak-scaling sweep with 2 repeats: 4 real runs of the default task."""
+    store = tmp_path_factory.mktemp("weak") / "store"
+    done = cli("sweep", str(EXAMPLES / "scaling-weak.yaml"), "--repeats", "2", "--store",
+               str(store), check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "4 to run" in done.stdout and "4 run(s) done, 0 skipped, 0 failed" in done.stdout
+    return store
+
+
+def stored(store: Path) -> list[dict]:
+    return json.loads(cli("results", "--json", "--store", str(store)).stdout)
+
+
+def test_a_sweep_records_every_run_with_its_point(weak_store: Path) -> None:
+    runs = stored(weak_store)
+    assert [(r["workers"], r["seed"], r["repeat"]) for r in runs] == [
+        (1, 0, 0), (2, 0, 0), (1, 1, 1), (2, 1, 1),
+    ]  # fmt: skip
+    assert {r["status"] for r in runs} == {"success"}
+    assert {r["sweep"] for r in runs} == {"digits-weak"} and {r["scaling"] for r in runs} == {"weak"}
+    assert [r["point"]["workers"] for r in runs] == [1, 2, 1, 2]
+    assert [r["global_batch"] for r in runs] == [32, 64, 32, 64]
+    assert len({r["run_key"] for r in runs}) == 4
+
+
+def test_running_a_sweep_again_skips_what_is_done(weak_store: Path) -> None:
+    args = ("sweep", str(EXAMPLES / "scaling-weak.yaml"), "--repeats", "2", "--store",
+            str(weak_store))  # fmt: skip
+    plan = json.loads(cli(*args, "--plan", "--json").stdout)
+    assert [r["stored"] for r in plan["runs"]] == [True] * 4
+    again = cli(*args)
+    assert "0 to run" in again.stdout and "4 skipped" in again.stdout
+    assert len(stored(weak_store)) == 4
+    # a third repeat is new work; --rerun always would redo all
+    assert [r["stored"] for r in json.loads(cli(*args[:3], "3", *args[4:], "--plan",
+            "--json").stdout)["runs"]] == [True] * 4 + [False] * 2  # fmt: skip
+    always = json.loads(cli(*args, "--plan", "--json", "--rerun", "always").stdout)
+    assert [r["stored"] for r in always["runs"]] == [False] * 4
+
+
+def test_compare_is_machine_readable(weak_store: Path) -> None:
+    rows = json.loads(cli("compare", "--by", "workers", "--json", "--store",
+                          str(weak_store)).stdout)  # fmt: skip
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert [r["runs"] for r in rows] == [2, 2] and rows[0]["speedup_tta"] == 1.0
+    assert rows[1]["scaling"] == "weak" and rows[1]["tta_mean"] > 0
+    csv = cli("compare", "--csv", "--store", str(weak_store)).stdout
+    assert csv.splitlines()[0].startswith("task,sweep,variant,workers")
+    table = cli("compare", "--store", str(weak_store)).stdout
+    assert "digits-mlp · sweep digits-weak · weak scaling" in table
+    bad = cli("compare", "--by", "colour", "--store", str(weak_store), check=False)
+    assert bad.returncode == 2 and "cannot group by colour" in bad.stderr
+
+
+def test_export_writes_csv_and_parquet(weak_store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tables"
+    cli("export", "--out", str(out), "--store", str(weak_store))
+    runs = stored(weak_store)
+    for fmt, read in (("csv", pd.read_csv), ("parquet", pd.read_parquet)):
+        frame = read(out / f"runs.{fmt}")
+        assert sorted(frame["run_id"]) == sorted(r["run_id"] for r in runs)
+        evals = read(out / f"evals.{fmt}")
+        assert len(evals) == sum(len(r["evals"]) for r in runs)
+        phases = read(out / f"phases.{fmt}")
+        assert len(phases) == sum(len(r["phases"]) for r in runs) > 0
+    bad = cli("export", "--out", str(out), "--format", "xls", "--store", str(weak_store),
+              check=False)  # fmt: skip
+    assert bad.returncode == 2 and "choose csv or parquet" in bad.stderr
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    if os.environ.get("DMLBENCH_SKIP_BROWSER") == "1":
+        pytest.skip("DMLBENCH_SKIP_BROWSER=1 and no Chromium")
+    pytest.fail("Chromium not found: `make test` installs Debian's chromium (as root), or set "
+                "DMLBENCH_SKIP_BROWSER=1 to skip the browser check")  # fmt: skip
+
+
+def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> None:
+    out, png = tmp_path / "report.html", tmp_path / "png"
+    done = cli("report", "--store", str(weak_store), "--out", str(out), "--png", str(png),
+               "--budget", "30")  # fmt: skip
+    assert "6 figures, 4 runs" in done.stdout
+    page = out.read_text()
+    fetches = re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|url\(\s*["']?https?:|@import""",
+                         page)  # fmt: skip
+    assert fetches == []  # self-contained: nothing is loaded from anywhere
+    for run in stored(weak_store):
+        assert f'id="run-{run["run_id"]}"' in page  # every run's spec is traceable
+    assert page.count("digits-mlp · closed division · ") >= 2  # the figure titles
+    assert len(list(png.glob("*.png"))) == 6
+    assert all(p.stat().st_size > 10_000 for p in png.glob("*.png"))
+    dom = subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2000", "--dump-dom",
+         out.as_uri()],
+        capture_output=True, text=True, timeout=90,
+    ).stdout  # fmt: skip
+    body = re.search(r"<body[^>]*>", dom)
+    assert body, "Chromium returned no page"
+    figures = re.search(r'data-figures="(\d+)"', body.group(0))
+    rendered = re.search(r'data-rendered="(\d+)"', body.group(0))
+    assert figures and rendered, body.group(0)
+    assert int(figures.group(1)) == 6 and int(rendered.group(1)) == 6
+
+
+def test_a_failed_run_does_not_stop_the_sweep(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    sweep = tmp_path / "crash.yaml"
+    sweep.write_text(
+        "task: crash-raise\nplugins: [dmlbench_test_plugins]\nset: {max_epochs: 1}\n"
+        "axes: {workers: [2, 1]}\n"  # rank 1 raises: the 2-worker run fails, 1 worker runs
+    )
+    done = cli("sweep", str(sweep), "--store", str(store), check=False)
+    assert done.returncode == 1, done.stderr
+    assert "1 failed" in done.stdout
+    runs = stored(store)
+    assert [(r["workers"], r["status"]) for r in runs] == [(2, "failed"),
+                                                           (1, "target_not_reached")]  # fmt: skip
+    assert "deliberate failure" in runs[0]["error"]
+    plan = json.loads(cli("sweep", str(sweep), "--plan", "--json", "--store", str(store)).stdout)
+    assert [r["stored"] for r in plan["runs"]] == [False, True]  # --rerun failed redoes it
+    never = cli("sweep", str(sweep), "--rerun", "never", "--store", str(store))
+    assert "0 to run" in never.stdout and len(stored(store)) == 2
+
+
+def test_ctrl_c_stops_the_sweep_and_keeps_finished_runs(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    sweep = tmp_path / "long.yaml"
+    sweep.write_text(
+        "task: synthetic-mlp\nset: {target: 1.01}\naxes: {workers: [1, 2]}\n"
+        "derived: {max_epochs: '1 if workers == 1 else 100000'}\n"
+    )
+    proc = subprocess.Popen([*DMLBENCH, "sweep", str(sweep), "--store", str(store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        logs = sorted(store.glob("runs/*/events.jsonl"))
+        if len(logs) == 2 and '"eval_accuracy"' in logs[1].read_text():
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the second run never started")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "run the same command again to resume" in stderr
+    assert [r["status"] for r in stored(store)] == ["target_not_reached", "interrupted"]
+    plan = json.loads(cli("sweep", str(sweep), "--plan", "--json", "--store", str(store)).stdout)
+    assert [r["stored"] for r in plan["runs"]] == [True, False]
+
+
+def test_an_older_store_gains_the_sweep_columns(tmp_path: Path) -> None:
+    from dmlbench.results import ResultsStore
+    from dmlbench.results.environment import collect_environment
+    from dmlbench.spec import resolve_spec
+
+    root = tmp_path / "old"
+    root.mkdir()
+    with sqlite3.connect(root / "dmlbench.sqlite") as db:  # the schema of release 0.1
+        db.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, task TEXT NOT NULL, status TEXT "
+                   "NOT NULL, division TEXT NOT NULL, created_at TEXT NOT NULL, workers INTEGER, "
+                   "local_batch INTEGER, global_batch INTEGER, seed INTEGER, exchange TEXT, "
+                   "target REAL, host TEXT, cpu_model TEXT, cores INTEGER, gpus TEXT, "
+                   "torch_version TEXT, git_revision TEXT, spec_json TEXT, deviations_json TEXT, "
+                   "environment_json TEXT, run_dir TEXT, launcher_pid INTEGER, stop_reason TEXT, "
+                   "finished_at TEXT, best_metric REAL, time_to_accuracy_s REAL, "
+                   "time_to_accuracy_compute_s REAL, epochs REAL, steps INTEGER, samples INTEGER, "
+                   "elapsed_s REAL, throughput REAL, error TEXT, summary_json TEXT)")  # fmt: skip
+        db.execute("INSERT INTO runs (run_id, task, status, division, created_at, spec_json, "
+                   "deviations_json, environment_json, run_dir) VALUES ('old', 'digits-mlp', "
+                   "'success', 'closed', 'x', '{}', '{}', '{}', 'd')")  # fmt: skip
+    store = ResultsStore(root)
+    assert store.runs("old")[0]["sweep"] is None
+    spec = resolve_spec("digits-mlp").to_json_dict()
+    store.begin("new", spec, {}, collect_environment(), sweep={"name": "s", "key": "k",
+                "scaling": "weak", "repeat": 0, "point": {"workers": 1}})  # fmt: skip
+    assert store.runs("new")[0]["point"] == {"workers": 1}
+    assert store.sweep_status("s") == {"k": "running"}
