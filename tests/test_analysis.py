@@ -31,8 +31,14 @@ def stored_run(
     """A run as ``ResultsStore.runs`` returns it (the fields analysis reads)."""
     global_batch = global_batch or local_batch * workers
     status = status or ("success" if tta is not None else "target_not_reached")
-    spec = {"task": "t", "workers": workers, "seed": seed, "exchange": exchange,
-            "recipe": {"local_batch": global_batch // workers}, "global_batch": global_batch}
+    spec = {
+        "task": "t",
+        "workers": workers,
+        "seed": seed,
+        "exchange": exchange,
+        "recipe": {"local_batch": global_batch // workers},
+        "global_batch": global_batch,
+    }
     return {
         "run_id": run_id, "task": "t", "sweep": sweep, "scaling": scaling, "division": "closed",
         "status": status, "stop_reason": None, "workers": workers, "local_batch": global_batch //
@@ -155,3 +161,10 @@ def test_oversubscription_is_read_from_the_recorded_cores() -> None:
     frame = analysis.runs_frame([stored_run("a", 2, tta=1.0), stored_run("b", 4, tta=1.0)])
     assert list(frame["oversubscribed"]) == [False, True]
     assert isinstance(frame, pd.DataFrame)
+
+
+def test_worker_counts_sort_as_numbers() -> None:
+    runs = [stored_run(f"r{w}", w, tta=10.0, cores=64) for w in (16, 2, 4)]
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    assert list(table["workers"]) == [2, 4, 16]  # as strings this would be 16, 2, 4
+    assert list(table["baseline_workers"]) == [2, 2, 2]

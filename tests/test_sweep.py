@@ -61,7 +61,7 @@ def test_expression_names_must_exist_and_be_unambiguous() -> None:
         Expression("wrkers + 1").evaluate({"workers": 1})
     with pytest.raises(SpecError, match="ambiguous"):
         Expression("momentum").evaluate({"a.momentum": 1, "b.momentum": 2})
-    with pytest.raises(SpecError, match="failed: .*by zero"):
+    with pytest.raises(SpecError, match=r"failed: .*by zero"):
         Expression("1 // (workers - 1)").evaluate({"workers": 1})
 
 

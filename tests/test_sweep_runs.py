@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from test_cli import DMLBENCH, EXAMPLES, cli
 
 pytestmark = pytest.mark.multiprocess
@@ -41,7 +40,7 @@ def test_a_sweep_records_every_run_with_its_point(weak_store: Path) -> None:
         (1, 0, 0), (2, 0, 0), (1, 1, 1), (2, 1, 1),
     ]  # fmt: skip
     assert {r["status"] for r in runs} == {"success"}
-    assert {r["sweep"] for r in runs} == {"digits-weak"} and {r["scaling"] for r in runs} == {"weak"}
+    assert {(r["sweep"], r["scaling"]) for r in runs} == {("digits-weak", "weak")}
     assert [r["point"]["workers"] for r in runs] == [1, 2, 1, 2]
     assert [r["global_batch"] for r in runs] == [32, 64, 32, 64]
     assert len({r["run_key"] for r in runs}) == 4

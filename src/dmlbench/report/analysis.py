@@ -247,6 +247,7 @@ def scaling_table(
             tta_olympic=olympic_mean(tta) if len(tta) else math.nan,
             tta_compute_mean=finished.loc[finished["converged"], "tta_compute_s"].mean(),
             best_metric_mean=finished["best_metric"].mean(),
+            target=group["target"].iloc[0],
             elapsed_mean=finished["elapsed_s"].mean(),
             step_time_mean=finished["step_time_s"].mean(),
             step_time_std=finished["step_time_s"].std(ddof=1),

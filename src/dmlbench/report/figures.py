@@ -68,12 +68,14 @@ def _note(ax, text: str) -> None:
 
 
 def _oversubscription_caption(fig: Figure, table: pd.DataFrame) -> None:
+    """Say in the title which worker counts shared cores (constrained layout keeps it clear)."""
     over = table[table["oversubscribed"]]
     if not over.empty:
         cores = int(over["cores"].max())
         counts = ", ".join(str(n) for n in sorted(set(over["workers"])))
-        fig.text(0.01, 0.0, f"* oversubscribed: {counts} workers on {cores} cores share them",
-                 fontsize=8, color="#a05000", va="bottom")  # fmt: skip
+        title = fig.get_suptitle()
+        fig.suptitle(f"{title}\n* oversubscribed: {counts} workers on {cores} cores share them",
+                     fontsize=10, x=0.01, ha="left")  # fmt: skip
 
 
 def speedup(table: pd.DataFrame, title: str) -> Figure:
@@ -133,7 +135,13 @@ def _bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], fl
 
 
 def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
-    """Mean TTA ± std per worker count; how many runs converged is written on each bar."""
+    """Mean TTA ± std per worker count; how many runs converged is written on each bar.
+
+    When no run reached the target there is no time to show: the figure shows accuracy
+    after time (or the best accuracy) instead, and its heading says so.
+    """
+    if not table["tta_mean"].notna().any():
+        return _accuracy_bars(table, title)
     fig, (ax,) = _figure(title, "Time to accuracy (evaluation included)")
     workers, offsets, width = _bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
@@ -164,6 +172,37 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
+def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
+    budget = "aat_mean" in table and table["aat_mean"].notna().any()
+    column = "aat_mean" if budget else "best_metric_mean"
+    what = "accuracy after the report's time budget" if budget else "best accuracy reached"
+    fig, (ax,) = _figure(title, f"No run reached the target: {what}")
+    workers, offsets, width = _bar_positions(table)
+    position = {w: i for i, w in enumerate(workers)}
+    for i, (variant, rows) in enumerate(_variants(table)):
+        x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
+        bars = ax.bar(x, rows[column].fillna(0), width, label=variant or None,
+                      color=VARIANT_COLOURS[i % len(VARIANT_COLOURS)])  # fmt: skip
+        for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
+            if row["oversubscribed"]:
+                bar.set_hatch("//")
+            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
+                    f"{row[column]:.1%}\n0/{int(row['runs'])} reached", ha="center",
+                    va="bottom", fontsize=8)  # fmt: skip
+    target = table["target"].dropna() if "target" in table else pd.Series(dtype=float)
+    if len(target):
+        ax.axhline(float(target.iloc[0]), color="k", ls="--", lw=1,
+                   label=f"target {float(target.iloc[0]):.0%}")  # fmt: skip
+    ax.set_xticks(range(len(workers)))
+    ax.set_xticklabels(_tick_labels(table, workers))
+    ax.set_xlabel("workers")
+    ax.set_ylabel("test accuracy (mean over runs)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8, loc="lower right")
+    _oversubscription_caption(fig, table)
+    return fig
+
+
 def curves(evals: pd.DataFrame, table: pd.DataFrame, target: float | None, title: str) -> Figure:
     """Test accuracy and loss against wall-clock time, one line per run, coloured by N."""
     fig, (acc, loss) = _figure(title, "Accuracy and loss vs wall-clock time", ncols=2)
@@ -172,7 +211,8 @@ def curves(evals: pd.DataFrame, table: pd.DataFrame, target: float | None, title
     colour = {w: cmap(i / max(1, len(workers) - 1) * 0.85) for i, w in enumerate(workers)}
     over = set(table.loc[table["oversubscribed"], "workers"].astype(int))
     seen: set[int] = set()
-    for _, run in evals.sort_values("elapsed_s").groupby("run_id", sort=False):
+    ordered = evals.sort_values(["workers", "run_id", "elapsed_s"], kind="stable")
+    for _, run in ordered.groupby("run_id", sort=False):
         n = int(run["workers"].iloc[0])
         label = None if n in seen else f"{n} worker{'s' * (n > 1)}{' *' * (n in over)}"
         seen.add(n)

@@ -11,13 +11,26 @@ import pandas as pd
 def fmt_seconds(value: Any) -> str:
     if value is None or pd.isna(value):
         return "—"
-    return "∞" if value == float("inf") else f"{value:,.1f}"
+    if value == float("inf"):
+        return "∞"
+    return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}" if abs(value) < 10 else (
+        f"{value:,.1f}"
+    )  # fmt: skip
 
 
 def fmt(value: Any, spec: str = ".2f") -> str:
     if value is None or (not isinstance(value, str) and pd.isna(value)):
         return "—"
     return format(value, spec) if not isinstance(value, str) else value
+
+
+def mean_std(mean: Any, std: Any) -> str:
+    """``12.0 ± 2.0``; just the mean when there is no spread; ``—`` when there is no mean."""
+    if mean is None or pd.isna(mean):
+        return "—"
+    return fmt_seconds(mean) if std is None or pd.isna(std) else (
+        f"{fmt_seconds(mean)} ± {fmt_seconds(std)}"
+    )  # fmt: skip
 
 
 def _ms(value: Any) -> str:
@@ -31,8 +44,7 @@ SCALING_COLUMNS: list[Column] = [
     ("variant", "variant", lambda r: r["variant"] or "—"),
     ("batch", "b / B", lambda r: f"{int(r['local_batch'])} / {int(r['global_batch'])}"),
     ("runs", "reached", lambda r: f"{int(r['converged'])}/{int(r['runs'])}"),
-    ("tta", "TTA s (mean ± std)",
-     lambda r: f"{fmt_seconds(r['tta_mean'])} ± {fmt_seconds(r['tta_std'])}"),
+    ("tta", "TTA s (mean ± std)", lambda r: mean_std(r["tta_mean"], r["tta_std"])),
     ("olympic", "TTA olympic s", lambda r: fmt_seconds(r["tta_olympic"])),
     ("compute", "TTA w/o eval s", lambda r: fmt_seconds(r["tta_compute_mean"])),
     ("aat", "AAT", lambda r: fmt(r.get("aat_mean"), ".2%")),
@@ -74,7 +86,7 @@ def scaling_columns(
         wide = scaling_columns(table, budget_s)
         keys = {title: key for key, title, _ in SCALING_COLUMNS}
         short = {
-            "tta": lambda r: f"{fmt_seconds(r['tta_mean'])}±{fmt_seconds(r['tta_std'])}",
+            "tta": lambda r: mean_std(r["tta_mean"], r["tta_std"]).replace(" ± ", "±"),
             "sp": lambda r: f"{fmt(r['speedup_tta'])}/{fmt(r['speedup_throughput'])}",
             "eff": lambda r: f"{fmt(r['efficiency_tta'])}/{fmt(r['efficiency_step'])}",
             "comm": lambda r: f"{fmt(r['comm_ratio_max'], '.0%')}",
