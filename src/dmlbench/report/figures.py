@@ -94,9 +94,10 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
             base = rows.iloc[0]
             rel = np.sqrt((base["tta_std"] / base["tta_mean"]) ** 2
                           + (rows["tta_std"] / rows["tta_mean"]) ** 2)  # fmt: skip
-            ax.errorbar(rows["workers"], rows["speedup_tta"],
-                        yerr=(rows["speedup_tta"] * rel).fillna(0), fmt="s:", color=colour,
-                        capsize=3, label=f"time to accuracy{suffix}")  # fmt: skip
+            error = (rows["speedup_tta"] * rel).fillna(0).to_numpy(copy=True)
+            error[0] = 0.0  # the baseline against itself is exactly 1
+            ax.errorbar(rows["workers"], rows["speedup_tta"], yerr=error, fmt="s:",
+                        color=colour, capsize=3, label=f"time to accuracy{suffix}")  # fmt: skip
     _log2_workers(ax, workers)
     ax.set_ylabel(f"speedup over {n0} worker{'s' if n0 > 1 else ''}")
     ax.legend(fontsize=8)
@@ -159,7 +160,8 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
             text = f"{int(row['converged'])}/{int(row['runs'])} reached"
             if not row["converged"]:
                 text = f"not reached\n0/{int(row['runs'])}"
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height() + 0.02 * top, text,
+            above = bar.get_height() + (0 if pd.isna(row["tta_std"]) else row["tta_std"])
+            ax.text(bar.get_x() + bar.get_width() / 2, above + 0.02 * top, text,
                     ha="center", va="bottom", fontsize=8)  # fmt: skip
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(_tick_labels(table, workers))

@@ -253,7 +253,10 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             if not over.empty
             else None
         )
-        legend = "TTA mean±std; speedup and effic. as TTA/step-time; comm = max over ranks"
+        legend = (
+            "conv: runs that reached the target; TTA mean±std over them; speedup and effic.: "
+            "TTA/step time; comm: max over ranks"
+        )
         rich_table = Table(
             title=f"{task} · sweep {sweep} · {modes} scaling",
             title_justify="left",
