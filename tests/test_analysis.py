@@ -168,3 +168,20 @@ def test_worker_counts_sort_as_numbers() -> None:
     table = analysis.scaling_table(analysis.runs_frame(runs))
     assert list(table["workers"]) == [2, 4, 16]  # as strings this would be 16, 2, 4
     assert list(table["baseline_workers"]) == [2, 2, 2]
+
+
+def test_price_table_is_data_and_refuses_bad_entries(tmp_path) -> None:
+    from dmlbench.errors import SpecError
+    from dmlbench.report.prices import choose_price
+
+    assert choose_price().name == "gcp-n1-standard-4"
+    assert choose_price("0.5").per_worker_hour == 0.5
+    assert choose_price("gcp-n1-standard-4-t4").per_worker_hour > choose_price().per_worker_hour
+    with pytest.raises(SpecError, match="no price named 'aws-x'"):
+        choose_price("aws-x")
+    table = tmp_path / "prices.yaml"
+    table.write_text("mine: {per_worker_hour: 1.25, currency: EUR}\n")
+    assert choose_price(prices_file=table).label == "mine at 1.25 EUR/worker-hour"
+    table.write_text("mine: {per_worker_hour: cheap}\n")
+    with pytest.raises(SpecError, match="needs a numeric per_worker_hour"):
+        choose_price(prices_file=table)

@@ -51,11 +51,20 @@ def test_dry_run_resolves_and_starts_nothing(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["run", "no-such-task"], "unknown task 'no-such-task'"),
-        (["run", "digits-mlp", "--workers", "0", "--dry-run"], "workers: Input should be"),
+        (["run", "digits-mlp", "--workers", "0", "--dry-run"], "must be at least 1"),
+        (["run", "digits-mlp", "--set", "workers=0", "--dry-run"], "workers: Input should be"),
         (["run", "digits-mlp", "--set", "global_batch=33", "--workers", "2"], "not divisible"),
         (["run", "cifar10-resnet20", "--data-dir", "/nonexistent", "--set", "download=false"],
          "CIFAR-10 not found under /nonexistent"),
         (["results", "--store", "/nonexistent/store"], "no results store"),
+        (["report", "--store", "/nonexistent/store"], "no results store"),
+        (["compare", "--store", "/nonexistent/store"], "no results store"),
+        (["sweep", "/nonexistent/sweep.yaml"], "does not exist"),
+        (["run", "--workers", "1,0"], "worker counts must be at least 1"),
+        (["run", "--workers", "1,3", "--scaling", "strong", "--dry-run"],
+         "global batch 32 does not divide among 3 workers"),
+        (["run", "--workers", "1,2", "--scaling", "sideways", "--dry-run"], "scaling: Input"),
+        (["run", "--workers", "1,2", "--rerun", "sometimes", "--dry-run"], "--rerun 'sometimes'"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) -> None:
