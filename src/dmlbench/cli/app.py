@@ -308,7 +308,7 @@ def _run_sweep(
         out.print(f"  [{colour}]{result.status}[/{colour}] {result.run_id}: {detail}")
 
     outcome = run_sweep(
-        plan, results, rerun=rerun, echo=not quiet and not json_out and not out.is_terminal,  # type: ignore[arg-type]
+        plan, results, rerun=rerun, echo=not quiet and not json_out,  # type: ignore[arg-type]
         progress=progress, on_done=done,
     )  # fmt: skip
     while active:
