@@ -74,7 +74,7 @@ class RunSpec(StrictModel):
         return self.model_dump(mode="json")
 
 
-def _one_line(error: ValidationError) -> str:
+def one_line(error: ValidationError) -> str:
     parts = []
     for item in error.errors():
         where = ".".join(str(p) for p in item["loc"] if not str(p).startswith("function-after"))
@@ -91,7 +91,7 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
     try:
         spec = RunSpec.model_validate(data)
     except ValidationError as error:
-        raise SpecError(f"invalid run spec: {_one_line(error)}") from None
+        raise SpecError(f"invalid run spec: {one_line(error)}") from None
     from dmlbench.models import validate_model_spec
     from dmlbench.tasks import get_task
 

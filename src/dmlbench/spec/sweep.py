@@ -109,20 +109,13 @@ class SweepSpec(StrictModel):
         return self
 
 
-def _one_line(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"])
-        msg = item["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(parts)
-
-
 def validate_sweep(data: dict[str, Any]) -> SweepSpec:
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as error:
-        raise SpecError(f"invalid sweep: {_one_line(error)}") from None
+        from dmlbench.spec.run import one_line
+
+        raise SpecError(f"invalid sweep: {one_line(error)}") from None
 
 
 def load_sweep_file(path: Path) -> SweepSpec:
