@@ -233,13 +233,22 @@ def results(
     store: StoreOption = default_store(),
     json_out: JsonOption = False,
 ) -> None:
-    """Show stored runs: a table, one run's summary, or everything as JSON."""
-    from dmlbench.report.terminal import run_summary, runs_table
+    """Show stored runs: a table, one run's summary, or everything as JSON.
+
+    Communication micro-benchmarks (`dmlbench bench`) are listed after training runs;
+    `--json` gives training runs, or the one benchmark asked for.
+    """
+    from dmlbench.report.terminal import comm_table, run_summary, runs_table
 
     results_store = _require_store(store)
     if run_id:
         resolved = results_store.resolve_id(run_id)
         if resolved is None:
+            comm = [r for r in results_store.comm_runs()
+                    if r["run_id"].startswith(run_id) or r["run_id"].endswith(run_id)]  # fmt: skip
+            if len(comm) == 1:
+                _print_json(comm[0]) if json_out else console.print(comm_table(comm[0]))
+                return
             raise DmlbenchError(f"no single run matches '{run_id}' in {store}")
         run_id = resolved
     runs = results_store.runs(run_id)
@@ -249,6 +258,14 @@ def results(
         console.print(run_summary(runs[0]))
     else:
         console.print(runs_table(runs))
+        comm_runs = results_store.comm_runs()
+        if comm_runs:
+            console.print(f"{len(comm_runs)} communication micro-benchmarks:")
+            for run in comm_runs:
+                console.print(
+                    f"  {run['run_id']}  {run['op']} {run['backend']} × {run['workers']}  "
+                    f"network {run['network']}  {run['status']}"
+                )
 
 
 def _run_sweep(
@@ -458,19 +475,25 @@ def report(
     from dmlbench.report.prices import choose_price
     from dmlbench.report.terminal import scaling_tables
 
-    runs = _selected_runs(store, sweep, task)
+    results = _require_store(store)
+    runs = results.runs(sweep=sweep, task=task)
+    comm_runs = results.comm_runs() if not (sweep or task) else []
+    if not runs and not comm_runs:
+        raise DmlbenchError(f"no stored runs in {store} to report on")
     chosen = choose_price(price, prices)
     target = out or store / "report.html"
     sections, pngs = write_report(
-        runs, target, store=str(store), budget_s=budget, price=chosen, png_dir=png
-    )
+        runs, target, store=str(store), budget_s=budget, price=chosen, png_dir=png,
+        comm_runs=comm_runs,
+    )  # fmt: skip
     frame = analysis.runs_frame(runs)
     table = analysis.scaling_table(
         frame, budget_s=budget, evals=analysis.evals_frame(runs),
         price_per_worker_hour=chosen.per_worker_hour,
     )  # fmt: skip
-    for rich_table in scaling_tables(table, budget):
-        console.print(rich_table)
+    if not table.empty:
+        for rich_table in scaling_tables(table, budget):
+            console.print(rich_table)
     for section in sections:
         for note in section.notes:
             console.print(f"[yellow]note[/yellow] ({section.task} · {section.sweep}): {note}")
@@ -545,6 +568,68 @@ def export(
     runs = _selected_runs(store, sweep, task)
     written = export_tables(runs, out, chosen)  # type: ignore[arg-type]
     console.print(f"{len(written)} files in {out}: " + ", ".join(p.name for p in written))
+
+
+bench_app = typer.Typer(
+    help="Micro-benchmarks of the communication layer (mlbench's task 0).",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("allreduce")
+def bench_allreduce(
+    workers: Annotated[
+        str, typer.Option("--workers", "-w", help="worker counts, e.g. 2,4 (one run each)")
+    ] = "2",
+    backend: Annotated[str, typer.Option(help="gloo (CPU), nccl (GPU) or mpi")] = "gloo",
+    max_bytes: Annotated[
+        int, typer.Option(help="largest message in bytes (from 4 bytes, ×factor per step)")
+    ] = 10**8,
+    factor: Annotated[int, typer.Option(help="size step between messages")] = 4,
+    repeats: Annotated[int, typer.Option(help="timed repeats per size")] = 10,
+    warmup: Annotated[int, typer.Option(help="untimed all-reduces per size first")] = 3,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", "-s", help="any benchmark key: key=value")
+    ] = None,
+    store: StoreOption = default_store(),
+    json_out: JsonOption = False,
+) -> None:
+    """Latency, algorithm and bus bandwidth of all-reduce over message sizes."""
+    from dmlbench.launch.bench import run_comm_bench
+    from dmlbench.report.terminal import comm_table
+    from dmlbench.spec.bench import CommBenchSpec, validate_bench
+    from dmlbench.spec.overrides import apply_overrides
+
+    specs = []
+    for count in _worker_counts(workers):
+        tree: dict[str, Any] = {
+            "workers": count, "backend": backend, "max_bytes": max_bytes, "factor": factor,
+            "repeats": repeats, "warmup": warmup,
+        }  # fmt: skip
+        full = {**CommBenchSpec().to_json_dict(), **tree}
+        apply_overrides(full, overrides or [])
+        specs.append(validate_bench(full))
+    results = _open_store(store)
+    runs, failed = [], False
+    for spec in specs:
+        out = err_console if json_out else console
+        out.print(f"all-reduce · {spec.backend} · {spec.workers} workers · "
+                  f"{len(spec.sizes())} sizes up to {spec.max_bytes:,} bytes …")  # fmt: skip
+        try:
+            outcome = run_comm_bench(spec, results)
+        except KeyboardInterrupt:
+            err_console.print("interrupted: the benchmark is stored as interrupted")
+            raise typer.Exit(130) from None
+        run = results.comm_runs(outcome.run_id)[0]
+        runs.append(run)
+        failed |= outcome.status != "success"
+        if not json_out:
+            console.print(comm_table(run))
+    if json_out:
+        _print_json(runs)
+    if failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

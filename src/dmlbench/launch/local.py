@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -59,11 +60,20 @@ def _quiet_torch_launcher() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def launch_local(spec: RunSpec, run_dir: Path, *, echo: bool = True) -> None:
-    """Run ``spec.workers`` worker processes to completion; raise ``WorkerFailed`` if one fails.
+def launch_workers(
+    entrypoint: Callable[..., Any],
+    args: tuple[str, ...],
+    *,
+    workers: int,
+    run_dir: Path,
+    echo: bool = True,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Run ``entrypoint(*args)`` in ``workers`` processes to completion.
 
-    Raises ``KeyboardInterrupt`` if the launcher is interrupted (SIGINT/SIGTERM); the
-    workers are stopped first.
+    Raises ``WorkerFailed`` if one fails (with its error in one line) and
+    ``KeyboardInterrupt`` if the launcher is interrupted (SIGINT/SIGTERM); the workers
+    are stopped first.
     """
     _quiet_torch_launcher()
     log_dir = run_dir / "logs"
@@ -71,7 +81,7 @@ def launch_local(spec: RunSpec, run_dir: Path, *, echo: bool = True) -> None:
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
-        nproc_per_node=spec.workers,
+        nproc_per_node=workers,
         run_id=run_dir.name,
         rdzv_backend="c10d",
         rdzv_endpoint=f"{LOOPBACK}:0",
@@ -86,11 +96,10 @@ def launch_local(spec: RunSpec, run_dir: Path, *, echo: bool = True) -> None:
             tee=Std.ALL if echo else Std.NONE,
         ),
     )
-    env = {"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
-    spec_json = json.dumps(spec.to_json_dict())
+    values = {"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), **(env or {})}
     try:
-        with _environment(env):
-            elastic_launch(config, run_worker)(spec_json, str(run_dir))
+        with _environment(values):
+            elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as error:
         rank, failure = error.get_first_failure()
         raise WorkerFailed(
@@ -100,3 +109,11 @@ def launch_local(spec: RunSpec, run_dir: Path, *, echo: bool = True) -> None:
         raise KeyboardInterrupt(f"launcher received {error.sigval.name}") from None
     except Exception as error:  # rendezvous or start-up failures inside torch
         raise WorkerFailed(f"workers could not be started: {error}") from None
+
+
+def launch_local(spec: RunSpec, run_dir: Path, *, echo: bool = True) -> None:
+    """Run ``spec.workers`` training workers to completion (see :func:`launch_workers`)."""
+    spec_json = json.dumps(spec.to_json_dict())
+    launch_workers(
+        run_worker, (spec_json, str(run_dir)), workers=spec.workers, run_dir=run_dir, echo=echo
+    )

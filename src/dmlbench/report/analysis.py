@@ -305,3 +305,18 @@ def _add_scaling(table: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> p
                 base["step_time_mean"], n0, row["step_time_mean"], n, mode
             )
     return table.sort_values([*series_keys, "workers"], kind="stable").reset_index(drop=True)
+
+
+def comm_frame(comm_runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per (micro-benchmark run, message size), with the run's identity."""
+    rows = [
+        {"run_id": r["run_id"], "op": r["op"], "backend": r["backend"], "workers": r["workers"],
+         "network": r["network"], "status": r["status"], "cores": r.get("cores"),
+         "created_at": r["created_at"], **row}
+        for r in comm_runs
+        for row in r.get("results") or []
+    ]  # fmt: skip
+    columns = ["run_id", "op", "backend", "workers", "network", "status", "cores", "created_at",
+               "bytes", "repeats", "iterations", "latency_s", "latency_min_s", "latency_max_s",
+               "latency_std_s", "algbw", "busbw"]  # fmt: skip
+    return pd.DataFrame(rows, columns=columns)

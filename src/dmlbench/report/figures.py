@@ -285,4 +285,29 @@ def cost(table: pd.DataFrame, price_label: str, title: str) -> Figure:
     return fig
 
 
+def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
+    """All-reduce latency and bus bandwidth against message size, a line per run."""
+    fig, (lat, bus) = _figure(title, "All-reduce: latency and bus bandwidth vs message size",
+                              ncols=2)  # fmt: skip
+    for i, (run_id, rows) in enumerate(frame.groupby("run_id", sort=False)):
+        first = rows.iloc[0]
+        label = f"{first['backend']} · {int(first['workers'])} workers · {first['network']}"
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        rows = rows.sort_values("bytes")
+        lat.errorbar(rows["bytes"], rows["latency_s"] * 1e6,
+                     yerr=[(rows["latency_s"] - rows["latency_min_s"]) * 1e6,
+                           (rows["latency_max_s"] - rows["latency_s"]) * 1e6],
+                     fmt="o-", ms=3, capsize=2, color=colour, label=label)  # fmt: skip
+        bus.plot(rows["bytes"], rows["busbw"] / 1e6, "o-", ms=3, color=colour, label=label)
+        del run_id
+    for ax in (lat, bus):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size, bytes")
+    lat.set_yscale("log")
+    lat.set_ylabel("latency µs (median; bars: min–max)")
+    bus.set_ylabel("bus bandwidth MB/s (median)")
+    bus.legend(fontsize=8)
+    return fig
+
+
 FigureFn = Callable[..., Figure]

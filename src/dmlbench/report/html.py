@@ -205,6 +205,48 @@ def _runs_table_html(runs: pd.DataFrame) -> str:
     )
 
 
+def comm_section(comm_runs: Sequence[dict[str, Any]]) -> Section | None:
+    """The communication micro-benchmarks as one section (figure + table)."""
+    frame = analysis.comm_frame(comm_runs)
+    if frame.empty:
+        return None
+    first = comm_runs[0]
+    hosts = pd.DataFrame([{"host": r["host"], "cpu_model": r["cpu_model"], "cores": r["cores"]}
+                          for r in comm_runs])  # fmt: skip
+    title = (f"{first['op']} micro-benchmark · {_hardware(hosts)} · "
+             f"{str(max(r['created_at'] for r in comm_runs))[:10]}")  # fmt: skip
+    section = Section("communication", "micro-benchmarks", title, frame, frame, pd.DataFrame())
+    section.figures = {"allreduce": figures.comm_bandwidth(frame, title)}
+    return section
+
+
+def _comm_html(section: Section) -> str:
+    frame = section.runs
+    head = ("<tr><th>run</th><th>backend</th><th>N</th><th>network</th><th>size B</th>"
+            "<th>iter</th><th>latency µs</th><th>min µs</th><th>max µs</th>"
+            "<th>algbw MB/s</th><th>busbw MB/s</th></tr>")  # fmt: skip
+    body = "".join(
+        f"<tr><td>{html.escape(r['run_id'])}</td><td>{html.escape(r['backend'])}</td>"
+        f"<td>{r['workers']}</td><td>{html.escape(r['network'])}</td><td>{r['bytes']:,}</td>"
+        f"<td>{r['iterations']}</td><td>{r['latency_s'] * 1e6:,.1f}</td>"
+        f"<td>{r['latency_min_s'] * 1e6:,.1f}</td><td>{r['latency_max_s'] * 1e6:,.1f}</td>"
+        f"<td>{r['algbw'] / 1e6:,.2f}</td><td>{r['busbw'] / 1e6:,.2f}</td></tr>"
+        for _, r in frame.iterrows()
+    )
+    figs = "".join(
+        f"<figure class='plot wide' id='{section.slug}-{name}'>{svg_of(fig)}</figure>"
+        for name, fig in section.figures.items()
+    )
+    return (
+        f"<section id='{section.slug}'><h2>Communication micro-benchmarks</h2>"
+        f"<p class='meta'>{html.escape(section.title)}. busbw = algbw × 2(n−1)/n "
+        "(NCCL-tests' definition); latency is the median over repeats, a repeat lasting as "
+        f"long as its slowest rank.</p><div class='grid'>{figs}</div>"
+        f"<div class='scroll'><table><thead>{head}</thead><tbody>{body}</tbody></table></div>"
+        "</section>"
+    )
+
+
 def _run_details(run: dict[str, Any]) -> str:
     rid = html.escape(run["run_id"])
     parts = {
@@ -260,6 +302,7 @@ def render_html(
     store: str,
     budget_s: float | None,
     price: Price | None,
+    comm: Section | None = None,
 ) -> str:
     out = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -291,6 +334,8 @@ def render_html(
         out.append("<h3>Runs</h3>")
         out.append(_runs_table_html(section.runs))
         out.append("</section>")
+    if comm is not None:
+        out.append(_comm_html(comm))
     out.append("<h2 id='runs'>Every run: resolved spec and environment</h2>")
     out.extend(_run_details(run) for run in runs)
     out.append(f"<script>{RENDER_CHECK}</script></body></html>")
@@ -305,10 +350,14 @@ def write_report(
     budget_s: float | None = None,
     price: Price | None = None,
     png_dir: Path | None = None,
+    comm_runs: Sequence[dict[str, Any]] = (),
 ) -> tuple[list[Section], list[Path]]:
     """Write the HTML report (and PNGs of every figure when ``png_dir`` is given)."""
     sections = build_sections(runs, budget_s=budget_s, price=price)
-    page = render_html(sections, runs, store=store, budget_s=budget_s, price=price)
+    comm = comm_section(comm_runs)
+    page = render_html(sections, runs, store=store, budget_s=budget_s, price=price, comm=comm)
+    if comm is not None:
+        sections = [*sections, comm]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(page, encoding="utf-8")

@@ -273,3 +273,42 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             rich_table.add_row(*(fn(row) for _, fn in columns))
         tables.append(rich_table)
     return tables
+
+
+def human_bytes(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" or size >= 100 else f"{size:.3g} {unit}"
+        size /= 1024
+    return f"{size} GiB"  # pragma: no cover
+
+
+def _micro(seconds: float) -> str:
+    return f"{seconds * 1e6:,.0f}" if seconds < 0.1 else f"{seconds * 1e6:,.3g}"
+
+
+def comm_table(run: dict[str, Any]) -> Table:
+    """One all-reduce micro-benchmark: latency and bandwidth per message size."""
+    spec = run["spec"]
+    table = Table(
+        title=f"{spec['op']} · {spec['backend']} · {run['workers']} workers · network "
+        f"{run['network']} · run {run['run_id']}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        caption=f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "
+        "each after a barrier; a repeat is `iter` back-to-back all-reduces and lasts as long "
+        "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)",
+        caption_justify="left",
+    )
+    for column in ("size", "iter", "latency µs", "min µs", "max µs", "algbw MB/s", "busbw MB/s"):
+        table.add_column(column, justify="right")
+    for row in run["results"]:
+        table.add_row(
+            human_bytes(row["bytes"]), str(row["iterations"]), _micro(row["latency_s"]),
+            _micro(row["latency_min_s"]),
+            _micro(row["latency_max_s"]), f"{row['algbw'] / 1e6:,.2f}",
+            f"{row['busbw'] / 1e6:,.2f}",
+        )  # fmt: skip
+    if run.get("error"):
+        table.add_row(f"[red]{run['status']}[/red]", run["error"], "", "", "", "", "")
+    return table

@@ -71,7 +71,34 @@ CREATE TABLE IF NOT EXISTS phases (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     rank INTEGER, phase TEXT, seconds REAL, steady_seconds REAL
 );
+CREATE TABLE IF NOT EXISTS comm_runs (
+    run_id TEXT PRIMARY KEY,
+    op TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    workers INTEGER NOT NULL,
+    network TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    finished_at TEXT,
+    error TEXT,
+    host TEXT,
+    cpu_model TEXT,
+    cores INTEGER,
+    torch_version TEXT,
+    git_revision TEXT,
+    spec_json TEXT NOT NULL,
+    environment_json TEXT NOT NULL,
+    run_dir TEXT NOT NULL,
+    launcher_pid INTEGER
+);
+CREATE TABLE IF NOT EXISTS comm_results (
+    run_id TEXT NOT NULL REFERENCES comm_runs(run_id),
+    bytes INTEGER, repeats INTEGER, iterations INTEGER,
+    latency_s REAL, latency_min_s REAL, latency_max_s REAL, latency_std_s REAL,
+    algbw REAL, busbw REAL
+);
 CREATE INDEX IF NOT EXISTS evals_run ON evals(run_id);
+CREATE INDEX IF NOT EXISTS comm_results_run ON comm_results(run_id);
 CREATE INDEX IF NOT EXISTS phases_run ON phases(run_id);
 """
 
@@ -214,15 +241,69 @@ class ResultsStore:
 
     def _mark_abandoned(self) -> None:
         with self._connect() as db:
-            rows = db.execute(
-                "SELECT run_id, launcher_pid FROM runs WHERE status='running'"
-            ).fetchall()
+            for table in ("runs", "comm_runs"):
+                rows = db.execute(
+                    f"SELECT run_id, launcher_pid FROM {table} WHERE status='running'"
+                ).fetchall()
+                for row in rows:
+                    if not _alive(row["launcher_pid"]):
+                        db.execute(
+                            f"UPDATE {table} SET status='interrupted', error=? WHERE run_id=?",
+                            ("the launching process ended without finishing the run",
+                             row["run_id"]),
+                        )  # fmt: skip
+
+    def begin_comm(self, run_id: str, spec: dict[str, Any], environment: dict[str, Any]) -> None:
+        """Insert a communication micro-benchmark as ``running``."""
+        with self._connect() as db:
+            db.execute(
+                """INSERT INTO comm_runs (run_id, op, backend, workers, network, status,
+                created_at, host, cpu_model, cores, torch_version, git_revision, spec_json,
+                environment_json, run_dir, launcher_pid)
+                VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    run_id, spec["op"], spec["backend"], spec["workers"], spec["network"],
+                    now_iso(), environment["host"], environment["cpu_model"],
+                    environment["cores"], environment["torch"], environment["git_revision"],
+                    json.dumps(spec), json.dumps(environment), str(self.run_dir(run_id)),
+                    os.getpid(),
+                ),
+            )  # fmt: skip
+
+    def finish_comm(
+        self, run_id: str, *, status: str, rows: list[dict[str, Any]], error: str | None
+    ) -> None:
+        with self._connect() as db:
+            db.execute(
+                "UPDATE comm_runs SET status=?, finished_at=?, error=? WHERE run_id=?",
+                (status, now_iso(), error, run_id),
+            )
+            db.executemany(
+                "INSERT INTO comm_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (run_id, r["bytes"], r["repeats"], r.get("iterations", 1), r["latency_s"],
+                     r["latency_min_s"],
+                     r["latency_max_s"], r["latency_std_s"], r["algbw"], r["busbw"])
+                    for r in rows
+                ],
+            )  # fmt: skip
+
+    def comm_runs(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Communication micro-benchmarks, oldest first, each with its per-size results."""
+        query = "SELECT * FROM comm_runs" + (" WHERE run_id=?" if run_id else "")
+        with self._connect() as db:
+            rows = [dict(r) for r in db.execute(query + " ORDER BY rowid",
+                                                 (run_id,) if run_id else ())]  # fmt: skip
             for row in rows:
-                if not _alive(row["launcher_pid"]):
-                    db.execute(
-                        "UPDATE runs SET status='interrupted', error=? WHERE run_id=?",
-                        ("the launching process ended without finishing the run", row["run_id"]),
-                    )
+                row["spec"] = json.loads(row.pop("spec_json"))
+                row["environment"] = json.loads(row.pop("environment_json"))
+                results = db.execute(
+                    "SELECT * FROM comm_results WHERE run_id=? ORDER BY bytes", (row["run_id"],)
+                )
+                row["results"] = [
+                    {k: v for k, v in dict(r).items() if k != "run_id"} for r in results
+                ]
+        return rows
 
     def resolve_id(self, fragment: str) -> str | None:
         """The run id equal to ``fragment``, or the only one that starts or ends with it."""

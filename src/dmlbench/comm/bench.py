@@ -1,0 +1,115 @@
+"""The all-reduce micro-benchmark: the worker function and the figures it yields.
+
+Definitions (NCCL-tests'): for an all-reduce of ``S`` bytes taking ``t`` seconds on
+``n`` ranks, algorithm bandwidth ``algbw = S / t`` and bus bandwidth
+``busbw = algbw × 2(n−1)/n``, the rate each link must sustain in a ring: comparable
+across worker counts and with a link's nominal speed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from dmlbench.comm.collectives import all_gather_floats
+from dmlbench.spec.bench import ELEMENT_BYTES, CommBenchSpec
+
+RESULTS_FILE = "comm_results.json"
+
+
+def bus_factor(workers: int) -> float:
+    """All-reduce bus-bandwidth factor ``2(n−1)/n`` (0 for one rank: nothing moves)."""
+    return 2 * (workers - 1) / workers
+
+
+def summarize_size(size: int, per_rank: list[list[float]], workers: int) -> dict[str, Any]:
+    """One message size: a repeat takes as long as its slowest rank."""
+    latencies = [max(rank[i] for rank in per_rank) for i in range(len(per_rank[0]))]
+    median = statistics.median(latencies)
+    algbw = size / median if median > 0 else 0.0
+    return {
+        "bytes": size,
+        "repeats": len(latencies),
+        "latency_s": median,
+        "latency_min_s": min(latencies),
+        "latency_max_s": max(latencies),
+        "latency_std_s": statistics.stdev(latencies) if len(latencies) > 1 else 0.0,
+        "algbw": algbw,
+        "busbw": algbw * bus_factor(workers),
+    }
+
+
+def _iterations(spec: CommBenchSpec, tensor: torch.Tensor, device: torch.device,
+                cuda: bool) -> int:  # fmt: skip
+    """All-reduces per timed repeat, so that a repeat lasts about ``spec.repeat_s``.
+
+    One small all-reduce lasts less than the skew with which ranks leave a barrier;
+    timing a run of them (as NCCL-tests does) measures the operation, not the skew.
+    The warm-up all-reduces estimate its cost; ranks agree on the slowest estimate.
+    """
+    start = time.perf_counter()
+    for _ in range(max(1, spec.warmup)):
+        dist.all_reduce(tensor)
+    if cuda:
+        torch.cuda.synchronize(device)
+    estimate = (time.perf_counter() - start) / max(1, spec.warmup)
+    slowest = max(row[0] for row in all_gather_floats([estimate], device))
+    return max(1, min(spec.max_iterations, int(spec.repeat_s / max(slowest, 1e-9))))
+
+
+def _check(tensor: torch.Tensor, world: int, inner: int, size: int) -> None:
+    """Every rank contributed the same values: the result must be exactly predictable."""
+    expected = 1.0 / inner * world if inner == 1 else 1.0 / inner
+    ends = (tensor[0].item(), tensor[-1].item())
+    if any(abs(v - expected) > 1e-4 * abs(expected) for v in ends):
+        raise RuntimeError(f"all-reduce of {size} bytes returned {ends}, expected {expected}")
+
+
+@record
+def comm_bench_worker(spec_json: str, run_dir: str) -> None:
+    """Time all-reduces of every size; rank 0 writes the per-size summary."""
+    spec = CommBenchSpec.model_validate(json.loads(spec_json))
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    cuda = spec.device == "cuda" or (spec.device == "auto" and spec.backend == "nccl")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else None
+    device = device or torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    torch.set_num_threads(spec.threads())
+    dist.init_process_group(spec.backend, rank=rank, world_size=world,
+                            timeout=timedelta(minutes=10))  # fmt: skip
+    try:
+        rows = []
+        for size in spec.sizes():
+            tensor = torch.ones(size // ELEMENT_BYTES, dtype=torch.float32, device=device)
+            inner = _iterations(spec, tensor, device, cuda)
+            times = []
+            for _ in range(spec.repeats):
+                tensor.fill_(1.0 / inner)  # after `inner` sums every element is world / inner·…
+                dist.barrier()
+                start = time.perf_counter()
+                for _ in range(inner):
+                    dist.all_reduce(tensor)
+                    if inner > 1:
+                        tensor.div_(world)  # keep values bounded; costs far less than a send
+                if cuda:
+                    torch.cuda.synchronize(device)
+                times.append((time.perf_counter() - start) / inner)
+            _check(tensor, world, inner, size)
+            row = summarize_size(size, all_gather_floats(times, device), world)
+            rows.append({**row, "iterations": inner})
+        if rank == 0:
+            path = Path(run_dir) / RESULTS_FILE
+            path.write_text(json.dumps(rows, indent=1))
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,50 @@
+"""One communication micro-benchmark end to end: record, launch, read back, store."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
+from dmlbench.errors import WorkerFailed
+from dmlbench.launch.local import launch_workers
+from dmlbench.launch.run import new_run_id
+from dmlbench.results import ResultsStore
+from dmlbench.results.environment import collect_environment
+from dmlbench.spec.bench import CommBenchSpec
+
+
+@dataclass(frozen=True)
+class CommOutcome:
+    run_id: str
+    status: str
+    rows: list[dict[str, Any]]
+    error: str | None
+
+
+def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = False) -> CommOutcome:
+    """Run ``spec`` once and store it; a failed or interrupted benchmark is stored too."""
+    run_id = new_run_id()
+    run_dir = store.run_dir(run_id)
+    run_dir.mkdir(parents=True)
+    spec_dict = spec.to_json_dict()
+    (run_dir / "spec.json").write_text(json.dumps(spec_dict, indent=2))
+    store.begin_comm(run_id, spec_dict, collect_environment())
+    status, error, rows = "failed", None, []
+    try:
+        launch_workers(comm_bench_worker, (json.dumps(spec_dict), str(run_dir)),
+                       workers=spec.workers, run_dir=run_dir, echo=echo)  # fmt: skip
+        results = run_dir / RESULTS_FILE
+        if results.is_file():
+            rows, status = json.loads(results.read_text()), "success"
+        else:
+            error = "workers exited without writing results"
+    except WorkerFailed as failure:
+        error = str(failure)
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user"
+        raise
+    finally:
+        store.finish_comm(run_id, status=status, rows=rows, error=error)
+    return CommOutcome(run_id, status, rows, error)

@@ -1,0 +1,100 @@
+"""CommBenchSpec: a communication micro-benchmark (mlbench's task 0), fully resolved."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from dmlbench.errors import SpecError
+from dmlbench.spec.recipe import StrictModel
+
+ELEMENT_BYTES = 4  # float32
+
+
+class CommBenchSpec(StrictModel):
+    """All-reduce of float32 tensors over message sizes on a log scale.
+
+    Sizes go from ``min_bytes`` (1 element) up to ``max_bytes``, multiplying by
+    ``factor``; the largest size is always included. Each size gets ``warmup``
+    untimed all-reduces, then ``repeats`` timed repeats, each after a barrier. A repeat
+    is as many back-to-back all-reduces as fill ``repeat_s`` (one for large messages);
+    its time per all-reduce is one sample.
+    """
+
+    op: Literal["allreduce"] = "allreduce"
+    workers: int = Field(2, ge=1, le=4096)
+    backend: Literal["gloo", "nccl", "mpi"] = "gloo"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    min_bytes: int = Field(ELEMENT_BYTES, ge=ELEMENT_BYTES)
+    max_bytes: int = Field(10**8, ge=ELEMENT_BYTES, le=2**34)
+    factor: int = Field(4, ge=2, le=1024, description="size step: bytes × factor")
+    warmup: int = Field(3, ge=0, le=1000)
+    repeats: int = Field(10, ge=1, le=100_000)
+    repeat_s: float = Field(
+        0.01,
+        gt=0,
+        le=60,
+        description="a timed repeat runs back-to-back all-reduces for "
+        "about this long (at least one), so barrier skew does not swamp small messages",
+    )
+    max_iterations: int = Field(1000, ge=1, description="most all-reduces in one repeat")
+    threads_per_worker: int | None = Field(None, ge=1)
+    network: str = Field("none", description="network profile the workers ran under")
+
+    @model_validator(mode="after")
+    def _sizes_make_sense(self) -> CommBenchSpec:
+        if self.max_bytes < self.min_bytes:
+            raise ValueError(f"max_bytes {self.max_bytes} is below min_bytes {self.min_bytes}")
+        return self
+
+    def sizes(self) -> list[int]:
+        """Message sizes in bytes, whole float32 elements, smallest first."""
+        sizes, size = [], self.min_bytes
+        while size < self.max_bytes:
+            sizes.append(size - size % ELEMENT_BYTES)
+            size *= self.factor
+        sizes.append(self.max_bytes - self.max_bytes % ELEMENT_BYTES)
+        return sorted(set(sizes))
+
+    def threads(self, cores: int | None = None) -> int:
+        cores = cores or len(os.sched_getaffinity(0))
+        return self.threads_per_worker or max(1, cores // self.workers)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def validate_bench(data: dict[str, Any]) -> CommBenchSpec:
+    from dmlbench.spec.run import one_line
+
+    try:
+        spec = CommBenchSpec.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(f"invalid benchmark spec: {one_line(error)}") from None
+    if spec.backend == "mpi":
+        import torch.distributed as dist
+
+        if not dist.is_mpi_available():
+            raise SpecError(
+                "this torch build has no MPI backend (torch.distributed.is_mpi_available() is "
+                "False); use --backend gloo, or a torch built with MPI"
+            )
+    if spec.backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecError("--backend nccl needs CUDA GPUs; this machine has none: use gloo")
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 0
+    need = 3 * spec.max_bytes * spec.workers  # tensor + gloo's buffers, per worker
+    if memory and need > memory // 2:
+        raise SpecError(
+            f"max_bytes {spec.max_bytes:,} at {spec.workers} workers needs about "
+            f"{need / 2**30:.1f} GiB, over half of this machine's {memory / 2**30:.1f} GiB; "
+            "lower --max-bytes"
+        )
+    return spec

@@ -1,0 +1,91 @@
+"""The all-reduce micro-benchmark: sizes, definitions, a real gloo run, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dmlbench.comm.bench import bus_factor, summarize_size
+from dmlbench.errors import SpecError
+from dmlbench.spec.bench import CommBenchSpec, validate_bench
+from test_cli import cli
+
+
+def test_sizes_are_a_log_scale_of_whole_elements_ending_at_the_cap() -> None:
+    assert CommBenchSpec(max_bytes=4096).sizes() == [4, 16, 64, 256, 1024, 4096]
+    assert CommBenchSpec(max_bytes=1000, factor=10).sizes() == [4, 40, 400, 1000]
+    assert CommBenchSpec(max_bytes=10**8).sizes()[-1] == 10**8
+    assert CommBenchSpec(min_bytes=4, max_bytes=4).sizes() == [4]
+
+
+def test_bus_bandwidth_factor_follows_nccl_tests() -> None:
+    assert bus_factor(1) == 0.0
+    assert bus_factor(2) == 1.0
+    assert bus_factor(4) == pytest.approx(1.5)
+    assert bus_factor(64) == pytest.approx(2 * 63 / 64)
+
+
+def test_a_repeat_lasts_as_long_as_its_slowest_rank() -> None:
+    per_rank = [[0.010, 0.030, 0.020], [0.012, 0.010, 0.040]]  # 2 ranks × 3 repeats
+    row = summarize_size(1_000_000, per_rank, workers=4)
+    assert row["latency_min_s"] == 0.012 and row["latency_max_s"] == 0.040
+    assert row["latency_s"] == pytest.approx(0.030)  # median of 0.012, 0.030, 0.040
+    assert row["algbw"] == pytest.approx(1_000_000 / 0.030)
+    assert row["busbw"] == pytest.approx(row["algbw"] * 1.5)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"max_bytes": 2}, "max_bytes"),
+        ({"min_bytes": 64, "max_bytes": 16}, "below min_bytes"),
+        ({"backend": "nccl"}, "needs CUDA"),
+        ({"backend": "tcp"}, "backend"),
+        ({"repeats": 0}, "repeats"),
+        ({"max_bytes": 2**34, "workers": 4096}, "lower --max-bytes"),
+    ],
+)
+def test_impossible_benchmarks_are_refused(data: dict, message: str) -> None:
+    import torch
+
+    if data.get("backend") == "nccl" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SpecError, match=message):
+        validate_bench(data)
+
+
+@pytest.mark.multiprocess
+def test_allreduce_benchmark_runs_on_real_gloo_workers(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    done = cli("bench", "allreduce", "--workers", "2", "--max-bytes", "65536", "--repeats", "3",
+               "--warmup", "1", "--json", "--store", store)  # fmt: skip
+    (run,) = json.loads(done.stdout)
+    assert run["status"] == "success" and run["workers"] == 2 and run["network"] == "none"
+    sizes = [r["bytes"] for r in run["results"]]
+    assert sizes == [4, 16, 64, 256, 1024, 4096, 16384, 65536]
+    for row in run["results"]:
+        assert 0 < row["latency_min_s"] <= row["latency_s"] <= row["latency_max_s"] < 5
+        assert row["busbw"] == pytest.approx(row["algbw"])  # 2(n-1)/n = 1 at 2 workers
+        assert row["algbw"] == pytest.approx(row["bytes"] / row["latency_s"])
+        assert row["repeats"] == 3 and row["iterations"] >= 1
+    listed = cli("results", "--store", store).stdout
+    assert run["run_id"] in listed and "allreduce gloo × 2" in listed
+    one = json.loads(cli("results", run["run_id"][-6:], "--json", "--store", store).stdout)
+    assert one["results"] == run["results"]
+    report = cli("report", "--store", store, "--out", str(tmp_path / "r.html")).stdout
+    assert "1 figures" in report
+    page = (tmp_path / "r.html").read_text()
+    assert "Communication micro-benchmarks" in page and run["run_id"] in page
+
+
+def test_bad_benchmark_input_is_one_line() -> None:
+    for args, message in (
+        (["bench", "allreduce", "--backend", "mpi"], "no MPI backend"),
+        (["bench", "allreduce", "--set", "bogus=1"], "unknown spec key 'bogus'"),
+        (["bench", "allreduce", "--workers", "0"], "at least 1"),
+    ):
+        done = cli(*args, check=False)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
