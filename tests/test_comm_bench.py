@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from test_cli import cli
 
 from dmlbench.comm.bench import bus_factor, summarize_size
 from dmlbench.errors import SpecError
 from dmlbench.spec.bench import CommBenchSpec, validate_bench
-from test_cli import cli
 
 
 def test_sizes_are_a_log_scale_of_whole_elements_ending_at_the_cap() -> None:
