@@ -589,6 +589,13 @@ def bench_allreduce(
     factor: Annotated[int, typer.Option(help="size step between messages")] = 4,
     repeats: Annotated[int, typer.Option(help="timed repeats per size")] = 10,
     warmup: Annotated[int, typer.Option(help="untimed all-reduces per size first")] = 3,
+    network: Annotated[
+        str | None,
+        typer.Option(
+            help="run each worker in its own namespace on this network profile "
+            "(root); see src/dmlbench/netem/profiles.yaml"
+        ),
+    ] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", "-s", help="any benchmark key: key=value")
     ] = None,
@@ -606,16 +613,19 @@ def bench_allreduce(
         tree: dict[str, Any] = {
             "workers": count, "backend": backend, "max_bytes": max_bytes, "factor": factor,
             "repeats": repeats, "warmup": warmup,
+            "network": {"profile": network} if network else {},
         }  # fmt: skip
         full = {**CommBenchSpec().to_json_dict(), **tree}
+        full["network"] = {**CommBenchSpec().network.model_dump(), **tree["network"]}
         apply_overrides(full, overrides or [])
         specs.append(validate_bench(full))
     results = _open_store(store)
     runs, failed = [], False
     for spec in specs:
         out = err_console if json_out else console
-        out.print(f"all-reduce · {spec.backend} · {spec.workers} workers · "
-                  f"{len(spec.sizes())} sizes up to {spec.max_bytes:,} bytes …")  # fmt: skip
+        out.print(f"all-reduce · {spec.backend} · {spec.workers} workers · network "
+                  f"{spec.network.label()} · {len(spec.sizes())} sizes up to "
+                  f"{spec.max_bytes:,} bytes …")  # fmt: skip
         try:
             outcome = run_comm_bench(spec, results)
         except KeyboardInterrupt:

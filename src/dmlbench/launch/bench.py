@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,6 +11,7 @@ from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_workers
 from dmlbench.launch.run import new_run_id
+from dmlbench.netem.topology import NetworkError, Topology
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
 from dmlbench.spec.bench import CommBenchSpec
@@ -30,17 +32,21 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
     run_dir.mkdir(parents=True)
     spec_dict = spec.to_json_dict()
     (run_dir / "spec.json").write_text(json.dumps(spec_dict, indent=2))
-    store.begin_comm(run_id, spec_dict, collect_environment())
+    network = spec.network.resolve() if spec.network.enabled else None
+    label = network.describe() if network else "none"
+    store.begin_comm(run_id, {**spec_dict, "network_label": label}, collect_environment())
     status, error, rows = "failed", None, []
     try:
-        launch_workers(comm_bench_worker, (json.dumps(spec_dict), str(run_dir)),
-                       workers=spec.workers, run_dir=run_dir, echo=echo)  # fmt: skip
+        with Topology(spec.workers, network) if network else nullcontext() as topology:
+            launch_workers(comm_bench_worker, (json.dumps(spec_dict), str(run_dir)),
+                           workers=spec.workers, run_dir=run_dir, echo=echo,
+                           topology=topology)  # fmt: skip
         results = run_dir / RESULTS_FILE
         if results.is_file():
             rows, status = json.loads(results.read_text()), "success"
         else:
             error = "workers exited without writing results"
-    except WorkerFailed as failure:
+    except (WorkerFailed, NetworkError) as failure:
         error = str(failure)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user"

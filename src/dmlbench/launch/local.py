@@ -21,6 +21,7 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from dmlbench.errors import WorkerFailed
+from dmlbench.netem.topology import Topology, namespaced_worker
 from dmlbench.spec import RunSpec
 from dmlbench.train.worker import run_worker
 
@@ -68,8 +69,12 @@ def launch_workers(
     run_dir: Path,
     echo: bool = True,
     env: dict[str, str] | None = None,
+    topology: Topology | None = None,
 ) -> None:
     """Run ``entrypoint(*args)`` in ``workers`` processes to completion.
+
+    With a ``topology`` each worker first joins its own network namespace, and the
+    rendezvous listens on the emulated network's host-only bridge address.
 
     Raises ``WorkerFailed`` if one fails (with its error in one line) and
     ``KeyboardInterrupt`` if the launcher is interrupted (SIGINT/SIGTERM); the workers
@@ -78,17 +83,24 @@ def launch_workers(
     _quiet_torch_launcher()
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    host = LOOPBACK
+    if topology is not None:
+        host = topology.hub_address
+        target = f"{entrypoint.__module__}:{entrypoint.__name__}"
+        args = (json.dumps(topology.namespaces), target, *args)
+        entrypoint = namespaced_worker
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
         nproc_per_node=workers,
         run_id=run_dir.name,
         rdzv_backend="c10d",
-        rdzv_endpoint=f"{LOOPBACK}:0",
+        rdzv_endpoint=f"{host}:0",
+        rdzv_configs={"is_host": True},  # this process hosts the store, whatever the address
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
-        local_addr=LOOPBACK,
+        local_addr=host,
         log_line_prefix_template="[rank${rank}]: ",
         logs_specs=DefaultLogsSpecs(
             log_dir=str(log_dir),
@@ -111,9 +123,10 @@ def launch_workers(
         raise WorkerFailed(f"workers could not be started: {error}") from None
 
 
-def launch_local(spec: RunSpec, run_dir: Path, *, echo: bool = True) -> None:
+def launch_local(
+    spec: RunSpec, run_dir: Path, *, echo: bool = True, topology: Topology | None = None
+) -> None:
     """Run ``spec.workers`` training workers to completion (see :func:`launch_workers`)."""
     spec_json = json.dumps(spec.to_json_dict())
-    launch_workers(
-        run_worker, (spec_json, str(run_dir)), workers=spec.workers, run_dir=run_dir, echo=echo
-    )
+    launch_workers(run_worker, (spec_json, str(run_dir)), workers=spec.workers,
+                   run_dir=run_dir, echo=echo, topology=topology)  # fmt: skip

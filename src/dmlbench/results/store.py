@@ -262,7 +262,8 @@ class ResultsStore:
                 environment_json, run_dir, launcher_pid)
                 VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (
-                    run_id, spec["op"], spec["backend"], spec["workers"], spec["network"],
+                    run_id, spec["op"], spec["backend"], spec["workers"],
+                    spec.get("network_label", "none"),
                     now_iso(), environment["host"], environment["cpu_model"],
                     environment["cores"], environment["torch"], environment["git_revision"],
                     json.dumps(spec), json.dumps(environment), str(self.run_dir(run_id)),

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from dmlbench.errors import SpecError
+from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.spec.recipe import StrictModel
 
 ELEMENT_BYTES = 4  # float32
@@ -41,7 +42,7 @@ class CommBenchSpec(StrictModel):
     )
     max_iterations: int = Field(1000, ge=1, description="most all-reduces in one repeat")
     threads_per_worker: int | None = Field(None, ge=1)
-    network: str = Field("none", description="network profile the workers ran under")
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
 
     @model_validator(mode="after")
     def _sizes_make_sense(self) -> CommBenchSpec:
@@ -73,6 +74,10 @@ def validate_bench(data: dict[str, Any]) -> CommBenchSpec:
         spec = CommBenchSpec.model_validate(data)
     except ValidationError as error:
         raise SpecError(f"invalid benchmark spec: {one_line(error)}") from None
+    if spec.network.enabled:
+        from dmlbench.netem.topology import preflight
+
+        preflight(spec.network.resolve())  # refused now, not after the run is recorded
     if spec.backend == "mpi":
         import torch.distributed as dist
 

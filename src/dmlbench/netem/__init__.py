@@ -1,0 +1,14 @@
+"""Emulated networks: named profiles (data) and namespaces + veth + bridge + tc (code)."""
+
+from dmlbench.netem.profiles import NetworkSpec, ResolvedNetwork, load_profiles
+from dmlbench.netem.topology import NetworkError, Topology, leftovers, remove_stale
+
+__all__ = [
+    "NetworkError",
+    "NetworkSpec",
+    "ResolvedNetwork",
+    "Topology",
+    "leftovers",
+    "load_profiles",
+    "remove_stale",
+]

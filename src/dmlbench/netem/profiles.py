@@ -1,0 +1,116 @@
+"""Network profiles: bandwidth and latency per worker link, named in YAML or given inline."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, model_validator
+
+from dmlbench.errors import SpecError
+from dmlbench.spec.recipe import StrictModel
+
+PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|tbit)\s*$", re.I)
+_TIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|ms|us|ns)\s*$", re.I)
+_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def parse_rate(text: str) -> float:
+    """``"100mbit"`` → 1e8 bits per second."""
+    match = _RATE.match(str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise SpecError(f"bandwidth {text!r} is not a positive rate like 100mbit or 10gbit")
+    return float(match.group(1)) * _RATE_UNITS[match.group(2).lower()]
+
+
+def parse_time(text: str) -> float:
+    """``"5ms"`` → 0.005 seconds."""
+    match = _TIME.match(str(text))
+    if not match:
+        raise SpecError(f"latency {text!r} is not a time like 5ms or 50us")
+    return float(match.group(1)) * _TIME_UNITS[match.group(2).lower()]
+
+
+class NetworkSpec(StrictModel):
+    """Which network the workers run under. ``none``: the host's loopback, unshaped."""
+
+    profile: str = Field("none", description="a named profile (see `dmlbench networks`)")
+    bandwidth: str | None = Field(None, description="per link and direction, e.g. 100mbit")
+    latency: str | None = Field(None, description="one-way delay per packet, e.g. 5ms")
+    profiles_file: str | None = Field(None, description="your own profiles YAML")
+
+    @model_validator(mode="after")
+    def _units(self) -> NetworkSpec:
+        if self.bandwidth is not None:
+            parse_rate(self.bandwidth)
+        if self.latency is not None:
+            parse_time(self.latency)
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.profile != "none" or self.bandwidth is not None or self.latency is not None
+
+    def resolve(self) -> ResolvedNetwork:
+        """The profile's values with inline ones on top; refuses unknown names."""
+        values: dict[str, Any] = {}
+        if self.profile != "none":
+            profiles = load_profiles(Path(self.profiles_file) if self.profiles_file else None)
+            if self.profile not in profiles:
+                close = difflib.get_close_matches(self.profile, profiles, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise SpecError(f"unknown network profile '{self.profile}'{hint}; known: "
+                                f"{', '.join(profiles)}")  # fmt: skip
+            values = dict(profiles[self.profile])
+        if self.bandwidth is not None:
+            values["bandwidth"] = self.bandwidth
+        if self.latency is not None:
+            values["latency"] = self.latency
+        rate = parse_rate(values["bandwidth"]) if values.get("bandwidth") else None
+        delay = parse_time(values["latency"]) if values.get("latency") else 0.0
+        name = self.profile if self.profile != "none" else "custom"
+        if self.profile != "none" and (self.bandwidth or self.latency):
+            name += "+custom"
+        return ResolvedNetwork(name=name, rate_bps=rate, delay_s=delay)
+
+    def label(self) -> str:
+        return self.resolve().describe() if self.enabled else "none"
+
+
+class ResolvedNetwork(StrictModel):
+    name: str
+    rate_bps: float | None  # None: unshaped
+    delay_s: float = 0.0
+
+    def describe(self) -> str:
+        parts = [self.name]
+        if self.rate_bps:
+            parts.append(f"{self.rate_bps / 1e6:g} Mbit/s")
+        if self.delay_s:
+            parts.append(f"{self.delay_s * 1e3:g} ms")
+        return " · ".join(parts)
+
+
+def load_profiles(path: Path | None = None) -> dict[str, dict[str, Any]]:
+    path = path or PROFILES_FILE
+    if not path.is_file():
+        raise SpecError(f"network profiles file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise SpecError(f"network profiles file {path} is not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"network profiles file {path} must map names to bandwidth/latency")
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or not (entry.get("bandwidth") or entry.get("latency")):
+            raise SpecError(f"network profile '{name}' in {path} needs a bandwidth or latency")
+        if entry.get("bandwidth"):
+            parse_rate(entry["bandwidth"])
+        if entry.get("latency"):
+            parse_time(entry["latency"])
+    return {str(k): v for k, v in data.items()}

@@ -1,0 +1,234 @@
+"""Emulated networks on one machine: a namespace per worker, veth pairs, a bridge, tc.
+
+::
+
+    root namespace: bridge dmlb<tag>br (10.X.255.254/16) ── the launcher's rendezvous
+        ├── veth dmlb<tag>v0 ─── eth0 in namespace dmlb<tag>n0 (10.X.0.1)   worker rank 0
+        ├── veth dmlb<tag>v1 ─── eth0 in namespace dmlb<tag>n1 (10.X.0.2)   worker rank 1
+        └── ...
+
+Bandwidth: ``tbf`` on both ends of every veth (a worker's egress and its ingress).
+Latency: ``netem`` on each worker's egress where the kernel has it. Set-up and
+tear-down are one context manager; everything it creates is named after the
+launcher's pid, so leftovers of a launcher that was killed are removed by the next
+one. The bridge network is host-only: nothing is routed off the machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dmlbench.errors import DmlbenchError
+from dmlbench.netem.profiles import ResolvedNetwork
+
+PREFIX = "dmlb"
+WORKER_IFNAME = "eth0"
+CLONE_NEWNET = 0x40000000
+_NAME = re.compile(rf"^{PREFIX}([0-9a-z]+)(?:n\d+|br)$")
+
+
+class NetworkError(DmlbenchError):
+    """An emulated network cannot be set up here (not root, no tc, an impossible profile)."""
+
+
+def _base36(number: int) -> str:
+    return np.base_repr(number, 36).lower()
+
+
+def _run(*args: str, ns: str | None = None, check: bool = True) -> str:
+    command = ["ip", "netns", "exec", ns, *args] if ns else list(args)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    if check and done.returncode != 0:
+        raise NetworkError(f"`{' '.join(command)}` failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def leftovers() -> list[str]:
+    """Every namespace and bridge dmlbench created that still exists (any launcher)."""
+    if shutil.which("ip") is None:
+        return []
+    names = [line.split()[0] for line in _run("ip", "netns", "list", check=False).splitlines()
+             if line.strip()]  # fmt: skip
+    links = _run("ip", "-o", "link", "show", "type", "bridge", check=False)
+    names += [m.group(1) for m in re.finditer(r"^\d+: ([^:@\s]+)", links, re.M)]
+    return [n for n in names if _NAME.match(n)]
+
+
+def remove_stale() -> list[str]:
+    """Remove what killed launchers left behind; return the names removed."""
+    removed = []
+    for name in leftovers():
+        match = _NAME.match(name)
+        assert match
+        tag = match.group(1)
+        pid = int(tag.split("x")[0], 36)
+        if _alive(pid):
+            continue
+        if name.endswith("br"):
+            _run("ip", "link", "del", name, check=False)
+        else:
+            _run("ip", "netns", "del", name, check=False)
+        removed.append(name)
+    return removed
+
+
+def netem_available() -> bool:
+    """Whether this kernel has the netem qdisc (tried on a throwaway namespace)."""
+    probe = f"{PREFIX}{_base36(os.getpid())}xprobe"
+    _run("ip", "netns", "add", probe, check=False)
+    try:
+        _run("ip", "link", "set", "lo", "up", ns=probe, check=False)
+        done = subprocess.run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo",
+                               "root", "netem", "delay", "1ms"], capture_output=True)  # fmt: skip
+        return done.returncode == 0
+    finally:
+        _run("ip", "netns", "del", probe, check=False)
+
+
+def check_can_emulate() -> None:
+    if os.geteuid() != 0:
+        raise NetworkError(
+            "network emulation needs root (it creates network namespaces and tc qdiscs); "
+            "run as root, e.g. with sudo, or drop --network"
+        )
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            raise NetworkError(f"network emulation needs `{tool}` (Debian: apt-get install "
+                               "iproute2)")  # fmt: skip
+
+
+def preflight(network: ResolvedNetwork) -> None:
+    """Refuse, in one line, what cannot be emulated here; before anything is created."""
+    check_can_emulate()
+    if network.delay_s and not netem_available():
+        raise NetworkError(
+            f"network '{network.name}' asks for {network.delay_s * 1e3:g} ms of latency, but "
+            "this kernel has no netem qdisc and dmlbench's own delay emulation is not built "
+            "yet; use a profile without latency (e.g. 1gbit) or set network.latency=0s"
+        )
+
+
+@dataclass
+class Topology:
+    """``workers`` namespaces joined through a bridge, shaped as ``network`` says."""
+
+    workers: int
+    network: ResolvedNetwork
+    tag: str = ""
+    namespaces: list[str] = field(default_factory=list)
+    _made: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) to remove
+
+    _count = 0
+
+    def __post_init__(self) -> None:
+        Topology._count += 1
+        self.tag = self.tag or f"{_base36(os.getpid())}x{_base36(Topology._count)}"
+        if self.workers > 250 * 255:
+            raise NetworkError(f"{self.workers} workers do not fit one emulated /16 network")
+        self.subnet = 100 + os.getpid() % 100  # 10.<subnet>.0.0/16, host-only
+
+    @property
+    def bridge(self) -> str:
+        return f"{PREFIX}{self.tag}br"
+
+    @property
+    def hub_address(self) -> str:
+        return f"10.{self.subnet}.255.254"
+
+    def address(self, rank: int) -> str:
+        return f"10.{self.subnet}.{rank // 250}.{rank % 250 + 1}"
+
+    def _tbf(self, device: str, ns: str | None) -> list[str]:
+        assert self.network.rate_bps
+        rate_bytes = self.network.rate_bps / 8
+        # Bursts must hold a whole GSO super-packet (64 KiB) or tbf drops it for ever.
+        burst = int(max(128 * 1024, rate_bytes * 0.002))
+        return ["tc", "qdisc", "add", "dev", device, "parent" if ns and self.network.delay_s
+                else "root", *(["2:1"] if ns and self.network.delay_s else []), "handle", "20:",
+                "tbf", "rate", f"{int(self.network.rate_bps)}bit", "burst", str(burst),
+                "latency", "100ms"]  # fmt: skip
+
+    def __enter__(self) -> Topology:
+        preflight(self.network)
+        remove_stale()
+        try:
+            self._build()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _build(self) -> None:
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        self._made.append(("link", self.bridge))
+        _run("ip", "addr", "add", f"{self.hub_address}/16", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        for rank in range(self.workers):
+            ns, veth = f"{PREFIX}{self.tag}n{rank}", f"{PREFIX}{self.tag}v{_base36(rank)}"
+            _run("ip", "netns", "add", ns)
+            self._made.append(("netns", ns))
+            self.namespaces.append(ns)
+            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", WORKER_IFNAME,
+                 "netns", ns)  # fmt: skip
+            _run("ip", "link", "set", veth, "master", self.bridge, "up")
+            _run("ip", "addr", "add", f"{self.address(rank)}/16", "dev", WORKER_IFNAME, ns=ns)
+            _run("ip", "link", "set", WORKER_IFNAME, "up", ns=ns)
+            _run("ip", "link", "set", "lo", "up", ns=ns)
+            if self.network.delay_s:
+                delay = f"{self.network.delay_s * 1e6:.0f}us"
+                _run("tc", "qdisc", "add", "dev", WORKER_IFNAME, "root", "handle", "2:",
+                     "netem", "delay", delay, "limit", "100000", ns=ns)  # fmt: skip
+            if self.network.rate_bps:
+                _run(*self._tbf(WORKER_IFNAME, ns), ns=ns)  # this worker's egress
+                _run(*self._tbf(veth, None))  # its ingress
+
+    def __exit__(self, *exc: object) -> None:
+        for kind, name in reversed(self._made):
+            if kind == "netns":
+                _run("ip", "netns", "del", name, check=False)
+            else:
+                _run("ip", "link", "del", name, check=False)
+        self._made.clear()
+
+
+def enter_namespace(name: str) -> None:
+    """Move the calling process into network namespace ``name`` (before any socket)."""
+    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"setns into {name} failed: {os.strerror(error)}")
+    finally:
+        os.close(fd)
+
+
+def namespaced_worker(namespaces_json: str, target: str, *args: Any) -> Any:
+    """Launcher entry point: join this rank's namespace, then run ``module:function``."""
+    import json
+
+    namespaces: Sequence[str] = json.loads(namespaces_json)
+    enter_namespace(namespaces[int(os.environ["LOCAL_RANK"])])
+    os.environ["GLOO_SOCKET_IFNAME"] = WORKER_IFNAME
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)(*args)
