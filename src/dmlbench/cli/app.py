@@ -117,6 +117,10 @@ def run(
         str | None, typer.Option(help="gradient exchange: allreduce (reference) or ddp")
     ] = None,
     data_dir: Annotated[Path | None, typer.Option(help="where datasets are found")] = None,
+    network: Annotated[
+        str | None,
+        typer.Option(help="network profile: each worker in its own namespace, shaped (root)"),
+    ] = None,
     store: StoreOption = default_store(),
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="resolve the spec, start nothing")
@@ -162,7 +166,8 @@ def run(
         )
         _run_sweep(
             sweep, overrides=overrides or [], plugins=plugins or [],
-            fields={"exchange": exchange, "data_dir": str(data_dir) if data_dir else None},
+            fields={"exchange": exchange, "data_dir": str(data_dir) if data_dir else None,
+                "network": {"profile": network} if network else None},
             store=store, rerun=rerun, plan_only=dry_run, json_out=json_out, quiet=quiet,
         )  # fmt: skip
         return
@@ -175,6 +180,7 @@ def run(
         seed=seed,
         exchange=exchange,
         data_dir=str(data_dir) if data_dir else None,
+        network={"profile": network} if network else None,
     )
     if dry_run:
         _dry_run(spec, deviations(spec), json_out)

@@ -7,11 +7,13 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_local
+from dmlbench.netem.topology import NetworkError, Topology, preflight
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
 from dmlbench.results.environment import collect_environment
 from dmlbench.results.events import EventTail
@@ -68,6 +70,9 @@ def run_benchmark(
     exit path (success, worker failure, Ctrl-C, a bug) completes it.
     """
     task = get_task(spec.task)
+    network = spec.network.resolve() if spec.network.enabled else None
+    if network:
+        preflight(network)  # not root, or no way to emulate it: refused before recording
     task.prepare(spec.data_dir, spec.download)
     run_id = new_run_id()
     run_dir = store.run_dir(run_id)
@@ -80,9 +85,10 @@ def run_benchmark(
     if watcher:
         watcher.start()
     try:
-        launch_local(spec, run_dir, echo=echo)
+        with Topology(spec.workers, network) if network else nullcontext() as topology:
+            launch_local(spec, run_dir, echo=echo, topology=topology)
         status = ""
-    except WorkerFailed as failure:
+    except (WorkerFailed, NetworkError) as failure:
         error = str(failure)
     except KeyboardInterrupt:
         status, error = "interrupted", "interrupted by the user"

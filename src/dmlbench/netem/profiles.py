@@ -11,7 +11,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from dmlbench.errors import SpecError
-from dmlbench.spec.recipe import StrictModel
+from dmlbench.strict import StrictModel
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|tbit)\s*$", re.I)

@@ -192,6 +192,8 @@ def run_summary(run: dict[str, Any]) -> Table:
     if cores and run["workers"] > cores:
         table.add_row("[yellow]note[/yellow]", f"{run['workers']} workers on {cores} cores: "
                       "oversubscribed, so times include workers sharing cores")  # fmt: skip
+    if run.get("network") and run["network"] != "none":
+        table.add_row("network", f"{run['network']} (emulated: a namespace per worker)")
     if run.get("deviations"):
         table.add_row("differs from recipe", ", ".join(
             f"{k}={v['actual']}" for k, v in run["deviations"].items()))  # fmt: skip

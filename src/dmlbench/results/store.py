@@ -59,7 +59,8 @@ CREATE TABLE IF NOT EXISTS runs (
     scaling TEXT,
     repeat INTEGER,
     run_key TEXT,
-    point_json TEXT
+    point_json TEXT,
+    network TEXT
 );
 CREATE TABLE IF NOT EXISTS evals (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -110,8 +111,16 @@ ADDED_COLUMNS = [
     ("repeat", "INTEGER"),
     ("run_key", "TEXT"),
     ("point_json", "TEXT"),
+    ("network", "TEXT"),
 ]
 _JSON_COLUMNS = ("spec_json", "deviations_json", "environment_json", "summary_json", "point_json")
+
+
+def _network_label(spec: dict[str, Any]) -> str:
+    from dmlbench.netem.profiles import NetworkSpec
+
+    network = NetworkSpec.model_validate(spec.get("network") or {})
+    return network.label()
 
 
 def default_store() -> Path:
@@ -179,9 +188,9 @@ class ResultsStore:
                 """INSERT INTO runs (run_id, task, status, division, created_at, workers,
                 local_batch, global_batch, seed, exchange, target, host, cpu_model, cores, gpus,
                 torch_version, git_revision, spec_json, deviations_json, environment_json,
-                run_dir, launcher_pid, sweep, scaling, repeat, run_key, point_json)
+                run_dir, launcher_pid, sweep, scaling, repeat, run_key, point_json, network)
                 VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-                ?, ?, ?, ?, ?, ?)""",
+                ?, ?, ?, ?, ?, ?, ?)""",
                 (
                     run_id, spec["task"], "open" if deviations else "closed", now_iso(),
                     spec["workers"], recipe["local_batch"], recipe["local_batch"] * spec["workers"],
@@ -192,6 +201,7 @@ class ResultsStore:
                     str(self.run_dir(run_id)), os.getpid(), tag.get("name"),
                     tag.get("scaling"), tag.get("repeat"), tag.get("key"),
                     json.dumps(tag["point"], default=str) if "point" in tag else None,
+                    _network_label(spec),
                 ),
             )  # fmt: skip
 

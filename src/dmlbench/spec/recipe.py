@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-
-class StrictModel(BaseModel):
-    """Refuses unknown keys, so a typo in a spec never passes silently."""
-
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+from dmlbench.strict import StrictModel
 
 
 class ModelSpec(StrictModel):

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from dmlbench.errors import SpecError
+from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.spec.overrides import apply_overrides, deep_merge, flatten
 from dmlbench.spec.recipe import Recipe, StrictModel
 
@@ -45,6 +46,10 @@ class RunSpec(StrictModel):
     save_model: bool = Field(False, description="rank 0 saves final weights as model.pt")
     plugins: list[str] = Field(
         default_factory=list, description="modules imported first; they may register tasks"
+    )
+    network: NetworkSpec = Field(
+        default_factory=NetworkSpec,
+        description="emulated network: each worker in its own namespace, shaped with tc",
     )
 
     @model_validator(mode="after")
@@ -97,6 +102,8 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
 
     task = get_task(spec.task)
     validate_model_spec(spec.recipe.model)
+    if spec.network.enabled:
+        spec.network.resolve()  # unknown profiles and units are refused here
     if task.train_examples is not None and spec.effective_global_batch > task.train_examples:
         raise SpecError(
             f"global batch {spec.effective_global_batch} ({spec.workers} workers × "
