@@ -1,0 +1,147 @@
+"""Emulated networks: profiles, namespaces and tc for real (as root), nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli import cli
+
+from dmlbench.errors import SpecError
+from dmlbench.netem import NetworkSpec, Topology, leftovers, load_profiles, remove_stale
+from dmlbench.netem.profiles import ResolvedNetwork, parse_rate, parse_time
+from dmlbench.netem.topology import netem_available
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+
+def test_units_parse_like_tc() -> None:
+    assert parse_rate("100mbit") == 1e8
+    assert parse_rate("2.5gbit") == 2.5e9
+    assert parse_time("5ms") == pytest.approx(0.005)
+    assert parse_time("50us") == pytest.approx(5e-5)
+    for bad in ("fast", "0mbit", "-1gbit", "100"):
+        with pytest.raises(SpecError, match="not a positive rate"):
+            parse_rate(bad)
+    with pytest.raises(SpecError, match="not a time"):
+        parse_time("soon")
+
+
+def test_profiles_are_data_and_inline_values_override_them(tmp_path: Path) -> None:
+    profiles = load_profiles()
+    assert {"1gbit", "10gbit", "25gbit-cloud", "100gbit-ib", "wan-20ms"} <= set(profiles)
+    wan = NetworkSpec(profile="wan-20ms").resolve()
+    assert (wan.rate_bps, wan.delay_s) == (1e9, pytest.approx(0.02))
+    mixed = NetworkSpec(profile="wan-20ms", latency="5ms").resolve()
+    assert mixed.delay_s == pytest.approx(0.005) and mixed.name == "wan-20ms+custom"
+    assert NetworkSpec(bandwidth="100mbit").resolve().describe() == "custom · 100 Mbit/s"
+    with pytest.raises(SpecError, match="did you mean '10gbit'"):
+        NetworkSpec(profile="10gbt").resolve()
+    mine = tmp_path / "nets.yaml"
+    mine.write_text("lab: {bandwidth: 40gbit}\nbroken: {description: nothing}\n")
+    with pytest.raises(SpecError, match=r"'broken'.*needs a bandwidth or latency"):
+        NetworkSpec(profile="lab", profiles_file=str(mine)).resolve()
+
+
+def _ours(tag: str) -> list[str]:
+    return [name for name in leftovers() if tag in name]
+
+
+@root_only
+def test_topology_builds_shapes_and_removes_everything() -> None:
+    network = ResolvedNetwork(name="t", rate_bps=1e8)
+    with Topology(3, network) as topology:
+        assert len(_ours(topology.tag)) == 4  # 3 namespaces + the bridge
+        qdiscs = subprocess.run(
+            ["ip", "netns", "exec", topology.namespaces[1], "tc", "qdisc", "show", "dev", "eth0"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        assert "tbf" in qdiscs and "100Mbit" in qdiscs
+        ping = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                topology.namespaces[0],
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "2",
+                topology.address(2),
+            ],
+            capture_output=True,
+        )
+        assert ping.returncode == 0 or shutil.which("ping") is None
+    assert _ours(topology.tag) == []
+
+
+@root_only
+def test_leftovers_of_a_killed_launcher_are_removed() -> None:
+    script = (
+        "import os, signal\nfrom dmlbench.netem import Topology\n"
+        "from dmlbench.netem.profiles import ResolvedNetwork\n"
+        "t = Topology(2, ResolvedNetwork(name='t', rate_bps=1e9)).__enter__()\n"
+        "print(t.tag, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL
+    tag = done.stdout.strip()
+    assert len(_ours(tag)) == 3
+    removed = remove_stale()
+    assert set(_ours(tag)) == set() and len([n for n in removed if tag in n]) == 3
+
+
+@root_only
+@pytest.mark.multiprocess
+def test_shaping_caps_all_reduce_bandwidth(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    args = ("bench", "allreduce", "--workers", "2", "--max-bytes", str(2**20), "--factor", "16",
+            "--repeats", "3", "--warmup", "1", "--json", "--store", store)  # fmt: skip
+    shaped = json.loads(cli(*args, "--network", "100mbit").stdout)[0]
+    free = json.loads(cli(*args).stdout)[0]
+    big = {r["bytes"]: r["busbw"] for r in shaped["results"]}[2**20]
+    assert 8e6 < big < 12.6e6  # 100 Mbit/s = 12.5 MB/s, less TCP/IP overhead
+    assert {r["bytes"]: r["busbw"] for r in free["results"]}[2**20] > 4 * big
+    assert shaped["network"] == "100mbit · 100 Mbit/s" and free["network"] == "none"
+    assert leftovers() == []
+
+
+@root_only
+@pytest.mark.multiprocess
+def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path) -> None:
+    done = cli("run", "crash-kill", "--plugin", "dmlbench_test_plugins", "--workers", "2",
+               "--network", "1gbit", "--json", "--store", str(tmp_path / "s"),
+               check=False)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    run = json.loads(done.stdout)
+    assert run["status"] == "failed" and "rank 1" in run["error"]
+    assert run["network"] == "1gbit · 1000 Mbit/s"
+    assert leftovers() == []
+
+
+@root_only
+def test_refusals_are_one_line(tmp_path: Path) -> None:
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if shutil.which("setpriv"):
+        done = subprocess.run([*nobody, sys.executable, "-m", "dmlbench", "bench", "allreduce",
+                               "--network", "1gbit", "--store", str(tmp_path / "n")],
+                              capture_output=True, text=True, cwd="/")  # fmt: skip
+        assert done.returncode == 2 and "network emulation needs root" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    latency = cli("bench", "allreduce", "--network", "wan-20ms", "--max-bytes", "64",
+                  "--store", str(tmp_path / "s"), check=False)  # fmt: skip
+    if netem_available():
+        assert latency.returncode == 0
+    else:
+        assert latency.returncode == 2 and "this kernel has no netem qdisc" in latency.stderr
+    bad = cli("run", "--network", "10gbt", "--dry-run", check=False)
+    assert bad.returncode == 2 and "did you mean '10gbit'" in bad.stderr
+    assert leftovers() == []
