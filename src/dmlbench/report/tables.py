@@ -91,6 +91,7 @@ def scaling_columns(
             "eff": lambda r: f"{fmt(r['efficiency_tta'])}/{fmt(r['efficiency_step'])}",
             "comm": lambda r: f"{fmt(r['comm_ratio_max'], '.0%')}",
             "batch": lambda r: f"{int(r['local_batch'])}/{int(r['global_batch'])}",
+            "variant": lambda r: " ".join(p.partition("=")[2] for p in r["variant"].split()),
         }
         return [
             (TERMINAL_COLUMNS[keys[title]], short.get(keys[title], fn))

@@ -247,7 +247,7 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
 
     tables = []
     for (task, sweep), rows in table.groupby(["task", "sweep"], sort=False):
-        modes = ", ".join(sorted(set(rows["scaling"]) - {"none"})) or "no scaling mode"
+        modes = ", ".join(sorted(set(rows["scaling"]) - {"none"}))
         over = rows[rows["oversubscribed"]]
         caption = (
             f"* oversubscribed: {', '.join(str(int(n)) for n in sorted(set(over['workers'])))}"
@@ -260,7 +260,7 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             "TTA/step time; comm: max over ranks"
         )
         rich_table = Table(
-            title=f"{task} · sweep {sweep} · {modes} scaling",
+            title=f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else ""),
             title_justify="left",
             box=box.SIMPLE_HEAD,
             caption=f"{legend}\n{caption}" if caption else legend,
@@ -269,8 +269,8 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             pad_edge=False,
         )
         columns = scaling_columns(rows, budget_s, terminal=True)
-        for title, _ in columns:
-            rich_table.add_column(title, justify="right", no_wrap=True)
+        for title, _ in columns:  # the variant label may wrap; numbers never do
+            rich_table.add_column(title, justify="right", no_wrap=title != "variant")
         for _, row in rows.iterrows():
             rich_table.add_row(*(fn(row) for _, fn in columns))
         tables.append(rich_table)

@@ -134,6 +134,8 @@ def spec_tree(
     for name, info in RunSpec.model_fields.items():
         if not info.is_required():
             default = info.get_default(call_default_factory=True)
+            if isinstance(default, StrictModel):  # nested specs become keys too
+                default = default.model_dump()
             tree[name] = str(default) if isinstance(default, Path) else default
     tree["plugins"] = plugin_list
     if config:
