@@ -269,8 +269,10 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             pad_edge=False,
         )
         columns = scaling_columns(rows, budget_s, terminal=True)
-        for title, _ in columns:  # the variant label may wrap; numbers never do
-            rich_table.add_column(title, justify="right", no_wrap=title != "variant")
+        for title, fn in columns:
+            widest = max(len(fn(row)) for _, row in rows.iterrows())
+            rich_table.add_column(title, justify="right", no_wrap=True,
+                                  min_width=widest if title == "variant" else None)  # fmt: skip
         for _, row in rows.iterrows():
             rich_table.add_row(*(fn(row) for _, fn in columns))
         tables.append(rich_table)
