@@ -37,7 +37,8 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
     store.begin_comm(run_id, {**spec_dict, "network_label": label}, collect_environment())
     status, error, rows = "failed", None, []
     try:
-        with Topology(spec.workers, network) if network else nullcontext() as topology:
+        emulated = Topology(spec.workers, network, record_to=run_dir) if network else None
+        with emulated or nullcontext() as topology:
             launch_workers(comm_bench_worker, (json.dumps(spec_dict), str(run_dir)),
                            workers=spec.workers, run_dir=run_dir, echo=echo,
                            topology=topology)  # fmt: skip

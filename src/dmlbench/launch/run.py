@@ -85,7 +85,8 @@ def run_benchmark(
     if watcher:
         watcher.start()
     try:
-        with Topology(spec.workers, network) if network else nullcontext() as topology:
+        emulated = Topology(spec.workers, network, record_to=run_dir) if network else None
+        with emulated or nullcontext() as topology:
             launch_local(spec, run_dir, echo=echo, topology=topology)
         status = ""
     except (WorkerFailed, NetworkError) as failure:

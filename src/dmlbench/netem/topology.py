@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import json
 import os
 import re
 import shutil
@@ -32,6 +33,7 @@ from dmlbench.errors import DmlbenchError
 from dmlbench.netem.profiles import ResolvedNetwork
 
 PREFIX = "dmlb"
+NETWORK_FILE = "network.json"
 WORKER_IFNAME = "eth0"
 CLONE_NEWNET = 0x40000000
 _NAME = re.compile(rf"^{PREFIX}([0-9a-z]+)(?:n\d+|br)$")
@@ -120,11 +122,11 @@ def check_can_emulate() -> None:
 def preflight(network: ResolvedNetwork) -> None:
     """Refuse, in one line, what cannot be emulated here; before anything is created."""
     check_can_emulate()
-    if network.delay_s and not netem_available():
+    if network.delay_s and not netem_available() and not os.path.exists("/dev/net/tun"):
         raise NetworkError(
             f"network '{network.name}' asks for {network.delay_s * 1e3:g} ms of latency, but "
-            "this kernel has no netem qdisc and dmlbench's own delay emulation is not built "
-            "yet; use a profile without latency (e.g. 1gbit) or set network.latency=0s"
+            "this kernel has neither the netem qdisc nor /dev/net/tun for dmlbench's own "
+            "delay forwarder; use a profile without latency (e.g. 1gbit)"
         )
 
 
@@ -134,9 +136,14 @@ class Topology:
 
     workers: int
     network: ResolvedNetwork
+    record_to: Any = None  # a run folder: network.json is written there on tear-down
     tag: str = ""
     namespaces: list[str] = field(default_factory=list)
+    delay_by: str = "none"  # how latency is added: none, netem, or forwarder (TUN)
+    forwarder_stats: dict[str, Any] = field(default_factory=dict)
     _made: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) to remove
+    _forwarder: subprocess.Popen[str] | None = None
+    _stats_path: str = ""
 
     _count = 0
 
@@ -163,8 +170,9 @@ class Topology:
         rate_bytes = self.network.rate_bps / 8
         # Bursts must hold a whole GSO super-packet (64 KiB) or tbf drops it for ever.
         burst = int(max(128 * 1024, rate_bytes * 0.002))
-        return ["tc", "qdisc", "add", "dev", device, "parent" if ns and self.network.delay_s
-                else "root", *(["2:1"] if ns and self.network.delay_s else []), "handle", "20:",
+        under_netem = device == WORKER_IFNAME and ns is not None and self.delay_by == "netem"
+        return ["tc", "qdisc", "add", "dev", device, "parent" if under_netem else "root",
+                *(["2:1"] if under_netem else []), "handle", "20:",
                 "tbf", "rate", f"{int(self.network.rate_bps)}bit", "burst", str(burst),
                 "latency", "100ms"]  # fmt: skip
 
@@ -179,6 +187,8 @@ class Topology:
         return self
 
     def _build(self) -> None:
+        if self.network.delay_s:
+            self.delay_by = "netem" if netem_available() else "forwarder"
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         self._made.append(("link", self.bridge))
         _run("ip", "addr", "add", f"{self.hub_address}/16", "dev", self.bridge)
@@ -194,15 +204,78 @@ class Topology:
             _run("ip", "addr", "add", f"{self.address(rank)}/16", "dev", WORKER_IFNAME, ns=ns)
             _run("ip", "link", "set", WORKER_IFNAME, "up", ns=ns)
             _run("ip", "link", "set", "lo", "up", ns=ns)
-            if self.network.delay_s:
+            if self.delay_by == "netem":
                 delay = f"{self.network.delay_s * 1e6:.0f}us"
                 _run("tc", "qdisc", "add", "dev", WORKER_IFNAME, "root", "handle", "2:",
                      "netem", "delay", delay, "limit", "100000", ns=ns)  # fmt: skip
             if self.network.rate_bps:
                 _run(*self._tbf(WORKER_IFNAME, ns), ns=ns)  # this worker's egress
                 _run(*self._tbf(veth, None))  # its ingress
+        if self.delay_by == "forwarder":
+            self._start_forwarder()
+
+    def _start_forwarder(self) -> None:
+        """Route worker-to-worker traffic through TUN devices and the delay forwarder."""
+        import select
+        import sys
+        import tempfile
+
+        from dmlbench.netem.forwarder import TUN_NAME
+
+        handle, self._stats_path = tempfile.mkstemp(prefix="dmlb-forwarder-")
+        os.close(handle)
+        endpoints = [f"{ns}={self.address(i)}" for i, ns in enumerate(self.namespaces)]
+        self._forwarder = subprocess.Popen(
+            [sys.executable, "-m", "dmlbench.netem.forwarder", "--delay-us",
+             f"{self.network.delay_s * 1e6:.1f}", "--stats", self._stats_path, *endpoints],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self._forwarder.stdout is not None
+        ready, _, _ = select.select([self._forwarder.stdout], [], [], 20)
+        if not ready or self._forwarder.stdout.readline().strip() != "ready":
+            self._forwarder.kill()
+            _, err = self._forwarder.communicate(timeout=5)
+            last = err.strip().splitlines()[-1] if err.strip() else "no output"
+            raise NetworkError(f"the delay forwarder did not start: {last}")
+        for rank, ns in enumerate(self.namespaces):
+            _run("ip", "link", "set", TUN_NAME, "up", "mtu", "65000", ns=ns)
+            _run("sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0",
+                 f"net.ipv4.conf.{TUN_NAME}.rp_filter=0", ns=ns)  # fmt: skip
+            for peer in range(self.workers):
+                if peer != rank:
+                    _run("ip", "route", "add", f"{self.address(peer)}/32", "dev", TUN_NAME,
+                         "src", self.address(rank), ns=ns)  # fmt: skip
+            if self.network.rate_bps:
+                _run(*self._tbf(TUN_NAME, None), ns=ns)
+
+    def _stop_forwarder(self) -> None:
+        if self._forwarder is None:
+            return
+        self._forwarder.terminate()
+        try:
+            self._forwarder.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._forwarder.kill()
+            self._forwarder.communicate()
+        try:
+            with open(self._stats_path) as stats:
+                self.forwarder_stats = json.load(stats)
+        except (OSError, ValueError):
+            self.forwarder_stats = {}
+        os.unlink(self._stats_path)
+        self._forwarder = None
+
+    def describe(self) -> dict[str, Any]:
+        """What was emulated and how, with the forwarder's own cost when there was one."""
+        return {"network": self.network.model_dump(), "delay_by": self.delay_by,
+                "workers": self.workers, "forwarder": self.forwarder_stats}  # fmt: skip
 
     def __exit__(self, *exc: object) -> None:
+        self._stop_forwarder()
+        if self.record_to is not None:
+            from pathlib import Path
+
+            (Path(self.record_to) / NETWORK_FILE).write_text(json.dumps(self.describe(), indent=2))
         for kind, name in reversed(self._made):
             if kind == "netns":
                 _run("ip", "netns", "del", name, check=False)
@@ -225,8 +298,6 @@ def enter_namespace(name: str) -> None:
 
 def namespaced_worker(namespaces_json: str, target: str, *args: Any) -> Any:
     """Launcher entry point: join this rank's namespace, then run ``module:function``."""
-    import json
-
     namespaces: Sequence[str] = json.loads(namespaces_json)
     enter_namespace(namespaces[int(os.environ["LOCAL_RANK"])])
     os.environ["GLOO_SOCKET_IFNAME"] = WORKER_IFNAME

@@ -194,11 +194,37 @@ def run_summary(run: dict[str, Any]) -> Table:
                       "oversubscribed, so times include workers sharing cores")  # fmt: skip
     if run.get("network") and run["network"] != "none":
         table.add_row("network", f"{run['network']} (emulated: a namespace per worker)")
+        cost = _forwarder_cost(run)
+        if cost:
+            table.add_row("delay forwarder", cost)
     if run.get("deviations"):
         table.add_row("differs from recipe", ", ".join(
             f"{k}={v['actual']}" for k, v in run["deviations"].items()))  # fmt: skip
     table.add_row("run folder", run["run_dir"])
     return table
+
+
+def _forwarder_cost(run: dict[str, Any]) -> str | None:
+    """The TUN delay forwarder's own cost, from the run folder's network.json."""
+    import json
+    from pathlib import Path
+
+    path = Path(run["run_dir"]) / "network.json"
+    try:
+        stats = json.loads(path.read_text()).get("forwarder") or {}
+    except (OSError, ValueError):
+        return None
+    if not stats.get("packets"):
+        return None
+    elapsed = run.get("elapsed_s") or 0.0
+    share = f", {stats['cpu_s'] / elapsed:.0%} of one core over the run" if elapsed else ""
+    warn = " — it shares the cores with the workers" if elapsed and \
+        stats["cpu_s"] / elapsed > 0.05 else ""  # fmt: skip
+    return (
+        f"{stats['packets']:,} packets, {stats['cpu_s']:.2f} s CPU{share}; released "
+        f"{stats['late_mean_s'] * 1e6:.0f} µs late on average (max "
+        f"{stats['late_max_s'] * 1e3:.1f} ms){warn}"
+    )
 
 
 STATUS_WORDS = {"target_not_reached": "no target"}
