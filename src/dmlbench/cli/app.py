@@ -648,6 +648,116 @@ def bench_allreduce(
         raise typer.Exit(1)
 
 
+@app.command()
+def simulate(
+    task: Annotated[str, typer.Argument(help="task to predict (calibrated from its runs)")],
+    workers: Annotated[str, typer.Option("--workers", "-w", help="e.g. 1,8,64,512")] = "1,2,4,8",
+    network: Annotated[
+        str, typer.Option(help="profiles, comma-separated (none = the measured host network)")
+    ] = "10gbit",
+    algorithm: Annotated[str, typer.Option(help="ring, tree and/or ps (comma-separated)")] = "ring",
+    store: StoreOption = default_store(),
+    price: PriceOption = None,
+    prices: PricesOption = None,
+    png: Annotated[Path | None, typer.Option(help="write the predicted speedup plot here")] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Predict step time, time to accuracy and cost at N workers on a network.
+
+    Calibrated from the store: compute from the task's runs, communication from
+    `dmlbench bench allreduce`; epochs to the target from runs that reached it (at the
+    nearest measured global batch otherwise, and said so).
+    """
+    import math
+
+    from dmlbench.netem.profiles import NetworkSpec
+    from dmlbench.perfmodel import ALGORITHMS, Link, calibrate_comm, calibrate_task, comm_for
+    from dmlbench.perfmodel import predict as predict_run
+    from dmlbench.report.prices import choose_price
+
+    counts = _worker_counts(workers)
+    algorithms = [a.strip() for a in algorithm.split(",") if a.strip()]
+    bad = [a for a in algorithms if a not in ALGORITHMS]
+    if bad:
+        raise DmlbenchError(f"--algorithm {bad[0]!r}: choose ring, tree or ps")
+    links = {}
+    for name in [n.strip() for n in network.split(",") if n.strip()]:
+        if name == "none":
+            links[name] = Link(math.inf, 0.0)
+        else:
+            resolved = NetworkSpec(profile=name).resolve()
+            links[name] = Link((resolved.rate_bps or math.inf) / 8, resolved.delay_s)
+    results = _require_store(store)
+    comm = calibrate_comm(results.comm_runs())
+    calibration = calibrate_task(results.runs(task=task), task)
+    chosen = choose_price(price, prices)
+    rows: list[dict[str, Any]] = []
+    for name, link in links.items():
+        for algo in algorithms:
+            base_tta = None
+            for count in counts:
+                epochs, measured = calibration.epochs_to_target(calibration.local_batch * count)
+                guess = predict_run(
+                    workers=count, algorithm=algo, local_batch=calibration.local_batch,  # type: ignore[arg-type]
+                    compute_per_example_s=0.0, compute_fixed_s=calibration.compute_step_s,
+                    gradient_bytes=calibration.gradient_bytes,
+                    train_examples=calibration.train_examples, epochs_to_target=epochs,
+                    eval_s_per_epoch=calibration.eval_s_per_epoch, link=link,
+                    calibration=comm_for(comm, max(2, count)),
+                    price_per_worker_hour=chosen.per_worker_hour,
+                )  # fmt: skip
+                base_tta = base_tta or guess.tta_s
+                rows.append({
+                    "network": name, "algorithm": algo, "workers": count,
+                    "global_batch": guess.global_batch, "step_s": guess.step_s,
+                    "compute_s": guess.compute_s, "comm_s": guess.comm_s,
+                    "comm_ratio": guess.comm_ratio, "epochs": epochs,
+                    "epochs_measured": measured, "tta_s": guess.tta_s,
+                    "speedup": base_tta / guess.tta_s, "cost": guess.cost,
+                })  # fmt: skip
+    if json_out:
+        _print_json(
+            {
+                "calibration": {
+                    **calibration.__dict__,
+                    "comm": {n: c.__dict__ for n, c in comm.items()},
+                },
+                "predictions": rows,
+            }
+        )
+    else:
+        from rich.table import Table
+
+        table = Table(
+            title=f"{task}: predicted (weak scaling, b = {calibration.local_batch}; compute "
+            f"{calibration.compute_step_s * 1e3:.2f} ms/step measured at "
+            f"{calibration.workers} worker(s); {calibration.gradient_bytes / 1e6:.2f} MB of "
+            "gradients per step)",
+            title_justify="left",
+            caption=f"* epochs to target assumed from the nearest measured global batch; cost "
+            f"at {chosen.label}",
+            caption_justify="left",
+        )  # fmt: skip
+        for column in ("network", "algo", "N", "B", "step ms", "comm", "epochs", "TTA s",
+                       "speedup", "cost"):  # fmt: skip
+            table.add_column(column, justify="right")
+        for row in rows:
+            table.add_row(
+                row["network"], row["algorithm"], str(row["workers"]), str(row["global_batch"]),
+                f"{row['step_s'] * 1e3:,.2f}", f"{row['comm_ratio']:.0%}",
+                f"{row['epochs']:.1f}" + ("" if row["epochs_measured"] else "*"),
+                f"{row['tta_s']:,.1f}", f"{row['speedup']:.2f}",
+                f"{row['cost']:.4f}" if row["cost"] is not None else "—",
+            )  # fmt: skip
+        console.print(table)
+    if png:
+        from dmlbench.report.figures import predicted_speedup
+
+        predicted_speedup(rows, f"{task} · predicted · calibrated on "
+                          f"{calibration.runs} runs").savefig(png, dpi=200)  # fmt: skip
+        console.print(f"speedup plot: {png}")
+
+
 def main() -> None:
     try:
         app()

@@ -30,9 +30,9 @@ import struct
 import sys
 import time
 
+from dmlbench.netem.topology import TUN_DEVICE as TUN_NAME
 from dmlbench.netem.topology import enter_namespace
 
-TUN_NAME = "dmlbt"
 TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
 MAX_PACKET = 65536

@@ -33,6 +33,8 @@ from dmlbench.errors import DmlbenchError
 from dmlbench.netem.profiles import ResolvedNetwork
 
 PREFIX = "dmlb"
+TUN_DEVICE = "dmlbt"  # the delay forwarder's device in each worker namespace
+TUN_MTU = 9000  # fewer, larger packets for the forwarder; small enough for a tight tbf
 NETWORK_FILE = "network.json"
 WORKER_IFNAME = "eth0"
 CLONE_NEWNET = 0x40000000
@@ -168,8 +170,11 @@ class Topology:
     def _tbf(self, device: str, ns: str | None) -> list[str]:
         assert self.network.rate_bps
         rate_bytes = self.network.rate_bps / 8
-        # Bursts must hold a whole GSO super-packet (64 KiB) or tbf drops it for ever.
-        burst = int(max(128 * 1024, rate_bytes * 0.002))
+        # The bucket holds 1 ms of traffic, and at least two of the largest packets (GSO is
+        # off on the veths, so a packet is one MTU): a larger burst would let whole small
+        # messages through unshaped.
+        largest = TUN_MTU if device == TUN_DEVICE else 1514
+        burst = int(max(2 * largest + 1024, rate_bytes * 0.001))
         under_netem = device == WORKER_IFNAME and ns is not None and self.delay_by == "netem"
         return ["tc", "qdisc", "add", "dev", device, "parent" if under_netem else "root",
                 *(["2:1"] if under_netem else []), "handle", "20:",
@@ -200,9 +205,9 @@ class Topology:
             self.namespaces.append(ns)
             _run("ip", "link", "add", veth, "type", "veth", "peer", "name", WORKER_IFNAME,
                  "netns", ns)  # fmt: skip
-            _run("ip", "link", "set", veth, "master", self.bridge, "up")
+            _run("ip", "link", "set", veth, "master", self.bridge, "up", "gso_max_segs", "1")
             _run("ip", "addr", "add", f"{self.address(rank)}/16", "dev", WORKER_IFNAME, ns=ns)
-            _run("ip", "link", "set", WORKER_IFNAME, "up", ns=ns)
+            _run("ip", "link", "set", WORKER_IFNAME, "up", "gso_max_segs", "1", ns=ns)
             _run("ip", "link", "set", "lo", "up", ns=ns)
             if self.delay_by == "netem":
                 delay = f"{self.network.delay_s * 1e6:.0f}us"
@@ -238,7 +243,7 @@ class Topology:
             last = err.strip().splitlines()[-1] if err.strip() else "no output"
             raise NetworkError(f"the delay forwarder did not start: {last}")
         for rank, ns in enumerate(self.namespaces):
-            _run("ip", "link", "set", TUN_NAME, "up", "mtu", "65000", ns=ns)
+            _run("ip", "link", "set", TUN_NAME, "up", "mtu", str(TUN_MTU), ns=ns)
             _run("sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0",
                  f"net.ipv4.conf.{TUN_NAME}.rp_filter=0", ns=ns)  # fmt: skip
             for peer in range(self.workers):

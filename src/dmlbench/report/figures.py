@@ -310,4 +310,25 @@ def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
+def predicted_speedup(rows: list[dict], title: str) -> Figure:
+    """The performance model's speedup in time to accuracy vs workers, per network."""
+    fig, (ax,) = _figure(title, "Predicted speedup vs workers")
+    frame = pd.DataFrame(rows)
+    workers = sorted(int(w) for w in frame["workers"].unique())
+    n0 = min(workers)
+    ax.plot(workers, [w / n0 for w in workers], "k--", lw=1, label="ideal (linear)")
+    styles = {"ring": "o-", "tree": "s:", "ps": "^-."}
+    for i, ((network, algo), group) in enumerate(frame.groupby(["network", "algorithm"],
+                                                               sort=False)):  # fmt: skip
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        group = group.sort_values("workers")
+        ax.plot(group["workers"], group["speedup"], styles.get(str(algo), "o-"), color=colour,
+                label=f"{network} · {algo}")  # fmt: skip
+    _log2_workers(ax, workers)
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel(f"speedup in time to accuracy over {n0} worker(s)")
+    ax.legend(fontsize=8)
+    return fig
+
+
 FigureFn = Callable[..., Figure]

@@ -151,6 +151,10 @@ class Trainer:
             backend=self.ctx.backend,
             exchange=self.exchange.name,
             comm_overlapped=self.exchange.overlapped,
+            parameters=sum(p.numel() for p in self.model.parameters() if p.requires_grad),
+            gradient_bytes=sum(
+                p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad
+            ),
         )
         if self.ctx.world_size > 1:
             dist.barrier()

@@ -1,0 +1,135 @@
+"""Calibrate the performance model from what the store measured.
+
+- Communication (``CommCalibration``) from unshaped ``bench allreduce`` runs: the
+  per-message overhead ``α`` from the fastest repeats of small messages, the hosts' own
+  bus bandwidth from the largest message, per worker count.
+- A task (``TaskCalibration``) from its training runs: compute seconds per step and
+  per example (data + forward + backward + optimizer, mean over ranks, steady state),
+  gradient bytes, evaluation seconds per epoch, and epochs to the target by global
+  batch. What was not measured is said to be assumed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dmlbench.errors import DmlbenchError
+from dmlbench.netem.profiles import NetworkSpec
+from dmlbench.perfmodel.model import CommCalibration
+
+SMALL = (64, 4096)  # bytes: messages small enough that only the overhead counts
+
+
+def _network_of(run: dict[str, Any]) -> tuple[float | None, float]:
+    spec = NetworkSpec.model_validate(run["spec"].get("network") or {})
+    if not spec.enabled:
+        return None, 0.0
+    resolved = spec.resolve()
+    return resolved.rate_bps, resolved.delay_s
+
+
+def calibrate_comm(comm_runs: Sequence[dict[str, Any]]) -> dict[int, CommCalibration]:
+    """One calibration per worker count measured on the unshaped host network."""
+    by_workers: dict[int, list[dict[str, Any]]] = {}
+    for run in comm_runs:
+        if run["status"] == "success" and _network_of(run) == (None, 0.0) and run["results"]:
+            by_workers.setdefault(run["workers"], []).append(run)
+    if not by_workers:
+        raise DmlbenchError(
+            "no unshaped all-reduce benchmark in the store to calibrate from; run "
+            "`dmlbench bench allreduce --workers 2` (same --store) first"
+        )
+    calibrations = {}
+    for workers, runs in by_workers.items():
+        steps = 2 * (workers - 1)
+        # The fastest repeat, not the median: on loopback, gloo's small messages carry a
+        # 1-2 ms scheduling artifact (see BENCHMARKS.md) that real links do not.
+        small = [r["latency_min_s"] for run in runs for r in run["results"]
+                 if SMALL[0] <= r["bytes"] <= SMALL[1]]  # fmt: skip
+        alpha = min(small) / steps if small else 0.0
+        largest = [max(run["results"], key=lambda r: r["bytes"]) for run in runs]
+        busbw = statistics.median(r["busbw"] for r in largest)
+        calibrations[workers] = CommCalibration(alpha_s=alpha, host_busbw=busbw)
+    return calibrations
+
+
+def comm_for(calibrations: dict[int, CommCalibration], workers: int) -> CommCalibration:
+    """The calibration measured at ``workers``, else at the nearest measured count."""
+    nearest = min(calibrations, key=lambda n: (abs(n - workers), n))
+    return calibrations[nearest]
+
+
+@dataclass
+class TaskCalibration:
+    task: str
+    workers: int  # the worker count compute was measured at
+    local_batch: int
+    compute_step_s: float
+    gradient_bytes: float
+    train_examples: int
+    eval_s_per_epoch: float
+    epochs_by_batch: dict[int, float] = field(default_factory=dict)
+    runs: int = 0
+
+    def epochs_to_target(self, global_batch: int) -> tuple[float, bool]:
+        """(epochs, measured?) at ``global_batch``; else the nearest measured batch's."""
+        if not self.epochs_by_batch:
+            raise DmlbenchError(
+                f"no run of {self.task} reached its target, so epochs to the target are "
+                "unknown; run it to the target once (dmlbench run) with the same --store"
+            )
+        if global_batch in self.epochs_by_batch:
+            return self.epochs_by_batch[global_batch], True
+        nearest = min(self.epochs_by_batch, key=lambda b: abs(b - global_batch))
+        return self.epochs_by_batch[nearest], False
+
+
+def calibrate_task(runs: Sequence[dict[str, Any]], task: str) -> TaskCalibration:
+    """From ``task``'s finished, unshaped runs; compute from the fewest workers measured."""
+    mine = [r for r in runs if r["task"] == task and r["status"] in ("success",
+            "target_not_reached") and (r.get("network") or "none") == "none"
+            and (r.get("summary") or {}).get("phases_steady")]  # fmt: skip
+    if not mine:
+        raise DmlbenchError(
+            f"no finished run of {task} in the store to calibrate compute from; run "
+            f"`dmlbench run {task}` with the same --store first"
+        )
+    fewest = min(r["workers"] for r in mine)
+    base = [r for r in mine if r["workers"] == fewest]
+    compute, grads = [], []
+    for run in base:
+        summary = run["summary"]
+        steps = summary["steady_steps"]
+        per_rank = [sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
+                    for rank in summary["phases_steady"]]  # fmt: skip
+        compute.append(statistics.mean(per_rank) / steps)
+        if summary.get("gradient_bytes"):
+            grads.append(summary["gradient_bytes"])
+    if not grads:
+        raise DmlbenchError(f"the runs of {task} predate gradient-size recording; run it again")
+    eval_total = []
+    for run in base:
+        seconds = [p["seconds"] for p in run["phases"] if p["phase"] == "eval"]
+        if seconds and run["evals"]:
+            eval_total.append(statistics.mean(seconds) / len(run["evals"]))
+    epochs: dict[int, list[float]] = {}
+    for run in mine:
+        if run["status"] != "success":
+            continue
+        first = next((e["epoch"] for e in run["evals"] if e["metric"] >= run["target"]), None)
+        if first is not None:
+            epochs.setdefault(run["global_batch"], []).append(first)
+    return TaskCalibration(
+        task=task,
+        workers=fewest,
+        local_batch=base[0]["local_batch"],
+        compute_step_s=statistics.median(compute),
+        gradient_bytes=statistics.median(grads),
+        train_examples=base[0]["summary"].get("train_examples") or 0,
+        eval_s_per_epoch=statistics.median(eval_total) if eval_total else 0.0,
+        epochs_by_batch={b: statistics.mean(v) for b, v in epochs.items()},
+        runs=len(mine),
+    )

@@ -1,0 +1,124 @@
+"""A latency-bandwidth (α-β) model of synchronous data-parallel training.
+
+For ``N`` workers exchanging ``S`` bytes of gradients per step over links of bus
+bandwidth ``β`` (bytes/s) and one-way latency ``L``, with a per-message software
+overhead ``α``:
+
+- ring all-reduce: ``2(N−1)`` steps, each a message of ``S/N`` bytes::
+
+      T = 2(N−1)·(α + r·L) + 2(N−1)/N · S / β
+
+- tree all-reduce (reduce then broadcast along a binary tree)::
+
+      T = 2⌈log2 N⌉·(α + r·L + S / β)
+
+- centralised parameter server (one server; its link carries every worker's
+  gradients in and the weights out)::
+
+      T = 2·(α + r·L) + 2·N·S / β
+
+``r`` is how many one-way latencies one message step costs (2 for gloo, measured:
+each step waits for its peer's reply). A step takes compute plus ``T`` (no overlap:
+the reference exchange form). Time to accuracy is epochs to the target × steps per
+epoch × step time, plus evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Algorithm = Literal["ring", "tree", "ps"]
+ALGORITHMS: tuple[Algorithm, ...] = ("ring", "tree", "ps")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One worker's link: bus bandwidth in bytes/s (``inf``: not the bottleneck), latency."""
+
+    bandwidth: float
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class CommCalibration:
+    """Measured constants of the communication stack (from ``bench allreduce``)."""
+
+    alpha_s: float  # per-message software overhead
+    host_busbw: float  # bytes/s the hosts themselves move (copying, TCP) without shaping
+    link_efficiency: float = 0.95  # payload share of a shaped link (TCP/IP headers)
+    latencies_per_step: float = 2.0  # r: one-way latencies per message step
+
+
+def effective_bandwidth(link: Link, calibration: CommCalibration) -> float:
+    """The slower of the shaped link (less protocol overhead) and the hosts."""
+    shaped = link.bandwidth * calibration.link_efficiency
+    return min(shaped, calibration.host_busbw)
+
+
+def allreduce_time(
+    algorithm: Algorithm, workers: int, size: float, link: Link, calibration: CommCalibration
+) -> float:
+    """Seconds for one all-reduce of ``size`` bytes among ``workers``."""
+    if workers <= 1 or size <= 0:
+        return 0.0
+    beta = effective_bandwidth(link, calibration)
+    hop = calibration.alpha_s + calibration.latencies_per_step * link.latency_s
+    if algorithm == "ring":
+        steps = 2 * (workers - 1)
+        return steps * hop + steps / workers * size / beta
+    if algorithm == "tree":
+        depth = math.ceil(math.log2(workers))
+        return 2 * depth * (hop + size / beta)
+    if algorithm == "ps":
+        return 2 * hop + 2 * workers * size / beta
+    raise ValueError(f"unknown algorithm {algorithm!r}; choose ring, tree or ps")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    workers: int
+    algorithm: str
+    global_batch: int
+    compute_s: float
+    comm_s: float
+    epochs: float
+    steps: int
+    tta_s: float
+    cost: float | None
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+    @property
+    def comm_ratio(self) -> float:
+        return self.comm_s / self.step_s if self.step_s else 0.0
+
+
+def predict(
+    *,
+    workers: int,
+    algorithm: Algorithm,
+    local_batch: int,
+    compute_per_example_s: float,
+    compute_fixed_s: float,
+    gradient_bytes: float,
+    train_examples: int,
+    epochs_to_target: float,
+    eval_s_per_epoch: float,
+    link: Link,
+    calibration: CommCalibration,
+    price_per_worker_hour: float | None = None,
+) -> Prediction:
+    """Step time, time to accuracy and cost of one configuration (weak scaling: ``b`` fixed)."""
+    global_batch = local_batch * workers
+    compute = compute_fixed_s + compute_per_example_s * local_batch
+    comm = allreduce_time(algorithm, workers, gradient_bytes, link, calibration)
+    steps_per_epoch = math.ceil(train_examples / global_batch)
+    steps = math.ceil(epochs_to_target * steps_per_epoch)
+    tta = steps * (compute + comm) + math.ceil(epochs_to_target) * eval_s_per_epoch
+    cost = tta / 3600 * workers * price_per_worker_hour if price_per_worker_hour else None
+    return Prediction(workers, algorithm, global_batch, compute, comm, epochs_to_target, steps,
+                      tta, cost)  # fmt: skip
