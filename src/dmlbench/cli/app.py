@@ -660,6 +660,12 @@ def simulate(
     price: PriceOption = None,
     prices: PricesOption = None,
     png: Annotated[Path | None, typer.Option(help="write the predicted speedup plot here")] = None,
+    epochs: Annotated[
+        float | None,
+        typer.Option(
+            help="epochs to the target to assume where no stored run reached it", min=0.01
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Predict step time, time to accuracy and cost at N workers on a network.
@@ -696,13 +702,20 @@ def simulate(
         for algo in algorithms:
             base_tta = None
             for count in counts:
-                epochs, measured = calibration.epochs_to_target(calibration.local_batch * count)
+                if epochs is not None and not calibration.epochs_by_batch:
+                    assumed, measured = epochs, False
+                else:
+                    assumed, measured = calibration.epochs_to_target(
+                        calibration.local_batch * count
+                    )
                 guess = predict_run(
                     workers=count, algorithm=algo, local_batch=calibration.local_batch,  # type: ignore[arg-type]
                     compute_per_example_s=0.0, compute_fixed_s=calibration.compute_step_s,
                     gradient_bytes=calibration.gradient_bytes,
-                    train_examples=calibration.train_examples, epochs_to_target=epochs,
-                    eval_s_per_epoch=calibration.eval_s_per_epoch, link=link,
+                    train_examples=calibration.train_examples, epochs_to_target=assumed,
+                    # evaluation is sharded over the workers, as dmlbench's trainer does
+                    eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / count,
+                    link=link,
                     calibration=comm_for(comm, max(2, count)),
                     price_per_worker_hour=chosen.per_worker_hour,
                 )  # fmt: skip
@@ -711,7 +724,7 @@ def simulate(
                     "network": name, "algorithm": algo, "workers": count,
                     "global_batch": guess.global_batch, "step_s": guess.step_s,
                     "compute_s": guess.compute_s, "comm_s": guess.comm_s,
-                    "comm_ratio": guess.comm_ratio, "epochs": epochs,
+                    "comm_ratio": guess.comm_ratio, "epochs": assumed,
                     "epochs_measured": measured, "tta_s": guess.tta_s,
                     "speedup": base_tta / guess.tta_s, "cost": guess.cost,
                 })  # fmt: skip
@@ -734,8 +747,8 @@ def simulate(
             f"{calibration.workers} worker(s); {calibration.gradient_bytes / 1e6:.2f} MB of "
             "gradients per step)",
             title_justify="left",
-            caption=f"* epochs to target assumed from the nearest measured global batch; cost "
-            f"at {chosen.label}",
+            caption="* epochs to the target assumed (--epochs, or the nearest measured global "
+            f"batch's); evaluation sharded over the workers; cost at {chosen.label}",
             caption_justify="left",
         )  # fmt: skip
         for column in ("network", "algo", "N", "B", "step ms", "comm", "epochs", "TTA s",

@@ -79,7 +79,8 @@ class TaskCalibration:
         if not self.epochs_by_batch:
             raise DmlbenchError(
                 f"no run of {self.task} reached its target, so epochs to the target are "
-                "unknown; run it to the target once (dmlbench run) with the same --store"
+                "unknown; run it to the target once (same --store), or assume a number "
+                "with --epochs"
             )
         if global_batch in self.epochs_by_batch:
             return self.epochs_by_batch[global_batch], True

@@ -1,0 +1,111 @@
+"""The performance model on hand-computed cases, its calibration, and `dmlbench simulate`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from test_cli import cli
+
+from dmlbench.perfmodel import CommCalibration, Link, allreduce_time, calibrate_comm, predict
+
+CAL = CommCalibration(alpha_s=1e-4, host_busbw=math.inf, link_efficiency=1.0)
+LINK = Link(bandwidth=1e8, latency_s=1e-3)  # 100 MB/s, 1 ms one way
+
+
+def test_ring_all_reduce_by_hand() -> None:
+    # 2(N-1) = 6 steps of (α + 2L) = 6 × 2.1 ms, plus 6/4 × 1 MB at 100 MB/s = 15 ms
+    assert allreduce_time("ring", 4, 1e6, LINK, CAL) == pytest.approx(0.0126 + 0.015)
+
+
+def test_tree_all_reduce_by_hand() -> None:
+    # ⌈log2 5⌉ = 3 levels, up and down: 6 × (2.1 ms + 10 ms)
+    assert allreduce_time("tree", 5, 1e6, LINK, CAL) == pytest.approx(6 * 0.0121)
+
+
+def test_parameter_server_by_hand() -> None:
+    # one round trip of overheads, and the server's link carries 2 × N × S
+    assert allreduce_time("ps", 4, 1e6, LINK, CAL) == pytest.approx(2 * 0.0021 + 8 * 0.01)
+
+
+def test_one_worker_and_the_bottleneck() -> None:
+    assert allreduce_time("ring", 1, 1e6, LINK, CAL) == 0.0
+    slow_hosts = CommCalibration(alpha_s=0.0, host_busbw=5e7, link_efficiency=1.0)
+    # the hosts (50 MB/s) are slower than the link (100 MB/s): they set the pace
+    assert allreduce_time("ring", 2, 1e6, Link(1e8), slow_hosts) == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        allreduce_time("gossip", 2, 1.0, LINK, CAL)  # type: ignore[arg-type]
+
+
+def test_prediction_by_hand() -> None:
+    guess = predict(
+        workers=2, algorithm="ring", local_batch=10, compute_per_example_s=0.001,
+        compute_fixed_s=0.002, gradient_bytes=1e6, train_examples=1000, epochs_to_target=2,
+        eval_s_per_epoch=0.5, link=LINK, calibration=CAL, price_per_worker_hour=3.6,
+    )  # fmt: skip
+    comm = 2 * 0.0021 + 1e6 / 1e8  # ring, N = 2
+    assert guess.global_batch == 20 and guess.steps == 100  # 50 steps per epoch × 2
+    assert guess.step_s == pytest.approx(0.012 + comm)
+    assert guess.tta_s == pytest.approx(100 * (0.012 + comm) + 2 * 0.5)
+    assert guess.cost == pytest.approx(guess.tta_s / 3600 * 2 * 3.6)
+    assert guess.comm_ratio == pytest.approx(comm / (0.012 + comm))
+
+
+def comm_run(workers: int, rows: list[tuple[int, float, float, float]], **spec) -> dict:
+    return {
+        "run_id": f"c{workers}", "status": "success", "workers": workers,
+        "spec": {"network": spec.get("network", {})},
+        "results": [{"bytes": b, "latency_s": lat, "latency_min_s": low, "busbw": bw}
+                    for b, lat, low, bw in rows],
+    }  # fmt: skip
+
+
+def test_calibration_reads_overhead_and_host_bandwidth() -> None:
+    unshaped = [(4, 1e-4, 5e-5, 0), (64, 2e-3, 4e-4, 0), (4096, 2e-3, 3e-4, 0),
+                (2**24, 0.01, 0.009, 2e9)]  # fmt: skip
+    shaped = [(64, 1e-3, 1e-4, 0), (2**24, 0.01, 0.009, 1e9)]  # not used for calibration
+    runs = [comm_run(2, unshaped), comm_run(2, shaped, network={"bandwidth": "1gbit"})]
+    (only,) = calibrate_comm(runs).values()
+    assert only.alpha_s == pytest.approx(3e-4 / 2)  # fastest small message over 2 steps
+    assert only.host_busbw == 2e9
+
+
+@pytest.mark.multiprocess
+def test_simulate_from_a_real_store(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    missing = cli("simulate", "synthetic-mlp", "--store", store, check=False)
+    assert missing.returncode == 2 and "no results store" in missing.stderr
+    cli("run", "synthetic-mlp", "--workers", "1", "--json", "--store", store)
+    no_bench = cli("simulate", "synthetic-mlp", "--store", store, check=False)
+    assert no_bench.returncode == 2 and "bench allreduce" in no_bench.stderr
+    cli("bench", "allreduce", "--workers", "2", "--max-bytes", str(2**22), "--factor", "16",
+        "--repeats", "2", "--warmup", "1", "--store", store)  # fmt: skip
+    out = json.loads(cli("simulate", "synthetic-mlp", "--workers", "1,2,8", "--network",
+                         "1gbit,100mbit", "--algorithm", "ring,ps", "--json", "--store",
+                         store).stdout)  # fmt: skip
+    rows = out["predictions"]
+    assert len(rows) == 2 * 2 * 3
+    assert out["calibration"]["gradient_bytes"] > 0
+    for group in _groups(rows).values():
+        assert [r["workers"] for r in group] == [1, 2, 8]
+        assert group[0]["speedup"] == 1.0 and group[0]["comm_s"] == 0.0
+        assert group[1]["comm_s"] < group[2]["comm_s"]
+        assert group[0]["epochs_measured"] is True  # the 1-worker run reached the target
+    slow = _groups(rows)[("100mbit", "ring")][2]["comm_s"]
+    fast = _groups(rows)[("1gbit", "ring")][2]["comm_s"]
+    size = out["calibration"]["gradient_bytes"]  # only the bandwidth term differs:
+    hosts = out["calibration"]["comm"]["2"]["host_busbw"]
+    slow_bw, fast_bw = min(11.875e6, hosts), min(118.75e6, hosts)  # 95% of each link
+    assert slow - fast == pytest.approx(14 / 8 * size * (1 / slow_bw - 1 / fast_bw))
+    bad = cli("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store,
+              check=False)  # fmt: skip
+    assert bad.returncode == 2 and "choose ring, tree or ps" in bad.stderr
+
+
+def _groups(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["network"], row["algorithm"]), []).append(row)
+    return groups
