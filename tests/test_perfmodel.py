@@ -99,6 +99,9 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     hosts = out["calibration"]["comm"]["2"]["host_busbw"]
     slow_bw, fast_bw = min(11.875e6, hosts), min(118.75e6, hosts)  # 95% of each link
     assert slow - fast == pytest.approx(14 / 8 * size * (1 / slow_bw - 1 / fast_bw))
+    page = tmp_path / "report.html"
+    cli("report", "--store", store, "--out", str(page))
+    assert "synthetic-mlp · predicted scaling" in page.read_text()  # saved, then drawn
     bad = cli("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store,
               check=False)  # fmt: skip
     assert bad.returncode == 2 and "choose ring, tree or ps" in bad.stderr

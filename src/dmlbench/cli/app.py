@@ -484,13 +484,18 @@ def report(
     results = _require_store(store)
     runs = results.runs(sweep=sweep, task=task)
     comm_runs = results.comm_runs() if not (sweep or task) else []
-    if not runs and not comm_runs:
+    from dmlbench.report.predictions import load_predictions
+
+    predictions = [] if sweep else [
+        p for p in load_predictions(store) if not task or p["task"] == task
+    ]  # fmt: skip
+    if not runs and not comm_runs and not predictions:
         raise DmlbenchError(f"no stored runs in {store} to report on")
     chosen = choose_price(price, prices)
     target = out or store / "report.html"
     sections, pngs = write_report(
         runs, target, store=str(store), budget_s=budget, price=chosen, png_dir=png,
-        comm_runs=comm_runs,
+        comm_runs=comm_runs, predictions=predictions,
     )  # fmt: skip
     frame = analysis.runs_frame(runs)
     table = analysis.scaling_table(
@@ -666,6 +671,13 @@ def simulate(
             help="epochs to the target to assume where no stored run reached it", min=0.01
         ),
     ] = None,
+    host_bandwidth: Annotated[
+        str | None,
+        typer.Option(
+            help="assume hosts that move this much (e.g. 400gbit) instead of the "
+            "calibrated host bandwidth: for machines faster than this one"
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Predict step time, time to accuracy and cost at N workers on a network.
@@ -687,14 +699,24 @@ def simulate(
     if bad:
         raise DmlbenchError(f"--algorithm {bad[0]!r}: choose ring, tree or ps")
     links = {}
+    from dmlbench.netem.profiles import load_profiles, parse_rate
+
+    known = load_profiles()
     for name in [n.strip() for n in network.split(",") if n.strip()]:
         if name == "none":
             links[name] = Link(math.inf, 0.0)
+        elif name not in known and name[:1].isdigit():  # a bare rate, e.g. 54gbit
+            links[name] = Link(parse_rate(name) / 8, 0.0)
         else:
             resolved = NetworkSpec(profile=name).resolve()
             links[name] = Link((resolved.rate_bps or math.inf) / 8, resolved.delay_s)
     results = _require_store(store)
     comm = calibrate_comm(results.comm_runs())
+    if host_bandwidth is not None:
+        from dataclasses import replace
+
+        faster = parse_rate(host_bandwidth) / 8
+        comm = {n: replace(c, host_busbw=faster) for n, c in comm.items()}
     calibration = calibrate_task(results.runs(task=task), task)
     chosen = choose_price(price, prices)
     rows: list[dict[str, Any]] = []
@@ -728,16 +750,20 @@ def simulate(
                     "epochs_measured": measured, "tta_s": guess.tta_s,
                     "speedup": base_tta / guess.tta_s, "cost": guess.cost,
                 })  # fmt: skip
+    from dmlbench.report.predictions import save_predictions
+
+    result = {
+        "task": task,
+        "calibration": {
+            **calibration.__dict__,
+            "comm": {n: c.__dict__ for n, c in comm.items()},
+        },
+        "predictions": rows,
+        "price": chosen.label,
+    }
+    saved = save_predictions(store, task, result)
     if json_out:
-        _print_json(
-            {
-                "calibration": {
-                    **calibration.__dict__,
-                    "comm": {n: c.__dict__ for n, c in comm.items()},
-                },
-                "predictions": rows,
-            }
-        )
+        _print_json(result)
     else:
         from rich.table import Table
 
@@ -763,6 +789,7 @@ def simulate(
                 f"{row['cost']:.4f}" if row["cost"] is not None else "—",
             )  # fmt: skip
         console.print(table)
+        console.print(f"saved to {saved}; `dmlbench report` draws it")
     if png:
         from dmlbench.report.figures import predicted_speedup
 

@@ -247,6 +247,60 @@ def _comm_html(section: Section) -> str:
     )
 
 
+def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
+    """One section per task simulated: predicted speedup vs workers per network."""
+    sections = []
+    for result in predictions:
+        rows = pd.DataFrame(result["predictions"])
+        if rows.empty:
+            continue
+        calibration = result["calibration"]
+        title = (
+            f"{result['task']} · predicted by the performance model · calibrated on "
+            f"{calibration['runs']} run(s) · {str(result.get('created_at', ''))[:10]}"
+        )
+        section = Section(result["task"], "predicted", title, rows, rows, pd.DataFrame())
+        section.figures = {
+            "predicted-speedup": figures.predicted_speedup(result["predictions"], title)
+        }
+        assumed = not rows["epochs_measured"].all()
+        section.notes = [
+            f"Compute {calibration['compute_step_s'] * 1e3:.2f} ms per step measured at "
+            f"{calibration['workers']} worker(s); {calibration['gradient_bytes'] / 1e6:.2f} MB "
+            "of gradients per step."
+            + (" Epochs to the target are assumed where marked *." if assumed else "")
+        ]
+        sections.append(section)
+    return sections
+
+
+def _prediction_html(section: Section) -> str:
+    head = (
+        "<tr><th>network</th><th>algorithm</th><th>N</th><th>B</th><th>step ms</th>"
+        "<th>comm</th><th>epochs</th><th>TTA s</th><th>speedup</th><th>cost</th></tr>"
+    )
+    body = "".join(
+        f"<tr><td>{html.escape(str(r['network']))}</td><td>{html.escape(str(r['algorithm']))}"
+        f"</td><td>{r['workers']}</td><td>{r['global_batch']}</td>"
+        f"<td>{r['step_s'] * 1e3:,.2f}</td><td>{r['comm_ratio']:.0%}</td>"
+        f"<td>{r['epochs']:.1f}{'' if r['epochs_measured'] else '*'}</td>"
+        f"<td>{r['tta_s']:,.1f}</td><td>{r['speedup']:.2f}</td>"
+        f"<td>{fmt(r['cost'], '.4f')}</td></tr>"
+        for _, r in section.runs.iterrows()
+    )
+    figs = "".join(
+        f"<figure class='plot' id='{section.slug}-{name}'>{svg_of(fig)}</figure>"
+        for name, fig in section.figures.items()
+    )
+    notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in section.notes)
+    return (
+        f"<section id='{section.slug}'><h2>{html.escape(section.task)} · predicted scaling</h2>"
+        f"<p class='meta'>{html.escape(section.title)}</p>{notes}<div class='grid'>{figs}</div>"
+        f"<div class='scroll'><table><thead>{head}</thead><tbody>{body}</tbody></table></div>"
+        "</section>"
+    )
+
+
 def _run_details(run: dict[str, Any]) -> str:
     rid = html.escape(run["run_id"])
     parts = {
@@ -303,6 +357,7 @@ def render_html(
     budget_s: float | None,
     price: Price | None,
     comm: Section | None = None,
+    predicted: Sequence[Section] = (),
 ) -> str:
     out = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -336,6 +391,7 @@ def render_html(
         out.append("</section>")
     if comm is not None:
         out.append(_comm_html(comm))
+    out.extend(_prediction_html(section) for section in predicted)
     out.append("<h2 id='runs'>Every run: resolved spec and environment</h2>")
     out.extend(_run_details(run) for run in runs)
     out.append(f"<script>{RENDER_CHECK}</script></body></html>")
@@ -351,13 +407,17 @@ def write_report(
     price: Price | None = None,
     png_dir: Path | None = None,
     comm_runs: Sequence[dict[str, Any]] = (),
+    predictions: Sequence[dict[str, Any]] = (),
 ) -> tuple[list[Section], list[Path]]:
     """Write the HTML report (and PNGs of every figure when ``png_dir`` is given)."""
     sections = build_sections(runs, budget_s=budget_s, price=price)
     comm = comm_section(comm_runs)
-    page = render_html(sections, runs, store=store, budget_s=budget_s, price=price, comm=comm)
-    if comm is not None:
-        sections = [*sections, comm]
+    predicted = prediction_sections(predictions)
+    page = render_html(
+        sections, runs, store=store, budget_s=budget_s, price=price, comm=comm,
+        predicted=predicted,
+    )  # fmt: skip
+    sections = [*sections, *([comm] if comm else []), *predicted]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(page, encoding="utf-8")
