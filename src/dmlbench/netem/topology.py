@@ -157,6 +157,17 @@ class Topology:
         self.subnet = 100 + os.getpid() % 100  # 10.<subnet>.0.0/16, host-only
 
     @property
+    def gso_bytes(self) -> int:
+        """Largest GSO packet on the veths: about 1 ms of traffic, 4-64 KiB.
+
+        Large segments keep fast links fast (the host handles fewer packets), small ones
+        keep slow links honest (tbf's bucket must hold two of them).
+        """
+        if not self.network.rate_bps:
+            return 65536
+        return int(min(65536, max(4096, self.network.rate_bps / 8 * 0.001)))
+
+    @property
     def bridge(self) -> str:
         return f"{PREFIX}{self.tag}br"
 
@@ -170,10 +181,9 @@ class Topology:
     def _tbf(self, device: str, ns: str | None) -> list[str]:
         assert self.network.rate_bps
         rate_bytes = self.network.rate_bps / 8
-        # The bucket holds 1 ms of traffic, and at least two of the largest packets (GSO is
-        # off on the veths, so a packet is one MTU): a larger burst would let whole small
-        # messages through unshaped.
-        largest = TUN_MTU if device == TUN_DEVICE else 1514
+        # The bucket holds 1 ms of traffic, and at least two of the largest packets: a
+        # larger burst would let whole small messages through unshaped.
+        largest = TUN_MTU if device == TUN_DEVICE else self.gso_bytes
         burst = int(max(2 * largest + 1024, rate_bytes * 0.001))
         under_netem = device == WORKER_IFNAME and ns is not None and self.delay_by == "netem"
         return ["tc", "qdisc", "add", "dev", device, "parent" if under_netem else "root",
@@ -205,9 +215,10 @@ class Topology:
             self.namespaces.append(ns)
             _run("ip", "link", "add", veth, "type", "veth", "peer", "name", WORKER_IFNAME,
                  "netns", ns)  # fmt: skip
-            _run("ip", "link", "set", veth, "master", self.bridge, "up", "gso_max_segs", "1")
+            gso = str(self.gso_bytes)
+            _run("ip", "link", "set", veth, "master", self.bridge, "up", "gso_max_size", gso)
             _run("ip", "addr", "add", f"{self.address(rank)}/16", "dev", WORKER_IFNAME, ns=ns)
-            _run("ip", "link", "set", WORKER_IFNAME, "up", "gso_max_segs", "1", ns=ns)
+            _run("ip", "link", "set", WORKER_IFNAME, "up", "gso_max_size", gso, ns=ns)
             _run("ip", "link", "set", "lo", "up", ns=ns)
             if self.delay_by == "netem":
                 delay = f"{self.network.delay_s * 1e6:.0f}us"
