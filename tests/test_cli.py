@@ -76,6 +76,20 @@ def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) ->
 
 
 @pytest.mark.multiprocess
+def wait_for_evaluation(
+    proc: subprocess.Popen, store: Path, run: int = 1, timeout: float = 60
+) -> None:
+    """Wait until the ``run``-th run in ``store`` has logged an evaluation (or fail)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = sorted(store.glob("runs/*/events.jsonl"))
+        if len(logs) >= run and '"eval_accuracy"' in logs[run - 1].read_text():
+            return
+        time.sleep(0.2)
+    proc.kill()
+    pytest.fail(f"run {run} never logged an evaluation")
+
+
 def test_run_then_results(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
     run = json.loads(cli("run", "digits-mlp", "--workers", "2", "--json", "--store", store).stdout)
@@ -99,15 +113,7 @@ def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
          "--set", "max_epochs=100000", "--set", "target=1.01"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        logs = list(store.glob("runs/*/events.jsonl"))
-        if logs and '"eval_accuracy"' in logs[0].read_text():
-            break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("the run never started")
+    wait_for_evaluation(proc, store)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli import cli
+from test_cli import cli, wait_for_evaluation
 
 from dmlbench.errors import SpecError
 from dmlbench.netem import NetworkSpec, Topology, leftovers, load_profiles, remove_stale
@@ -189,15 +189,7 @@ def test_ctrl_c_under_an_emulated_network_leaves_nothing(tmp_path: Path) -> None
          "--set", "network.latency=1ms"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        logs = list(store.glob("runs/*/events.jsonl"))
-        if logs and '"eval_accuracy"' in logs[0].read_text():
-            break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("the run never started")
+    wait_for_evaluation(proc, store)
     assert _forwarders() != [] and leftovers() != []  # the emulated network is up
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)

@@ -9,12 +9,11 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_cli import DMLBENCH, EXAMPLES, cli
+from test_cli import DMLBENCH, EXAMPLES, cli, wait_for_evaluation
 
 pytestmark = pytest.mark.multiprocess
 
@@ -159,15 +158,7 @@ def test_ctrl_c_stops_the_sweep_and_keeps_finished_runs(tmp_path: Path) -> None:
     )
     proc = subprocess.Popen([*DMLBENCH, "sweep", str(sweep), "--store", str(store)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        logs = sorted(store.glob("runs/*/events.jsonl"))
-        if len(logs) == 2 and '"eval_accuracy"' in logs[1].read_text():
-            break
-        time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("the second run never started")
+    wait_for_evaluation(proc, store, run=2, timeout=90)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

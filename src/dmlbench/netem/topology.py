@@ -31,6 +31,7 @@ import numpy as np
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.netem.profiles import ResolvedNetwork
+from dmlbench.system import pid_alive
 
 PREFIX = "dmlb"
 TUN_DEVICE = "dmlbt"  # the delay forwarder's device in each worker namespace
@@ -57,16 +58,6 @@ def _run(*args: str, ns: str | None = None, check: bool = True) -> str:
     return done.stdout
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def leftovers() -> list[str]:
     """Every namespace and bridge dmlbench created that still exists (any launcher)."""
     if shutil.which("ip") is None:
@@ -86,7 +77,7 @@ def remove_stale() -> list[str]:
         assert match
         tag = match.group(1)
         pid = int(tag.split("x")[0], 36)
-        if _alive(pid):
+        if pid_alive(pid):
             continue
         if name.endswith("br"):
             _run("ip", "link", "del", name, check=False)

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dmlbench.system import pid_alive
+
 STORE_ENV = "DMLBENCH_STORE"
 DB_FILE = "dmlbench.sqlite"
 
@@ -131,18 +133,6 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class ResultsStore:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -256,7 +246,7 @@ class ResultsStore:
                     f"SELECT run_id, launcher_pid FROM {table} WHERE status='running'"
                 ).fetchall()
                 for row in rows:
-                    if not _alive(row["launcher_pid"]):
+                    if not pid_alive(row["launcher_pid"]):
                         db.execute(
                             f"UPDATE {table} SET status='interrupted', error=? WHERE run_id=?",
                             ("the launching process ended without finishing the run",
