@@ -1,0 +1,200 @@
+"""Dampers: batch-size schedules that reduce gradient noise as training goes on.
+
+A damper is a pure function of the training state: called with a :class:`TrainState`
+it returns a :class:`Damping` (the batch size to use now and a learning-rate factor),
+and it keeps no state of its own, so a fit can be resumed, cloned or pickled at any
+point. Every damper honours ``max_batch_size``: past it the batch stays at the
+maximum and the learning rate decays by the same factor instead (the hybrid rule of
+Sievert & Shah's AdaDamp paper and of Smith et al.'s "Don't decay the learning rate,
+increase the batch size").
+
+- :class:`Constant`: the same batch throughout.
+- :class:`GeoDamp`: ``initial × factor^⌊epoch / delay⌋`` (geometric growth every
+  ``delay`` epochs).
+- :class:`GeoDampLR`: the learning-rate twin of GeoDamp at a fixed batch: the rate
+  decays by ``factor`` every ``delay`` epochs.
+- :class:`PadaDamp`: ``initial + ⌈rate × updates⌉`` (linear growth in model updates).
+- :class:`AdaDamp`: ``initial × loss₀ / loss`` (the batch grows as the loss falls).
+- :class:`NoiseScaleDamp`: the batch from a running estimate of McCandlish et al.'s
+  simple gradient noise scale ``B_simple = tr(Σ) / |G|²``, see
+  :func:`noise_scale_estimate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TrainState:
+    """What a damper may look at: where training is, not how it got there."""
+
+    epoch: float = 0.0  # examples seen / training examples
+    updates: int = 0  # model updates so far
+    loss: float | None = None  # the latest training loss
+    initial_loss: float | None = None  # the loss before the first update
+    noise_scale: float | None = None  # running estimate of B_simple, if measured
+
+
+@dataclass(frozen=True)
+class Damping:
+    batch_size: int
+    lr_factor: float = 1.0  # multiplies the optimizer's base learning rate
+
+
+class Damper:
+    """Base class: subclasses give :meth:`wanted`; the hybrid rule is applied here."""
+
+    initial: int
+    max_batch_size: int | None
+
+    def wanted(self, state: TrainState) -> float:
+        raise NotImplementedError
+
+    def lr_decay(self, state: TrainState) -> float:
+        return 1.0
+
+    def __call__(self, state: TrainState) -> Damping:
+        wanted = max(1.0, float(self.wanted(state)))
+        if not math.isfinite(wanted):
+            wanted = float(self.max_batch_size or self.initial)
+        batch = math.ceil(wanted - 1e-9)
+        factor = self.lr_decay(state)
+        if self.max_batch_size is not None and batch > self.max_batch_size:
+            factor *= self.max_batch_size / wanted  # decay the rate instead of growing more
+            batch = self.max_batch_size
+        return Damping(batch, factor)
+
+    def get_params(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    def _check(self) -> None:
+        if self.initial < 1:
+            raise ValueError(f"{type(self).__name__}: initial batch size must be ≥ 1")
+        if self.max_batch_size is not None and self.max_batch_size < self.initial:
+            raise ValueError(f"{type(self).__name__}: max_batch_size {self.max_batch_size} is "
+                             f"below the initial batch size {self.initial}")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Constant(Damper):
+    initial: int = 32
+    max_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check()
+
+    def wanted(self, state: TrainState) -> float:
+        return self.initial
+
+
+@dataclass(frozen=True)
+class GeoDamp(Damper):
+    initial: int = 32
+    delay: float = 60.0  # epochs between increases
+    factor: float = 5.0
+    max_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check()
+        if self.delay <= 0 or self.factor < 1:
+            raise ValueError("GeoDamp: delay must be > 0 and factor ≥ 1")
+
+    def wanted(self, state: TrainState) -> float:
+        return self.initial * self.factor ** math.floor(state.epoch / self.delay)
+
+
+@dataclass(frozen=True)
+class GeoDampLR(Damper):
+    """GeoDamp's twin at a fixed batch size: the learning rate falls by ``factor``."""
+
+    initial: int = 32
+    delay: float = 60.0
+    factor: float = 5.0
+    max_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check()
+        if self.delay <= 0 or self.factor < 1:
+            raise ValueError("GeoDampLR: delay must be > 0 and factor ≥ 1")
+
+    def wanted(self, state: TrainState) -> float:
+        return self.initial
+
+    def lr_decay(self, state: TrainState) -> float:
+        return float(self.factor ** -math.floor(state.epoch / self.delay))
+
+
+@dataclass(frozen=True)
+class PadaDamp(Damper):
+    initial: int = 32
+    rate: float = 0.1  # examples added to the batch per model update
+    max_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check()
+        if self.rate < 0:
+            raise ValueError("PadaDamp: rate must be ≥ 0")
+
+    def wanted(self, state: TrainState) -> float:
+        return self.initial + math.ceil(self.rate * state.updates)
+
+
+@dataclass(frozen=True)
+class AdaDamp(Damper):
+    initial: int = 32
+    max_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check()
+
+    def wanted(self, state: TrainState) -> float:
+        if not state.loss or not state.initial_loss or state.loss <= 0:
+            return self.initial
+        return self.initial * state.initial_loss / state.loss
+
+
+@dataclass(frozen=True)
+class NoiseScaleDamp(Damper):
+    """Batch = ``scale × B_simple`` once measured (``initial`` until then), never below
+    ``initial``."""
+
+    initial: int = 32
+    scale: float = 1.0
+    max_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        self._check()
+        if self.scale <= 0:
+            raise ValueError("NoiseScaleDamp: scale must be > 0")
+
+    def wanted(self, state: TrainState) -> float:
+        if state.noise_scale is None or not math.isfinite(state.noise_scale):
+            return self.initial
+        return max(self.initial, self.scale * state.noise_scale)
+
+
+def noise_scale_estimate(
+    small_norm2: float, small_batch: int, big_norm2: float, big_batch: int
+) -> tuple[float, float]:
+    """Unbiased ``(|G|², tr(Σ))`` from squared gradient norms at two batch sizes.
+
+    McCandlish et al. (2018), appendix A: with ``|G_B|²`` measured at ``B_small`` and
+    ``B_big`` (e.g. one gradient task's sum and the whole update's),
+    ``|G|² = (B_big·|G_big|² − B_small·|G_small|²) / (B_big − B_small)`` and
+    ``tr(Σ) = (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)``. Average each over
+    updates (e.g. an exponential moving average) before dividing: ``B_simple =
+    tr(Σ) / |G|²``; a ratio of single noisy estimates is badly biased.
+    """
+    if big_batch <= small_batch:
+        raise ValueError("the big batch must be larger than the small one")
+    g2 = (big_batch * big_norm2 - small_batch * small_norm2) / (big_batch - small_batch)
+    trace = (small_norm2 - big_norm2) / (1 / small_batch - 1 / big_batch)
+    return g2, trace
+
+
+DAMPERS: dict[str, type[Damper]] = {
+    cls.__name__: cls for cls in (Constant, GeoDamp, GeoDampLR, PadaDamp, AdaDamp, NoiseScaleDamp)
+}
