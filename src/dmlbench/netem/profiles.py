@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, model_validator
 
 from dmlbench.errors import SpecError
+from dmlbench.files import load_mapping_file
 from dmlbench.strict import StrictModel
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
@@ -98,14 +98,7 @@ class ResolvedNetwork(StrictModel):
 
 def load_profiles(path: Path | None = None) -> dict[str, dict[str, Any]]:
     path = path or PROFILES_FILE
-    if not path.is_file():
-        raise SpecError(f"network profiles file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise SpecError(f"network profiles file {path} is not valid YAML: {error}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"network profiles file {path} must map names to bandwidth/latency")
+    data = load_mapping_file(path, "network profiles file", "names to bandwidth/latency")
     for name, entry in data.items():
         if not isinstance(entry, dict) or not (entry.get("bandwidth") or entry.get("latency")):
             raise SpecError(f"network profile '{name}' in {path} needs a bandwidth or latency")

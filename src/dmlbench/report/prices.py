@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from dmlbench.errors import SpecError
+from dmlbench.files import load_mapping_file
 
 BUILTIN_PRICES = Path(__file__).with_name("prices.yaml")
 DEFAULT_PRICE = "gcp-n1-standard-4"
@@ -28,13 +27,8 @@ class Price:
 def load_prices(path: Path | None = None) -> dict[str, Price]:
     """Read a price table: ``name: {per_worker_hour, currency, source}`` per entry."""
     path = path or BUILTIN_PRICES
-    if not path.is_file():
-        raise SpecError(f"price table {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise SpecError(f"price table {path} is not valid YAML: {error}") from None
-    if not isinstance(data, dict) or not data:
+    data = load_mapping_file(path, "price table", "names to {per_worker_hour: ...}")
+    if not data:
         raise SpecError(f"price table {path} must map names to {{per_worker_hour: ...}}")
     prices = {}
     for name, entry in data.items():

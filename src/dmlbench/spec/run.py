@@ -180,19 +180,6 @@ def deviations(spec: RunSpec) -> dict[str, dict[str, Any]]:
 
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a YAML or TOML run spec file."""
-    import tomllib
+    from dmlbench.files import load_mapping_file
 
-    import yaml
-
-    if not path.is_file():
-        raise SpecError(f"config file {path} does not exist")
-    try:
-        if path.suffix == ".toml":
-            data = tomllib.loads(path.read_text())
-        else:
-            data = yaml.safe_load(path.read_text())
-    except (yaml.YAMLError, tomllib.TOMLDecodeError) as error:
-        raise SpecError(f"config file {path} is not valid: {str(error).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise SpecError(f"config file {path} must hold a mapping of spec keys")
-    return data
+    return load_mapping_file(path, "config file", "spec keys")
