@@ -476,7 +476,8 @@ def report(
     png: Annotated[Path | None, typer.Option(help="also write every figure as PNG here")] = None,
 ) -> None:
     """Scaling tables in the terminal and one self-contained HTML report with plots."""
-    from dmlbench.report import analysis
+    import pandas as pd
+
     from dmlbench.report.html import write_report
     from dmlbench.report.prices import choose_price
     from dmlbench.report.terminal import scaling_tables
@@ -497,12 +498,11 @@ def report(
         runs, target, store=str(store), budget_s=budget, price=chosen, png_dir=png,
         comm_runs=comm_runs, predictions=predictions,
     )  # fmt: skip
-    frame = analysis.runs_frame(runs)
-    table = analysis.scaling_table(
-        frame, budget_s=budget, evals=analysis.evals_frame(runs),
-        price_per_worker_hour=chosen.per_worker_hour,
-    )  # fmt: skip
-    if not table.empty:
+    training = [s.table for s in sections if s.kind == "training"]
+    if training:  # the report's own tables, in the order scaling_table sorts them
+        table = pd.concat(training).sort_values(
+            ["task", "sweep", "variant", "workers"], kind="stable"
+        )
         for rich_table in scaling_tables(table, budget):
             console.print(rich_table)
     for section in sections:
@@ -617,7 +617,7 @@ def bench_allreduce(
     from dmlbench.launch.bench import run_comm_bench
     from dmlbench.report.terminal import comm_table
     from dmlbench.spec.bench import CommBenchSpec, validate_bench
-    from dmlbench.spec.overrides import apply_overrides
+    from dmlbench.spec.overrides import apply_overrides, deep_merge
 
     specs = []
     for count in _worker_counts(workers):
@@ -626,8 +626,7 @@ def bench_allreduce(
             "repeats": repeats, "warmup": warmup,
             "network": {"profile": network} if network else {},
         }  # fmt: skip
-        full = {**CommBenchSpec().to_json_dict(), **tree}
-        full["network"] = {**CommBenchSpec().network.model_dump(), **tree["network"]}
+        full = deep_merge(CommBenchSpec().to_json_dict(), tree)
         apply_overrides(full, overrides or [])
         specs.append(validate_bench(full))
     results = _open_store(store)

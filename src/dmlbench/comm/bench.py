@@ -63,7 +63,7 @@ def _iterations(spec: CommBenchSpec, tensor: torch.Tensor, device: torch.device,
         torch.cuda.synchronize(device)
     estimate = (time.perf_counter() - start) / max(1, spec.warmup)
     slowest = max(row[0] for row in all_gather_floats([estimate], device))
-    return max(1, min(spec.max_iterations, int(spec.repeat_s / max(slowest, 1e-9))))
+    return spec.iterations(slowest)
 
 
 def _check(tensor: torch.Tensor, world: int, inner: int, size: int) -> None:

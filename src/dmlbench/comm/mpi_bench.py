@@ -66,7 +66,7 @@ def _measure(MPI: Any, spec_data: dict[str, Any], run_dir: str) -> int:
             comm.Allreduce(send, recv)
         estimate = (time.perf_counter() - start) / max(1, spec.warmup)
         slowest = comm.allreduce(estimate, op=MPI.MAX)
-        inner = max(1, min(spec.max_iterations, int(spec.repeat_s / max(slowest, 1e-9))))
+        inner = spec.iterations(slowest)
         times = []
         for _ in range(spec.repeats):
             comm.Barrier()

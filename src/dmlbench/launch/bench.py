@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +13,8 @@ from typing import Any
 from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_workers
-from dmlbench.launch.run import new_run_id
-from dmlbench.netem.topology import WORKER_IFNAME, NetworkError, Topology
+from dmlbench.launch.run import new_run_dir
+from dmlbench.netem.topology import WORKER_IFNAME, NetworkError, Topology, emulated
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
 from dmlbench.spec.bench import CommBenchSpec
@@ -62,18 +61,13 @@ def _launch_mpi(
 
 def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = False) -> CommOutcome:
     """Run ``spec`` once and store it; a failed or interrupted benchmark is stored too."""
-    run_id = new_run_id()
-    run_dir = store.run_dir(run_id)
-    run_dir.mkdir(parents=True)
     spec_dict = spec.to_json_dict()
-    (run_dir / "spec.json").write_text(json.dumps(spec_dict, indent=2))
+    run_id, run_dir = new_run_dir(store, spec_dict)
     network = spec.network.resolve() if spec.network.enabled else None
-    label = network.describe() if network else "none"
-    store.begin_comm(run_id, {**spec_dict, "network_label": label}, collect_environment())
+    store.begin_comm(run_id, spec_dict, collect_environment())
     status, error, rows = "failed", None, []
     try:
-        emulated = Topology(spec.workers, network, record_to=run_dir) if network else None
-        with emulated or nullcontext() as topology:
+        with emulated(spec.workers, network, record_to=run_dir) as topology:
             if spec.backend == "mpi":
                 _launch_mpi(spec, json.dumps(spec_dict), run_dir, topology)
             else:

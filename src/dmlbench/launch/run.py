@@ -7,13 +7,13 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_local
-from dmlbench.netem.topology import NetworkError, Topology, preflight
+from dmlbench.netem.topology import NetworkError, emulated, preflight
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
 from dmlbench.results.environment import collect_environment
 from dmlbench.results.events import EventTail
@@ -38,6 +38,15 @@ class RunOutcome:
 def new_run_id() -> str:
     """Sortable by start time and unique; task and workers are columns of their own."""
     return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def new_run_dir(store: ResultsStore, spec: dict[str, Any]) -> tuple[str, Path]:
+    """A fresh run id and its folder, holding the resolved spec as ``spec.json``."""
+    run_id = new_run_id()
+    run_dir = store.run_dir(run_id)
+    run_dir.mkdir(parents=True)
+    (run_dir / "spec.json").write_text(json.dumps(spec, indent=2))
+    return run_id, run_dir
 
 
 class _Watcher(threading.Thread):
@@ -74,19 +83,15 @@ def run_benchmark(
     if network:
         preflight(network)  # not root, or no way to emulate it: refused before recording
     task.prepare(spec.data_dir, spec.download)
-    run_id = new_run_id()
-    run_dir = store.run_dir(run_id)
-    run_dir.mkdir(parents=True)
     spec_dict = spec.to_json_dict()
-    (run_dir / "spec.json").write_text(json.dumps(spec_dict, indent=2))
+    run_id, run_dir = new_run_dir(store, spec_dict)
     store.begin(run_id, spec_dict, deviations(spec), collect_environment(), sweep=sweep)
     status, error = "failed", None
     watcher = _Watcher(EventTail(run_dir / EVENTS_FILE), progress) if progress else None
     if watcher:
         watcher.start()
     try:
-        emulated = Topology(spec.workers, network, record_to=run_dir) if network else None
-        with emulated or nullcontext() as topology:
+        with emulated(spec.workers, network, record_to=run_dir) as topology:
             launch_local(spec, run_dir, echo=echo, topology=topology)
         status = ""
     except (WorkerFailed, NetworkError) as failure:

@@ -17,6 +17,7 @@ one. The bridge network is host-only: nothing is routed off the machine.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import json
 import os
@@ -24,6 +25,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +89,7 @@ def remove_stale() -> list[str]:
     return removed
 
 
+@functools.cache  # a kernel capability: probed once per process, not per check
 def netem_available() -> bool:
     """Whether this kernel has the netem qdisc (tried on a throwaway namespace)."""
     probe = f"{PREFIX}{_base36(os.getpid())}xprobe"
@@ -289,6 +292,15 @@ class Topology:
             else:
                 _run("ip", "link", "del", name, check=False)
         self._made.clear()
+
+
+def emulated(
+    workers: int, network: ResolvedNetwork | None, record_to: Any = None
+) -> AbstractContextManager[Topology | None]:
+    """The emulated network for a run, or a no-op context when it runs unshaped."""
+    if network is None:
+        return nullcontext()
+    return Topology(workers, network, record_to=record_to)
 
 
 def enter_namespace(name: str) -> None:

@@ -39,6 +39,7 @@ class Section:
     evals: pd.DataFrame
     figures: dict[str, Figure] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    kind: str = "training"  # training runs, "comm" micro-benchmarks, or "predicted"
 
     @property
     def slug(self) -> str:
@@ -215,7 +216,8 @@ def comm_section(comm_runs: Sequence[dict[str, Any]]) -> Section | None:
                           for r in comm_runs])  # fmt: skip
     title = (f"{first['op']} micro-benchmark · {_hardware(hosts)} · "
              f"{str(max(r['created_at'] for r in comm_runs))[:10]}")  # fmt: skip
-    section = Section("communication", "micro-benchmarks", title, frame, frame, pd.DataFrame())
+    section = Section("communication", "micro-benchmarks", title, frame, frame, pd.DataFrame(),
+                      kind="comm")  # fmt: skip
     section.figures = {"allreduce": figures.comm_bandwidth(frame, title)}
     return section
 
@@ -259,7 +261,8 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
             f"{result['task']} · predicted by the performance model · calibrated on "
             f"{calibration['runs']} run(s) · {str(result.get('created_at', ''))[:10]}"
         )
-        section = Section(result["task"], "predicted", title, rows, rows, pd.DataFrame())
+        section = Section(result["task"], "predicted", title, rows, rows, pd.DataFrame(),
+                          kind="predicted")  # fmt: skip
         section.figures = {
             "predicted-speedup": figures.predicted_speedup(result["predictions"], title)
         }

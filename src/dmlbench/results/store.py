@@ -262,8 +262,7 @@ class ResultsStore:
                 environment_json, run_dir, launcher_pid)
                 VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (
-                    run_id, spec["op"], spec["backend"], spec["workers"],
-                    spec.get("network_label", "none"),
+                    run_id, spec["op"], spec["backend"], spec["workers"], _network_label(spec),
                     now_iso(), environment["host"], environment["cpu_model"],
                     environment["cores"], environment["torch"], environment["git_revision"],
                     json.dumps(spec), json.dumps(environment), str(self.run_dir(run_id)),

@@ -59,6 +59,10 @@ class CommBenchSpec(StrictModel):
         sizes.append(self.max_bytes - self.max_bytes % ELEMENT_BYTES)
         return sorted(set(sizes))
 
+    def iterations(self, seconds_each: float) -> int:
+        """All-reduces per timed repeat when one takes ``seconds_each`` (1 to max)."""
+        return max(1, min(self.max_iterations, int(self.repeat_s / max(seconds_each, 1e-9))))
+
     def threads(self, cores: int | None = None) -> int:
         cores = cores or len(os.sched_getaffinity(0))
         return self.threads_per_worker or max(1, cores // self.workers)
