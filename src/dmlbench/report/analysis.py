@@ -207,12 +207,6 @@ def efficiency(t0: float, n0: int, t: float, n: int, scaling: str) -> float:
     return t0 / t if scaling != "strong" else (n0 * t0) / (n * t)
 
 
-def price_of(prices: dict[str, Any] | float | None) -> float | None:
-    if prices is None or isinstance(prices, int | float):
-        return prices
-    return float(prices["per_worker_hour"])
-
-
 def scaling_table(
     frame: pd.DataFrame,
     *,

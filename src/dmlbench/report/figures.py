@@ -9,7 +9,6 @@ plots and in numeric order for bars. An oversubscribed worker count is marked ``
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -329,6 +328,3 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
     ax.set_ylabel(f"speedup in time to accuracy over {n0} worker(s)")
     ax.legend(fontsize=8)
     return fig
-
-
-FigureFn = Callable[..., Figure]

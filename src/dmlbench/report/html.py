@@ -26,8 +26,6 @@ from dmlbench.report import analysis, figures
 from dmlbench.report.prices import Price
 from dmlbench.report.tables import fmt, fmt_seconds, scaling_columns
 
-FIGURE_NAMES = ("speedup", "efficiency", "time-to-accuracy", "curves", "phases", "cost")
-
 
 @dataclass
 class Section:
