@@ -67,7 +67,8 @@ class Damper:
             batch = self.max_batch_size
         return Damping(batch, factor)
 
-    def get_params(self) -> dict[str, Any]:
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's arguments (scikit-learn's protocol, so ``clone`` copies a damper)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
 
     def _check(self) -> None:

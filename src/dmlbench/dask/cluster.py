@@ -1,0 +1,172 @@
+"""Finding the Dask cluster a fit runs on, scaling it, and waiting on it without hanging.
+
+Which cluster: the ``client`` parameter (a ``distributed.Client`` or a scheduler address),
+else the current default client (``Client(...)`` made in this process), else one
+process-wide ``LocalCluster`` started on first use, listening on loopback only, with one
+thread per worker and one torch thread per worker process, and closed at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import math
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from distributed import Client, Future, LocalCluster, wait
+from distributed.client import default_client
+
+_LOCAL: Client | None = None
+_LOCAL_LOCK = threading.Lock()
+
+
+def local_client(workers: int = 1) -> Client:
+    """The process-wide LocalCluster's client (started on first use)."""
+    global _LOCAL
+    with _LOCAL_LOCK:
+        if _LOCAL is None or _LOCAL.status not in ("running", "connecting"):
+            cluster = LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",  # loopback unless the user brings their own cluster
+                dashboard_address="127.0.0.1:0",  # its HTTP server runs even without bokeh
+                env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+            )
+            _LOCAL = Client(cluster, set_as_default=False)
+            atexit.register(close_local)
+        return _LOCAL
+
+
+def close_local() -> None:
+    global _LOCAL
+    if _LOCAL is not None:
+        cluster = _LOCAL.cluster
+        _LOCAL.close()
+        if cluster is not None:
+            cluster.close()
+        _LOCAL = None
+
+
+def connect(client: Any, min_workers: int) -> Client:
+    if isinstance(client, Client):
+        return client
+    if isinstance(client, str):
+        try:
+            return Client(client, set_as_default=False, timeout=30)
+        except OSError as error:
+            raise ConnectionError(f"cannot reach the Dask scheduler at {client}: {error}") from None
+    if client is not None:
+        raise TypeError(f"client must be a distributed.Client, a scheduler address or None, "
+                        f"not {type(client).__name__}")  # fmt: skip
+    try:
+        return default_client()
+    except ValueError:
+        return local_client(min_workers)
+
+
+class Workers:
+    """Scales the cluster with the batch: ``ceil(batch / grads_per_worker)`` workers within
+    ``min_workers..max_workers``, when the client's cluster can be scaled at all."""
+
+    def __init__(self, client: Client, min_workers: int, max_workers: int) -> None:
+        self.client = client
+        self.min_workers = min_workers
+        self.max_workers = max_workers
+        self.cluster = getattr(client, "cluster", None)
+        self.target: int | None = None
+
+    @property
+    def scalable(self) -> bool:
+        return self.cluster is not None and hasattr(self.cluster, "scale")
+
+    def wanted(self, tasks: int) -> int:
+        return max(self.min_workers, min(self.max_workers, tasks))
+
+    def follow(self, tasks: int) -> int | None:
+        """Ask for the workers ``tasks`` want; returns the target (``None``: not scalable)."""
+        if not self.scalable:
+            return None
+        wanted = self.wanted(tasks)
+        if wanted != self.target:
+            assert self.cluster is not None
+            self.cluster.scale(wanted)
+            self.target = wanted
+        return self.target
+
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait (up to ``timeout`` s) while workers asked to leave are still leaving, so
+        nothing new lands on them."""
+        deadline = time.monotonic() + timeout
+        while (self.target is not None and len(self.current()) > self.target
+               and time.monotonic() < deadline):  # fmt: skip
+            time.sleep(0.05)
+
+    def current(self) -> list[str]:
+        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def await_some(self, n: int, timeout: float) -> None:
+        try:
+            self.client.wait_for_workers(n, timeout=timeout)
+        except TimeoutError:
+            have = len(self.current())
+            if have == 0:
+                address = self.client.scheduler_info().get("address", "?")
+                raise TimeoutError(
+                    f"no Dask worker joined the scheduler {address} in "
+                    f"{timeout:g} s: start workers (dask worker ADDRESS) or raise timeout"
+                ) from None
+
+
+def tasks_for(batch_size: int, grads_per_worker: int) -> int:
+    return max(1, math.ceil(batch_size / grads_per_worker))
+
+
+class WorkerLost(RuntimeError):
+    """A worker a task was pinned to left the cluster."""
+
+
+def gather(
+    client: Client,
+    futures: Sequence[Future],
+    timeout: float | None,
+    what: str,
+    pinned: Sequence[str] = (),
+    poll_s: float = 1.0,
+) -> list[Any]:
+    """Results of ``futures``. Raises the first task's own error at once; a one-line
+    ``TimeoutError`` after ``timeout`` seconds (``None``: no limit) rather than waiting
+    forever; and :class:`WorkerLost` when a worker in ``pinned`` (tasks that may run
+    nowhere else) leaves the cluster."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending: set[Future] = set(futures)
+    try:
+        while pending:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(
+                    f"{len(pending)} of {len(futures)} {what} gave no result in {timeout:g} s "
+                    "(a worker stuck or gone): raise timeout= or check the cluster"
+                )
+            step = poll_s if left is None else min(poll_s, left)
+            try:  # returns when all are done (a failed task is done); raises at the timeout
+                with client.as_current():
+                    wait(list(pending), timeout=step)
+            except TimeoutError:
+                pass
+            for future in list(pending):
+                if future.status == "error":
+                    future.result()  # raises the task's exception (worker traceback attached)
+                if future.done():
+                    pending.discard(future)
+            if pinned and pending:
+                gone = set(pinned) - set(client.scheduler_info(n_workers=-1)["workers"])
+                if gone:
+                    raise WorkerLost(f"worker {sorted(gone)[0]} was lost while running {what}")
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+    return client.gather(list(futures), direct=True)

@@ -1,0 +1,85 @@
+"""Training history: a JSON-serialisable list of epoch records with nested update records.
+
+``est.history_[-1]`` is the last epoch (a dict); ``est.history_[-1]["updates"]`` its model
+updates. :meth:`History.frame` flattens either level into a pandas DataFrame, and
+:func:`plot_histories` draws several fits side by side (loss and batch size against
+model updates).
+
+Epoch record keys: ``epoch`` (1-based), ``updates`` (the update records), ``n_updates``
+(updates so far, all epochs), ``examples`` (this epoch), ``train_loss`` (mean over the
+epoch's examples), ``batch_size`` (the last update's), ``workers`` (most workers seen in
+one update), ``lr``, ``wall_s``, ``engine``.
+
+Update record keys: ``update`` (1-based, all epochs), ``epoch`` (fractional: examples
+seen / training examples), ``batch_size``, ``tasks`` (gradient tasks; ranks for DDP),
+``workers`` (distinct Dask workers that computed it), ``target_workers`` (what the
+cluster was scaled to; ``None`` when it cannot be scaled), ``lr``, ``loss`` (mean over
+the batch), ``wall_s`` (driver wall clock for the whole update), ``compute_s`` (the
+slowest task's pure gradient compute), ``noise_scale`` (running B_simple estimate).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+Record = dict[str, Any]
+
+
+class History(list[Record]):
+    """Epoch records; each holds its ``updates``."""
+
+    def new_epoch(self, **values: Any) -> Record:
+        record: Record = {"epoch": len(self) + 1, "updates": [], **values}
+        self.append(record)
+        return record
+
+    def update_records(self) -> list[Record]:
+        return [update for epoch in self for update in epoch["updates"]]
+
+    @property
+    def n_updates(self) -> int:
+        return sum(len(epoch["updates"]) for epoch in self)
+
+    def frame(self, level: str = "epochs") -> Any:
+        """``level="epochs"`` or ``"updates"`` as a pandas DataFrame."""
+        import pandas as pd
+
+        if level == "updates":
+            return pd.DataFrame(self.update_records())
+        if level == "epochs":
+            return pd.DataFrame([{k: v for k, v in e.items() if k != "updates"} for e in self])
+        raise ValueError(f"level must be 'epochs' or 'updates', not {level!r}")
+
+
+def plot_histories(
+    histories: dict[str, History], path: str | Path, *, metric: str | None = None
+) -> Path:
+    """Draw each labelled history: loss (or an epoch ``metric`` such as ``test_accuracy``)
+    and batch size against model updates, and workers per update. Writes a PNG."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(13, 3.8), layout="constrained")
+    left, middle, right = figure.subplots(1, 3)
+    for label, history in histories.items():
+        updates = history.frame("updates")
+        epochs = history.frame("epochs")
+        if metric and metric in epochs:
+            left.plot(epochs["n_updates"], epochs[metric], marker=".", label=label)
+        else:
+            left.plot(updates["update"], updates["loss"], label=label, linewidth=0.8)
+        middle.plot(updates["update"], updates["batch_size"], label=label)
+        right.plot(updates["update"], updates["workers"], label=label)
+    left.set(xlabel="model updates", ylabel=metric or "training loss", xscale="log")
+    if not metric:
+        left.set_yscale("log")
+    middle.set(xlabel="model updates", ylabel="batch size (examples)", xscale="log",
+               yscale="log")  # fmt: skip
+    right.set(xlabel="model updates", ylabel="Dask workers per update", xscale="log")
+    for axes in (left, middle, right):
+        axes.grid(alpha=0.3)
+        axes.legend()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    return path

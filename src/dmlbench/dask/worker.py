@@ -1,0 +1,313 @@
+"""What runs on the Dask workers: gradient tasks (centralised engine) and DDP epochs.
+
+Workers receive the training data once per fit (scattered) and a :class:`Recipe` (how
+to build the module and the loss) once per fit; each worker thread builds its replica
+from the recipe the first time and caches it. Per update only the flat weight vector
+(``float32``, parameters then floating-point buffers) travels to the workers, and only
+each task's flat gradient sum comes back.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainData:
+    """The training set as workers hold it: ``x`` float32, ``y`` int64 class indices
+    (classification) or float32 targets (regression)."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    def batch(self, index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(self.x[index]), torch.from_numpy(self.y[index])
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything needed to build the same module and loss anywhere."""
+
+    key: str  # unique per fit: names the worker-side cache entry
+    module: Any  # an nn.Module class (built with module_kwargs) or an instance (copied)
+    module_kwargs: dict[str, Any]
+    loss: Any  # a loss class (built with loss_kwargs) or a callable
+    loss_kwargs: dict[str, Any]
+    torch_threads: int | None = None
+
+    def build_module(self) -> nn.Module:
+        if isinstance(self.module, nn.Module):
+            import copy
+
+            return copy.deepcopy(self.module)
+        return self.module(**self.module_kwargs)
+
+    def build_loss(self) -> LossFn:
+        if isinstance(self.loss, type):
+            return self.loss(**self.loss_kwargs)
+        return self.loss
+
+
+def fit_output(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """A regressor's ``(n, 1)`` output meets a ``(n,)`` target."""
+    if output.dim() == target.dim() + 1 and output.shape[-1] == 1:
+        return output.squeeze(-1)
+    return output
+
+
+# ---------------------------------------------------------------- flat weight vectors
+
+
+def state_tensors(module: nn.Module) -> list[torch.Tensor]:
+    """Parameters, then floating-point buffers (BatchNorm statistics), in module order."""
+    tensors: list[torch.Tensor] = list(module.parameters())
+    tensors += [b for b in module.buffers() if b.is_floating_point()]
+    return tensors
+
+
+def flat_state(module: nn.Module) -> np.ndarray:
+    with torch.no_grad():
+        return torch.cat([t.detach().reshape(-1).float() for t in state_tensors(module)]).numpy()
+
+
+def load_flat_state(module: nn.Module, vector: np.ndarray) -> None:
+    source = torch.from_numpy(np.require(vector, requirements="W"))
+    offset = 0
+    with torch.no_grad():
+        for tensor in state_tensors(module):
+            n = tensor.numel()
+            tensor.copy_(source[offset : offset + n].view_as(tensor))
+            offset += n
+    if offset != source.numel():
+        raise ValueError(f"weight vector has {source.numel()} values, the module {offset}")
+
+
+def flat_grad(module: nn.Module) -> torch.Tensor:
+    parts = []
+    for p in module.parameters():
+        grad = p.grad if p.grad is not None else torch.zeros_like(p)
+        parts.append(grad.reshape(-1))
+    return torch.cat(parts)
+
+
+def n_parameter_values(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# ---------------------------------------------------------------- the centralised engine
+
+
+@dataclass
+class _Replica:
+    module: nn.Module
+    loss: LossFn
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_REPLICAS: dict[tuple[str, int], _Replica] = {}
+_REPLICAS_LOCK = threading.Lock()
+
+
+def replica(recipe: Recipe) -> _Replica:
+    """This thread's replica for this fit (built once; older fits' replicas dropped)."""
+    key = (recipe.key, threading.get_ident())
+    with _REPLICAS_LOCK:
+        found = _REPLICAS.get(key)
+        if found is None:
+            for stale in [k for k in _REPLICAS if k[1] == key[1]]:
+                del _REPLICAS[stale]
+            if recipe.torch_threads:
+                torch.set_num_threads(recipe.torch_threads)
+            torch.manual_seed(0)  # dropout etc. differ by task through the data, not here
+            found = _REPLICAS[key] = _Replica(recipe.build_module(), recipe.build_loss())
+    return found
+
+
+@dataclass(frozen=True)
+class GradientResult:
+    grad_sum: np.ndarray  # Σ over the task's examples of ∇loss (float32, parameters only)
+    loss_sum: float
+    count: int
+    buffers: np.ndarray | None  # floating-point buffers after the forward pass, if any
+    compute_s: float  # pure forward + backward time
+    worker: str
+
+
+def worker_address() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except ValueError:  # not on a worker (a local call)
+        return f"local-{os.getpid()}"
+
+
+def gradient(
+    recipe: Recipe, data: TrainData, weights: np.ndarray, index: np.ndarray
+) -> GradientResult:
+    """One gradient task: the summed gradient of ``index``'s examples at ``weights``."""
+    rep = replica(recipe)
+    with rep.lock:
+        load_flat_state(rep.module, weights)
+        start = time.perf_counter()
+        x, y = data.batch(index)
+        rep.module.train()
+        rep.module.zero_grad(set_to_none=True)
+        output = rep.module(x)
+        loss = rep.loss(fit_output(output, y), y)
+        loss.backward()
+        count = len(index)
+        grad = (flat_grad(rep.module) * count).numpy()
+        compute = time.perf_counter() - start
+        n_params = n_parameter_values(rep.module)
+        state = flat_state(rep.module)
+        buffers = state[n_params:].copy() if state.size > n_params else None
+    return GradientResult(grad, loss.item() * count, count, buffers, compute, worker_address())
+
+
+# ---------------------------------------------------------------- the DDP engine
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One process group: fixed workers and world size. A new one when either changes."""
+
+    number: int
+    key: str  # the fit's recipe key
+    master_addr: str
+    master_port: int
+    world_size: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One epoch of a DDP generation: per update, this rank's example indices, the global
+    batch size and the learning-rate factor."""
+
+    indices: list[np.ndarray]
+    global_batches: list[int]
+    lr_factors: list[float]
+
+
+@dataclass(frozen=True)
+class TrainerState:
+    """What a new generation starts from: flat weights and the optimizer's state dict."""
+
+    weights: np.ndarray
+    optimizer_state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    rank: int
+    loss_sums: list[float]
+    counts: list[int]
+    compute_s: list[float]  # per update: forward + backward + all-reduce + step
+    worker: str
+    state: TrainerState | None  # rank 0 only
+
+
+_DDP: dict[str, Any] = {}
+
+
+def free_port() -> tuple[str, int]:
+    """A free TCP port on this worker's host (the new generation's rendezvous)."""
+    host = "127.0.0.1"
+    try:
+        from distributed import get_worker
+
+        address = get_worker().address
+        host = address.split("://")[-1].rsplit(":", 1)[0]
+    except ValueError:
+        pass
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return host, int(sock.getsockname()[1])
+
+
+def process_id() -> int:
+    return os.getpid()
+
+
+def ddp_teardown() -> bool:
+    """Destroy this worker's process group, if any (end of fit, or a failed generation)."""
+    import torch.distributed as dist
+
+    _DDP.clear()
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # a broken group (a peer died) may refuse to go quietly
+            return False
+    return True
+
+
+def _join(recipe: Recipe, generation: Generation, rank: int, start: TrainerState,
+          optimizer: Any, optimizer_kwargs: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if _DDP.get("generation") == (generation, rank):
+        return _DDP
+    ddp_teardown()
+    if recipe.torch_threads:
+        torch.set_num_threads(recipe.torch_threads)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{generation.master_addr}:{generation.master_port}",
+        rank=rank,
+        world_size=generation.world_size,
+        timeout=timedelta(seconds=generation.timeout_s),
+    )
+    module = recipe.build_module()
+    load_flat_state(module, start.weights)
+    opt = optimizer(module.parameters(), **optimizer_kwargs)
+    opt.load_state_dict(start.optimizer_state)
+    _DDP.update(generation=(generation, rank), module=module, optimizer=opt,
+                ddp=DistributedDataParallel(module), loss=recipe.build_loss(),
+                base_lrs=[g["lr"] for g in opt.param_groups])  # fmt: skip
+    return _DDP
+
+
+def ddp_epoch(recipe: Recipe, data: TrainData, generation: Generation, rank: int,
+              start: TrainerState, optimizer: Any, optimizer_kwargs: dict[str, Any],
+              plan: EpochPlan) -> EpochResult:  # fmt: skip
+    """Run one epoch's updates as rank ``rank`` of ``generation``; rank 0 returns the
+    state the next epoch or generation starts from."""
+    state = _join(recipe, generation, rank, start, optimizer, optimizer_kwargs)
+    module, ddp, opt, loss_fn = state["module"], state["ddp"], state["optimizer"], state["loss"]
+    losses, counts, times = [], [], []
+    for index, global_batch, factor in zip(plan.indices, plan.global_batches, plan.lr_factors,
+                                           strict=True):  # fmt: skip
+        begin = time.perf_counter()
+        for group, base in zip(opt.param_groups, state["base_lrs"], strict=True):
+            group["lr"] = base * factor
+        x, y = data.batch(index)
+        module.train()
+        opt.zero_grad(set_to_none=True)
+        count = len(index)  # ≥ 1: the driver never plans an empty shard
+        loss = loss_fn(fit_output(ddp(x), y), y)
+        # DDP averages over ranks; weight each rank by its share of the global batch
+        (loss * (count * generation.world_size / global_batch)).backward()
+        losses.append(loss.item() * count)
+        opt.step()
+        counts.append(count)
+        times.append(time.perf_counter() - begin)
+    final = None
+    if rank == 0:
+        final = TrainerState(flat_state(module), opt.state_dict())
+    return EpochResult(rank, losses, counts, times, worker_address(), final)

@@ -1,0 +1,51 @@
+"""Modules the Dask tests train. A module of its own so spawned Dask worker processes can
+import them (PYTHONPATH holds tests/, see conftest)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class HiddenLayer(nn.Module):
+    """The issue's example regressor: one hidden layer."""
+
+    def __init__(self, features: int = 10, hidden: int = 16) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class Broken(nn.Module):
+    def __init__(self, features: int = 10) -> None:
+        super().__init__()
+        raise RuntimeError("this module cannot be built")
+
+
+class DiesOnce(nn.Module):
+    """Kills the worker process it runs in (once: it deletes ``marker`` first) after
+    ``after`` forward passes in that process."""
+
+    def __init__(self, features: int = 64, classes: int = 10, marker: str = "",
+                 after: int = 5) -> None:  # fmt: skip
+        super().__init__()
+        self.fc = nn.Linear(features, classes)
+        self.marker = marker
+        self.after = after
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls > self.after and self.marker and x.shape[0] > 2:
+            try:
+                Path(self.marker).unlink()
+            except FileNotFoundError:
+                pass
+            else:
+                os._exit(17)  # a hard worker death, no cleanup, no exception
+        return self.fc(x)

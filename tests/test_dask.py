@@ -1,0 +1,253 @@
+"""Elastic training on Dask: the scikit-learn contract, both engines on a real
+LocalCluster, the cluster following the batch size, and bad input."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from dask_modules import Broken, DiesOnce, HiddenLayer
+from distributed import Client, LocalCluster
+from sklearn.base import clone
+from sklearn.datasets import load_digits
+from sklearn.model_selection import GridSearchCV, train_test_split
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from dmlbench.dask import DaskClassifier, DaskRegressor
+from dmlbench.dask.dampers import GeoDamp, PadaDamp
+from dmlbench.dask.worker import flat_state
+from dmlbench.models.mlp import MLP
+
+MLP_ARGS = {"module__in_features": 64, "module__hidden": [32], "module__num_outputs": 10}
+
+
+def cluster(workers: int, processes: bool = True) -> LocalCluster:
+    """Worker processes listen on loopback; threaded workers talk in-process."""
+    if not processes:
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=False,
+                            dashboard_address="127.0.0.1:0",
+                            worker_dashboard_address="127.0.0.1:0")  # fmt: skip
+    return LocalCluster(n_workers=workers, threads_per_worker=1, host="127.0.0.1",
+                        dashboard_address="127.0.0.1:0", env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    """Two worker processes, shared by the tests that do not scale the cluster."""
+    with cluster(2) as local, Client(local, set_as_default=False) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[np.ndarray, ...]:
+    x, y = load_digits(return_X_y=True)
+    return tuple(train_test_split((x / 16).astype(np.float32), y, test_size=0.25, random_state=0))
+
+
+def classifier(client: Client | None = None, **params: object) -> DaskClassifier:
+    base = {**MLP_ARGS, "optimizer__lr": 0.3, "max_epochs": 3, "random_state": 0,
+            "min_workers": 2, "max_workers": 2, "client": client}  # fmt: skip
+    return DaskClassifier(MLP, **{**base, **params})
+
+
+# ---------------------------------------------------------------- the contract (no cluster)
+
+
+def test_constructor_stores_arguments_and_routes_prefixed_ones() -> None:
+    lr = 0.05
+    est = DaskRegressor(module=HiddenLayer, module__features=10, optimizer=torch.optim.Adadelta,
+                        optimizer__weight_decay=1e-7, optimizer__lr=lr, max_epochs=10)  # fmt: skip
+    params = est.get_params()
+    assert params["module"] is HiddenLayer and params["optimizer"] is torch.optim.Adadelta
+    assert params["module__features"] == 10 and params["optimizer__lr"] is lr
+    assert est.routed("optimizer") == {"weight_decay": 1e-7, "lr": lr}
+    est.set_params(batch_size=GeoDamp, batch_size__delay=60, batch_size__factor=5)
+    assert est.get_params()["batch_size__factor"] == 5
+    assert est._damper() == GeoDamp(delay=60, factor=5)
+    twin = clone(est)
+    assert twin is not est and twin.get_params() == est.get_params()
+    assert not any(k.endswith("_") for k in vars(twin))  # nothing fitted before fit
+
+
+def test_unknown_parameters_are_refused_with_a_suggestion() -> None:
+    with pytest.raises(TypeError, match="did you mean 'max_epochs'"):
+        DaskClassifier(MLP, max_epoch=3)
+    est = DaskClassifier(MLP)
+    with pytest.raises(ValueError, match="did you mean 'grads_per_worker'"):
+        est.set_params(grad_per_worker=8)
+    est.set_params(module__hiden=[8], module__in_features=64, module__num_outputs=10)
+    x, y = np.zeros((8, 64), np.float32), np.arange(8) % 2
+    with pytest.raises(ValueError, match="did you mean 'hidden'"):
+        est.fit(x, y)
+
+
+@pytest.mark.parametrize(
+    ("x", "y", "message"),
+    [
+        ([["a", "b"], ["c", "d"], ["e", "f"]], [0, 1, 0], "X must be numeric"),
+        (np.zeros((10, 64)), np.zeros(9), "inconsistent numbers of samples"),
+        (np.zeros((10, 64)), np.zeros(10), "single class"),
+    ],
+)
+def test_bad_input_is_refused_before_any_cluster_work(x: object, y: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        DaskClassifier(MLP, **MLP_ARGS, client="tcp://127.0.0.1:9").fit(x, y)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_module_that_fails_to_build_says_so() -> None:
+    x, y = np.zeros((10, 10), np.float32), np.zeros(10, np.float32)
+    with pytest.raises(ValueError, match=r"module Broken\(features=10\) failed to build: "
+                       "RuntimeError: this module cannot be built"):  # fmt: skip
+        DaskRegressor(Broken, module__features=10, client="tcp://127.0.0.1:9").fit(x, y)
+    with pytest.raises(ValueError, match="module outputs shape \\(1,\\) per example but y has 2"):
+        DaskClassifier(HiddenLayer, module__features=10).fit(x, np.arange(10) % 2)
+
+
+# ---------------------------------------------------------------- on a real LocalCluster
+
+
+def test_fit_score_predict_and_history(client: Client, digits: tuple[np.ndarray, ...]) -> None:
+    x_train, x_test, y_train, y_test = digits
+    est = classifier(client, batch_size=GeoDamp, batch_size__delay=1, batch_size__factor=2)
+    assert est.fit(x_train, y_train) is est
+    assert est.score(x_test, y_test) > 0.8
+    proba = est.predict_proba(x_test)
+    assert proba.shape == (len(x_test), 10) and np.allclose(proba.sum(axis=1), 1, atol=1e-5)
+    assert set(est.predict(x_test)) <= set(est.classes_)
+    history = est.history_
+    assert len(history) == 3 and history.n_updates == est.n_updates_
+    for epoch in history:  # every example once per epoch
+        assert epoch["examples"] == len(x_train) == sum(u["batch_size"] for u in epoch["updates"])
+    sizes = [e["updates"][0]["batch_size"] for e in history]
+    assert sizes == [32, 64, 128]  # GeoDamp: ×2 every epoch
+    tasks = [e["updates"][0]["tasks"] for e in history]
+    assert tasks == [1, 2, 4]  # ceil(B / grads_per_worker=32)
+    updates = history.frame("updates")
+    assert {"batch_size", "workers", "lr", "loss", "wall_s", "compute_s"} <= set(updates)
+    assert updates["loss"].iloc[-10:].mean() < updates["loss"].iloc[:10].mean()
+    assert (updates["wall_s"] >= updates["compute_s"]).all()
+
+
+def test_one_update_equals_the_full_batch_gradient_step(client: Client) -> None:
+    """The gradient tasks' sum is the batch gradient: one SGD step over the whole set,
+    split into 5 tasks on two workers, lands where a local full-batch step does."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(150, 10)).astype(np.float32)
+    y = (x @ rng.normal(size=10) + 0.1 * rng.normal(size=150)).astype(np.float32)
+    est = DaskRegressor(HiddenLayer, module__features=10, optimizer__lr=0.1, batch_size=150,
+                        grads_per_worker=32, max_epochs=1, random_state=3,
+                        client=client)  # fmt: skip
+    est.fit(x, y)
+    assert est.history_[0]["updates"][0]["tasks"] == 5
+    torch.manual_seed(3)
+    local = HiddenLayer(features=10)
+    optimizer = torch.optim.SGD(local.parameters(), lr=0.1)
+    torch.nn.functional.mse_loss(
+        local(torch.from_numpy(x)).squeeze(-1), torch.from_numpy(y)
+    ).backward()
+    optimizer.step()
+    np.testing.assert_allclose(flat_state(est.module_), flat_state(local), atol=1e-5)
+
+
+def test_regressor_learns_and_partial_fit_runs_one_epoch(client: Client) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(400, 10)).astype(np.float32)
+    y = x @ rng.normal(size=10).astype(np.float32)
+    est = DaskRegressor(HiddenLayer, module__features=10, module__hidden=32,
+                        optimizer=torch.optim.Adam, optimizer__lr=0.02, batch_size=PadaDamp,
+                        batch_size__initial=16, batch_size__rate=0.5, max_epochs=1,
+                        random_state=0, client=client)  # fmt: skip
+    for _ in range(12):
+        est.partial_fit(x, y)
+    assert len(est.history_) == 12
+    assert est.history_[-1]["batch_size"] > 16  # PadaDamp grew the batch
+    assert est.score(x, y) > 0.9
+
+
+def test_clone_pickle_pipeline_and_grid_search(client: Client, digits: tuple) -> None:
+    x_train, x_test, y_train, y_test = digits
+    pipeline = make_pipeline(StandardScaler(), classifier(client, max_epochs=2))
+    pipeline.fit(x_train, y_train)
+    fitted = pipeline[-1]
+    assert pipeline.score(x_test, y_test) > 0.8
+    restored = pickle.loads(pickle.dumps(pipeline))
+    np.testing.assert_array_equal(restored.predict(x_test), pipeline.predict(x_test))
+    assert restored[-1].history_ == fitted.history_
+    fresh = clone(fitted)
+    assert fresh.get_params()["client"] is client and not hasattr(fresh, "module_")
+
+    search = GridSearchCV(classifier(client, max_epochs=2),
+                          {"optimizer__lr": [0.01, 0.3], "batch_size": [16, 64]}, cv=2)  # fmt: skip
+    search.fit(x_train, y_train)
+    assert len(search.cv_results_["params"]) == 4
+    assert search.best_params_["optimizer__lr"] == 0.3  # 0.01 is far too slow for 2 epochs
+    assert search.score(x_test, y_test) > 0.8
+
+
+def test_ddp_engine_matches_the_centralised_engine(client: Client, digits: tuple) -> None:
+    """Same data order, same seeds: DDP across two worker processes reaches the same
+    weights as the centralised engine, and starts a new process-group generation when
+    the batch (and so the world size) grows."""
+    x_train, x_test, y_train, y_test = digits
+    params = {"batch_size": GeoDamp, "batch_size__delay": 1, "batch_size__factor": 4,
+              "grads_per_worker": 64, "min_workers": 1, "max_workers": 2}  # fmt: skip
+    ddp = classifier(client, engine="ddp", **params).fit(x_train, y_train)
+    central = classifier(client, **params).fit(x_train, y_train)
+    assert [e["generation"] for e in ddp.history_] == [1, 2, 2]
+    assert [e["workers"] for e in ddp.history_] == [1, 2, 2]
+    np.testing.assert_allclose(flat_state(ddp.module_), flat_state(central.module_), atol=1e-4)
+    assert ddp.score(x_test, y_test) > 0.8
+
+
+def test_ddp_needs_one_process_per_worker(digits: tuple) -> None:
+    x_train, _, y_train, _ = digits
+    with cluster(2, processes=False) as local, Client(local, set_as_default=False) as client:
+        est = classifier(client, engine="ddp", grads_per_worker=8, max_epochs=1)
+        with pytest.raises(ValueError, match="one process per Dask worker"):
+            est.fit(x_train, y_train)
+
+
+def test_the_cluster_is_scaled_with_the_batch_size(digits: tuple) -> None:
+    """min 1, max 3 workers, GeoDamp ×2 per epoch from 32 with 32 examples per task: the
+    cluster is asked for 1, 2, 3, 3 workers, and the workers that join take tasks."""
+    x_train, _, y_train, _ = digits
+    with cluster(1, processes=False) as local, Client(local, set_as_default=False) as client:
+        est = classifier(client, batch_size=GeoDamp, batch_size__delay=1, batch_size__factor=2,
+                         min_workers=1, max_workers=3, max_epochs=1)  # fmt: skip
+        est.partial_fit(x_train, y_train)
+        assert len(client.scheduler_info()["workers"]) == 1
+        seen = []
+        for _ in range(4):
+            est.partial_fit(x_train, y_train)
+            seen.append(len(client.scheduler_info()["workers"]))
+            time.sleep(0.5)  # time for the workers asked for to join
+        targets = [e["updates"][0]["target_workers"] for e in est.history_]
+        assert targets == [1, 2, 3, 3, 3]
+        assert max(seen) == 3
+        assert max(u["workers"] for u in est.history_[-1]["updates"]) >= 2
+
+
+def test_a_worker_dying_mid_fit_is_survived(tmp_path: Path, digits: tuple) -> None:
+    """A worker process is killed (os._exit) during an update: the nanny restarts it, the
+    lost task runs again, and the fit finishes with every epoch's examples."""
+    x_train, x_test, y_train, y_test = digits
+    marker = tmp_path / "die"
+    marker.touch()
+    with cluster(1) as local, Client(local, set_as_default=False) as client:
+        est = DaskClassifier(DiesOnce, module__marker=str(marker), module__after=5,
+                             optimizer__lr=0.2, max_epochs=2, random_state=0, timeout=60,
+                             client=client)  # fmt: skip
+        start = time.monotonic()
+        with pytest.warns(RuntimeWarning, match="lost work"):
+            est.fit(x_train, y_train)
+        assert time.monotonic() - start < 60
+    assert not marker.exists()  # the worker did die
+    assert [e["examples"] for e in est.history_] == [len(x_train)] * 2
+    assert est.score(x_test, y_test) > 0.8
