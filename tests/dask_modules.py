@@ -31,8 +31,9 @@ class DiesOnce(nn.Module):
     """Kills the worker process it runs in (once: it deletes ``marker`` first) after
     ``after`` forward passes in that process."""
 
-    def __init__(self, features: int = 64, classes: int = 10, marker: str = "",
-                 after: int = 5) -> None:  # fmt: skip
+    def __init__(
+        self, features: int = 64, classes: int = 10, marker: str = "", after: int = 5
+    ) -> None:
         super().__init__()
         self.fc = nn.Linear(features, classes)
         self.marker = marker

@@ -59,8 +59,10 @@ def connect(client: Any, min_workers: int) -> Client:
         except OSError as error:
             raise ConnectionError(f"cannot reach the Dask scheduler at {client}: {error}") from None
     if client is not None:
-        raise TypeError(f"client must be a distributed.Client, a scheduler address or None, "
-                        f"not {type(client).__name__}")  # fmt: skip
+        raise TypeError(
+            f"client must be a distributed.Client, a scheduler address or None, "
+            f"not {type(client).__name__}"
+        )
     try:
         return default_client()
     except ValueError:
@@ -100,8 +102,11 @@ class Workers:
         """Wait (up to ``timeout`` s) while workers asked to leave are still leaving, so
         nothing new lands on them."""
         deadline = time.monotonic() + timeout
-        while (self.target is not None and len(self.current()) > self.target
-               and time.monotonic() < deadline):  # fmt: skip
+        while (
+            self.target is not None
+            and len(self.current()) > self.target
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
 
     def current(self) -> list[str]:

@@ -75,8 +75,10 @@ class Damper:
         if self.initial < 1:
             raise ValueError(f"{type(self).__name__}: initial batch size must be ≥ 1")
         if self.max_batch_size is not None and self.max_batch_size < self.initial:
-            raise ValueError(f"{type(self).__name__}: max_batch_size {self.max_batch_size} is "
-                             f"below the initial batch size {self.initial}")  # fmt: skip
+            raise ValueError(
+                f"{type(self).__name__}: max_batch_size {self.max_batch_size} is "
+                f"below the initial batch size {self.initial}"
+            )
 
 
 @dataclass(frozen=True)

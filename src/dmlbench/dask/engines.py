@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 from distributed import Client, Future
+from distributed.actor import Actor
 from distributed.scheduler import KilledWorker
 
 from dmlbench.dask import worker as remote
@@ -54,8 +55,7 @@ class Session:
     timeout: float
     recipe_future: Future | None = None
     data_future: Future | None = None
-    _known: set[str] = field(default_factory=set)
-    _checked: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def open(cls, est: DaskEstimator, recipe: remote.Recipe, data: remote.TrainData) -> Session:
@@ -68,6 +68,9 @@ class Session:
         session.scatter()
         return session
 
+    def data_lost(self) -> bool:
+        return self.data_future is None or self.data_future.status != "finished"
+
     def scatter(self, attempts: int = 5) -> None:
         """Send the data and recipe to the workers (once per fit; again after a loss).
         Retried when a worker leaves mid-broadcast (the cluster may be scaling down)."""
@@ -78,22 +81,26 @@ class Session:
                 break
             except (KeyError, OSError) as error:
                 if attempt == attempts - 1:
-                    raise RuntimeError(f"could not send the training data to the Dask workers: "
-                                       f"{type(error).__name__}: {error}") from None  # fmt: skip
+                    raise RuntimeError(
+                        f"could not send the training data to the Dask workers: "
+                        f"{type(error).__name__}: {error}"
+                    ) from None
                 time.sleep(0.2 * (attempt + 1))
-        self._known = set(self.workers.current())
 
-    def welcome_new_workers(self, every_s: float = 0.5) -> None:
-        """Copy the data to workers that joined since (checked every ``every_s`` seconds),
-        so the scheduler sends them tasks instead of keeping them on the old ones."""
-        now = time.monotonic()
-        if now - self._checked < every_s:
-            return
-        self._checked = now
-        present = set(self.workers.current())
-        if present - self._known:
-            self.client.replicate([self.data_future, self.recipe_future])
-        self._known = present
+    def drain_notes(self) -> list[str]:
+        notes, self.notes = self.notes, []
+        return notes
+
+    def note_loss(self, error: BaseException) -> None:
+        self.notes.append(
+            f"lost a worker ({type(error).__name__}: {error!s:.80}); its tasks ran again elsewhere"
+        )
+
+    def lost_data(self) -> None:
+        """Every copy of the data went with dead workers: send it again."""
+        self.notes.append("the training data was lost with its workers: sent again")
+        self.workers.await_some(1, self.timeout)
+        self.scatter()
 
     def close(self) -> None:
         for future in (self.data_future, self.recipe_future):
@@ -117,16 +124,27 @@ class Engine:
 
     def holds(self, data: remote.TrainData) -> bool:
         held = self.session.data
-        return (held.x.shape == data.x.shape and np.array_equal(held.x, data.x)
-                and np.array_equal(held.y, data.y))  # fmt: skip
+        return (
+            held.x.shape == data.x.shape
+            and np.array_equal(held.x, data.x)
+            and np.array_equal(held.y, data.y)
+        )
 
     def close(self) -> None:
         self.session.close()
 
 
 class Centralised(Engine):
+    """Gradient tasks go to one :class:`~dmlbench.dask.worker.GradientWorker` actor per
+    worker, called directly (a task through the scheduler costs ~10 ms of round trips on
+    a small machine; an actor call ~1 ms). Workers that join get an actor as they
+    arrive; a worker that dies takes its actor with it and its tasks run elsewhere."""
+
     name = "centralised"
-    inline_bytes: ClassVar[int] = 1 << 20
+
+    def __init__(self, est: DaskEstimator, data: remote.TrainData) -> None:
+        super().__init__(est, data)
+        self.pool = ActorPool(self.session)
 
     def run_epoch(self) -> Record:
         est, session = self.est, self.session
@@ -143,41 +161,15 @@ class Centralised(Engine):
             target = session.workers.follow(
                 tasks_for(min(damping.batch_size, n), est.grads_per_worker)
             )
-            session.welcome_new_workers()
             begin = time.perf_counter()
-            results = self._gradients(np.array_split(index, tasks))
+            results = self.pool.run(remote.flat_state(est.module_), np.array_split(index, tasks))
+            for message in session.drain_notes():
+                est.note(f"update {est.n_updates_ + 1}: {message}")
             self._step(results, len(index), damping.lr_factor)
             wall = time.perf_counter() - begin
             summary = results_summary(results, len(index))
             est.record_update(record, summary, damping, tasks=tasks, target=target, wall=wall)
         return est.finish_epoch(record, time.perf_counter() - start)
-
-    def _gradients(self, chunks: list[np.ndarray]) -> list[remote.GradientResult]:
-        session = self.session
-        weights = remote.flat_state(self.est.module_)
-        for attempt in range(self.retries + 1):
-            client = session.client
-            # small weights ride in the task messages; big ones go to one worker once and
-            # the others fetch them from it
-            payload: Any = weights
-            if weights.nbytes > self.inline_bytes:
-                payload = client.scatter(weights, hash=False)
-            futures = client.map(remote.gradient, [session.recipe_future] * len(chunks),
-                                 [session.data_future] * len(chunks), [payload] * len(chunks),
-                                 chunks, pure=False)  # fmt: skip
-            try:
-                return gather(client, futures, session.timeout, "gradient tasks")
-            except Exception as error:
-                if attempt == self.retries or not _lost_work(error):
-                    raise
-                self.est.note(f"update {self.est.n_updates_ + 1}: lost work ({error!s:.80}); "
-                              "data re-sent, update retried")  # fmt: skip
-                session.workers.await_some(1, session.timeout)
-                session.scatter()
-            finally:
-                if isinstance(payload, Future):
-                    payload.release()
-        raise AssertionError("unreachable")
 
     def _step(self, results: list[remote.GradientResult], batch: int, lr_factor: float) -> None:
         est = self.est
@@ -196,6 +188,126 @@ class Centralised(Engine):
             small = float(np.mean([np.sum((r.grad_sum / r.count) ** 2) for r in results]))
             est.observe_noise(small, batch / len(results), float(np.sum(total**2)), batch)
         est.step(lr_factor)
+
+    def close(self) -> None:
+        self.pool.close()
+        super().close()
+
+
+def _actor_lost(error: BaseException) -> bool:
+    """The actor's worker is gone (as opposed to the task's own error)."""
+    if isinstance(error, OSError | asyncio.CancelledError | concurrent.futures.CancelledError):
+        return True
+    return isinstance(error, RuntimeError) and "actor" in str(error).lower()
+
+
+class ActorPool:
+    """One gradient actor per worker, kept in step with the cluster."""
+
+    max_failures: ClassVar[int] = 3  # per task and update, before the fit gives up
+
+    def __init__(self, session: Session, refresh_s: float = 0.5) -> None:
+        self.session = session
+        self.refresh_s = refresh_s
+        self.starting: dict[str, Future] = {}  # worker address → actor being created
+        self.actors: dict[str, Any] = {}  # worker address → ready actor
+        self.alive: dict[str, Future] = {}  # worker address → the ready actor's future
+        self.checked = -float("inf")
+
+    def refresh(self, force: bool = False) -> None:
+        """Start actors on new workers, adopt the ones that are ready, forget departed
+        workers (checked at most every ``refresh_s`` seconds unless forced)."""
+        now = time.monotonic()
+        if force or now - self.checked >= self.refresh_s:
+            self.checked = now
+            present = set(self.session.workers.current())
+            for gone in (set(self.actors) | set(self.starting)) - present:
+                self.actors.pop(gone, None)
+                self.alive.pop(gone, None)
+                self.starting.pop(gone, None)
+            if self.session.data_lost():
+                self.session.lost_data()
+            for address in present - set(self.actors) - set(self.starting):
+                self.starting[address] = self.session.client.submit(
+                    remote.GradientWorker,
+                    self.session.recipe,
+                    self.session.data_future,
+                    actor=True,
+                    workers=[address],
+                    allow_other_workers=False,
+                    pure=False,
+                )
+        for address, future in list(self.starting.items()):
+            if future.status == "finished":
+                # a handle of our own, bound to this client: the one the future returns is
+                # shared with the worker when the cluster runs in this process
+                with self.session.client.as_current():
+                    self.actors[address] = Actor(remote.GradientWorker, address, future.key)
+                self.alive[address] = self.starting.pop(address)  # keeps the actor alive
+            elif future.status in ("error", "cancelled", "lost"):
+                del self.starting[address]  # retried at the next refresh
+                if future.status == "error" and not _lost_work(future.exception()):
+                    future.result()  # the module failed on the worker: say so
+
+    def ready(self) -> list[Any]:
+        """The ready actors; waits (up to the session timeout) for one when there is none."""
+        self.refresh()
+        deadline = time.monotonic() + self.session.timeout
+        while not self.actors:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no gradient worker became ready in {self.session.timeout:g} s"
+                    ": check the Dask workers' logs, or raise timeout="
+                )
+            self.session.workers.await_some(1, self.session.timeout)
+            time.sleep(0.02)
+            self.refresh(force=True)
+        return list(self.actors.values())
+
+    def run(self, weights: np.ndarray, chunks: list[np.ndarray]) -> list[remote.GradientResult]:
+        """Every chunk's gradient; a chunk whose worker is lost runs again elsewhere."""
+        results: dict[int, remote.GradientResult] = {}
+        failures = dict.fromkeys(range(len(chunks)), 0)
+        while len(results) < len(chunks):
+            actors = self.ready()
+            todo = [i for i in range(len(chunks)) if i not in results]
+            calls = {i: actors[k % len(actors)] for k, i in enumerate(todo)}
+            futures = {i: actor.gradient(weights, chunks[i]) for i, actor in calls.items()}
+            for i, future in futures.items():
+                try:
+                    results[i] = future.result(timeout=self.session.timeout)
+                except TimeoutError:
+                    raise TimeoutError(
+                        f"a gradient task gave no result in "
+                        f"{self.session.timeout:g} s (a worker stuck?): raise "
+                        "timeout= or check the cluster"
+                    ) from None
+                except Exception as error:
+                    if not _actor_lost(error):
+                        raise
+                    failures[i] += 1
+                    if failures[i] > self.max_failures:
+                        raise RuntimeError(
+                            f"a gradient task lost its worker {failures[i]} "
+                            "times: the cluster is unstable"
+                        ) from None
+                    self._forget(calls[i])
+                    self.session.note_loss(error)
+        return [results[i] for i in range(len(chunks))]
+
+    def _forget(self, actor: Any) -> None:
+        for address, known in list(self.actors.items()):
+            if known is actor:
+                del self.actors[address]
+                self.alive.pop(address).release()
+        self.refresh(force=True)
+
+    def close(self) -> None:
+        self.actors.clear()
+        for future in [*self.starting.values(), *self.alive.values()]:
+            future.release()
+        self.starting.clear()
+        self.alive.clear()
 
 
 def batch_at(position: int, n: int, wanted: int) -> int:
@@ -244,8 +356,10 @@ class DDP(Engine):
                 session.client.run(remote.ddp_teardown)
                 if attempt == self.retries or not (_lost_work(error) or self._rank_gone(ranks)):
                     raise
-                est.note(f"epoch {len(est.history_) + 1}: lost a rank ({error!s:.80}); "
-                         "epoch re-run in a new generation")  # fmt: skip
+                est.note(
+                    f"epoch {len(est.history_) + 1}: lost a rank ({error!s:.80}); "
+                    "epoch re-run in a new generation"
+                )
                 session.workers.await_some(1, session.timeout)
                 session.scatter()
         record = est.history_.new_epoch(engine=self.name, generation=self.generation.number)  # type: ignore[union-attr]
@@ -261,8 +375,14 @@ class DDP(Engine):
                 "compute_s": max(r.compute_s[u] for r in results),
                 "batch_size": len(index),
             }
-            est.record_update(record, summary, damping, tasks=len(results), target=target,
-                              wall=summary["compute_s"])  # fmt: skip
+            est.record_update(
+                record,
+                summary,
+                damping,
+                tasks=len(results),
+                target=target,
+                wall=summary["compute_s"],
+            )
         return est.finish_epoch(record, time.perf_counter() - start)
 
     def _rank_gone(self, ranks: list[str], wait_s: float = 10.0) -> bool:
@@ -294,25 +414,33 @@ class DDP(Engine):
         session.workers.settle()
         session.workers.await_some(world, session.timeout)
         ranks = session.workers.current()[:world]
-        if (self.generation is None or ranks != self.ranks
-                or self.generation.world_size != len(ranks)):  # fmt: skip
+        if (
+            self.generation is None
+            or ranks != self.ranks
+            or self.generation.world_size != len(ranks)
+        ):
             pids = session.client.run(remote.process_id, workers=ranks)
             if len(set(pids.values())) < len(ranks):
-                raise ValueError("engine='ddp' needs one process per Dask worker (these share "
-                                 "one): use LocalCluster(processes=True) or dask worker "
-                                 "processes")  # fmt: skip
+                raise ValueError(
+                    "engine='ddp' needs one process per Dask worker (these share "
+                    "one): use LocalCluster(processes=True) or dask worker "
+                    "processes"
+                )
             if self.generation is not None:
                 session.client.run(remote.ddp_teardown)
-            host, port = session.client.submit(remote.free_port, workers=[ranks[0]],
-                                               pure=False).result(session.timeout)  # fmt: skip
+            host, port = session.client.submit(
+                remote.free_port, workers=[ranks[0]], pure=False
+            ).result(session.timeout)
             self.generations += 1
-            self.generation = remote.Generation(self.generations, self.est.recipe_.key, host,
-                                                port, len(ranks), session.timeout)  # fmt: skip
+            self.generation = remote.Generation(
+                self.generations, self.est.recipe_.key, host, port, len(ranks), session.timeout
+            )
             self.ranks = ranks
         return ranks
 
-    def _rank_plans(self, order: np.ndarray, batches: list[np.ndarray], dampings: list[Any],
-                    world: int) -> list[remote.EpochPlan]:  # fmt: skip
+    def _rank_plans(
+        self, order: np.ndarray, batches: list[np.ndarray], dampings: list[Any], world: int
+    ) -> list[remote.EpochPlan]:
         shards = [np.array_split(order[b], world) for b in batches]
         sizes = [len(b) for b in batches]
         factors = [d.lr_factor for d in dampings]
@@ -325,12 +453,23 @@ class DDP(Engine):
         start = remote.TrainerState(remote.flat_state(est.module_), est.optimizer_.state_dict())
         optimizer_kwargs = est.routed("optimizer")
         futures = [
-            session.client.submit(remote.ddp_epoch, session.recipe_future, session.data_future,
-                                  self.generation, rank, start, est.optimizer, optimizer_kwargs,
-                                  plans[rank], workers=[address], allow_other_workers=False,
-                                  pure=False, key=f"ddp-epoch-{rank}-{uuid.uuid4().hex[:8]}")
+            session.client.submit(
+                remote.ddp_epoch,
+                session.recipe_future,
+                session.data_future,
+                self.generation,
+                rank,
+                start,
+                est.optimizer,
+                optimizer_kwargs,
+                plans[rank],
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
+                key=f"ddp-epoch-{rank}-{uuid.uuid4().hex[:8]}",
+            )
             for rank, address in enumerate(ranks)
-        ]  # fmt: skip
+        ]
         # no overall limit (an epoch takes what it takes): a dead rank's peers fail in the
         # all-reduce within the group timeout, and a lost worker is noticed by polling
         return gather(session.client, futures, None, "DDP ranks", pinned=ranks)

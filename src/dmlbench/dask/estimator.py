@@ -106,9 +106,11 @@ class DaskEstimator(BaseEstimator):
         self.verbose = verbose
         for key, value in kwargs.items():
             if not key.startswith(PREFIXES):
-                raise TypeError(f"{type(self).__name__} got an unknown parameter {key!r}"
-                                f"{_suggest(key, self._param_names())}; routed parameters "
-                                f"start with {', '.join(PREFIXES)}")  # fmt: skip
+                raise TypeError(
+                    f"{type(self).__name__} got an unknown parameter {key!r}"
+                    f"{_suggest(key, self._param_names())}; routed parameters "
+                    f"start with {', '.join(PREFIXES)}"
+                )
             setattr(self, key, value)
 
     # ------------------------------------------------------------ parameters
@@ -128,15 +130,18 @@ class DaskEstimator(BaseEstimator):
         known = self._param_names()
         for key, value in params.items():
             if key not in known and not key.startswith(PREFIXES):
-                raise ValueError(f"{type(self).__name__} has no parameter {key!r}"
-                                 f"{_suggest(key, known)}")  # fmt: skip
+                raise ValueError(
+                    f"{type(self).__name__} has no parameter {key!r}{_suggest(key, known)}"
+                )
             setattr(self, key, value)
         return self
 
     def __sklearn_clone__(self) -> DaskEstimator:
         """Like ``clone``, but a ``Client`` is shared rather than copied (it cannot be)."""
-        params = {k: v if k == "client" else clone(v, safe=False)
-                  for k, v in self.get_params(deep=False).items()}  # fmt: skip
+        params = {
+            k: v if k == "client" else clone(v, safe=False)
+            for k, v in self.get_params(deep=False).items()
+        }
         return type(self)(**params)
 
     def routed(self, route: str) -> dict[str, Any]:
@@ -155,15 +160,18 @@ class DaskEstimator(BaseEstimator):
 
     def _check_params(self) -> None:
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}"
-                             f"{_suggest(str(self.engine), list(ENGINES))}")  # fmt: skip
+            raise ValueError(
+                f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}"
+                f"{_suggest(str(self.engine), list(ENGINES))}"
+            )
         if not (isinstance(self.max_epochs, int) and self.max_epochs >= 1):
             raise ValueError(f"max_epochs must be an int ≥ 1, not {self.max_epochs!r}")
         if not (isinstance(self.grads_per_worker, int) and self.grads_per_worker >= 1):
             raise ValueError(f"grads_per_worker must be an int ≥ 1, not {self.grads_per_worker!r}")
         if not 1 <= self.min_workers <= self.max_workers:
-            raise ValueError(f"need 1 ≤ min_workers ≤ max_workers, got {self.min_workers}.."
-                             f"{self.max_workers}")  # fmt: skip
+            raise ValueError(
+                f"need 1 ≤ min_workers ≤ max_workers, got {self.min_workers}..{self.max_workers}"
+            )
         if self.timeout <= 0:
             raise ValueError("timeout must be > 0 seconds")
 
@@ -175,14 +183,17 @@ class DaskEstimator(BaseEstimator):
             named = [p for p in signature.parameters if p not in ("self", "params")]
             for key in kwargs:
                 if not accepts_any and key not in named:
-                    raise ValueError(f"{name} has no parameter {key!r} (from {what}__{key})"
-                                     f"{_suggest(key, named)}")  # fmt: skip
+                    raise ValueError(
+                        f"{name} has no parameter {key!r} (from {what}__{key})"
+                        f"{_suggest(key, named)}"
+                    )
         try:
             return factory(*args, **kwargs)
         except Exception as error:
             shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-            raise ValueError(f"{what} {name}({shown}) failed to build: "
-                             f"{type(error).__name__}: {error}") from None  # fmt: skip
+            raise ValueError(
+                f"{what} {name}({shown}) failed to build: {type(error).__name__}: {error}"
+            ) from None
 
     def _damper(self) -> Damper:
         options = self.routed("batch_size")
@@ -194,8 +205,9 @@ class DaskEstimator(BaseEstimator):
             return self._build("batch_size", self.batch_size, options)
         if isinstance(self.batch_size, int | np.integer) and not isinstance(self.batch_size, bool):
             return self._build("batch_size", Constant, {"initial": int(self.batch_size), **options})
-        raise ValueError(f"batch_size must be an int, a damper class or a damper, not "
-                         f"{self.batch_size!r}")  # fmt: skip
+        raise ValueError(
+            f"batch_size must be an int, a damper class or a damper, not {self.batch_size!r}"
+        )
 
     def _initialize(self, x: np.ndarray, y: np.ndarray) -> None:
         self._check_params()
@@ -212,12 +224,14 @@ class DaskEstimator(BaseEstimator):
         loss = self._default_loss if self.loss is None else self.loss
         loss_kwargs = self.routed("loss")
         self.loss_ = self._build("loss", loss, loss_kwargs) if isinstance(loss, type) else loss
-        self.optimizer_ = self._build("optimizer", self.optimizer, self.routed("optimizer"),
-                                      self.module_.parameters())  # fmt: skip
+        self.optimizer_ = self._build(
+            "optimizer", self.optimizer, self.routed("optimizer"), self.module_.parameters()
+        )
         self.base_lrs_ = [group["lr"] for group in self.optimizer_.param_groups]
         self._check_forward(x[:2], y[:2])
-        self.recipe_ = remote.Recipe(uuid.uuid4().hex, self.module, module_kwargs, loss,
-                                     loss_kwargs, self.torch_threads)  # fmt: skip
+        self.recipe_ = remote.Recipe(
+            uuid.uuid4().hex, self.module, module_kwargs, loss, loss_kwargs, self.torch_threads
+        )
         self.rng_ = np.random.default_rng(self.random_state)
         self.history_ = History()
         self.notes_: list[str] = []
@@ -235,15 +249,18 @@ class DaskEstimator(BaseEstimator):
             with torch.no_grad():
                 output = self.module_(torch.from_numpy(x))
         except Exception as error:
-            raise ValueError(f"the module fails on the data: {type(error).__name__}: "
-                             f"{error}".splitlines()[0]) from None  # fmt: skip
+            raise ValueError(
+                f"the module fails on the data: {type(error).__name__}: {error}".splitlines()[0]
+            ) from None
         self._check_output(output)
         try:
             target = torch.from_numpy(y)
             self.loss_(remote.fit_output(output, target), target)
         except Exception as error:
-            raise ValueError(f"the loss fails on the module's output: {type(error).__name__}: "
-                             f"{error}".splitlines()[0]) from None  # fmt: skip
+            raise ValueError(
+                f"the loss fails on the module's output: {type(error).__name__}: "
+                f"{error}".splitlines()[0]
+            ) from None
 
     def _check_output(self, output: torch.Tensor) -> None:
         pass
@@ -256,8 +273,15 @@ class DaskEstimator(BaseEstimator):
     def _validate(self, X: Any, y: Any, fitting: bool) -> tuple[np.ndarray, np.ndarray]:
         name = type(self).__name__
         try:
-            x, y = check_X_y(X, y, dtype=np.float32, ensure_2d=False, allow_nd=True,
-                             multi_output=True, y_numeric=False)  # fmt: skip
+            x, y = check_X_y(
+                X,
+                y,
+                dtype=np.float32,
+                ensure_2d=False,
+                allow_nd=True,
+                multi_output=True,
+                y_numeric=False,
+            )
         except ValueError as error:
             message = str(error).splitlines()[0]
             if "convert" in message or "string" in message:
@@ -269,8 +293,9 @@ class DaskEstimator(BaseEstimator):
             self.n_features_in_ = x.shape[1] if x.ndim == 2 else None
             self.example_shape_ = x.shape[1:]
         elif x.shape[1:] != self.example_shape_:
-            raise ValueError(f"{name}: X has examples of shape {x.shape[1:]}, the fit had "
-                             f"{self.example_shape_}")  # fmt: skip
+            raise ValueError(
+                f"{name}: X has examples of shape {x.shape[1:]}, the fit had {self.example_shape_}"
+            )
         return np.ascontiguousarray(x), self._encode_y(y, fitting)
 
     def _inputs(self, X: Any) -> np.ndarray:
@@ -280,8 +305,9 @@ class DaskEstimator(BaseEstimator):
         except ValueError as error:
             raise ValueError(f"{type(self).__name__}: {str(error).splitlines()[0]}") from None
         if x.shape[1:] != self.example_shape_:
-            raise ValueError(f"X has examples of shape {x.shape[1:]}, the fit had "
-                             f"{self.example_shape_}")  # fmt: skip
+            raise ValueError(
+                f"X has examples of shape {x.shape[1:]}, the fit had {self.example_shape_}"
+            )
         return x
 
     # ------------------------------------------------------------ training
@@ -319,9 +345,11 @@ class DaskEstimator(BaseEstimator):
             engine = self._engine = ENGINES[self.engine](self, data)
         record = engine.run_epoch()
         if self.verbose:
-            print(f"epoch {record['epoch']}: loss {record['train_loss']:.4f}, batch "
-                  f"{record['batch_size']}, workers {record['workers']}, "
-                  f"{record['n_updates']} updates, {record['wall_s']:.2f} s")  # fmt: skip
+            print(
+                f"epoch {record['epoch']}: loss {record['train_loss']:.4f}, batch "
+                f"{record['batch_size']}, workers {record['workers']}, "
+                f"{record['n_updates']} updates, {record['wall_s']:.2f} s"
+            )
         return record
 
     def _close_engine(self) -> None:
@@ -340,10 +368,13 @@ class DaskEstimator(BaseEstimator):
         if self._noise is not None and self._noise[0] > 0:
             noise = self._noise[1] / self._noise[0]
         seen = self.examples_seen_ if examples is None else examples
-        return TrainState(epoch=seen / self.n_train_,
-                          updates=self.n_updates_ if updates is None else updates,
-                          loss=self._loss_ema, initial_loss=self._initial_loss,
-                          noise_scale=noise)  # fmt: skip
+        return TrainState(
+            epoch=seen / self.n_train_,
+            updates=self.n_updates_ if updates is None else updates,
+            loss=self._loss_ema,
+            initial_loss=self._initial_loss,
+            noise_scale=noise,
+        )
 
     def damping(self, updates: int | None = None, examples: int | None = None) -> Damping:
         return self.damper_(self.state(updates, examples))
@@ -358,8 +389,9 @@ class DaskEstimator(BaseEstimator):
         for group, base in zip(self.optimizer_.param_groups, self.base_lrs_, strict=True):
             group["lr"] = base
 
-    def observe_noise(self, small: float, small_batch: float, big: float, big_batch: int,
-                      decay: float = 0.9) -> None:  # fmt: skip
+    def observe_noise(
+        self, small: float, small_batch: float, big: float, big_batch: int, decay: float = 0.9
+    ) -> None:
         """Fold one update's small- and big-batch gradient norms into the running B_simple."""
         if big_batch <= small_batch:
             return
@@ -367,11 +399,21 @@ class DaskEstimator(BaseEstimator):
         if self._noise is None:
             self._noise = (g2, trace)
         else:
-            self._noise = (decay * self._noise[0] + (1 - decay) * g2,
-                           decay * self._noise[1] + (1 - decay) * trace)  # fmt: skip
+            self._noise = (
+                decay * self._noise[0] + (1 - decay) * g2,
+                decay * self._noise[1] + (1 - decay) * trace,
+            )
 
-    def record_update(self, record: Record, summary: dict[str, Any], damping: Damping, *,
-                      tasks: int, target: int | None, wall: float) -> None:  # fmt: skip
+    def record_update(
+        self,
+        record: Record,
+        summary: dict[str, Any],
+        damping: Damping,
+        *,
+        tasks: int,
+        target: int | None,
+        wall: float,
+    ) -> None:
         loss = float(summary["loss"])
         batch = int(summary.get("batch_size") or damping.batch_size)
         if self._initial_loss is None:
@@ -379,19 +421,21 @@ class DaskEstimator(BaseEstimator):
         self._loss_ema = loss if self._loss_ema is None else 0.9 * self._loss_ema + 0.1 * loss
         state = self.state()
         self.n_updates_ += 1
-        record["updates"].append({
-            "update": self.n_updates_,
-            "epoch": state.epoch,
-            "batch_size": batch,
-            "tasks": tasks,
-            "workers": summary["workers"],
-            "target_workers": target,
-            "lr": self.base_lrs_[0] * damping.lr_factor,
-            "loss": loss,
-            "wall_s": wall,
-            "compute_s": summary["compute_s"],
-            "noise_scale": state.noise_scale,
-        })  # fmt: skip
+        record["updates"].append(
+            {
+                "update": self.n_updates_,
+                "epoch": state.epoch,
+                "batch_size": batch,
+                "tasks": tasks,
+                "workers": summary["workers"],
+                "target_workers": target,
+                "lr": self.base_lrs_[0] * damping.lr_factor,
+                "loss": loss,
+                "wall_s": wall,
+                "compute_s": summary["compute_s"],
+                "noise_scale": state.noise_scale,
+            }
+        )
         self.examples_seen_ += batch
 
     def finish_epoch(self, record: Record, wall: float) -> Record:
@@ -407,8 +451,11 @@ class DaskEstimator(BaseEstimator):
             wall_s=wall,
         )
         if not math.isfinite(record["train_loss"]):
-            warnings.warn(f"epoch {record['epoch']}: the training loss is not finite "
-                          "(lower optimizer__lr?)", RuntimeWarning, stacklevel=3)  # fmt: skip
+            warnings.warn(
+                f"epoch {record['epoch']}: the training loss is not finite (lower optimizer__lr?)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return record
 
     def note(self, message: str) -> None:
@@ -421,8 +468,9 @@ class DaskEstimator(BaseEstimator):
         x = self._inputs(X)
         self.module_.eval()
         with torch.no_grad():
-            parts = [self.module_(torch.from_numpy(x[i : i + batch]))
-                     for i in range(0, len(x), batch)]  # fmt: skip
+            parts = [
+                self.module_(torch.from_numpy(x[i : i + batch])) for i in range(0, len(x), batch)
+            ]
         return torch.cat(parts) if parts else torch.empty(0)
 
 
@@ -433,8 +481,9 @@ class DaskClassifier(ClassifierMixin, DaskEstimator):
 
     def _encode_y(self, y: np.ndarray, fitting: bool) -> np.ndarray:
         if y.ndim != 1:
-            raise ValueError(f"{type(self).__name__}: y must be 1-D class labels, got shape "
-                             f"{y.shape}")  # fmt: skip
+            raise ValueError(
+                f"{type(self).__name__}: y must be 1-D class labels, got shape {y.shape}"
+            )
         if fitting:
             self.classes_ = np.unique(y)
             if len(self.classes_) < 2:
@@ -452,9 +501,11 @@ class DaskClassifier(ClassifierMixin, DaskEstimator):
 
     def _check_output(self, output: torch.Tensor) -> None:
         if output.dim() != 2 or output.shape[1] != len(self.classes_):
-            raise ValueError(f"the module outputs shape {tuple(output.shape[1:])} per example but "
-                             f"y has {len(self.classes_)} classes: give it "
-                             f"{len(self.classes_)} outputs")  # fmt: skip
+            raise ValueError(
+                f"the module outputs shape {tuple(output.shape[1:])} per example but "
+                f"y has {len(self.classes_)} classes: give it "
+                f"{len(self.classes_)} outputs"
+            )
 
     def predict_proba(self, X: Any) -> np.ndarray:
         return torch.softmax(self._forward(X), dim=1).numpy()

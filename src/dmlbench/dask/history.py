@@ -73,8 +73,7 @@ def plot_histories(
     left.set(xlabel="model updates", ylabel=metric or "training loss", xscale="log")
     if not metric:
         left.set_yscale("log")
-    middle.set(xlabel="model updates", ylabel="batch size (examples)", xscale="log",
-               yscale="log")  # fmt: skip
+    middle.set(xlabel="model updates", ylabel="batch size (examples)", xscale="log", yscale="log")
     right.set(xlabel="model updates", ylabel="Dask workers per update", xscale="log")
     for axes in (left, middle, right):
         axes.grid(alpha=0.3)

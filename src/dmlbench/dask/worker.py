@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -110,39 +109,13 @@ def n_parameter_values(module: nn.Module) -> int:
 # ---------------------------------------------------------------- the centralised engine
 
 
-@dataclass
-class _Replica:
-    module: nn.Module
-    loss: LossFn
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-_REPLICAS: dict[tuple[str, int], _Replica] = {}
-_REPLICAS_LOCK = threading.Lock()
-
-
-def replica(recipe: Recipe) -> _Replica:
-    """This thread's replica for this fit (built once; older fits' replicas dropped)."""
-    key = (recipe.key, threading.get_ident())
-    with _REPLICAS_LOCK:
-        found = _REPLICAS.get(key)
-        if found is None:
-            for stale in [k for k in _REPLICAS if k[1] == key[1]]:
-                del _REPLICAS[stale]
-            if recipe.torch_threads:
-                torch.set_num_threads(recipe.torch_threads)
-            torch.manual_seed(0)  # dropout etc. differ by task through the data, not here
-            found = _REPLICAS[key] = _Replica(recipe.build_module(), recipe.build_loss())
-    return found
-
-
 @dataclass(frozen=True)
 class GradientResult:
     grad_sum: np.ndarray  # Σ over the task's examples of ∇loss (float32, parameters only)
     loss_sum: float
     count: int
     buffers: np.ndarray | None  # floating-point buffers after the forward pass, if any
-    compute_s: float  # pure forward + backward time
+    compute_s: float  # gathering the examples, forward, backward
     worker: str
 
 
@@ -155,27 +128,37 @@ def worker_address() -> str:
         return f"local-{os.getpid()}"
 
 
-def gradient(
-    recipe: Recipe, data: TrainData, weights: np.ndarray, index: np.ndarray
-) -> GradientResult:
-    """One gradient task: the summed gradient of ``index``'s examples at ``weights``."""
-    rep = replica(recipe)
-    with rep.lock:
-        load_flat_state(rep.module, weights)
+class GradientWorker:
+    """A Dask actor, one per worker per fit: holds the data and a replica of the module,
+    and computes gradient tasks. The driver calls it directly (no scheduler round trip
+    per task); workers that join later get their own as they arrive."""
+
+    def __init__(self, recipe: Recipe, data: TrainData) -> None:
+        if recipe.torch_threads:
+            torch.set_num_threads(recipe.torch_threads)
+        torch.manual_seed(0)  # tasks differ by their examples, not by worker-local seeds
+        self.data = data
+        self.module = recipe.build_module()
+        self.loss = recipe.build_loss()
+        self.n_params = n_parameter_values(self.module)
+        self.address = worker_address()
+
+    def gradient(self, weights: np.ndarray, index: np.ndarray) -> GradientResult:
+        """The summed gradient of ``index``'s examples at ``weights``."""
+        load_flat_state(self.module, weights)
         start = time.perf_counter()
-        x, y = data.batch(index)
-        rep.module.train()
-        rep.module.zero_grad(set_to_none=True)
-        output = rep.module(x)
-        loss = rep.loss(fit_output(output, y), y)
+        x, y = self.data.batch(index)
+        self.module.train()
+        self.module.zero_grad(set_to_none=True)
+        output = self.module(x)
+        loss = self.loss(fit_output(output, y), y)
         loss.backward()
         count = len(index)
-        grad = (flat_grad(rep.module) * count).numpy()
+        grad = (flat_grad(self.module) * count).numpy()
         compute = time.perf_counter() - start
-        n_params = n_parameter_values(rep.module)
-        state = flat_state(rep.module)
-        buffers = state[n_params:].copy() if state.size > n_params else None
-    return GradientResult(grad, loss.item() * count, count, buffers, compute, worker_address())
+        state = flat_state(self.module)
+        buffers = state[self.n_params :].copy() if state.size > self.n_params else None
+        return GradientResult(grad, loss.item() * count, count, buffers, compute, self.address)
 
 
 # ---------------------------------------------------------------- the DDP engine
@@ -256,8 +239,14 @@ def ddp_teardown() -> bool:
     return True
 
 
-def _join(recipe: Recipe, generation: Generation, rank: int, start: TrainerState,
-          optimizer: Any, optimizer_kwargs: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _join(
+    recipe: Recipe,
+    generation: Generation,
+    rank: int,
+    start: TrainerState,
+    optimizer: Any,
+    optimizer_kwargs: dict[str, Any],
+) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -277,22 +266,35 @@ def _join(recipe: Recipe, generation: Generation, rank: int, start: TrainerState
     load_flat_state(module, start.weights)
     opt = optimizer(module.parameters(), **optimizer_kwargs)
     opt.load_state_dict(start.optimizer_state)
-    _DDP.update(generation=(generation, rank), module=module, optimizer=opt,
-                ddp=DistributedDataParallel(module), loss=recipe.build_loss(),
-                base_lrs=[g["lr"] for g in opt.param_groups])  # fmt: skip
+    _DDP.update(
+        generation=(generation, rank),
+        module=module,
+        optimizer=opt,
+        ddp=DistributedDataParallel(module),
+        loss=recipe.build_loss(),
+        base_lrs=[g["lr"] for g in opt.param_groups],
+    )
     return _DDP
 
 
-def ddp_epoch(recipe: Recipe, data: TrainData, generation: Generation, rank: int,
-              start: TrainerState, optimizer: Any, optimizer_kwargs: dict[str, Any],
-              plan: EpochPlan) -> EpochResult:  # fmt: skip
+def ddp_epoch(
+    recipe: Recipe,
+    data: TrainData,
+    generation: Generation,
+    rank: int,
+    start: TrainerState,
+    optimizer: Any,
+    optimizer_kwargs: dict[str, Any],
+    plan: EpochPlan,
+) -> EpochResult:
     """Run one epoch's updates as rank ``rank`` of ``generation``; rank 0 returns the
     state the next epoch or generation starts from."""
     state = _join(recipe, generation, rank, start, optimizer, optimizer_kwargs)
     module, ddp, opt, loss_fn = state["module"], state["ddp"], state["optimizer"], state["loss"]
     losses, counts, times = [], [], []
-    for index, global_batch, factor in zip(plan.indices, plan.global_batches, plan.lr_factors,
-                                           strict=True):  # fmt: skip
+    for index, global_batch, factor in zip(
+        plan.indices, plan.global_batches, plan.lr_factors, strict=True
+    ):
         begin = time.perf_counter()
         for group, base in zip(opt.param_groups, state["base_lrs"], strict=True):
             group["lr"] = base * factor
