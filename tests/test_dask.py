@@ -20,7 +20,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from dmlbench.dask import DaskClassifier, DaskRegressor
-from dmlbench.dask.dampers import GeoDamp, PadaDamp
+from dmlbench.dask.dampers import GeoDamp, NoiseScaleDamp, PadaDamp
 from dmlbench.dask.worker import flat_state
 from dmlbench.models.mlp import MLP
 
@@ -314,4 +314,59 @@ def test_a_worker_dying_mid_fit_is_survived(tmp_path: Path, digits: tuple) -> No
         assert time.monotonic() - start < 60
     assert not marker.exists()  # the worker did die
     assert [e["examples"] for e in est.history_] == [len(x_train)] * 2
+    assert est.score(x_test, y_test) > 0.8
+
+
+def test_the_noise_scale_damper_sets_the_batch_from_measured_noise(client: Client) -> None:
+    """Two or more gradient tasks per update give small- and big-batch gradient norms;
+    their running B_simple estimate drives NoiseScaleDamp."""
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(512, 10)).astype(np.float32)
+    y = (x @ rng.normal(size=10) + rng.normal(size=512)).astype(np.float32)
+    est = DaskRegressor(
+        HiddenLayer,
+        module__features=10,
+        optimizer__lr=0.05,
+        batch_size=NoiseScaleDamp,
+        batch_size__initial=16,
+        batch_size__max_batch_size=256,
+        grads_per_worker=8,
+        max_epochs=3,
+        random_state=0,
+        client=client,
+    )
+    est.fit(x, y)
+    updates = est.history_.frame("updates")
+    assert updates["noise_scale"].iloc[1:].notna().all()
+    assert updates["noise_scale"].iloc[-1] > 0
+    assert updates["batch_size"].iloc[-1] != 16  # the estimate moved the batch
+
+
+def test_a_rank_dying_mid_epoch_starts_a_new_generation(tmp_path: Path, digits: tuple) -> None:
+    """DDP: a rank's process is killed mid-epoch; its peer fails in the all-reduce, and
+    the epoch is re-run from the last state in a new process-group generation."""
+    x_train, x_test, y_train, y_test = digits
+    marker = tmp_path / "die"
+    marker.touch()
+    with cluster(2) as local, Client(local, set_as_default=False) as client:
+        est = DaskClassifier(
+            DiesOnce,
+            module__marker=str(marker),
+            module__after=30,
+            optimizer__lr=0.2,
+            max_epochs=2,
+            engine="ddp",
+            min_workers=2,
+            max_workers=2,
+            grads_per_worker=16,
+            timeout=20,
+            random_state=0,
+            client=client,
+        )
+        start = time.monotonic()
+        with pytest.warns(RuntimeWarning, match="lost a rank"):
+            est.fit(x_train, y_train)
+        assert time.monotonic() - start < 60
+    assert not marker.exists()
+    assert [e["generation"] for e in est.history_] == [2, 2]
     assert est.score(x_test, y_test) > 0.8
