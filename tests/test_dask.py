@@ -370,3 +370,16 @@ def test_a_rank_dying_mid_epoch_starts_a_new_generation(tmp_path: Path, digits: 
     assert not marker.exists()
     assert [e["generation"] for e in est.history_] == [2, 2]
     assert est.score(x_test, y_test) > 0.8
+
+
+def test_a_scheduler_address_is_a_client_too(client: Client, digits: tuple) -> None:
+    """Given an address, the fit connects, trains and disconnects; such a cluster is
+    not the estimator's to scale, and the history says so."""
+    x_train, x_test, y_train, y_test = digits
+    address = client.scheduler.address
+    est = classifier(address, max_epochs=1).fit(x_train, y_train)
+    assert est.score(x_test, y_test) > 0.7
+    assert {u["target_workers"] for u in est.history_.update_records()} == {None}
+    assert pickle.loads(pickle.dumps(est)).client == address
+    with pytest.raises(ConnectionError, match="cannot reach the Dask scheduler"):
+        classifier("tcp://127.0.0.1:9", max_epochs=1, timeout=2).fit(x_train, y_train)

@@ -50,14 +50,15 @@ def close_local() -> None:
         _LOCAL = None
 
 
-def connect(client: Any, min_workers: int) -> Client:
+def connect(client: Any, min_workers: int, timeout: float = 30.0) -> Client:
     if isinstance(client, Client):
         return client
     if isinstance(client, str):
         try:
-            return Client(client, set_as_default=False, timeout=30)
+            return Client(client, set_as_default=False, timeout=timeout)
         except OSError as error:
-            raise ConnectionError(f"cannot reach the Dask scheduler at {client}: {error}") from None
+            raise ConnectionError(f"cannot reach the Dask scheduler at {client} in {timeout:g} s: "
+                                  "is it running? (client= takes its address)") from None
     if client is not None:
         raise TypeError(
             f"client must be a distributed.Client, a scheduler address or None, "

@@ -56,15 +56,17 @@ class Session:
     recipe_future: Future | None = None
     data_future: Future | None = None
     notes: list[str] = field(default_factory=list)
+    owns_client: bool = False
 
     @classmethod
     def open(cls, est: DaskEstimator, recipe: remote.Recipe, data: remote.TrainData) -> Session:
-        client = connect(est.client, est.min_workers)
+        client = connect(est.client, est.min_workers, est.timeout)
         workers = Workers(client, est.min_workers, est.max_workers)
         workers.follow(est.min_workers)
         workers.settle()
         workers.await_some(1, est.timeout)
         session = cls(client, workers, recipe, data, est.timeout)
+        session.owns_client = isinstance(est.client, str)  # made here from an address
         session.scatter()
         return session
 
@@ -107,6 +109,8 @@ class Session:
             if future is not None:
                 future.release()
         self.data_future = self.recipe_future = None
+        if self.owns_client:
+            self.client.close()
 
 
 class Engine:

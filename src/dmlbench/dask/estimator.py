@@ -43,6 +43,11 @@ def _suggest(name: str, known: list[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def _most_common(values: list[int]) -> int | None:
+    """The batch size most updates of an epoch used (ties: the larger)."""
+    return max(set(values), key=lambda v: (values.count(v), v)) if values else None
+
+
 class DaskEstimator(BaseEstimator):
     """Shared by :class:`DaskClassifier` and :class:`DaskRegressor`.
 
@@ -445,8 +450,9 @@ class DaskEstimator(BaseEstimator):
             n_updates=self.n_updates_,
             examples=examples,
             train_loss=sum(u["loss"] * u["batch_size"] for u in updates) / max(examples, 1),
-            batch_size=updates[-1]["batch_size"] if updates else None,
+            batch_size=_most_common([u["batch_size"] for u in updates]),
             workers=max((u["workers"] for u in updates), default=0),
+            target_workers=updates[-1]["target_workers"] if updates else None,
             lr=updates[-1]["lr"] if updates else None,
             wall_s=wall,
         )

@@ -7,8 +7,9 @@ model updates).
 
 Epoch record keys: ``epoch`` (1-based), ``updates`` (the update records), ``n_updates``
 (updates so far, all epochs), ``examples`` (this epoch), ``train_loss`` (mean over the
-epoch's examples), ``batch_size`` (the last update's), ``workers`` (most workers seen in
-one update), ``lr``, ``wall_s``, ``engine``.
+epoch's examples), ``batch_size`` (the one most updates used), ``workers`` (most
+workers seen in one update), ``target_workers`` (what the cluster was last asked for),
+``lr``, ``wall_s``, ``engine`` (and ``generation`` for DDP).
 
 Update record keys: ``update`` (1-based, all epochs), ``epoch`` (fractional: examples
 seen / training examples), ``batch_size``, ``tasks`` (gradient tasks; ranks for DDP),
