@@ -56,9 +56,11 @@ def connect(client: Any, min_workers: int, timeout: float = 30.0) -> Client:
     if isinstance(client, str):
         try:
             return Client(client, set_as_default=False, timeout=timeout)
-        except OSError as error:
-            raise ConnectionError(f"cannot reach the Dask scheduler at {client} in {timeout:g} s: "
-                                  "is it running? (client= takes its address)") from None
+        except OSError:
+            raise ConnectionError(
+                f"cannot reach the Dask scheduler at {client} in {timeout:g} s: "
+                "is it running? (client= takes its address)"
+            ) from None
     if client is not None:
         raise TypeError(
             f"client must be a distributed.Client, a scheduler address or None, "

@@ -275,27 +275,35 @@ class ActorPool:
         while len(results) < len(chunks):
             actors = self.ready()
             todo = [i for i in range(len(chunks)) if i not in results]
-            calls = {i: actors[k % len(actors)] for k, i in enumerate(todo)}
-            futures = {i: actor.gradient(weights, chunks[i]) for i, actor in calls.items()}
-            for i, future in futures.items():
+            shares = {a: todo[a :: len(actors)] for a in range(min(len(actors), len(todo)))}
+            calls = {
+                a: actors[a].gradients(weights, [chunks[i] for i in share])
+                for a, share in shares.items()
+            }
+            for a, call in calls.items():
                 try:
-                    results[i] = future.result(timeout=self.session.timeout)
+                    for i, result in zip(
+                        shares[a], call.result(timeout=self.session.timeout), strict=True
+                    ):
+                        results[i] = result
                 except TimeoutError:
                     raise TimeoutError(
-                        f"a gradient task gave no result in "
+                        f"gradient tasks gave no result in "
                         f"{self.session.timeout:g} s (a worker stuck?): raise "
                         "timeout= or check the cluster"
                     ) from None
                 except Exception as error:
                     if not _actor_lost(error):
                         raise
-                    failures[i] += 1
-                    if failures[i] > self.max_failures:
+                    for i in shares[a]:
+                        failures[i] += 1
+                    if max(failures[i] for i in shares[a]) > self.max_failures:
                         raise RuntimeError(
-                            f"a gradient task lost its worker {failures[i]} "
-                            "times: the cluster is unstable"
+                            "gradient tasks lost their worker "
+                            f"{self.max_failures + 1} times: the cluster is "
+                            "unstable"
                         ) from None
-                    self._forget(calls[i])
+                    self._forget(actors[a])
                     self.session.note_loss(error)
         return [results[i] for i in range(len(chunks))]
 

@@ -295,7 +295,8 @@ class DaskEstimator(BaseEstimator):
         if len(x) < 2:
             raise ValueError(f"{name}: need at least 2 training examples, got {len(x)}")
         if fitting:
-            self.n_features_in_ = x.shape[1] if x.ndim == 2 else None
+            if x.ndim == 2:  # scikit-learn's attribute is for tabular X only
+                self.n_features_in_ = x.shape[1]
             self.example_shape_ = x.shape[1:]
         elif x.shape[1:] != self.example_shape_:
             raise ValueError(

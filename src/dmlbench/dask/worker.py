@@ -143,9 +143,14 @@ class GradientWorker:
         self.n_params = n_parameter_values(self.module)
         self.address = worker_address()
 
-    def gradient(self, weights: np.ndarray, index: np.ndarray) -> GradientResult:
-        """The summed gradient of ``index``'s examples at ``weights``."""
+    def gradients(self, weights: np.ndarray, indices: list[np.ndarray]) -> list[GradientResult]:
+        """Several gradient tasks at the same ``weights``: one message per worker and
+        update however many tasks it takes."""
         load_flat_state(self.module, weights)
+        return [self._gradient(index) for index in indices]
+
+    def _gradient(self, index: np.ndarray) -> GradientResult:
+        """The summed gradient of ``index``'s examples at the loaded weights."""
         start = time.perf_counter()
         x, y = self.data.batch(index)
         self.module.train()
