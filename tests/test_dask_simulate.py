@@ -83,7 +83,12 @@ def test_history_is_json_and_plots(tmp_path: Path) -> None:
                     "loss": 1 / (epoch * 4 + u + 1),
                 }
             )
-        record.update(n_updates=(epoch + 1) * 4, test_accuracy=0.5 + 0.1 * epoch)
+        record.update(
+            n_updates=(epoch + 1) * 4,
+            test_accuracy=0.5 + 0.1 * epoch,
+            batch_size=32 * 2**epoch,
+            workers=epoch + 1,
+        )
     assert json.loads(json.dumps(history)) == history
     assert history.n_updates == 12 and len(history.frame("updates")) == 12
     assert list(history.frame("epochs")["epoch"]) == [1, 2, 3]

@@ -69,13 +69,16 @@ def plot_histories(
             left.plot(epochs["n_updates"], epochs[metric], marker=".", label=label)
         else:
             left.plot(updates["update"], updates["loss"], label=label, linewidth=0.8)
-        middle.plot(updates["update"], updates["batch_size"], label=label)
-        right.plot(updates["update"], updates["workers"], label=label)
-    left.set(xlabel="model updates", ylabel=metric or "training loss", xscale="log")
+        # per epoch: the batch most updates used, and the most workers in one update
+        middle.step(epochs["n_updates"], epochs["batch_size"], where="pre", label=label)
+        right.step(epochs["n_updates"], epochs["workers"], where="pre", label=label)
+    left.set(
+        xlabel="model updates", ylabel=(metric or "training loss").replace("_", " "), xscale="log"
+    )
     if not metric:
         left.set_yscale("log")
     middle.set(xlabel="model updates", ylabel="batch size (examples)", xscale="log", yscale="log")
-    right.set(xlabel="model updates", ylabel="Dask workers per update", xscale="log")
+    right.set(xlabel="model updates", ylabel="Dask workers in an update", xscale="log")
     for axes in (left, middle, right):
         axes.grid(alpha=0.3)
         axes.legend()
