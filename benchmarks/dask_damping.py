@@ -138,6 +138,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="constant batch, GeoDamp's first")
     parser.add_argument("--delay", type=float, default=5, help="GeoDamp: epochs per doubling")
     parser.add_argument("--factor", type=float, default=2)
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=None,
+        help="GeoDamp's max_batch_size: past it the learning rate decays",
+    )
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument(
         "--target",
@@ -153,9 +159,11 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     data = dataset(args.dataset, args.data_dir)
+    geodamp = GeoDamp(args.batch, args.delay, args.factor, args.max_batch)
+    cap = f", ≤ {args.max_batch}" if args.max_batch else ""
     dampers = {
         f"constant {args.batch}": Constant(args.batch),
-        f"GeoDamp ×{args.factor:g}/{args.delay:g} ep": GeoDamp(args.batch, args.delay, args.factor),
+        f"GeoDamp ×{args.factor:g}/{args.delay:g} ep{cap}": geodamp,
     }
     cluster = LocalCluster(
         n_workers=1,
