@@ -100,6 +100,10 @@ def train(
     return est, training
 
 
+def epochs_only(history: list[dict]) -> list[dict]:
+    return [{k: v for k, v in epoch.items() if k != "updates"} for epoch in history]
+
+
 def updates_to(history: list[dict], target: float) -> int | None:
     for epoch in history:
         if epoch["test_accuracy"] >= target:
@@ -258,7 +262,8 @@ def main() -> None:
                 "summary": summary,
                 "simulation": table.to_dict("records"),
                 "network": net.to_dict("records"),
-                "histories": {n: [e.history_ for e, _ in r] for n, r in fits.items()},
+                # epoch records only: the update records of a CIFAR run are tens of MB
+                "histories": {n: [epochs_only(e.history_) for e, _ in r] for n, r in fits.items()},
             },
             handle,
             indent=1,

@@ -36,11 +36,11 @@ class History(list[Record]):
         return record
 
     def update_records(self) -> list[Record]:
-        return [update for epoch in self for update in epoch["updates"]]
+        return [update for epoch in self for update in epoch.get("updates", ())]
 
     @property
     def n_updates(self) -> int:
-        return sum(len(epoch["updates"]) for epoch in self)
+        return sum(len(epoch.get("updates", ())) for epoch in self)
 
     def frame(self, level: str = "epochs") -> Any:
         """``level="epochs"`` or ``"updates"`` as a pandas DataFrame."""
@@ -59,15 +59,16 @@ def plot_histories(
     """Draw each labelled history: loss (or an epoch ``metric`` such as ``test_accuracy``)
     and batch size against model updates, and workers per update. Writes a PNG."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
 
     figure = Figure(figsize=(13, 3.8), layout="constrained")
     left, middle, right = figure.subplots(1, 3)
     for label, history in histories.items():
-        updates = history.frame("updates")
         epochs = history.frame("epochs")
         if metric and metric in epochs:
             left.plot(epochs["n_updates"], epochs[metric], marker=".", label=label)
         else:
+            updates = history.frame("updates")
             left.plot(updates["update"], updates["loss"], label=label, linewidth=0.8)
         # per epoch: the batch most updates used, and the most workers in one update
         middle.step(epochs["n_updates"], epochs["batch_size"], where="pre", label=label)
@@ -80,6 +81,7 @@ def plot_histories(
     middle.set(xlabel="model updates", ylabel="batch size (examples)", xscale="log", yscale="log")
     right.set(xlabel="model updates", ylabel="Dask workers in an update", xscale="log")
     for axes in (left, middle, right):
+        axes.xaxis.set_minor_formatter(NullFormatter())  # log-axis minor labels collide
         axes.grid(alpha=0.3)
         axes.legend()
     path = Path(path)
