@@ -29,11 +29,22 @@ if __name__ == "__main__":  # Dask starts worker processes: keep the work under 
     X, y = make_regression(n_samples=4000, n_features=10, noise=5.0, random_state=0)
     y = (y - y.mean()) / y.std()
     X_train, X_test, y_train, y_test = train_test_split(X.astype(np.float32), y, random_state=0)
-    est = DaskRegressor(module=HiddenLayer, module__features=10, optimizer=torch.optim.Adadelta,
-                        optimizer__weight_decay=1e-7, max_epochs=10, max_workers=2,
-                        grads_per_worker=64, random_state=0, verbose=1)
+    est = DaskRegressor(
+        module=HiddenLayer,
+        module__features=10,
+        optimizer=torch.optim.Adadelta,
+        optimizer__weight_decay=1e-7,
+        max_epochs=10,
+        max_workers=2,
+        grads_per_worker=64,
+        random_state=0,
+        verbose=1,
+    )
     est.set_params(batch_size=GeoDamp, batch_size__delay=3, batch_size__factor=2)
     est.fit(X_train, y_train)
     print(f"test R²: {est.score(X_test, y_test):.3f}")
-    print(est.history_.frame("epochs")[["epoch", "n_updates", "batch_size", "workers",
-                                        "train_loss", "wall_s"]].to_string(index=False))
+    print(
+        est.history_.frame("epochs")[
+            ["epoch", "n_updates", "batch_size", "workers", "train_loss", "wall_s"]
+        ].to_string(index=False)
+    )
