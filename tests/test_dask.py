@@ -309,8 +309,9 @@ def test_a_worker_dying_mid_fit_is_survived(tmp_path: Path, digits: tuple) -> No
             client=client,
         )
         start = time.monotonic()
-        with pytest.warns(RuntimeWarning, match="lost a worker"):
+        with pytest.warns(RuntimeWarning) as caught:
             est.fit(x_train, y_train)
+        assert any("lost a worker" in str(w.message) for w in caught)
         assert time.monotonic() - start < 60
     assert not marker.exists()  # the worker did die
     assert [e["examples"] for e in est.history_] == [len(x_train)] * 2
