@@ -22,6 +22,7 @@ class FaultyOptions(StrictModel):
     how: str = "kill"
     at_forward: int = 6
     rank: int = 1
+    message: str = "deliberate failure in the user's model"
 
 
 class Faulty(nn.Module):
@@ -36,7 +37,7 @@ class Faulty(nn.Module):
         if mine and self.training and self.calls == self.options.at_forward:
             if self.options.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
-            raise ValueError("deliberate failure in the user's model")
+            raise ValueError(self.options.message)
         return self.net(x)
 
 

@@ -141,6 +141,18 @@ def test_abandoned_running_row_is_marked_interrupted(tmp_path: Path) -> None:
     assert row["status"] == "interrupted" and "ended without finishing" in row["error"]
 
 
+def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> None:
+    from dmlbench.results import ResultsStore
+
+    store = str(tmp_path / "store")
+    ResultsStore(Path(store))
+    code, _, err = dmlbench("results", "abc[/x]", "--store", store)
+    assert code == 2 and "no single run matches 'abc[/x]'" in err
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = dmlbench("run", "digits-mlp", "--set", "max_epochs=[red]x", "--dry-run")
+    assert code == 2 and "(got '[red]x')" in err
+
+
 def test_help_lists_the_commands() -> None:
     help_text = cli("--help").stdout
     assert all(command in help_text for command in ("tasks", "run", "results"))

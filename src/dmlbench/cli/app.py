@@ -23,6 +23,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.results.store import default_store
@@ -191,7 +192,7 @@ def run(
 
     results = ResultsStore(store)
     out_console = err_console if json_out else console
-    title = f"{spec.task} × {spec.workers}"
+    title = escape(f"{spec.task} × {spec.workers}")
     try:
         if json_out:
             outcome = run_benchmark(spec, results, echo=False)
@@ -269,8 +270,10 @@ def results(
             console.print(f"{len(comm_runs)} communication micro-benchmarks:")
             for run in comm_runs:
                 console.print(
-                    f"  {run['run_id']}  {run['op']} {run['backend']} × {run['workers']}  "
-                    f"network {run['network']}  {run['status']}"
+                    escape(
+                        f"  {run['run_id']}  {run['op']} {run['backend']} × {run['workers']}  "
+                        f"network {run['network']}  {run['status']}"
+                    )
                 )
 
 
@@ -302,13 +305,13 @@ def _run_sweep(
 
     out = err_console if json_out else console
     out.print(
-        f"sweep [bold]{plan.sweep.name}[/bold]: {len(plan.runs)} runs planned, "
+        f"sweep [bold]{escape(plan.sweep.name)}[/bold]: {len(plan.runs)} runs planned, "
         f"{len(skipped)} already in {store} (--rerun {rerun}), {len(to_run)} to run"
     )
     active: list[RunProgress] = []
 
     def progress(run: Any, index: int, total: int) -> Any:
-        title = f"[{index + 1}/{total}] {plan.describe(run)}"
+        title = escape(f"[{index + 1}/{total}] {plan.describe(run)}")
         if json_out or not out.is_terminal:
             out.print(title)
             return None
@@ -321,14 +324,14 @@ def _run_sweep(
         while active:
             active.pop().__exit__(None, None, None)
         if result is None:
-            out.print(f"  [red]error[/red]: {error}")
+            out.print(f"  [red]error[/red]: {escape(str(error))}")
             return
         colour = {"success": "green", "failed": "red"}.get(result.status, "yellow")
         tta = result.summary.get("time_to_accuracy_s")
         detail = f"TTA {tta:.1f} s" if tta is not None else "target not reached"
         if result.status in ("failed", "interrupted"):
             detail = result.error or ""
-        out.print(f"  [{colour}]{result.status}[/{colour}] {result.run_id}: {detail}")
+        out.print(f"  [{colour}]{result.status}[/{colour}] {result.run_id}: {escape(detail)}")
 
     outcome = run_sweep(
         plan, results, rerun=rerun, echo=not quiet and not json_out,  # type: ignore[arg-type]
@@ -384,7 +387,8 @@ def _print_plan(plan: Any, stored: set[str], json_out: bool) -> None:
     from rich.table import Table
 
     table = Table(
-        title=f"sweep {plan.sweep.name}: {len(plan.runs)} runs ({plan.sweep.scaling} scaling)",
+        title=f"sweep {escape(plan.sweep.name)}: {len(plan.runs)} runs "
+        f"({plan.sweep.scaling} scaling)",
         title_justify="left",
         caption=f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
         "stored = already in the store",
@@ -397,7 +401,7 @@ def _print_plan(plan: Any, stored: set[str], json_out: bool) -> None:
     for index, run in enumerate(plan.runs, 1):
         spec = run.spec
         table.add_row(
-            str(index), plan.describe(run), str(spec.workers),
+            str(index), escape(plan.describe(run)), str(spec.workers),
             f"{spec.local_batch} / {spec.effective_global_batch}", str(spec.seed),
             "open" if deviations(spec) else "closed", "yes" if run.key in stored else "",
         )  # fmt: skip
@@ -507,11 +511,15 @@ def report(
             console.print(rich_table)
     for section in sections:
         for note in section.notes:
-            console.print(f"[yellow]note[/yellow] ({section.task} · {section.sweep}): {note}")
+            where = escape(f"({section.task} · {section.sweep}): {note}")
+            console.print(f"[yellow]note[/yellow] {where}")
     figures = sum(len(s.figures) for s in sections)
-    console.print(f"report: {target} ({figures} figures, {len(runs)} runs; cost at {chosen.label})")
+    console.print(
+        f"report: {target} ({figures} figures, {len(runs)} runs; cost at {chosen.label})",
+        markup=False,
+    )
     if pngs:
-        console.print(f"{len(pngs)} PNG files in {png}")
+        console.print(f"{len(pngs)} PNG files in {png}", markup=False)
 
 
 @app.command()
@@ -578,7 +586,8 @@ def export(
         raise DmlbenchError(f"--format {bad[0]!r}: choose csv or parquet")
     runs = _selected_runs(store, sweep, task)
     written = export_tables(runs, out, chosen)  # type: ignore[arg-type]
-    console.print(f"{len(written)} files in {out}: " + ", ".join(p.name for p in written))
+    names = ", ".join(p.name for p in written)
+    console.print(f"{len(written)} files in {out}: {names}", markup=False)
 
 
 bench_app = typer.Typer(
@@ -635,7 +644,7 @@ def bench_allreduce(
         out = err_console if json_out else console
         out.print(f"all-reduce · {spec.backend} · {spec.workers} workers · network "
                   f"{spec.network.label()} · {len(spec.sizes())} sizes up to "
-                  f"{spec.max_bytes:,} bytes …")  # fmt: skip
+                  f"{spec.max_bytes:,} bytes …", markup=False)  # fmt: skip
         try:
             outcome = run_comm_bench(spec, results)
         except KeyboardInterrupt:
@@ -767,8 +776,8 @@ def simulate(
         from rich.table import Table
 
         table = Table(
-            title=f"{task}: predicted (weak scaling, b = {calibration.local_batch}; compute "
-            f"{calibration.compute_step_s * 1e3:.2f} ms/step measured at "
+            title=f"{escape(task)}: predicted (weak scaling, b = {calibration.local_batch}; "
+            f"compute {calibration.compute_step_s * 1e3:.2f} ms/step measured at "
             f"{calibration.workers} worker(s); {calibration.gradient_bytes / 1e6:.2f} MB of "
             "gradients per step)",
             title_justify="left",
@@ -788,18 +797,19 @@ def simulate(
                 f"{row['cost']:.4f}" if row["cost"] is not None else "—",
             )  # fmt: skip
         console.print(table)
-        console.print(f"saved to {saved}; `dmlbench report` draws it")
+        console.print(f"saved to {saved}; `dmlbench report` draws it", markup=False)
     if png:
         from dmlbench.report.figures import predicted_speedup
 
         predicted_speedup(rows, f"{task} · predicted · calibrated on "
                           f"{calibration.runs} runs").savefig(png, dpi=200)  # fmt: skip
-        console.print(f"speedup plot: {png}")
+        console.print(f"speedup plot: {png}", markup=False)
 
 
 def main() -> None:
     try:
         app()
     except DmlbenchError as error:
-        err_console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+        message = escape(str(error))
+        err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -66,12 +67,12 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
             lines.append(f"accuracy-after-time budget {_seconds(recipe.time_budget_s)}")
         for key, values in task.free_choices.items():
             lines.append(f"free choice: {key.rpartition('.')[2]} in {', '.join(map(str, values))}")
-        name = task.name + ("\n[dim](for tests)[/dim]" if task.builtin_for_tests else "")
+        name = escape(task.name) + ("\n[dim](for tests)[/dim]" if task.builtin_for_tests else "")
         model = f"{recipe.model.name} ({options})" if options else recipe.model.name
         table.add_row(
             name,
-            f"{task.dataset}\n{model}\ngoal: {_pct(recipe.target)} {task.metric}",
-            "\n".join(lines),
+            escape(f"{task.dataset}\n{model}\ngoal: {_pct(recipe.target)} {task.metric}"),
+            escape("\n".join(lines)),
         )
     return table
 
@@ -133,7 +134,7 @@ REASONS = {
 def run_summary(run: dict[str, Any]) -> Table:
     """Summary of one stored run (a row of ``ResultsStore.runs``)."""
     summary = run.get("summary") or {}
-    title = (
+    title = escape(
         f"{run['task']} · {run['workers']} worker{'s' if run['workers'] > 1 else ''} · "
         f"{run['division']} division · run {run['run_id']}"
     )
@@ -145,7 +146,7 @@ def run_summary(run: dict[str, Any]) -> Table:
     colour = STATUS_STYLE.get(status, "yellow")
     table.add_row("status", f"[{colour}]{status}[/{colour}]" + (f" ({reason})" if reason else ""))
     if run.get("error"):
-        table.add_row("error", run["error"])
+        table.add_row("error", escape(run["error"]))
     target = run.get("target")
     tta = run.get("time_to_accuracy_s")
     if tta is not None:
@@ -193,14 +194,14 @@ def run_summary(run: dict[str, Any]) -> Table:
         table.add_row("[yellow]note[/yellow]", f"{run['workers']} workers on {cores} cores: "
                       "oversubscribed, so times include workers sharing cores")  # fmt: skip
     if run.get("network") and run["network"] != "none":
-        table.add_row("network", f"{run['network']} (emulated: a namespace per worker)")
+        table.add_row("network", escape(f"{run['network']} (emulated: a namespace per worker)"))
         cost = _forwarder_cost(run)
         if cost:
             table.add_row("delay forwarder", cost)
     if run.get("deviations"):
-        table.add_row("differs from recipe", ", ".join(
-            f"{k}={v['actual']}" for k, v in run["deviations"].items()))  # fmt: skip
-    table.add_row("run folder", run["run_dir"])
+        table.add_row("differs from recipe", escape(", ".join(
+            f"{k}={v['actual']}" for k, v in run["deviations"].items())))  # fmt: skip
+    table.add_row("run folder", escape(run["run_dir"]))
     return table
 
 
@@ -256,7 +257,7 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
         style = STATUS_STYLE.get(status, "")
         table.add_row(
             run["run_id"],
-            run["task"] + ("*" if run["division"] == "open" else ""),
+            escape(run["task"]) + ("*" if run["division"] == "open" else ""),
             str(run["workers"]),
             f"{run['local_batch']}/{run['global_batch']}",
             f"[{style}]{STATUS_WORDS.get(status, status)}[/{style}]" if style else status,
@@ -286,7 +287,7 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             "TTA/step time; comm: max over ranks"
         )
         rich_table = Table(
-            title=f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else ""),
+            title=escape(f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else "")),
             title_justify="left",
             box=box.SIMPLE_HEAD,
             caption=f"{legend}\n{caption}" if caption else legend,
@@ -300,7 +301,7 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             rich_table.add_column(title, justify="right", no_wrap=True,
                                   min_width=widest if title == "variant" else None)  # fmt: skip
         for _, row in rows.iterrows():
-            rich_table.add_row(*(fn(row) for _, fn in columns))
+            rich_table.add_row(*(escape(fn(row)) for _, fn in columns))
         tables.append(rich_table)
     return tables
 
@@ -321,8 +322,10 @@ def comm_table(run: dict[str, Any]) -> Table:
     """One all-reduce micro-benchmark: latency and bandwidth per message size."""
     spec = run["spec"]
     table = Table(
-        title=f"{spec['op']} · {spec['backend']} · {run['workers']} workers · network "
-        f"{run['network']} · run {run['run_id']}",
+        title=escape(
+            f"{spec['op']} · {spec['backend']} · {run['workers']} workers · network "
+            f"{run['network']} · run {run['run_id']}"
+        ),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         caption=f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "
@@ -340,5 +343,5 @@ def comm_table(run: dict[str, Any]) -> Table:
             f"{row['busbw'] / 1e6:,.2f}",
         )  # fmt: skip
     if run.get("error"):
-        table.add_row(f"[red]{run['status']}[/red]", run["error"], "", "", "", "", "")
+        table.add_row(f"[red]{run['status']}[/red]", escape(run["error"]), "", "", "", "", "")
     return table
