@@ -441,7 +441,7 @@ class DDP(Engine):
             if self.generation is not None:
                 session.client.run(remote.ddp_teardown)
             host, port = session.client.submit(
-                remote.free_port, workers=[ranks[0]], pure=False
+                remote.open_rendezvous, session.timeout, workers=[ranks[0]], pure=False
             ).result(session.timeout)
             self.generations += 1
             self.generation = remote.Generation(

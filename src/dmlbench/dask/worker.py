@@ -10,7 +10,6 @@ each task's flat gradient sum comes back.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -212,19 +211,27 @@ class EpochResult:
 _DDP: dict[str, Any] = {}
 
 
-def free_port() -> tuple[str, int]:
-    """A free TCP port on this worker's host (the new generation's rendezvous)."""
-    host = "127.0.0.1"
+def _worker_host() -> str:
+    """The address this Dask worker listens on (where its peers reach it)."""
     try:
         from distributed import get_worker
 
         address = get_worker().address
-        host = address.split("://")[-1].rsplit(":", 1)[0]
     except ValueError:
-        pass
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return host, int(sock.getsockname()[1])
+        return "127.0.0.1"
+    return address.split("://")[-1].rsplit(":", 1)[0].strip("[]")
+
+
+def open_rendezvous(timeout_s: float) -> tuple[str, int]:
+    """Start the next generation's store on this worker (its rank 0), listening on the
+    worker's own address only, and return where the other ranks find it."""
+    from dmlbench.listeners import tcp_store_server
+
+    host = _worker_host()
+    ddp_teardown()
+    store = tcp_store_server(host, 0, timeout=timedelta(seconds=timeout_s))
+    _DDP["store"] = store
+    return host, int(store.port)
 
 
 def process_id() -> int:
@@ -235,7 +242,7 @@ def ddp_teardown() -> bool:
     """Destroy this worker's process group, if any (end of fit, or a failed generation)."""
     import torch.distributed as dist
 
-    _DDP.clear()
+    _DDP.clear()  # the generation's store, if this worker held it, goes with it
     if dist.is_initialized():
         try:
             dist.destroy_process_group()
@@ -257,21 +264,30 @@ def _join(
 
     if _DDP.get("generation") == (generation, rank):
         return _DDP
-    ddp_teardown()
+    from dmlbench.listeners import interface_of
+
+    timeout = timedelta(seconds=generation.timeout_s)
+    store = _DDP.get("store") if rank == 0 else None  # made by open_rendezvous, bound
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _DDP.clear()
+    if store is None:
+        store = dist.TCPStore(generation.master_addr, generation.master_port,
+                              is_master=False, timeout=timeout)  # fmt: skip
     if recipe.torch_threads:
         torch.set_num_threads(recipe.torch_threads)
+    interface = interface_of(_worker_host())
+    if interface:  # gloo listens there, not on whatever the host name resolves to
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
     dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{generation.master_addr}:{generation.master_port}",
-        rank=rank,
-        world_size=generation.world_size,
-        timeout=timedelta(seconds=generation.timeout_s),
+        "gloo", store=store, rank=rank, world_size=generation.world_size, timeout=timeout
     )
     module = recipe.build_module()
     load_flat_state(module, start.weights)
     opt = optimizer(module.parameters(), **optimizer_kwargs)
     opt.load_state_dict(start.optimizer_state)
     _DDP.update(
+        store=store,
         generation=(generation, rank),
         module=module,
         optimizer=opt,

@@ -1,8 +1,9 @@
 """Start ``workers`` local processes with torch's elastic launcher.
 
-Rendezvous is c10d on ``127.0.0.1`` port 0 (the OS picks a free port, as torchrun's
-``--standalone`` does), gloo binds to loopback, restarts are off: a worker that dies
-ends the run, and the launcher stops the others within a second or two.
+Rendezvous is torch's c10d on ``127.0.0.1`` port 0 (the OS picks a free port, as
+torchrun's ``--standalone`` does) with its stores listening there only (see
+:mod:`dmlbench.launch.rendezvous`); gloo binds to loopback; restarts are off: a worker
+that dies ends the run, and the launcher stops the others within a second or two.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from dmlbench.errors import WorkerFailed
+from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV
+from dmlbench.listeners import LOOPBACK
 from dmlbench.netem.topology import Topology, namespaced_worker
 from dmlbench.spec import RunSpec
 from dmlbench.train.worker import run_worker
-
-LOOPBACK = "127.0.0.1"
 
 
 @contextmanager
@@ -94,7 +95,7 @@ def launch_workers(
         max_nodes=1,
         nproc_per_node=workers,
         run_id=run_dir.name,
-        rdzv_backend="c10d",
+        rdzv_backend=BACKEND,
         rdzv_endpoint=f"{host}:0",
         rdzv_configs={"is_host": True},  # this process hosts the store, whatever the address
         max_restarts=0,
@@ -108,7 +109,11 @@ def launch_workers(
             tee=Std.ALL if echo else Std.NONE,
         ),
     )
-    values = {"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"), **(env or {})}
+    values = {
+        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+        **SHARE_STORE_ENV,
+        **(env or {}),
+    }
     try:
         with _environment(values):
             elastic_launch(config, entrypoint)(*args)

@@ -1,0 +1,186 @@
+"""Nothing dmlbench starts listens beyond loopback: checked with `ss` and attacked from
+another network namespace (a second host on this machine), as an outsider would."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from test_cli import DMLBENCH, wait_for_evaluation
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("ss") is None,
+    reason="needs root, ip and ss (a second network namespace)",
+)
+
+
+def process_tree(root: int) -> set[int]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def listeners(pids: set[int]) -> list[tuple[str, int, int]]:
+    """(address, port, pid) of every listening TCP socket the processes ``pids`` hold."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        fields = line.split()
+        address, _, port = fields[3].rpartition(":")
+        for pid in map(int, re.findall(r"pid=(\d+)", line)):
+            if pid in pids:
+                found.append((address.strip("[]"), int(port), pid))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    return address.startswith("127.") or address == "::1"
+
+
+class Outsider:
+    """A second host: a network namespace joined to this one by a veth pair."""
+
+    def __init__(self) -> None:
+        tag = os.getpid() % 250
+        self.ns, self.veth = f"dmlbtout{tag}", f"dmlbtoh{tag}"
+        self.host_address, self.address = f"10.253.{tag}.1", f"10.253.{tag}.2"
+
+    def __enter__(self) -> Outsider:
+        def ip(*args: str) -> None:
+            subprocess.run(["ip", *args], check=True, capture_output=True)
+
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.veth], capture_output=True)
+        ip("netns", "add", self.ns)
+        ip("link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.ns)
+        ip("addr", "add", f"{self.host_address}/30", "dev", self.veth)
+        ip("link", "set", self.veth, "up")
+        ip("-n", self.ns, "addr", "add", f"{self.address}/30", "dev", "eth0")
+        ip("-n", self.ns, "link", "set", "eth0", "up")
+        ip("-n", self.ns, "link", "set", "lo", "up")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.veth], capture_output=True)
+
+    def reachable(self, ports: list[int]) -> list[int]:
+        """The ports of this host the outsider can open a TCP connection to."""
+        probe = (
+            "import json, socket, sys\n"
+            "ok = []\n"
+            "for port in json.loads(sys.argv[2]):\n"
+            "    try:\n"
+            "        socket.create_connection((sys.argv[1], port), timeout=2).close()\n"
+            "        ok.append(port)\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "print(json.dumps(ok))\n"
+        )
+        done = subprocess.run(
+            ["ip", "netns", "exec", self.ns, sys.executable, "-c", probe, self.host_address,
+             json.dumps(ports)],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return json.loads(done.stdout)
+
+
+@pytest.fixture
+def outsider():
+    with Outsider() as host:
+        yield host
+
+
+@needs_root
+def test_the_outsider_reaches_a_listener_on_every_interface(outsider: Outsider) -> None:
+    """The control: the attack works against a socket that listens on every interface."""
+    with socket.create_server(("0.0.0.0", 0)) as server, \
+            socket.create_server(("127.0.0.1", 0)) as private:  # fmt: skip
+        public_port, private_port = server.getsockname()[1], private.getsockname()[1]
+        assert outsider.reachable([public_port, private_port]) == [public_port]
+
+
+@needs_root
+@pytest.mark.multiprocess
+def test_a_run_listens_on_loopback_only(outsider: Outsider, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    proc = subprocess.Popen(
+        [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--quiet", "--store", str(store),
+         "--set", "max_epochs=100000", "--set", "stop_at_target=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_for_evaluation(proc, store)
+        tree = process_tree(proc.pid)
+        found = listeners(tree)
+        # the launcher's two c10d stores and each worker's gloo pairs, all on loopback
+        assert len({pid for _, _, pid in found}) >= 3, found
+        assert [f for f in found if not is_loopback(f[0])] == []
+        # and an outsider holding a TCPStore client gets nowhere
+        assert outsider.reachable(sorted({port for _, port, _ in found})) == []
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+
+
+@needs_root
+@pytest.mark.multiprocess
+def test_dask_ddp_fit_listens_on_loopback_only(outsider: Outsider) -> None:
+    """Dask's scheduler, nannies and workers, and the DDP engine's store and gloo pairs."""
+    pytest.importorskip("distributed")
+    import numpy as np
+    from distributed import Client, LocalCluster
+
+    from dmlbench.dask import DaskClassifier
+    from dmlbench.models.mlp import MLP
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    seen: set[tuple[str, int, int]] = set()
+    reached: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # probe each new listener while it exists
+        while not stop.wait(0.1):
+            new = set(listeners(process_tree(os.getpid()))) - seen
+            seen.update(new)
+            if new:
+                reached.extend(outsider.reachable(sorted({port for _, port, _ in new})))
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, \
+            Client(cluster, set_as_default=False) as client:  # fmt: skip
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        est = DaskClassifier(MLP, module__in_features=8, module__hidden=[16],
+                             module__num_outputs=2, client=client, engine="ddp",
+                             batch_size=32, max_epochs=20, min_workers=2,
+                             max_workers=2)  # fmt: skip
+        est.fit(x, y)
+        stop.set()
+        watcher.join()
+    workers = {pid for _, _, pid in seen if pid != os.getpid()}
+    assert len(workers) >= 2 and len(seen) >= 6, seen  # workers, nannies, stores, gloo
+    assert [f for f in seen if not is_loopback(f[0])] == []
+    assert reached == []
