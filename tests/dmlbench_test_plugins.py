@@ -1,13 +1,15 @@
 """A user's task module, as a plugin: tasks whose model misbehaves on purpose.
 
 ``crash-kill`` SIGKILLs rank 1 during its 6th forward pass; ``crash-raise`` raises
-there instead; ``user-blobs`` is an ordinary user task (open division).
+there instead; ``crash-hang`` sleeps there for an hour; ``user-blobs`` is an ordinary
+user task (open division).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 from torch import nn
@@ -37,6 +39,8 @@ class Faulty(nn.Module):
         if mine and self.training and self.calls == self.options.at_forward:
             if self.options.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if self.options.how == "hang":
+                time.sleep(3600)
             raise ValueError(self.options.message)
         return self.net(x)
 
@@ -48,7 +52,7 @@ def _build(options, shape, outputs):
 register_model("faulty", ModelEntry(FaultyOptions, _build))
 
 _blobs = get_task("synthetic-mlp")
-for how in ("kill", "raise"):
+for how in ("kill", "raise", "hang"):
     register_task(
         TaskDefinition(
             name=f"crash-{how}",

@@ -14,30 +14,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from processes import process_tree
 from test_cli import DMLBENCH, wait_for_evaluation
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("ss") is None,
     reason="needs root, ip and ss (a second network namespace)",
 )
-
-
-def process_tree(root: int) -> set[int]:
-    """``root`` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        tree.add(pid)
-        todo.extend(children.get(pid, []))
-    return tree
 
 
 def listeners(pids: set[int]) -> list[tuple[str, int, int]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,9 +23,11 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from dmlbench.errors import WorkerFailed
+from dmlbench.launch.entry import worker_entry
 from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV
+from dmlbench.launch.watchdog import Watchdog
 from dmlbench.listeners import LOOPBACK
-from dmlbench.netem.topology import Topology, namespaced_worker
+from dmlbench.netem.topology import Topology
 from dmlbench.spec import RunSpec
 from dmlbench.train.worker import run_worker
 
@@ -71,25 +74,30 @@ def launch_workers(
     echo: bool = True,
     env: dict[str, str] | None = None,
     topology: Topology | None = None,
+    stall_timeout_s: float = 60.0,
 ) -> None:
     """Run ``entrypoint(*args)`` in ``workers`` processes to completion.
 
-    With a ``topology`` each worker first joins its own network namespace, and the
-    rendezvous listens on the emulated network's host-only bridge address.
+    Each worker starts in :func:`~dmlbench.launch.entry.worker_entry`: it dies with this
+    process, beats a heartbeat, and with a ``topology`` joins its own network namespace
+    (the rendezvous then listens on the emulated network's host-only bridge address).
 
-    Raises ``WorkerFailed`` if one fails (with its error in one line) and
-    ``KeyboardInterrupt`` if the launcher is interrupted (SIGINT/SIGTERM); the workers
-    are stopped first.
+    Raises ``WorkerFailed`` if one fails (with its error in one line) or stalls (no
+    heartbeat or no progress for ``stall_timeout_s``), and ``KeyboardInterrupt`` if the
+    launcher is interrupted (SIGINT/SIGTERM); the workers are stopped first.
     """
     _quiet_torch_launcher()
     log_dir = run_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    host = LOOPBACK
-    if topology is not None:
-        host = topology.hub_address
-        target = f"{entrypoint.__module__}:{entrypoint.__name__}"
-        args = (json.dumps(topology.namespaces), target, *args)
-        entrypoint = namespaced_worker
+    heartbeats = run_dir / "heartbeats"
+    host = topology.hub_address if topology is not None else LOOPBACK
+    settings = {
+        "launcher_pid": os.getpid(),
+        "namespaces": topology.namespaces if topology is not None else None,
+        "heartbeat_dir": str(heartbeats),
+        "heartbeat_s": min(1.0, stall_timeout_s / 4),
+    }
+    target = f"{entrypoint.__module__}:{entrypoint.__name__}"
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -114,10 +122,14 @@ def launch_workers(
         **SHARE_STORE_ENV,
         **(env or {}),
     }
+    watchdog = Watchdog(heartbeats, stall_timeout_s)
+    watchdog.start()
     try:
         with _environment(values):
-            elastic_launch(config, entrypoint)(*args)
+            elastic_launch(config, worker_entry)(json.dumps(settings), target, *args)
     except ChildFailedError as error:
+        if watchdog.verdict is not None:
+            raise WorkerFailed(f"{watchdog.verdict.message}; it was stopped") from None
         rank, failure = error.get_first_failure()
         raise WorkerFailed(
             f"worker rank {rank} failed: {_failure_message(failure, log_dir)}"
@@ -126,6 +138,9 @@ def launch_workers(
         raise KeyboardInterrupt(f"launcher received {error.sigval.name}") from None
     except Exception as error:  # rendezvous or start-up failures inside torch
         raise WorkerFailed(f"workers could not be started: {error}") from None
+    finally:
+        watchdog.stop()
+        shutil.rmtree(heartbeats, ignore_errors=True)
 
 
 def launch_local(
@@ -134,4 +149,5 @@ def launch_local(
     """Run ``spec.workers`` training workers to completion (see :func:`launch_workers`)."""
     spec_json = json.dumps(spec.to_json_dict())
     launch_workers(run_worker, (spec_json, str(run_dir)), workers=spec.workers,
-                   run_dir=run_dir, echo=echo, topology=topology)  # fmt: skip
+                   run_dir=run_dir, echo=echo, topology=topology,
+                   stall_timeout_s=spec.stall_timeout_s)  # fmt: skip

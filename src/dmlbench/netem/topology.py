@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib
 import json
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -313,12 +311,3 @@ def enter_namespace(name: str) -> None:
             raise OSError(error, f"setns into {name} failed: {os.strerror(error)}")
     finally:
         os.close(fd)
-
-
-def namespaced_worker(namespaces_json: str, target: str, *args: Any) -> Any:
-    """Launcher entry point: join this rank's namespace, then run ``module:function``."""
-    namespaces: Sequence[str] = json.loads(namespaces_json)
-    enter_namespace(namespaces[int(os.environ["LOCAL_RANK"])])
-    os.environ["GLOO_SOCKET_IFNAME"] = WORKER_IFNAME
-    module, _, function = target.partition(":")
-    return getattr(importlib.import_module(module), function)(*args)

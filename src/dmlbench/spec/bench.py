@@ -42,6 +42,9 @@ class CommBenchSpec(StrictModel):
     )
     max_iterations: int = Field(1000, ge=1, description="most all-reduces in one repeat")
     threads_per_worker: int | None = Field(None, ge=1)
+    stall_timeout_s: float = Field(
+        60.0, gt=0, le=86_400, description="a worker with no heartbeat for this long is stopped"
+    )
     network: NetworkSpec = Field(default_factory=NetworkSpec)
 
     @model_validator(mode="after")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import reprlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +39,13 @@ class RunSpec(StrictModel):
     eval_every_epochs: int = Field(1, ge=1)
     stop_at_target: bool = Field(True, description="stop when the target is reached")
     max_steps: int | None = Field(None, ge=1, description="stop after this many updates")
+    stall_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="a worker with no heartbeat or no training progress for this many "
+        "seconds is stopped and the run fails, naming it",
+    )
     warmup_steps_excluded: int = Field(
         5, ge=0, description="first updates left out of throughput and phase shares"
     )
@@ -79,15 +87,26 @@ class RunSpec(StrictModel):
         return self.model_dump(mode="json")
 
 
+_SHORT = reprlib.Repr()  # values quoted in errors, shortened (keyword form needs 3.12)
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4
+_SHORT.maxstring = _SHORT.maxother = 60
+MAX_PROBLEMS = 5
+
+
 def one_line(error: ValidationError) -> str:
+    """Every problem of a validation error on one line (values shortened, at most
+    ``MAX_PROBLEMS`` problems listed)."""
     parts = []
-    for item in error.errors():
+    problems = error.errors()
+    for item in problems[:MAX_PROBLEMS]:
         where = ".".join(str(p) for p in item["loc"] if not str(p).startswith("function-after"))
         msg = item["msg"].removeprefix("Value error, ")
-        got = f" (got {item['input']!r})" if item["type"] != "value_error" else ""
+        got = f" (got {_SHORT.repr(item['input'])})" if item["type"] != "value_error" else ""
         if isinstance(item.get("input"), dict):
             got = ""
         parts.append(f"{where}: {msg}{got}" if where else f"{msg}{got}")
+    if len(problems) > MAX_PROBLEMS:
+        parts.append(f"and {len(problems) - MAX_PROBLEMS} more")
     return "; ".join(parts)
 
 

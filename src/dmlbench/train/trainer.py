@@ -19,6 +19,7 @@ import torch.distributed as dist
 from dmlbench.comm import make_exchange
 from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum
 from dmlbench.data import Dataset, EpochSharding, eval_shard
+from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
 from dmlbench.results.events import EventLog
@@ -69,12 +70,14 @@ class Trainer:
 
         ``stop_vote`` is None on steps without a vote (see ``GradientExchange.vote_every``).
         """
-        timer = self.timer
+        timer, step = self.timer, self.step
+        beat(step, "data")  # progress for the launcher's watchdog, a few attribute writes
         timer.start()
         x = self.data.train_x[indices].to(self.device, non_blocking=True)
         y = self.data.train_y[indices].to(self.device, non_blocking=True)
         x = self.preprocess.train(x, self.generator)
         timer.lap("data")
+        beat(step, "forward")
         self.exchange.zero_grad()
         loss = self.loss_fn(self.net(x), y).mean()
         if self.spec.recipe.l2:
@@ -84,8 +87,10 @@ class Trainer:
         timer.lap("backward")
         if self.exchange.overlapped:
             timer.move(self.exchange.exposed_comm(timer.last), "backward", "comm")
+        beat(step, "comm")
         stop = self.exchange.exchange(stop_vote)
         timer.lap("comm")
+        beat(step, "optimizer")
         rate = learning_rate(
             self.spec.recipe.schedule,
             step=self.step,
@@ -116,6 +121,7 @@ class Trainer:
         loss_sum = torch.zeros((), device=self.device)
         for start in range(shard.start, shard.stop, self.task.eval_batch):
             stop = min(start + self.task.eval_batch, shard.stop)
+            beat(self.step, "eval")
             x = self.data.test_x[start:stop].to(self.device, non_blocking=True)
             y = self.data.test_y[start:stop].to(self.device, non_blocking=True)
             out = self.model(self.preprocess.eval(x))
