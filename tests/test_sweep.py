@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,93 @@ def test_example_sweeps_expand() -> None:
     assert {r.spec.workers for r in weak.runs} == {1, 2}
     assert weak.sweep.scaling == "weak" and strong.sweep.scaling == "strong"
     assert len({r.spec.effective_global_batch for r in strong.runs}) == 1
+
+
+# --- hostile sweep files: every one refused in one line, in well under a second --------
+
+BILLION_LAUGHS = "\n".join(
+    ["task: synthetic-mlp", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"{chr(ord('a') + i)}: &{chr(ord('a') + i)} [{','.join(['*' + chr(ord('a') + i - 1)] * 9)}]"
+       for i in range(1, 9)]
+    + ["set: {momentum: *i}"]
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("10**10**10", "over 4096 bits"),
+        ("2 ** 5000", "over 4096 bits"),
+        ("workers * 10**1000 * 10**1000 * 10**1000 * 10**1000 * 10**1000", "over 4096 bits"),
+        ("[1] * 10**9", "over 10,000 items"),
+        ("'ab' * 10**9", "over 10,000 items"),
+        ("'%999999999d' % 1", "formats no strings"),
+        ("1 << 100000", "operator LShift"),
+        ("workers @ workers", "operator MatMult"),
+        ("-" * 200 + "1", "nested more than 32 deep"),
+        ("(" * 100_000 + "1" + ")" * 100_000, "200,001 characters long"),
+        ("1 + " * 5000 + "1", "characters long"),
+        ("int('9' * 4000)", "over 4096 bits"),
+    ],
+)
+def test_expressions_are_bounded(text: str, message: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(SpecError) as error:
+        Expression(text).evaluate({"workers": 2})
+    assert time.monotonic() - started < 1.0
+    assert message in str(error.value)
+    assert "\n" not in str(error.value) and len(str(error.value)) < 300
+
+
+def test_a_sweep_file_that_expands_exponentially_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "laughs.yaml"
+    path.write_text(BILLION_LAUGHS)
+    assert len(BILLION_LAUGHS) < 1000
+    started = time.monotonic()
+    with pytest.raises(SpecError, match="expands to more than 100,000 values") as error:
+        load_sweep_file(path)
+    assert time.monotonic() - started < 1.0 and len(str(error.value)) < 300
+    (tmp_path / "loop.yaml").write_text("task: synthetic-mlp\nset: &s {x: *s}\n")
+    with pytest.raises(SpecError, match="refers to itself"):
+        load_sweep_file(tmp_path / "loop.yaml")
+    (tmp_path / "deep.yaml").write_text("task: synthetic-mlp\nset: " + "[" * 5000 + "]" * 5000)
+    with pytest.raises(SpecError, match="nested"):
+        load_sweep_file(tmp_path / "deep.yaml")
+    (tmp_path / "big.yaml").write_text("task: synthetic-mlp\n# " + "x" * (2 << 20) + "\n")
+    with pytest.raises(SpecError, match="at most 1,048,576"):
+        load_sweep_file(tmp_path / "big.yaml")
+
+
+def test_an_override_that_expands_exponentially_is_refused() -> None:
+    from dmlbench.spec.overrides import parse_assignment
+
+    assert parse_assignment("x=[&a [1, 2], *a]")[1] == [[1, 2], [1, 2]]  # aliases are fine
+    levels = ["&l0 [1,1,1,1,1,1,1,1,1,1]"]
+    levels += [f"&l{n} [{','.join([f'*l{n - 1}'] * 10)}]" for n in range(1, 8)]  # 10⁸ values
+    started = time.monotonic()
+    with pytest.raises(SpecError, match="override 'x' is refused: it expands to more than"):
+        parse_assignment(f"x=[{', '.join(levels)}]")
+    assert time.monotonic() - started < 1.0
+
+
+def test_huge_sweeps_are_refused_before_they_are_expanded() -> None:
+    started = time.monotonic()
+    with pytest.raises(SpecError, match="1,000,000 combinations × 1 repeats of its axes"):
+        plan_sweep(sweep(axes={"workers": list(range(1, 1001)), "momentum": [0.1] * 1000}))
+    with pytest.raises(SpecError, match="in its fork rules"):
+        plan_sweep(
+            sweep(
+                axes={"workers": [1, 2]},
+                rules=[
+                    {"when": "True", "fork": {"momentum": [0.1] * 200, "max_epochs": [1] * 200}}
+                ],
+            )
+        )
+    assert time.monotonic() - started < 2.0
+
+
+def test_validation_errors_stay_short() -> None:
+    with pytest.raises(SpecError) as error:
+        validate_sweep({"name": "t", "task": "synthetic-mlp", "repeats": "x" * 10_000,
+                        **{f"bogus{i}": i for i in range(50)}})  # fmt: skip
+    assert len(str(error.value)) < 1000 and "more" in str(error.value)

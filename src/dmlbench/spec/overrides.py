@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from dmlbench.errors import SpecError
+from dmlbench.files import expanded_size
 
 # Keys whose value is a free-form mapping: a dotted path may add new keys below them.
 _OPEN_MAPPINGS = ("options", "alpha_by_workers")
@@ -29,6 +30,12 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    except RecursionError:
+        raise SpecError(f"override '{key}' is nested too deeply") from None
+    try:
+        expanded_size(value)
+    except ValueError as error:
+        raise SpecError(f"override '{key}' is refused: {error}") from None
     return key, value
 
 

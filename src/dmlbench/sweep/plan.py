@@ -10,6 +10,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,15 @@ from dmlbench.sweep.expressions import Expression
 
 # Spec fields that say where or how data is found, not what runs: not part of a run's key.
 _NOT_IDENTITY = ("data_dir", "download", "plugins")
+MAX_RUNS = 10_000  # a sweep larger than this is a typo (or an attack), not an experiment
+
+
+def _bounded(sweep: SweepSpec, combinations: int, repeats: int, stage: str) -> None:
+    if combinations * repeats > MAX_RUNS:
+        raise SpecError(
+            f"sweep '{sweep.name}' expands to {combinations:,} combinations × {repeats:,} "
+            f"repeats {stage}; at most {MAX_RUNS:,} runs: split it into several sweeps"
+        )
 
 
 def run_key(spec: RunSpec) -> str:
@@ -64,10 +74,12 @@ def _apply_rules(
             continue
         condition = Expression(rule.when)
         expanded = []
+        width = math.prod(len(values) for values in rule.fork.values())
         for tree, point in trees:
             if not condition.evaluate(flatten(tree)):
                 expanded.append((tree, point))
                 continue
+            _bounded(sweep, len(expanded) + width, 1, "in its fork rules")
             fork_keys = list(rule.fork)
             for combo in itertools.product(*(rule.fork[k] for k in fork_keys)):
                 new_tree, new_point = copy.deepcopy(tree), dict(point)
@@ -101,6 +113,8 @@ def plan_sweep(
         assign(base, key, value)
     apply_overrides(base, overrides)
     axis_paths = [resolve_key(base, key) for key in sweep.axes]
+    repeat_count = repeats or sweep.repeats
+    _bounded(sweep, math.prod(len(v) for v in sweep.axes.values()), repeat_count, "of its axes")
     trees: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for combo in itertools.product(*sweep.axes.values()):
         tree = copy.deepcopy(base)
@@ -108,6 +122,7 @@ def plan_sweep(
             assign(tree, path, value)
         trees.append((tree, dict(zip(axis_paths, combo, strict=True))))
     trees = _apply_rules(trees, sweep)
+    _bounded(sweep, len(trees), repeat_count, "after its rules")
     for key, text in sweep.derived.items():
         expression = Expression(text)
         for tree, point in trees:
@@ -137,7 +152,7 @@ def plan_sweep(
     duplicates = 0
     cli_seed = (fields or {}).get("seed")
     first_seed = sweep.seed if cli_seed is None else cli_seed
-    for repeat in range(repeats or sweep.repeats):  # repeat-major: repeats interleave
+    for repeat in range(repeat_count):  # repeat-major: repeats interleave
         for tree, point in trees:
             tree = copy.deepcopy(tree)
             tree["seed"] = first_seed + repeat
