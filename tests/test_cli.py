@@ -122,25 +122,6 @@ def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
     assert len(row["evals"]) >= 1  # what was reached is kept
 
 
-def test_abandoned_running_row_is_marked_interrupted(tmp_path: Path) -> None:
-    from dmlbench.results import ResultsStore
-    from dmlbench.results.environment import collect_environment
-    from dmlbench.spec import resolve_spec
-
-    store = ResultsStore(tmp_path / "store")
-    spec = resolve_spec("digits-mlp").to_json_dict()
-    store.begin("r1", spec, {}, collect_environment())
-    assert store.runs("r1")[0]["status"] == "running"  # our own pid is alive
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    import sqlite3
-
-    with sqlite3.connect(store.path) as db:
-        db.execute("UPDATE runs SET launcher_pid=? WHERE run_id='r1'", (dead.pid,))
-    row = ResultsStore(tmp_path / "store").runs("r1")[0]
-    assert row["status"] == "interrupted" and "ended without finishing" in row["error"]
-
-
 def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> None:
     from dmlbench.results import ResultsStore
 

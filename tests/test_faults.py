@@ -1,14 +1,18 @@
-"""Faults inflicted on real runs: stopped, hung and orphaned workers.
+"""Faults inflicted on real runs: stopped, hung and orphaned workers, a full disk, stale
+rows of launchers in other PID namespaces, two copies of one sweep.
 
 Each names the fault, how fast the run must notice, and what is left behind (nothing).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,8 +20,12 @@ import pytest
 from processes import process_tree, spawned_workers, wait_until_gone
 from test_cli import DMLBENCH, cli, wait_for_evaluation
 
+from dmlbench.errors import ResultsNotStored
 from dmlbench.heartbeat import read_heartbeats
+from dmlbench.launch import run_benchmark
 from dmlbench.launch.watchdog import judge
+from dmlbench.results import ResultsStore
+from dmlbench.spec import resolve_spec
 
 LONG_RUN = ["--set", "max_epochs=100000", "--set", "stop_at_target=false"]
 
@@ -124,3 +132,162 @@ def test_a_killed_launcher_leaves_no_worker_behind(tmp_path: Path, when: str) ->
     proc.wait(timeout=30)
     # they exit on their own: at once in training, after their imports at start-up
     assert wait_until_gone(workers, timeout=30) == set()
+
+
+# ------------------------------------------------------------------ a full disk
+
+
+class SmallDisk:
+    """A real filesystem of a few MiB (tmpfs) that a test can fill up and free again."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.filler = root / "filler"
+
+    def fill(self) -> None:
+        if self.filler.exists():
+            return
+        for chunk in (65536, 512):  # unbuffered: a write fails at once, close cannot
+            with contextlib.suppress(OSError), self.filler.open("ab", buffering=0) as out:
+                while True:
+                    out.write(b"\0" * chunk)
+        assert os.statvfs(self.root).f_bavail == 0
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("needs root to mount a small tmpfs")
+    root = tmp_path / "disk"
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(root)], check=True)
+    try:
+        yield SmallDisk(root)
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=False)
+
+
+def test_a_full_disk_refuses_a_run_before_it_starts(small_disk: SmallDisk, dmlbench) -> None:
+    store = small_disk.root / "store"
+    ResultsStore(store)  # it exists; now the disk fills up
+    small_disk.fill()
+    code, _, err = dmlbench("run", "synthetic-mlp", "--store", str(store), "--quiet")
+    assert code == 2 and "Traceback" not in err, err
+    assert "free space" in err and len(err.strip().splitlines()) == 1
+    assert list((store / "runs").glob("*")) == []  # no half-made run folder
+
+
+@pytest.mark.multiprocess
+def test_a_full_disk_at_the_end_keeps_the_run_for_import(small_disk: SmallDisk, dmlbench) -> None:
+    store = ResultsStore(small_disk.root / "store")
+    spec = resolve_spec("synthetic-mlp", workers=2,
+                        overrides=["max_epochs=2", "stop_at_target=false"])  # fmt: skip
+
+    def fill_when_done(events: list[dict]) -> None:
+        if any(e["key"] == "run_stop" for e in events):
+            small_disk.fill()  # the workers are done; the store must now take the run
+
+    with pytest.raises(ResultsNotStored) as caught:
+        run_benchmark(spec, store, echo=False, progress=fill_when_done)
+    message = str(caught.value)
+    assert "\n" not in message and "--import" in message and "is full" in message
+    run_dir = Path(message.rsplit("--import ", 1)[1])
+    assert '"run_stop"' in (run_dir / "events.jsonl").read_text()
+    # the store can still be read while the disk is full
+    code, out, err = dmlbench("results", "--store", str(store.root))
+    assert code == 0 and run_dir.name in out and "read-only" in err
+    small_disk.free()
+    code, out, _ = dmlbench("results", "--store", str(store.root), "--import", str(run_dir))
+    row = ResultsStore(store.root).runs(run_dir.name)[0]
+    assert code == 0 and f"imported run {run_dir.name} ({row['status']})" in out
+    assert row["status"] in ("success", "target_not_reached") and row["steps"] == 2 * 64
+    assert [e["epoch"] for e in row["evals"]] == [1, 2] and row["division"] == "open"
+    code, _, err = dmlbench("results", "--store", str(store.root), "--import", str(run_dir))
+    assert code == 2 and "already in" in err  # a second import changes nothing
+
+
+def test_import_refuses_what_is_no_run_folder(tmp_path: Path, dmlbench) -> None:
+    code, _, err = dmlbench("results", "--store", str(tmp_path / "s"), "--import", str(tmp_path))
+    assert code == 2 and "not a dmlbench run folder" in err
+
+
+# ------------------------------------------------------------------ stale rows
+
+
+def _begin_in_a_pid_namespace(store: Path) -> subprocess.Popen:
+    """A launcher that records a run from inside its own PID namespace (pid 1 there)."""
+    script = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from dmlbench.launch.run import open_run\n"
+        "from dmlbench.results import ResultsStore\n"
+        "from dmlbench.spec import resolve_spec\n"
+        "store = ResultsStore(Path(sys.argv[1]))\n"
+        "run_id, _ = open_run(store, resolve_spec('digits-mlp').to_json_dict())\n"
+        "print(os.getpid(), run_id, flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    return subprocess.Popen(
+        ["unshare", "--pid", "--fork", sys.executable, "-c", script, str(store)],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def test_a_killed_launcher_in_a_pid_namespace_is_not_taken_for_alive(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a PID namespace")
+    store = tmp_path / "store"
+    launcher = _begin_in_a_pid_namespace(store)
+    assert launcher.stdout is not None
+    pid, run_id = launcher.stdout.readline().split()
+    assert pid == "1"  # what the row records: alive forever, were pids trusted
+    assert ResultsStore(store).runs(run_id)[0]["status"] == "running"  # it does run
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 15  # the namespace's own processes die a moment later
+    while (row := ResultsStore(store).runs(run_id)[0])["status"] == "running":
+        assert time.monotonic() < deadline, "the dead launcher's run stays 'running'"
+        time.sleep(0.1)
+    assert row["status"] == "interrupted" and "ended without finishing" in row["error"]
+
+
+def test_a_killed_launcher_process_leaves_its_run_interrupted(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom pathlib import Path\n"
+         "from dmlbench.launch.run import open_run\nfrom dmlbench.results import ResultsStore\n"
+         "from dmlbench.spec import resolve_spec\nstore = ResultsStore(Path(sys.argv[1]))\n"
+         "print(open_run(store, resolve_spec('digits-mlp').to_json_dict())[0], flush=True)\n"
+         "import time; time.sleep(3600)\n", str(store)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert launcher.stdout is not None
+    run_id = launcher.stdout.readline().strip()
+    assert ResultsStore(store).runs(run_id)[0]["status"] == "running"
+    launcher.kill()
+    launcher.wait(timeout=30)
+    row = ResultsStore(store).runs(run_id)[0]
+    assert row["status"] == "interrupted" and "ended without finishing" in row["error"]
+
+
+# ------------------------------------------------------------------ concurrent sweeps
+
+
+@pytest.mark.multiprocess
+def test_two_copies_of_a_sweep_share_its_points(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    sweep = tmp_path / "shared.yaml"
+    sweep.write_text("task: synthetic-mlp\nrepeats: 4\nset: {max_epochs: 1}\n"
+                     "axes: {workers: [1]}\n")  # fmt: skip
+    copies = [subprocess.Popen([*DMLBENCH, "sweep", str(sweep), "--store", str(store)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]  # fmt: skip
+    outputs = [copy.communicate(timeout=300) for copy in copies]
+    assert [copy.returncode for copy in copies] == [0, 0], outputs
+    runs = json.loads(cli("results", "--json", "--store", str(store)).stdout)
+    keys = [r["run_key"] for r in runs]
+    assert len(keys) == 4 and len(set(keys)) == 4  # each point once, not twice
+    assert all(r["status"] in ("success", "target_not_reached") for r in runs)

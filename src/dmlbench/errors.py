@@ -15,3 +15,15 @@ class DatasetError(DmlbenchError):
 
 class WorkerFailed(DmlbenchError):
     """A worker process died or raised; the run is stored as failed."""
+
+
+class StoreError(DmlbenchError):
+    """The results store cannot be read or written (a full disk, a broken file)."""
+
+
+class ResultsNotStored(StoreError):
+    """A run ended but the store could not take it; its folder keeps what it reached."""
+
+
+class AlreadyClaimed(DmlbenchError):
+    """A sweep point another launcher is running, or that the store already has."""

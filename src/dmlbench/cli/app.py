@@ -71,7 +71,10 @@ def _require_store(store: Path) -> Any:
 
     if not (store / "dmlbench.sqlite").is_file():
         raise DmlbenchError(f"no results store at {store}; run a benchmark first or pass --store")
-    return ResultsStore(store)
+    opened = ResultsStore(store)
+    if opened.read_only:
+        err_console.print(f"[yellow]note[/yellow]: read-only: {escape(opened.read_only)}")
+    return opened
 
 
 def _print_json(data: Any) -> None:
@@ -239,6 +242,14 @@ def results(
     ] = None,
     store: StoreOption = default_store(),
     json_out: JsonOption = False,
+    import_dirs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--import",
+            help="store the run in this run folder (one the store could not take when it "
+            "ended, e.g. on a full disk); repeatable",
+        ),
+    ] = None,
 ) -> None:
     """Show stored runs: a table, one run's summary, or everything as JSON.
 
@@ -247,6 +258,16 @@ def results(
     """
     from dmlbench.report.terminal import comm_table, run_summary, runs_table
 
+    if import_dirs:
+        from dmlbench.results import ResultsStore
+        from dmlbench.results.recover import import_run_dir
+
+        target = ResultsStore(store)
+        for folder in import_dirs:
+            done = import_run_dir(target, folder)
+            console.print(f"imported {done.kind} {done.run_id} ({done.status}) from {folder}",
+                          markup=False)  # fmt: skip
+        return
     results_store = _require_store(store)
     if run_id:
         resolved = results_store.resolve_id(run_id)
@@ -323,6 +344,9 @@ def _run_sweep(
     def done(run: Any, result: Any, error: str | None) -> None:
         while active:
             active.pop().__exit__(None, None, None)
+        if result is None and str(error).startswith("skipped"):
+            out.print(f"  [yellow]{escape(str(error))}[/yellow]")
+            return
         if result is None:
             out.print(f"  [red]error[/red]: {escape(str(error))}")
             return
@@ -351,7 +375,8 @@ def _run_sweep(
             console.print(rich_table)
         console.print(
             f"{len(outcome.finished)} run(s) done, {len(outcome.skipped)} skipped, "
-            f"{outcome.failed} failed. Report: dmlbench report --store {store} "
+            + (f"{len(outcome.elsewhere)} run by another launcher, " if outcome.elsewhere else "")
+            + f"{outcome.failed} failed. Report: dmlbench report --store {store} "
             f"--sweep {plan.sweep.name}"
         )
     if outcome.interrupted:

@@ -21,9 +21,8 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from dmlbench.comm.collectives import all_gather_floats
+from dmlbench.results.rundir import COMM_RESULTS_FILE as RESULTS_FILE
 from dmlbench.spec.bench import ELEMENT_BYTES, CommBenchSpec
-
-RESULTS_FILE = "comm_results.json"
 
 
 def bus_factor(workers: int) -> float:

@@ -13,10 +13,9 @@ from typing import Any
 from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_workers
-from dmlbench.launch.run import new_run_dir
+from dmlbench.launch.run import close_run, open_run
 from dmlbench.netem.topology import WORKER_IFNAME, NetworkError, Topology, emulated
 from dmlbench.results import ResultsStore
-from dmlbench.results.environment import collect_environment
 from dmlbench.spec.bench import CommBenchSpec
 
 
@@ -62,9 +61,8 @@ def _launch_mpi(
 def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = False) -> CommOutcome:
     """Run ``spec`` once and store it; a failed or interrupted benchmark is stored too."""
     spec_dict = spec.to_json_dict()
-    run_id, run_dir = new_run_dir(store, spec_dict)
     network = spec.network.resolve() if spec.network.enabled else None
-    store.begin_comm(run_id, spec_dict, collect_environment())
+    run_id, run_dir = open_run(store, spec_dict)
     status, error, rows = "failed", None, []
     try:
         with emulated(spec.workers, network, record_to=run_dir) as topology:
@@ -86,5 +84,9 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
         status, error = "interrupted", "interrupted by the user"
         raise
     finally:
-        store.finish_comm(run_id, status=status, rows=rows, error=error)
+
+        def complete() -> None:
+            store.finish_comm(run_id, status=status, rows=rows, error=error)
+
+        close_run(store, run_dir, status, error, complete)
     return CommOutcome(run_id, status, rows, error)

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-import json
-import secrets
+import contextlib
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmlbench.errors import WorkerFailed
+from dmlbench.errors import ResultsNotStored, StoreError, WorkerFailed
 from dmlbench.launch.local import launch_local
 from dmlbench.netem.topology import NetworkError, emulated, preflight
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
 from dmlbench.results.environment import collect_environment
 from dmlbench.results.events import EventTail
+from dmlbench.results.rundir import (
+    OUTCOME_FILE,
+    RECORD_FILE,
+    create_run_dir,
+    remove_run_dir,
+    write_json,
+)
+from dmlbench.results.store import Rerun
 from dmlbench.results.summary import eval_history, summarize
 from dmlbench.spec import RunSpec
 from dmlbench.spec.run import deviations
@@ -35,18 +41,59 @@ class RunOutcome:
     run_dir: str
 
 
-def new_run_id() -> str:
-    """Sortable by start time and unique; task and workers are columns of their own."""
-    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-
-
 def new_run_dir(store: ResultsStore, spec: dict[str, Any]) -> tuple[str, Path]:
     """A fresh run id and its folder, holding the resolved spec as ``spec.json``."""
-    run_id = new_run_id()
-    run_dir = store.run_dir(run_id)
-    run_dir.mkdir(parents=True)
-    (run_dir / "spec.json").write_text(json.dumps(spec, indent=2))
+    return create_run_dir(store.root / "runs", spec)
+
+
+def open_run(
+    store: ResultsStore,
+    spec: dict[str, Any],
+    *,
+    deviations: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
+    claim: Rerun | None = None,
+) -> tuple[str, Path]:
+    """Create the run's folder (spec, environment, deviations, sweep tag) and its row.
+
+    A run that cannot be recorded (a full disk, a sweep point claimed by another
+    launcher) leaves nothing behind: no folder, no row, no process started.
+    """
+    run_id, run_dir = new_run_dir(store, spec)
+    environment = collect_environment()
+    try:
+        record = {"environment": environment, "deviations": deviations, "sweep": sweep}
+        write_json(run_dir / RECORD_FILE, record)
+        if "op" in spec:
+            store.begin_comm(run_id, spec, environment, run_dir=run_dir)
+        else:
+            store.begin(run_id, spec, deviations or {}, environment, sweep=sweep, claim=claim,
+                        run_dir=run_dir)  # fmt: skip
+    except OSError as error:
+        remove_run_dir(run_dir)
+        raise StoreError(f"cannot record the run in {run_dir}: {error}; free space there "
+                         "(or pass another --store); nothing was started") from None  # fmt: skip
+    except BaseException:
+        remove_run_dir(run_dir)
+        raise
     return run_id, run_dir
+
+
+def close_run(
+    store: ResultsStore, run_dir: Path, status: str, error: str | None, complete: Callable[[], None]
+) -> None:
+    """Write ``outcome.json``, then complete the row with ``complete()``. When the store
+    cannot take it, the folder keeps everything and the error says how to import it."""
+    with contextlib.suppress(OSError):  # a full disk: the event log is enough to import
+        write_json(run_dir / OUTCOME_FILE, {"status": status, "error": error})
+    try:
+        complete()
+    except StoreError as failure:
+        raise ResultsNotStored(
+            f"the run ended ({status}) but was not stored: {failure}. Its results are kept "
+            f"in {run_dir}; once the store can be written, run: dmlbench results --store "
+            f"{store.root} --import {run_dir}"
+        ) from None
 
 
 class _Watcher(threading.Thread):
@@ -70,22 +117,25 @@ def run_benchmark(
     echo: bool = True,
     progress: ProgressFn | None = None,
     sweep: dict[str, Any] | None = None,
+    claim: Rerun | None = None,
 ) -> RunOutcome:
     """Run ``spec`` once and store it. Failed and interrupted runs are stored too.
 
-    ``sweep`` tags the run as part of a sweep (see :meth:`ResultsStore.begin`).
+    ``sweep`` tags the run as part of a sweep and ``claim`` makes the run give way
+    (``AlreadyClaimed``, before anything starts) to another launcher of the same point
+    (see :meth:`ResultsStore.begin`).
 
     Data problems surface before anything is recorded; after the run row exists, every
-    exit path (success, worker failure, Ctrl-C, a bug) completes it.
+    exit path (success, worker failure, Ctrl-C, a bug) completes it, or, when the store
+    cannot be written, raises ``ResultsNotStored`` naming the folder that keeps it.
     """
     task = get_task(spec.task)
     network = spec.network.resolve() if spec.network.enabled else None
     if network:
         preflight(network)  # not root, or no way to emulate it: refused before recording
     task.prepare(spec.data_dir, spec.download)
-    spec_dict = spec.to_json_dict()
-    run_id, run_dir = new_run_dir(store, spec_dict)
-    store.begin(run_id, spec_dict, deviations(spec), collect_environment(), sweep=sweep)
+    run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
+                               sweep=sweep, claim=claim)  # fmt: skip
     status, error = "failed", None
     watcher = _Watcher(EventTail(run_dir / EVENTS_FILE), progress) if progress else None
     if watcher:
@@ -112,5 +162,9 @@ def run_benchmark(
             status = summary.get("status") or "failed"
             if not summary["finished"]:
                 error = "workers exited without finishing the run"
-        store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
+
+        def complete() -> None:
+            store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
+
+        close_run(store, run_dir, status, error, complete)
     return RunOutcome(run_id, status, summary, evals, error, str(run_dir))

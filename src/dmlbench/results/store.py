@@ -1,21 +1,29 @@
 """SQLite store of runs, their evaluations and their per-rank phase totals.
 
 A run row is inserted as ``running`` before workers start and completed in one
-transaction when they end, so a reader never sees half a run. A row left
-``running`` by a launcher that was killed is marked ``interrupted`` on next open.
+transaction when they end, so a reader never sees half a run. A row left ``running``
+by a launcher that was killed (its ``launcher.lock`` is free) is marked ``interrupted``
+on next open.
+
+Every SQLite failure becomes a one-line :class:`~dmlbench.errors.StoreError`. On a
+full disk the store still opens, read-only, so what it holds can be read; a run that
+could not be stored is imported from its folder later (:meth:`ResultsStore.import_run`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from dmlbench.errors import AlreadyClaimed, StoreError
+from dmlbench.results.rundir import LauncherLock, launcher_holds
 from dmlbench.system import pid_alive
 
 STORE_ENV = "DMLBENCH_STORE"
@@ -116,6 +124,20 @@ ADDED_COLUMNS = [
     ("network", "TEXT"),
 ]
 _JSON_COLUMNS = ("spec_json", "deviations_json", "environment_json", "summary_json", "point_json")
+FINISHED = ("success", "target_not_reached")  # a run that ended as planned
+Rerun = Literal["never", "failed", "always"]
+
+
+def _explain(error: sqlite3.Error, root: Path) -> str:
+    """SQLite's words, plus what they mean when the filesystem is full."""
+    text = str(error)
+    try:
+        full = os.statvfs(root).f_bavail == 0
+    except OSError:
+        full = False
+    if full or "full" in text:
+        return f"{text}; the filesystem holding {root} is full: free space there"
+    return text
 
 
 def _network_label(spec: dict[str, Any]) -> str:
@@ -123,6 +145,17 @@ def _network_label(spec: dict[str, Any]) -> str:
 
     network = NetworkSpec.model_validate(spec.get("network") or {})
     return network.label()
+
+
+def _launcher_alive(row: Mapping[str, Any]) -> bool:
+    """Whether the launcher of a ``running`` row still runs: it holds the run's lock.
+    Rows from before locks existed fall back to the pid, on the host that stored it."""
+    holds = launcher_holds(Path(row["run_dir"]))
+    if holds is not None:
+        return holds
+    if row["host"] and row["host"] != socket.gethostname():
+        return True  # another machine's launcher: we cannot tell, so we do not judge
+    return pid_alive(row["launcher_pid"])
 
 
 def default_store() -> Path:
@@ -136,27 +169,50 @@ def now_iso() -> str:
 class ResultsStore:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.root.mkdir(parents=True, exist_ok=True)
         self.path = root / DB_FILE
-        with self._connect() as db:
-            have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
-            for name, sql_type in ADDED_COLUMNS:
-                if have and name not in have:
-                    db.execute(f"ALTER TABLE runs ADD COLUMN {name} {sql_type}")
-            db.executescript(SCHEMA)
-            db.execute("CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep, run_key)")
-        self._mark_abandoned()
+        self.read_only: str | None = None  # why writes are refused, when they are
+        self._locks: dict[str, LauncherLock] = {}
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(f"cannot create the results store {root}: {error}") from None
+        try:
+            with self._connect() as db:
+                have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+                for name, sql_type in ADDED_COLUMNS:
+                    if have and name not in have:
+                        db.execute(f"ALTER TABLE runs ADD COLUMN {name} {sql_type}")
+                db.executescript(SCHEMA)
+                db.execute("CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep, run_key)")
+            self._mark_abandoned()
+        except StoreError as error:
+            if not self.path.is_file():
+                raise
+            self.read_only = str(error)  # e.g. a full disk: what is stored can still be read
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30)
+        try:
+            if self.read_only:  # reads the database file as it is, writes nothing
+                uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"
+                db = sqlite3.connect(uri, uri=True)
+            else:
+                db = sqlite3.connect(self.path, timeout=30)
+                db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error as error:
+            raise StoreError(f"results store {self.path}: {_explain(error, self.root)}") from None
         db.row_factory = sqlite3.Row
-        db.execute("PRAGMA journal_mode=WAL")
         try:
             with db:  # one transaction: committed whole or rolled back
                 yield db
+        except sqlite3.Error as error:
+            raise StoreError(f"results store {self.path}: {_explain(error, self.root)}") from None
         finally:
             db.close()
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreError(f"{self.read_only} (the store is open read-only)")
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
@@ -168,12 +224,65 @@ class ResultsStore:
         deviations: dict[str, Any],
         environment: dict[str, Any],
         sweep: dict[str, Any] | None = None,
+        *,
+        claim: Rerun | None = None,
+        run_dir: Path | None = None,
     ) -> None:
-        """Insert the run as ``running``. ``sweep`` tags a run of a sweep: its ``name``,
-        ``scaling``, ``repeat``, ``key`` (for resuming) and ``point`` (what varies)."""
+        """Insert the run as ``running`` and hold its ``launcher.lock`` until :meth:`finish`.
+
+        ``sweep`` tags a run of a sweep: its ``name``, ``scaling``, ``repeat``, ``key``
+        (for resuming) and ``point`` (what varies). With ``claim``, the insert is refused
+        (:class:`AlreadyClaimed`) when another live launcher runs the same sweep point,
+        or when the store has it already as ``claim`` counts it (see
+        :func:`dmlbench.sweep.pending`): two copies of one sweep share its points.
+        """
+        self._writable()
+        folder = run_dir or self.run_dir(run_id)
+        self.hold(run_id, folder)
+        try:
+            self._insert_run(run_id, spec, deviations, environment, sweep, claim, folder)
+        except BaseException:
+            self._locks.pop(run_id).release()
+            raise
+
+    def hold(self, run_id: str, run_dir: Path) -> None:
+        """Take the run's ``launcher.lock`` (released by ``finish``); refused in one line
+        while another process holds it."""
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self._locks[run_id] = LauncherLock(run_dir)
+        except BlockingIOError:
+            raise StoreError(f"run {run_id} is still running: its launcher holds "
+                             f"{run_dir}") from None  # fmt: skip
+        except OSError as error:
+            raise StoreError(f"cannot lock the run folder {run_dir}: {error}") from None
+
+    def status_of(self, run_id: str) -> str | None:
+        """A training or communication run's stored status; None when it is not stored."""
+        with self._connect() as db:
+            for table in ("runs", "comm_runs"):
+                row = db.execute(f"SELECT status FROM {table} WHERE run_id=?", (run_id,))
+                found = row.fetchone()
+                if found is not None:
+                    return str(found["status"])
+        return None
+
+    def _insert_run(
+        self,
+        run_id: str,
+        spec: dict[str, Any],
+        deviations: dict[str, Any],
+        environment: dict[str, Any],
+        sweep: dict[str, Any] | None,
+        claim: Rerun | None,
+        run_dir: Path,
+    ) -> None:
         recipe = spec["recipe"]
         tag = sweep or {}
         with self._connect() as db:
+            if claim is not None and tag.get("key"):
+                db.execute("BEGIN IMMEDIATE")  # no other launcher claims between check and insert
+                self._check_claim(db, tag["name"], tag["key"], claim)
             db.execute(
                 """INSERT INTO runs (run_id, task, status, division, created_at, workers,
                 local_batch, global_batch, seed, exchange, target, host, cpu_model, cores, gpus,
@@ -188,7 +297,7 @@ class ResultsStore:
                     environment["cpu_model"], environment["cores"], json.dumps(environment["gpus"]),
                     environment["torch"], environment["git_revision"], json.dumps(spec),
                     json.dumps(deviations), json.dumps(environment),
-                    str(self.run_dir(run_id)), os.getpid(), tag.get("name"),
+                    str(run_dir), os.getpid(), tag.get("name"),
                     tag.get("scaling"), tag.get("repeat"), tag.get("key"),
                     json.dumps(tag["point"], default=str) if "point" in tag else None,
                     _network_label(spec),
@@ -203,6 +312,23 @@ class ResultsStore:
         summary: dict[str, Any],
         evals: list[dict[str, Any]],
         error: str | None = None,
+    ) -> None:
+        """Complete the run in one transaction and release its lock (also on failure)."""
+        try:
+            self._writable()
+            self._complete_run(run_id, status, summary, evals, error)
+        finally:
+            lock = self._locks.pop(run_id, None)
+            if lock is not None:
+                lock.release()
+
+    def _complete_run(
+        self,
+        run_id: str,
+        status: str,
+        summary: dict[str, Any],
+        evals: list[dict[str, Any]],
+        error: str | None,
     ) -> None:
         phases = summary.get("phases") or []
         steady = summary.get("phases_steady") or [{} for _ in phases]
@@ -239,22 +365,51 @@ class ResultsStore:
                 ],
             )
 
+    def _check_claim(self, db: sqlite3.Connection, sweep: str, key: str, rerun: Rerun) -> None:
+        rows = db.execute(
+            "SELECT run_id, status, run_dir, launcher_pid, host FROM runs "
+            "WHERE sweep=? AND run_key=?",
+            (sweep, key),
+        ).fetchall()
+        for row in rows:
+            if row["status"] == "running" and _launcher_alive(row):
+                raise AlreadyClaimed(f"run {row['run_id']} of this point is running elsewhere")
+            if rerun == "never" or (rerun == "failed" and row["status"] in FINISHED):
+                raise AlreadyClaimed(f"run {row['run_id']} has this point ({row['status']})")
+
     def _mark_abandoned(self) -> None:
         with self._connect() as db:
             for table in ("runs", "comm_runs"):
-                rows = db.execute(
-                    f"SELECT run_id, launcher_pid FROM {table} WHERE status='running'"
-                ).fetchall()
+                rows = db.execute(f"SELECT * FROM {table} WHERE status='running'").fetchall()
                 for row in rows:
-                    if not pid_alive(row["launcher_pid"]):
+                    if not _launcher_alive(row):
                         db.execute(
                             f"UPDATE {table} SET status='interrupted', error=? WHERE run_id=?",
                             ("the launching process ended without finishing the run",
                              row["run_id"]),
                         )  # fmt: skip
 
-    def begin_comm(self, run_id: str, spec: dict[str, Any], environment: dict[str, Any]) -> None:
-        """Insert a communication micro-benchmark as ``running``."""
+    def begin_comm(
+        self,
+        run_id: str,
+        spec: dict[str, Any],
+        environment: dict[str, Any],
+        *,
+        run_dir: Path | None = None,
+    ) -> None:
+        """Insert a communication micro-benchmark as ``running`` and hold its lock."""
+        self._writable()
+        folder = run_dir or self.run_dir(run_id)
+        self.hold(run_id, folder)
+        try:
+            self._insert_comm(run_id, spec, environment, folder)
+        except BaseException:
+            self._locks.pop(run_id).release()
+            raise
+
+    def _insert_comm(
+        self, run_id: str, spec: dict[str, Any], environment: dict[str, Any], run_dir: Path
+    ) -> None:
         with self._connect() as db:
             db.execute(
                 """INSERT INTO comm_runs (run_id, op, backend, workers, network, status,
@@ -265,13 +420,23 @@ class ResultsStore:
                     run_id, spec["op"], spec["backend"], spec["workers"], _network_label(spec),
                     now_iso(), environment["host"], environment["cpu_model"],
                     environment["cores"], environment["torch"], environment["git_revision"],
-                    json.dumps(spec), json.dumps(environment), str(self.run_dir(run_id)),
-                    os.getpid(),
+                    json.dumps(spec), json.dumps(environment), str(run_dir), os.getpid(),
                 ),
             )  # fmt: skip
 
     def finish_comm(
         self, run_id: str, *, status: str, rows: list[dict[str, Any]], error: str | None
+    ) -> None:
+        try:
+            self._writable()
+            self._complete_comm(run_id, status, rows, error)
+        finally:
+            lock = self._locks.pop(run_id, None)
+            if lock is not None:
+                lock.release()
+
+    def _complete_comm(
+        self, run_id: str, status: str, rows: list[dict[str, Any]], error: str | None
     ) -> None:
         with self._connect() as db:
             db.execute(
@@ -341,6 +506,8 @@ class ResultsStore:
                     value = row.pop(key)
                     row[key.removesuffix("_json")] = json.loads(value) if value else None
                 row["gpus"] = json.loads(row["gpus"]) if row["gpus"] else []
+                if self.read_only and row["status"] == "running" and not _launcher_alive(row):
+                    row["status"] = "interrupted"  # as the next writable open will store it
                 for table, order in (("evals", "step"), ("phases", "rank")):
                     query = f"SELECT * FROM {table} WHERE run_id=? ORDER BY {order}"
                     records = [dict(r) for r in db.execute(query, (row["run_id"],))]

@@ -8,28 +8,31 @@ skips what is already done, as ``rerun`` says:
 - ``failed`` (default): skip finished runs (success or target not reached), run again
   those that failed or were interrupted;
 - ``always``: run everything again (new rows; the old ones stay).
+
+The store is asked again as each run starts (a claim, atomic in SQLite), so two
+copies of one sweep started together share its points instead of running each twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import AlreadyClaimed, DmlbenchError, StoreError
 from dmlbench.launch.run import ProgressFn, RunOutcome, run_benchmark
 from dmlbench.results import ResultsStore
+from dmlbench.results.store import FINISHED, Rerun
 from dmlbench.sweep.plan import PlannedRun, SweepPlan
 from dmlbench.tasks import get_task
 
-Rerun = Literal["never", "failed", "always"]
-FINISHED = ("success", "target_not_reached")
+__all__ = ["FINISHED", "Rerun", "SweepOutcome", "pending", "run_sweep"]
 
 
 @dataclass
 class SweepOutcome:
     finished: list[tuple[PlannedRun, RunOutcome]] = field(default_factory=list)
     skipped: list[PlannedRun] = field(default_factory=list)
+    elsewhere: list[PlannedRun] = field(default_factory=list)  # claimed by another launcher
     errors: list[tuple[PlannedRun, str]] = field(default_factory=list)  # never got a run row
     interrupted: bool = False
 
@@ -79,10 +82,18 @@ def run_sweep(
         }
         callback = progress(run, index, len(to_run)) if progress else None
         try:
-            result = run_benchmark(run.spec, store, echo=echo, progress=callback, sweep=tag)
+            result = run_benchmark(run.spec, store, echo=echo, progress=callback, sweep=tag,
+                                   claim=rerun)  # fmt: skip
         except KeyboardInterrupt:
             outcome.interrupted = True
             break
+        except AlreadyClaimed as claimed:
+            outcome.elsewhere.append(run)
+            if on_done:
+                on_done(run, None, f"skipped: {claimed}")
+            continue
+        except StoreError:
+            raise  # every later run would fail the same way: stop, and say where results are
         except (DmlbenchError, OSError, RuntimeError) as error:
             outcome.errors.append((run, f"{type(error).__name__}: {error}"))
             if on_done:

@@ -1,0 +1,117 @@
+"""A run's folder: what it holds besides the event log, so a run can be stored later.
+
+Every run folder holds, from its start, ``spec.json`` (the resolved spec) and
+``run.json`` (environment, deviations, sweep tag: what the store's row was made of),
+and at its end ``outcome.json`` (status and error as the launcher saw them). With the
+event log these rebuild the store's row (`dmlbench results --import RUN_DIR`) when the
+store could not be written. ``launcher.lock`` is held (``flock``) by the launcher for as
+long as the run goes: a lock nobody holds means the launcher is gone, whatever its pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from dmlbench.errors import StoreError
+
+SPEC_FILE = "spec.json"
+RECORD_FILE = "run.json"
+OUTCOME_FILE = "outcome.json"
+LOCK_FILE = "launcher.lock"
+COMM_RESULTS_FILE = "comm_results.json"  # a communication benchmark's per-size results
+
+
+def new_run_id() -> str:
+    """Sortable by start time and unique; task and workers are columns of their own."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` so that ``path`` holds either the old content or all of the new."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        temporary.write_text(json.dumps(data, indent=2, default=str))
+        temporary.replace(path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def create_run_dir(runs: Path, spec: dict[str, Any]) -> tuple[str, Path]:
+    """A fresh run id and its folder under ``runs``, holding ``spec.json``.
+
+    Nothing half-made is left behind: on a full disk the folder is removed again and a
+    one-line :class:`StoreError` says so.
+    """
+    run_id = new_run_id()
+    run_dir = runs / run_id
+    try:
+        run_dir.mkdir(parents=True)
+        write_json(run_dir / SPEC_FILE, spec)
+    except OSError as error:
+        remove_run_dir(run_dir)
+        raise StoreError(
+            f"cannot create the run folder {run_dir}: {error.strerror or error}; "
+            "free space there (or pass another --store); nothing was started"
+        ) from None
+    return run_id, run_dir
+
+
+def remove_run_dir(run_dir: Path) -> None:
+    """Remove a run folder that never became a run (nothing of value is in it)."""
+    for name in (SPEC_FILE, RECORD_FILE, LOCK_FILE, f".{SPEC_FILE}.tmp", f".{RECORD_FILE}.tmp"):
+        (run_dir / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # something else is in it: keep it
+        run_dir.rmdir()
+
+
+class LauncherLock:
+    """The launcher's hold on its run: an exclusive ``flock`` on ``launcher.lock``.
+
+    The kernel releases it when the launcher exits, however it exits (SIGKILL
+    included), and it means the same in any PID namespace or container that shares
+    the folder: unlike a stored pid, which inside a container is often 1.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def launcher_holds(run_dir: Path) -> bool | None:
+    """Whether a live launcher holds ``run_dir``'s lock; None when there is no lock file
+    (a run recorded before locks existed, or a folder removed by hand)."""
+    path = run_dir / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return True  # cannot tell: assume it runs rather than mark it interrupted
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases the lock we may have taken
+    return False
