@@ -53,6 +53,29 @@ def _ours(tag: str) -> list[str]:
     return [name for name in leftovers() if tag in name]
 
 
+def _connects(topology: Topology, source: int, target: int) -> bool:
+    """Whether rank ``source``'s namespace opens a TCP connection to rank ``target``'s."""
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", topology.namespaces[target], sys.executable, "-c",
+         "import socket, sys\n"
+         "s = socket.create_server((sys.argv[1], 0))\n"
+         "print(s.getsockname()[1], flush=True)\n"
+         "s.settimeout(10)\n"
+         "s.accept()\n", topology.address(target)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert server.stdout is not None
+    port = server.stdout.readline().strip()
+    client = subprocess.run(
+        ["ip", "netns", "exec", topology.namespaces[source], sys.executable, "-c",
+         "import socket, sys\nsocket.create_connection((sys.argv[1], int(sys.argv[2])), 5)\n",
+         topology.address(target), port],
+        capture_output=True,
+    )  # fmt: skip
+    server.wait(timeout=15)
+    return client.returncode == 0
+
+
 @root_only
 def test_topology_builds_shapes_and_removes_everything() -> None:
     network = ResolvedNetwork(name="t", rate_bps=1e8)
@@ -64,23 +87,22 @@ def test_topology_builds_shapes_and_removes_everything() -> None:
             text=True,
         ).stdout
         assert "tbf" in qdiscs and "100Mbit" in qdiscs
-        ping = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                topology.namespaces[0],
-                "ping",
-                "-c",
-                "1",
-                "-W",
-                "2",
-                topology.address(2),
-            ],
-            capture_output=True,
-        )
-        assert ping.returncode == 0 or shutil.which("ping") is None
+        assert _connects(topology, 0, 2)
     assert _ours(topology.tag) == []
+
+
+@root_only
+def test_concurrent_topologies_get_their_own_subnets() -> None:
+    """Launchers once took 10.(100 + pid % 100): two with equal pids mod 100 collided."""
+    network = ResolvedNetwork(name="t", rate_bps=1e9)
+    with Topology(2, network) as first, Topology(2, network) as second:  # one pid, two nets
+        assert first.subnet != second.subnet
+        assert 100 <= min(first.subnet, second.subnet) < max(first.subnet, second.subnet) < 200
+        assert _connects(first, 0, 1) and _connects(second, 1, 0)
+        bridges = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                                 text=True).stdout  # fmt: skip
+        assert bridges.count(first.hub_address + "/") == 1
+        assert bridges.count(second.hub_address + "/") == 1
 
 
 def _forwarders() -> list[str]:

@@ -12,6 +12,10 @@ Latency: ``netem`` on each worker's egress where the kernel has it. Set-up and
 tear-down are one context manager; everything it creates is named after the
 launcher's pid, so leftovers of a launcher that was killed are removed by the next
 one. The bridge network is host-only: nothing is routed off the machine.
+
+Each topology takes its own ``10.X.0.0/16`` (X from 100 to 199): the first no interface
+on this host uses, chosen and claimed (the bridge gets its address) under a lock, so
+concurrent runs never share a subnet.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import os
 import re
 import shutil
 import subprocess
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +92,38 @@ def remove_stale() -> list[str]:
     return removed
 
 
+SUBNETS = range(100, 200)  # 10.X.0.0/16 networks dmlbench may use
+LOCK_PATH = "/run/lock/dmlbench-netem.lock"
+
+
+@contextmanager
+def _allocation_lock() -> Iterator[None]:
+    """Serialises subnet allocation between launchers (an flock, freed if one dies)."""
+    import fcntl
+
+    path = LOCK_PATH if os.path.isdir(os.path.dirname(LOCK_PATH)) else "/tmp/dmlbench-netem.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def free_subnet() -> int:
+    """The first X in :data:`SUBNETS` with no address in 10.X.0.0/16 on this host."""
+    used = set()
+    for match in re.finditer(r"inet 10\.(\d+)\.", _run("ip", "-o", "-4", "addr", "show")):
+        used.add(int(match.group(1)))
+    for subnet in SUBNETS:
+        if subnet not in used:
+            return subnet
+    raise NetworkError(
+        f"all {len(SUBNETS)} emulated subnets (10.100-199.0.0/16) are in use: too many "
+        "emulated runs at once, or leftovers (`ip link show type bridge`)"
+    )
+
+
 @functools.cache  # a kernel capability: probed once per process, not per check
 def netem_available() -> bool:
     """Whether this kernel has the netem qdisc (tried on a throwaway namespace)."""
@@ -146,7 +183,7 @@ class Topology:
         self.tag = self.tag or f"{_base36(os.getpid())}x{_base36(Topology._count)}"
         if self.workers > 250 * 255:
             raise NetworkError(f"{self.workers} workers do not fit one emulated /16 network")
-        self.subnet = 100 + os.getpid() % 100  # 10.<subnet>.0.0/16, host-only
+        self.subnet = 0  # 10.<subnet>.0.0/16, host-only; allocated when the bridge is made
 
     @property
     def gso_bytes(self) -> int:
@@ -196,9 +233,11 @@ class Topology:
     def _build(self) -> None:
         if self.network.delay_s:
             self.delay_by = "netem" if netem_available() else "forwarder"
-        _run("ip", "link", "add", self.bridge, "type", "bridge")
-        self._made.append(("link", self.bridge))
-        _run("ip", "addr", "add", f"{self.hub_address}/16", "dev", self.bridge)
+        with _allocation_lock():  # the bridge's address is the claim on its subnet
+            self.subnet = free_subnet()
+            _run("ip", "link", "add", self.bridge, "type", "bridge")
+            self._made.append(("link", self.bridge))
+            _run("ip", "addr", "add", f"{self.hub_address}/16", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
         for rank in range(self.workers):
             ns, veth = f"{PREFIX}{self.tag}n{rank}", f"{PREFIX}{self.tag}v{_base36(rank)}"
