@@ -4,10 +4,15 @@ import them (PYTHONPATH holds tests/, see conftest)."""
 from __future__ import annotations
 
 import os
+import signal
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from dmlbench.dask.dampers import Constant, TrainState
 
 
 class HiddenLayer(nn.Module):
@@ -50,3 +55,25 @@ class DiesOnce(nn.Module):
             else:
                 os._exit(17)  # a hard worker death, no cleanup, no exception
         return self.fc(x)
+
+
+@dataclass(frozen=True)
+class KillsAWorker(Constant):
+    """A constant batch that, asked before update ``at`` (the driver asks its damper
+    between updates), SIGKILLs the worker process whose pid is in ``pid_file`` (once: it
+    deletes the file), waits until it is gone, then ``settle_s`` more seconds."""
+
+    at: int = 3
+    pid_file: str = ""
+    settle_s: float = 0.0
+
+    def wanted(self, state: TrainState) -> float:
+        path = Path(self.pid_file)
+        if state.updates == self.at and path.exists():
+            pid = int(path.read_text())
+            path.unlink()
+            os.kill(pid, signal.SIGKILL)
+            while Path(f"/proc/{pid}").exists():  # reaped by its nanny
+                time.sleep(0.01)
+            time.sleep(self.settle_s)
+        return super().wanted(state)

@@ -3,15 +3,22 @@ LocalCluster, the cluster following the batch size, and bad input."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
+import re
+import signal
+import socket
+import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from dask_modules import Broken, DiesOnce, HiddenLayer
+from dask_modules import Broken, DiesOnce, HiddenLayer, KillsAWorker
 from distributed import Client, LocalCluster
 from sklearn.base import clone
 from sklearn.datasets import load_digits
@@ -318,6 +325,29 @@ def test_a_worker_dying_mid_fit_is_survived(tmp_path: Path, digits: tuple) -> No
     assert est.score(x_test, y_test) > 0.8
 
 
+@pytest.mark.parametrize("settle_s", [0.0, 1.0])
+def test_a_worker_lost_between_updates_is_survived(
+    tmp_path: Path, digits: tuple, settle_s: float
+) -> None:
+    """A worker killed between two updates (its actor's handle then refuses every call,
+    or its call fails once the scheduler knows): its tasks run elsewhere."""
+    x_train, _, y_train, _ = digits
+    pid_file = tmp_path / "pid"
+    with cluster(2) as local, Client(local, set_as_default=False) as client:
+        pid_file.write_text(str(min(client.run(os.getpid).values())))
+        est = classifier(client, batch_size=KillsAWorker, batch_size__initial=64,
+                         batch_size__at=4, batch_size__pid_file=str(pid_file),
+                         batch_size__settle_s=settle_s, grads_per_worker=32, max_epochs=2,
+                         timeout=60)  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            est.fit(x_train, y_train)
+    assert not pid_file.exists()  # the worker was killed
+    # noticed by the failed call, or earlier by the pool's look at the cluster
+    assert all("lost a worker" in str(w.message) for w in caught if w.category is RuntimeWarning)
+    assert [e["examples"] for e in est.history_] == [len(x_train)] * 2
+
+
 def test_the_noise_scale_damper_sets_the_batch_from_measured_noise(client: Client) -> None:
     """Two or more gradient tasks per update give small- and big-batch gradient norms;
     their running B_simple estimate drives NoiseScaleDamp."""
@@ -382,5 +412,80 @@ def test_a_scheduler_address_is_a_client_too(client: Client, digits: tuple) -> N
     assert est.score(x_test, y_test) > 0.7
     assert {u["target_workers"] for u in est.history_.update_records()} == {None}
     assert pickle.loads(pickle.dumps(est)).client == address
-    with pytest.raises(ConnectionError, match="cannot reach the Dask scheduler"):
+    with pytest.raises(ConnectionError, match=re.escape("nothing listens at tcp://127.0.0.1:9")):
         classifier("tcp://127.0.0.1:9", max_epochs=1, timeout=2).fit(x_train, y_train)
+
+
+class _Impostor(threading.Thread):
+    """A TCP listener that is no Dask scheduler: silent, an HTTP server, or a banner."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(daemon=True)
+        self.kind = kind
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"tcp://127.0.0.1:{self.server.getsockname()[1]}"
+        self.held: list[socket.socket] = []
+
+    def run(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.held.append(connection)
+            if self.kind == "banner":
+                connection.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
+            elif self.kind == "http":  # answers whatever arrives, as an HTTP server does
+                connection.settimeout(1)
+                with contextlib.suppress(OSError):
+                    connection.recv(4096)
+                    connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        ("silent", "accepted a connection but sent no Dask handshake"),
+        ("http", "accepted a connection but sent no Dask handshake"),
+        ("banner", "does not speak Dask's protocol (it began with b'SSH-2.0-'"),
+    ],
+)
+def test_an_address_that_is_no_scheduler_is_refused_within_the_timeout(
+    kind: str, message: str
+) -> None:
+    impostor = _Impostor(kind)
+    impostor.start()
+    x, y = np.zeros((20, 64), np.float32), np.arange(20) % 10
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match=re.escape(message)) as caught:
+        DaskClassifier(MLP, **MLP_ARGS, client=impostor.address, timeout=3).fit(x, y)
+    assert time.monotonic() - started < 3 + 5  # not Dask's own 400 s hang
+    assert "\n" not in str(caught.value)
+    impostor.server.close()
+
+
+def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
+    """The nanny fails the whole start when a worker dies during it: start again."""
+    from processes import command_line, process_tree
+
+    from dmlbench.dask.cluster import _start_local_cluster
+
+    me, killed = os.getpid(), []
+    before = process_tree(me)  # other tests' clusters are not this test's to kill
+
+    def kill_the_first_worker() -> None:
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            for pid in process_tree(me) - before:
+                if "spawn_main" in command_line(pid):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    break
+            time.sleep(0.002)
+
+    killer = threading.Thread(target=kill_the_first_worker, daemon=True)
+    killer.start()
+    with _start_local_cluster(2) as local, Client(local, set_as_default=False) as client:
+        killer.join()
+        assert killed  # one worker did die while the cluster started
+        client.wait_for_workers(2, timeout=30)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -22,12 +23,15 @@ _LOCAL: Client | None = None
 _LOCAL_LOCK = threading.Lock()
 
 
-def local_client(workers: int = 1) -> Client:
-    """The process-wide LocalCluster's client (started on first use)."""
-    global _LOCAL
-    with _LOCAL_LOCK:
-        if _LOCAL is None or _LOCAL.status not in ("running", "connecting"):
-            cluster = LocalCluster(
+LOCAL_START_ATTEMPTS = 3
+
+
+def _start_local_cluster(workers: int) -> LocalCluster:
+    """A LocalCluster on loopback; started again when a worker dies while it starts (the
+    nanny then fails the whole start), up to ``LOCAL_START_ATTEMPTS`` times."""
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            return LocalCluster(
                 n_workers=workers,
                 threads_per_worker=1,
                 processes=True,
@@ -35,7 +39,22 @@ def local_client(workers: int = 1) -> Client:
                 dashboard_address="127.0.0.1:0",  # its HTTP server runs even without bokeh
                 env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
             )
-            _LOCAL = Client(cluster, set_as_default=False)
+        except (RuntimeError, OSError, TimeoutError) as error:
+            if attempt == LOCAL_START_ATTEMPTS:
+                raise RuntimeError(
+                    f"could not start a local Dask cluster ({attempt} attempts; last: "
+                    f"{type(error).__name__}: {error!s:.120}): check memory and processes, "
+                    "or pass client= a running cluster"
+                ) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def local_client(workers: int = 1) -> Client:
+    """The process-wide LocalCluster's client (started on first use)."""
+    global _LOCAL
+    with _LOCAL_LOCK:
+        if _LOCAL is None or _LOCAL.status not in ("running", "connecting"):
+            _LOCAL = Client(_start_local_cluster(workers), set_as_default=False)
             atexit.register(close_local)
         return _LOCAL
 
@@ -50,10 +69,66 @@ def close_local() -> None:
         _LOCAL = None
 
 
+HANDSHAKE_WAIT_S = 10.0  # a scheduler greets a new connection at once; allow for load
+MAX_HANDSHAKE_BYTES = 1 << 20
+
+
+def _receive(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Refuse, within ``timeout`` seconds (10 at most), a TCP address where no Dask
+    scheduler answers: nothing listening, a listener that stays silent (Dask's client
+    would wait forever), or one that speaks another protocol (Dask's client would read
+    an HTTP reply as a 3 EiB frame length). Other schemes (tls://...) are left to Dask.
+
+    A Dask server greets every new connection with its handshake: a little-endian
+    8-byte length, then that many bytes of frames.
+    """
+    scheme, _, location = address.rpartition("://")
+    if scheme not in ("", "tcp"):
+        return
+    host, _, port = location.rpartition(":")
+    wait = min(timeout, HANDSHAKE_WAIT_S)
+    hint = "client= takes a Dask scheduler's address, e.g. tcp://host:8786"
+    try:
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=wait)
+    except ValueError:
+        raise ConnectionError(f"{address!r} is not a scheduler address: {hint}") from None
+    except ConnectionRefusedError:
+        raise ConnectionError(f"nothing listens at {address}: is the scheduler running? "
+                              f"({hint})") from None  # fmt: skip
+    except OSError as error:
+        raise ConnectionError(f"cannot reach {address} in {wait:g} s ({error}); {hint}") from None
+    with sock:
+        sock.settimeout(wait)
+        try:
+            header = _receive(sock, 8)
+        except OSError:
+            header = b""
+    if len(header) < 8:
+        raise ConnectionError(
+            f"{address} accepted a connection but sent no Dask handshake in {wait:g} s: it "
+            f"is not a Dask scheduler ({hint})"
+        )
+    if not 0 < int.from_bytes(header, "little") <= MAX_HANDSHAKE_BYTES:
+        raise ConnectionError(
+            f"{address} does not speak Dask's protocol (it began with {header!r}); {hint}"
+        )
+
+
 def connect(client: Any, min_workers: int, timeout: float = 30.0) -> Client:
     if isinstance(client, Client):
         return client
     if isinstance(client, str):
+        probe_scheduler(client, timeout)
         try:
             return Client(client, set_as_default=False, timeout=timeout)
         except OSError:

@@ -276,10 +276,12 @@ class ActorPool:
             actors = self.ready()
             todo = [i for i in range(len(chunks)) if i not in results]
             shares = {a: todo[a :: len(actors)] for a in range(min(len(actors), len(todo)))}
-            calls = {
-                a: actors[a].gradients(weights, [chunks[i] for i in share])
-                for a, share in shares.items()
-            }
+            calls = {}
+            for a, share in shares.items():
+                try:  # a worker lost since the last update fails here, before any call
+                    calls[a] = actors[a].gradients(weights, [chunks[i] for i in share])
+                except Exception as error:
+                    self._lost(error, actors[a], share, failures)
             for a, call in calls.items():
                 try:
                     for i, result in zip(
@@ -293,19 +295,25 @@ class ActorPool:
                         "timeout= or check the cluster"
                     ) from None
                 except Exception as error:
-                    if not _actor_lost(error):
-                        raise
-                    for i in shares[a]:
-                        failures[i] += 1
-                    if max(failures[i] for i in shares[a]) > self.max_failures:
-                        raise RuntimeError(
-                            "gradient tasks lost their worker "
-                            f"{self.max_failures + 1} times: the cluster is "
-                            "unstable"
-                        ) from None
-                    self._forget(actors[a])
-                    self.session.note_loss(error)
+                    self._lost(error, actors[a], shares[a], failures)
         return [results[i] for i in range(len(chunks))]
+
+    def _lost(
+        self, error: Exception, actor: Any, share: list[int], failures: dict[int, int]
+    ) -> None:
+        """A call failed: if its worker is gone, forget the actor so that its tasks run
+        elsewhere (up to ``max_failures`` times each); any other error is the task's own."""
+        if not _actor_lost(error):
+            raise error
+        for i in share:
+            failures[i] += 1
+        if max(failures[i] for i in share) > self.max_failures:
+            raise RuntimeError(
+                f"gradient tasks lost their worker {self.max_failures + 1} times: the "
+                "cluster is unstable"
+            ) from None
+        self._forget(actor)
+        self.session.note_loss(error)
 
     def _forget(self, actor: Any) -> None:
         for address, known in list(self.actors.items()):
