@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +71,25 @@ def test_corrupt_labels_and_python_file_are_reported(tmp_path: Path) -> None:
     broken.write_bytes(broken.read_bytes()[: len(broken.read_bytes()) // 2])
     with pytest.raises(DatasetError, match=r"data_batch_1 is corrupt or truncated"):
         cifar.load(tmp_path / "b")
+
+
+def test_only_the_official_example_counts_pass_as_cifar10(tmp_path: Path) -> None:
+    task = get_task("cifar10-resnet20")
+    folder = tmp_path / "full" / "cifar-10-batches-bin"
+    folder.mkdir(parents=True)
+    for name in [*cifar.TRAIN_FILES, cifar.TEST_FILE]:  # sparse files of the right sizes
+        with (folder / f"{name}.bin").open("wb") as out:
+            out.truncate(10_000 * cifar.RECORD_BYTES)
+    assert task.count(tmp_path / "full") == (50_000, 10_000)
+    task.check_examples(50_000, 10_000, tmp_path / "full")
+    with (folder / "data_batch_4.bin").open("r+b") as out:  # cut at a record boundary
+        out.truncate(100 * cifar.RECORD_BYTES)
+    assert task.count(tmp_path / "full") == (40_100, 10_000)
+    with pytest.raises(DatasetError, match=r"holds 40,100 training and 10,000 test examples, "
+                       r"the official set 50,000 and 10,000.*partial_data=true"):  # fmt: skip
+        task.check_examples(*task.count(tmp_path / "full"), tmp_path / "full")
+    write_cifar_python(tmp_path / "py", protocol=4, per_batch=5)
+    assert task.count(tmp_path / "py") == (25, 5)
 
 
 def test_missing_dataset_names_data_dir(tmp_path: Path) -> None:
@@ -162,6 +182,26 @@ def test_malformed_and_truncated_libsvm_are_reported(tmp_path: Path) -> None:
     wide.write_text("1 1:0.5 9:1\n")
     with pytest.raises(DatasetError, match=r"not a valid LIBSVM file"):
         load_libsvm(wide, 3)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("+1 1:nan 2:1", "example 2 has a feature value that is not finite"),
+        ("+1 1:0.5 2:inf", "example 2 has a feature value that is not finite"),
+        ("nan 1:0.5", "example 2 has label nan; this task needs labels -1 or +1"),
+        ("2 1:0.5", "example 2 has label 2; this task needs labels -1 or +1"),
+        ("0 1:0.5", "example 2 has label 0; this task needs labels -1 or +1"),
+        ("+1 1:0.5 99999999999:1", "not a valid LIBSVM file near byte 0"),
+    ],
+)
+def test_libsvm_values_and_labels_are_validated(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "data.svm"
+    path.write_text(f"-1 1:0.25\n{line}\n+1 2:0.5\n")
+    with pytest.raises(DatasetError, match=re.escape(message)) as caught:
+        load_libsvm(path, 3, labels=(-1.0, 1.0))
+    assert "\n" not in str(caught.value)
+    assert list((tmp_path / "cache").glob("libsvm/*/meta.json")) == []  # nothing cached
 
 
 def test_epsilon_with_wrong_row_count_is_called_truncated(tmp_path: Path) -> None:

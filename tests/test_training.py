@@ -9,6 +9,7 @@ import pytest
 import torch
 from datafiles import write_cifar_binary
 
+from dmlbench.errors import DatasetError
 from dmlbench.launch import run_benchmark
 from dmlbench.results import ResultsStore
 from dmlbench.spec import resolve_spec
@@ -85,12 +86,18 @@ def test_time_budget_stops_every_rank_together(store: ResultsStore, exchange: st
 
 def test_cifar_task_runs_on_files_in_the_official_layout(store: ResultsStore, tmp_path) -> None:
     write_cifar_binary(tmp_path / "data", per_batch=16)
+    data_dir = f"data_dir={tmp_path / 'data'}"
+    # 80 training images are not CIFAR-10: refused before anything is recorded
+    with pytest.raises(DatasetError, match="holds 80 training and 16 test examples"):
+        _run(store, "cifar10-resnet20", 1, data_dir, "max_steps=2")
+    assert store.runs() == [] and not list(store.root.glob("runs/*"))
     outcome, row = _run(
-        store, "cifar10-resnet20", 1, f"data_dir={tmp_path / 'data'}", "max_steps=2",
-        "variant=m2",
-    )  # fmt: skip
+        store, "cifar10-resnet20", 1, data_dir, "max_steps=2", "variant=m2", "partial_data=true"
+    )
     assert outcome.status == "target_not_reached" and row["steps"] == 2
-    assert row["division"] == "closed"  # m2 is one of the recipe's free choices
+    # m2 is one of the recipe's free choices; the partial data is not
+    assert row["division"] == "open"
+    assert row["deviations"] == {"partial_data": {"reference": False, "actual": True}}
     assert len(row["evals"]) == 1
 
 

@@ -28,6 +28,7 @@ TEST_FILE = "test_batch"
 IMAGE_BYTES = 3 * 32 * 32
 RECORD_BYTES = 1 + IMAGE_BYTES
 NUM_CLASSES = 10
+TRAIN_EXAMPLES, TEST_EXAMPLES = 50_000, 10_000  # the official split, 10,000 per batch
 # Per-channel statistics of the official training set (pixel values scaled to [0, 1]).
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
@@ -122,6 +123,24 @@ def locate(data_dir: Path, *, download_missing: bool = False) -> Path:
     target = writable_dir(data_dir / "cifar10", cache)
     archive = download(BINARY_URL, target / BINARY_ARCHIVE, checksum=BINARY_MD5, algorithm="md5")
     return extract_tar(archive, cache, BINARY_DIR)
+
+
+def _examples(folder: Path, name: str) -> int:
+    binary = folder.name == BINARY_DIR or (folder / f"{TRAIN_FILES[0]}.bin").exists()
+    path = folder / (f"{name}.bin" if binary else name)
+    if not path.is_file():
+        raise DatasetError(f"{path} is missing; the CIFAR-10 folder {folder} is incomplete")
+    if binary:
+        return path.stat().st_size // RECORD_BYTES  # a torn record is refused when read
+    return len(read_python_batch(path)[1])
+
+
+def count(data_dir: Path) -> tuple[int, int]:
+    """(training, test) examples of the CIFAR-10 found under ``data_dir``, without
+    reading the pixels of the binary layout (its records have a fixed size)."""
+    folder = locate(data_dir)
+    train = sum(_examples(folder, name) for name in TRAIN_FILES)
+    return train, _examples(folder, TEST_FILE)
 
 
 def load(data_dir: Path) -> tuple[Arrays, Arrays]:

@@ -4,6 +4,10 @@ Parsing uses scikit-learn's compiled svmlight reader over byte ranges of the fil
 a 400,000 × 2,000 file is parsed in bounded memory (one range at a time) and written
 row-block by row-block into a raw float32 file. Later reads memory-map that file: all
 workers on a machine share one copy in the page cache.
+
+Every value is checked on the way: a feature that is not finite, a label that is not
+finite or not one of the task's labels (±1 for logistic regression), an index beyond
+the feature count; each is refused in one line that names the file and the example.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sklearn.datasets import load_svmlight_file
@@ -23,12 +28,13 @@ from dmlbench.data.download import cache_root
 from dmlbench.errors import DatasetError
 
 CHUNK_BYTES = 64 << 20
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: values and labels validated
 
 
-def _cache_dir(path: Path, n_features: int) -> Path:
+def _cache_dir(path: Path, n_features: int, labels: tuple[float, ...] | None) -> Path:
     stat = path.stat()
-    key = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{n_features}|{CACHE_VERSION}"
+    key = (f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{n_features}|{labels}|"
+           f"{CACHE_VERSION}")  # fmt: skip
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_root() / "libsvm" / f"{path.name}-{digest}"
 
@@ -46,9 +52,27 @@ def _decompress(path: Path, work: Path) -> Path:
     return plain
 
 
-def _convert(source: Path, origin: Path, n_features: int, out_dir: Path) -> None:
+def _check_values(
+    origin: Path, x: Any, y: np.ndarray, first: int, labels: tuple[float, ...] | None
+) -> None:
+    """Refuse non-finite values and unexpected labels; ``first`` numbers the chunk's rows."""
+    if not np.isfinite(x.data).all():
+        row = int(np.searchsorted(x.indptr, np.flatnonzero(~np.isfinite(x.data))[0], "right"))
+        raise DatasetError(f"{origin}: example {first + row:,} has a feature value that is "
+                           "not finite (nan or inf); the file is corrupt")  # fmt: skip
+    bad = ~np.isfinite(y) if labels is None else ~np.isin(y, labels)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        wanted = "finite" if labels is None else " or ".join(f"{v:+g}" for v in labels)
+        raise DatasetError(f"{origin}: example {first + row + 1:,} has label {y[row]:g}; this "
+                           f"task needs labels {wanted}")  # fmt: skip
+
+
+def _convert(
+    source: Path, origin: Path, n_features: int, out_dir: Path, labels: tuple[float, ...] | None
+) -> None:
     size = source.stat().st_size
-    labels: list[np.ndarray] = []
+    chunks: list[np.ndarray] = []
     rows = 0
     with (out_dir / "x.f32").open("wb") as x_out:
         for offset in range(0, size, CHUNK_BYTES):
@@ -61,32 +85,38 @@ def _convert(source: Path, origin: Path, n_features: int, out_dir: Path) -> None
                     offset=offset,
                     length=CHUNK_BYTES,
                 )
-            except (ValueError, RuntimeError) as error:
+            except (ValueError, RuntimeError, OverflowError) as error:
                 raise DatasetError(
                     f"{origin} is not a valid LIBSVM file near byte {offset:,} ({error}); "
                     "it may be truncated or corrupt: delete it and download it again"
                 ) from None
+            _check_values(origin, sparse, y, rows, labels)
             x_out.write(np.asarray(sparse.todense(), dtype=np.float32).tobytes())
-            labels.append(y.astype(np.float32))
+            chunks.append(y.astype(np.float32))
             rows += len(y)
     if rows == 0:
         raise DatasetError(f"{origin} holds no examples; is it the right file?")
-    np.save(out_dir / "y.npy", np.concatenate(labels))
+    np.save(out_dir / "y.npy", np.concatenate(chunks))
     meta = {"rows": rows, "cols": n_features, "source": str(origin)}
     (out_dir / "meta.json").write_text(json.dumps(meta))
 
 
-def load_libsvm(path: Path, n_features: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(X, y)``: ``X`` a read-only float32 memory map ``[rows, n_features]``."""
+def load_libsvm(
+    path: Path, n_features: int, labels: tuple[float, ...] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(X, y)``: ``X`` a read-only float32 memory map ``[rows, n_features]``.
+
+    ``labels``: the only label values allowed (e.g. ``(-1.0, 1.0)``); None: any finite.
+    """
     if not path.is_file():
         raise DatasetError(f"{path} does not exist")
-    cache = _cache_dir(path, n_features)
+    cache = _cache_dir(path, n_features, labels)
     if not (cache / "meta.json").is_file():
         cache.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=cache.parent, prefix=".convert-"))
         try:
             source = _decompress(path, work) if path.suffix == ".bz2" else path
-            _convert(source, path, n_features, work)
+            _convert(source, path, n_features, work, labels)
             if source != path:  # keep only the converted arrays
                 source.unlink()
             try:

@@ -134,6 +134,8 @@ def run_benchmark(
     if network:
         preflight(network)  # not root, or no way to emulate it: refused before recording
     task.prepare(spec.data_dir, spec.download)
+    if task.count is not None and not spec.partial_data:
+        task.check_examples(*task.count(spec.data_dir), spec.data_dir)
     run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
                                sweep=sweep, claim=claim)  # fmt: skip
     status, error = "failed", None

@@ -21,8 +21,11 @@ from dmlbench.spec.run import RunSpec, spec_tree, validate_spec
 from dmlbench.spec.sweep import SweepSpec
 from dmlbench.sweep.expressions import Expression
 
-# Spec fields that say where or how data is found, not what runs: not part of a run's key.
-_NOT_IDENTITY = ("data_dir", "download", "plugins")
+# Spec fields that say where or how data is found, or how long to wait on a stalled
+# worker, not what runs: not part of a run's key.
+_NOT_IDENTITY = ("data_dir", "download", "plugins", "stall_timeout_s")
+# Fields added later, left out of the key at their default so stored sweeps still resume.
+_KEY_DEFAULTS = {"partial_data": False}
 MAX_RUNS = 10_000  # a sweep larger than this is a typo (or an attack), not an experiment
 
 
@@ -36,7 +39,11 @@ def _bounded(sweep: SweepSpec, combinations: int, repeats: int, stage: str) -> N
 
 def run_key(spec: RunSpec) -> str:
     """Identity of a run for resuming: a hash of its resolved spec (seed included)."""
-    data = {k: v for k, v in spec.to_json_dict().items() if k not in _NOT_IDENTITY}
+    data = {
+        k: v
+        for k, v in spec.to_json_dict().items()
+        if k not in _NOT_IDENTITY and not (k in _KEY_DEFAULTS and v == _KEY_DEFAULTS[k])
+    }
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -71,7 +71,10 @@ def run_sweep(
     outcome = SweepOutcome(skipped=skipped)
     for task in {run.spec.task for run in to_run}:  # a missing dataset stops us up front
         first = next(r.spec for r in to_run if r.spec.task == task)
-        get_task(task).prepare(first.data_dir, first.download)
+        definition = get_task(task)
+        definition.prepare(first.data_dir, first.download)
+        if definition.count is not None and not first.partial_data:
+            definition.check_examples(*definition.count(first.data_dir), first.data_dir)
     for index, run in enumerate(to_run):
         tag = {
             "name": plan.sweep.name,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dmlbench.data import Dataset
+from dmlbench.errors import DatasetError
 from dmlbench.spec.recipe import Recipe
 
 Loss = Literal["cross_entropy", "logistic"]
@@ -40,7 +41,23 @@ class TaskDefinition:
     train_examples: int | None = None
     """Size of the training set, when known without loading it: lets an impossible global
     batch be refused before any worker starts."""
+    test_examples: int | None = None
+    count: Callable[[Path], tuple[int, int]] | None = None
+    """(training, test) examples of the data found under a data folder, cheaply; with
+    ``train_examples`` and ``test_examples`` the launcher refuses incomplete data."""
     builtin_for_tests: bool = False
+
+    def check_examples(self, train: int, test: int, data_dir: Path) -> None:
+        """Refuse data whose example counts are not the official ones (incomplete, or
+        not the official files): such a run would be stored as if it were."""
+        expected = (self.train_examples, self.test_examples)
+        if None in expected or (train, test) == expected:
+            return
+        raise DatasetError(
+            f"{self.name}: the data under {data_dir} holds {train:,} training and {test:,} "
+            f"test examples, the official set {expected[0]:,} and {expected[1]:,}: restore "
+            "it, or pass --set partial_data=true for an open-division run on this data"
+        )
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready description used by `dmlbench tasks --json` and the docs."""

@@ -58,6 +58,8 @@ for _depth in DEPTHS:
             free_choices={"recipe.model.options.variant": ("m1", "m2")},
             reference="mlbench task 1a; He et al. 2015 (m1) and 2016 (m2); Goyal et al. 2017",
             eval_batch=500,
-            train_examples=50_000,
+            train_examples=cifar10.TRAIN_EXAMPLES,
+            test_examples=cifar10.TEST_EXAMPLES,
+            count=cifar10.count,
         )
     )

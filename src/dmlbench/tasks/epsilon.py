@@ -27,6 +27,7 @@ FILES = {
     ),
 }
 FEATURES = 2000
+LABELS = (-1.0, 1.0)  # the logistic loss assumes ±1
 
 
 def _find(folder: Path, name: str) -> Path | None:
@@ -52,7 +53,7 @@ def prepare_epsilon(data_dir: Path, download: bool) -> None:
             )
         if path is None:
             path = fetch(f"{BASE_URL}{name}.bz2", folder / f"{name}.bz2", checksum=sha256)
-        x, _ = load_libsvm(path, FEATURES)
+        x, _ = load_libsvm(path, FEATURES, LABELS)
         if len(x) != rows:
             raise DatasetError(
                 f"{path} has {len(x):,} examples, epsilon's has {rows:,}: the file is "
@@ -67,7 +68,7 @@ def load_epsilon(data_dir: Path) -> Dataset:
         path = _find(folder, name)
         if path is None:
             raise DatasetError(f"epsilon file {name} not found in {folder}")
-        arrays.append(load_libsvm(path, FEATURES))
+        arrays.append(load_libsvm(path, FEATURES, LABELS))
     (train_x, train_y), (test_x, test_y) = arrays
     return Dataset(
         torch.from_numpy(train_x),
@@ -102,6 +103,7 @@ register_task(
         loss="logistic",
         reference="mlbench task 2a (reference target loss 0.2828); max_epochs is dmlbench's",
         eval_batch=10_000,
-        train_examples=400_000,
+        train_examples=FILES["epsilon_normalized"][1],
+        test_examples=FILES["epsilon_normalized.t"][1],
     )
 )

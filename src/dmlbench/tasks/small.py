@@ -86,6 +86,7 @@ register_task(
         reference="dmlbench's own; target set from repeated runs (see BENCHMARKS.md)",
         eval_batch=512,
         train_examples=1437,
+        test_examples=360,
     )
 )
 

@@ -40,6 +40,8 @@ def run_worker(spec_json: str, run_dir: str) -> None:
         task = get_task(spec.task)
         events.log("init_start", rank_count=ctx.world_size)
         data = task.load(spec.data_dir)
+        if not spec.partial_data:  # the data may have changed since the launcher looked
+            task.check_examples(len(data.train_x), len(data.test_x), spec.data_dir)
         trainer = Trainer(spec, task, data, ctx, events)
         events.log("init_stop")
         trainer.train()
