@@ -63,7 +63,7 @@ for how in ("kill", "raise", "hang"):
                 local_batch=16,
                 max_epochs=50,
                 schedule=WarmupStepSchedule(lr_per_sample=0.001),
-                target=1.01,
+                target=1.0,
             ),
             load=_blobs.load,
         ),

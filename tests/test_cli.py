@@ -110,7 +110,7 @@ def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
     store = tmp_path / "store"
     proc = subprocess.Popen(
         [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--quiet", "--store", str(store),
-         "--set", "max_epochs=100000", "--set", "target=1.01"],
+         "--set", "max_epochs=100000", "--set", "stop_at_target=false"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     wait_for_evaluation(proc, store)
@@ -132,6 +132,16 @@ def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> 
     assert len(err.strip().splitlines()) == 1
     code, _, err = dmlbench("run", "digits-mlp", "--set", "max_epochs=[red]x", "--dry-run")
     assert code == 2 and "(got '[red]x')" in err
+
+
+def test_plugins_are_not_imported_from_the_current_directory(tmp_path: Path) -> None:
+    (tmp_path / "planted.py").write_text("open('IMPORTED', 'w').close()\n")
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("task: synthetic-mlp\nplugins: [planted]\naxes: {workers: [1]}\n")
+    done = subprocess.run([*DMLBENCH, "sweep", str(sweep), "--plan"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "plugin module 'planted' failed to import" in done.stderr
+    assert not (tmp_path / "IMPORTED").exists()
 
 
 def test_help_lists_the_commands() -> None:

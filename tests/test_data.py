@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import re
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +120,46 @@ def test_truncated_archive_is_reported(tmp_path: Path) -> None:
     archive.write_bytes(archive.read_bytes()[:2000])
     with pytest.raises(DatasetError, match=r"could not be unpacked.*truncated"):
         cifar.locate(tmp_path)
+
+
+def _archive(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _entry(name: str, kind: bytes = tarfile.REGTYPE, target: str = "", size: int = 0):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, target, size
+    if kind == tarfile.DIRTYPE:
+        info.mode = 0o755
+    return info
+
+
+@pytest.mark.parametrize(
+    ("members", "message"),
+    [
+        # the data folder itself a link: it would point the cache at another folder
+        ([(_entry("cifar-10-batches-bin", tarfile.SYMTYPE, "elsewhere"), None),
+          (_entry("elsewhere", tarfile.DIRTYPE), None)], "unsafe member ('cifar-10-batches-bin'"),
+        ([(_entry("cifar-10-batches-bin", tarfile.DIRTYPE), None),
+          (_entry("cifar-10-batches-bin/data_batch_1.bin", tarfile.SYMTYPE, "/etc/passwd"), None)],
+         "unsafe member"),
+        ([(_entry("../escape.bin", size=4), b"evil")], "unsafe member"),
+        ([(_entry("/abs/data.bin", size=4), b"evil")], "does not contain"),  # kept inside
+    ],
+)  # fmt: skip
+def test_archives_with_unsafe_members_are_refused(tmp_path: Path, members, message: str) -> None:
+    archive = _archive(tmp_path / "cifar-10-binary.tar.gz", members)
+    with pytest.raises(DatasetError, match=re.escape(message)) as caught:
+        cifar.locate(tmp_path)
+    assert "truncated" not in str(caught.value)
+    assert not Path("/abs/data.bin").exists()
+    cache = tmp_path / "cache" / "cifar10"
+    assert not (cache / "cifar-10-batches-bin").exists()  # the cache is not poisoned
+    assert not (tmp_path / "escape.bin").exists()
+    assert archive.exists()
 
 
 # -- download ---------------------------------------------------------------------------

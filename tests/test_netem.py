@@ -207,7 +207,7 @@ def test_ctrl_c_under_an_emulated_network_leaves_nothing(tmp_path: Path) -> None
     store = tmp_path / "store"
     proc = subprocess.Popen(
         [sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--workers", "2", "--quiet",
-         "--store", str(store), "--set", "max_epochs=100000", "--set", "target=1.01",
+         "--store", str(store), "--set", "max_epochs=100000", "--set", "stop_at_target=false",
          "--set", "network.latency=1ms"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

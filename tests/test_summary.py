@@ -37,6 +37,20 @@ def test_crashed_run_keeps_what_it_reached() -> None:
     summary = summarize(events)
     assert summary["finished"] is False
     assert summary["best_metric"] == 0.7 and summary["steps"] == 20
+    assert summary["time_to_accuracy_s"] is None  # no target in this log
+
+
+def test_a_run_that_failed_after_reaching_its_target_says_when_it_did() -> None:
+    events = [
+        _event("run_start", global_batch=8, steps_per_epoch=10, target=0.6),
+        _eval(10, 0.5, 1.0),
+        _eval(20, 0.7, 2.0),
+        _eval(30, 0.9, 3.0),
+    ]
+    summary = summarize(events)
+    assert summary["finished"] is False and summary["best_metric"] == 0.9
+    assert summary["time_to_accuracy_s"] == 2.0
+    assert summary["time_to_accuracy_compute_s"] == pytest.approx(1.9)
 
 
 def test_throughput_uses_the_slowest_rank_and_steady_steps() -> None:

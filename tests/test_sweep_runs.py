@@ -160,7 +160,7 @@ def test_ctrl_c_stops_the_sweep_and_keeps_finished_runs(tmp_path: Path) -> None:
     store = tmp_path / "store"
     sweep = tmp_path / "long.yaml"
     sweep.write_text(
-        "task: synthetic-mlp\nset: {target: 1.01}\naxes: {workers: [1, 2]}\n"
+        "task: synthetic-mlp\nset: {stop_at_target: false}\naxes: {workers: [1, 2]}\n"
         "derived: {max_epochs: '1 if workers == 1 else 100000'}\n"
     )
     proc = subprocess.Popen([*DMLBENCH, "sweep", str(sweep), "--store", str(store)],
@@ -170,7 +170,8 @@ def test_ctrl_c_stops_the_sweep_and_keeps_finished_runs(tmp_path: Path) -> None:
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "run the same command again to resume" in stderr
-    assert [r["status"] for r in stored(store)] == ["target_not_reached", "interrupted"]
+    first, second = (r["status"] for r in stored(store))
+    assert first in ("success", "target_not_reached") and second == "interrupted"
     plan = json.loads(cli("sweep", str(sweep), "--plan", "--json", "--store", str(store)).stdout)
     assert [r["stored"] for r in plan["runs"]] == [True, False]
 

@@ -9,6 +9,7 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path
 
 from dmlbench.errors import DatasetError
@@ -44,25 +45,44 @@ def download(url: str, dest: Path, *, checksum: str, algorithm: str = "sha256") 
     return dest
 
 
+def _regular_members_only(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+    """tarfile's ``data`` filter, and no links at all: a dataset is folders and files,
+    and a link named like the data folder would point the cache somewhere else."""
+    if member.islnk() or member.issym():
+        raise tarfile.FilterError(f"{member.name!r} is a link")
+    return tarfile.data_filter(member, path)
+
+
 def extract_tar(archive: Path, dest: Path, member_dir: str) -> Path:
-    """Unpack ``archive`` so that ``dest/member_dir`` appears whole or not at all."""
+    """Unpack ``archive`` so that ``dest/member_dir`` appears whole or not at all.
+
+    Members that are links, absolute, or outside the destination are refused (the
+    archive is then not unpacked at all), as are archives without ``member_dir/``.
+    """
     final = dest / member_dir
-    if final.is_dir():
+    if final.is_dir() and not final.is_symlink():
         return final
     dest.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=dest, prefix=".extract-"))
     try:
         with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data")
+            tar.extractall(staging, filter=_regular_members_only)
         unpacked = staging / member_dir
-        if not unpacked.is_dir():
+        if unpacked.is_symlink() or not unpacked.is_dir():
             raise DatasetError(f"{archive} does not contain {member_dir}/; is it the right file?")
         unpacked.replace(final)
-    except (tarfile.TarError, EOFError, OSError) as error:
+    except tarfile.FilterError as error:
         raise DatasetError(
-            f"{archive} could not be unpacked ({error}); it is probably truncated: "
-            "delete it and download it again"
+            f"{archive} holds an unsafe member ({error}), so it was not unpacked: it is not "
+            "the official archive; download it again from the official address"
         ) from None
+    except (tarfile.ReadError, tarfile.CompressionError, EOFError, zlib.error) as error:
+        raise DatasetError(
+            f"{archive} could not be unpacked ({error}); it is truncated or corrupt: delete "
+            "it and download it again"
+        ) from None
+    except (tarfile.TarError, OSError) as error:
+        raise DatasetError(f"{archive} could not be unpacked: {error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final

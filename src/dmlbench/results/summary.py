@@ -48,13 +48,17 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {"finished": stop is not None, **start}
     if "init_start" in first and "init_stop" in first:
         summary["init_s"] = (first["init_stop"]["time_ms"] - first["init_start"]["time_ms"]) / 1e3
-    if stop is None:  # crashed or interrupted: keep what was reached
+    if stop is None:  # crashed or interrupted: keep what was reached, the target included
         metrics = [e["metric"] for e in evals]
         steps = [e["metadata"].get("step", 0) for e in events if e["key"] == "epoch_stop"]
+        target = start.get("target")
+        reached = next((e for e in evals if target is not None and e["metric"] >= target), None)
         summary.update(
             best_metric=max(metrics) if metrics else None,
             steps=steps[-1] if steps else 0,
             epochs=evals[-1]["epoch"] if evals else None,
+            time_to_accuracy_s=reached["elapsed_s"] if reached else None,
+            time_to_accuracy_compute_s=reached["compute_elapsed_s"] if reached else None,
         )
         return summary
     summary.update(stop["metadata"])

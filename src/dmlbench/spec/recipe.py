@@ -91,7 +91,12 @@ class Recipe(StrictModel):
     schedule: Schedule
     l2: float = Field(0.0, ge=0.0, description="adds l2/2·‖w‖² to the loss")
     augment: bool = Field(False, description="the task's random training augmentation")
-    target: float = Field(description="goal on the task's metric (time to accuracy)")
+    target: float = Field(
+        gt=0.0,
+        le=1.0,
+        description="goal on the task's metric, an accuracy: a fraction of the test set "
+        "(time to accuracy); to never stop at it, set stop_at_target=false",
+    )
     time_budget_s: float | None = Field(
         None, gt=0.0, description="seconds for accuracy after time; the run stops there"
     )

@@ -150,6 +150,7 @@ class Trainer:
             global_batch=sharding.global_batch,
             steps_per_epoch=sharding.steps_per_epoch,
             step_limit=self.step_limit(),
+            target=spec.recipe.target,
             train_examples=len(self.data.train_x),
             test_examples=len(self.data.test_x),
             threads_per_worker=torch.get_num_threads(),
