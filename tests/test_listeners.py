@@ -11,10 +11,11 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
-from processes import process_tree
+from processes import command_line, process_tree
 from test_cli import DMLBENCH, wait_for_evaluation
 
 needs_root = pytest.mark.skipif(
@@ -167,3 +168,28 @@ def test_dask_ddp_fit_listens_on_loopback_only(outsider: Outsider) -> None:
     assert len(workers) >= 2 and len(seen) >= 6, seen  # workers, nannies, stores, gloo
     assert [f for f in seen if not is_loopback(f[0])] == []
     assert reached == []
+
+
+@needs_root
+@pytest.mark.multiprocess
+def test_mpi_listens_nowhere_an_outsider_can_reach(outsider: Outsider, tmp_path: Path) -> None:
+    """Open MPI's runtime and transport listen on every interface of the namespace they
+    run in, so they run in one of their own: nothing of theirs is visible here."""
+    pytest.importorskip("mpi4py")
+    proc = subprocess.Popen(
+        [*DMLBENCH, "bench", "allreduce", "--backend", "mpi", "--workers", "2", "--max-bytes",
+         str(2**24), "--repeats", "40", "--store", str(tmp_path / "s")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    seen: set[tuple[str, int, int]] = set()
+    saw_mpirun = False
+    while proc.poll() is None:
+        tree = process_tree(proc.pid)
+        saw_mpirun |= any("prterun" in command_line(p) or "mpirun" in command_line(p)
+                          for p in tree)  # fmt: skip
+        seen.update(listeners(tree))
+        time.sleep(0.1)
+    assert proc.returncode == 0, proc.communicate()[1]
+    assert saw_mpirun
+    assert [f for f in seen if not is_loopback(f[0])] == []
+    assert outsider.reachable(sorted({port for _, port, _ in seen})) == []

@@ -197,7 +197,8 @@ def test_mpi_runs_under_an_emulated_network(tmp_path: Path) -> None:
                "--json", "--store", str(tmp_path / "s"))  # fmt: skip
     (run,) = json.loads(done.stdout)
     big = {r["bytes"]: r["busbw"] for r in run["results"]}[2**18]
-    assert run["backend"] == "mpi" and 8e6 < big < 12.6e6  # the 100 Mbit/s cap applies
+    # the 100 Mbit/s cap applies (a cap, not a floor: a busy machine may fall far below it)
+    assert run["backend"] == "mpi" and 0 < big < 12.6e6
     assert leftovers() == []
 
 

@@ -14,7 +14,13 @@ from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_workers
 from dmlbench.launch.run import close_run, open_run
-from dmlbench.netem.topology import WORKER_IFNAME, NetworkError, Topology, emulated
+from dmlbench.netem.topology import (
+    WORKER_IFNAME,
+    NetworkError,
+    Topology,
+    emulated,
+    private_network_prefix,
+)
 from dmlbench.results import ResultsStore
 from dmlbench.spec.bench import CommBenchSpec
 
@@ -36,15 +42,24 @@ def _launch_mpi(
     mpirun = mpirun_path()
     assert mpirun is not None  # validate_bench checked
     interface = WORKER_IFNAME if topology else "lo"
-    command = [mpirun, "-np", str(spec.workers), "--oversubscribe", "--mca", "pml", "ob1",
-               "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", interface,
+    # Open MPI's runtime and TCP transport listen on every interface, whatever
+    # *_if_include says; so mpirun runs where "every interface" is private: rank 0's
+    # namespace under an emulated network (the others reach it through the host-only
+    # bridge), otherwise a network namespace of its own with only loopback.
+    prefix: list[str] = []
+    if topology is not None:
+        prefix = ["ip", "netns", "exec", topology.namespaces[0]]
+    elif spec.mpi_isolate:
+        prefix = private_network_prefix()
+    command = [*prefix, mpirun, "-np", str(spec.workers), "--oversubscribe", "--mca", "pml",
+               "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", interface,
                "--bind-to", "none"]  # fmt: skip
     env = dict(os.environ)
     if topology is not None:
         env[NAMESPACES_ENV] = json.dumps(topology.namespaces)
-        env["PMIX_MCA_ptl_tcp_if_include"] = topology.bridge
-        command += ["--prtemca", "ptl_tcp_if_include", topology.bridge, "-x", NAMESPACES_ENV]
-    if os.geteuid() == 0:
+        env["PMIX_MCA_ptl_tcp_if_include"] = WORKER_IFNAME
+        command += ["--prtemca", "ptl_tcp_if_include", WORKER_IFNAME, "-x", NAMESPACES_ENV]
+    if os.geteuid() == 0 or (prefix and "--map-root-user" in prefix):
         command.append("--allow-run-as-root")
     command += [sys.executable, "-m", "dmlbench.comm.mpi_bench", spec_json, str(run_dir)]
     log = run_dir / "logs" / "mpirun.log"

@@ -124,6 +124,27 @@ def free_subnet() -> int:
     )
 
 
+_PRIVATE_NETWORK = ["sh", "-c", 'ip link set lo up && exec "$@"', "dmlbench-private-net"]
+
+
+@functools.cache  # a capability of this machine: probed once per process
+def private_network_prefix() -> list[str]:
+    """A command prefix that runs a program in a network namespace of its own, with
+    loopback only: whatever it listens on, nothing outside can reach. As root plain
+    ``unshare --net``; otherwise inside a user namespace, where the kernel allows it.
+    Raises :class:`NetworkError` when neither works here."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        raise NetworkError("a private network namespace needs `unshare` (util-linux) and `ip` "
+                           "(iproute2)")  # fmt: skip
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    prefix = ["unshare", "--net", *user, *_PRIVATE_NETWORK]
+    done = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no reason given"
+        raise NetworkError(f"this machine gives no private network namespace ({why})")
+    return prefix
+
+
 @functools.cache  # a kernel capability: probed once per process, not per check
 def netem_available() -> bool:
     """Whether this kernel has the netem qdisc (tried on a throwaway namespace)."""

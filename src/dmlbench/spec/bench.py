@@ -42,6 +42,11 @@ class CommBenchSpec(StrictModel):
     )
     max_iterations: int = Field(1000, ge=1, description="most all-reduces in one repeat")
     threads_per_worker: int | None = Field(None, ge=1)
+    mpi_isolate: bool = Field(
+        True,
+        description="run mpirun in a network namespace of its own (Open MPI's runtime "
+        "listens on every interface); false accepts listeners reachable from outside",
+    )
     stall_timeout_s: float = Field(
         60.0, gt=0, le=86_400, description="a worker with no heartbeat for this long is stopped"
     )
@@ -95,6 +100,16 @@ def validate_bench(data: dict[str, Any]) -> CommBenchSpec:
                 "--backend mpi needs mpi4py and Open MPI's mpirun: pip install "
                 "'dmlbench[mpi]' (or Debian's openmpi-bin plus mpi4py)"
             )
+        if spec.mpi_isolate and not spec.network.enabled:
+            from dmlbench.netem.topology import NetworkError, private_network_prefix
+
+            try:
+                private_network_prefix()
+            except NetworkError as error:
+                raise SpecError(
+                    f"--backend mpi: Open MPI listens on every interface, and {error}; run "
+                    "as root, or --set mpi_isolate=false to accept that"
+                ) from None
 
     if spec.network.enabled:
         from dmlbench.netem.topology import preflight
