@@ -180,8 +180,8 @@ class Expression:
         huge = integers and right > 0 and (abs(left).bit_length() - 1) * right > MAX_INT_BITS
         if op is ast.Pow and huge:
             raise SpecError(
-                f"sweep expression {_clip(self.text)}: {_clip(repr(left))} ** "
-                f"{_clip(repr(right))} is over {MAX_INT_BITS} bits"
+                f"sweep expression {_clip(self.text)}: {str(left)[:20]} ** "
+                f"{str(right)[:20]} is over {MAX_INT_BITS} bits"
             )
         if op is ast.Mult:
             for sequence, count in ((left, right), (right, left)):
