@@ -17,6 +17,7 @@ Examples::
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -141,10 +142,50 @@ def run(
     name: Annotated[
         str | None, typer.Option(help="sweep name runs are stored under (resume key)")
     ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="emulated cluster on this machine: nodes, each a network "
+            "namespace with its own agent (root)",
+        ),
+    ] = None,
+    nproc_per_node: Annotated[
+        int | None, typer.Option(min=1, help="workers per node (torchrun's meaning)")
+    ] = None,
+    nnodes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="this is one node of a job on NNODES hosts: run the same "
+            "command on each (needs --rdzv-endpoint)",
+        ),
+    ] = None,
+    rdzv_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST[:PORT] where the nodes meet (torch's c10d rendezvous); the "
+            "node whose address it is hosts it"
+        ),
+    ] = None,
+    rdzv_id: Annotated[
+        str, typer.Option(help="the job's id, the same on every node; its run id here")
+    ] = "dmlbench",
+    rdzv_timeout: Annotated[
+        int, typer.Option(min=1, help="seconds to wait for every node to arrive")
+    ] = 600,
+    local_addr: Annotated[
+        str | None,
+        typer.Option(
+            help="this node's address for its listeners (default: the one facing the endpoint)"
+        ),
+    ] = None,
 ) -> None:
-    """Run one benchmark task on local worker processes and store the result.
+    """Run one benchmark task on worker processes and store the result.
 
     A list of worker counts, --scaling or --repeats turns the run into a sweep.
+    --nnodes with --rdzv-endpoint makes this one node of a job over several hosts;
+    --nodes emulates such a cluster on this machine.
     """
     from dmlbench.spec.run import deviations, load_config_file, resolve_spec
 
@@ -152,6 +193,17 @@ def run(
     config_task = config_data.pop("task", None)  # the argument wins over the file
     task_name = task or config_task or DEFAULT_TASK
     counts = _worker_counts(workers)
+    if nnodes is not None and rdzv_endpoint is None:
+        raise DmlbenchError(
+            "--nnodes needs --rdzv-endpoint HOST:PORT, the same on every "
+            "node; for an emulated cluster on this machine use --nodes"
+        )
+    if nnodes is not None and nodes is not None:
+        raise DmlbenchError("give --nnodes (this is one node of a real job) or --nodes (an "
+                            "emulated cluster), not both")  # fmt: skip
+    if rdzv_endpoint is not None:
+        nodes = nnodes or 1
+    layout = {"nodes": nodes, "nproc_per_node": nproc_per_node}
     if len(counts) > 1 or scaling or (repeats or 1) > 1:
         from dmlbench.spec.sweep import validate_sweep
 
@@ -185,26 +237,40 @@ def run(
         exchange=exchange,
         data_dir=str(data_dir) if data_dir else None,
         network={"profile": network} if network else None,
+        **layout,
     )
     if dry_run:
         _dry_run(spec, deviations(spec), json_out)
         return
     from dmlbench.launch import run_benchmark
+    from dmlbench.launch.rendezvous import Rendezvous
     from dmlbench.report.terminal import RunProgress, run_summary
     from dmlbench.results import ResultsStore
 
+    rendezvous = None
+    if rdzv_endpoint is not None:
+        if spec.network.enabled:
+            raise DmlbenchError(
+                "--network emulates a cluster on this machine; with "
+                "--rdzv-endpoint the nodes are real hosts: drop --network"
+            )
+        rendezvous = Rendezvous(rdzv_endpoint, rdzv_id, spec.nodes, rdzv_timeout, local_addr)
     results = ResultsStore(store)
     out_console = err_console if json_out else console
-    title = escape(f"{spec.task} × {spec.workers}")
+    title = escape(f"{spec.task} × {spec.layout if spec.nodes > 1 else spec.workers}")
     try:
         if json_out:
-            outcome = run_benchmark(spec, results, echo=False)
+            outcome = run_benchmark(spec, results, echo=False, rendezvous=rendezvous)
         else:
             with RunProgress(out_console, title) as progress:
-                outcome = run_benchmark(spec, results, echo=not quiet, progress=progress)
+                outcome = run_benchmark(spec, results, echo=not quiet, progress=progress,
+                                        rendezvous=rendezvous)  # fmt: skip
     except KeyboardInterrupt:
         err_console.print("interrupted: the run is stored as interrupted")
         raise typer.Exit(130) from None
+    if not outcome.recorded:
+        _node_outcome(outcome, json_out)
+        return
     stored = results.runs(outcome.run_id)[0]
     if json_out:
         _print_json(stored)
@@ -212,6 +278,31 @@ def run(
         console.print(run_summary(stored))
     if outcome.status == "failed":
         raise typer.Exit(1)
+
+
+def _node_outcome(outcome: Any, json_out: bool) -> None:
+    """A node of a multi-node job whose rank 0 ran elsewhere: say where its part is kept
+    and exit with the run's status."""
+    ranks = outcome.ranks
+    if json_out:
+        _print_json(
+            {
+                "run_id": outcome.run_id,
+                "status": outcome.status,
+                "error": outcome.error,
+                "ranks": list(ranks),
+                "run_dir": outcome.run_dir,
+                "recorded": False,
+            }
+        )
+    else:
+        console.print(f"run {escape(outcome.run_id)}: this node ran ranks {ranks[0]}-{ranks[-1]} "
+                      f"({outcome.status}); the node that held rank 0 stores the run. Worker "
+                      f"logs: {escape(outcome.run_dir)}/logs")  # fmt: skip
+        if outcome.error:
+            err_console.print(f"error: {escape(outcome.error)}")
+    if outcome.status != "finished":
+        raise typer.Exit(130 if outcome.status == "interrupted" else 1)
 
 
 def _dry_run(spec: Any, differ: dict[str, Any], json_out: bool) -> None:
@@ -832,6 +923,9 @@ def simulate(
 
 
 def main() -> None:
+    # torch's C++ side warns on every retry while a node waits for the rendezvous host
+    # (nodes start in any order); dmlbench reports what failed in one line instead.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     try:
         app()
     except DmlbenchError as error:

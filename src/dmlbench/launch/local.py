@@ -1,9 +1,12 @@
-"""Start ``workers`` local processes with torch's elastic launcher.
+"""Start this node's workers with torch's elastic launcher (the agent of torchrun).
 
-Rendezvous is torch's c10d on ``127.0.0.1`` port 0 (the OS picks a free port, as
-torchrun's ``--standalone`` does) with its stores listening there only (see
-:mod:`dmlbench.launch.rendezvous`); gloo binds to loopback; restarts are off: a worker
-that dies ends the run, and the launcher stops the others within a second or two.
+One host: rendezvous is torch's c10d on ``127.0.0.1`` port 0 (the OS picks a free
+port, as torchrun's ``--standalone`` does) with its stores listening there only (see
+:mod:`dmlbench.launch.rendezvous`); gloo binds to loopback. Several nodes: every node's
+agent meets the others at the :class:`~dmlbench.launch.rendezvous.Rendezvous`
+endpoint, torchrun's ``--nnodes/--rdzv-endpoint/--rdzv-id``, and binds the node's own
+address. Restarts are off: a worker that dies ends the run, and the agents stop the
+others within a second or two.
 """
 
 from __future__ import annotations
@@ -20,16 +23,22 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousTimeoutError,
+)
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
 from dmlbench.errors import WorkerFailed
+from dmlbench.heartbeat import read_heartbeats
 from dmlbench.launch.entry import worker_entry
-from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV
+from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV, Rendezvous
 from dmlbench.launch.watchdog import Watchdog
-from dmlbench.listeners import LOOPBACK
+from dmlbench.listeners import LOOPBACK, interface_of
 from dmlbench.netem.topology import Topology
 from dmlbench.spec import RunSpec
-from dmlbench.train.worker import run_worker
+from dmlbench.train.worker import NODE_ADDRESS_ENV, run_worker
 
 
 @contextmanager
@@ -61,7 +70,8 @@ def _failure_message(failure: ProcessFailure, log_dir: Path) -> str:
 def _quiet_torch_launcher() -> None:
     # The launcher logs each failure as a multi-line traceback; dmlbench reports it in
     # one line and keeps the workers' own output in the run's log folder.
-    for name in ("torch.distributed.elastic", "torch.multiprocessing"):
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher",
+                 "torch.multiprocessing"):  # fmt: skip
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
@@ -75,8 +85,13 @@ def launch_workers(
     env: dict[str, str] | None = None,
     topology: Topology | None = None,
     stall_timeout_s: float = 60.0,
+    rendezvous: Rendezvous | None = None,
+    placed: list[int] | None = None,
 ) -> None:
     """Run ``entrypoint(*args)`` in ``workers`` processes to completion.
+
+    With a ``rendezvous`` these are this node's workers of a multi-node job; ``placed``
+    then receives the global ranks that ran here (rank 0's node records the run).
 
     Each worker starts in :func:`~dmlbench.launch.entry.worker_entry`: it dies with this
     process, beats a heartbeat, and with a ``topology`` joins its own network namespace
@@ -91,6 +106,8 @@ def launch_workers(
     log_dir.mkdir(parents=True, exist_ok=True)
     heartbeats = run_dir / "heartbeats"
     host = topology.hub_address if topology is not None else LOOPBACK
+    if rendezvous is not None:
+        host = rendezvous.address()
     settings = {
         "launcher_pid": os.getpid(),
         "namespaces": topology.namespaces if topology is not None else None,
@@ -98,14 +115,19 @@ def launch_workers(
         "heartbeat_s": min(1.0, stall_timeout_s / 4),
     }
     target = f"{entrypoint.__module__}:{entrypoint.__name__}"
+    nodes, endpoint, run_id = 1, f"{host}:0", run_dir.name
+    configs: dict[str, Any] = {"is_host": True}  # this process hosts the store
+    if rendezvous is not None:
+        nodes, endpoint, run_id = rendezvous.nodes, rendezvous.endpoint, rendezvous.run_id
+        configs = {"join_timeout": rendezvous.timeout_s}  # hosted where it can listen
     config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
+        min_nodes=nodes,
+        max_nodes=nodes,
         nproc_per_node=workers,
-        run_id=run_dir.name,
+        run_id=run_id,
         rdzv_backend=BACKEND,
-        rdzv_endpoint=f"{host}:0",
-        rdzv_configs={"is_host": True},  # this process hosts the store, whatever the address
+        rdzv_endpoint=endpoint,
+        rdzv_configs=configs,
         max_restarts=0,
         monitor_interval=0.1,
         start_method="spawn",
@@ -117,8 +139,10 @@ def launch_workers(
             tee=Std.ALL if echo else Std.NONE,
         ),
     )
+    interface = interface_of(host) if rendezvous is not None else "lo"
     values = {
-        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+        "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", interface or "lo"),
+        NODE_ADDRESS_ENV: host,
         **SHARE_STORE_ENV,
         **(env or {}),
     }
@@ -137,17 +161,45 @@ def launch_workers(
     except SignalException as error:
         raise KeyboardInterrupt(f"launcher received {error.sigval.name}") from None
     except Exception as error:  # rendezvous or start-up failures inside torch
+        if rendezvous is not None:
+            raise WorkerFailed(_rendezvous_failure(error, rendezvous)) from None
         raise WorkerFailed(f"workers could not be started: {error}") from None
     finally:
         watchdog.stop()
+        if placed is not None:
+            placed.extend(sorted(int(beat["rank"]) for beat in read_heartbeats(heartbeats)))
         shutil.rmtree(heartbeats, ignore_errors=True)
 
 
+def _rendezvous_failure(error: Exception, rendezvous: Rendezvous) -> str:
+    """One line for a multi-node start that failed: who did not come, and what to do."""
+    text = " ".join(str(error).split())
+    where = f"the rendezvous at {rendezvous.endpoint} (id {rendezvous.run_id})"
+    if isinstance(error, RendezvousTimeoutError) or "timed out" in text.lower():
+        return (f"{where} timed out after {rendezvous.timeout_s} s: not all {rendezvous.nodes} "
+                "nodes arrived; start `dmlbench run` on every node with the same --nnodes, "
+                "--rdzv-endpoint and --rdzv-id (or raise --rdzv-timeout)")  # fmt: skip
+    if isinstance(error, RendezvousClosedError):
+        return f"{where} was closed: another node of the job ended it"
+    if isinstance(error, RendezvousConnectionError):
+        return f"{text}; is the first node started, and the endpoint its address?"
+    return f"{where} failed: {text[:300]}"
+
+
 def launch_local(
-    spec: RunSpec, run_dir: Path, *, echo: bool = True, topology: Topology | None = None
+    spec: RunSpec,
+    run_dir: Path,
+    *,
+    echo: bool = True,
+    topology: Topology | None = None,
+    rendezvous: Rendezvous | None = None,
+    placed: list[int] | None = None,
 ) -> None:
-    """Run ``spec.workers`` training workers to completion (see :func:`launch_workers`)."""
+    """Run this node's training workers to completion (see :func:`launch_workers`):
+    ``spec.workers`` on one host, ``spec.per_node`` of a multi-node job."""
     spec_json = json.dumps(spec.to_json_dict())
-    launch_workers(run_worker, (spec_json, str(run_dir)), workers=spec.workers,
+    workers = spec.per_node if rendezvous is not None else spec.workers
+    launch_workers(run_worker, (spec_json, str(run_dir)), workers=workers,
                    run_dir=run_dir, echo=echo, topology=topology,
-                   stall_timeout_s=spec.stall_timeout_s)  # fmt: skip
+                   stall_timeout_s=spec.stall_timeout_s, rendezvous=rendezvous,
+                   placed=placed)  # fmt: skip

@@ -6,14 +6,21 @@ interface. This backend (``dmlbench-c10d``) is the same engine, torch's
 ``DynamicRendezvousHandler`` over ``C10dRendezvousBackend``, whose servers listen on
 the rendezvous endpoint's host: 127.0.0.1 by default, the emulated bridge under
 ``--network``. Nothing else differs.
+
+Which process hosts the rendezvous store: ``is_host`` true or false as torchrun's
+``is_host``; unset (multi-node), the one that can listen on the endpoint's address (it
+is this host's, and no agent here holds the port yet), as torch's own c10d decides.
 """
 
 from __future__ import annotations
 
+import socket
+from dataclasses import dataclass
 from datetime import timedelta
 
 from torch.distributed import Store, TCPStore
 from torch.distributed.elastic.rendezvous import (
+    RendezvousConnectionError,
     RendezvousHandler,
     RendezvousParameters,
     rendezvous_handler_registry,
@@ -25,6 +32,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 )
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
+from dmlbench.errors import DmlbenchError
 from dmlbench.listeners import tcp_store_server
 
 BACKEND = "dmlbench-c10d"
@@ -51,11 +59,28 @@ def _seconds(params: RendezvousParameters, key: str) -> timedelta | None:
 def _create_handler(params: RendezvousParameters) -> RendezvousHandler:
     host, port = parse_rendezvous_endpoint(params.endpoint, default_port=DEFAULT_PORT)
     read_timeout = timedelta(seconds=params.get_as_int("read_timeout", 60) or 60)
-    store: Store
-    if params.get_as_bool("is_host", True):
+    store: Store | None = None
+    is_host = params.get_as_bool("is_host")
+    if is_host:
         store = tcp_store_server(host, port, timeout=read_timeout)
-    else:
-        store = TCPStore(host, port, is_master=False, multi_tenant=True, timeout=read_timeout)
+    elif is_host is None:  # multi-node: host it if this host can listen there
+        try:
+            store = tcp_store_server(host, port, timeout=read_timeout)
+        except OSError:  # not an address of this host, or another agent here hosts it
+            store = None
+    if store is None:  # wait for the host's store as long as for the other nodes
+        wait = timedelta(seconds=params.get_as_int("join_timeout", 600) or 600)
+        try:
+            store = TCPStore(host, port, is_master=False, multi_tenant=True, timeout=wait)
+        except Exception as error:  # torch's DistNetworkError, with a C++ trace in it
+            reason = str(error).split("\n")[0].rpartition("): ")[2][:200]
+            if "Ping failed" in reason:  # an answer, but not a c10d store's
+                reason = "something else listens there (not a torch rendezvous store)"
+            raise RendezvousConnectionError(
+                f"cannot reach the rendezvous store at {host}:{port} within {wait.seconds} s: "
+                f"{reason}"
+            ) from None
+        store.set_timeout(read_timeout)
     timeout = RendezvousTimeout(*(_seconds(params, k) for k in ("join", "last_call", "close",
                                                                 "heartbeat")))  # fmt: skip
     return BoundRendezvousHandler.from_backend(
@@ -72,3 +97,48 @@ def _create_handler(params: RendezvousParameters) -> RendezvousHandler:
 
 
 rendezvous_handler_registry.register(BACKEND, _create_handler)
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of one multi-node job meet: torchrun's ``--rdzv-*`` flags.
+
+    Every node runs ``dmlbench run`` with the same endpoint and id; the node that can
+    listen on the endpoint hosts torch's rendezvous store there, the others join it.
+    ``local_addr`` is the address this node's listeners bind (gloo, and the workers'
+    store when this node holds rank 0): by default the one that faces the endpoint.
+    """
+
+    endpoint: str  # HOST:PORT
+    run_id: str
+    nodes: int
+    timeout_s: int = 600
+    local_addr: str | None = None
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return parse_rendezvous_endpoint(self.endpoint, default_port=DEFAULT_PORT)
+
+    def address(self) -> str:
+        """The address this node binds: ``local_addr``, or the one facing the endpoint."""
+        if self.local_addr:
+            return self.local_addr
+        host, port = self.host_port
+        return address_towards(host, port)
+
+
+def address_towards(host: str, port: int = DEFAULT_PORT) -> str:
+    """This host's address on the route to ``host`` (no packet is sent)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+    except socket.gaierror as error:
+        raise DmlbenchError(f"rendezvous host {host!r} does not resolve: {error.strerror}; "
+                            "give its address in --rdzv-endpoint") from None  # fmt: skip
+    family, _, _, _, where = infos[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(where)
+        except OSError as error:
+            raise DmlbenchError(f"no route from this host to the rendezvous host {host}: "
+                                f"{error.strerror}") from None  # fmt: skip
+        return str(probe.getsockname()[0])

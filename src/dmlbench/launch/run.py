@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmlbench.errors import ResultsNotStored, StoreError, WorkerFailed
+from dmlbench.errors import ResultsNotStored, SpecError, StoreError, WorkerFailed
 from dmlbench.launch.local import launch_local
+from dmlbench.launch.rendezvous import Rendezvous
 from dmlbench.netem.topology import NetworkError, emulated, preflight
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
 from dmlbench.results.environment import collect_environment
@@ -39,11 +40,15 @@ class RunOutcome:
     evals: list[dict[str, Any]]
     error: str | None
     run_dir: str
+    recorded: bool = True  # False: a node of a multi-node job whose rank 0 ran elsewhere
+    ranks: tuple[int, ...] = ()  # the global ranks that ran on this node
 
 
-def new_run_dir(store: ResultsStore, spec: dict[str, Any]) -> tuple[str, Path]:
-    """A fresh run id and its folder, holding the resolved spec as ``spec.json``."""
-    return create_run_dir(store.root / "runs", spec)
+def new_run_dir(
+    store: ResultsStore, spec: dict[str, Any], name: str | None = None
+) -> tuple[str, Path]:
+    """A fresh run id (``name`` if free) and its folder, holding ``spec.json``."""
+    return create_run_dir(store.root / "runs", spec, name)
 
 
 def open_run(
@@ -53,13 +58,14 @@ def open_run(
     deviations: dict[str, Any] | None = None,
     sweep: dict[str, Any] | None = None,
     claim: Rerun | None = None,
+    name: str | None = None,
 ) -> tuple[str, Path]:
     """Create the run's folder (spec, environment, deviations, sweep tag) and its row.
 
     A run that cannot be recorded (a full disk, a sweep point claimed by another
     launcher) leaves nothing behind: no folder, no row, no process started.
     """
-    run_id, run_dir = new_run_dir(store, spec)
+    run_id, run_dir = new_run_dir(store, spec, name)
     environment = collect_environment()
     try:
         record = {"environment": environment, "deviations": deviations, "sweep": sweep}
@@ -118,8 +124,15 @@ def run_benchmark(
     progress: ProgressFn | None = None,
     sweep: dict[str, Any] | None = None,
     claim: Rerun | None = None,
+    rendezvous: Rendezvous | None = None,
 ) -> RunOutcome:
     """Run ``spec`` once and store it. Failed and interrupted runs are stored too.
+
+    ``spec.nodes > 1`` runs on an emulated cluster on this machine
+    (:func:`~dmlbench.launch.cluster.run_cluster`); with a ``rendezvous`` this process
+    is one node of a multi-node job: it runs ``spec.per_node`` workers, and keeps the
+    run in ``store`` if rank 0 ran here; otherwise its folder keeps its workers' logs
+    under the same run id and the returned outcome is not ``recorded``.
 
     ``sweep`` tags the run as part of a sweep and ``claim`` makes the run give way
     (``AlreadyClaimed``, before anything starts) to another launcher of the same point
@@ -129,22 +142,33 @@ def run_benchmark(
     exit path (success, worker failure, Ctrl-C, a bug) completes it, or, when the store
     cannot be written, raises ``ResultsNotStored`` naming the folder that keeps it.
     """
+    if spec.nodes > 1 and rendezvous is None:
+        from dmlbench.launch.cluster import run_cluster
+
+        return run_cluster(spec, store, echo=echo, progress=progress, sweep=sweep, claim=claim)
     task = get_task(spec.task)
     network = spec.network.resolve() if spec.network.enabled else None
+    if rendezvous is not None:
+        network = None  # real hosts, or nodes of an emulated cluster: shaped outside
+        if rendezvous.nodes != spec.nodes:
+            raise SpecError(f"--nnodes {rendezvous.nodes} but the spec has nodes={spec.nodes}")
     if network:
         preflight(network)  # not root, or no way to emulate it: refused before recording
     task.prepare(spec.data_dir, spec.download)
     if task.count is not None and not spec.partial_data:
         task.check_examples(*task.count(spec.data_dir), spec.data_dir)
     run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
-                               sweep=sweep, claim=claim)  # fmt: skip
+                               sweep=sweep, claim=claim,
+                               name=rendezvous.run_id if rendezvous else None)  # fmt: skip
     status, error = "failed", None
+    placed: list[int] = []
     watcher = _Watcher(EventTail(run_dir / EVENTS_FILE), progress) if progress else None
     if watcher:
         watcher.start()
     try:
         with emulated(spec.workers, network, record_to=run_dir) as topology:
-            launch_local(spec, run_dir, echo=echo, topology=topology)
+            launch_local(spec, run_dir, echo=echo, topology=topology, rendezvous=rendezvous,
+                         placed=placed)  # fmt: skip
         status = ""
     except (WorkerFailed, NetworkError) as failure:
         error = str(failure)
@@ -158,15 +182,32 @@ def run_benchmark(
         if watcher:
             watcher.done.set()
             watcher.join()
-        events = read_events(run_dir / EVENTS_FILE)
-        summary, evals = summarize(events), eval_history(events)
-        if not status:  # the workers exited cleanly: the log says how the run ended
-            status = summary.get("status") or "failed"
-            if not summary["finished"]:
-                error = "workers exited without finishing the run"
+        summary, evals = {}, []
+        if placed and 0 not in placed:  # another node held rank 0: it records the run
+            status = status or "finished"
+            with contextlib.suppress(OSError):
+                outcome = {"status": status, "error": error, "ranks": placed, "recorded": False}
+                write_json(run_dir / OUTCOME_FILE, outcome)
+            store.withdraw(run_id)
+        else:
+            events = read_events(run_dir / EVENTS_FILE)
+            summary, evals = summarize(events), eval_history(events)
+            if not status:  # the workers exited cleanly: the log says how the run ended
+                status = summary.get("status") or "failed"
+                if not summary["finished"]:
+                    error = "workers exited without finishing the run"
 
-        def complete() -> None:
-            store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
+            def complete() -> None:
+                store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
 
-        close_run(store, run_dir, status, error, complete)
-    return RunOutcome(run_id, status, summary, evals, error, str(run_dir))
+            close_run(store, run_dir, status, error, complete)
+    return RunOutcome(
+        run_id,
+        status,
+        summary,
+        evals,
+        error,
+        str(run_dir),
+        recorded=not placed or 0 in placed,
+        ranks=tuple(placed),
+    )

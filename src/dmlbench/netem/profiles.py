@@ -1,4 +1,11 @@
-"""Network profiles: bandwidth and latency per worker link, named in YAML or given inline."""
+"""Network profiles: bandwidth and latency per link, named in YAML or given inline.
+
+``bandwidth``/``latency`` shape the link between hosts: each worker's own link when
+every worker is its own host, each node's link in an emulated cluster (its workers
+share it, as they share a machine's NIC). ``intra_bandwidth``/``intra_latency`` shape
+the traffic between the workers of one node; unset, they talk over the node's
+loopback, unshaped.
+"""
 
 from __future__ import annotations
 
@@ -42,19 +49,30 @@ class NetworkSpec(StrictModel):
     profile: str = Field("none", description="a named profile (see `dmlbench networks`)")
     bandwidth: str | None = Field(None, description="per link and direction, e.g. 100mbit")
     latency: str | None = Field(None, description="one-way delay per packet, e.g. 5ms")
+    intra_bandwidth: str | None = Field(
+        None,
+        description="between the workers of one node (all of them together); "
+        "default: the node's loopback, unshaped",
+    )
+    intra_latency: str | None = Field(None, description="one-way delay inside a node")
     profiles_file: str | None = Field(None, description="your own profiles YAML")
 
     @model_validator(mode="after")
     def _units(self) -> NetworkSpec:
-        if self.bandwidth is not None:
-            parse_rate(self.bandwidth)
-        if self.latency is not None:
-            parse_time(self.latency)
+        for rate in (self.bandwidth, self.intra_bandwidth):
+            if rate is not None:
+                parse_rate(rate)
+        for delay in (self.latency, self.intra_latency):
+            if delay is not None:
+                parse_time(delay)
         return self
 
     @property
     def enabled(self) -> bool:
-        return self.profile != "none" or self.bandwidth is not None or self.latency is not None
+        return self.profile != "none" or any(
+            value is not None for value in (self.bandwidth, self.latency,
+                                            self.intra_bandwidth, self.intra_latency)
+        )  # fmt: skip
 
     def resolve(self) -> ResolvedNetwork:
         """The profile's values with inline ones on top; refuses unknown names."""
@@ -67,25 +85,39 @@ class NetworkSpec(StrictModel):
                 raise SpecError(f"unknown network profile '{self.profile}'{hint}; known: "
                                 f"{', '.join(profiles)}")  # fmt: skip
             values = dict(profiles[self.profile])
-        if self.bandwidth is not None:
-            values["bandwidth"] = self.bandwidth
-        if self.latency is not None:
-            values["latency"] = self.latency
-        rate = parse_rate(values["bandwidth"]) if values.get("bandwidth") else None
-        delay = parse_time(values["latency"]) if values.get("latency") else 0.0
+        inline = {key: getattr(self, key) for key in _LINK_KEYS if getattr(self, key) is not None}
+        values.update(inline)
+
+        def rate(key: str) -> float | None:
+            return parse_rate(values[key]) if values.get(key) else None
+
+        def delay(key: str) -> float:
+            return parse_time(values[key]) if values.get(key) else 0.0
+
         name = self.profile if self.profile != "none" else "custom"
-        if self.profile != "none" and (self.bandwidth or self.latency):
+        if self.profile != "none" and inline:
             name += "+custom"
-        return ResolvedNetwork(name=name, rate_bps=rate, delay_s=delay)
+        return ResolvedNetwork(name=name, rate_bps=rate("bandwidth"), delay_s=delay("latency"),
+                               intra_rate_bps=rate("intra_bandwidth"),
+                               intra_delay_s=delay("intra_latency"))  # fmt: skip
 
     def label(self) -> str:
         return self.resolve().describe() if self.enabled else "none"
 
 
+_LINK_KEYS = ("bandwidth", "latency", "intra_bandwidth", "intra_latency")
+
+
 class ResolvedNetwork(StrictModel):
     name: str
-    rate_bps: float | None  # None: unshaped
+    rate_bps: float | None  # between hosts; None: unshaped
     delay_s: float = 0.0
+    intra_rate_bps: float | None = None  # inside a node; None: its loopback, unshaped
+    intra_delay_s: float = 0.0
+
+    @property
+    def shapes_intra(self) -> bool:
+        return bool(self.intra_rate_bps or self.intra_delay_s)
 
     def describe(self) -> str:
         parts = [self.name]
@@ -93,6 +125,10 @@ class ResolvedNetwork(StrictModel):
             parts.append(f"{self.rate_bps / 1e6:g} Mbit/s")
         if self.delay_s:
             parts.append(f"{self.delay_s * 1e3:g} ms")
+        if self.intra_rate_bps:
+            parts.append(f"intra-node {self.intra_rate_bps / 1e6:g} Mbit/s")
+        if self.intra_delay_s:
+            parts.append(f"intra-node {self.intra_delay_s * 1e3:g} ms")
         return " · ".join(parts)
 
 
@@ -100,10 +136,12 @@ def load_profiles(path: Path | None = None) -> dict[str, dict[str, Any]]:
     path = path or PROFILES_FILE
     data = load_mapping_file(path, "network profiles file", "names to bandwidth/latency")
     for name, entry in data.items():
-        if not isinstance(entry, dict) or not (entry.get("bandwidth") or entry.get("latency")):
+        if not isinstance(entry, dict) or not any(entry.get(key) for key in _LINK_KEYS):
             raise SpecError(f"network profile '{name}' in {path} needs a bandwidth or latency")
-        if entry.get("bandwidth"):
-            parse_rate(entry["bandwidth"])
-        if entry.get("latency"):
-            parse_time(entry["latency"])
+        for key in ("bandwidth", "intra_bandwidth"):
+            if entry.get(key):
+                parse_rate(entry[key])
+        for key in ("latency", "intra_latency"):
+            if entry.get(key):
+                parse_time(entry[key])
     return {str(k): v for k, v in data.items()}

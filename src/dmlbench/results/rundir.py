@@ -52,16 +52,27 @@ def read_json(path: Path) -> Any:
         return None
 
 
-def create_run_dir(runs: Path, spec: dict[str, Any]) -> tuple[str, Path]:
+def create_run_dir(runs: Path, spec: dict[str, Any], name: str | None = None) -> tuple[str, Path]:
     """A fresh run id and its folder under ``runs``, holding ``spec.json``.
 
+    ``name`` asks for that run id (the nodes of a multi-node job share their
+    rendezvous id): ``name.2``, ``name.3``... when a run of that name is there already.
     Nothing half-made is left behind: on a full disk the folder is removed again and a
     one-line :class:`StoreError` says so.
     """
-    run_id = new_run_id()
+    run_id = name or new_run_id()
     run_dir = runs / run_id
     try:
-        run_dir.mkdir(parents=True)
+        runs.mkdir(parents=True, exist_ok=True)
+        for repeat in range(2, 10_000):
+            try:
+                run_dir.mkdir()
+                break
+            except FileExistsError:
+                if name is None:
+                    raise
+                run_id = f"{name}.{repeat}"
+                run_dir = runs / run_id
         write_json(run_dir / SPEC_FILE, spec)
     except OSError as error:
         remove_run_dir(run_dir)

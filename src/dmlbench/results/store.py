@@ -257,6 +257,15 @@ class ResultsStore:
         except OSError as error:
             raise StoreError(f"cannot lock the run folder {run_dir}: {error}") from None
 
+    def withdraw(self, run_id: str) -> None:
+        """Remove a run this launcher began but another records (a node of a multi-node
+        job that did not hold rank 0); its folder stays."""
+        with self._connect() as db:
+            db.execute("DELETE FROM runs WHERE run_id=? AND status='running'", (run_id,))
+        lock = self._locks.pop(run_id, None)
+        if lock is not None:
+            lock.release()
+
     def status_of(self, run_id: str) -> str | None:
         """A training or communication run's stored status; None when it is not stored."""
         with self._connect() as db:

@@ -46,6 +46,11 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     start = first.get("run_start", {}).get("metadata", {})
     stop = first.get("run_stop")
     summary: dict[str, Any] = {"finished": stop is not None, **start}
+    init = first.get("init_start", {}).get("metadata", {})
+    summary["nodes"] = init.get("nodes") or 1
+    summary["nproc_per_node"] = init.get("nproc_per_node") or start.get("world_size")
+    if init.get("hosts"):
+        summary["hosts"] = init["hosts"]
     if "init_start" in first and "init_stop" in first:
         summary["init_s"] = (first["init_stop"]["time_ms"] - first["init_start"]["time_ms"]) / 1e3
     if stop is None:  # crashed or interrupted: keep what was reached, the target included
@@ -62,6 +67,9 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         )
         return summary
     summary.update(stop["metadata"])
+    per_node = summary.get("nproc_per_node") or 0
+    if per_node and summary.get("phases"):  # torch's agents number ranks node by node
+        summary["rank_nodes"] = [rank // per_node for rank in range(len(summary["phases"]))]
     steady = summary.get("phases_steady") or []
     slowest = max((sum(r.get(p, 0.0) for p in PHASES) for r in steady), default=0.0)
     if slowest > 0 and summary.get("steady_steps"):

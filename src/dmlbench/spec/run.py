@@ -23,6 +23,16 @@ class RunSpec(StrictModel):
 
     task: str = Field(description="registered task name, see `dmlbench tasks`")
     workers: int = Field(1, ge=1, le=4096, description="world size: worker processes")
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="hosts the workers are spread over (nodes × nproc_per_node "
+        "= workers); more than one on this machine: an emulated cluster (root)",
+    )
+    nproc_per_node: int | None = Field(
+        None, ge=1, le=4096, description="workers per node; default workers / nodes"
+    )
     seed: int = Field(0, ge=0, description="model init, data order and augmentation")
     recipe: Recipe
     global_batch: int | None = Field(
@@ -66,6 +76,27 @@ class RunSpec(StrictModel):
     )
 
     @model_validator(mode="after")
+    def _derive_layout(self) -> RunSpec:
+        """workers = nodes × nproc_per_node: either may be given, the other follows."""
+        if self.nproc_per_node is None:
+            if self.workers % self.nodes:
+                raise ValueError(
+                    f"workers {self.workers} do not divide among {self.nodes} nodes; "
+                    "give nproc_per_node (workers per node) instead"
+                )
+            self.nproc_per_node = self.workers // self.nodes
+        elif self.workers not in (1, self.nodes * self.nproc_per_node):
+            raise ValueError(
+                f"workers {self.workers} is not nodes {self.nodes} × nproc_per_node "
+                f"{self.nproc_per_node}; give one of workers and nproc_per_node"
+            )
+        else:
+            self.workers = self.nodes * self.nproc_per_node
+            if self.workers > 4096:
+                raise ValueError(f"{self.workers} workers: at most 4096")
+        return self
+
+    @model_validator(mode="after")
     def _derive_local_batch(self) -> RunSpec:
         if self.global_batch is not None:
             if self.global_batch % self.workers:
@@ -84,9 +115,20 @@ class RunSpec(StrictModel):
     def effective_global_batch(self) -> int:
         return self.recipe.local_batch * self.workers
 
+    @property
+    def per_node(self) -> int:
+        """Workers on each node (``nproc_per_node``, resolved)."""
+        return self.nproc_per_node or self.workers
+
+    @property
+    def layout(self) -> str:
+        """``nodes×per_node``, e.g. ``2×2``."""
+        return f"{self.nodes}×{self.per_node}"
+
     def threads(self, cores: int | None = None) -> int:
+        """Threads per worker: this host's cores shared by the workers it runs."""
         cores = cores or len(os.sched_getaffinity(0))
-        return self.threads_per_worker or max(1, cores // self.workers)
+        return self.threads_per_worker or max(1, cores // self.per_node)
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -44,6 +44,9 @@ def run_key(spec: RunSpec) -> str:
         for k, v in spec.to_json_dict().items()
         if k not in _NOT_IDENTITY and not (k in _KEY_DEFAULTS and v == _KEY_DEFAULTS[k])
     }
+    if spec.nodes == 1:  # one host: the layout is the worker count (keys of older sweeps)
+        data.pop("nodes", None)
+        data.pop("nproc_per_node", None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -97,11 +100,17 @@ def _apply_rules(
     return trees
 
 
+def _world(tree: dict[str, Any]) -> int:
+    """A tree's world size: workers, or nodes × nproc_per_node when that is given."""
+    per_node = tree.get("nproc_per_node")
+    return int(tree.get("nodes") or 1) * int(per_node) if per_node else int(tree["workers"])
+
+
 def _strong_global_batch(sweep: SweepSpec, trees: list[dict[str, Any]]) -> int:
     if sweep.global_batch is not None:
         return sweep.global_batch
-    smallest = min(trees, key=lambda t: t["workers"])
-    return int(smallest["recipe"]["local_batch"]) * int(smallest["workers"])
+    smallest = min(trees, key=_world)
+    return int(smallest["recipe"]["local_batch"]) * _world(smallest)
 
 
 def plan_sweep(
@@ -146,10 +155,10 @@ def plan_sweep(
     if sweep.scaling == "strong":
         batch = _strong_global_batch(sweep, [t for t, _ in trees])
         for tree, point in trees:
-            if batch % tree["workers"]:
+            if batch % _world(tree):
                 raise SpecError(
                     f"strong scaling: global batch {batch} does not divide among "
-                    f"{tree['workers']} workers; choose worker counts that divide {batch} "
+                    f"{_world(tree)} workers; choose worker counts that divide {batch} "
                     "or set global_batch in the sweep"
                 )
             tree["global_batch"] = batch

@@ -19,10 +19,16 @@ class DistContext:
     local_rank: int
     device: torch.device
     backend: str
+    node: int = 0  # which node (host) this worker runs on: torch elastic's group rank
+    nodes: int = 1
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def node_of(self, rank: int) -> int:
+        """The node a rank runs on: torch's agents number ranks node by node."""
+        return rank // max(1, self.world_size // self.nodes)
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -44,7 +50,9 @@ class DistContext:
             dist.init_process_group(
                 backend, rank=rank, world_size=world, timeout=timedelta(minutes=10)
             )
-        return cls(rank, world, local_rank, device, backend)
+        node = int(os.environ.get("GROUP_RANK", 0))
+        nodes = int(os.environ.get("GROUP_WORLD_SIZE", 1))
+        return cls(rank, world, local_rank, device, backend, node, nodes)
 
     def destroy(self) -> None:
         if dist.is_initialized():

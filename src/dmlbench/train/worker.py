@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -12,10 +13,13 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from dmlbench.results.events import EVENTS_FILE, EventLog
 from dmlbench.spec import RunSpec
 from dmlbench.tasks import get_task, import_plugins
+from dmlbench.train.agreement import agree
 from dmlbench.train.context import DistContext
 from dmlbench.train.trainer import Trainer
 
 MODEL_FILE = "model.pt"
+NODE_ADDRESS_ENV = "DMLBENCH_NODE_ADDRESS"  # the address this node's agent binds
+AGREEMENT_TIMEOUT_S = 120.0
 # A worker whose peer died sees a broken connection in its next collective. It waits this
 # long before raising, so that the launcher, which reports the first failure it notices,
 # reports the peer's own failure (the cause) rather than this one (a symptom).
@@ -37,8 +41,15 @@ def run_worker(spec_json: str, run_dir: str) -> None:
     ctx = DistContext.initialize(spec)
     events = EventLog(Path(run_dir) / EVENTS_FILE if ctx.is_main else None)
     try:
+        hosts = None
+        if ctx.nodes > 1:  # refused here, before any data is read, when nodes disagree
+            store = torch.distributed.distributed_c10d._get_default_store()
+            address = os.environ.get(NODE_ADDRESS_ENV, "")
+            views = agree(json.loads(spec_json), store, address, AGREEMENT_TIMEOUT_S)
+            hosts = [view["address"] for view in views]
         task = get_task(spec.task)
-        events.log("init_start", rank_count=ctx.world_size)
+        events.log("init_start", rank_count=ctx.world_size, nodes=ctx.nodes,
+                   nproc_per_node=ctx.world_size // ctx.nodes, hosts=hosts)  # fmt: skip
         data = task.load(spec.data_dir)
         if not spec.partial_data:  # the data may have changed since the launcher looked
             task.check_examples(len(data.train_x), len(data.test_x), spec.data_dir)
