@@ -203,6 +203,9 @@ def run(
                             "emulated cluster), not both")  # fmt: skip
     if rdzv_endpoint is not None:
         nodes = nnodes or 1
+    given = counts or "workers" in config_data or "nproc_per_node" in config_data
+    if nodes and nproc_per_node is None and not given:
+        nproc_per_node = 1  # torchrun's default
     layout = {"nodes": nodes, "nproc_per_node": nproc_per_node}
     if len(counts) > 1 or scaling or (repeats or 1) > 1:
         from dmlbench.spec.sweep import validate_sweep

@@ -13,6 +13,11 @@ tear-down are one context manager; everything it creates is named after the
 launcher's pid, so leftovers of a launcher that was killed are removed by the next
 one. The bridge network is host-only: nothing is routed off the machine.
 
+An emulated cluster (``--nodes``) is the same picture with one namespace per *node*:
+its workers share the namespace and its veth (a machine's NIC), and talk to each other
+over the namespace's loopback, shaped by the profile's ``intra_*`` values when it
+has them.
+
 Each topology takes its own ``10.X.0.0/16`` (X from 100 to 199): the first no interface
 on this host uses, chosen and claimed (the bridge gets its address) under a lock, so
 concurrent runs never share a subnet.
@@ -174,6 +179,11 @@ def check_can_emulate() -> None:
 def preflight(network: ResolvedNetwork) -> None:
     """Refuse, in one line, what cannot be emulated here; before anything is created."""
     check_can_emulate()
+    if network.intra_delay_s and not netem_available():
+        raise NetworkError(
+            f"network '{network.name}' asks for intra-node latency, which needs the netem "
+            "qdisc; this kernel has none: drop intra_latency"
+        )
     if network.delay_s and not netem_available() and not os.path.exists("/dev/net/tun"):
         raise NetworkError(
             f"network '{network.name}' asks for {network.delay_s * 1e3:g} ms of latency, but "
@@ -281,6 +291,24 @@ class Topology:
                 _run(*self._tbf(veth, None))  # its ingress
         if self.delay_by == "forwarder":
             self._start_forwarder()
+        if self.network.shapes_intra:
+            for ns in self.namespaces:
+                self._shape_loopback(ns)
+
+    def _shape_loopback(self, ns: str) -> None:
+        """The intra-node link: everything between a node's own workers crosses its lo."""
+        parent = ["root"]
+        if self.network.intra_delay_s:
+            delay = f"{self.network.intra_delay_s * 1e6:.0f}us"
+            _run("tc", "qdisc", "add", "dev", "lo", "root", "handle", "2:", "netem", "delay",
+                 delay, "limit", "100000", ns=ns)  # fmt: skip
+            parent = ["parent", "2:1"]
+        if self.network.intra_rate_bps:
+            rate_bytes = self.network.intra_rate_bps / 8
+            burst = int(max(2 * 65536 + 1024, rate_bytes * 0.001))  # lo sends 64 KiB packets
+            _run("tc", "qdisc", "add", "dev", "lo", *parent, "handle", "20:", "tbf", "rate",
+                 f"{int(self.network.intra_rate_bps)}bit", "burst", str(burst), "latency",
+                 "100ms", ns=ns)  # fmt: skip
 
     def _start_forwarder(self) -> None:
         """Route worker-to-worker traffic through TUN devices and the delay forwarder."""

@@ -134,8 +134,10 @@ REASONS = {
 def run_summary(run: dict[str, Any]) -> Table:
     """Summary of one stored run (a row of ``ResultsStore.runs``)."""
     summary = run.get("summary") or {}
+    nodes = summary.get("nodes") or 1
+    layout = f" ({nodes} nodes × {summary.get('nproc_per_node')})" if nodes > 1 else ""
     title = escape(
-        f"{run['task']} · {run['workers']} worker{'s' if run['workers'] > 1 else ''} · "
+        f"{run['task']} · {run['workers']} worker{'s' if run['workers'] > 1 else ''}{layout} · "
         f"{run['division']} division · run {run['run_id']}"
     )
     table = Table(title=title, title_justify="left", show_header=False, box=None)
@@ -190,10 +192,16 @@ def run_summary(run: dict[str, Any]) -> Table:
         table.add_row(f"phases mean/max over {len(summary['phases_steady'])} ranks",
                       "  ".join(cells) + note)  # fmt: skip
     cores = run.get("cores")
-    if cores and run["workers"] > cores:
-        table.add_row("[yellow]note[/yellow]", f"{run['workers']} workers on {cores} cores: "
+    emulated = summary.get("emulated_nodes") or nodes == 1  # every worker on this host
+    here = run["workers"] if emulated else summary.get("nproc_per_node") or run["workers"]
+    if cores and here > cores:
+        table.add_row("[yellow]note[/yellow]", f"{here} workers on {cores} cores: "
                       "oversubscribed, so times include workers sharing cores")  # fmt: skip
-    if run.get("network") and run["network"] != "none":
+    if summary.get("emulated_nodes"):
+        network = run.get("network") if run.get("network") not in (None, "none") else "unshaped"
+        table.add_row("network", escape(f"{network} (emulated cluster: a namespace per node, "
+                                        "its workers share its link)"))  # fmt: skip
+    elif run.get("network") and run["network"] != "none":
         table.add_row("network", escape(f"{run['network']} (emulated: a namespace per worker)"))
         cost = _forwarder_cost(run)
         if cost:

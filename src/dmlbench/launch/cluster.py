@@ -1,0 +1,261 @@
+"""An emulated cluster on one machine: one network namespace and one agent per node.
+
+``dmlbench run TASK --nodes 2 --nproc-per-node 2 --network 1gbit`` builds the
+namespaces (:class:`~dmlbench.netem.topology.Topology`, one per node, shaped links to
+a bridge) and starts in each the very command a user runs on a real machine::
+
+    dmlbench run --config node-spec.json --nnodes 2 --nproc-per-node 2 \\
+        --rdzv-endpoint <node 0's address>:29400 --rdzv-id <run id> --store <node's own>
+
+Each node agent is torch's elastic agent behind dmlbench's multi-node path, with its
+own results store (``nodes/node<i>/`` in the run folder, like a machine's own disk);
+node 0 hosts the rendezvous. Nothing here is special-cased: the agents meet, agree on
+the spec and train exactly as on separate hosts. This process only watches them:
+
+- it records the run in the user's store from the node that held rank 0;
+- a node agent that dies (killed, crashed) fails the run naming that node, and the
+  others are stopped if they have not stopped on their own within ``NODE_GRACE_S``;
+- Ctrl-C stops every agent (they stop their workers) and the run is ``interrupted``;
+- the agents die with this process (``PR_SET_PDEATHSIG``), the namespaces are removed
+  on every exit, and by the next run if this process was killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dmlbench.errors import WorkerFailed
+from dmlbench.launch.rendezvous import DEFAULT_PORT
+from dmlbench.launch.run import ProgressFn, RunOutcome, _Watcher, close_run, open_run
+from dmlbench.netem.profiles import ResolvedNetwork
+from dmlbench.netem.topology import NetworkError, Topology, check_can_emulate, preflight
+from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
+from dmlbench.results.events import EventTail
+from dmlbench.results.rundir import OUTCOME_FILE, read_json, write_json
+from dmlbench.results.store import Rerun
+from dmlbench.results.summary import eval_history, summarize
+from dmlbench.spec import RunSpec
+from dmlbench.spec.run import deviations
+from dmlbench.tasks import get_task
+
+NODE_SPEC_FILE = "node-spec.json"
+NODES_DIR = "nodes"
+# After one node's agent dies, how long the others get to notice (their workers lose a
+# peer and fail) and record the run before they are stopped.
+NODE_GRACE_S = 20.0
+STOP_WAIT_S = 15.0  # after SIGTERM, before SIGKILL
+UNSHAPED = ResolvedNetwork(name="unshaped", rate_bps=None)
+
+
+def node_spec(spec: RunSpec) -> dict[str, Any]:
+    """What every node runs: the spec without the emulated network (that is outside
+    the nodes), with the threads the workers get on this one shared machine."""
+    data = spec.to_json_dict()
+    data.pop("network")
+    cores = len(os.sched_getaffinity(0))
+    data["threads_per_worker"] = spec.threads_per_worker or max(1, cores // spec.workers)
+    return data
+
+
+@dataclass
+class NodeAgent:
+    """One node's ``dmlbench run`` process, in the node's namespace."""
+
+    index: int
+    namespace: str
+    address: str
+    folder: Path  # the node's own store
+    process: subprocess.Popen[bytes] | None = None
+    exit_seen: float | None = field(default=None)
+
+    def start(self, command: list[str], log: Path) -> None:
+        launcher = os.getpid()
+        namespace = self.namespace
+
+        def in_node() -> None:  # runs in the child, before exec
+            from dmlbench.netem.topology import enter_namespace
+            from dmlbench.system import die_with_parent
+
+            die_with_parent(launcher)
+            enter_namespace(namespace)
+
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=in_node,
+            )
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def signal(self, number: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(number)
+
+    def events_file(self, run_id: str) -> Path:
+        return self.folder / "runs" / run_id / EVENTS_FILE
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.folder / "runs" / run_id
+
+    def describe(self) -> str:
+        return f"node {self.index} ({self.address})"
+
+
+class _NodesTail:
+    """Progress from whichever node turns out to hold rank 0 (only it logs events)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.tails = [EventTail(path) for path in paths]
+
+    def new_events(self) -> list[dict[str, Any]]:
+        return [event for tail in self.tails for event in tail.new_events()]
+
+
+def _agent_command(spec: RunSpec, spec_file: Path, endpoint: str, run_id: str,
+                   folder: Path) -> list[str]:  # fmt: skip
+    return [sys.executable, "-m", "dmlbench", "run", spec.task, "--config", str(spec_file),
+            "--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.per_node),
+            "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
+            "--rdzv-timeout", str(int(max(60, spec.stall_timeout_s * 2))),
+            "--store", str(folder), "--quiet", "--json"]  # fmt: skip
+
+
+def _watch(agents: list[NodeAgent]) -> str | None:
+    """Wait for every agent to exit. Returns the error when a node was lost (its agent
+    died by a signal, or exited without a result); once one agent has exited, the
+    others get ``NODE_GRACE_S`` to end on their own before they are stopped."""
+    lost: str | None = None
+    deadline: float | None = None
+    while any(agent.returncode is None for agent in agents):
+        for agent in agents:
+            code = agent.returncode
+            if code is None or agent.exit_seen is not None:
+                continue
+            agent.exit_seen = time.monotonic()
+            deadline = deadline or agent.exit_seen + NODE_GRACE_S
+            if lost is None and code < 0:
+                lost = (
+                    f"lost {agent.describe()}: its agent was killed ({signal.Signals(-code).name})"
+                )
+            elif lost is None and code not in (0, 1, 130):
+                lost = f"lost {agent.describe()}: its agent exited with code {code}"
+        if deadline is not None and time.monotonic() > deadline:
+            _stop([agent for agent in agents if agent.returncode is None])
+        time.sleep(0.1)
+    return lost
+
+
+def _stop(agents: list[NodeAgent]) -> None:
+    """SIGTERM (the agents stop their workers), then SIGKILL what is left."""
+    for agent in agents:
+        agent.signal(signal.SIGTERM)
+    end = time.monotonic() + STOP_WAIT_S
+    for agent in agents:
+        if agent.process is None:
+            continue
+        try:
+            agent.process.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            agent.process.kill()
+            agent.process.wait()
+
+
+def _node_error(agents: list[NodeAgent], run_id: str) -> str | None:
+    """The first error a node reported (its outcome file), naming the node."""
+    for agent in agents:
+        outcome = read_json(agent.run_dir(run_id) / OUTCOME_FILE) or {}
+        if outcome.get("error"):
+            return f"{agent.describe()}: {outcome['error']}"
+    return None
+
+
+def run_cluster(
+    spec: RunSpec,
+    store: ResultsStore,
+    *,
+    echo: bool = True,
+    progress: ProgressFn | None = None,
+    sweep: dict[str, Any] | None = None,
+    claim: Rerun | None = None,
+) -> RunOutcome:
+    """Run ``spec`` on ``spec.nodes`` emulated nodes of ``spec.per_node`` workers and
+    store it (see the module's docstring). Failed and interrupted runs are stored too."""
+    check_can_emulate()  # namespaces need root, shaped or not
+    network = spec.network.resolve() if spec.network.enabled else UNSHAPED
+    preflight(network)
+    task = get_task(spec.task)
+    task.prepare(spec.data_dir, spec.download)
+    if task.count is not None and not spec.partial_data:
+        task.check_examples(*task.count(spec.data_dir), spec.data_dir)
+    run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
+                               sweep=sweep, claim=claim)  # fmt: skip
+    spec_file = run_dir / NODE_SPEC_FILE
+    status, error = "failed", None
+    agents: list[NodeAgent] = []
+    watcher = None
+    try:
+        write_json(spec_file, node_spec(spec))
+        with Topology(spec.nodes, network, record_to=run_dir) as topology:
+            endpoint = f"{topology.address(0)}:{DEFAULT_PORT}"
+            for index, namespace in enumerate(topology.namespaces):
+                folder = run_dir / NODES_DIR / f"node{index}"
+                folder.mkdir(parents=True)
+                agent = NodeAgent(index, namespace, topology.address(index), folder)
+                agent.start(_agent_command(spec, spec_file, endpoint, run_id, folder),
+                            run_dir / NODES_DIR / f"node{index}.log")  # fmt: skip
+                agents.append(agent)
+            if progress:
+                tail = _NodesTail([agent.events_file(run_id) for agent in agents])
+                watcher = _Watcher(tail, progress)  # type: ignore[arg-type]
+                watcher.start()
+            lost = _watch(agents)
+        if lost:
+            error = f"{lost}; the other nodes were stopped"
+        elif all(agent.returncode == 0 for agent in agents):
+            status = ""
+        else:
+            error = _node_error(agents, run_id) or "a node failed; see its log in " + str(
+                run_dir / NODES_DIR
+            )
+    except (WorkerFailed, NetworkError) as failure:
+        error = str(failure)
+    except KeyboardInterrupt:
+        status, error = "interrupted", "interrupted by the user"
+        _stop(agents)
+        raise
+    except BaseException as unexpected:
+        error = f"launcher error: {unexpected!r}"
+        _stop(agents)
+        raise
+    finally:
+        if watcher:
+            watcher.done.set()
+            watcher.join()
+        holder = next((a for a in agents if a.events_file(run_id).is_file()), None)
+        events = read_events(holder.events_file(run_id)) if holder else []
+        summary, evals = summarize(events), eval_history(events)
+        summary["emulated_nodes"] = True
+        if holder is not None:
+            summary["rank0_node"] = holder.index
+        if not status:
+            status = summary.get("status") or "failed"
+            if not summary["finished"]:
+                error = "the nodes exited without finishing the run"
+
+        def complete() -> None:
+            store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
+
+        close_run(store, run_dir, status, error, complete)
+    return RunOutcome(run_id, status, summary, evals, error, str(run_dir))

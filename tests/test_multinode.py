@@ -1,0 +1,230 @@
+"""Multi-node runs: node-level launch through torch's elastic agent and c10d rendezvous.
+
+The real path is tested without root by starting two node agents on this host's
+loopback (exactly the command a user runs on two machines), and as root on an
+emulated cluster, one network namespace and one agent per node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_cli import cli
+from test_netem import root_only
+
+from dmlbench.netem import leftovers
+from dmlbench.spec.run import resolve_spec
+from dmlbench.spec.sweep import validate_sweep
+from dmlbench.sweep.plan import plan_sweep
+from dmlbench.train.agreement import first_differences, node_view
+
+STEPS = ["--set", "max_steps=25", "--set", "stop_at_target=false"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start_node(store: Path, port: int, *extra: str, nodes: int = 2) -> subprocess.Popen:
+    command = [sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--nnodes", str(nodes),
+               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job", "--store", str(store),
+               "--quiet", "--json", *extra]  # fmt: skip
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "160"})  # fmt: skip
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, dict, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, json.loads(out) if out.strip() else {}, err
+
+
+# -- unit tier ------------------------------------------------------------------------
+
+
+def test_layout_is_nodes_times_workers_per_node() -> None:
+    spec = resolve_spec("synthetic-mlp", nodes=2, nproc_per_node=3)
+    assert (spec.workers, spec.per_node, spec.layout) == (6, 3, "2×3")
+    assert resolve_spec("synthetic-mlp", workers=4, nodes=2).per_node == 2
+    assert resolve_spec("synthetic-mlp", workers=4).layout == "1×4"
+    again = resolve_spec("synthetic-mlp", config=spec.to_json_dict())
+    assert again.to_json_dict() == spec.to_json_dict()
+    with pytest.raises(Exception, match="do not divide among 2 nodes"):
+        resolve_spec("synthetic-mlp", workers=3, nodes=2)
+    with pytest.raises(Exception, match="workers 4 is not nodes 2 × nproc_per_node 3"):
+        resolve_spec("synthetic-mlp", workers=4, nodes=2, nproc_per_node=3)
+
+
+def test_nodes_and_nproc_per_node_are_sweep_axes() -> None:
+    sweep = validate_sweep({"name": "layouts", "task": "synthetic-mlp",
+                            "axes": {"nodes": [1, 2, 4]},
+                            "derived": {"nproc_per_node": "4 // nodes"}})  # fmt: skip
+    plan = plan_sweep(sweep)
+    assert [r.spec.layout for r in plan.runs] == ["1×4", "2×2", "4×1"]
+    assert {r.spec.workers for r in plan.runs} == {4}
+    assert len({r.key for r in plan.runs}) == 3
+
+
+def test_nodes_that_differ_are_named_with_what_differs() -> None:
+    spec = resolve_spec("synthetic-mlp").to_json_dict()
+    other = json.loads(json.dumps(spec))
+    other["recipe"]["max_epochs"] = 5
+    other["data_dir"] = "/elsewhere"  # where a node finds its data may differ
+    same = [node_view(spec, "10.0.0.1"), node_view({**spec, "data_dir": "/x"}, "10.0.0.2")]
+    assert first_differences(same) is None
+    problem = first_differences([node_view(spec, "a"), node_view(other, "b")])
+    assert problem is not None
+    assert f"node 1 has recipe.max_epochs=5, node 0 has {spec['recipe']['max_epochs']}" in problem
+    older = node_view(spec, "b") | {"version": "0.0.1"}
+    assert "node 1 runs dmlbench 0.0.1" in (first_differences([same[0], older]) or "")
+
+
+def test_multi_node_flags_are_refused_in_one_line(dmlbench) -> None:
+    code, _, err = dmlbench("run", "--nnodes", "2", "--dry-run")
+    assert code == 2 and "--nnodes needs --rdzv-endpoint" in err
+    code, _, err = dmlbench("run", "--nnodes", "2", "--nodes", "2", "--rdzv-endpoint", "h:1")
+    assert code == 2 and "not both" in err
+    code, _, err = dmlbench("run", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
+                            "--network", "1gbit")  # fmt: skip
+    assert code == 2 and "drop --network" in err
+    code, out, _ = dmlbench("run", "--nodes", "2", "--nproc-per-node", "3", "--dry-run", "--json")
+    assert code == 0 and json.loads(out)["spec"]["workers"] == 6
+
+
+# -- two real node agents on this host's loopback --------------------------------------
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(("exchange", "per_node"), [("allreduce", 2), ("ddp", 1)])
+def test_two_nodes_reach_the_weights_of_one_node_with_as_many_workers(
+    tmp_path: Path, exchange: str, per_node: int
+) -> None:
+    # 2×2 against 1×4 (2×1 against 1×2 for ddp, to keep CI short: the same property)
+    common = [*STEPS, "--exchange", exchange, "--set", "save_model=true", "--set", "seed=3"]
+    cli("run", "synthetic-mlp", "--workers", str(2 * per_node), "--store",
+        str(tmp_path / "one"), "--quiet", *common)  # fmt: skip
+    port = _free_port()
+    nodes = [_start_node(tmp_path / f"node{i}", port, "--nproc-per-node", str(per_node),
+                         *common) for i in range(2)]  # fmt: skip
+    results = [_finish(node) for node in nodes]
+    assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
+    recorded = [out for _, out, _ in results if out.get("recorded", True)]
+    follower = [out for _, out, _ in results if out.get("recorded") is False]
+    assert len(recorded) == 1 and len(follower) == 1  # rank 0's node stores the run
+    run = recorded[0]
+    assert run["run_id"] == follower[0]["run_id"] == "job" and run["workers"] == 2 * per_node
+    assert run["summary"]["nodes"] == 2
+    assert run["summary"]["rank_nodes"] == [0] * per_node + [1] * per_node
+    assert len(set(run["summary"]["hosts"])) == 1  # both on 127.0.0.1
+    assert sorted(follower[0]["ranks"]) == list(range(per_node, 2 * per_node))
+    assert (Path(follower[0]["run_dir"]) / "logs").is_dir()
+    single = torch.load(next((tmp_path / "one").glob("runs/*/model.pt")))
+    spread = torch.load(Path(run["run_dir"]) / "model.pt")
+    assert single.keys() == spread.keys()
+    for name in single:
+        torch.testing.assert_close(spread[name], single[name], rtol=0, atol=1e-6)
+
+
+@pytest.mark.multiprocess
+def test_nodes_with_different_specs_are_refused_before_training(tmp_path: Path) -> None:
+    port = _free_port()
+    nodes = [_start_node(tmp_path / f"n{i}", port, "--set", f"max_steps={5 + i}")
+             for i in range(2)]  # fmt: skip
+    results = [_finish(node) for node in nodes]
+    assert [code for code, _, _ in results] == [1, 1]
+    recorded = next(out for _, out, _ in results if out.get("recorded", True))
+    assert recorded["status"] == "failed" and recorded["steps"] in (0, None)
+    assert "node 1 has max_steps=" in recorded["error"] and "node 0 has" in recorded["error"]
+
+
+@pytest.mark.multiprocess
+def test_a_node_that_never_arrives_times_out_in_one_line(tmp_path: Path) -> None:
+    started = time.monotonic()
+    code, run, err = _finish(_start_node(tmp_path / "s", _free_port(), "--rdzv-timeout", "3"))
+    assert code == 1, err
+    assert run["status"] == "failed" and "timed out after 3 s" in run["error"]
+    assert "not all 2 nodes arrived" in run["error"]
+    assert time.monotonic() - started < 60
+
+
+# -- an emulated cluster: a namespace and an agent per node (root) ---------------------
+
+
+def _cluster(store: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--nodes", "2",
+         "--nproc-per-node", "2", "--store", str(store), "--quiet", "--json", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _agents(store: Path) -> list[int]:
+    found = subprocess.run(["pgrep", "-f", f"{store}/runs/.*/nodes/node"], capture_output=True,
+                           text=True)  # fmt: skip
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def _wait_for_training(store: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        logs = list(store.glob("runs/*/nodes/*/runs/*/events.jsonl"))
+        if logs and '"run_start"' in logs[0].read_text():
+            return
+        time.sleep(0.2)
+    pytest.fail("the emulated cluster never trained")
+
+
+@root_only
+@pytest.mark.multiprocess
+def test_an_emulated_cluster_runs_the_multi_node_path(tmp_path: Path) -> None:
+    code, run, err = _finish(_cluster(tmp_path / "s", *STEPS, "--network", "1gbit"))
+    assert code == 0, err
+    assert run["status"] in ("success", "target_not_reached") and run["steps"] == 25
+    summary = run["summary"]
+    assert summary["nodes"] == 2 and summary["nproc_per_node"] == 2
+    assert len(set(summary["hosts"])) == 2  # each node its own namespace and address
+    assert summary["emulated_nodes"] and run["network"] == "1gbit · 1000 Mbit/s"
+    folder = Path(run["run_dir"])
+    assert sorted(p.name for p in (folder / "nodes").glob("node?")) == ["node0", "node1"]
+    assert leftovers() == []
+
+
+@root_only
+@pytest.mark.multiprocess
+def test_a_killed_node_agent_fails_the_run_naming_the_node(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false")
+    _wait_for_training(store)
+    agent = max(_agents(store))  # node 1's agent starts last
+    os.kill(agent, signal.SIGKILL)
+    killed = time.monotonic()
+    code, run, err = _finish(proc)
+    assert time.monotonic() - killed < 30
+    assert code == 1, err
+    assert run["status"] == "failed" and "lost node 1" in run["error"]
+    assert "killed (SIGKILL)" in run["error"]
+    assert leftovers() == [] and _agents(store) == []
+
+
+@root_only
+@pytest.mark.multiprocess
+def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false")
+    _wait_for_training(store)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    (run,) = json.loads(cli("results", "--json", "--store", str(store)).stdout)
+    assert run["status"] == "interrupted"
+    assert leftovers() == [] and _agents(store) == []
