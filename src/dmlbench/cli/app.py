@@ -735,6 +735,17 @@ def bench_allreduce(
             "(root); see src/dmlbench/netem/profiles.yaml"
         ),
     ] = None,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="emulated cluster: a namespace per node (root); measures "
+            "across nodes, within one node, and hierarchically",
+        ),
+    ] = 1,
+    nproc_per_node: Annotated[
+        int | None, typer.Option(min=1, help="workers per node (then workers = nodes × this)")
+    ] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", "-s", help="any benchmark key: key=value")
     ] = None,
@@ -748,10 +759,11 @@ def bench_allreduce(
     from dmlbench.spec.overrides import apply_overrides, deep_merge
 
     specs = []
-    for count in _worker_counts(workers):
+    counts = [nodes * nproc_per_node] if nproc_per_node else _worker_counts(workers)
+    for count in counts:
         tree: dict[str, Any] = {
-            "workers": count, "backend": backend, "max_bytes": max_bytes, "factor": factor,
-            "repeats": repeats, "warmup": warmup,
+            "workers": count, "nodes": nodes, "backend": backend, "max_bytes": max_bytes,
+            "factor": factor, "repeats": repeats, "warmup": warmup,
             "network": {"profile": network} if network else {},
         }  # fmt: skip
         full = deep_merge(CommBenchSpec().to_json_dict(), tree)
@@ -761,7 +773,8 @@ def bench_allreduce(
     runs, failed = [], False
     for spec in specs:
         out = err_console if json_out else console
-        out.print(f"all-reduce · {spec.backend} · {spec.workers} workers · network "
+        layout = f" ({spec.nodes} nodes × {spec.per_node})" if spec.nodes > 1 else ""
+        out.print(f"all-reduce · {spec.backend} · {spec.workers} workers{layout} · network "
                   f"{spec.network.label()} · {len(spec.sizes())} sizes up to "
                   f"{spec.max_bytes:,} bytes …", markup=False)  # fmt: skip
         try:

@@ -1,5 +1,11 @@
 """The all-reduce micro-benchmark: the worker function and the figures it yields.
 
+On an emulated cluster (``nodes`` > 1) each size is measured three ways, each row
+tagged with its ``scope``: ``all`` (one all-reduce over every rank: gloo's flat ring,
+what training does), ``node`` (every node all-reduces among its own workers at once:
+the intra-node link alone) and ``hierarchical`` (reduce to each node's first worker,
+all-reduce among those, broadcast back: the two-level algorithm).
+
 Definitions (NCCL-tests'): for an all-reduce of ``S`` bytes taking ``t`` seconds on
 ``n`` ranks, algorithm bandwidth ``algbw = S / t`` and bus bandwidth
 ``busbw = algbw × 2(n−1)/n``, the rate each link must sustain in a ring: comparable
@@ -47,8 +53,36 @@ def summarize_size(size: int, per_rank: list[list[float]], workers: int) -> dict
     }
 
 
+class Scope:
+    """How one all-reduce is done: over every rank, within each node, or in two levels."""
+
+    def __init__(self, name: str, rank: int, world: int, per_node: int) -> None:
+        self.name = name
+        self.leader = rank // per_node * per_node  # the node's first rank
+        self.is_leader = rank == self.leader
+        self.ranks = per_node if name == "node" else world
+        self.node_group = self.leaders = None
+        if name != "all":  # every rank creates every group, in one order (torch's rule)
+            starts = range(0, world, per_node)
+            groups = [dist.new_group(list(range(s, s + per_node))) for s in starts]
+            self.node_group = groups[rank // per_node]
+            if name == "hierarchical":
+                self.leaders = dist.new_group(list(starts))
+
+    def all_reduce(self, tensor: torch.Tensor) -> None:
+        if self.name == "all":
+            dist.all_reduce(tensor)
+        elif self.name == "node":
+            dist.all_reduce(tensor, group=self.node_group)
+        else:
+            dist.reduce(tensor, dst=self.leader, group=self.node_group)
+            if self.is_leader:
+                dist.all_reduce(tensor, group=self.leaders)
+            dist.broadcast(tensor, src=self.leader, group=self.node_group)
+
+
 def _iterations(spec: CommBenchSpec, tensor: torch.Tensor, device: torch.device,
-                cuda: bool) -> int:  # fmt: skip
+                cuda: bool, scope: Scope) -> int:  # fmt: skip
     """All-reduces per timed repeat, so that a repeat lasts about ``spec.repeat_s``.
 
     One small all-reduce lasts less than the skew with which ranks leave a barrier;
@@ -57,7 +91,7 @@ def _iterations(spec: CommBenchSpec, tensor: torch.Tensor, device: torch.device,
     """
     start = time.perf_counter()
     for _ in range(max(1, spec.warmup)):
-        dist.all_reduce(tensor)
+        scope.all_reduce(tensor)
     if cuda:
         torch.cuda.synchronize(device)
     estimate = (time.perf_counter() - start) / max(1, spec.warmup)
@@ -71,6 +105,29 @@ def _check(tensor: torch.Tensor, world: int, inner: int, size: int) -> None:
     ends = (tensor[0].item(), tensor[-1].item())
     if any(abs(v - expected) > 1e-4 * abs(expected) for v in ends):
         raise RuntimeError(f"all-reduce of {size} bytes returned {ends}, expected {expected}")
+
+
+def _measure(
+    spec: CommBenchSpec, scope: Scope, size: int, device: torch.device, cuda: bool
+) -> dict[str, Any]:
+    """Time ``spec.repeats`` repeats of all-reduces of ``size`` bytes in ``scope``."""
+    tensor = torch.ones(size // ELEMENT_BYTES, dtype=torch.float32, device=device)
+    inner = _iterations(spec, tensor, device, cuda, scope)
+    times = []
+    for _ in range(spec.repeats):
+        tensor.fill_(1.0 / inner)  # after `inner` sums every element is world / inner·…
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(inner):
+            scope.all_reduce(tensor)
+            if inner > 1:
+                tensor.div_(scope.ranks)  # keep values bounded; costs far less than a send
+        if cuda:
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - start) / inner)
+    _check(tensor, scope.ranks, inner, size)
+    row = summarize_size(size, all_gather_floats(times, device), scope.ranks)
+    return {**row, "iterations": inner}
 
 
 @record
@@ -88,25 +145,13 @@ def comm_bench_worker(spec_json: str, run_dir: str) -> None:
     dist.init_process_group(spec.backend, rank=rank, world_size=world,
                             timeout=timedelta(minutes=10))  # fmt: skip
     try:
+        scopes = ["all", "node", "hierarchical"] if spec.nodes > 1 else ["all"]
         rows = []
-        for size in spec.sizes():
-            tensor = torch.ones(size // ELEMENT_BYTES, dtype=torch.float32, device=device)
-            inner = _iterations(spec, tensor, device, cuda)
-            times = []
-            for _ in range(spec.repeats):
-                tensor.fill_(1.0 / inner)  # after `inner` sums every element is world / inner·…
-                dist.barrier()
-                start = time.perf_counter()
-                for _ in range(inner):
-                    dist.all_reduce(tensor)
-                    if inner > 1:
-                        tensor.div_(world)  # keep values bounded; costs far less than a send
-                if cuda:
-                    torch.cuda.synchronize(device)
-                times.append((time.perf_counter() - start) / inner)
-            _check(tensor, world, inner, size)
-            row = summarize_size(size, all_gather_floats(times, device), world)
-            rows.append({**row, "iterations": inner})
+        for name in scopes:
+            scope = Scope(name, rank, world, spec.per_node)
+            for size in spec.sizes():
+                row = _measure(spec, scope, size, device, cuda)
+                rows.append({**row, "scope": name} if spec.nodes > 1 else row)
         if rank == 0:
             path = Path(run_dir) / RESULTS_FILE
             path.write_text(json.dumps(rows, indent=1))

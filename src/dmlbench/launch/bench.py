@@ -14,6 +14,7 @@ from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_workers
 from dmlbench.launch.run import close_run, open_run
+from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import (
     WORKER_IFNAME,
     NetworkError,
@@ -77,17 +78,20 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
     """Run ``spec`` once and store it; a failed or interrupted benchmark is stored too."""
     spec_dict = spec.to_json_dict()
     network = spec.network.resolve() if spec.network.enabled else None
+    if spec.nodes > 1:  # an emulated cluster: a namespace per node, unshaped if not told
+        network = network or ResolvedNetwork(name="unshaped", rate_bps=None)
     run_id, run_dir = open_run(store, spec_dict)
     status, error, rows = "failed", None, []
     try:
-        with emulated(spec.workers, network, record_to=run_dir) as topology:
+        with emulated(spec.nodes if spec.nodes > 1 else spec.workers, network,
+                      record_to=run_dir) as topology:  # fmt: skip
             if spec.backend == "mpi":
                 _launch_mpi(spec, json.dumps(spec_dict), run_dir, topology)
             else:
                 launch_workers(comm_bench_worker, (json.dumps(spec_dict), str(run_dir)),
                                workers=spec.workers, run_dir=run_dir, echo=echo,
-                               topology=topology,
-                               stall_timeout_s=spec.stall_timeout_s)  # fmt: skip
+                               topology=topology, stall_timeout_s=spec.stall_timeout_s,
+                               per_namespace=spec.per_node)  # fmt: skip
         results = run_dir / RESULTS_FILE
         if results.is_file():
             rows, status = json.loads(results.read_text()), "success"

@@ -87,8 +87,12 @@ def launch_workers(
     stall_timeout_s: float = 60.0,
     rendezvous: Rendezvous | None = None,
     placed: list[int] | None = None,
+    per_namespace: int = 1,
 ) -> None:
     """Run ``entrypoint(*args)`` in ``workers`` processes to completion.
+
+    ``per_namespace`` workers share each of the ``topology``'s namespaces (a node of an
+    emulated cluster) in order; one each by default.
 
     With a ``rendezvous`` these are this node's workers of a multi-node job; ``placed``
     then receives the global ranks that ran here (rank 0's node records the run).
@@ -110,7 +114,9 @@ def launch_workers(
         host = rendezvous.address()
     settings = {
         "launcher_pid": os.getpid(),
-        "namespaces": topology.namespaces if topology is not None else None,
+        "namespaces": [ns for ns in topology.namespaces for _ in range(per_namespace)]
+        if topology is not None
+        else None,
         "heartbeat_dir": str(heartbeats),
         "heartbeat_s": min(1.0, stall_timeout_s / 4),
     }

@@ -35,7 +35,9 @@ def calibrate_comm(comm_runs: Sequence[dict[str, Any]]) -> dict[int, CommCalibra
     """One calibration per worker count measured on the unshaped host network."""
     by_workers: dict[int, list[dict[str, Any]]] = {}
     for run in comm_runs:
-        if run["status"] == "success" and _network_of(run) == (None, 0.0) and run["results"]:
+        one_host = (run["spec"].get("nodes") or 1) == 1  # not an emulated cluster
+        if run["status"] == "success" and _network_of(run) == (None, 0.0) and one_host \
+                and run["results"]:  # fmt: skip
             by_workers.setdefault(run["workers"], []).append(run)
     if not by_workers:
         raise DmlbenchError(

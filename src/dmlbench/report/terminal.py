@@ -329,9 +329,11 @@ def _micro(seconds: float) -> str:
 def comm_table(run: dict[str, Any]) -> Table:
     """One all-reduce micro-benchmark: latency and bandwidth per message size."""
     spec = run["spec"]
+    nodes = spec.get("nodes") or 1
+    layout = f" ({nodes} nodes × {run['workers'] // nodes})" if nodes > 1 else ""
     table = Table(
         title=escape(
-            f"{spec['op']} · {spec['backend']} · {run['workers']} workers · network "
+            f"{spec['op']} · {spec['backend']} · {run['workers']} workers{layout} · network "
             f"{run['network']} · run {run['run_id']}"
         ),
         title_justify="left",
@@ -341,15 +343,23 @@ def comm_table(run: dict[str, Any]) -> Table:
         "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)",
         caption_justify="left",
     )
+    scoped = any(row.get("scope") for row in run["results"])
+    if scoped:  # an emulated cluster: across nodes, within each node, two levels
+        table.add_column("scope")
     for column in ("size", "iter", "latency µs", "min µs", "max µs", "algbw MB/s", "busbw MB/s"):
         table.add_column(column, justify="right")
     for row in run["results"]:
         table.add_row(
+            *([SCOPES.get(row.get("scope") or "", "")] if scoped else []),
             human_bytes(row["bytes"]), str(row["iterations"]), _micro(row["latency_s"]),
             _micro(row["latency_min_s"]),
             _micro(row["latency_max_s"]), f"{row['algbw'] / 1e6:,.2f}",
             f"{row['busbw'] / 1e6:,.2f}",
         )  # fmt: skip
     if run.get("error"):
-        table.add_row(f"[red]{run['status']}[/red]", escape(run["error"]), "", "", "", "", "")
+        table.add_row(f"[red]{run['status']}[/red]", escape(run["error"]), "", "", "", "", "",
+                      *([""] if scoped else []))  # fmt: skip
     return table
+
+
+SCOPES = {"all": "all", "node": "node", "hierarchical": "2-level"}

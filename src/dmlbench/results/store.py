@@ -106,7 +106,7 @@ CREATE TABLE IF NOT EXISTS comm_results (
     run_id TEXT NOT NULL REFERENCES comm_runs(run_id),
     bytes INTEGER, repeats INTEGER, iterations INTEGER,
     latency_s REAL, latency_min_s REAL, latency_max_s REAL, latency_std_s REAL,
-    algbw REAL, busbw REAL
+    algbw REAL, busbw REAL, scope TEXT
 );
 CREATE INDEX IF NOT EXISTS evals_run ON evals(run_id);
 CREATE INDEX IF NOT EXISTS comm_results_run ON comm_results(run_id);
@@ -182,6 +182,9 @@ class ResultsStore:
                 for name, sql_type in ADDED_COLUMNS:
                     if have and name not in have:
                         db.execute(f"ALTER TABLE runs ADD COLUMN {name} {sql_type}")
+                have = {row[1] for row in db.execute("PRAGMA table_info(comm_results)")}
+                if have and "scope" not in have:  # added with emulated clusters
+                    db.execute("ALTER TABLE comm_results ADD COLUMN scope TEXT")
                 db.executescript(SCHEMA)
                 db.execute("CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep, run_key)")
             self._mark_abandoned()
@@ -453,11 +456,13 @@ class ResultsStore:
                 (status, now_iso(), error, run_id),
             )
             db.executemany(
-                "INSERT INTO comm_results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                """INSERT INTO comm_results (run_id, bytes, repeats, iterations, latency_s,
+                latency_min_s, latency_max_s, latency_std_s, algbw, busbw, scope)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
                     (run_id, r["bytes"], r["repeats"], r.get("iterations", 1), r["latency_s"],
-                     r["latency_min_s"],
-                     r["latency_max_s"], r["latency_std_s"], r["algbw"], r["busbw"])
+                     r["latency_min_s"], r["latency_max_s"], r["latency_std_s"], r["algbw"],
+                     r["busbw"], r.get("scope"))
                     for r in rows
                 ],
             )  # fmt: skip
@@ -472,7 +477,7 @@ class ResultsStore:
                 row["spec"] = json.loads(row.pop("spec_json"))
                 row["environment"] = json.loads(row.pop("environment_json"))
                 results = db.execute(
-                    "SELECT * FROM comm_results WHERE run_id=? ORDER BY bytes", (row["run_id"],)
+                    "SELECT * FROM comm_results WHERE run_id=? ORDER BY rowid", (row["run_id"],)
                 )
                 row["results"] = [
                     {k: v for k, v in dict(r).items() if k != "run_id"} for r in results

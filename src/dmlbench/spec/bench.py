@@ -26,6 +26,13 @@ class CommBenchSpec(StrictModel):
 
     op: Literal["allreduce"] = "allreduce"
     workers: int = Field(2, ge=1, le=4096)
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="an emulated cluster: workers / nodes per node, a "
+        "namespace per node; measures across nodes, within one, and hierarchically",
+    )
     backend: Literal["gloo", "nccl", "mpi"] = "gloo"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     min_bytes: int = Field(ELEMENT_BYTES, ge=ELEMENT_BYTES)
@@ -56,7 +63,15 @@ class CommBenchSpec(StrictModel):
     def _sizes_make_sense(self) -> CommBenchSpec:
         if self.max_bytes < self.min_bytes:
             raise ValueError(f"max_bytes {self.max_bytes} is below min_bytes {self.min_bytes}")
+        if self.workers % self.nodes:
+            raise ValueError(f"workers {self.workers} do not divide among {self.nodes} nodes")
+        if self.nodes > 1 and self.backend == "mpi":
+            raise ValueError("an emulated cluster (nodes > 1) runs gloo or nccl, not mpi")
         return self
+
+    @property
+    def per_node(self) -> int:
+        return self.workers // self.nodes
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes, whole float32 elements, smallest first."""
@@ -111,10 +126,12 @@ def validate_bench(data: dict[str, Any]) -> CommBenchSpec:
                     "as root, or --set mpi_isolate=false to accept that"
                 ) from None
 
-    if spec.network.enabled:
-        from dmlbench.netem.topology import preflight
+    if spec.network.enabled or spec.nodes > 1:
+        from dmlbench.netem.topology import check_can_emulate, preflight
 
-        preflight(spec.network.resolve())  # refused now, not after the run is recorded
+        check_can_emulate()
+        if spec.network.enabled:
+            preflight(spec.network.resolve())  # refused now, not after the run is recorded
     if spec.backend == "nccl":
         import torch
 
