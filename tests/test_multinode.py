@@ -228,3 +228,12 @@ def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path
     (run,) = json.loads(cli("results", "--json", "--store", str(store)).stdout)
     assert run["status"] == "interrupted"
     assert leftovers() == [] and _agents(store) == []
+
+
+def test_the_lost_node_is_named_from_the_peer_gloo_names() -> None:
+    from dmlbench.launch.run import name_lost_node
+
+    error = "worker rank 0 failed: [pair.cc:553] Connection closed by peer [10.0.0.2]:16608."
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    assert name_lost_node(error, hosts, "10.0.0.1").startswith("lost node 1 (10.0.0.2): worker")
+    assert name_lost_node(error, ["127.0.0.1", "127.0.0.1"], "127.0.0.1") == error  # ambiguous

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from test_cli import cli
 
-from dmlbench.perfmodel import CommCalibration, Link, allreduce_time, calibrate_comm, predict
+from dmlbench.perfmodel import (
+    CommCalibration,
+    Layout,
+    Link,
+    allreduce_time,
+    calibrate_comm,
+    cluster_allreduce_time,
+    predict,
+)
 
 CAL = CommCalibration(alpha_s=1e-4, host_busbw=math.inf, link_efficiency=1.0)
 LINK = Link(bandwidth=1e8, latency_s=1e-3)  # 100 MB/s, 1 ms one way
@@ -18,6 +26,30 @@ LINK = Link(bandwidth=1e8, latency_s=1e-3)  # 100 MB/s, 1 ms one way
 def test_ring_all_reduce_by_hand() -> None:
     # 2(N-1) = 6 steps of (α + 2L) = 6 × 2.1 ms, plus 6/4 × 1 MB at 100 MB/s = 15 ms
     assert allreduce_time("ring", 4, 1e6, LINK, CAL) == pytest.approx(0.0126 + 0.015)
+
+
+def test_two_level_all_reduce_by_hand() -> None:
+    fast = Link(bandwidth=1e9, latency_s=1e-5)  # inside a node: 1 GB/s, 10 µs, shared
+    two = Layout(nodes=2, intra=fast)
+    # flat ring over 2×2: 6 steps, each as slow as its slowest hop (the 100 MB/s link
+    # between nodes; 1 intra hop per node shares 1 GB/s), latency the larger one
+    assert cluster_allreduce_time("ring", 4, 1e6, LINK, two, CAL) == pytest.approx(
+        6 * (1e-4 + 2e-3) + 6 / 4 * 1e6 / 1e8
+    )
+    # hierarchical: reduce + broadcast in a node of 2, then the 2 nodes' ring on 1 MB
+    inside = 2 * (1 * (1e-4 + 2e-5) + 1 / 2 * 1e6 / 1e9)
+    between = 2 * (1e-4 + 2e-3) + 1e6 / 1e8
+    assert cluster_allreduce_time("hierarchical", 4, 1e6, LINK, two, CAL) == pytest.approx(
+        inside + between
+    )
+    # one worker per node is the per-worker ring; one node never touches the slow link
+    assert cluster_allreduce_time("ring", 4, 1e6, LINK, Layout(4), CAL) == pytest.approx(
+        allreduce_time("ring", 4, 1e6, LINK, CAL)
+    )
+    one = cluster_allreduce_time("ring", 4, 1e6, LINK, Layout(1, fast), CAL)
+    assert one == pytest.approx(6 * (1e-4 + 2e-5) + 6 / 4 * 1e6 / (1e9 / 4))
+    with pytest.raises(ValueError, match="ring or hierarchical"):
+        cluster_allreduce_time("tree", 4, 1e6, LINK, two, CAL)
 
 
 def test_tree_all_reduce_by_hand() -> None:
@@ -104,7 +136,13 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     assert "synthetic-mlp · predicted scaling" in page.read_text()  # saved, then drawn
     bad = cli("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store,
               check=False)  # fmt: skip
-    assert bad.returncode == 2 and "choose ring, tree or ps" in bad.stderr
+    assert bad.returncode == 2 and "choose ring, tree, ps or hierarchical" in bad.stderr
+    two = json.loads(cli("simulate", "synthetic-mlp", "--nodes", "1,2,4", "--nproc-per-node",
+                         "4,2,1", "--network", "100mbit", "--algorithm", "ring,hierarchical",
+                         "--json", "--store", store).stdout)["predictions"]  # fmt: skip
+    assert [(r["nodes"], r["workers"]) for r in two] == [(1, 4), (2, 4), (4, 4)] * 2
+    flat = {r["nodes"]: r["comm_s"] for r in two if r["algorithm"] == "ring"}
+    assert flat[1] < flat[2] < flat[4]  # more of the ring crosses the slow links
 
 
 def _groups(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:

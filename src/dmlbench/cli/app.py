@@ -667,8 +667,8 @@ def compare(
     unknown = [c for c in columns if c not in frame.columns]
     if unknown:
         raise DmlbenchError(
-            f"cannot group by {', '.join(unknown)}; choose from workers, exchange, local_batch, "
-            "global_batch, variant, status, division"
+            f"cannot group by {', '.join(unknown)}; choose from workers, layout, nodes, "
+            "nproc_per_node, exchange, local_batch, global_batch, variant, status, division"
         )
     chosen = choose_price(price, prices)
     table = analysis.scaling_table(
@@ -793,6 +793,23 @@ def bench_allreduce(
         raise typer.Exit(1)
 
 
+def _layouts(nodes: str | None, per_node: str | None) -> list[tuple[int, int]]:
+    """``--nodes 1,2,4 --nproc-per-node 4,2,1`` → [(1, 4), (2, 2), (4, 1)]; one value of
+    either applies to every value of the other."""
+    if nodes is None and per_node is None:
+        return []
+    node_counts = _worker_counts(nodes or "1")
+    per_counts = _worker_counts(per_node or "1")
+    if len(node_counts) > 1 and len(per_counts) > 1 and len(node_counts) != len(per_counts):
+        raise DmlbenchError("--nodes and --nproc-per-node: give one value of either, or as "
+                            "many of each")  # fmt: skip
+    if len(node_counts) == 1:
+        node_counts = node_counts * len(per_counts)
+    if len(per_counts) == 1:
+        per_counts = per_counts * len(node_counts)
+    return list(zip(node_counts, per_counts, strict=True))
+
+
 @app.command()
 def simulate(
     task: Annotated[str, typer.Argument(help="task to predict (calibrated from its runs)")],
@@ -800,7 +817,19 @@ def simulate(
     network: Annotated[
         str, typer.Option(help="profiles, comma-separated (none = the measured host network)")
     ] = "10gbit",
-    algorithm: Annotated[str, typer.Option(help="ring, tree and/or ps (comma-separated)")] = "ring",
+    algorithm: Annotated[
+        str, typer.Option(help="ring, tree, ps and/or hierarchical (comma-separated)")
+    ] = "ring",
+    nodes: Annotated[
+        str | None,
+        typer.Option(
+            help="nodes, e.g. 1,2,4: workers = nodes × --nproc-per-node, --network "
+            "between nodes, the profile's intra_* inside one (two-level model)"
+        ),
+    ] = None,
+    nproc_per_node: Annotated[
+        str | None, typer.Option(help="workers per node: one count, or one per --nodes value")
+    ] = None,
     store: StoreOption = default_store(),
     price: PriceOption = None,
     prices: PricesOption = None,
@@ -829,7 +858,14 @@ def simulate(
     import math
 
     from dmlbench.netem.profiles import NetworkSpec
-    from dmlbench.perfmodel import ALGORITHMS, Link, calibrate_comm, calibrate_task, comm_for
+    from dmlbench.perfmodel import (
+        ALGORITHMS,
+        Layout,
+        Link,
+        calibrate_comm,
+        calibrate_task,
+        comm_for,
+    )
     from dmlbench.perfmodel import predict as predict_run
     from dmlbench.report.prices import choose_price
 
@@ -837,8 +873,13 @@ def simulate(
     algorithms = [a.strip() for a in algorithm.split(",") if a.strip()]
     bad = [a for a in algorithms if a not in ALGORITHMS]
     if bad:
-        raise DmlbenchError(f"--algorithm {bad[0]!r}: choose ring, tree or ps")
-    links = {}
+        raise DmlbenchError(f"--algorithm {bad[0]!r}: choose ring, tree, ps or hierarchical")
+    layouts = _layouts(nodes, nproc_per_node)  # (nodes, per node) pairs, or none
+    if layouts:
+        counts = [n * p for n, p in layouts]
+        if set(algorithms) - {"ring", "hierarchical"}:
+            raise DmlbenchError("--nodes: the two-level model has ring and hierarchical")
+    links, intra = {}, {}
     from dmlbench.netem.profiles import load_profiles, parse_rate
 
     known = load_profiles()
@@ -850,6 +891,7 @@ def simulate(
         else:
             resolved = NetworkSpec(profile=name).resolve()
             links[name] = Link((resolved.rate_bps or math.inf) / 8, resolved.delay_s)
+            intra[name] = Link((resolved.intra_rate_bps or math.inf) / 8, resolved.intra_delay_s)
     results = _require_store(store)
     comm = calibrate_comm(results.comm_runs())
     if host_bandwidth is not None:
@@ -863,7 +905,10 @@ def simulate(
     for name, link in links.items():
         for algo in algorithms:
             base_tta = None
-            for count in counts:
+            for index, count in enumerate(counts):
+                layout = None
+                if layouts:
+                    layout = Layout(layouts[index][0], intra.get(name, Link(math.inf)))
                 if epochs is not None and not calibration.epochs_by_batch:
                     assumed, measured = epochs, False
                 else:
@@ -879,11 +924,12 @@ def simulate(
                     eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / count,
                     link=link,
                     calibration=comm_for(comm, max(2, count)),
-                    price_per_worker_hour=chosen.per_worker_hour,
+                    price_per_worker_hour=chosen.per_worker_hour, layout=layout,
                 )  # fmt: skip
                 base_tta = base_tta or guess.tta_s
                 rows.append({
                     "network": name, "algorithm": algo, "workers": count,
+                    "nodes": layout.nodes if layout else None,
                     "global_batch": guess.global_batch, "step_s": guess.step_s,
                     "compute_s": guess.compute_s, "comm_s": guess.comm_s,
                     "comm_ratio": guess.comm_ratio, "epochs": assumed,
@@ -921,8 +967,10 @@ def simulate(
                        "speedup", "cost"):  # fmt: skip
             table.add_column(column, justify="right")
         for row in rows:
+            shape = f"{row['nodes']}×{row['workers'] // row['nodes']}" if row["nodes"] else ""
             table.add_row(
-                row["network"], row["algorithm"], str(row["workers"]), str(row["global_batch"]),
+                row["network"], row["algorithm"], shape or str(row["workers"]),
+                str(row["global_batch"]),
                 f"{row['step_s'] * 1e3:,.2f}", f"{row['comm_ratio']:.0%}",
                 f"{row['epochs']:.1f}" + ("" if row["epochs_measured"] else "*"),
                 f"{row['tta_s']:,.1f}", f"{row['speedup']:.2f}",

@@ -102,6 +102,13 @@ def close_run(
         ) from None
 
 
+def name_lost_node(error: str, hosts: list[str], here: str) -> str:
+    """Prefix a worker's error with the node it lost: gloo names the peer's address."""
+    lost = [i for i, host in enumerate(hosts)
+            if host != here and hosts.count(host) == 1 and f"[{host}]" in error]  # fmt: skip
+    return f"lost node {lost[0]} ({hosts[lost[0]]}): {error}" if len(lost) == 1 else error
+
+
 class _Watcher(threading.Thread):
     """Feeds newly logged events to a progress callback while workers run."""
 
@@ -196,6 +203,8 @@ def run_benchmark(
                 status = summary.get("status") or "failed"
                 if not summary["finished"]:
                     error = "workers exited without finishing the run"
+            if rendezvous is not None and error:
+                error = name_lost_node(error, summary.get("hosts") or [], rendezvous.address())
 
             def complete() -> None:
                 store.finish(run_id, status=status, summary=summary, evals=evals, error=error)

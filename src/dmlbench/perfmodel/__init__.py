@@ -5,20 +5,24 @@ from dmlbench.perfmodel.calibrate import calibrate_comm, calibrate_task, comm_fo
 from dmlbench.perfmodel.model import (
     ALGORITHMS,
     CommCalibration,
+    Layout,
     Link,
     Prediction,
     allreduce_time,
+    cluster_allreduce_time,
     predict,
 )
 
 __all__ = [
     "ALGORITHMS",
     "CommCalibration",
+    "Layout",
     "Link",
     "Prediction",
     "allreduce_time",
     "calibrate_comm",
     "calibrate_task",
+    "cluster_allreduce_time",
     "comm_for",
     "predict",
 ]

@@ -17,6 +17,23 @@ overhead ``α``:
 
       T = 2·(α + r·L) + 2·N·S / β
 
+On a cluster of ``n`` nodes of ``p`` workers (``N = n·p``; links ``inter`` between
+nodes, ``intra`` inside one, shared by the node's workers; unshaped ``intra`` is the
+hosts' own bandwidth):
+
+- flat ring (gloo's all-reduce over every rank; ranks numbered node by node): every
+  ring step sends one message of ``S/N`` on every hop at once, ``n`` hops between
+  nodes and ``p−1`` (``p`` on one node) inside each node, so a step lasts as long as
+  its slowest hop::
+
+      T = 2(N−1)·(α + r·max L) + 2(N−1)/N · S / min(β_inter, β_intra / hops_intra)
+
+- hierarchical (reduce inside each node, ring all-reduce among the nodes' first
+  workers, broadcast inside each node)::
+
+      T = 2·[(p−1)·(α + r·L_intra) + (p−1)/p · S/β_intra]
+          + 2(n−1)·(α + r·L_inter) + 2(n−1)/n · S/β_inter
+
 ``r`` is how many one-way latencies one message step costs (2 for gloo, measured:
 each step waits for its peer's reply). A step takes compute plus ``T`` (no overlap:
 the reference exchange form). Time to accuracy is epochs to the target × steps per
@@ -29,8 +46,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-Algorithm = Literal["ring", "tree", "ps"]
-ALGORITHMS: tuple[Algorithm, ...] = ("ring", "tree", "ps")
+Algorithm = Literal["ring", "tree", "ps", "hierarchical"]
+ALGORITHMS: tuple[Algorithm, ...] = ("ring", "tree", "ps", "hierarchical")
 
 
 @dataclass(frozen=True)
@@ -57,12 +74,64 @@ def effective_bandwidth(link: Link, calibration: CommCalibration) -> float:
     return min(shaped, calibration.host_busbw)
 
 
+@dataclass(frozen=True)
+class Layout:
+    """Workers spread over ``nodes`` hosts; ``intra`` is one node's own link, which all
+    of its workers share (``inf``: its loopback, bounded by the hosts' bandwidth)."""
+
+    nodes: int
+    intra: Link = Link(math.inf)
+
+
+def _step(link: Link, calibration: CommCalibration) -> float:
+    return calibration.alpha_s + calibration.latencies_per_step * link.latency_s
+
+
+def cluster_allreduce_time(
+    algorithm: Algorithm,
+    workers: int,
+    size: float,
+    inter: Link,
+    layout: Layout,
+    calibration: CommCalibration,
+) -> float:
+    """Seconds for one all-reduce of ``size`` bytes among ``workers`` on ``layout.nodes``
+    nodes: the flat ``ring`` or the two-level ``hierarchical`` algorithm."""
+    nodes, per_node = layout.nodes, workers // layout.nodes
+    if workers <= 1 or size <= 0:
+        return 0.0
+    if algorithm == "hierarchical":
+        inner = 0.0
+        if per_node > 1:
+            beta = effective_bandwidth(layout.intra, calibration)
+            inner = 2 * ((per_node - 1) * _step(layout.intra, calibration)
+                         + (per_node - 1) / per_node * size / beta)  # fmt: skip
+        return inner + allreduce_time("ring", nodes, size, inter, calibration)
+    if algorithm != "ring":
+        raise ValueError(f"on several nodes choose ring or hierarchical, not {algorithm!r}")
+    if per_node == 1:
+        return allreduce_time("ring", workers, size, inter, calibration)
+    hops_inside = per_node - 1 if nodes > 1 else per_node
+    shared = Link(layout.intra.bandwidth / hops_inside, layout.intra.latency_s)
+    betas = [effective_bandwidth(shared, calibration)]
+    latency = layout.intra.latency_s
+    if nodes > 1:
+        betas.append(effective_bandwidth(inter, calibration))
+        latency = max(latency, inter.latency_s)
+    steps = 2 * (workers - 1)
+    hop = calibration.alpha_s + calibration.latencies_per_step * latency
+    return steps * hop + steps / workers * size / min(betas)
+
+
 def allreduce_time(
     algorithm: Algorithm, workers: int, size: float, link: Link, calibration: CommCalibration
 ) -> float:
-    """Seconds for one all-reduce of ``size`` bytes among ``workers``."""
+    """Seconds for one all-reduce of ``size`` bytes among ``workers``, each on its own
+    ``link``."""
     if workers <= 1 or size <= 0:
         return 0.0
+    if algorithm == "hierarchical":  # one worker per node: the nodes' ring
+        algorithm = "ring"
     beta = effective_bandwidth(link, calibration)
     hop = calibration.alpha_s + calibration.latencies_per_step * link.latency_s
     if algorithm == "ring":
@@ -73,7 +142,7 @@ def allreduce_time(
         return 2 * depth * (hop + size / beta)
     if algorithm == "ps":
         return 2 * hop + 2 * workers * size / beta
-    raise ValueError(f"unknown algorithm {algorithm!r}; choose ring, tree or ps")
+    raise ValueError(f"unknown algorithm {algorithm!r}; choose ring, tree, ps or hierarchical")
 
 
 @dataclass(frozen=True)
@@ -111,11 +180,18 @@ def predict(
     link: Link,
     calibration: CommCalibration,
     price_per_worker_hour: float | None = None,
+    layout: Layout | None = None,
 ) -> Prediction:
-    """Step time, time to accuracy and cost of one configuration (weak scaling: ``b`` fixed)."""
+    """Step time, time to accuracy and cost of one configuration (weak scaling: ``b``
+    fixed). With a ``layout`` the workers are spread over its nodes, ``link`` between
+    them; without, every worker is on its own ``link``."""
     global_batch = local_batch * workers
     compute = compute_fixed_s + compute_per_example_s * local_batch
-    comm = allreduce_time(algorithm, workers, gradient_bytes, link, calibration)
+    if layout is not None:
+        comm = cluster_allreduce_time(algorithm, workers, gradient_bytes, link, layout,
+                                      calibration)  # fmt: skip
+    else:
+        comm = allreduce_time(algorithm, workers, gradient_bytes, link, calibration)
     steps_per_epoch = math.ceil(train_examples / global_batch)
     steps = math.ceil(epochs_to_target * steps_per_epoch)
     tta = steps * (compute + comm) + math.ceil(epochs_to_target) * eval_s_per_epoch

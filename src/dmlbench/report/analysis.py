@@ -36,7 +36,9 @@ from dmlbench.train.timers import PHASES
 
 # Spec keys that never make two runs different experiments.
 _NOT_VARIANT = {"workers", "seed", "data_dir", "download", "plugins", "save_model"}
-_BATCH_KEYS = {"recipe.local_batch", "global_batch"}
+# Keys that follow the worker count: a variant only when they vary at a fixed count
+# (local batch under weak/strong scaling; nproc_per_node, nodes: 2×2 against 1×4).
+_BATCH_KEYS = {"recipe.local_batch", "global_batch", "nodes", "nproc_per_node"}
 GROUP = ["task", "sweep"]
 
 
@@ -83,6 +85,7 @@ def runs_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
                 "converged": run["status"] == "success",
                 "stop_reason": run.get("stop_reason"),
                 "workers": int(run["workers"]),
+                **_layout(run),
                 "local_batch": int(run["local_batch"]),
                 "global_batch": int(run["global_batch"]),
                 "seed": int(run["seed"]),
@@ -120,6 +123,14 @@ def runs_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["variant"] = _variants(frame)
     return frame
+
+
+def _layout(run: dict[str, Any]) -> dict[str, Any]:
+    """Nodes, workers per node and ``nodes×per_node`` of a run (1×N on one host)."""
+    spec = run.get("spec") or {}
+    nodes = int(spec.get("nodes") or 1)
+    per_node = int(spec.get("nproc_per_node") or run["workers"] // nodes)
+    return {"nodes": nodes, "nproc_per_node": per_node, "layout": f"{nodes}×{per_node}"}
 
 
 def _variants(frame: pd.DataFrame) -> pd.Series:
@@ -164,14 +175,18 @@ def evals_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def phases_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Per-rank phase totals (whole run and steady state after warm-up) of every run."""
-    rows = [
-        {"run_id": r["run_id"], "task": r["task"], "sweep": r.get("sweep") or "single runs",
-         "workers": r["workers"], **p}
-        for r in runs
-        for p in r.get("phases") or []
-    ]  # fmt: skip
-    columns = ["run_id", "task", "sweep", "workers", "rank", "phase", "seconds", "steady_seconds"]
+    """Per-rank phase totals (whole run and steady state after warm-up) of every run,
+    with the node each rank ran on."""
+    rows = []
+    for r in runs:
+        nodes = (r.get("summary") or {}).get("rank_nodes") or []
+        for p in r.get("phases") or []:
+            node = nodes[p["rank"]] if p["rank"] < len(nodes) else 0
+            rows.append({"run_id": r["run_id"], "task": r["task"], "layout": _layout(r)["layout"],
+                         "sweep": r.get("sweep") or "single runs", "workers": r["workers"],
+                         "node": node, **p})  # fmt: skip
+    columns = ["run_id", "task", "sweep", "workers", "layout", "node", "rank", "phase", "seconds",
+               "steady_seconds"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -1,0 +1,167 @@
+"""Multi-node figures on an emulated cluster, and the two-level model against them (root).
+
+Every layout has 4 workers: 1×4 (one node), 2×2 and 4×1 (nodes × workers per node),
+the link between nodes shaped to 10 Gbit/s or 1 Gbit/s, inside a node the node's
+loopback. Measured side by side in one run:
+
+- all-reduce (``bench allreduce --nodes``) at 1 MiB and 4 MiB, flat ring and
+  hierarchical;
+- training steps of digits-mlp and cifar10-resnet20 (``max_steps``): step time and
+  comm share;
+
+and compared with the two-level α-β model (``perfmodel.cluster_allreduce_time``),
+calibrated once on this host: an unshaped 4-worker all-reduce benchmark (overhead,
+host bandwidth) and each task's unshaped 1×4 run (compute per step, gradient bytes).
+The model knows only the layout and the profile's nominal bandwidth and latency.
+
+    sudo .venv/bin/python benchmarks/multinode.py --cifar-dir ../shared/data/cifar10
+
+Prints the tables for BENCHMARKS.md and writes ``benchmarks/results/multinode.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import dmlbench
+from dmlbench.launch import run_benchmark
+from dmlbench.launch.bench import run_comm_bench
+from dmlbench.netem.profiles import NetworkSpec
+from dmlbench.perfmodel import Layout, Link, calibrate_comm, cluster_allreduce_time
+from dmlbench.results import ResultsStore
+from dmlbench.spec import resolve_spec
+from dmlbench.spec.bench import validate_bench
+
+LAYOUTS = ((1, 4), (2, 2), (4, 1))
+NETWORKS = ("10gbit", "1gbit")
+SIZES = (2**20, 2**22)
+COMPUTE = ("data", "forward", "backward", "optimizer")
+
+
+def bench(store: ResultsStore, nodes: int, network: str | None, repeats: int) -> list[dict]:
+    low, high = (4, SIZES[1]) if network is None else SIZES
+    spec = validate_bench({"workers": 4, "nodes": nodes, "min_bytes": low, "max_bytes": high,
+                           "factor": 4, "repeats": repeats, "warmup": 2,
+                           "network": {"profile": network} if network else {}})  # fmt: skip
+    outcome = run_comm_bench(spec, store)
+    if outcome.status != "success":
+        sys.exit(f"all-reduce benchmark failed: {outcome.error}")
+    return outcome.rows
+
+
+def train(store: ResultsStore, task: str, nodes: int, network: str | None, steps: int,
+          data_dir: Path | None) -> dict[str, Any]:  # fmt: skip
+    spec = resolve_spec(task, overrides=[f"max_steps={steps}", "stop_at_target=false",
+                                         "eval_every_epochs=1000"],
+                        nodes=nodes, nproc_per_node=4 // nodes,
+                        network={"profile": network} if network else None,
+                        data_dir=str(data_dir) if data_dir else None)  # fmt: skip
+    outcome = run_benchmark(spec, store, echo=False)
+    if outcome.status == "failed":
+        sys.exit(f"{task} {nodes}×{4 // nodes} failed: {outcome.error}")
+    return outcome.summary
+
+
+def compute_per_step(summary: dict[str, Any]) -> float:
+    per_rank = [sum(r[p] for p in COMPUTE) for r in summary["phases_steady"]]
+    return statistics.mean(per_rank) / summary["steady_steps"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cifar-dir", type=Path, default=None)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=60, help="digits-mlp steps per run")
+    parser.add_argument("--cifar-steps", type=int, default=25)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/multinode.json"))
+    args = parser.parse_args()
+    store = ResultsStore(Path(tempfile.mkdtemp(prefix="dmlbench-multinode-")))
+    bench(store, 1, None, args.repeats)  # calibration: unshaped, 4 workers, 4 B to 4 MiB
+    calibration = calibrate_comm(store.comm_runs())[4]
+    print(f"calibration: alpha {calibration.alpha_s * 1e6:.0f} us, host busbw "
+          f"{calibration.host_busbw / 1e6:,.0f} MB/s (4 workers, unshaped)")  # fmt: skip
+    tasks = {"digits-mlp": (args.steps, None)}
+    if args.cifar_dir:
+        tasks["cifar10-resnet20"] = (args.cifar_steps, args.cifar_dir)
+    base = {task: train(store, task, 1, None, steps, data) for task, (steps, data) in tasks.items()}
+    compute = {task: compute_per_step(summary) for task, summary in base.items()}
+    model_rows: list[dict[str, Any]] = []
+    training: list[dict[str, Any]] = []
+    one_node = {r["bytes"]: r["latency_s"] for r in store.comm_runs()[0]["results"]}
+    for size in SIZES:
+        predicted = cluster_allreduce_time("ring", 4, size, Link(float("inf")), Layout(1),
+                                           calibration)  # fmt: skip
+        model_rows.append({"network": "-", "layout": "1×4", "what": f"all-reduce "
+                           f"{size // 2**20} MiB", "predicted_s": predicted,
+                           "measured_s": one_node[size]})  # fmt: skip
+    for task, summary in base.items():
+        training.append({"task": task, "network": "-", "layout": "1×4",
+                         "step_s": summary["step_time_s"],
+                         "comm_share": summary["phase_shares"]["comm"]["mean"]})  # fmt: skip
+    for network in NETWORKS:
+        resolved = NetworkSpec(profile=network).resolve()
+        link = Link((resolved.rate_bps or float("inf")) / 8, resolved.delay_s)
+        for nodes, per_node in LAYOUTS[1:]:
+            layout = Layout(nodes)
+            rows = bench(store, nodes, network, args.repeats)
+            for row in rows:
+                if row["scope"] not in ("all", "hierarchical") or row["bytes"] not in SIZES:
+                    continue
+                algorithm = "ring" if row["scope"] == "all" else "hierarchical"
+                predicted = cluster_allreduce_time(algorithm, 4, row["bytes"], link, layout,
+                                                   calibration)  # fmt: skip
+                form = "flat" if algorithm == "ring" else "hierarchical"
+                model_rows.append({
+                    "network": network, "layout": f"{nodes}×{per_node}",
+                    "what": f"all-reduce {row['bytes'] // 2**20} MiB {form}",
+                    "predicted_s": predicted, "measured_s": row["latency_s"],
+                })  # fmt: skip
+            for task, (steps, data) in tasks.items():
+                summary = train(store, task, nodes, network, steps, data)
+                comm = cluster_allreduce_time("ring", 4, summary["gradient_bytes"], link, layout,
+                                              calibration)  # fmt: skip
+                training.append({
+                    "task": task, "network": network, "layout": f"{nodes}×{per_node}",
+                    "step_s": summary["step_time_s"],
+                    "comm_share": summary["phase_shares"]["comm"]["mean"],
+                })  # fmt: skip
+                model_rows.append({"network": network, "layout": f"{nodes}×{per_node}",
+                                   "what": f"{task} step", "predicted_s": compute[task] + comm,
+                                   "measured_s": summary["step_time_s"]})  # fmt: skip
+    print("\n| task | inter-node | layout | step ms | comm share |")
+    print("|---|---|---|---|---|")
+    for row in training:
+        print(f"| {row['task']} | {row['network']} | {row['layout']} | {row['step_s'] * 1e3:,.1f} "
+              f"| {row['comm_share']:.0%} |")  # fmt: skip
+    print("\n| inter-node | layout | what | predicted ms | measured ms | error |")
+    print("|---|---|---|---|---|---|")
+    errors = []
+    for row in model_rows:
+        row["error"] = (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
+        errors.append(abs(row["error"]))
+        print(f"| {row['network']} | {row['layout']} | {row['what']} | "
+              f"{row['predicted_s'] * 1e3:,.2f} | {row['measured_s'] * 1e3:,.2f} | "
+              f"{row['error']:+.1%} |")  # fmt: skip
+    median = statistics.median(errors)
+    print(f"\nmedian absolute error: {median:.1%} over {len(errors)} comparisons "
+          "(target <= 15%)")  # fmt: skip
+    args.out.write_text(json.dumps({
+        "command": " ".join(sys.argv), "dmlbench": dmlbench.__version__,
+        "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+        "calibration": calibration.__dict__, "compute_s": compute, "training": training,
+        "model": model_rows, "median_abs_error": median,
+    }, indent=1))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
