@@ -210,6 +210,12 @@ def run(
     if len(counts) > 1 or scaling or (repeats or 1) > 1:
         from dmlbench.spec.sweep import validate_sweep
 
+        if rdzv_endpoint is not None:
+            raise DmlbenchError(
+                "--rdzv-endpoint runs one job across hosts, not a sweep: start "
+                "one job at a time (or sweep an emulated cluster, --nodes)"
+            )
+
         mode = scaling or "none"
         sweep = validate_sweep(
             {
@@ -226,7 +232,7 @@ def run(
         _run_sweep(
             sweep, overrides=overrides or [], plugins=plugins or [],
             fields={"exchange": exchange, "data_dir": str(data_dir) if data_dir else None,
-                "network": {"profile": network} if network else None},
+                "network": {"profile": network} if network else None, **layout},
             store=store, rerun=rerun, plan_only=dry_run, json_out=json_out, quiet=quiet,
         )  # fmt: skip
         return
