@@ -49,6 +49,14 @@ def test_profiles_are_data_and_inline_values_override_them(tmp_path: Path) -> No
         NetworkSpec(profile="lab", profiles_file=str(mine)).resolve()
 
 
+def test_names_say_which_launcher_made_them() -> None:
+    from dmlbench.netem.topology import _creator
+
+    # pid 8978 is "6xe" in base 36: an "x" that once cut it to pid 6, alive forever
+    assert _creator("6xe_1") == 8978 and _creator("6xex1") == 8978  # new, and old names
+    assert Topology(2, ResolvedNetwork(name="t", rate_bps=None)).tag.count("_") == 1
+
+
 def _ours(tag: str) -> list[str]:
     return [name for name in leftovers() if tag in name]
 

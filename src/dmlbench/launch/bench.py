@@ -91,7 +91,7 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
                 launch_workers(comm_bench_worker, (json.dumps(spec_dict), str(run_dir)),
                                workers=spec.workers, run_dir=run_dir, echo=echo,
                                topology=topology, stall_timeout_s=spec.stall_timeout_s,
-                               per_namespace=spec.per_node)  # fmt: skip
+                               per_namespace=spec.per_node if spec.nodes > 1 else 1)  # fmt: skip
         results = run_dir / RESULTS_FILE
         if results.is_file():
             rows, status = json.loads(results.read_text()), "success"

@@ -49,7 +49,17 @@ TUN_MTU = 9000  # fewer, larger packets for the forwarder; small enough for a ti
 NETWORK_FILE = "network.json"
 WORKER_IFNAME = "eth0"
 CLONE_NEWNET = 0x40000000
-_NAME = re.compile(rf"^{PREFIX}([0-9a-z]+)(?:n\d+|br)$")
+# Names carry the creating launcher's pid (base 36), "_", and a counter: dmlb<pid>_<n>br.
+# Before, the separator was "x", itself a base-36 digit (pid 8978 is "6xe"): such
+# names are still read, splitting at the last "x".
+_NAME = re.compile(rf"^{PREFIX}([0-9a-z_]+)(?:n\d+|br)$")
+SEPARATOR = "_"
+
+
+def _creator(tag: str) -> int:
+    """The pid that made the names with this tag."""
+    pid, _, _ = tag.rpartition(SEPARATOR) if SEPARATOR in tag else tag.rpartition("x")
+    return int(pid, 36)
 
 
 class NetworkError(DmlbenchError):
@@ -85,8 +95,10 @@ def remove_stale() -> list[str]:
     for name in leftovers():
         match = _NAME.match(name)
         assert match
-        tag = match.group(1)
-        pid = int(tag.split("x")[0], 36)
+        try:
+            pid = _creator(match.group(1))
+        except ValueError:  # not a name dmlbench makes
+            continue
         if pid_alive(pid):
             continue
         if name.endswith("br"):
@@ -153,7 +165,7 @@ def private_network_prefix() -> list[str]:
 @functools.cache  # a kernel capability: probed once per process, not per check
 def netem_available() -> bool:
     """Whether this kernel has the netem qdisc (tried on a throwaway namespace)."""
-    probe = f"{PREFIX}{_base36(os.getpid())}xprobe"
+    probe = f"{PREFIX}{_base36(os.getpid())}{SEPARATOR}probe"
     _run("ip", "netns", "add", probe, check=False)
     try:
         _run("ip", "link", "set", "lo", "up", ns=probe, check=False)
@@ -211,7 +223,7 @@ class Topology:
 
     def __post_init__(self) -> None:
         Topology._count += 1
-        self.tag = self.tag or f"{_base36(os.getpid())}x{_base36(Topology._count)}"
+        self.tag = self.tag or f"{_base36(os.getpid())}{SEPARATOR}{_base36(Topology._count)}"
         if self.workers > 250 * 255:
             raise NetworkError(f"{self.workers} workers do not fit one emulated /16 network")
         self.subnet = 0  # 10.<subnet>.0.0/16, host-only; allocated when the bridge is made
