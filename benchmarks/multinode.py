@@ -11,8 +11,10 @@ loopback. Measured side by side in one run:
 
 and compared with the two-level α-β model (``perfmodel.cluster_allreduce_time``),
 calibrated once on this host: an unshaped 4-worker all-reduce benchmark (overhead,
-host bandwidth) and each task's unshaped 1×4 run (gradient bytes, and the part of its
-step the network does not change: its step time less the modelled 1×4 all-reduce;
+host bandwidth) and each task's unshaped 1×4 run, repeated right before each layout's
+run (``--no-recalibrate``: once), as this machine's speed drifts by ±20% within
+minutes (gradient bytes, and the part of its step the network does not change: its
+step time less the modelled 1×4 all-reduce;
 with 4 workers on 2 cores that part includes waiting for descheduled peers, which the
 mean compute phase does not). The model knows only the layout and the profile's
 nominal bandwidth and latency.
@@ -85,6 +87,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--steps", type=int, default=60, help="digits-mlp steps per run")
     parser.add_argument("--cifar-steps", type=int, default=25)
+    parser.add_argument("--recalibrate", action=argparse.BooleanOptionalAction, default=True,
+                        help="a 1×4 run of the task right before each layout's run, for its "
+                        "compute (against the machine's drift)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/multinode.json"))
     args = parser.parse_args()
     store = ResultsStore(Path(tempfile.mkdtemp(prefix="dmlbench-multinode-")))
@@ -137,6 +142,9 @@ def main() -> int:
                     "predicted_s": predicted, "measured_s": row["latency_s"],
                 })  # fmt: skip
             for task, (steps, data) in tasks.items():
+                if args.recalibrate:  # this machine drifts by ±20% in minutes: a 1×4 run
+                    fresh = train(store, task, 1, None, steps, data)  # right before
+                    compute[task] = fresh["step_time_s"] - one_host[task]
                 summary = train(store, task, nodes, network, steps, data)
                 comm = cluster_allreduce_time("ring", 4, summary["gradient_bytes"], link, layout,
                                               calibration)  # fmt: skip
