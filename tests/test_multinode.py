@@ -184,6 +184,13 @@ def _wait_for_training(store: Path, timeout: float = 90) -> None:
     pytest.fail("the emulated cluster never trained")
 
 
+def _training_cluster(store: Path) -> tuple[Path, subprocess.Popen]:
+    """A 2×2 emulated cluster that trains until stopped, once its training has begun."""
+    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false")
+    _wait_for_training(store)
+    return store, proc
+
+
 @root_only
 @pytest.mark.multiprocess
 def test_an_emulated_cluster_runs_the_multi_node_path(tmp_path: Path) -> None:
@@ -202,9 +209,7 @@ def test_an_emulated_cluster_runs_the_multi_node_path(tmp_path: Path) -> None:
 @root_only
 @pytest.mark.multiprocess
 def test_a_killed_node_agent_fails_the_run_naming_the_node(tmp_path: Path) -> None:
-    store = tmp_path / "s"
-    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false")
-    _wait_for_training(store)
+    store, proc = _training_cluster(tmp_path / "s")
     agent = max(_agents(store))  # node 1's agent starts last
     os.kill(agent, signal.SIGKILL)
     killed = time.monotonic()
@@ -219,9 +224,7 @@ def test_a_killed_node_agent_fails_the_run_naming_the_node(tmp_path: Path) -> No
 @root_only
 @pytest.mark.multiprocess
 def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path) -> None:
-    store = tmp_path / "s"
-    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false")
-    _wait_for_training(store)
+    store, proc = _training_cluster(tmp_path / "s")
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
     proc.communicate(timeout=60)
     assert proc.returncode == 130

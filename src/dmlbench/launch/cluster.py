@@ -33,17 +33,23 @@ from typing import Any
 
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.rendezvous import DEFAULT_PORT
-from dmlbench.launch.run import ProgressFn, RunOutcome, _Watcher, close_run, open_run
+from dmlbench.launch.run import (
+    ProgressFn,
+    RunOutcome,
+    _Watcher,
+    open_run,
+    prepare_data,
+    settle,
+    store_end,
+)
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import NetworkError, Topology, check_can_emulate, preflight
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
 from dmlbench.results.events import EventTail
 from dmlbench.results.rundir import OUTCOME_FILE, read_json, write_json
 from dmlbench.results.store import Rerun
-from dmlbench.results.summary import eval_history, summarize
 from dmlbench.spec import RunSpec
 from dmlbench.spec.run import deviations
-from dmlbench.tasks import get_task
 
 NODE_SPEC_FILE = "node-spec.json"
 NODES_DIR = "nodes"
@@ -195,10 +201,7 @@ def run_cluster(
     check_can_emulate()  # namespaces need root, shaped or not
     network = spec.network.resolve() if spec.network.enabled else UNSHAPED
     preflight(network)
-    task = get_task(spec.task)
-    task.prepare(spec.data_dir, spec.download)
-    if task.count is not None and not spec.partial_data:
-        task.check_examples(*task.count(spec.data_dir), spec.data_dir)
+    prepare_data(spec)
     run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
                                sweep=sweep, claim=claim)  # fmt: skip
     spec_file = run_dir / NODE_SPEC_FILE
@@ -218,7 +221,7 @@ def run_cluster(
                 agents.append(agent)
             if progress:
                 tail = _NodesTail([agent.events_file(run_id) for agent in agents])
-                watcher = _Watcher(tail, progress)  # type: ignore[arg-type]
+                watcher = _Watcher(tail, progress)
                 watcher.start()
             lost = _watch(agents)
         if lost:
@@ -245,17 +248,10 @@ def run_cluster(
             watcher.join()
         holder = next((a for a in agents if a.events_file(run_id).is_file()), None)
         events = read_events(holder.events_file(run_id)) if holder else []
-        summary, evals = summarize(events), eval_history(events)
+        unfinished = "the nodes exited without finishing the run"
+        summary, evals, status, error = settle(events, status, error, unfinished)
         summary["emulated_nodes"] = True
         if holder is not None:
             summary["rank0_node"] = holder.index
-        if not status:
-            status = summary.get("status") or "failed"
-            if not summary["finished"]:
-                error = "the nodes exited without finishing the run"
-
-        def complete() -> None:
-            store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
-
-        close_run(store, run_dir, status, error, complete)
+        store_end(store, run_id, run_dir, status, summary, evals, error)
     return RunOutcome(run_id, status, summary, evals, error, str(run_dir))

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dmlbench.errors import ResultsNotStored, SpecError, StoreError, WorkerFailed
 from dmlbench.launch.local import launch_local
@@ -102,6 +102,46 @@ def close_run(
         ) from None
 
 
+def prepare_data(spec: RunSpec) -> None:
+    """Find (or download) the task's data and check its example counts, before anything
+    is recorded: a data problem is refused, not stored as a failed run."""
+    task = get_task(spec.task)
+    task.prepare(spec.data_dir, spec.download)
+    if task.count is not None and not spec.partial_data:
+        task.check_examples(*task.count(spec.data_dir), spec.data_dir)
+
+
+def settle(
+    events: list[dict[str, Any]], status: str, error: str | None, unfinished: str
+) -> tuple[dict[str, Any], list[dict[str, Any]], str, str | None]:
+    """Summary, evaluations, status and error of a run from its event log. ``status``
+    "" means the workers exited cleanly: the log then says how the run ended, and a
+    log without its end gets ``unfinished`` as the error."""
+    summary, evals = summarize(events), eval_history(events)
+    if not status:
+        status = summary.get("status") or "failed"
+        if not summary["finished"]:
+            error = unfinished
+    return summary, evals, status, error
+
+
+def store_end(
+    store: ResultsStore,
+    run_id: str,
+    run_dir: Path,
+    status: str,
+    summary: dict[str, Any],
+    evals: list[dict[str, Any]],
+    error: str | None,
+) -> None:
+    """Complete the run's row (see :func:`close_run`)."""
+
+    def complete() -> None:
+        store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
+
+    close_run(store, run_dir, status, error, complete)
+
+
 def name_lost_node(error: str, hosts: list[str], here: str) -> str:
     """Prefix a worker's error with the node it lost: gloo names the peer's address."""
     lost = [i for i, host in enumerate(hosts)
@@ -109,10 +149,14 @@ def name_lost_node(error: str, hosts: list[str], here: str) -> str:
     return f"lost node {lost[0]} ({hosts[lost[0]]}): {error}" if len(lost) == 1 else error
 
 
+class Tail(Protocol):
+    def new_events(self) -> list[dict[str, Any]]: ...
+
+
 class _Watcher(threading.Thread):
     """Feeds newly logged events to a progress callback while workers run."""
 
-    def __init__(self, tail: EventTail, callback: ProgressFn) -> None:
+    def __init__(self, tail: Tail, callback: ProgressFn) -> None:
         super().__init__(daemon=True)
         self.tail, self.callback = tail, callback
         self.done = threading.Event()
@@ -153,7 +197,6 @@ def run_benchmark(
         from dmlbench.launch.cluster import run_cluster
 
         return run_cluster(spec, store, echo=echo, progress=progress, sweep=sweep, claim=claim)
-    task = get_task(spec.task)
     network = spec.network.resolve() if spec.network.enabled else None
     if rendezvous is not None:
         network = None  # real hosts, or nodes of an emulated cluster: shaped outside
@@ -161,9 +204,7 @@ def run_benchmark(
             raise SpecError(f"--nnodes {rendezvous.nodes} but the spec has nodes={spec.nodes}")
     if network:
         preflight(network)  # not root, or no way to emulate it: refused before recording
-    task.prepare(spec.data_dir, spec.download)
-    if task.count is not None and not spec.partial_data:
-        task.check_examples(*task.count(spec.data_dir), spec.data_dir)
+    prepare_data(spec)
     run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
                                sweep=sweep, claim=claim,
                                name=rendezvous.run_id if rendezvous else None)  # fmt: skip
@@ -189,7 +230,8 @@ def run_benchmark(
         if watcher:
             watcher.done.set()
             watcher.join()
-        summary, evals = {}, []
+        summary: dict[str, Any] = {}
+        evals: list[dict[str, Any]] = []
         if placed and 0 not in placed:  # another node held rank 0: it records the run
             status = status or "finished"
             with contextlib.suppress(OSError):
@@ -198,18 +240,11 @@ def run_benchmark(
             store.withdraw(run_id)
         else:
             events = read_events(run_dir / EVENTS_FILE)
-            summary, evals = summarize(events), eval_history(events)
-            if not status:  # the workers exited cleanly: the log says how the run ended
-                status = summary.get("status") or "failed"
-                if not summary["finished"]:
-                    error = "workers exited without finishing the run"
+            unfinished = "workers exited without finishing the run"
+            summary, evals, status, error = settle(events, status, error, unfinished)
             if rendezvous is not None and error:
                 error = name_lost_node(error, summary.get("hosts") or [], rendezvous.address())
-
-            def complete() -> None:
-                store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
-
-            close_run(store, run_dir, status, error, complete)
+            store_end(store, run_id, run_dir, status, summary, evals, error)
     return RunOutcome(
         run_id,
         status,
