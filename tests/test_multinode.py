@@ -240,3 +240,13 @@ def test_the_lost_node_is_named_from_the_peer_gloo_names() -> None:
     hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
     assert name_lost_node(error, hosts, "10.0.0.1").startswith("lost node 1 (10.0.0.2): worker")
     assert name_lost_node(error, ["127.0.0.1", "127.0.0.1"], "127.0.0.1") == error  # ambiguous
+
+
+def test_simulate_layouts_pair_by_position_and_name_their_option() -> None:
+    from dmlbench.cli.app import _layouts
+    from dmlbench.errors import DmlbenchError
+
+    assert _layouts("1,2", "2,2") == [(1, 2), (2, 2)]  # a repeated count is a layout too
+    assert _layouts("1,2,4", "4") == [(1, 4), (2, 4), (4, 4)]
+    with pytest.raises(DmlbenchError, match=r"^--nodes '0,2': node counts must be at least 1"):
+        _layouts("0,2", "2")

@@ -54,17 +54,21 @@ RerunOption = Annotated[
 ]
 
 
-def _worker_counts(text: str | None) -> list[int]:
-    """``"1,2,4"`` → [1, 2, 4]; refused with one line when it is not a list of counts."""
+def _worker_counts(
+    text: str | None, option: str = "--workers", noun: str = "worker counts", unique: bool = True
+) -> list[int]:
+    """``"1,2,4"`` → [1, 2, 4]; refused with one line when it is not a list of counts.
+    ``unique``: repeats dropped (a sweep's axis); otherwise kept (values paired by
+    position, as --nodes with --nproc-per-node)."""
     if text is None:
         return []
     try:
         counts = [int(part) for part in text.replace(" ", "").split(",") if part]
     except ValueError:
-        raise DmlbenchError(f"--workers {text!r}: give a count or a list like 1,2,4") from None
+        raise DmlbenchError(f"{option} {text!r}: give a count or a list like 1,2,4") from None
     if not counts or min(counts) < 1:
-        raise DmlbenchError(f"--workers {text!r}: worker counts must be at least 1")
-    return list(dict.fromkeys(counts))
+        raise DmlbenchError(f"{option} {text!r}: {noun} must be at least 1")
+    return list(dict.fromkeys(counts)) if unique else counts
 
 
 def _require_store(store: Path) -> Any:
@@ -804,8 +808,9 @@ def _layouts(nodes: str | None, per_node: str | None) -> list[tuple[int, int]]:
     either applies to every value of the other."""
     if nodes is None and per_node is None:
         return []
-    node_counts = _worker_counts(nodes or "1")
-    per_counts = _worker_counts(per_node or "1")
+    node_counts = _worker_counts(nodes or "1", "--nodes", "node counts", unique=False)
+    per_counts = _worker_counts(per_node or "1", "--nproc-per-node", "workers per node",
+                                unique=False)  # fmt: skip
     if len(node_counts) > 1 and len(per_counts) > 1 and len(node_counts) != len(per_counts):
         raise DmlbenchError("--nodes and --nproc-per-node: give one value of either, or as "
                             "many of each")  # fmt: skip
