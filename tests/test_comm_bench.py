@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from test_cli import cli
 
@@ -78,6 +79,10 @@ def test_allreduce_benchmark_runs_on_real_gloo_workers(tmp_path: Path) -> None:
     assert "1 figures" in report
     page = (tmp_path / "r.html").read_text()
     assert "Communication micro-benchmarks" in page and run["run_id"] in page
+    cli("export", "--out", str(tmp_path / "tables"), "--format", "csv", "--store", store)
+    comm = pd.read_csv(tmp_path / "tables" / "comm.csv")
+    assert list(comm["bytes"]) == sizes and set(comm["run_id"]) == {run["run_id"]}
+    assert (tmp_path / "tables" / "runs.csv").is_file()  # no training runs: an empty table
 
 
 def test_bad_benchmark_input_is_one_line() -> None:

@@ -701,20 +701,22 @@ def export(
     out: Annotated[Path, typer.Option(help="folder for runs/evals/phases files")],
     store: StoreOption = default_store(),
     formats: Annotated[
-        list[str] | None, typer.Option("--format", help="csv and/or parquet (default both)")
+        list[str] | None,
+        typer.Option("--format", help="csv and/or parquet (default both; parquet needs pyarrow)"),
     ] = None,
     sweep: SweepFilter = None,
     task: TaskFilter = None,
 ) -> None:
-    """Write runs, evaluations and phases as CSV and/or Parquet files."""
+    """Write runs, evaluations, phases (and communication micro-benchmarks, unless
+    filtered by sweep or task) as CSV and/or Parquet files."""
+    from dmlbench.report.export import check_formats, default_formats
     from dmlbench.report.export import export as export_tables
 
-    chosen = formats or ["csv", "parquet"]
-    bad = [f for f in chosen if f not in ("csv", "parquet")]
-    if bad:
-        raise DmlbenchError(f"--format {bad[0]!r}: choose csv or parquet")
-    runs = _selected_runs(store, sweep, task)
-    written = export_tables(runs, out, chosen)  # type: ignore[arg-type]
+    chosen = formats or default_formats()
+    check_formats(chosen)
+    comm = [] if sweep or task else _require_store(store).comm_runs()
+    runs = _require_store(store).runs() if comm else _selected_runs(store, sweep, task)
+    written = export_tables(runs, out, chosen, comm)  # type: ignore[arg-type]
     names = ", ".join(p.name for p in written)
     console.print(f"{len(written)} files in {out}: {names}", markup=False)
 

@@ -320,12 +320,12 @@ def comm_frame(comm_runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """One row per (micro-benchmark run, message size), with the run's identity."""
     rows = [
         {"run_id": r["run_id"], "op": r["op"], "backend": r["backend"], "workers": r["workers"],
-         "network": r["network"], "status": r["status"], "cores": r.get("cores"),
-         "created_at": r["created_at"], **row}
+         "nodes": r["spec"].get("nodes", 1), "network": r["network"], "status": r["status"],
+         "cores": r.get("cores"), "created_at": r["created_at"], **row}
         for r in comm_runs
         for row in r.get("results") or []
     ]  # fmt: skip
-    columns = ["run_id", "op", "backend", "workers", "network", "status", "cores", "created_at",
-               "bytes", "repeats", "iterations", "latency_s", "latency_min_s", "latency_max_s",
-               "latency_std_s", "algbw", "busbw"]  # fmt: skip
+    columns = ["run_id", "op", "backend", "workers", "nodes", "network", "status", "cores",
+               "created_at", "scope", "bytes", "repeats", "iterations", "latency_s",
+               "latency_min_s", "latency_max_s", "latency_std_s", "algbw", "busbw"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
