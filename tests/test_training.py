@@ -60,7 +60,7 @@ def test_run_reaches_target_and_is_stored_with_history(store: ResultsStore) -> N
     assert row["best_metric"] >= 0.97 and row["division"] == "closed"
     assert row["time_to_accuracy_s"] == pytest.approx(row["evals"][-1]["elapsed_s"])
     assert row["time_to_accuracy_compute_s"] < row["time_to_accuracy_s"]
-    assert [p["rank"] for p in row["phases"]].count(1) == 7  # 5 step phases + eval + checkpoint
+    assert [p["rank"] for p in row["phases"]].count(1) == 6  # 5 step phases + eval
     shares = row["summary"]["phase_shares"]
     assert sum(shares[p]["mean"] for p in shares) == pytest.approx(1.0)
     assert row["environment"]["cores"] >= 1 and row["environment"]["torch"] == torch.__version__

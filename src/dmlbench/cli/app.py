@@ -360,8 +360,6 @@ def results(
     Communication micro-benchmarks (`dmlbench bench`) are listed after training runs;
     `--json` gives training runs, or the one benchmark asked for.
     """
-    from dmlbench.report.terminal import comm_table, run_summary, runs_table
-
     if import_dirs:
         from dmlbench.results import ResultsStore
         from dmlbench.results.recover import import_run_dir
@@ -372,7 +370,9 @@ def results(
             console.print(f"imported {done.kind} {done.run_id} ({done.status}) from {folder}",
                           markup=False)  # fmt: skip
         return
-    results_store = _require_store(store)
+    results_store = _require_store(store)  # before the report's imports (pandas: seconds)
+    from dmlbench.report.terminal import comm_table, run_summary, runs_table
+
     if run_id:
         resolved = results_store.resolve_id(run_id)
         if resolved is None:
@@ -609,13 +609,13 @@ def report(
     png: Annotated[Path | None, typer.Option(help="also write every figure as PNG here")] = None,
 ) -> None:
     """Scaling tables in the terminal and one self-contained HTML report with plots."""
+    results = _require_store(store)  # before the report's imports (pandas: seconds)
     import pandas as pd
 
     from dmlbench.report.html import write_report
     from dmlbench.report.prices import choose_price
     from dmlbench.report.terminal import scaling_tables
 
-    results = _require_store(store)
     runs = results.runs(sweep=sweep, task=task)
     comm_runs = results.comm_runs() if not (sweep or task) else []
     from dmlbench.report.predictions import load_predictions
@@ -667,11 +667,11 @@ def compare(
 ) -> None:
     """Aggregated runs side by side: repeats as mean ± std and olympic mean, speedup,
     efficiency, comm ratio and cost."""
+    runs = _selected_runs(store, sweep, task)  # before the report's imports
     from dmlbench.report import analysis
     from dmlbench.report.prices import choose_price
     from dmlbench.report.terminal import scaling_tables
 
-    runs = _selected_runs(store, sweep, task)
     frame = analysis.runs_frame(runs)
     columns = [c.strip() for c in by.split(",") if c.strip()]
     unknown = [c for c in columns if c not in frame.columns]

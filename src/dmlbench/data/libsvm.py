@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.datasets import load_svmlight_file
 
 from dmlbench.data.download import cache_root
 from dmlbench.errors import DatasetError
@@ -71,6 +70,8 @@ def _check_values(
 def _convert(
     source: Path, origin: Path, n_features: int, out_dir: Path, labels: tuple[float, ...] | None
 ) -> None:
+    from sklearn.datasets import load_svmlight_file  # ~1.5 s: only when a file is parsed
+
     size = source.stat().st_size
     chunks: list[np.ndarray] = []
     rows = 0

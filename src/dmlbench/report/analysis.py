@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dmlbench.results.schema import PHASES
 from dmlbench.spec.overrides import flatten
-from dmlbench.train.timers import PHASES
 
 # Spec keys that never make two runs different experiments.
 _NOT_VARIANT = {"workers", "seed", "data_dir", "download", "plugins", "save_model"}

@@ -16,7 +16,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 from matplotlib.ticker import NullLocator, ScalarFormatter
 
-from dmlbench.train.timers import PHASES
+from dmlbench.results.schema import PHASES
 
 PHASE_COLOURS = {
     "data": "#8c8c8c",

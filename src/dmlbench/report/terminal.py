@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import InverseSqrtSchedule, Schedule, WarmupStepSchedule
 from dmlbench.tasks import TaskDefinition
-from dmlbench.train.timers import PHASES
 
 
 def _pct(value: float | None) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dmlbench.train.timers import PHASES
+from dmlbench.results.schema import PHASES
 
 
 def eval_history(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

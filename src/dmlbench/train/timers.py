@@ -11,14 +11,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-PHASES = ("data", "forward", "backward", "comm", "optimizer")
-EXTRA_PHASES = ("eval", "checkpoint")
+from dmlbench.results.schema import ALL_PHASES, EXTRA_PHASES, PHASES
+
+__all__ = ["ALL_PHASES", "EXTRA_PHASES", "PHASES", "PhaseTimer"]
 
 
 class PhaseTimer:
     def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
         self._sync = synchronize
-        self.seconds: dict[str, float] = dict.fromkeys(PHASES + EXTRA_PHASES, 0.0)
+        self.seconds: dict[str, float] = dict.fromkeys(ALL_PHASES, 0.0)
         self.last = 0.0  # perf_counter() of the latest start or lap
 
     def start(self) -> None:
@@ -39,5 +40,5 @@ class PhaseTimer:
         self.seconds[target] += seconds
 
     def vector(self) -> list[float]:
-        """Seconds per phase in ``PHASES + EXTRA_PHASES`` order (for all-gather)."""
-        return [self.seconds[p] for p in PHASES + EXTRA_PHASES]
+        """Seconds per phase in ``ALL_PHASES`` order (for all-gather)."""
+        return [self.seconds[p] for p in ALL_PHASES]

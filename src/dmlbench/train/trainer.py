@@ -23,13 +23,13 @@ from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
 from dmlbench.results.events import EventLog
+from dmlbench.results.schema import ALL_PHASES
 from dmlbench.spec import RunSpec
 from dmlbench.tasks import TaskDefinition
 from dmlbench.train.context import DistContext
 from dmlbench.train.losses import LOSSES
-from dmlbench.train.timers import EXTRA_PHASES, PHASES, PhaseTimer
+from dmlbench.train.timers import PhaseTimer
 
-ALL_PHASES = PHASES + EXTRA_PHASES
 PROGRESS_EVERY_S = 2.0
 
 
