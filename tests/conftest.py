@@ -17,6 +17,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts worker processes belongs to the slow tier."""
+    for item in items:
+        if item.get_closest_marker("multiprocess") and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DMLBENCH_CACHE", str(tmp_path / "cache"))

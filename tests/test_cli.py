@@ -28,19 +28,19 @@ def cli(*args: str, check: bool = True, pythonpath: str = "") -> subprocess.Comp
     return done
 
 
-def test_tasks_lists_every_reference_task() -> None:
-    names = {t["name"] for t in json.loads(cli("tasks", "--json").stdout)}
+def test_tasks_lists_every_reference_task(dmlbench) -> None:
+    names = {t["name"] for t in json.loads(dmlbench("tasks", "--json")[1])}
     expected = {"digits-mlp", "epsilon-logreg"} | {f"cifar10-resnet{d}" for d in (20, 32, 44, 56)}
     assert expected <= names
-    table = cli("tasks").stdout
+    table = dmlbench("tasks")[1]
     assert "cifar10-resnet56" in table and "α/√t" in table
 
 
-def test_dry_run_resolves_and_starts_nothing(tmp_path: Path) -> None:
-    out = cli("run", "cifar10-resnet20", "--workers", "4", "--dry-run", "--json",
-              "--store", str(tmp_path / "s"))  # fmt: skip
-    plan = json.loads(out.stdout)
-    assert plan["spec"]["workers"] == 4 and plan["derived"]["global_batch"] == 128
+def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
+    code, out, _ = dmlbench("run", "cifar10-resnet20", "--workers", "4", "--dry-run", "--json",
+                            "--store", str(tmp_path / "s"))  # fmt: skip
+    plan = json.loads(out)
+    assert code == 0 and plan["spec"]["workers"] == 4 and plan["derived"]["global_batch"] == 128
     assert plan["derived"]["lr_first_step"] == pytest.approx(0.1 / 256 * 32)
     assert plan["derived"]["lr_after_warmup"] == pytest.approx(0.1 / 256 * 128)
     assert plan["derived"]["division"] == "closed" and plan["deviations"] == {}
@@ -67,12 +67,19 @@ def test_dry_run_resolves_and_starts_nothing(tmp_path: Path) -> None:
         (["run", "--workers", "1,2", "--rerun", "sometimes", "--dry-run"], "--rerun 'sometimes'"),
     ],
 )  # fmt: skip
-def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str) -> None:
-    done = cli(*args, check=False)
-    assert done.returncode == 2
-    assert message in done.stderr
-    assert "Traceback" not in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+def test_bad_input_is_one_line_and_exit_code_2(dmlbench, args: list[str], message: str) -> None:
+    code, _, err = dmlbench(*args)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_one_line_error_is_the_same_from_the_console_script() -> None:
+    done = cli("run", "no-such-task", check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "unknown task 'no-such-task'" in done.stderr
 
 
 @pytest.mark.multiprocess
@@ -144,14 +151,14 @@ def test_plugins_are_not_imported_from_the_current_directory(tmp_path: Path) -> 
     assert not (tmp_path / "IMPORTED").exists()
 
 
-def test_help_lists_the_commands() -> None:
-    help_text = cli("--help").stdout
+def test_help_lists_the_commands(dmlbench) -> None:
+    help_text = dmlbench("--help")[1]
     assert all(command in help_text for command in ("tasks", "run", "results"))
 
 
-def test_docs_task_page_is_generated_from_the_registry() -> None:
+def test_docs_task_page_is_generated_from_the_registry(dmlbench) -> None:
     page = Path(__file__).parent.parent / "docs" / "tasks.md"
-    assert page.read_text() == cli("tasks", "--markdown").stdout, (
+    assert page.read_text() == dmlbench("tasks", "--markdown")[1], (
         "docs/tasks.md is stale: run `dmlbench tasks --markdown > docs/tasks.md`"
     )
 
@@ -168,6 +175,7 @@ def test_example_plugin_task_runs(tmp_path: Path) -> None:
     ("name", "task"),
     [("digits.yaml", "digits-mlp"), ("cifar10-resnet20.toml", "cifar10-resnet20")],
 )
-def test_example_spec_files_resolve(name: str, task: str) -> None:
-    done = cli("run", "--config", str(EXAMPLES / name), "--dry-run", "--json")
-    assert json.loads(done.stdout)["spec"]["task"] == task
+def test_example_spec_files_resolve(dmlbench, name: str, task: str) -> None:
+    code, out, err = dmlbench("run", "--config", str(EXAMPLES / name), "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["spec"]["task"] == task

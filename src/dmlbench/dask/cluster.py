@@ -9,6 +9,7 @@ thread per worker and one torch thread per worker process, and closed at exit.
 from __future__ import annotations
 
 import atexit
+import logging
 import math
 import socket
 import threading
@@ -60,13 +61,22 @@ def local_client(workers: int = 1) -> Client:
 
 
 def close_local() -> None:
+    """Close the process-wide cluster (at exit, or when asked), quietly: its nannies kill
+    a worker process that takes more than 4 s to exit (a busy machine) and warn twice per
+    worker, about workers whose fit has finished and whose results are back."""
     global _LOCAL
     if _LOCAL is not None:
         cluster = _LOCAL.cluster
-        _LOCAL.close()
-        if cluster is not None:
-            cluster.close()
-        _LOCAL = None
+        nanny = logging.getLogger("distributed.nanny")
+        level = nanny.level
+        nanny.setLevel(logging.ERROR)
+        try:
+            _LOCAL.close()
+            if cluster is not None:
+                cluster.close()
+        finally:
+            nanny.setLevel(level)
+            _LOCAL = None
 
 
 HANDSHAKE_WAIT_S = 10.0  # a scheduler greets a new connection at once; allow for load
