@@ -50,6 +50,8 @@ def test_global_batch_derives_local_batch() -> None:
         ({"overrides": ["momentum=0"]}, "nesterov=true needs momentum > 0"),
         ({"overrides": ["milestones=[109, 82]"]}, "increasing order"),
         ({"overrides": ["exchange=carrier-pigeon"]}, "exchange"),
+        ({"overrides": ["exchange=alreduce"]}, "unknown exchange 'alreduce' (did you mean"),
+        ({"overrides": ["recipe.optimizer.name=adam"]}, "unknown optimizer 'adam'; registered"),
         ({"overrides": ["nonsense"]}, "is not key=value"),
         ({"workers": 64, "overrides": ["local_batch=1024"]}, "larger than the 50,000 training"),
         ({"overrides": ["lr_per_sample=.inf"]}, "lr_per_sample: Input should be a finite number"),
@@ -64,6 +66,18 @@ def test_impossible_specs_are_refused_in_one_line(kwargs: dict, message: str) ->
         resolve_spec("cifar10-resnet20", **kwargs)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_the_registries_are_the_source_of_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dmlbench.comm.exchange import EXCHANGES, AllReduceExchange
+    from dmlbench.optim.build import OPTIMIZERS
+
+    monkeypatch.setitem(EXCHANGES, "my-exchange", AllReduceExchange)
+    monkeypatch.setitem(OPTIMIZERS, "my-sgd", OPTIMIZERS["sgd"])
+    spec = resolve_spec(
+        "digits-mlp", overrides=["exchange=my-exchange", "recipe.optimizer.name=my-sgd"]
+    )
+    assert (spec.exchange, spec.recipe.optimizer.name) == ("my-exchange", "my-sgd")
 
 
 def test_unknown_task_suggests_the_closest() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -10,17 +10,23 @@ from torch import nn
 from dmlbench.spec.recipe import OptimizerSpec
 
 
+def _sgd(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.SGD(
+        params, lr=0.0, momentum=spec.momentum, nesterov=spec.nesterov,
+        weight_decay=spec.weight_decay,
+    )  # fmt: skip
+
+
+# The optimizers a recipe may name (OptimizerSpec.name is validated against this);
+# register another by adding a builder.
+OPTIMIZERS: dict[str, Callable[[OptimizerSpec, Iterable[nn.Parameter]], torch.optim.Optimizer]] = {
+    "sgd": _sgd,
+}
+
+
 def build_optimizer(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     """The rate is set every step by the schedule; 0 here is a placeholder."""
-    if spec.name == "sgd":
-        return torch.optim.SGD(
-            params,
-            lr=0.0,
-            momentum=spec.momentum,
-            nesterov=spec.nesterov,
-            weight_decay=spec.weight_decay,
-        )
-    raise ValueError(f"unknown optimizer {spec.name}")
+    return OPTIMIZERS[spec.name](spec, params)
 
 
 def l2_penalty(model: nn.Module, coefficient: float) -> torch.Tensor:

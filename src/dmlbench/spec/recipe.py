@@ -7,10 +7,13 @@ deviation (open division).
 
 from __future__ import annotations
 
+import bisect
+import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from dmlbench.errors import registered
 from dmlbench.strict import StrictModel
 
 
@@ -24,10 +27,17 @@ class ModelSpec(StrictModel):
 class OptimizerSpec(StrictModel):
     """Per-worker optimizer applied after the gradient exchange."""
 
-    name: Literal["sgd"] = "sgd"
+    name: str = Field("sgd", description="a name in optim.build.OPTIMIZERS")
     momentum: float = Field(0.0, ge=0.0, lt=1.0)
     nesterov: bool = False
     weight_decay: float = Field(0.0, ge=0.0, description="added to the gradient (torch SGD)")
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        from dmlbench.optim.build import OPTIMIZERS
+
+        return registered("optimizer", name, OPTIMIZERS)
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> OptimizerSpec:
@@ -56,6 +66,15 @@ class WarmupStepSchedule(StrictModel):
             raise ValueError("milestones must be positive epochs in increasing order")
         return self
 
+    def rate(self, *, step: int, epoch: float, local_batch: int, world_size: int) -> float:
+        start = self.lr_per_sample * local_batch
+        peak = self.lr_per_sample * local_batch * world_size
+        if epoch < self.warmup_epochs:
+            rate = start + (peak - start) * epoch / self.warmup_epochs
+        else:
+            rate = peak
+        return rate * self.gamma ** bisect.bisect_right(self.milestones, epoch)
+
 
 class InverseSqrtSchedule(StrictModel):
     """``α / √t`` with ``t`` the update count from 1; α looked up by worker count."""
@@ -76,6 +95,12 @@ class InverseSqrtSchedule(StrictModel):
     def alpha(self, world_size: int) -> float:
         key = max(k for k in self.alpha_by_workers if k <= world_size)
         return self.alpha_by_workers[key]
+
+    def rate(self, *, step: int, epoch: float, local_batch: int, world_size: int) -> float:
+        return self.alpha(world_size) / math.sqrt(step + 1)
+
+
+# A new schedule is a class here with a ``kind`` and a ``rate`` method, added to this union.
 
 
 Schedule = Annotated[WarmupStepSchedule | InverseSqrtSchedule, Field(discriminator="kind")]

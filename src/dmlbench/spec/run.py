@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from dmlbench.errors import SpecError
+from dmlbench.errors import SpecError, registered
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.spec.overrides import apply_overrides, deep_merge, flatten
 from dmlbench.spec.recipe import Recipe, StrictModel
@@ -38,10 +38,11 @@ class RunSpec(StrictModel):
     global_batch: int | None = Field(
         None, gt=0, description="if set, local batch = global_batch / workers (strong scaling)"
     )
-    exchange: Literal["allreduce", "ddp"] = Field(
+    exchange: str = Field(
         "allreduce",
-        description="allreduce: one flat all-reduce after backward (comm measured alone); "
-        "ddp: DistributedDataParallel's bucketed all-reduce overlapped with backward",
+        description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
+        "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
+        "all-reduce overlapped with backward",
     )
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -74,6 +75,13 @@ class RunSpec(StrictModel):
         default_factory=NetworkSpec,
         description="emulated network: each worker in its own namespace, shaped with tc",
     )
+
+    @field_validator("exchange")
+    @classmethod
+    def _registered_exchange(cls, name: str) -> str:
+        from dmlbench.comm.exchange import EXCHANGES
+
+        return registered("exchange", name, EXCHANGES)
 
     @model_validator(mode="after")
     def _derive_layout(self) -> RunSpec:
