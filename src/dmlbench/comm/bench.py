@@ -15,10 +15,8 @@ across worker counts and with a link's nominal speed.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from dmlbench.comm.collectives import all_gather_floats
+from dmlbench.comm.group import Member, join_group
 from dmlbench.results.rundir import COMM_RESULTS_FILE as RESULTS_FILE
 from dmlbench.spec.bench import ELEMENT_BYTES, CommBenchSpec
 
@@ -134,16 +133,10 @@ def _measure(
 def comm_bench_worker(spec_json: str, run_dir: str) -> None:
     """Time all-reduces of every size; rank 0 writes the per-size summary."""
     spec = CommBenchSpec.model_validate(json.loads(spec_json))
-    rank = int(os.environ.get("RANK", 0))
-    world = int(os.environ.get("WORLD_SIZE", 1))
     cuda = spec.device == "cuda" or (spec.device == "auto" and spec.backend == "nccl")
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else None
-    device = device or torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    torch.set_num_threads(spec.threads())
-    dist.init_process_group(spec.backend, rank=rank, world_size=world,
-                            timeout=timedelta(minutes=10))  # fmt: skip
+    me = Member.from_env(cuda)
+    rank, world, device = me.rank, me.world_size, me.device
+    join_group(spec.backend, rank=rank, world_size=world, threads=spec.threads())
     try:
         scopes = ["all", "node", "hierarchical"] if spec.nodes > 1 else ["all"]
         rows = []

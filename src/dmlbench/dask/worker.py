@@ -264,6 +264,7 @@ def _join(
 
     if _DDP.get("generation") == (generation, rank):
         return _DDP
+    from dmlbench.comm.group import join_group
     from dmlbench.listeners import interface_of
 
     timeout = timedelta(seconds=generation.timeout_s)
@@ -274,14 +275,11 @@ def _join(
     if store is None:
         store = dist.TCPStore(generation.master_addr, generation.master_port,
                               is_master=False, timeout=timeout)  # fmt: skip
-    if recipe.torch_threads:
-        torch.set_num_threads(recipe.torch_threads)
     interface = interface_of(_worker_host())
     if interface:  # gloo listens there, not on whatever the host name resolves to
         os.environ["GLOO_SOCKET_IFNAME"] = interface
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=generation.world_size, timeout=timeout
-    )
+    join_group("gloo", rank=rank, world_size=generation.world_size,
+               threads=recipe.torch_threads, store=store, timeout=timeout)  # fmt: skip
     module = recipe.build_module()
     load_flat_state(module, start.weights)
     opt = optimizer(module.parameters(), **optimizer_kwargs)

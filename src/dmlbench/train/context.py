@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+from dmlbench.comm.group import Member, join_group
 from dmlbench.spec import RunSpec
 
 
@@ -37,22 +37,13 @@ class DistContext:
     @classmethod
     def initialize(cls, spec: RunSpec) -> DistContext:
         """Join the process group the launcher set up (``RANK``, ``MASTER_ADDR``... in env)."""
-        rank = int(os.environ.get("RANK", 0))
-        world = int(os.environ.get("WORLD_SIZE", 1))
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
         cuda = spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available())
-        device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-        if cuda:
-            torch.cuda.set_device(device)
+        me = Member.from_env(cuda)
         backend = spec.backend if spec.backend != "auto" else ("nccl" if cuda else "gloo")
-        torch.set_num_threads(spec.threads())
-        if not dist.is_initialized():
-            dist.init_process_group(
-                backend, rank=rank, world_size=world, timeout=timedelta(minutes=10)
-            )
+        join_group(backend, rank=me.rank, world_size=me.world_size, threads=spec.threads())
         node = int(os.environ.get("GROUP_RANK", 0))
         nodes = int(os.environ.get("GROUP_WORLD_SIZE", 1))
-        return cls(rank, world, local_rank, device, backend, node, nodes)
+        return cls(me.rank, me.world_size, me.local_rank, me.device, backend, node, nodes)
 
     def destroy(self) -> None:
         if dist.is_initialized():
