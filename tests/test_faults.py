@@ -291,3 +291,18 @@ def test_two_copies_of_a_sweep_share_its_points(tmp_path: Path) -> None:
     keys = [r["run_key"] for r in runs]
     assert len(keys) == 3 and len(set(keys)) == 3  # each point once, not twice
     assert all(r["status"] in ("success", "target_not_reached") for r in runs)
+
+
+def test_a_dmlbench_bug_in_the_launcher_is_reported_as_one(tmp_path: Path) -> None:
+    from dmlbench.errors import WorkerFailed
+    from dmlbench.launch.local import LAUNCHER_TRACEBACK, launch_workers
+    from dmlbench.train.worker import run_worker
+
+    # a value that is not a string cannot go into the environment: a TypeError in our
+    # code, not a start-up failure of torch's, so it must not read as one
+    with pytest.raises(WorkerFailed) as failed:
+        launch_workers(run_worker, (), workers=1, run_dir=tmp_path, env={"BROKEN": 1})  # type: ignore[dict-item]
+    message = str(failed.value)
+    assert message.startswith("dmlbench bug in the launcher: TypeError") and "\n" not in message
+    kept = (tmp_path / LAUNCHER_TRACEBACK).read_text()
+    assert "Traceback" in kept and "_environment" in kept

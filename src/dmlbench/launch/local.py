@@ -15,17 +15,20 @@ import json
 import logging
 import os
 import shutil
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from torch.distributed import DistError
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
     RendezvousConnectionError,
+    RendezvousError,
     RendezvousTimeoutError,
 )
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -56,6 +59,8 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 def _failure_message(failure: ProcessFailure, log_dir: Path) -> str:
+    """The failed worker's error in one line, and where its traceback is kept (torch's
+    ``@record`` writes it to the worker's ``error.json`` in the run's log folder)."""
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", message)
@@ -64,7 +69,26 @@ def _failure_message(failure: ProcessFailure, log_dir: Path) -> str:
         return text
     if not text or text == "<NONE>" or "To enable traceback" in text:
         return f"exited with code {failure.exitcode} before reporting an error; see {log_dir}"
-    return text.splitlines()[-1]
+    error_file = Path(failure.error_file) if failure.error_file else None
+    where = f" (traceback: {error_file})" if error_file and error_file.is_file() else ""
+    return text.splitlines()[-1] + where
+
+
+# What torch raises when workers cannot be started for a reason outside dmlbench: the
+# rendezvous, a port, a process that cannot be spawned, a timeout.
+START_FAILURES = (RendezvousError, OSError, TimeoutError, DistError)
+LAUNCHER_TRACEBACK = "launcher-error.txt"
+
+
+def _launcher_bug(error: Exception, run_dir: Path) -> WorkerFailed:
+    """An exception that is none of the start-up failures above is a dmlbench bug: its
+    traceback is kept in the run folder and the one line says so."""
+    path = run_dir / LAUNCHER_TRACEBACK
+    path.write_text("".join(traceback.format_exception(error)))
+    return WorkerFailed(
+        f"dmlbench bug in the launcher: {type(error).__name__}: {error}; traceback in "
+        f"{path}; please report it"
+    )
 
 
 def _quiet_torch_launcher() -> None:
@@ -166,10 +190,12 @@ def launch_workers(
         ) from None
     except SignalException as error:
         raise KeyboardInterrupt(f"launcher received {error.sigval.name}") from None
-    except Exception as error:  # rendezvous or start-up failures inside torch
+    except START_FAILURES as error:  # rendezvous or start-up failures inside torch
         if rendezvous is not None:
             raise WorkerFailed(_rendezvous_failure(error, rendezvous)) from None
         raise WorkerFailed(f"workers could not be started: {error}") from None
+    except Exception as error:
+        raise _launcher_bug(error, run_dir) from error
     finally:
         watchdog.stop()
         if placed is not None:
@@ -177,7 +203,7 @@ def launch_workers(
         shutil.rmtree(heartbeats, ignore_errors=True)
 
 
-def _rendezvous_failure(error: Exception, rendezvous: Rendezvous) -> str:
+def _rendezvous_failure(error: BaseException, rendezvous: Rendezvous) -> str:
     """One line for a multi-node start that failed: who did not come, and what to do."""
     text = " ".join(str(error).split())
     where = f"the rendezvous at {rendezvous.endpoint} (id {rendezvous.run_id})"

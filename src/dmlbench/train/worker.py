@@ -28,6 +28,8 @@ _PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Read err
 
 
 def _lost_a_peer(error: BaseException) -> bool:
+    """torch's own DistError, or gloo's broken connection: gloo raises a plain RuntimeError
+    (torch 2.13), so its message is the only sign."""
     return isinstance(error, torch.distributed.DistError) or any(
         marker in str(error) for marker in _PEER_LOST
     )
