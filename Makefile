@@ -11,7 +11,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: run test install browser clean
+.PHONY: run test test-fast install browser clean
 
 $(BIN)/dmlbench: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ test: install browser
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
+
+# The unit tier alone (in-process, under a minute): lint, types and the tests not marked
+# slow. `make test` runs both tiers.
+test-fast: install
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -m "not slow"
 
 clean:
 	rm -rf $(VENV) dmlbench-results .pytest_cache .mypy_cache .ruff_cache

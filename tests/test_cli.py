@@ -82,7 +82,6 @@ def test_a_one_line_error_is_the_same_from_the_console_script() -> None:
     assert "unknown task 'no-such-task'" in done.stderr
 
 
-@pytest.mark.multiprocess
 def wait_for_evaluation(
     proc: subprocess.Popen, store: Path, run: int = 1, timeout: float = 60
 ) -> None:
@@ -97,6 +96,7 @@ def wait_for_evaluation(
     pytest.fail(f"run {run} never logged an evaluation")
 
 
+@pytest.mark.multiprocess
 def test_run_then_results(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
     run = json.loads(cli("run", "digits-mlp", "--workers", "2", "--json", "--store", store).stdout)
@@ -141,6 +141,7 @@ def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> 
     assert code == 2 and "(got '[red]x')" in err
 
 
+@pytest.mark.slow
 def test_plugins_are_not_imported_from_the_current_directory(tmp_path: Path) -> None:
     (tmp_path / "planted.py").write_text("open('IMPORTED', 'w').close()\n")
     sweep = tmp_path / "s.yaml"

@@ -145,6 +145,7 @@ def test_a_module_that_fails_to_build_says_so() -> None:
 # ---------------------------------------------------------------- on a real LocalCluster
 
 
+@pytest.mark.slow
 def test_fit_score_predict_and_history(client: Client, digits: tuple[np.ndarray, ...]) -> None:
     x_train, x_test, y_train, y_test = digits
     est = classifier(client, batch_size=GeoDamp, batch_size__delay=1, batch_size__factor=2)
@@ -167,6 +168,7 @@ def test_fit_score_predict_and_history(client: Client, digits: tuple[np.ndarray,
     assert (updates["wall_s"] >= updates["compute_s"]).all()
 
 
+@pytest.mark.slow
 def test_one_update_equals_the_full_batch_gradient_step(client: Client) -> None:
     """The gradient tasks' sum is the batch gradient: one SGD step over the whole set,
     split into 5 tasks on two workers, lands where a local full-batch step does."""
@@ -195,6 +197,7 @@ def test_one_update_equals_the_full_batch_gradient_step(client: Client) -> None:
     np.testing.assert_allclose(flat_state(est.module_), flat_state(local), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_regressor_learns_and_partial_fit_runs_one_epoch(client: Client) -> None:
     rng = np.random.default_rng(1)
     x = rng.normal(size=(400, 10)).astype(np.float32)
@@ -219,6 +222,7 @@ def test_regressor_learns_and_partial_fit_runs_one_epoch(client: Client) -> None
     assert est.score(x, y) > 0.9
 
 
+@pytest.mark.slow
 def test_clone_pickle_pipeline_and_grid_search(client: Client, digits: tuple) -> None:
     x_train, x_test, y_train, y_test = digits
     pipeline = make_pipeline(StandardScaler(), classifier(client, max_epochs=2))
@@ -242,6 +246,7 @@ def test_clone_pickle_pipeline_and_grid_search(client: Client, digits: tuple) ->
     assert search.score(x_test, y_test) > 0.8
 
 
+@pytest.mark.slow
 def test_ddp_engine_matches_the_centralised_engine(client: Client, digits: tuple) -> None:
     """Same data order, same seeds: DDP across two worker processes reaches the same
     weights as the centralised engine, and starts a new process-group generation when
@@ -263,6 +268,7 @@ def test_ddp_engine_matches_the_centralised_engine(client: Client, digits: tuple
     assert ddp.score(x_test, y_test) > 0.8
 
 
+@pytest.mark.slow
 def test_ddp_needs_one_process_per_worker(digits: tuple) -> None:
     x_train, _, y_train, _ = digits
     with cluster(2, processes=False) as local, Client(local, set_as_default=False) as client:
@@ -271,6 +277,7 @@ def test_ddp_needs_one_process_per_worker(digits: tuple) -> None:
             est.fit(x_train, y_train)
 
 
+@pytest.mark.slow
 def test_the_cluster_is_scaled_with_the_batch_size(digits: tuple) -> None:
     """min 1, max 3 workers, GeoDamp ×2 per epoch from 32 with 32 examples per task: the
     cluster is asked for 1, 2, 3, 3 workers, and the workers that join take tasks."""
@@ -298,6 +305,7 @@ def test_the_cluster_is_scaled_with_the_batch_size(digits: tuple) -> None:
         assert max(u["workers"] for u in est.history_[-1]["updates"]) >= 2
 
 
+@pytest.mark.slow
 def test_a_worker_dying_mid_fit_is_survived(tmp_path: Path, digits: tuple) -> None:
     """A worker process is killed (os._exit) during an update: the nanny restarts it, the
     lost task runs again, and the fit finishes with every epoch's examples."""
@@ -325,6 +333,7 @@ def test_a_worker_dying_mid_fit_is_survived(tmp_path: Path, digits: tuple) -> No
     assert est.score(x_test, y_test) > 0.8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("settle_s", [0.0, 1.0])
 def test_a_worker_lost_between_updates_is_survived(
     tmp_path: Path, digits: tuple, settle_s: float
@@ -353,6 +362,7 @@ def test_a_worker_lost_between_updates_is_survived(
     assert [e["examples"] for e in est.history_] == [len(x_train)] * 2
 
 
+@pytest.mark.slow
 def test_the_noise_scale_damper_sets_the_batch_from_measured_noise(client: Client) -> None:
     """Two or more gradient tasks per update give small- and big-batch gradient norms;
     their running B_simple estimate drives NoiseScaleDamp."""
@@ -378,6 +388,7 @@ def test_the_noise_scale_damper_sets_the_batch_from_measured_noise(client: Clien
     assert updates["batch_size"].iloc[-1] != 16  # the estimate moved the batch
 
 
+@pytest.mark.slow
 def test_a_rank_dying_mid_epoch_starts_a_new_generation(tmp_path: Path, digits: tuple) -> None:
     """DDP: a rank's process is killed mid-epoch; its peer fails in the all-reduce, and
     the epoch is re-run from the last state in a new process-group generation."""
@@ -408,6 +419,7 @@ def test_a_rank_dying_mid_epoch_starts_a_new_generation(tmp_path: Path, digits: 
     assert est.score(x_test, y_test) > 0.8
 
 
+@pytest.mark.slow
 def test_a_scheduler_address_is_a_client_too(client: Client, digits: tuple) -> None:
     """Given an address, the fit connects, trains and disconnects; such a cluster is
     not the estimator's to scale, and the history says so."""
@@ -447,6 +459,7 @@ class _Impostor(threading.Thread):
                     connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "message"),
     [
@@ -469,6 +482,7 @@ def test_an_address_that_is_no_scheduler_is_refused_within_the_timeout(
     impostor.server.close()
 
 
+@pytest.mark.slow
 def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
     """The nanny fails the whole start when a worker dies during it: start again."""
     from processes import command_line, process_tree

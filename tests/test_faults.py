@@ -236,6 +236,7 @@ def _begin_in_a_pid_namespace(store: Path) -> subprocess.Popen:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_killed_launcher_in_a_pid_namespace_is_not_taken_for_alive(tmp_path: Path) -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare for a PID namespace")
@@ -254,6 +255,7 @@ def test_a_killed_launcher_in_a_pid_namespace_is_not_taken_for_alive(tmp_path: P
     assert row["status"] == "interrupted" and "ended without finishing" in row["error"]
 
 
+@pytest.mark.slow
 def test_a_killed_launcher_process_leaves_its_run_interrupted(tmp_path: Path) -> None:
     store = tmp_path / "store"
     launcher = subprocess.Popen(

@@ -84,6 +84,7 @@ def _connects(topology: Topology, source: int, target: int) -> bool:
     return client.returncode == 0
 
 
+@pytest.mark.slow
 @root_only
 def test_topology_builds_shapes_and_removes_everything() -> None:
     network = ResolvedNetwork(name="t", rate_bps=1e8)
@@ -99,6 +100,7 @@ def test_topology_builds_shapes_and_removes_everything() -> None:
     assert _ours(topology.tag) == []
 
 
+@pytest.mark.slow
 @root_only
 def test_concurrent_topologies_get_their_own_subnets() -> None:
     """Launchers once took 10.(100 + pid % 100): two with equal pids mod 100 collided."""
@@ -118,6 +120,7 @@ def _forwarders() -> list[str]:
     return [line for line in ps.splitlines() if "dmlbench.netem.forwarder" in line]
 
 
+@pytest.mark.slow
 @root_only
 def test_leftovers_of_a_killed_launcher_are_removed() -> None:
     script = (  # with latency, so the delay forwarder runs too
@@ -187,6 +190,7 @@ def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path) -> None:
     assert leftovers() == []
 
 
+@pytest.mark.slow
 @root_only
 def test_refusals_are_one_line(tmp_path: Path) -> None:
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
