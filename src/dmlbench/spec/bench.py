@@ -9,12 +9,12 @@ from pydantic import Field, ValidationError, model_validator
 
 from dmlbench.errors import SpecError
 from dmlbench.netem.profiles import NetworkSpec
-from dmlbench.spec.recipe import StrictModel
+from dmlbench.strict import WorkersSpec
 
 ELEMENT_BYTES = 4  # float32
 
 
-class CommBenchSpec(StrictModel):
+class CommBenchSpec(WorkersSpec):
     """All-reduce of float32 tensors over message sizes on a log scale.
 
     Sizes go from ``min_bytes`` (1 element) up to ``max_bytes``, multiplying by
@@ -85,13 +85,6 @@ class CommBenchSpec(StrictModel):
     def iterations(self, seconds_each: float) -> int:
         """All-reduces per timed repeat when one takes ``seconds_each`` (1 to max)."""
         return max(1, min(self.max_iterations, int(self.repeat_s / max(seconds_each, 1e-9))))
-
-    def threads(self, cores: int | None = None) -> int:
-        cores = cores or len(os.sched_getaffinity(0))
-        return self.threads_per_worker or max(1, cores // self.workers)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 def validate_bench(data: dict[str, Any]) -> CommBenchSpec:

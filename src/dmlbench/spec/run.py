@@ -13,12 +13,13 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from dmlbench.errors import SpecError, registered
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.spec.overrides import apply_overrides, deep_merge, flatten
-from dmlbench.spec.recipe import Recipe, StrictModel
+from dmlbench.spec.recipe import Recipe
+from dmlbench.strict import StrictModel, WorkersSpec
 
 DEFAULT_DATA_DIR = Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench"))
 
 
-class RunSpec(StrictModel):
+class RunSpec(WorkersSpec):
     """What to run and how. ``recipe`` is the closed-division part; the rest is runtime."""
 
     task: str = Field(description="registered task name, see `dmlbench tasks`")
@@ -132,14 +133,6 @@ class RunSpec(StrictModel):
     def layout(self) -> str:
         """``nodes×per_node``, e.g. ``2×2``."""
         return f"{self.nodes}×{self.per_node}"
-
-    def threads(self, cores: int | None = None) -> int:
-        """Threads per worker: this host's cores shared by the workers it runs."""
-        cores = cores or len(os.sched_getaffinity(0))
-        return self.threads_per_worker or max(1, cores // self.per_node)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
 
 
 _SHORT = reprlib.Repr()  # values quoted in errors, shortened (keyword form needs 3.12)
