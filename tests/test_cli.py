@@ -180,3 +180,23 @@ def test_example_spec_files_resolve(dmlbench, name: str, task: str) -> None:
     code, out, err = dmlbench("run", "--config", str(EXAMPLES / name), "--dry-run", "--json")
     assert code == 0, err
     assert json.loads(out)["spec"]["task"] == task
+
+
+@pytest.mark.slow
+def test_imports_stay_light() -> None:
+    """The CLI loads no heavy library before a command needs it, and a worker only what
+    its task needs: nothing of scikit-learn, SciPy, pandas or matplotlib at start."""
+    heavy = ("torch", "sklearn", "scipy", "pandas", "matplotlib", "dask", "pyarrow")
+    probe = "import sys, {m}; print(' '.join(n for n in {heavy!r} if n in sys.modules))"
+    for module, allowed in (("dmlbench.cli.app", set()), ("dmlbench.train.worker", {"torch"})):
+        done = subprocess.run([sys.executable, "-c", probe.format(m=module, heavy=heavy)],
+                              capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+        assert set(done.stdout.split()) == allowed, (module, done.stdout)
+    # a missing store is said before the report layer (pandas, matplotlib) is imported
+    command = ("import sys\nfrom dmlbench.cli.app import main\n"
+               "sys.argv = ['dmlbench', 'results', '--store', '/nonexistent/store']\n"
+               "try:\n    main()\nexcept SystemExit:\n"
+               f"    print(' '.join(n for n in {heavy!r} if n in sys.modules))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", command], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert "no results store" in done.stderr and done.stdout.split() == [], done.stdout
