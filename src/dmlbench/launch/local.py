@@ -47,8 +47,8 @@ from dmlbench.train.worker import NODE_ADDRESS_ENV, run_worker
 @contextmanager
 def _environment(values: dict[str, str]) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
+    try:  # restored even when a value cannot be set (the ones before it were)
+        os.environ.update(values)
         yield
     finally:
         for key, value in saved.items():
