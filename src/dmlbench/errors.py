@@ -34,12 +34,19 @@ class AlreadyClaimed(DmlbenchError):
     """A sweep point another launcher is running, or that the store already has."""
 
 
+def unknown(kind: str, name: str, known: Iterable[str], listed: str | None = None) -> str:
+    """``unknown KIND 'NAME' (did you mean 'CLOSEST'?); LISTED``: the one line for a name
+    no registry holds. ``listed`` says where the names are (default: all of them)."""
+    names = sorted(known)
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown {kind} '{name}'{hint}; {listed or 'registered: ' + ', '.join(names)}"
+
+
 def registered(kind: str, name: str, registry: Iterable[str]) -> str:
     """``name`` if ``registry`` holds it; otherwise a ValueError that suggests the closest
     registered name and lists them all (pydantic turns it into the spec's one line)."""
-    known = sorted(registry)
-    if name in known:
+    names = list(registry)
+    if name in names:
         return name
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise ValueError(f"unknown {kind} '{name}'{hint}; registered: {', '.join(known)}")
+    raise ValueError(unknown(kind, name, names))

@@ -587,8 +587,10 @@ PricesOption = Annotated[
 ]
 
 
-def _selected_runs(store: Path, sweep: str | None, task: str | None) -> list[dict[str, Any]]:
-    runs = _require_store(store).runs(sweep=sweep, task=task)
+def _selected_runs(
+    store: Path, sweep: str | None, task: str | None, opened: Any = None
+) -> list[dict[str, Any]]:
+    runs = (opened or _require_store(store)).runs(sweep=sweep, task=task)
     if not runs:
         what = " and ".join(f"{k} '{v}'" for k, v in (("sweep", sweep), ("task", task)) if v)
         raise DmlbenchError(f"no stored runs in {store}" + (f" for {what}" if what else ""))
@@ -702,7 +704,7 @@ def export(
     store: StoreOption = default_store(),
     formats: Annotated[
         list[str] | None,
-        typer.Option("--format", help="csv and/or parquet (default both; parquet needs pyarrow)"),
+        typer.Option("--format", help="csv and/or parquet (default: both, where pyarrow is there)"),
     ] = None,
     sweep: SweepFilter = None,
     task: TaskFilter = None,
@@ -714,8 +716,9 @@ def export(
 
     chosen = formats or default_formats()
     check_formats(chosen)
-    comm = [] if sweep or task else _require_store(store).comm_runs()
-    runs = _require_store(store).runs() if comm else _selected_runs(store, sweep, task)
+    opened = _require_store(store)
+    comm = [] if sweep or task else opened.comm_runs()
+    runs = opened.runs() if comm else _selected_runs(store, sweep, task, opened)
     written = export_tables(runs, out, chosen, comm)  # type: ignore[arg-type]
     names = ", ".join(p.name for p in written)
     console.print(f"{len(written)} files in {out}: {names}", markup=False)

@@ -9,14 +9,13 @@ loopback, unshaped.
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
 
-from dmlbench.errors import SpecError
+from dmlbench.errors import SpecError, unknown
 from dmlbench.files import load_mapping_file
 from dmlbench.strict import StrictModel
 
@@ -80,10 +79,8 @@ class NetworkSpec(StrictModel):
         if self.profile != "none":
             profiles = load_profiles(Path(self.profiles_file) if self.profiles_file else None)
             if self.profile not in profiles:
-                close = difflib.get_close_matches(self.profile, profiles, n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise SpecError(f"unknown network profile '{self.profile}'{hint}; known: "
-                                f"{', '.join(profiles)}")  # fmt: skip
+                known = f"known: {', '.join(profiles)}"
+                raise SpecError(unknown("network profile", self.profile, profiles, known))
             values = dict(profiles[self.profile])
         inline = {key: getattr(self, key) for key in _LINK_KEYS if getattr(self, key) is not None}
         values.update(inline)

@@ -11,10 +11,9 @@ import bisect
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from dmlbench.errors import registered
-from dmlbench.strict import StrictModel
+from dmlbench.strict import StrictModel, in_registry
 
 
 class ModelSpec(StrictModel):
@@ -27,17 +26,12 @@ class ModelSpec(StrictModel):
 class OptimizerSpec(StrictModel):
     """Per-worker optimizer applied after the gradient exchange."""
 
-    name: str = Field("sgd", description="a name in optim.build.OPTIMIZERS")
+    name: Annotated[str, in_registry("optimizer", "dmlbench.optim.build", "OPTIMIZERS")] = Field(
+        "sgd", description="a name in optim.build.OPTIMIZERS"
+    )
     momentum: float = Field(0.0, ge=0.0, lt=1.0)
     nesterov: bool = False
     weight_decay: float = Field(0.0, ge=0.0, description="added to the gradient (torch SGD)")
-
-    @field_validator("name")
-    @classmethod
-    def _registered(cls, name: str) -> str:
-        from dmlbench.optim.build import OPTIMIZERS
-
-        return registered("optimizer", name, OPTIMIZERS)
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> OptimizerSpec:

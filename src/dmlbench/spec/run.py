@@ -6,17 +6,20 @@ import os
 import reprlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from dmlbench.errors import SpecError, registered
+from dmlbench.errors import SpecError
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.spec.overrides import apply_overrides, deep_merge, flatten
 from dmlbench.spec.recipe import Recipe
-from dmlbench.strict import StrictModel, WorkersSpec
+from dmlbench.strict import StrictModel, WorkersSpec, in_registry
 
 DEFAULT_DATA_DIR = Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench"))
+
+
+Exchange = Annotated[str, in_registry("exchange", "dmlbench.comm.exchange", "EXCHANGES")]
 
 
 class RunSpec(WorkersSpec):
@@ -39,11 +42,13 @@ class RunSpec(WorkersSpec):
     global_batch: int | None = Field(
         None, gt=0, description="if set, local batch = global_batch / workers (strong scaling)"
     )
-    exchange: str = Field(
-        "allreduce",
-        description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
-        "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
-        "all-reduce overlapped with backward",
+    exchange: Annotated[str, in_registry("exchange", "dmlbench.comm.exchange", "EXCHANGES")] = (
+        Field(
+            "allreduce",
+            description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
+            "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
+            "all-reduce overlapped with backward",
+        )
     )
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -76,13 +81,6 @@ class RunSpec(WorkersSpec):
         default_factory=NetworkSpec,
         description="emulated network: each worker in its own namespace, shaped with tc",
     )
-
-    @field_validator("exchange")
-    @classmethod
-    def _registered_exchange(cls, name: str) -> str:
-        from dmlbench.comm.exchange import EXCHANGES
-
-        return registered("exchange", name, EXCHANGES)
 
     @model_validator(mode="after")
     def _derive_layout(self) -> RunSpec:

@@ -7,12 +7,11 @@ Installed packages may also expose an entry point in the ``dmlbench.tasks`` grou
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 
-from dmlbench.errors import SpecError
+from dmlbench.errors import SpecError, unknown
 from dmlbench.tasks.base import TaskDefinition
 
 TASKS: dict[str, TaskDefinition] = {}
@@ -55,6 +54,4 @@ def get_task(name: str) -> TaskDefinition:
     _load_entry_points()
     if name in TASKS:
         return TASKS[name]
-    close = difflib.get_close_matches(name, TASKS, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise SpecError(f"unknown task '{name}'{hint}; `dmlbench tasks` lists them")
+    raise SpecError(unknown("task", name, TASKS, "`dmlbench tasks` lists them"))
