@@ -112,7 +112,7 @@ def main() -> int:
               f"{compute[task] * 1e3:.1f} ms")  # fmt: skip
     model_rows: list[dict[str, Any]] = []
     training: list[dict[str, Any]] = []
-    one_node = {r["bytes"]: r["latency_s"] for r in store.comm_runs()[0]["results"]}
+    one_node = {r.bytes: r.latency_s for r in store.comm_runs()[0].results}
     for size in SIZES:
         predicted = cluster_allreduce_time("ring", 4, size, Link(float("inf")), Layout(1),
                                            calibration)  # fmt: skip

@@ -53,7 +53,7 @@ def row(fault: str, happens: str, detect_s: float | None, kept: str) -> dict[str
     return {"fault": fault, "happens": happens, "detect_s": detect_s, "kept": kept}
 
 
-def stored(store: Path) -> list[dict[str, Any]]:
+def stored(store: Path) -> list[Any]:  # RunRecord, imported late (the worker's view)
     from dmlbench.results import ResultsStore
 
     return ResultsStore(store).runs()
@@ -105,8 +105,8 @@ def stopped_worker(tmp: Path) -> dict[str, Any]:
     found = _stall(tmp, "stop")
     run = found["run"]
     return row("a worker is stopped (SIGSTOP) mid-run",
-               f"run {run['status']}: {run['error']}", found["detected"],
-               f"its evaluations ({len(run['evals'])}), the event log, worker logs")  # fmt: skip
+               f"run {run.status}: {run.error}", found["detected"],
+               f"its evaluations ({len(run.evals)}), the event log, worker logs")  # fmt: skip
 
 
 @attack("hang")
@@ -115,7 +115,7 @@ def hung_worker(tmp: Path) -> dict[str, Any]:
     found = _stall(tmp, "hang")
     run = found["run"]
     return row("a worker hangs in its forward pass; its peer waits in the all-reduce",
-               f"run {run['status']}: {run['error']}", found["detected"],
+               f"run {run.status}: {run.error}", found["detected"],
                "the event log, worker logs")  # fmt: skip
 
 
@@ -137,7 +137,7 @@ def killed_launcher(tmp: Path) -> dict[str, Any]:
     gone = time.monotonic() - start
     from dmlbench.results import ResultsStore
 
-    status = ResultsStore(store).runs()[0]["status"] if (store / "dmlbench.sqlite").exists() \
+    status = ResultsStore(store).runs()[0].status if (store / "dmlbench.sqlite").exists() \
         else "no row yet"  # fmt: skip
     return row("the launcher is SIGKILLed while its workers start",
                f"{len(workers) - len(left)} of {len(workers)} workers exit on their own "
@@ -286,7 +286,7 @@ def full_disk(tmp: Path) -> dict[str, Any]:
         run_dir = Path(message.rsplit("--import ", 1)[1])
         filler.unlink()
         imported = import_run_dir(ResultsStore(disk / "store"), run_dir)
-        evals = len(ResultsStore(disk / "store").runs(imported.run_id)[0]["evals"])
+        evals = len(ResultsStore(disk / "store").runs(imported.run_id)[0].evals)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
     return row("the store's disk is full when a run ends",
@@ -310,7 +310,7 @@ def pid_namespace(tmp: Path) -> dict[str, Any]:
     os.killpg(launcher.pid, signal.SIGKILL)
     launcher.wait()
     start = time.monotonic()
-    while ResultsStore(store).runs(run_id)[0]["status"] == "running":
+    while ResultsStore(store).runs(run_id)[0].status == "running":
         time.sleep(0.05)
     took = time.monotonic() - start
     return row(f"a launcher recorded as pid {pid} (its PID namespace) is killed",

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from dmlbench.report import analysis
+from dmlbench.results.records import Evaluation, RunRecord
 
 
 def stored_run(
@@ -27,8 +28,8 @@ def stored_run(
     evals: list[tuple[float, float]] = (),
     sweep: str | None = "s",
     scaling: str | None = None,
-) -> dict[str, Any]:
-    """A run as ``ResultsStore.runs`` returns it (the fields analysis reads)."""
+) -> RunRecord:
+    """A run as ``ResultsStore.runs`` returns it."""
     global_batch = global_batch or local_batch * workers
     status = status or ("success" if tta is not None else "target_not_reached")
     spec = {
@@ -39,22 +40,22 @@ def stored_run(
         "recipe": {"local_batch": global_batch // workers},
         "global_batch": global_batch,
     }
-    return {
-        "run_id": run_id, "task": "t", "sweep": sweep, "scaling": scaling, "division": "closed",
-        "status": status, "stop_reason": None, "workers": workers, "local_batch": global_batch //
-        workers, "global_batch": global_batch, "seed": seed, "repeat": seed, "exchange": exchange,
-        "target": 0.9, "best_metric": 0.91 if tta else 0.8, "time_to_accuracy_s": tta,
-        "time_to_accuracy_compute_s": tta and tta * 0.9, "elapsed_s": tta or 50.0, "epochs": 4.0,
-        "steps": 400, "throughput": global_batch / step_time,
-        "summary": {"step_time_s": step_time,
-                    "phase_shares": {"comm": {"mean": comm[0], "max": comm[1]}}},
-        "cores": cores, "cpu_model": "cpu", "host": "h", "torch_version": "2", "git_revision": "r",
-        "created_at": "2026-11-22T00:00:00+00:00", "error": None, "spec": spec,
-        "evals": [{"epoch": i + 1, "step": 100 * (i + 1), "samples": 0, "elapsed_s": t,
-                   "compute_elapsed_s": t, "metric": m, "loss": 1 - m}
-                  for i, (t, m) in enumerate(evals)],
-        "phases": [],
-    }  # fmt: skip
+    return RunRecord(
+        run_id=run_id, task="t", sweep=sweep, scaling=scaling, division="closed",
+        status=status, stop_reason=None, workers=workers, local_batch=global_batch // workers,
+        global_batch=global_batch, seed=seed, repeat=seed, exchange=exchange, target=0.9,
+        best_metric=0.91 if tta else 0.8, time_to_accuracy_s=tta,
+        time_to_accuracy_compute_s=tta and tta * 0.9, elapsed_s=tta or 50.0, epochs=4.0,
+        steps=400, throughput=global_batch / step_time,
+        summary={"step_time_s": step_time,
+                 "phase_shares": {"comm": {"mean": comm[0], "max": comm[1]}}},
+        cores=cores, cpu_model="cpu", host="h", torch_version="2", git_revision="r",
+        created_at="2026-11-22T00:00:00+00:00", error=None, spec=spec, deviations={},
+        environment={}, run_dir="d",
+        evals=[Evaluation(epoch=i + 1, step=100 * (i + 1), samples=0, elapsed_s=t,
+                          compute_elapsed_s=t, metric=m, loss=1 - m)
+               for i, (t, m) in enumerate(evals)],
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -185,3 +186,18 @@ def test_price_table_is_data_and_refuses_bad_entries(tmp_path) -> None:
     table.write_text("mine: {per_worker_hour: cheap}\n")
     with pytest.raises(SpecError, match="needs a numeric per_worker_hour"):
         choose_price(prices_file=table)
+
+
+def test_one_number_format_for_every_table() -> None:
+    from dmlbench.report import formats
+
+    assert [formats.seconds(v) for v in (0.1234, 4.567, 1234.5, math.inf)] == [
+        "0.123", "4.57", "1,234.5", "∞"]  # fmt: skip
+    assert formats.seconds(12.34, unit=True) == "12.3 s"
+    assert formats.seconds(7200, unit=True) == "2.00 h"
+    for absent in (None, math.nan, pd.NA):
+        assert formats.seconds(absent) == formats.fmt(absent) == formats.percent(absent) == "—"
+    assert formats.mean_std(12.0, 2.0) == "12.0 ± 2.00" and formats.mean_std(12.0, None) == "12.0"
+    assert formats.milliseconds(0.00123) == "1.23" and formats.percent(0.971) == "97.1%"
+    assert [formats.human_bytes(n) for n in (512, 1536, 2**28, 2**40)] == [
+        "512 B", "1.5 KiB", "256 MiB", "1024 GiB"]  # fmt: skip

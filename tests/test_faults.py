@@ -203,8 +203,8 @@ def test_a_full_disk_at_the_end_keeps_the_run_for_import(small_disk: SmallDisk, 
     code, out, _ = dmlbench("results", "--store", str(store.root), "--import", str(run_dir))
     row = ResultsStore(store.root).runs(run_dir.name)[0]
     assert code == 0 and f"imported run {run_dir.name} ({row['status']})" in out
-    assert row["status"] in ("success", "target_not_reached") and row["steps"] == 2 * 64
-    assert [e["epoch"] for e in row["evals"]] == [1, 2] and row["division"] == "open"
+    assert row.status in ("success", "target_not_reached") and row.steps == 2 * 64
+    assert [e.epoch for e in row.evals] == [1, 2] and row.division == "open"
     code, _, err = dmlbench("results", "--store", str(store.root), "--import", str(run_dir))
     assert code == 2 and "already in" in err  # a second import changes nothing
 
@@ -245,14 +245,14 @@ def test_a_killed_launcher_in_a_pid_namespace_is_not_taken_for_alive(tmp_path: P
     assert launcher.stdout is not None
     pid, run_id = launcher.stdout.readline().split()
     assert pid == "1"  # what the row records: alive forever, were pids trusted
-    assert ResultsStore(store).runs(run_id)[0]["status"] == "running"  # it does run
+    assert ResultsStore(store).runs(run_id)[0].status == "running"  # it does run
     os.killpg(launcher.pid, signal.SIGKILL)
     launcher.wait(timeout=30)
     deadline = time.monotonic() + 15  # the namespace's own processes die a moment later
-    while (row := ResultsStore(store).runs(run_id)[0])["status"] == "running":
+    while (row := ResultsStore(store).runs(run_id)[0]).status == "running":
         assert time.monotonic() < deadline, "the dead launcher's run stays 'running'"
         time.sleep(0.1)
-    assert row["status"] == "interrupted" and "ended without finishing" in row["error"]
+    assert row.status == "interrupted" and "ended without finishing" in row.error
 
 
 @pytest.mark.slow
@@ -268,11 +268,11 @@ def test_a_killed_launcher_process_leaves_its_run_interrupted(tmp_path: Path) ->
     )  # fmt: skip
     assert launcher.stdout is not None
     run_id = launcher.stdout.readline().strip()
-    assert ResultsStore(store).runs(run_id)[0]["status"] == "running"
+    assert ResultsStore(store).runs(run_id)[0].status == "running"
     launcher.kill()
     launcher.wait(timeout=30)
     row = ResultsStore(store).runs(run_id)[0]
-    assert row["status"] == "interrupted" and "ended without finishing" in row["error"]
+    assert row.status == "interrupted" and "ended without finishing" in row.error
 
 
 # ------------------------------------------------------------------ concurrent sweeps

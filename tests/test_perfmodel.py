@@ -18,6 +18,7 @@ from dmlbench.perfmodel import (
     cluster_allreduce_time,
     predict,
 )
+from dmlbench.results.records import CommResult, CommRun
 
 CAL = CommCalibration(alpha_s=1e-4, host_busbw=math.inf, link_efficiency=1.0)
 LINK = Link(bandwidth=1e8, latency_s=1e-3)  # 100 MB/s, 1 ms one way
@@ -85,13 +86,15 @@ def test_prediction_by_hand() -> None:
     assert guess.comm_ratio == pytest.approx(comm / (0.012 + comm))
 
 
-def comm_run(workers: int, rows: list[tuple[int, float, float, float]], **spec) -> dict:
-    return {
-        "run_id": f"c{workers}", "status": "success", "workers": workers,
-        "spec": {"network": spec.get("network", {})},
-        "results": [{"bytes": b, "latency_s": lat, "latency_min_s": low, "busbw": bw}
-                    for b, lat, low, bw in rows],
-    }  # fmt: skip
+def comm_run(workers: int, rows: list[tuple[int, float, float, float]], **spec) -> CommRun:
+    return CommRun(
+        run_id=f"c{workers}", op="allreduce", backend="gloo", workers=workers, network="none",
+        status="success", created_at="2026-11-23", spec={"network": spec.get("network", {})},
+        environment={}, run_dir="d",
+        results=[CommResult(bytes=b, repeats=1, iterations=1, latency_s=lat, latency_min_s=low,
+                            latency_max_s=lat, latency_std_s=0.0, algbw=bw, busbw=bw)
+                 for b, lat, low, bw in rows],
+    )  # fmt: skip
 
 
 def test_calibration_reads_overhead_and_host_bandwidth() -> None:

@@ -197,9 +197,9 @@ def test_an_older_store_gains_the_sweep_columns(tmp_path: Path) -> None:
                    "deviations_json, environment_json, run_dir) VALUES ('old', 'digits-mlp', "
                    "'success', 'closed', 'x', '{}', '{}', '{}', 'd')")  # fmt: skip
     store = ResultsStore(root)
-    assert store.runs("old")[0]["sweep"] is None
+    assert store.runs("old")[0].sweep is None
     spec = resolve_spec("digits-mlp").to_json_dict()
     store.begin("new", spec, {}, collect_environment(), sweep={"name": "s", "key": "k",
                 "scaling": "weak", "repeat": 0, "point": {"workers": 1}})  # fmt: skip
-    assert store.runs("new")[0]["point"] == {"workers": 1}
+    assert store.runs("new")[0].point == {"workers": 1}
     assert store.sweep_status("s") == {"k": "running"}

@@ -34,7 +34,7 @@ def test_two_workers_of_b_equal_one_worker_of_2b(store: ResultsStore, exchange: 
     common = ("max_steps=25", "save_model=true", "stop_at_target=false", f"exchange={exchange}")
     one, row_one = _run(store, "synthetic-mlp", 1, "local_batch=32", *common)
     two, row_two = _run(store, "synthetic-mlp", 2, "local_batch=16", *common)
-    assert row_one["steps"] == row_two["steps"] == 25
+    assert row_one.steps == row_two.steps == 25
     w1, w2 = _weights(one), _weights(two)
     for name in w1:
         torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5)
@@ -56,17 +56,17 @@ def test_same_seed_same_result_and_other_seed_differs(store: ResultsStore) -> No
 
 def test_run_reaches_target_and_is_stored_with_history(store: ResultsStore) -> None:
     outcome, row = _run(store, "digits-mlp", 2)
-    assert outcome.status == "success" and row["stop_reason"] == "target_reached"
-    assert row["best_metric"] >= 0.97 and row["division"] == "closed"
-    assert row["time_to_accuracy_s"] == pytest.approx(row["evals"][-1]["elapsed_s"])
-    assert row["time_to_accuracy_compute_s"] < row["time_to_accuracy_s"]
-    assert [p["rank"] for p in row["phases"]].count(1) == 6  # 5 step phases + eval
-    shares = row["summary"]["phase_shares"]
+    assert outcome.status == "success" and row.stop_reason == "target_reached"
+    assert row.best_metric >= 0.97 and row.division == "closed"
+    assert row.time_to_accuracy_s == pytest.approx(row.evals[-1].elapsed_s)
+    assert row.time_to_accuracy_compute_s < row.time_to_accuracy_s
+    assert [p.rank for p in row.phases].count(1) == 6  # 5 step phases + eval
+    shares = row.summary["phase_shares"]
     assert sum(shares[p]["mean"] for p in shares) == pytest.approx(1.0)
-    assert row["environment"]["cores"] >= 1 and row["environment"]["torch"] == torch.__version__
-    assert row["spec"]["workers"] == 2 and row["seed"] == 0
+    assert row.environment["cores"] >= 1 and row.environment["torch"] == torch.__version__
+    assert row.spec["workers"] == 2 and row.seed == 0
     # events on disk, MLPerf-style keys
-    events = (Path(row["run_dir"]) / "events.jsonl").read_text()
+    events = (Path(row.run_dir) / "events.jsonl").read_text()
     for key in ("run_start", "eval_accuracy", "epoch_stop", "run_stop"):
         assert f'"key": "{key}"' in events
 
@@ -77,11 +77,11 @@ def test_time_budget_stops_every_rank_together(store: ResultsStore, exchange: st
         store, "synthetic-mlp", 2, "time_budget_s=0.3", "max_epochs=100000", "stop_at_target=false",
         f"exchange={exchange}",
     )  # fmt: skip
-    assert row["stop_reason"] == "time_budget"
+    assert row.stop_reason == "time_budget"
     # Each rank starts its clock when it leaves the same barrier, a few ms apart at most;
     # the run stops at the first step on which any rank is past the budget.
-    assert 0.3 - 0.05 <= row["elapsed_s"] < 10
-    assert all(e["elapsed_s"] <= 0.3 + 5 for e in row["evals"])  # not a budget overrun
+    assert 0.3 - 0.05 <= row.elapsed_s < 10
+    assert all(e.elapsed_s <= 0.3 + 5 for e in row.evals)  # not a budget overrun
 
 
 def test_cifar_task_runs_on_files_in_the_official_layout(store: ResultsStore, tmp_path) -> None:
@@ -94,16 +94,16 @@ def test_cifar_task_runs_on_files_in_the_official_layout(store: ResultsStore, tm
     outcome, row = _run(
         store, "cifar10-resnet20", 1, data_dir, "max_steps=2", "variant=m2", "partial_data=true"
     )
-    assert outcome.status == "target_not_reached" and row["steps"] == 2
+    assert outcome.status == "target_not_reached" and row.steps == 2
     # m2 is one of the recipe's free choices; the partial data is not
-    assert row["division"] == "open"
-    assert row["deviations"] == {"partial_data": {"reference": False, "actual": True}}
-    assert len(row["evals"]) == 1
+    assert row.division == "open"
+    assert row.deviations == {"partial_data": {"reference": False, "actual": True}}
+    assert len(row.evals) == 1
 
 
 def test_logistic_task_learns(store: ResultsStore) -> None:
     outcome, row = _run(store, "synthetic-logreg", 2)
-    assert outcome.status == "success" and row["best_metric"] >= 0.9
+    assert outcome.status == "success" and row.best_metric >= 0.9
 
 
 @pytest.mark.parametrize(("task", "reason"), [
@@ -114,26 +114,26 @@ def test_a_dying_worker_fails_the_run_fast(store: ResultsStore, task: str, reaso
     started = time.monotonic()
     outcome, row = _run(store, task, 2, plugins=["dmlbench_test_plugins"])
     assert time.monotonic() - started < 30
-    assert outcome.status == row["status"] == "failed"
-    assert f"worker rank 1 failed: {reason}" in row["error"]
-    assert "\n" not in row["error"]
+    assert outcome.status == row.status == "failed"
+    assert f"worker rank 1 failed: {reason}" in row.error
+    assert "\n" not in row.error
     if task == "crash-raise":  # the worker's traceback is kept, and the line says where
-        path = Path(row["error"].split("(traceback: ")[1].rstrip(")"))
-        assert path.is_relative_to(Path(row["run_dir"])) and "in forward" in path.read_text()
+        path = Path(row.error.split("(traceback: ")[1].rstrip(")"))
+        assert path.is_relative_to(Path(row.run_dir)) and "in forward" in path.read_text()
 
 
 def test_user_task_from_a_plugin_module(store: ResultsStore) -> None:
     outcome, row = _run(store, "user-blobs", 2, "momentum=0.5", plugins=["dmlbench_test_plugins"])
     assert outcome.status == "success"
-    assert row["division"] == "open"
-    assert row["deviations"] == {"recipe.optimizer.momentum": {"reference": 0.0, "actual": 0.5}}
+    assert row.division == "open"
+    assert row.deviations == {"recipe.optimizer.momentum": {"reference": 0.0, "actual": 0.5}}
 
 
 def test_ddp_reports_the_communication_it_could_not_hide(store: ResultsStore) -> None:
     _, row = _run(store, "synthetic-mlp", 2, "exchange=ddp", "max_epochs=1")
-    shares = row["summary"]["phase_shares"]
+    shares = row.summary["phase_shares"]
     # A tiny model fills one gradient bucket, launched when backward compute ends: its
     # all-reduce cannot overlap anything, so it shows up as comm, not as backward.
     assert shares["comm"]["mean"] > 0.05
     assert sum(s["mean"] for s in shares.values()) == pytest.approx(1.0)
-    assert row["summary"]["comm_overlapped"] is True
+    assert row.summary["comm_overlapped"] is True

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.results.records import RunRecord
 from dmlbench.results.store import default_store
 
 app = typer.Typer(
@@ -83,7 +84,12 @@ def _require_store(store: Path) -> Any:
 
 
 def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    """``data`` as JSON on stdout; stored records in their ``as_dict()`` form."""
+    sys.stdout.write(json.dumps(data, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(value: Any) -> Any:
+    return value.as_dict() if hasattr(value, "as_dict") else str(value)
 
 
 @app.command()
@@ -319,20 +325,9 @@ def _node_outcome(outcome: Any, json_out: bool) -> None:
 
 
 def _dry_run(spec: Any, differ: dict[str, Any], json_out: bool) -> None:
-    from dmlbench.optim import learning_rate
+    from dmlbench.spec.run import derived
 
-    schedule = spec.recipe.schedule
-    rate = {"local_batch": spec.local_batch, "world_size": spec.workers}
-    derived = {
-        "global_batch": spec.effective_global_batch,
-        "threads_per_worker": spec.threads(),
-        "division": "open" if differ else "closed",
-        "lr_first_step": learning_rate(schedule, step=0, epoch=0.0, **rate),
-        "lr_after_warmup": learning_rate(
-            schedule, step=0, epoch=getattr(schedule, "warmup_epochs", 0.0), **rate
-        ),
-    }
-    plan = {"spec": spec.to_json_dict(), "derived": derived, "deviations": differ}
+    plan = {"spec": spec.to_json_dict(), "derived": derived(spec), "deviations": differ}
     if json_out:
         _print_json(plan)
     else:
@@ -377,7 +372,7 @@ def results(
         resolved = results_store.resolve_id(run_id)
         if resolved is None:
             comm = [r for r in results_store.comm_runs()
-                    if r["run_id"].startswith(run_id) or r["run_id"].endswith(run_id)]  # fmt: skip
+                    if r.run_id.startswith(run_id) or r.run_id.endswith(run_id)]  # fmt: skip
             if len(comm) == 1:
                 _print_json(comm[0]) if json_out else console.print(comm_table(comm[0]))
                 return
@@ -396,8 +391,8 @@ def results(
             for run in comm_runs:
                 console.print(
                     escape(
-                        f"  {run['run_id']}  {run['op']} {run['backend']} × {run['workers']}  "
-                        f"network {run['network']}  {run['status']}"
+                        f"  {run.run_id}  {run.op} {run.backend} × {run.workers}  "
+                        f"network {run.network}  {run.status}"
                     )
                 )
 
@@ -500,41 +495,11 @@ def _open_store(store: Path) -> Any:
 
 def _print_plan(plan: Any, stored: set[str], json_out: bool) -> None:
     if json_out:
-        _print_json(
-            {
-                "sweep": plan.sweep.model_dump(mode="json"),
-                "dropped": plan.dropped,
-                "duplicates": plan.duplicates,
-                "runs": [
-                    {"key": r.key, "repeat": r.repeat, "point": r.point, "stored": r.key in stored,
-                     "spec": r.spec.to_json_dict()}
-                    for r in plan.runs
-                ],
-            }
-        )  # fmt: skip
-        return
-    from rich.table import Table
+        _print_json(plan.to_json(stored))
+    else:
+        from dmlbench.report.terminal import plan_table
 
-    table = Table(
-        title=f"sweep {escape(plan.sweep.name)}: {len(plan.runs)} runs "
-        f"({plan.sweep.scaling} scaling)",
-        title_justify="left",
-        caption=f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
-        "stored = already in the store",
-        caption_justify="left",
-    )
-    for column in ("#", "run", "N", "b / B", "seed", "division", "stored"):
-        table.add_column(column)
-    from dmlbench.spec.run import deviations
-
-    for index, run in enumerate(plan.runs, 1):
-        spec = run.spec
-        table.add_row(
-            str(index), escape(plan.describe(run)), str(spec.workers),
-            f"{spec.local_batch} / {spec.effective_global_batch}", str(spec.seed),
-            "open" if deviations(spec) else "closed", "yes" if run.key in stored else "",
-        )  # fmt: skip
-    console.print(table)
+        console.print(plan_table(plan, stored))
 
 
 @app.command()
@@ -589,7 +554,7 @@ PricesOption = Annotated[
 
 def _selected_runs(
     store: Path, sweep: str | None, task: str | None, opened: Any = None
-) -> list[dict[str, Any]]:
+) -> list[RunRecord]:
     runs = (opened or _require_store(store)).runs(sweep=sweep, task=task)
     if not runs:
         what = " and ".join(f"{k} '{v}'" for k, v in (("sweep", sweep), ("task", task)) if v)
@@ -871,134 +836,36 @@ def simulate(
     `dmlbench bench allreduce`; epochs to the target from runs that reached it (at the
     nearest measured global batch otherwise, and said so).
     """
-    import math
-
-    from dmlbench.netem.profiles import NetworkSpec
-    from dmlbench.perfmodel import (
-        ALGORITHMS,
-        Layout,
-        Link,
-        calibrate_comm,
-        calibrate_task,
-        comm_for,
-    )
-    from dmlbench.perfmodel import predict as predict_run
+    from dmlbench.perfmodel.simulate import simulate as predict_scaling
+    from dmlbench.report.predictions import save_predictions
     from dmlbench.report.prices import choose_price
 
     counts = _worker_counts(workers)
-    algorithms = [a.strip() for a in algorithm.split(",") if a.strip()]
-    bad = [a for a in algorithms if a not in ALGORITHMS]
-    if bad:
-        raise DmlbenchError(f"--algorithm {bad[0]!r}: choose ring, tree, ps or hierarchical")
-    layouts = _layouts(nodes, nproc_per_node)  # (nodes, per node) pairs, or none
-    if layouts:
-        counts = [n * p for n, p in layouts]
-        if set(algorithms) - {"ring", "hierarchical"}:
-            raise DmlbenchError("--nodes: the two-level model has ring and hierarchical")
-    links, intra = {}, {}
-    from dmlbench.netem.profiles import load_profiles, parse_rate
-
-    known = load_profiles()
-    for name in [n.strip() for n in network.split(",") if n.strip()]:
-        if name == "none":
-            links[name] = Link(math.inf, 0.0)
-        elif name not in known and name[:1].isdigit():  # a bare rate, e.g. 54gbit
-            links[name] = Link(parse_rate(name) / 8, 0.0)
-        else:
-            resolved = NetworkSpec(profile=name).resolve()
-            links[name] = Link((resolved.rate_bps or math.inf) / 8, resolved.delay_s)
-            intra[name] = Link((resolved.intra_rate_bps or math.inf) / 8, resolved.intra_delay_s)
-    results = _require_store(store)
-    comm = calibrate_comm(results.comm_runs())
-    if host_bandwidth is not None:
-        from dataclasses import replace
-
-        faster = parse_rate(host_bandwidth) / 8
-        comm = {n: replace(c, host_busbw=faster) for n, c in comm.items()}
-    calibration = calibrate_task(results.runs(task=task), task)
-    chosen = choose_price(price, prices)
-    rows: list[dict[str, Any]] = []
-    for name, link in links.items():
-        for algo in algorithms:
-            base_tta = None
-            for index, count in enumerate(counts):
-                layout = None
-                if layouts:
-                    layout = Layout(layouts[index][0], intra.get(name, Link(math.inf)))
-                if epochs is not None and not calibration.epochs_by_batch:
-                    assumed, measured = epochs, False
-                else:
-                    assumed, measured = calibration.epochs_to_target(
-                        calibration.local_batch * count
-                    )
-                guess = predict_run(
-                    workers=count, algorithm=algo, local_batch=calibration.local_batch,  # type: ignore[arg-type]
-                    compute_per_example_s=0.0, compute_fixed_s=calibration.compute_step_s,
-                    gradient_bytes=calibration.gradient_bytes,
-                    train_examples=calibration.train_examples, epochs_to_target=assumed,
-                    # evaluation is sharded over the workers, as dmlbench's trainer does
-                    eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / count,
-                    link=link,
-                    calibration=comm_for(comm, max(2, count)),
-                    price_per_worker_hour=chosen.per_worker_hour, layout=layout,
-                )  # fmt: skip
-                base_tta = base_tta or guess.tta_s
-                rows.append({
-                    "network": name, "algorithm": algo, "workers": count,
-                    "nodes": layout.nodes if layout else None,
-                    "global_batch": guess.global_batch, "step_s": guess.step_s,
-                    "compute_s": guess.compute_s, "comm_s": guess.comm_s,
-                    "comm_ratio": guess.comm_ratio, "epochs": assumed,
-                    "epochs_measured": measured, "tta_s": guess.tta_s,
-                    "speedup": base_tta / guess.tta_s, "cost": guess.cost,
-                })  # fmt: skip
-    from dmlbench.report.predictions import save_predictions
-
-    result = {
-        "task": task,
-        "calibration": {
-            **calibration.__dict__,
-            "comm": {n: c.__dict__ for n, c in comm.items()},
-        },
-        "predictions": rows,
-        "price": chosen.label,
-    }
+    simulation = predict_scaling(
+        _require_store(store),
+        task,
+        counts,
+        [n.strip() for n in network.split(",") if n.strip()],
+        [a.strip() for a in algorithm.split(",") if a.strip()],
+        price=choose_price(price, prices),
+        layouts=_layouts(nodes, nproc_per_node),
+        epochs=epochs,
+        host_bandwidth=host_bandwidth,
+    )
+    result = simulation.to_json()
     saved = save_predictions(store, task, result)
     if json_out:
         _print_json(result)
     else:
-        from rich.table import Table
+        from dmlbench.report.terminal import prediction_table
 
-        table = Table(
-            title=f"{escape(task)}: predicted (weak scaling, b = {calibration.local_batch}; "
-            f"compute {calibration.compute_step_s * 1e3:.2f} ms/step measured at "
-            f"{calibration.workers} worker(s); {calibration.gradient_bytes / 1e6:.2f} MB of "
-            "gradients per step)",
-            title_justify="left",
-            caption="* epochs to the target assumed (--epochs, or the nearest measured global "
-            f"batch's); evaluation sharded over the workers; cost at {chosen.label}",
-            caption_justify="left",
-        )  # fmt: skip
-        for column in ("network", "algo", "N", "B", "step ms", "comm", "epochs", "TTA s",
-                       "speedup", "cost"):  # fmt: skip
-            table.add_column(column, justify="right")
-        for row in rows:
-            shape = f"{row['nodes']}×{row['workers'] // row['nodes']}" if row["nodes"] else ""
-            table.add_row(
-                row["network"], row["algorithm"], shape or str(row["workers"]),
-                str(row["global_batch"]),
-                f"{row['step_s'] * 1e3:,.2f}", f"{row['comm_ratio']:.0%}",
-                f"{row['epochs']:.1f}" + ("" if row["epochs_measured"] else "*"),
-                f"{row['tta_s']:,.1f}", f"{row['speedup']:.2f}",
-                f"{row['cost']:.4f}" if row["cost"] is not None else "—",
-            )  # fmt: skip
-        console.print(table)
+        console.print(prediction_table(result))
         console.print(f"saved to {saved}; `dmlbench report` draws it", markup=False)
     if png:
         from dmlbench.report.figures import predicted_speedup
 
-        predicted_speedup(rows, f"{task} · predicted · calibrated on "
-                          f"{calibration.runs} runs").savefig(png, dpi=200)  # fmt: skip
+        predicted_speedup(simulation.rows, f"{task} · predicted · calibrated on "
+                          f"{simulation.calibration.runs} runs").savefig(png, dpi=200)  # fmt: skip
         console.print(f"speedup plot: {png}", markup=False)
 
 

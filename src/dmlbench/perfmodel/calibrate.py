@@ -14,31 +14,31 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel.model import CommCalibration
+from dmlbench.results.records import CommRun, RunRecord
 
 SMALL = (64, 4096)  # bytes: messages small enough that only the overhead counts
 
 
-def _network_of(run: dict[str, Any]) -> tuple[float | None, float]:
-    spec = NetworkSpec.model_validate(run["spec"].get("network") or {})
+def _network_of(run: CommRun) -> tuple[float | None, float]:
+    spec = NetworkSpec.model_validate(run.spec.get("network") or {})
     if not spec.enabled:
         return None, 0.0
     resolved = spec.resolve()
     return resolved.rate_bps, resolved.delay_s
 
 
-def calibrate_comm(comm_runs: Sequence[dict[str, Any]]) -> dict[int, CommCalibration]:
+def calibrate_comm(comm_runs: Sequence[CommRun]) -> dict[int, CommCalibration]:
     """One calibration per worker count measured on the unshaped host network."""
-    by_workers: dict[int, list[dict[str, Any]]] = {}
+    by_workers: dict[int, list[CommRun]] = {}
     for run in comm_runs:
-        one_host = (run["spec"].get("nodes") or 1) == 1  # not an emulated cluster
-        if run["status"] == "success" and _network_of(run) == (None, 0.0) and one_host \
-                and run["results"]:  # fmt: skip
-            by_workers.setdefault(run["workers"], []).append(run)
+        one_host = run.nodes == 1  # not an emulated cluster
+        if run.status == "success" and _network_of(run) == (None, 0.0) and one_host \
+                and run.results:  # fmt: skip
+            by_workers.setdefault(run.workers, []).append(run)
     if not by_workers:
         raise DmlbenchError(
             "no unshaped all-reduce benchmark in the store to calibrate from; run "
@@ -49,11 +49,11 @@ def calibrate_comm(comm_runs: Sequence[dict[str, Any]]) -> dict[int, CommCalibra
         steps = 2 * (workers - 1)
         # The fastest repeat, not the median: on loopback, gloo's small messages carry a
         # 1-2 ms scheduling artifact (see BENCHMARKS.md) that real links do not.
-        small = [r["latency_min_s"] for run in runs for r in run["results"]
-                 if SMALL[0] <= r["bytes"] <= SMALL[1]]  # fmt: skip
+        small = [r.latency_min_s for run in runs for r in run.results
+                 if SMALL[0] <= r.bytes <= SMALL[1]]  # fmt: skip
         alpha = min(small) / steps if small else 0.0
-        largest = [max(run["results"], key=lambda r: r["bytes"]) for run in runs]
-        busbw = statistics.median(r["busbw"] for r in largest)
+        largest = [max(run.results, key=lambda r: r.bytes) for run in runs]
+        busbw = statistics.median(r.busbw for r in largest)
         calibrations[workers] = CommCalibration(alpha_s=alpha, host_busbw=busbw)
     return calibrations
 
@@ -90,21 +90,20 @@ class TaskCalibration:
         return self.epochs_by_batch[nearest], False
 
 
-def calibrate_task(runs: Sequence[dict[str, Any]], task: str) -> TaskCalibration:
+def calibrate_task(runs: Sequence[RunRecord], task: str) -> TaskCalibration:
     """From ``task``'s finished, unshaped runs; compute from the fewest workers measured."""
-    mine = [r for r in runs if r["task"] == task and r["status"] in ("success",
-            "target_not_reached") and (r.get("network") or "none") == "none"
-            and (r.get("summary") or {}).get("phases_steady")]  # fmt: skip
+    mine = [r for r in runs if r.task == task and r.finished
+            and (r.network or "none") == "none" and r.summary.get("phases_steady")]  # fmt: skip
     if not mine:
         raise DmlbenchError(
             f"no finished run of {task} in the store to calibrate compute from; run "
             f"`dmlbench run {task}` with the same --store first"
         )
-    fewest = min(r["workers"] for r in mine)
-    base = [r for r in mine if r["workers"] == fewest]
+    fewest = min(r.workers for r in mine)
+    base = [r for r in mine if r.workers == fewest]
     compute, grads = [], []
     for run in base:
-        summary = run["summary"]
+        summary = run.summary
         steps = summary["steady_steps"]
         per_rank = [sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
                     for rank in summary["phases_steady"]]  # fmt: skip
@@ -115,23 +114,23 @@ def calibrate_task(runs: Sequence[dict[str, Any]], task: str) -> TaskCalibration
         raise DmlbenchError(f"the runs of {task} predate gradient-size recording; run it again")
     eval_total = []
     for run in base:
-        seconds = [p["seconds"] for p in run["phases"] if p["phase"] == "eval"]
-        if seconds and run["evals"]:
-            eval_total.append(statistics.mean(seconds) / len(run["evals"]))
+        seconds = [p.seconds for p in run.phases if p.phase == "eval"]
+        if seconds and run.evals:
+            eval_total.append(statistics.mean(seconds) / len(run.evals))
     epochs: dict[int, list[float]] = {}
     for run in mine:
-        if run["status"] != "success":
+        if run.status != "success" or run.target is None:
             continue
-        first = next((e["epoch"] for e in run["evals"] if e["metric"] >= run["target"]), None)
+        first = next((e.epoch for e in run.evals if e.metric >= run.target), None)
         if first is not None:
-            epochs.setdefault(run["global_batch"], []).append(first)
+            epochs.setdefault(run.global_batch, []).append(first)
     return TaskCalibration(
         task=task,
         workers=fewest,
-        local_batch=base[0]["local_batch"],
+        local_batch=base[0].local_batch,
         compute_step_s=statistics.median(compute),
         gradient_bytes=statistics.median(grads),
-        train_examples=base[0]["summary"].get("train_examples") or 0,
+        train_examples=base[0].summary.get("train_examples") or 0,
         eval_s_per_epoch=statistics.median(eval_total) if eval_total else 0.0,
         epochs_by_batch={b: statistics.mean(v) for b, v in epochs.items()},
         runs=len(mine),

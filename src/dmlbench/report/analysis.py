@@ -23,6 +23,7 @@ Definitions (the glossary's):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.overrides import flatten
 
@@ -56,63 +58,61 @@ def olympic_mean(values: Iterable[float]) -> float:
     return math.inf if any(math.isinf(v) for v in kept) else float(np.mean(kept))
 
 
-def _per_step_phases(run: dict[str, Any]) -> dict[str, float]:
-    summary = run.get("summary") or {}
-    steady = summary.get("phases_steady") or []
-    steps = summary.get("steady_steps") or 0
+def _per_step_phases(run: RunRecord) -> dict[str, float]:
+    steady = run.summary.get("phases_steady") or []
+    steps = run.summary.get("steady_steps") or 0
     if not steady or not steps:
         return {}
     return {f"{p}_s": float(np.mean([r.get(p, 0.0) for r in steady])) / steps for p in PHASES}
 
 
-def runs_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One row per stored run (rows of ``ResultsStore.runs``)."""
+def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
+    """One row per stored run (records of ``ResultsStore.runs``)."""
     rows = []
     for run in runs:
-        summary = run.get("summary") or {}
-        comm = (summary.get("phase_shares") or {}).get("comm", {})
-        epochs, steps = run.get("epochs"), run.get("steps")
-        step_time = summary.get("step_time_s")
+        comm = (run.summary.get("phase_shares") or {}).get("comm", {})
+        epochs, steps = run.epochs, run.steps
+        step_time = run.summary.get("step_time_s")
         per_epoch = step_time * steps / epochs if step_time and steps and epochs else None
         rows.append(
             {
-                "run_id": run["run_id"],
-                "task": run["task"],
-                "sweep": run.get("sweep") or "single runs",
-                "scaling": run.get("scaling") or "none",
-                "division": run["division"],
-                "status": run["status"],
-                "converged": run["status"] == "success",
-                "stop_reason": run.get("stop_reason"),
-                "workers": int(run["workers"]),
+                "run_id": run.run_id,
+                "task": run.task,
+                "sweep": run.sweep or "single runs",
+                "scaling": run.scaling or "none",
+                "division": run.division,
+                "status": run.status,
+                "converged": run.status == "success",
+                "stop_reason": run.stop_reason,
+                "workers": run.workers,
                 **_layout(run),
-                "local_batch": int(run["local_batch"]),
-                "global_batch": int(run["global_batch"]),
-                "seed": int(run["seed"]),
-                "repeat": run.get("repeat"),
-                "exchange": run["exchange"],
-                "target": run.get("target"),
-                "best_metric": run.get("best_metric"),
-                "tta_s": run.get("time_to_accuracy_s"),
-                "tta_compute_s": run.get("time_to_accuracy_compute_s"),
-                "elapsed_s": run.get("elapsed_s"),
+                "local_batch": run.local_batch,
+                "global_batch": run.global_batch,
+                "seed": run.seed,
+                "repeat": run.repeat,
+                "exchange": run.exchange,
+                "target": run.target,
+                "best_metric": run.best_metric,
+                "tta_s": run.time_to_accuracy_s,
+                "tta_compute_s": run.time_to_accuracy_compute_s,
+                "elapsed_s": run.elapsed_s,
                 "epochs": epochs,
                 "steps": steps,
                 "step_time_s": step_time,
                 "epoch_time_s": per_epoch,
-                "throughput": run.get("throughput"),
+                "throughput": run.throughput,
                 "comm_ratio_mean": comm.get("mean"),
                 "comm_ratio_max": comm.get("max"),
                 **_per_step_phases(run),
-                "cores": run.get("cores"),
-                "oversubscribed": bool(run.get("cores")) and run["workers"] > run["cores"],
-                "cpu_model": run.get("cpu_model"),
-                "host": run.get("host"),
-                "torch_version": run.get("torch_version"),
-                "git_revision": run.get("git_revision"),
-                "created_at": run.get("created_at"),
-                "error": run.get("error"),
-                "spec": json.dumps(run.get("spec"), sort_keys=True),
+                "cores": run.cores,
+                "oversubscribed": bool(run.cores) and run.workers > (run.cores or 0),
+                "cpu_model": run.cpu_model,
+                "host": run.host,
+                "torch_version": run.torch_version,
+                "git_revision": run.git_revision,
+                "created_at": run.created_at,
+                "error": run.error,
+                "spec": json.dumps(run.spec, sort_keys=True),
             }
         )
     frame = pd.DataFrame(rows)
@@ -125,11 +125,10 @@ def runs_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
-def _layout(run: dict[str, Any]) -> dict[str, Any]:
+def _layout(run: RunRecord) -> dict[str, Any]:
     """Nodes, workers per node and ``nodes×per_node`` of a run (1×N on one host)."""
-    spec = run.get("spec") or {}
-    nodes = int(spec.get("nodes") or 1)
-    per_node = int(spec.get("nproc_per_node") or run["workers"] // nodes)
+    nodes = run.nodes
+    per_node = int(run.spec.get("nproc_per_node") or run.workers // nodes)
     return {"nodes": nodes, "nproc_per_node": per_node, "layout": f"{nodes}×{per_node}"}
 
 
@@ -161,30 +160,30 @@ def _variants(frame: pd.DataFrame) -> pd.Series:
     return labels
 
 
-def evals_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def evals_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     """Every evaluation of every run, with the run's identifying columns."""
     rows = [
-        {"run_id": r["run_id"], "task": r["task"], "sweep": r.get("sweep") or "single runs",
-         "workers": r["workers"], "seed": r["seed"], **e}
+        {"run_id": r.run_id, "task": r.task, "sweep": r.sweep or "single runs",
+         "workers": r.workers, "seed": r.seed, **dataclasses.asdict(e)}
         for r in runs
-        for e in r.get("evals") or []
+        for e in r.evals
     ]  # fmt: skip
     columns = ["run_id", "task", "sweep", "workers", "seed", "epoch", "step", "samples",
                "elapsed_s", "compute_elapsed_s", "metric", "loss"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 
-def phases_frame(runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def phases_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     """Per-rank phase totals (whole run and steady state after warm-up) of every run,
     with the node each rank ran on."""
     rows = []
     for r in runs:
-        nodes = (r.get("summary") or {}).get("rank_nodes") or []
-        for p in r.get("phases") or []:
-            node = nodes[p["rank"]] if p["rank"] < len(nodes) else 0
-            rows.append({"run_id": r["run_id"], "task": r["task"], "layout": _layout(r)["layout"],
-                         "sweep": r.get("sweep") or "single runs", "workers": r["workers"],
-                         "node": node, **p})  # fmt: skip
+        nodes = r.summary.get("rank_nodes") or []
+        for p in r.phases:
+            node = nodes[p.rank] if p.rank < len(nodes) else 0
+            rows.append({"run_id": r.run_id, "task": r.task, "layout": _layout(r)["layout"],
+                         "sweep": r.sweep or "single runs", "workers": r.workers,
+                         "node": node, **dataclasses.asdict(p)})  # fmt: skip
     columns = ["run_id", "task", "sweep", "workers", "layout", "node", "rank", "phase", "seconds",
                "steady_seconds"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
@@ -316,14 +315,14 @@ def _add_scaling(table: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> p
     return table.sort_values([*series_keys, "workers"], kind="stable").reset_index(drop=True)
 
 
-def comm_frame(comm_runs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def comm_frame(comm_runs: Sequence[CommRun]) -> pd.DataFrame:
     """One row per (micro-benchmark run, message size), with the run's identity."""
     rows = [
-        {"run_id": r["run_id"], "op": r["op"], "backend": r["backend"], "workers": r["workers"],
-         "nodes": r["spec"].get("nodes", 1), "network": r["network"], "status": r["status"],
-         "cores": r.get("cores"), "created_at": r["created_at"], **row}
+        {"run_id": r.run_id, "op": r.op, "backend": r.backend, "workers": r.workers,
+         "nodes": r.nodes, "network": r.network, "status": r.status, "cores": r.cores,
+         "created_at": r.created_at, **dataclasses.asdict(row)}
         for r in comm_runs
-        for row in r.get("results") or []
+        for row in r.results
     ]  # fmt: skip
     columns = ["run_id", "op", "backend", "workers", "nodes", "network", "status", "cores",
                "created_at", "scope", "bytes", "repeats", "iterations", "latency_s",

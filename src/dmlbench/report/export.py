@@ -6,12 +6,13 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pandas as pd
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.report import analysis
+from dmlbench.results.records import CommRun, RunRecord
 
 Format = Literal["csv", "parquet"]
 PARQUET_MISSING = (
@@ -37,9 +38,7 @@ def check_formats(formats: Sequence[str]) -> None:
         raise DmlbenchError(PARQUET_MISSING)
 
 
-def tables(
-    runs: Sequence[dict[str, Any]], comm_runs: Sequence[dict[str, Any]] = ()
-) -> dict[str, pd.DataFrame]:
+def tables(runs: Sequence[RunRecord], comm_runs: Sequence[CommRun] = ()) -> dict[str, pd.DataFrame]:
     """The tables a store exports; ``comm`` only where it holds micro-benchmarks."""
     frames = {
         "runs": analysis.runs_frame(runs),
@@ -52,10 +51,10 @@ def tables(
 
 
 def export(
-    runs: Sequence[dict[str, Any]],
+    runs: Sequence[RunRecord],
     folder: Path,
     formats: Sequence[Format],
-    comm_runs: Sequence[dict[str, Any]] = (),
+    comm_runs: Sequence[CommRun] = (),
 ) -> list[Path]:
     """Write each table in each format; return the paths written."""
     check_formats(formats)

@@ -23,8 +23,10 @@ from matplotlib.figure import Figure
 
 import dmlbench
 from dmlbench.report import analysis, figures
+from dmlbench.report.formats import fmt, seconds
 from dmlbench.report.prices import Price
-from dmlbench.report.tables import fmt, fmt_seconds, scaling_columns
+from dmlbench.report.tables import PREDICTION_COLUMNS, scaling_columns
+from dmlbench.results.records import CommRun, RunRecord
 
 
 @dataclass
@@ -60,7 +62,7 @@ def section_title(runs: pd.DataFrame) -> str:
 
 
 def build_sections(
-    runs: Sequence[dict[str, Any]],
+    runs: Sequence[RunRecord],
     *,
     budget_s: float | None = None,
     price: Price | None = None,
@@ -192,7 +194,7 @@ def _runs_table_html(runs: pd.DataFrame) -> str:
         rows.append(
             f'<tr class="status-{status}"><td><a href="#run-{rid}">{rid}</a></td>'
             f"<td>{run['workers']}</td><td>{run['seed']}</td><td>{status}</td>"
-            f"<td>{fmt_seconds(run['tta_s'])}</td><td>{fmt(run['best_metric'], '.2%')}</td>"
+            f"<td>{seconds(run['tta_s'])}</td><td>{fmt(run['best_metric'], '.2%')}</td>"
             f"<td>{fmt(run['epochs'], '.1f')}</td>"
             f"<td>{fmt(1000 * run['step_time_s'] if pd.notna(run['step_time_s']) else None)}"
             f"</td><td>{fmt(run['comm_ratio_max'], '.1%')}</td>"
@@ -204,16 +206,16 @@ def _runs_table_html(runs: pd.DataFrame) -> str:
     )
 
 
-def comm_section(comm_runs: Sequence[dict[str, Any]]) -> Section | None:
+def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
     """The communication micro-benchmarks as one section (figure + table)."""
     frame = analysis.comm_frame(comm_runs)
     if frame.empty:
         return None
     first = comm_runs[0]
-    hosts = pd.DataFrame([{"host": r["host"], "cpu_model": r["cpu_model"], "cores": r["cores"]}
+    hosts = pd.DataFrame([{"host": r.host, "cpu_model": r.cpu_model, "cores": r.cores}
                           for r in comm_runs])  # fmt: skip
-    title = (f"{first['op']} micro-benchmark · {_hardware(hosts)} · "
-             f"{str(max(r['created_at'] for r in comm_runs))[:10]}")  # fmt: skip
+    title = (f"{first.op} micro-benchmark · {_hardware(hosts)} · "
+             f"{max(r.created_at for r in comm_runs)[:10]}")  # fmt: skip
     section = Section("communication", "micro-benchmarks", title, frame, frame, pd.DataFrame(),
                       kind="comm")  # fmt: skip
     section.figures = {"allreduce": figures.comm_bandwidth(frame, title)}
@@ -276,19 +278,12 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
 
 
 def _prediction_html(section: Section) -> str:
-    head = (
-        "<tr><th>network</th><th>algorithm</th><th>N</th><th>B</th><th>step ms</th>"
-        "<th>comm</th><th>epochs</th><th>TTA s</th><th>speedup</th><th>cost</th></tr>"
-    )
+    head = "<tr>" + "".join(f"<th>{title}</th>" for title, _ in PREDICTION_COLUMNS) + "</tr>"
     body = "".join(
-        f"<tr><td>{html.escape(str(r['network']))}</td><td>{html.escape(str(r['algorithm']))}"
-        f"</td><td>{r['workers']}</td><td>{r['global_batch']}</td>"
-        f"<td>{r['step_s'] * 1e3:,.2f}</td><td>{r['comm_ratio']:.0%}</td>"
-        f"<td>{r['epochs']:.1f}{'' if r['epochs_measured'] else '*'}</td>"
-        f"<td>{r['tta_s']:,.1f}</td><td>{r['speedup']:.2f}</td>"
-        f"<td>{fmt(r['cost'], '.4f')}</td></tr>"
+        "<tr>" + "".join(f"<td>{html.escape(cell(r))}</td>" for _, cell in PREDICTION_COLUMNS)
+        + "</tr>"
         for _, r in section.runs.iterrows()
-    )
+    )  # fmt: skip
     figs = "".join(
         f"<figure class='plot' id='{section.slug}-{name}'>{svg_of(fig)}</figure>"
         for name, fig in section.figures.items()
@@ -302,23 +297,23 @@ def _prediction_html(section: Section) -> str:
     )
 
 
-def _run_details(run: dict[str, Any]) -> str:
-    rid = html.escape(run["run_id"])
+def _run_details(run: RunRecord) -> str:
+    rid = html.escape(run.run_id)
     parts = {
-        "resolved spec": run.get("spec"),
-        "differs from the reference recipe": run.get("deviations") or {},
-        "environment": run.get("environment"),
+        "resolved spec": run.spec,
+        "differs from the reference recipe": run.deviations,
+        "environment": run.environment,
     }
     blocks = "".join(
         f"<h4>{name}</h4><pre>{html.escape(json.dumps(value, indent=2, default=str))}</pre>"
         for name, value in parts.items()
     )
-    error = f"<p>error: {html.escape(run['error'])}</p>" if run.get("error") else ""
+    error = f"<p>error: {html.escape(run.error)}</p>" if run.error else ""
     return (
-        f'<details id="run-{rid}"><summary>{rid} · {html.escape(run["task"])} · '
-        f"{run['workers']} workers · seed {run['seed']} · {html.escape(run['status'])}"
-        f"</summary>{error}<p>run folder: <code>{html.escape(run['run_dir'])}</code>; "
-        f"re-run with <code>dmlbench run --config {html.escape(run['run_dir'])}/spec.json"
+        f'<details id="run-{rid}"><summary>{rid} · {html.escape(run.task)} · '
+        f"{run.workers} workers · seed {run.seed} · {html.escape(run.status)}"
+        f"</summary>{error}<p>run folder: <code>{html.escape(run.run_dir)}</code>; "
+        f"re-run with <code>dmlbench run --config {html.escape(run.run_dir)}/spec.json"
         f"</code></p>{blocks}</details>"
     )
 
@@ -352,7 +347,7 @@ document.body.setAttribute('data-rendered',ok);})();
 
 def render_html(
     sections: Sequence[Section],
-    runs: Sequence[dict[str, Any]],
+    runs: Sequence[RunRecord],
     *,
     store: str,
     budget_s: float | None,
@@ -400,14 +395,14 @@ def render_html(
 
 
 def write_report(
-    runs: Sequence[dict[str, Any]],
+    runs: Sequence[RunRecord],
     out: Path,
     *,
     store: str,
     budget_s: float | None = None,
     price: Price | None = None,
     png_dir: Path | None = None,
-    comm_runs: Sequence[dict[str, Any]] = (),
+    comm_runs: Sequence[CommRun] = (),
     predictions: Sequence[dict[str, Any]] = (),
 ) -> tuple[list[Section], list[Path]]:
     """Write the HTML report (and PNGs of every figure when ``png_dir`` is given)."""

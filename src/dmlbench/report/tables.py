@@ -1,4 +1,5 @@
-"""Column definitions shared by the terminal, HTML and compare tables (formatting only)."""
+"""Column definitions shared by the terminal, HTML and compare tables (formatting only;
+numbers are written by :mod:`dmlbench.report.formats`)."""
 
 from __future__ import annotations
 
@@ -7,35 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-
-def fmt_seconds(value: Any) -> str:
-    if value is None or pd.isna(value):
-        return "—"
-    if value == float("inf"):
-        return "∞"
-    return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}" if abs(value) < 10 else (
-        f"{value:,.1f}"
-    )  # fmt: skip
-
-
-def fmt(value: Any, spec: str = ".2f") -> str:
-    if value is None or (not isinstance(value, str) and pd.isna(value)):
-        return "—"
-    return format(value, spec) if not isinstance(value, str) else value
-
-
-def mean_std(mean: Any, std: Any) -> str:
-    """``12.0 ± 2.0``; just the mean when there is no spread; ``—`` when there is no mean."""
-    if mean is None or pd.isna(mean):
-        return "—"
-    return fmt_seconds(mean) if std is None or pd.isna(std) else (
-        f"{fmt_seconds(mean)} ± {fmt_seconds(std)}"
-    )  # fmt: skip
-
-
-def _ms(value: Any) -> str:
-    return fmt(None if value is None or pd.isna(value) else 1000 * value, ".2f")
-
+from dmlbench.report.formats import fmt, mean_std, milliseconds, missing, seconds
 
 Column = tuple[str, str, Callable[[pd.Series], str]]
 
@@ -45,11 +18,11 @@ SCALING_COLUMNS: list[Column] = [
     ("batch", "b / B", lambda r: f"{int(r['local_batch'])} / {int(r['global_batch'])}"),
     ("runs", "reached", lambda r: f"{int(r['converged'])}/{int(r['runs'])}"),
     ("tta", "TTA s (mean ± std)", lambda r: mean_std(r["tta_mean"], r["tta_std"])),
-    ("olympic", "TTA olympic s", lambda r: fmt_seconds(r["tta_olympic"])),
-    ("compute", "TTA w/o eval s", lambda r: fmt_seconds(r["tta_compute_mean"])),
+    ("olympic", "TTA olympic s", lambda r: seconds(r["tta_olympic"])),
+    ("compute", "TTA w/o eval s", lambda r: seconds(r["tta_compute_mean"])),
     ("aat", "AAT", lambda r: fmt(r.get("aat_mean"), ".2%")),
     ("best", "best", lambda r: fmt(r["best_metric_mean"], ".2%")),
-    ("step", "step ms", lambda r: _ms(r["step_time_mean"])),
+    ("step", "step ms", lambda r: milliseconds(r["step_time_mean"])),
     ("thr", "samples/s", lambda r: fmt(r["throughput_mean"], ",.0f")),
     ("sp", "speedup TTA / thr",
      lambda r: f"{fmt(r['speedup_tta'])} / {fmt(r['speedup_throughput'])}"),
@@ -106,3 +79,27 @@ def scaling_columns(
     if not (table["variant"] != "").any():
         skip.add("variant")
     return [(title, fn) for key, title, fn in SCALING_COLUMNS if key not in skip]
+
+
+def _shape(row: Any) -> str:
+    """``N``, or ``nodes×per node`` for a two-level prediction."""
+    nodes = row.get("nodes")
+    if nodes is None or missing(nodes):
+        return str(int(row["workers"]))
+    return f"{int(nodes)}×{int(row['workers']) // int(nodes)}"
+
+
+# One row of `dmlbench simulate`'s predictions (a dict, as the store keeps it): the
+# terminal and the HTML report show these columns.
+PREDICTION_COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
+    ("network", lambda r: str(r["network"])),
+    ("algorithm", lambda r: str(r["algorithm"])),
+    ("N", _shape),
+    ("B", lambda r: str(r["global_batch"])),
+    ("step ms", lambda r: milliseconds(r["step_s"])),
+    ("comm", lambda r: fmt(r["comm_ratio"], ".0%")),
+    ("epochs", lambda r: f"{r['epochs']:.1f}{'' if r['epochs_measured'] else '*'}"),
+    ("TTA s", lambda r: fmt(r["tta_s"], ",.1f")),
+    ("speedup", lambda r: fmt(r["speedup"])),
+    ("cost", lambda r: fmt(r.get("cost"), ".4f")),
+]

@@ -10,22 +10,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dmlbench.report.formats import human_bytes, microseconds, percent, seconds
+from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import InverseSqrtSchedule, Schedule, WarmupStepSchedule
 from dmlbench.tasks import TaskDefinition
-
-
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f}%"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value >= 3600:
-        return f"{value / 3600:.2f} h"
-    return f"{value:,.1f} s" if value >= 10 else f"{value:.2f} s"
-
 
 AUGMENTATION = "pad 4 + random 32×32 crop, horizontal flip"
 
@@ -64,14 +53,14 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
         if recipe.augment:
             lines.append(f"augmentation: {AUGMENTATION}")
         if recipe.time_budget_s:
-            lines.append(f"accuracy-after-time budget {_seconds(recipe.time_budget_s)}")
+            lines.append(f"accuracy-after-time budget {seconds(recipe.time_budget_s, unit=True)}")
         for key, values in task.free_choices.items():
             lines.append(f"free choice: {key.rpartition('.')[2]} in {', '.join(map(str, values))}")
         name = escape(task.name) + ("\n[dim](for tests)[/dim]" if task.builtin_for_tests else "")
         model = f"{recipe.model.name} ({options})" if options else recipe.model.name
         table.add_row(
             name,
-            escape(f"{task.dataset}\n{model}\ngoal: {_pct(recipe.target)} {task.metric}"),
+            escape(f"{task.dataset}\n{model}\ngoal: {percent(recipe.target)} {task.metric}"),
             escape("\n".join(lines)),
         )
     return table
@@ -116,8 +105,8 @@ class RunProgress:
                 self.best = event["value"] if self.best is None else max(self.best, event["value"])
                 self.progress.update(
                     self.bar,
-                    status=f"epoch {meta['epoch_num']:g}: {_pct(event['value'])} "
-                    f"(best {_pct(self.best)})",
+                    status=f"epoch {meta['epoch_num']:g}: {percent(event['value'])} "
+                    f"(best {percent(self.best)})",
                 )
             elif key == "run_stop":
                 self.progress.update(self.bar, completed=meta["steps"], total=meta["steps"])
@@ -131,58 +120,59 @@ REASONS = {
 }
 
 
-def run_summary(run: dict[str, Any]) -> Table:
-    """Summary of one stored run (a row of ``ResultsStore.runs``)."""
-    summary = run.get("summary") or {}
+def run_summary(run: RunRecord) -> Table:
+    """Summary of one stored run (a record of ``ResultsStore.runs``)."""
+    summary = run.summary
     nodes = summary.get("nodes") or 1
     layout = f" ({nodes} nodes × {summary.get('nproc_per_node')})" if nodes > 1 else ""
     title = escape(
-        f"{run['task']} · {run['workers']} worker{'s' if run['workers'] > 1 else ''}{layout} · "
-        f"{run['division']} division · run {run['run_id']}"
+        f"{run.task} · {run.workers} worker{'s' if run.workers > 1 else ''}{layout} · "
+        f"{run.division} division · run {run.run_id}"
     )
     table = Table(title=title, title_justify="left", show_header=False, box=None)
     table.add_column(style="bold")
     table.add_column()
-    status = run["status"]
-    reason = REASONS.get(run.get("stop_reason") or "", run.get("stop_reason") or "")
+    status = run.status
+    reason = REASONS.get(run.stop_reason or "", run.stop_reason or "")
     colour = STATUS_STYLE.get(status, "yellow")
     table.add_row("status", f"[{colour}]{status}[/{colour}]" + (f" ({reason})" if reason else ""))
-    if run.get("error"):
-        table.add_row("error", escape(run["error"]))
-    target = run.get("target")
-    tta = run.get("time_to_accuracy_s")
+    if run.error:
+        table.add_row("error", escape(run.error))
+    target = run.target
+    tta = run.time_to_accuracy_s
     if tta is not None:
         table.add_row(
-            f"time to {_pct(target)}",
-            f"{_seconds(tta)} wall-clock, evaluation included "
-            f"({_seconds(run.get('time_to_accuracy_compute_s'))} without evaluation)",
+            f"time to {percent(target)}",
+            f"{seconds(tta, unit=True)} wall-clock, evaluation included "
+            f"({seconds(run.time_to_accuracy_compute_s, unit=True)} without evaluation)",
         )
     else:
-        table.add_row(f"time to {_pct(target)}", "not reached")
-    evals = run.get("evals") or []
-    if evals:
-        best = max(evals, key=lambda e: e["metric"])
-        table.add_row("best accuracy", f"{_pct(best['metric'])} at epoch {best['epoch']:g}")
-    if run.get("epochs") is not None:
+        table.add_row(f"time to {percent(target)}", "not reached")
+    if run.evals:
+        best = max(run.evals, key=lambda e: e.metric)
+        table.add_row("best accuracy", f"{percent(best.metric)} at epoch {best.epoch:g}")
+    if run.epochs is not None:
         table.add_row(
             "trained",
-            f"{run['epochs']:.2f} epochs, {run.get('steps') or 0:,} steps, "
-            f"{run.get('samples') or 0:,} samples in {_seconds(run.get('elapsed_s'))}",
+            f"{run.epochs:.2f} epochs, {run.steps or 0:,} steps, "
+            f"{run.samples or 0:,} samples in {seconds(run.elapsed_s, unit=True)}",
         )
     if summary.get("throughput"):
         table.add_row(
             "throughput",
             f"{summary['throughput']:,.0f} samples/s, {1000 * summary['step_time_s']:.2f} ms "
-            f"per step (global batch {run['global_batch']}; first "
+            f"per step (global batch {run.global_batch}; first "
             f"{summary.get('warmup_steps_excluded', 0)} steps excluded as warm-up)",
         )
     if summary.get("init_s") is not None:
-        table.add_row("start-up", f"{_seconds(summary['init_s'])} data load + model build "
-                      "(before the clock starts)")  # fmt: skip
+        startup = seconds(summary["init_s"], unit=True)
+        table.add_row("start-up", f"{startup} data load + model build (before the clock starts)")
     shares = summary.get("phase_shares")
     if shares:
         cells = [
-            f"{p} {_pct(shares[p]['mean'])}/{_pct(shares[p]['max'])}" for p in PHASES if p in shares
+            f"{p} {percent(shares[p]['mean'])}/{percent(shares[p]['max'])}"
+            for p in PHASES
+            if p in shares
         ]
         note = (
             " (ddp: comm is the part not hidden behind backward)"
@@ -191,41 +181,41 @@ def run_summary(run: dict[str, Any]) -> Table:
         )
         table.add_row(f"phases mean/max over {len(summary['phases_steady'])} ranks",
                       "  ".join(cells) + note)  # fmt: skip
-    cores = run.get("cores")
+    cores = run.cores
     emulated = summary.get("emulated_nodes") or nodes == 1  # every worker on this host
-    here = run["workers"] if emulated else summary.get("nproc_per_node") or run["workers"]
+    here = run.workers if emulated else summary.get("nproc_per_node") or run.workers
     if cores and here > cores:
         table.add_row("[yellow]note[/yellow]", f"{here} workers on {cores} cores: "
                       "oversubscribed, so times include workers sharing cores")  # fmt: skip
     if summary.get("emulated_nodes"):
-        network = run.get("network") if run.get("network") not in (None, "none") else "unshaped"
+        network = run.network if run.network not in (None, "none") else "unshaped"
         table.add_row("network", escape(f"{network} (emulated cluster: a namespace per node, "
                                         "its workers share its link)"))  # fmt: skip
-    elif run.get("network") and run["network"] != "none":
-        table.add_row("network", escape(f"{run['network']} (emulated: a namespace per worker)"))
+    elif run.network and run.network != "none":
+        table.add_row("network", escape(f"{run.network} (emulated: a namespace per worker)"))
         cost = _forwarder_cost(run)
         if cost:
             table.add_row("delay forwarder", cost)
-    if run.get("deviations"):
+    if run.deviations:
         table.add_row("differs from recipe", escape(", ".join(
-            f"{k}={v['actual']}" for k, v in run["deviations"].items())))  # fmt: skip
-    table.add_row("run folder", escape(run["run_dir"]))
+            f"{k}={v['actual']}" for k, v in run.deviations.items())))  # fmt: skip
+    table.add_row("run folder", escape(run.run_dir))
     return table
 
 
-def _forwarder_cost(run: dict[str, Any]) -> str | None:
+def _forwarder_cost(run: RunRecord) -> str | None:
     """The TUN delay forwarder's own cost, from the run folder's network.json."""
     import json
     from pathlib import Path
 
-    path = Path(run["run_dir"]) / "network.json"
+    path = Path(run.run_dir) / "network.json"
     try:
         stats = json.loads(path.read_text()).get("forwarder") or {}
     except (OSError, ValueError):
         return None
     if not stats.get("packets"):
         return None
-    elapsed = run.get("elapsed_s") or 0.0
+    elapsed = run.elapsed_s or 0.0
     share = f", {stats['cpu_s'] / elapsed:.0%} of one core over the run" if elapsed else ""
     warn = " — it shares the cores with the workers" if elapsed and \
         stats["cpu_s"] / elapsed > 0.05 else ""  # fmt: skip
@@ -240,9 +230,9 @@ STATUS_WORDS = {"target_not_reached": "no target"}
 STATUS_STYLE = {"success": "green", "failed": "red", "interrupted": "yellow"}
 
 
-def runs_table(runs: list[dict[str, Any]]) -> Table:
+def runs_table(runs: list[RunRecord]) -> Table:
     """One line per run, narrow enough for an 80-column terminal."""
-    open_runs = sum(run["division"] == "open" for run in runs)
+    open_runs = sum(run.division == "open" for run in runs)
     table = Table(
         title=f"{len(runs)} stored runs",
         title_justify="left",
@@ -261,17 +251,17 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
     table.add_column("best", justify="right", no_wrap=True, min_width=5)
     table.add_column("epochs", justify="right", no_wrap=True, min_width=6)
     for run in runs:
-        status = run["status"]
+        status = run.status
         style = STATUS_STYLE.get(status, "")
         table.add_row(
-            run["run_id"],
-            escape(run["task"]) + ("*" if run["division"] == "open" else ""),
-            str(run["workers"]),
-            f"{run['local_batch']}/{run['global_batch']}",
+            run.run_id,
+            escape(run.task) + ("*" if run.division == "open" else ""),
+            str(run.workers),
+            f"{run.local_batch}/{run.global_batch}",
             f"[{style}]{STATUS_WORDS.get(status, status)}[/{style}]" if style else status,
-            _seconds(run.get("time_to_accuracy_s")),
-            _pct(run.get("best_metric")),
-            "—" if run.get("epochs") is None else f"{run['epochs']:.1f}",
+            seconds(run.time_to_accuracy_s, unit=True),
+            percent(run.best_metric),
+            "—" if run.epochs is None else f"{run.epochs:.1f}",
         )
     return table
 
@@ -314,27 +304,15 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
     return tables
 
 
-def human_bytes(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" or size >= 100 else f"{size:.3g} {unit}"
-        size /= 1024
-    return f"{size} GiB"  # pragma: no cover
-
-
-def _micro(seconds: float) -> str:
-    return f"{seconds * 1e6:,.0f}" if seconds < 0.1 else f"{seconds * 1e6:,.3g}"
-
-
-def comm_table(run: dict[str, Any]) -> Table:
+def comm_table(run: CommRun) -> Table:
     """One all-reduce micro-benchmark: latency and bandwidth per message size."""
-    spec = run["spec"]
-    nodes = spec.get("nodes") or 1
-    layout = f" ({nodes} nodes × {run['workers'] // nodes})" if nodes > 1 else ""
+    spec = run.spec
+    nodes = run.nodes
+    layout = f" ({nodes} nodes × {run.workers // nodes})" if nodes > 1 else ""
     table = Table(
         title=escape(
-            f"{spec['op']} · {spec['backend']} · {run['workers']} workers{layout} · network "
-            f"{run['network']} · run {run['run_id']}"
+            f"{run.op} · {run.backend} · {run.workers} workers{layout} · network "
+            f"{run.network} · run {run.run_id}"
         ),
         title_justify="left",
         box=box.SIMPLE_HEAD,
@@ -343,23 +321,73 @@ def comm_table(run: dict[str, Any]) -> Table:
         "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)",
         caption_justify="left",
     )
-    scoped = any(row.get("scope") for row in run["results"])
+    scoped = any(row.scope for row in run.results)
     if scoped:  # an emulated cluster: across nodes, within each node, two levels
         table.add_column("scope")
     for column in ("size", "iter", "latency µs", "min µs", "max µs", "algbw MB/s", "busbw MB/s"):
         table.add_column(column, justify="right")
-    for row in run["results"]:
+    for row in run.results:
         table.add_row(
-            *([SCOPES.get(row.get("scope") or "", "")] if scoped else []),
-            human_bytes(row["bytes"]), str(row["iterations"]), _micro(row["latency_s"]),
-            _micro(row["latency_min_s"]),
-            _micro(row["latency_max_s"]), f"{row['algbw'] / 1e6:,.2f}",
-            f"{row['busbw'] / 1e6:,.2f}",
+            *([SCOPES.get(row.scope or "", "")] if scoped else []),
+            human_bytes(row.bytes), str(row.iterations), microseconds(row.latency_s),
+            microseconds(row.latency_min_s), microseconds(row.latency_max_s),
+            f"{row.algbw / 1e6:,.2f}", f"{row.busbw / 1e6:,.2f}",
         )  # fmt: skip
-    if run.get("error"):
-        table.add_row(f"[red]{run['status']}[/red]", escape(run["error"]), "", "", "", "", "",
+    if run.error:
+        table.add_row(f"[red]{run.status}[/red]", escape(run.error), "", "", "", "", "",
                       *([""] if scoped else []))  # fmt: skip
     return table
 
 
 SCOPES = {"all": "all", "node": "node", "hierarchical": "2-level"}
+
+
+def prediction_table(result: dict[str, Any]) -> Table:
+    """`dmlbench simulate`'s predictions, in the form the store keeps them."""
+    from dmlbench.report.tables import PREDICTION_COLUMNS
+
+    calibration = result["calibration"]
+    table = Table(
+        title=escape(
+            f"{result['task']}: predicted (weak scaling, b = {calibration['local_batch']}; "
+            f"compute {calibration['compute_step_s'] * 1e3:.2f} ms/step measured at "
+            f"{calibration['workers']} worker(s); {calibration['gradient_bytes'] / 1e6:.2f} MB "
+            "of gradients per step)"
+        ),
+        title_justify="left",
+        caption=escape(
+            "* epochs to the target assumed (--epochs, or the nearest measured global "
+            f"batch's); evaluation sharded over the workers; cost at {result['price']}"
+        ),
+        caption_justify="left",
+    )
+    for title, _ in PREDICTION_COLUMNS:
+        table.add_column("algo" if title == "algorithm" else title, justify="right")
+    for row in result["predictions"]:
+        table.add_row(*(escape(cell(row)) for _, cell in PREDICTION_COLUMNS))
+    return table
+
+
+def plan_table(plan: Any, stored: set[str]) -> Table:
+    """A sweep's planned runs (a ``SweepPlan``); ``stored``: keys the store has."""
+    from dmlbench.spec.run import deviations
+
+    table = Table(
+        title=escape(
+            f"sweep {plan.sweep.name}: {len(plan.runs)} runs ({plan.sweep.scaling} scaling)"
+        ),
+        title_justify="left",
+        caption=f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
+        "stored = already in the store",
+        caption_justify="left",
+    )
+    for column in ("#", "run", "N", "b / B", "seed", "division", "stored"):
+        table.add_column(column)
+    for index, run in enumerate(plan.runs, 1):
+        spec = run.spec
+        table.add_row(
+            str(index), escape(plan.describe(run)), str(spec.workers),
+            f"{spec.local_batch} / {spec.effective_global_batch}", str(spec.seed),
+            "open" if deviations(spec) else "closed", "yes" if run.key in stored else "",
+        )  # fmt: skip
+    return table

@@ -23,6 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dmlbench.errors import AlreadyClaimed, StoreError
+from dmlbench.results.records import (
+    FINISHED,
+    CommResult,
+    CommRun,
+    Evaluation,
+    PhaseTotal,
+    RunRecord,
+)
 from dmlbench.results.rundir import LauncherLock, launcher_holds
 from dmlbench.system import pid_alive
 
@@ -124,7 +132,6 @@ ADDED_COLUMNS = [
     ("network", "TEXT"),
 ]
 _JSON_COLUMNS = ("spec_json", "deviations_json", "environment_json", "summary_json", "point_json")
-FINISHED = ("success", "target_not_reached")  # a run that ended as planned
 Rerun = Literal["never", "failed", "always"]
 
 
@@ -467,22 +474,21 @@ class ResultsStore:
                 ],
             )  # fmt: skip
 
-    def comm_runs(self, run_id: str | None = None) -> list[dict[str, Any]]:
+    def comm_runs(self, run_id: str | None = None) -> list[CommRun]:
         """Communication micro-benchmarks, oldest first, each with its per-size results."""
         query = "SELECT * FROM comm_runs" + (" WHERE run_id=?" if run_id else "")
+        found = []
         with self._connect() as db:
-            rows = [dict(r) for r in db.execute(query + " ORDER BY rowid",
-                                                 (run_id,) if run_id else ())]  # fmt: skip
-            for row in rows:
-                row["spec"] = json.loads(row.pop("spec_json"))
-                row["environment"] = json.loads(row.pop("environment_json"))
+            for row in db.execute(query + " ORDER BY rowid", (run_id,) if run_id else ()):
+                fields = dict(row)
+                fields["spec"] = json.loads(fields.pop("spec_json"))
+                fields["environment"] = json.loads(fields.pop("environment_json"))
                 results = db.execute(
                     "SELECT * FROM comm_results WHERE run_id=? ORDER BY rowid", (row["run_id"],)
                 )
-                row["results"] = [
-                    {k: v for k, v in dict(r).items() if k != "run_id"} for r in results
-                ]
-        return rows
+                fields["results"] = [CommResult(**_without_run_id(r)) for r in results]
+                found.append(CommRun(**fields))
+        return found
 
     def resolve_id(self, fragment: str) -> str | None:
         """The run id equal to ``fragment``, or the only one that starts or ends with it."""
@@ -506,26 +512,33 @@ class ResultsStore:
 
     def runs(
         self, run_id: str | None = None, *, sweep: str | None = None, task: str | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> list[RunRecord]:
         """Every run (or one, or a sweep's or task's), oldest first, with its evaluations
         and phase totals."""
         where = {"run_id": run_id, "sweep": sweep, "task": task}
         filters = {k: v for k, v in where.items() if v is not None}
         clause = " AND ".join(f"{k}=?" for k in filters)
         query = "SELECT * FROM runs" + (f" WHERE {clause}" if clause else "") + " ORDER BY rowid"
+        found = []
         with self._connect() as db:
-            rows = [dict(r) for r in db.execute(query, tuple(filters.values()))]
-            for row in rows:
+            for row in db.execute(query, tuple(filters.values())).fetchall():
+                fields = dict(row)
                 for key in _JSON_COLUMNS:
-                    value = row.pop(key)
-                    row[key.removesuffix("_json")] = json.loads(value) if value else None
-                row["gpus"] = json.loads(row["gpus"]) if row["gpus"] else []
+                    value = fields.pop(key)
+                    fields[key.removesuffix("_json")] = json.loads(value) if value else None
+                fields["summary"] = fields["summary"] or {}
+                fields["gpus"] = json.loads(fields["gpus"]) if fields["gpus"] else []
                 if self.read_only and row["status"] == "running" and not _launcher_alive(row):
-                    row["status"] = "interrupted"  # as the next writable open will store it
-                for table, order in (("evals", "step"), ("phases", "rank")):
-                    query = f"SELECT * FROM {table} WHERE run_id=? ORDER BY {order}"
-                    records = [dict(r) for r in db.execute(query, (row["run_id"],))]
-                    for record in records:
-                        del record["run_id"]
-                    row[table] = records
-        return rows
+                    fields["status"] = "interrupted"  # as the next writable open will store it
+                evals = db.execute("SELECT * FROM evals WHERE run_id=? ORDER BY step",
+                                   (row["run_id"],))  # fmt: skip
+                phases = db.execute("SELECT * FROM phases WHERE run_id=? ORDER BY rank",
+                                    (row["run_id"],))  # fmt: skip
+                fields["evals"] = [Evaluation(**_without_run_id(r)) for r in evals]
+                fields["phases"] = [PhaseTotal(**_without_run_id(r)) for r in phases]
+                found.append(RunRecord(**fields))
+        return found
+
+
+def _without_run_id(row: sqlite3.Row) -> dict[str, Any]:
+    return {key: value for key, value in dict(row).items() if key != "run_id"}

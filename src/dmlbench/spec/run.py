@@ -245,6 +245,22 @@ def deviations(spec: RunSpec) -> dict[str, dict[str, Any]]:
     return differ
 
 
+def derived(spec: RunSpec) -> dict[str, Any]:
+    """What follows from a spec, as ``dmlbench run --dry-run`` shows it."""
+    from dmlbench.optim import learning_rate
+
+    schedule = spec.recipe.schedule
+    rate = {"local_batch": spec.local_batch, "world_size": spec.workers}
+    warmup = getattr(schedule, "warmup_epochs", 0.0)
+    return {
+        "global_batch": spec.effective_global_batch,
+        "threads_per_worker": spec.threads(),
+        "division": "open" if deviations(spec) else "closed",
+        "lr_first_step": learning_rate(schedule, step=0, epoch=0.0, **rate),
+        "lr_after_warmup": learning_rate(schedule, step=0, epoch=warmup, **rate),
+    }
+
+
 def load_config_file(path: Path) -> dict[str, Any]:
     """Read a YAML or TOML run spec file."""
     from dmlbench.files import load_mapping_file

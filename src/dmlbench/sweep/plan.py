@@ -11,7 +11,7 @@ import hashlib
 import itertools
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +70,20 @@ class SweepPlan:
     def describe(self, run: PlannedRun) -> str:
         parts = [f"{_short(k)}={run.point[k]}" for k in self.point_keys if k in run.point]
         return " ".join([*parts, f"seed={run.spec.seed}"])
+
+    def to_json(self, stored: Collection[str] = ()) -> dict[str, Any]:
+        """The plan as ``dmlbench sweep --plan --json`` prints it; ``stored``: the keys
+        the store has already."""
+        return {
+            "sweep": self.sweep.model_dump(mode="json"),
+            "dropped": self.dropped,
+            "duplicates": self.duplicates,
+            "runs": [
+                {"key": r.key, "repeat": r.repeat, "point": r.point, "stored": r.key in stored,
+                 "spec": r.spec.to_json_dict()}
+                for r in self.runs
+            ],
+        }  # fmt: skip
 
 
 def _short(key: str) -> str:

@@ -1,0 +1,132 @@
+"""What `dmlbench simulate` computes: the model's predictions for one task over networks ×
+algorithms × worker counts (or node layouts), calibrated from a results store.
+
+    sim = simulate(ResultsStore(path), "cifar10-resnet20", [1, 8, 64], ["10gbit"], ["ring"])
+    sim.rows        # one dict per (network, algorithm, workers): step, comm, TTA, cost
+    sim.to_json()   # what the store keeps under predictions/ for the report
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dmlbench.errors import DmlbenchError
+from dmlbench.perfmodel.calibrate import TaskCalibration, calibrate_comm, calibrate_task, comm_for
+from dmlbench.perfmodel.model import ALGORITHMS, CommCalibration, Layout, Link, predict
+
+if TYPE_CHECKING:
+    from dmlbench.report.prices import Price
+    from dmlbench.results.store import ResultsStore
+
+TWO_LEVEL = ("ring", "hierarchical")  # the algorithms the two-level (nodes) model has
+
+
+@dataclass
+class Simulation:
+    task: str
+    calibration: TaskCalibration
+    comm: dict[int, CommCalibration]  # by worker count measured
+    rows: list[dict[str, Any]]
+    price: str  # the price's label
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "calibration": {
+                **dataclasses.asdict(self.calibration),
+                "comm": {n: dataclasses.asdict(c) for n, c in self.comm.items()},
+            },
+            "predictions": self.rows,
+            "price": self.price,
+        }
+
+
+def resolve_links(names: Sequence[str]) -> tuple[dict[str, Link], dict[str, Link]]:
+    """Each network name's link between nodes, and within a node where the profile says.
+
+    A name is a profile, a bare rate (``54gbit``), or ``none`` (the measured host network).
+    """
+    from dmlbench.netem.profiles import NetworkSpec, load_profiles, parse_rate
+
+    known = load_profiles()
+    links, intra = {}, {}
+    for name in names:
+        if name == "none":
+            links[name] = Link(math.inf, 0.0)
+        elif name not in known and name[:1].isdigit():
+            links[name] = Link(parse_rate(name) / 8, 0.0)
+        else:
+            resolved = NetworkSpec(profile=name).resolve()
+            links[name] = Link((resolved.rate_bps or math.inf) / 8, resolved.delay_s)
+            intra[name] = Link((resolved.intra_rate_bps or math.inf) / 8, resolved.intra_delay_s)
+    return links, intra
+
+
+def simulate(
+    store: ResultsStore,
+    task: str,
+    counts: Sequence[int],
+    networks: Sequence[str],
+    algorithms: Sequence[str],
+    *,
+    price: Price,
+    layouts: Sequence[tuple[int, int]] = (),
+    epochs: float | None = None,
+    host_bandwidth: str | None = None,
+) -> Simulation:
+    """Predict every combination; with ``layouts`` ((nodes, per node) pairs) the worker
+    counts are theirs and the two-level model is used. The speedup of a row is against
+    the first count of its network and algorithm."""
+    bad = [a for a in algorithms if a not in ALGORITHMS]
+    if bad:
+        raise DmlbenchError(f"--algorithm {bad[0]!r}: choose ring, tree, ps or hierarchical")
+    if layouts:
+        counts = [nodes * per_node for nodes, per_node in layouts]
+        if set(algorithms) - set(TWO_LEVEL):
+            raise DmlbenchError("--nodes: the two-level model has ring and hierarchical")
+    links, intra = resolve_links(networks)
+    comm = calibrate_comm(store.comm_runs())
+    if host_bandwidth is not None:
+        from dmlbench.netem.profiles import parse_rate
+
+        faster = parse_rate(host_bandwidth) / 8
+        comm = {n: dataclasses.replace(c, host_busbw=faster) for n, c in comm.items()}
+    calibration = calibrate_task(store.runs(task=task), task)
+    rows = []
+    for name, link in links.items():
+        for algorithm in algorithms:
+            base_tta = None
+            for index, count in enumerate(counts):
+                layout = Layout(layouts[index][0], intra.get(name, Link(math.inf))) \
+                    if layouts else None  # fmt: skip
+                if epochs is not None and not calibration.epochs_by_batch:
+                    assumed, measured = epochs, False
+                else:
+                    assumed, measured = calibration.epochs_to_target(
+                        calibration.local_batch * count
+                    )
+                guess = predict(
+                    workers=count, algorithm=algorithm, local_batch=calibration.local_batch,  # type: ignore[arg-type]
+                    compute_per_example_s=0.0, compute_fixed_s=calibration.compute_step_s,
+                    gradient_bytes=calibration.gradient_bytes,
+                    train_examples=calibration.train_examples, epochs_to_target=assumed,
+                    # evaluation is sharded over the workers, as dmlbench's trainer does
+                    eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / count,
+                    link=link, calibration=comm_for(comm, max(2, count)),
+                    price_per_worker_hour=price.per_worker_hour, layout=layout,
+                )  # fmt: skip
+                base_tta = base_tta or guess.tta_s
+                rows.append({
+                    "network": name, "algorithm": algorithm, "workers": count,
+                    "nodes": layout.nodes if layout else None,
+                    "global_batch": guess.global_batch, "step_s": guess.step_s,
+                    "compute_s": guess.compute_s, "comm_s": guess.comm_s,
+                    "comm_ratio": guess.comm_ratio, "epochs": assumed,
+                    "epochs_measured": measured, "tta_s": guess.tta_s,
+                    "speedup": base_tta / guess.tta_s, "cost": guess.cost,
+                })  # fmt: skip
+    return Simulation(task, calibration, comm, rows, price.label)

@@ -1,0 +1,72 @@
+"""How every table writes a number: the terminal, the HTML report and `compare` alike.
+
+Missing values (None, NaN, pandas' NA) print as ``—``. No pandas import here, so the
+terminal's run table stays fast to load.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MISSING = "—"
+
+
+def missing(value: Any) -> bool:
+    """None, NaN or pandas' NA (whose comparisons are neither true nor false)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # only NaN differs from itself
+    except TypeError:
+        return True  # pd.NA: "ambiguous" truth value
+
+
+def fmt(value: Any, spec: str = ".2f") -> str:
+    if isinstance(value, str):
+        return value
+    return MISSING if missing(value) else format(value, spec)
+
+
+def seconds(value: Any, *, unit: bool = False) -> str:
+    """Three significant figures or so: ``0.123``, ``4.56``, ``1,234.5``; ``∞`` for a run
+    that never got there. With ``unit``: ``4.56 s``, and hours from an hour up."""
+    if missing(value):
+        return MISSING
+    if math.isinf(value):
+        return "∞"
+    if unit and value >= 3600:
+        return f"{value / 3600:.2f} h"
+    size = abs(value)
+    text = f"{value:.3f}" if size < 1 else f"{value:.2f}" if size < 10 else f"{value:,.1f}"
+    return f"{text} s" if unit else text
+
+
+def milliseconds(value: Any) -> str:
+    """Seconds shown as milliseconds, two decimals."""
+    return MISSING if missing(value) else f"{1000 * value:,.2f}"
+
+
+def microseconds(value: float) -> str:
+    """Seconds shown as microseconds: whole ones, three figures from 0.1 s up."""
+    return f"{value * 1e6:,.0f}" if value < 0.1 else f"{value * 1e6:,.3g}"
+
+
+def percent(value: Any, decimals: int = 1) -> str:
+    return MISSING if missing(value) else f"{100 * value:.{decimals}f}%"
+
+
+def mean_std(mean: Any, std: Any) -> str:
+    """``12.0 ± 2.0``; just the mean when there is no spread; ``—`` when there is no mean."""
+    if missing(mean):
+        return MISSING
+    return seconds(mean) if missing(std) else f"{seconds(mean)} ± {seconds(std)}"
+
+
+def human_bytes(size: float) -> str:
+    """``512 B``, ``1.5 KiB``, ``256 MiB``."""
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" or size >= 100 else f"{size:.3g} {unit}"
+        size /= 1024
+    return f"{size:.0f} GiB" if size >= 100 else f"{size:.3g} GiB"

@@ -1,0 +1,148 @@
+"""What the store gives back: typed records of training runs and micro-benchmarks.
+
+One class per stored row, its fields the store's columns (JSON columns decoded), so the
+report layer, the CLI and mypy see one shape. ``summary`` stays a mapping: it is the
+run's event-log summary (:func:`dmlbench.results.summary.summarize`), whose keys grow
+with what the trainer logs; an unfinished run's is empty.
+
+``as_dict()`` is the JSON form ``dmlbench results --json`` prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+FINISHED = ("success", "target_not_reached")  # a run that ended as planned
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """One evaluation of a run: where it happened and what it measured."""
+
+    epoch: float
+    step: int
+    samples: int
+    elapsed_s: float  # wall clock since the run started, evaluation included
+    compute_elapsed_s: float  # the same without time spent evaluating
+    metric: float
+    loss: float
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseTotal:
+    """Seconds one rank spent in one phase: whole run and steady state (after warm-up)."""
+
+    rank: int
+    phase: str
+    seconds: float
+    steady_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A training run as stored: identity, outcome, where it ran, and its records."""
+
+    run_id: str
+    task: str
+    status: str  # running | success | target_not_reached | failed | interrupted
+    division: str  # closed: the reference recipe; open: it differs (see deviations)
+    created_at: str
+    workers: int
+    local_batch: int
+    global_batch: int
+    seed: int
+    exchange: str
+    spec: dict[str, Any]
+    deviations: dict[str, Any]
+    environment: dict[str, Any]
+    run_dir: str
+    stop_reason: str | None = None
+    finished_at: str | None = None
+    target: float | None = None
+    best_metric: float | None = None
+    time_to_accuracy_s: float | None = None
+    time_to_accuracy_compute_s: float | None = None
+    epochs: float | None = None
+    steps: int | None = None
+    samples: int | None = None
+    elapsed_s: float | None = None
+    throughput: float | None = None
+    error: str | None = None
+    host: str | None = None
+    cpu_model: str | None = None
+    cores: int | None = None
+    gpus: list[str] = field(default_factory=list)
+    torch_version: str | None = None
+    git_revision: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    launcher_pid: int | None = None
+    sweep: str | None = None  # the sweep it belongs to; None for a single run
+    scaling: str | None = None
+    repeat: int | None = None
+    run_key: str | None = None
+    point: dict[str, Any] | None = None  # what the sweep varies, at this run
+    network: str | None = None  # the emulated network's label; "none" when unshaped
+    evals: list[Evaluation] = field(default_factory=list)
+    phases: list[PhaseTotal] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        """Whether it ended as planned (target reached or its limit hit)."""
+        return self.status in FINISHED
+
+    @property
+    def nodes(self) -> int:
+        return int(self.spec.get("nodes") or 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class CommResult:
+    """One message size of a micro-benchmark: latency over repeats and bandwidths."""
+
+    bytes: int
+    repeats: int
+    iterations: int
+    latency_s: float  # median over repeats
+    latency_min_s: float
+    latency_max_s: float
+    latency_std_s: float
+    algbw: float  # bytes / latency
+    busbw: float  # algbw × the collective's traffic factor (2(n-1)/n for all-reduce)
+    scope: str | None = None  # on an emulated cluster: "intra" or "inter" node
+
+
+@dataclass(frozen=True, slots=True)
+class CommRun:
+    """A communication micro-benchmark as stored, with its per-size results."""
+
+    run_id: str
+    op: str
+    backend: str
+    workers: int
+    network: str
+    status: str
+    created_at: str
+    spec: dict[str, Any]
+    environment: dict[str, Any]
+    run_dir: str
+    finished_at: str | None = None
+    error: str | None = None
+    host: str | None = None
+    cpu_model: str | None = None
+    cores: int | None = None
+    torch_version: str | None = None
+    git_revision: str | None = None
+    launcher_pid: int | None = None
+    results: list[CommResult] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> int:
+        return int(self.spec.get("nodes") or 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
