@@ -13,11 +13,10 @@ from typing import Any
 from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
 from dmlbench.errors import WorkerFailed
 from dmlbench.launch.local import launch_workers
-from dmlbench.launch.run import close_run, open_run
+from dmlbench.launch.run import Attempt, close_run, launched, open_run
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import (
     WORKER_IFNAME,
-    NetworkError,
     Topology,
     emulated,
     private_network_prefix,
@@ -81,8 +80,15 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
     if spec.nodes > 1:  # an emulated cluster: a namespace per node, unshaped if not told
         network = network or ResolvedNetwork(name="unshaped", rate_bps=None)
     run_id, run_dir = open_run(store, spec_dict)
-    status, error, rows = "failed", None, []
-    try:
+    rows: list[dict[str, Any]] = []
+
+    def finish(attempt: Attempt) -> None:
+        def complete() -> None:
+            store.finish_comm(run_id, status=attempt.status, rows=rows, error=attempt.error)
+
+        close_run(store, run_dir, attempt.status, attempt.error, complete)
+
+    with launched(finish) as attempt:
         with emulated(spec.nodes if spec.nodes > 1 else spec.workers, network,
                       record_to=run_dir) as topology:  # fmt: skip
             if spec.backend == "mpi":
@@ -94,18 +100,7 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
                                per_namespace=spec.per_node if spec.nodes > 1 else 1)  # fmt: skip
         results = run_dir / RESULTS_FILE
         if results.is_file():
-            rows, status = json.loads(results.read_text()), "success"
+            rows, attempt.status = json.loads(results.read_text()), "success"
         else:
-            error = "workers exited without writing results"
-    except (WorkerFailed, NetworkError) as failure:
-        error = str(failure)
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user"
-        raise
-    finally:
-
-        def complete() -> None:
-            store.finish_comm(run_id, status=status, rows=rows, error=error)
-
-        close_run(store, run_dir, status, error, complete)
-    return CommOutcome(run_id, status, rows, error)
+            attempt.error = "workers exited without writing results"
+    return CommOutcome(run_id, attempt.status, rows, attempt.error)

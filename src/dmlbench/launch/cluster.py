@@ -31,19 +31,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dmlbench.errors import WorkerFailed
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.launch.run import (
+    Attempt,
     ProgressFn,
     RunOutcome,
     _Watcher,
+    launched,
     open_run,
     prepare_data,
     settle,
     store_end,
 )
 from dmlbench.netem.profiles import ResolvedNetwork
-from dmlbench.netem.topology import NetworkError, Topology, check_can_emulate, preflight
+from dmlbench.netem.topology import Topology, check_can_emulate, preflight
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
 from dmlbench.results.events import EventTail
 from dmlbench.results.rundir import OUTCOME_FILE, read_json, write_json
@@ -205,10 +206,22 @@ def run_cluster(
     run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
                                sweep=sweep, claim=claim)  # fmt: skip
     spec_file = run_dir / NODE_SPEC_FILE
-    status, error = "failed", None
     agents: list[NodeAgent] = []
     watcher = None
-    try:
+
+    def finish(attempt: Attempt) -> None:
+        if watcher:
+            watcher.done.set()
+            watcher.join()
+        holder = next((a for a in agents if a.events_file(run_id).is_file()), None)
+        events = read_events(holder.events_file(run_id)) if holder else []
+        settle(attempt, events, "the nodes exited without finishing the run")
+        attempt.summary["emulated_nodes"] = True
+        if holder is not None:
+            attempt.summary["rank0_node"] = holder.index
+        store_end(store, run_id, run_dir, attempt)
+
+    with launched(finish, stop=lambda: _stop(agents)) as attempt:
         write_json(spec_file, node_spec(spec))
         with Topology(spec.nodes, network, record_to=run_dir) as topology:
             endpoint = f"{topology.address(0)}:{DEFAULT_PORT}"
@@ -225,33 +238,12 @@ def run_cluster(
                 watcher.start()
             lost = _watch(agents)
         if lost:
-            error = f"{lost}; the other nodes were stopped"
+            attempt.error = f"{lost}; the other nodes were stopped"
         elif all(agent.returncode == 0 for agent in agents):
-            status = ""
+            attempt.status = ""
         else:
-            error = _node_error(agents, run_id) or "a node failed; see its log in " + str(
+            attempt.error = _node_error(agents, run_id) or "a node failed; see its log in " + str(
                 run_dir / NODES_DIR
             )
-    except (WorkerFailed, NetworkError) as failure:
-        error = str(failure)
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user"
-        _stop(agents)
-        raise
-    except BaseException as unexpected:
-        error = f"launcher error: {unexpected!r}"
-        _stop(agents)
-        raise
-    finally:
-        if watcher:
-            watcher.done.set()
-            watcher.join()
-        holder = next((a for a in agents if a.events_file(run_id).is_file()), None)
-        events = read_events(holder.events_file(run_id)) if holder else []
-        unfinished = "the nodes exited without finishing the run"
-        summary, evals, status, error = settle(events, status, error, unfinished)
-        summary["emulated_nodes"] = True
-        if holder is not None:
-            summary["rank0_node"] = holder.index
-        store_end(store, run_id, run_dir, status, summary, evals, error)
-    return RunOutcome(run_id, status, summary, evals, error, str(run_dir))
+    return RunOutcome(run_id, attempt.status, attempt.summary, attempt.evals, attempt.error,
+                      str(run_dir))  # fmt: skip

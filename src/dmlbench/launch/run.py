@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -102,6 +102,46 @@ def close_run(
         ) from None
 
 
+@dataclass
+class Attempt:
+    """How a launch ended, as :func:`launched` classifies it. ``status`` "" means the
+    workers exited cleanly (their event log says how the run ended); the finisher may
+    fill in what it read back."""
+
+    status: str = "failed"
+    error: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def launched(
+    finish: Callable[[Attempt], None], *, stop: Callable[[], None] = lambda: None
+) -> Iterator[Attempt]:
+    """The one lifecycle of every launch, after :func:`open_run`: the block starts and
+    waits for the processes, and ``finish`` completes the run's row whatever happens.
+
+    A worker failure or a broken network (one-line errors) fails the run; Ctrl-C
+    stores it as interrupted; anything else is a dmlbench bug, stored as a launcher
+    error; the last two call ``stop`` (what the block started) and are re-raised.
+    """
+    attempt = Attempt()
+    try:
+        yield attempt
+    except (WorkerFailed, NetworkError) as failure:
+        attempt.status, attempt.error = "failed", str(failure)
+    except KeyboardInterrupt:
+        attempt.status, attempt.error = "interrupted", "interrupted by the user"
+        stop()
+        raise
+    except BaseException as unexpected:
+        attempt.status, attempt.error = "failed", f"launcher error: {unexpected!r}"
+        stop()
+        raise
+    finally:
+        finish(attempt)
+
+
 def prepare_data(spec: RunSpec) -> None:
     """Find (or download) the task's data and check its example counts, before anything
     is recorded: a data problem is refused, not stored as a failed run."""
@@ -111,35 +151,25 @@ def prepare_data(spec: RunSpec) -> None:
         task.check_examples(*task.count(spec.data_dir), spec.data_dir)
 
 
-def settle(
-    events: list[dict[str, Any]], status: str, error: str | None, unfinished: str
-) -> tuple[dict[str, Any], list[dict[str, Any]], str, str | None]:
-    """Summary, evaluations, status and error of a run from its event log. ``status``
-    "" means the workers exited cleanly: the log then says how the run ended, and a
-    log without its end gets ``unfinished`` as the error."""
-    summary, evals = summarize(events), eval_history(events)
-    if not status:
-        status = summary.get("status") or "failed"
-        if not summary["finished"]:
-            error = unfinished
-    return summary, evals, status, error
+def settle(attempt: Attempt, events: list[dict[str, Any]], unfinished: str) -> None:
+    """Fill in the attempt's summary and evaluations from the run's event log. Workers
+    that exited cleanly (status "") leave the status to the log; a log without its end
+    gets ``unfinished`` as the error."""
+    attempt.summary, attempt.evals = summarize(events), eval_history(events)
+    if not attempt.status:
+        attempt.status = attempt.summary.get("status") or "failed"
+        if not attempt.summary["finished"]:
+            attempt.error = unfinished
 
 
-def store_end(
-    store: ResultsStore,
-    run_id: str,
-    run_dir: Path,
-    status: str,
-    summary: dict[str, Any],
-    evals: list[dict[str, Any]],
-    error: str | None,
-) -> None:
+def store_end(store: ResultsStore, run_id: str, run_dir: Path, attempt: Attempt) -> None:
     """Complete the run's row (see :func:`close_run`)."""
 
     def complete() -> None:
-        store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
+        store.finish(run_id, status=attempt.status, summary=attempt.summary,
+                     evals=attempt.evals, error=attempt.error)  # fmt: skip
 
-    close_run(store, run_dir, status, error, complete)
+    close_run(store, run_dir, attempt.status, attempt.error, complete)
 
 
 def name_lost_node(error: str, hosts: list[str], here: str) -> str:
@@ -208,49 +238,42 @@ def run_benchmark(
     run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
                                sweep=sweep, claim=claim,
                                name=rendezvous.run_id if rendezvous else None)  # fmt: skip
-    status, error = "failed", None
     placed: list[int] = []
     watcher = _Watcher(EventTail(run_dir / EVENTS_FILE), progress) if progress else None
     if watcher:
         watcher.start()
-    try:
-        with emulated(spec.workers, network, record_to=run_dir) as topology:
-            launch_local(spec, run_dir, echo=echo, topology=topology, rendezvous=rendezvous,
-                         placed=placed)  # fmt: skip
-        status = ""
-    except (WorkerFailed, NetworkError) as failure:
-        error = str(failure)
-    except KeyboardInterrupt:
-        status, error = "interrupted", "interrupted by the user"
-        raise
-    except BaseException as unexpected:
-        error = f"launcher error: {unexpected!r}"
-        raise
-    finally:
+
+    def finish(attempt: Attempt) -> None:
         if watcher:
             watcher.done.set()
             watcher.join()
-        summary: dict[str, Any] = {}
-        evals: list[dict[str, Any]] = []
         if placed and 0 not in placed:  # another node held rank 0: it records the run
-            status = status or "finished"
+            attempt.status = attempt.status or "finished"
             with contextlib.suppress(OSError):
-                outcome = {"status": status, "error": error, "ranks": placed, "recorded": False}
+                outcome = {"status": attempt.status, "error": attempt.error, "ranks": placed,
+                           "recorded": False}  # fmt: skip
                 write_json(run_dir / OUTCOME_FILE, outcome)
             store.withdraw(run_id)
-        else:
-            events = read_events(run_dir / EVENTS_FILE)
-            unfinished = "workers exited without finishing the run"
-            summary, evals, status, error = settle(events, status, error, unfinished)
-            if rendezvous is not None and error:
-                error = name_lost_node(error, summary.get("hosts") or [], rendezvous.address())
-            store_end(store, run_id, run_dir, status, summary, evals, error)
+            return
+        events = read_events(run_dir / EVENTS_FILE)
+        unfinished = "workers exited without finishing the run"
+        settle(attempt, events, unfinished)
+        if rendezvous is not None and attempt.error:
+            hosts = attempt.summary.get("hosts") or []
+            attempt.error = name_lost_node(attempt.error, hosts, rendezvous.address())
+        store_end(store, run_id, run_dir, attempt)
+
+    with launched(finish) as attempt:
+        with emulated(spec.workers, network, record_to=run_dir) as topology:
+            launch_local(spec, run_dir, echo=echo, topology=topology, rendezvous=rendezvous,
+                         placed=placed)  # fmt: skip
+        attempt.status = ""
     return RunOutcome(
         run_id,
-        status,
-        summary,
-        evals,
-        error,
+        attempt.status,
+        attempt.summary,
+        attempt.evals,
+        attempt.error,
         str(run_dir),
         recorded=not placed or 0 in placed,
         ranks=tuple(placed),
