@@ -201,3 +201,17 @@ def test_one_number_format_for_every_table() -> None:
     assert formats.milliseconds(0.00123) == "1.23" and formats.percent(0.971) == "97.1%"
     assert [formats.human_bytes(n) for n in (512, 1536, 2**28, 2**40)] == [
         "512 B", "1.5 KiB", "256 MiB", "1024 GiB"]  # fmt: skip
+
+
+def test_report_page_escapes_what_runs_recorded() -> None:
+    """Autoescaped template: an error or a spec value cannot inject markup into a report."""
+    from dataclasses import replace
+
+    from dmlbench.report.html import render_html
+
+    hostile = "<img src=x onerror=alert(1)>"
+    run = replace(stored_run("r<1>", 1, tta=None), error=hostile, spec={"task": hostile})
+    page = render_html([], [run], store="s&t", budget_s=None, price=None)
+    assert hostile not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert 'id="run-r&lt;1&gt;"' in page and "<code>s&amp;t</code>" in page
+    assert "<script" not in page and "No runs stored yet" in page

@@ -202,7 +202,7 @@ def test_a_full_disk_at_the_end_keeps_the_run_for_import(small_disk: SmallDisk, 
     small_disk.free()
     code, out, _ = dmlbench("results", "--store", str(store.root), "--import", str(run_dir))
     row = ResultsStore(store.root).runs(run_dir.name)[0]
-    assert code == 0 and f"imported run {run_dir.name} ({row['status']})" in out
+    assert code == 0 and f"imported run {run_dir.name} ({row.status})" in out
     assert row.status in ("success", "target_not_reached") and row.steps == 2 * 64
     assert [e.epoch for e in row.evals] == [1, 2] and row.division == "open"
     code, _, err = dmlbench("results", "--store", str(store.root), "--import", str(run_dir))

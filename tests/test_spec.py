@@ -52,6 +52,7 @@ def test_global_batch_derives_local_batch() -> None:
         ({"overrides": ["exchange=carrier-pigeon"]}, "exchange"),
         ({"overrides": ["exchange=alreduce"]}, "unknown exchange 'alreduce' (did you mean"),
         ({"overrides": ["recipe.optimizer.name=adam"]}, "unknown optimizer 'adam'; registered"),
+        ({"overrides": ["recipe.model.name=resent"]}, "unknown model 'resent' (did you mean"),
         ({"overrides": ["nonsense"]}, "is not key=value"),
         ({"workers": 64, "overrides": ["local_batch=1024"]}, "larger than the 50,000 training"),
         ({"overrides": ["lr_per_sample=.inf"]}, "lr_per_sample: Input should be a finite number"),

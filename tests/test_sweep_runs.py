@@ -100,6 +100,16 @@ def chromium() -> str:
                 "DMLBENCH_SKIP_BROWSER=1 to skip the browser check")  # fmt: skip
 
 
+# Counts the figures the browser laid out; only the test's copy of a report carries it.
+RENDER_CHECK = """
+(function(){var figs=document.querySelectorAll('figure.plot'),ok=0;
+figs.forEach(function(f){var s=f.querySelector('svg');if(!s)return;var r=s.getBoundingClientRect();
+if(r.width>100&&r.height>50&&s.querySelectorAll('path,use,text').length>10)ok++;});
+document.body.setAttribute('data-figures',figs.length);
+document.body.setAttribute('data-rendered',ok);})();
+"""
+
+
 def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "report.html", tmp_path / "png"
     done = cli("report", "--store", str(weak_store), "--out", str(out), "--png", str(png),
@@ -114,11 +124,14 @@ def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> N
     assert page.count("digits-mlp · closed division · ") >= 2  # the figure titles
     assert len(list(png.glob("*.png"))) == 6
     assert all(p.stat().st_size > 10_000 for p in png.glob("*.png"))
+    assert "<script" not in page  # users' reports carry no script
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", f"<script>{RENDER_CHECK}</script></body>"))
     dom = subprocess.run(
         [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2000", "--dump-dom",
-         out.as_uri()],
+         probe.as_uri()],
         capture_output=True, text=True, timeout=90,
     ).stdout  # fmt: skip
     body = re.search(r"<body[^>]*>", dom)

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, ValidationError
 from torch import nn
 
-from dmlbench.errors import SpecError
+from dmlbench.errors import SpecError, unknown
 from dmlbench.models.mlp import MLP, Linear
 from dmlbench.models.resnet import CifarResNet
 from dmlbench.spec.recipe import ModelSpec, StrictModel
@@ -70,7 +70,7 @@ register_model("linear", ModelEntry(LinearOptions, _build_linear))
 def validate_model_spec(spec: ModelSpec) -> StrictModel:
     entry = MODELS.get(spec.name)
     if entry is None:
-        raise SpecError(f"unknown model '{spec.name}'; known: {', '.join(sorted(MODELS))}")
+        raise SpecError(unknown("model", spec.name, MODELS))
     try:
         options = entry.options.model_validate(spec.options)
     except ValidationError as error:

@@ -8,22 +8,22 @@ resolved spec and environment at the end of the page.
 
 from __future__ import annotations
 
-import html
 import io
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
 from matplotlib.figure import Figure
 
 import dmlbench
 from dmlbench.report import analysis, figures
-from dmlbench.report.formats import fmt, seconds
+from dmlbench.report.formats import fmt, milliseconds, seconds
 from dmlbench.report.prices import Price
 from dmlbench.report.tables import PREDICTION_COLUMNS, scaling_columns
 from dmlbench.results.records import CommRun, RunRecord
@@ -167,43 +167,49 @@ def save_pngs(sections: Sequence[Section], folder: Path, dpi: int = 200) -> list
     return paths
 
 
-def _scaling_table_html(table: pd.DataFrame, budget_s: float | None) -> str:
+@dataclass(frozen=True)
+class Link:
+    text: str
+    href: str
+
+
+@dataclass
+class Row:
+    cells: list[str | Link]
+    css: str = ""
+
+
+@dataclass
+class TableView:
+    """A table as the template draws it: every cell already written as text."""
+
+    head: list[str]
+    rows: list[Row]
+    caption: str = ""
+
+
+def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
     columns = scaling_columns(table, budget_s)
-    head = "".join(f"<th>{html.escape(title)}</th>" for title, _ in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(fn(row)))}</td>" for _, fn in columns) + "</tr>"
-        for _, row in table.iterrows()
-    )
     aat = f" AAT: best accuracy within {budget_s:g} s." if budget_s is not None else ""
-    return (
-        f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>"
-        "</table></div>"
-        f'<p class="caption">Means over finished runs; TTA over runs that reached the target.'
-        f"{aat} * oversubscribed.</p>"
+    return TableView(
+        [title for title, _ in columns],
+        [Row([str(cell(row)) for _, cell in columns]) for _, row in table.iterrows()],
+        f"Means over finished runs; TTA over runs that reached the target.{aat} * oversubscribed.",
     )
 
 
-def _runs_table_html(runs: pd.DataFrame) -> str:
-    head = ("<tr><th>run</th><th>N</th><th>seed</th><th>status</th><th>TTA s</th>"
-            "<th>best</th><th>epochs</th><th>step ms</th><th>comm max</th><th>started</th>"
-            "</tr>")  # fmt: skip
+def _runs_table(runs: pd.DataFrame) -> TableView:
+    head = ["run", "N", "seed", "status", "TTA s", "best", "epochs", "step ms", "comm max",
+            "started"]  # fmt: skip
     rows = []
     for _, run in runs.sort_values(["workers", "seed", "created_at"]).iterrows():
-        rid = html.escape(run["run_id"])
-        status = html.escape(run["status"])
-        rows.append(
-            f'<tr class="status-{status}"><td><a href="#run-{rid}">{rid}</a></td>'
-            f"<td>{run['workers']}</td><td>{run['seed']}</td><td>{status}</td>"
-            f"<td>{seconds(run['tta_s'])}</td><td>{fmt(run['best_metric'], '.2%')}</td>"
-            f"<td>{fmt(run['epochs'], '.1f')}</td>"
-            f"<td>{fmt(1000 * run['step_time_s'] if pd.notna(run['step_time_s']) else None)}"
-            f"</td><td>{fmt(run['comm_ratio_max'], '.1%')}</td>"
-            f"<td>{html.escape(str(run['created_at']))}</td></tr>"
-        )
-    return (
-        f"<div class='scroll'><table><thead>{head}</thead><tbody>{''.join(rows)}</tbody>"
-        "</table></div>"
-    )
+        cells: list[str | Link] = [Link(run["run_id"], f"#run-{run['run_id']}")]
+        cells += [str(run["workers"]), str(run["seed"]), run["status"], seconds(run["tta_s"]),
+                  fmt(run["best_metric"], ".2%"), fmt(run["epochs"], ".1f"),
+                  milliseconds(run["step_time_s"]), fmt(run["comm_ratio_max"], ".1%"),
+                  str(run["created_at"])]  # fmt: skip
+        rows.append(Row(cells, css=f"status-{run['status']}"))
+    return TableView(head, rows)
 
 
 def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
@@ -222,31 +228,18 @@ def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
     return section
 
 
-def _comm_html(section: Section) -> str:
-    frame = section.runs
-    head = ("<tr><th>run</th><th>backend</th><th>N</th><th>network</th><th>size B</th>"
-            "<th>iter</th><th>latency µs</th><th>min µs</th><th>max µs</th>"
-            "<th>algbw MB/s</th><th>busbw MB/s</th></tr>")  # fmt: skip
-    body = "".join(
-        f"<tr><td>{html.escape(r['run_id'])}</td><td>{html.escape(r['backend'])}</td>"
-        f"<td>{r['workers']}</td><td>{html.escape(r['network'])}</td><td>{r['bytes']:,}</td>"
-        f"<td>{r['iterations']}</td><td>{r['latency_s'] * 1e6:,.1f}</td>"
-        f"<td>{r['latency_min_s'] * 1e6:,.1f}</td><td>{r['latency_max_s'] * 1e6:,.1f}</td>"
-        f"<td>{r['algbw'] / 1e6:,.2f}</td><td>{r['busbw'] / 1e6:,.2f}</td></tr>"
-        for _, r in frame.iterrows()
-    )
-    figs = "".join(
-        f"<figure class='plot wide' id='{section.slug}-{name}'>{svg_of(fig)}</figure>"
-        for name, fig in section.figures.items()
-    )
-    return (
-        f"<section id='{section.slug}'><h2>Communication micro-benchmarks</h2>"
-        f"<p class='meta'>{html.escape(section.title)}. busbw = algbw × 2(n−1)/n "
-        "(NCCL-tests' definition); latency is the median over repeats, a repeat lasting as "
-        f"long as its slowest rank.</p><div class='grid'>{figs}</div>"
-        f"<div class='scroll'><table><thead>{head}</thead><tbody>{body}</tbody></table></div>"
-        "</section>"
-    )
+def _comm_table(section: Section) -> TableView:
+    head = ["run", "backend", "N", "network", "size B", "iter", "latency µs", "min µs",
+            "max µs", "algbw MB/s", "busbw MB/s"]  # fmt: skip
+    rows = []
+    for _, r in section.runs.iterrows():
+        cells: list[str | Link] = [r["run_id"], r["backend"], str(r["workers"]), r["network"]]
+        cells += [f"{r['bytes']:,}", str(r["iterations"])]
+        cells += [f"{r[key] * 1e6:,.1f}" for key in ("latency_s", "latency_min_s",
+                                                     "latency_max_s")]  # fmt: skip
+        cells += [f"{r['algbw'] / 1e6:,.2f}", f"{r['busbw'] / 1e6:,.2f}"]
+        rows.append(Row(cells))
+    return TableView(head, rows)
 
 
 def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
@@ -277,72 +270,57 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
     return sections
 
 
-def _prediction_html(section: Section) -> str:
-    head = "<tr>" + "".join(f"<th>{title}</th>" for title, _ in PREDICTION_COLUMNS) + "</tr>"
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell(r))}</td>" for _, cell in PREDICTION_COLUMNS)
-        + "</tr>"
-        for _, r in section.runs.iterrows()
-    )  # fmt: skip
-    figs = "".join(
-        f"<figure class='plot' id='{section.slug}-{name}'>{svg_of(fig)}</figure>"
-        for name, fig in section.figures.items()
+def _prediction_table(section: Section) -> TableView:
+    rows = [Row([cell(r) for _, cell in PREDICTION_COLUMNS]) for _, r in section.runs.iterrows()]
+    return TableView([title for title, _ in PREDICTION_COLUMNS], rows)
+
+
+def _figures_view(section: Section, wide: Sequence[str] = ()) -> list[dict[str, Any]]:
+    return [{"name": name, "svg": svg_of(fig), "wide": name in wide}
+            for name, fig in section.figures.items()]  # fmt: skip
+
+
+def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
+    """What the template needs of a section: headings, notes, figures, tables."""
+    view: dict[str, Any] = {"slug": section.slug, "notes": section.notes,
+                            "count": len(section.runs)}  # fmt: skip
+    if section.kind == "comm":
+        view.update(
+            heading="Communication micro-benchmarks",
+            meta=f"{section.title}. busbw = algbw × 2(n−1)/n (NCCL-tests' definition); "
+            "latency is the median over repeats, a repeat lasting as long as its slowest rank.",
+            figures=_figures_view(section, wide=list(section.figures)),
+            tables=[{"title": "", "table": _comm_table(section)}],
+        )
+    elif section.kind == "predicted":
+        view.update(
+            heading=f"{section.task} · predicted scaling",
+            meta=section.title,
+            figures=_figures_view(section),
+            tables=[{"title": "", "table": _prediction_table(section)}],
+        )
+    else:
+        view.update(
+            heading=f"{section.task} · {section.sweep}",
+            meta=section.title,
+            figures=_figures_view(section, wide=["curves"]),
+            tables=[
+                {"title": "Scaling table", "table": _scaling_table(section.table, budget_s)},
+                {"title": "Runs", "table": _runs_table(section.runs)},
+            ],
+        )
+    return view
+
+
+@cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dmlbench.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,  # a misspelt name fails loudly, not as ""
+        trim_blocks=True,
     )
-    notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in section.notes)
-    return (
-        f"<section id='{section.slug}'><h2>{html.escape(section.task)} · predicted scaling</h2>"
-        f"<p class='meta'>{html.escape(section.title)}</p>{notes}<div class='grid'>{figs}</div>"
-        f"<div class='scroll'><table><thead>{head}</thead><tbody>{body}</tbody></table></div>"
-        "</section>"
-    )
-
-
-def _run_details(run: RunRecord) -> str:
-    rid = html.escape(run.run_id)
-    parts = {
-        "resolved spec": run.spec,
-        "differs from the reference recipe": run.deviations,
-        "environment": run.environment,
-    }
-    blocks = "".join(
-        f"<h4>{name}</h4><pre>{html.escape(json.dumps(value, indent=2, default=str))}</pre>"
-        for name, value in parts.items()
-    )
-    error = f"<p>error: {html.escape(run.error)}</p>" if run.error else ""
-    return (
-        f'<details id="run-{rid}"><summary>{rid} · {html.escape(run.task)} · '
-        f"{run.workers} workers · seed {run.seed} · {html.escape(run.status)}"
-        f"</summary>{error}<p>run folder: <code>{html.escape(run.run_dir)}</code>; "
-        f"re-run with <code>dmlbench run --config {html.escape(run.run_dir)}/spec.json"
-        f"</code></p>{blocks}</details>"
-    )
-
-
-STYLE = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;
-max-width:1100px;padding:0 1rem;color:#222;line-height:1.4}
-h1{font-size:1.6rem}h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2.5rem}
-.grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(480px,1fr));gap:1rem}
-figure.plot{margin:0;border:1px solid #eee;border-radius:6px;padding:.5rem}
-figure.wide{grid-column:1/-1}
-.plot-svg{width:100%;height:auto;display:block}
-table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0;width:100%}
-th,td{border-bottom:1px solid #eee;padding:.25rem .5rem;text-align:right;white-space:nowrap}
-th{background:#fafafa}td:first-child,th:first-child{text-align:left}
-.caption,.meta{color:#666;font-size:.85rem}.note{background:#fff6e5;border-left:4px solid
-#f0a020;padding:.4rem .8rem;margin:.4rem 0}tr.status-failed td,tr.status-interrupted td{
-color:#b00}pre{background:#f7f7f7;padding:.5rem;overflow:auto;font-size:.8rem}
-.scroll{overflow-x:auto}details{margin:.3rem 0}summary{cursor:pointer}
-"""
-
-# Counts the figures the browser actually laid out; tests read these attributes.
-RENDER_CHECK = """
-(function(){var figs=document.querySelectorAll('figure.plot'),ok=0;
-figs.forEach(function(f){var s=f.querySelector('svg');if(!s)return;var r=s.getBoundingClientRect();
-if(r.width>100&&r.height>50&&s.querySelectorAll('path,use,text').length>10)ok++;});
-document.body.setAttribute('data-figures',figs.length);
-document.body.setAttribute('data-rendered',ok);})();
-"""
+    return env.get_template("report.html.j2")
 
 
 def render_html(
@@ -355,43 +333,17 @@ def render_html(
     comm: Section | None = None,
     predicted: Sequence[Section] = (),
 ) -> str:
-    out = [
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-        f"<title>dmlbench report · {len(runs)} runs</title><style>{STYLE}</style></head><body>",
-        "<h1>dmlbench report</h1>",
-        f"<p class='meta'>{len(runs)} runs from <code>{html.escape(store)}</code>; generated "
-        f"{datetime.now(UTC).isoformat(timespec='seconds')} by dmlbench {dmlbench.__version__}."
-        + (f" Cost: {html.escape(price.label)} ({html.escape(price.source)})." if price else "")
-        + "</p>",
-    ]
-    if not sections:
-        out.append("<p>No runs stored yet: run <code>dmlbench sweep FILE</code> first.</p>")
-    out.append("<ul>" + "".join(
-        f"<li><a href='#{s.slug}'>{html.escape(s.task)} · {html.escape(s.sweep)}</a> "
-        f"({len(s.runs)} runs)</li>" for s in sections) + "</ul>")  # fmt: skip
-    for section in sections:
-        out.append(f"<section id='{section.slug}'><h2>{html.escape(section.task)} · "
-                   f"{html.escape(section.sweep)}</h2>")  # fmt: skip
-        out.append(f"<p class='meta'>{html.escape(section.title)}</p>")
-        out.extend(f"<p class='note'>{html.escape(n)}</p>" for n in section.notes)
-        out.append("<div class='grid'>")
-        for name, fig in section.figures.items():
-            wide = " wide" if name == "curves" else ""
-            out.append(f"<figure class='plot{wide}' id='{section.slug}-{name}'>{svg_of(fig)}"
-                       "</figure>")  # fmt: skip
-        out.append("</div><h3>Scaling table</h3>")
-        out.append(_scaling_table_html(section.table, budget_s))
-        out.append("<h3>Runs</h3>")
-        out.append(_runs_table_html(section.runs))
-        out.append("</section>")
-    if comm is not None:
-        out.append(_comm_html(comm))
-    out.extend(_prediction_html(section) for section in predicted)
-    out.append("<h2 id='runs'>Every run: resolved spec and environment</h2>")
-    out.extend(_run_details(run) for run in runs)
-    out.append(f"<script>{RENDER_CHECK}</script></body></html>")
-    return "\n".join(out)
+    training = [_section_view(section, budget_s) for section in sections]
+    others = [_section_view(s, budget_s) for s in ([comm] if comm else []) + list(predicted)]
+    return _template().render(
+        runs=runs,
+        store=store,
+        generated=datetime.now(UTC).isoformat(timespec="seconds"),
+        version=dmlbench.__version__,
+        price=price,
+        training=training,
+        sections=training + others,
+    )
 
 
 def write_report(

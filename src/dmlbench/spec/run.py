@@ -42,13 +42,11 @@ class RunSpec(WorkersSpec):
     global_batch: int | None = Field(
         None, gt=0, description="if set, local batch = global_batch / workers (strong scaling)"
     )
-    exchange: Annotated[str, in_registry("exchange", "dmlbench.comm.exchange", "EXCHANGES")] = (
-        Field(
-            "allreduce",
-            description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
-            "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
-            "all-reduce overlapped with backward",
-        )
+    exchange: Exchange = Field(
+        "allreduce",
+        description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
+        "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
+        "all-reduce overlapped with backward",
     )
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
