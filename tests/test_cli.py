@@ -47,6 +47,21 @@ def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
     assert not (tmp_path / "s").exists()
 
 
+def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
+    """One run: local = global / workers; a list of counts: strong scaling at that batch,
+    also when given with --set (an inline strong sweep once ignored it)."""
+    code, out, _ = dmlbench("run", "digits-mlp", "-w", "2", "--global-batch", "128",
+                            "--dry-run", "--json")  # fmt: skip
+    one = json.loads(out)
+    assert code == 0 and one["spec"]["recipe"]["local_batch"] == 64
+    for args in (["--global-batch", "128"], ["--scaling", "strong", "--set", "global_batch=128"]):
+        code, out, _ = dmlbench("run", "digits-mlp", "-w", "1,2", *args, "--dry-run", "--json")
+        plan = json.loads(out)
+        assert code == 0 and plan["sweep"]["scaling"] == "strong"
+        assert [(r["spec"]["recipe"]["local_batch"], r["spec"]["global_batch"])
+                for r in plan["runs"]] == [(128, 128), (64, 128)]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -63,6 +78,10 @@ def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
         (["run", "--workers", "1,0"], "worker counts must be at least 1"),
         (["run", "--workers", "1,3", "--scaling", "strong", "--dry-run"],
          "global batch 32 does not divide among 3 workers"),
+        (["run", "--workers", "1,3", "--global-batch", "128", "--dry-run"],
+         "global batch 128 does not divide among 3 workers"),
+        (["run", "--workers", "1,2", "--scaling", "weak", "--global-batch", "64", "--dry-run"],
+         "global_batch belongs to strong scaling"),
         (["run", "--workers", "1,2", "--scaling", "sideways", "--dry-run"], "scaling: Input"),
         (["run", "--workers", "1,2", "--rerun", "sometimes", "--dry-run"], "--rerun 'sometimes'"),
     ],

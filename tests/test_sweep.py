@@ -152,6 +152,11 @@ def test_strong_scaling_fixes_the_global_batch() -> None:
     ]  # fmt: skip
     explicit = plan_sweep(sweep(scaling="strong", global_batch=96, axes={"workers": [1, 2]}))
     assert [r.spec.local_batch for r in explicit.runs] == [96, 48]
+    overridden = plan_sweep(
+        sweep(scaling="strong", axes={"workers": [1, 2]}), overrides=["global_batch=128"]
+    )  # `run --set global_batch=128`
+    assert [(r.spec.local_batch, r.spec.effective_global_batch) for r in overridden.runs] == [
+        (128, 128), (64, 128)]  # fmt: skip
 
 
 def test_strong_scaling_refuses_a_batch_that_does_not_divide() -> None:

@@ -145,6 +145,14 @@ def run(
     scaling: Annotated[
         str | None, typer.Option(help="weak (local batch fixed) or strong (global batch fixed)")
     ] = None,
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="fixed global batch, local = global / workers; with a list of worker "
+            "counts: strong scaling at this batch",
+        ),
+    ] = None,
     repeats: Annotated[
         int | None, typer.Option(min=1, help="runs per worker count (seeds seed, seed+1, ...)")
     ] = None,
@@ -226,12 +234,13 @@ def run(
                 "one job at a time (or sweep an emulated cluster, --nodes)"
             )
 
-        mode = scaling or "none"
+        mode = scaling or ("strong" if global_batch is not None else "none")
         sweep = validate_sweep(
             {
                 "name": name or f"{task_name}-{mode if mode != 'none' else 'workers'}",
                 "task": task_name,
                 "scaling": mode,
+                "global_batch": global_batch,
                 "repeats": repeats or 1,
                 "seed": seed or 0,
                 "set": {k: v for k, v in config_data.items() if k != "plugins"},
@@ -254,6 +263,7 @@ def run(
         workers=counts[0] if counts else None,
         seed=seed,
         exchange=exchange,
+        global_batch=global_batch,
         data_dir=str(data_dir) if data_dir else None,
         network={"profile": network} if network else None,
         **layout,

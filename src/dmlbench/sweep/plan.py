@@ -121,8 +121,13 @@ def _world(tree: dict[str, Any]) -> int:
 
 
 def _strong_global_batch(sweep: SweepSpec, trees: list[dict[str, Any]]) -> int:
+    """The sweep's ``global_batch``; else one every run was given (``--set
+    global_batch=…``); else the smallest run's local batch × its workers."""
     if sweep.global_batch is not None:
         return sweep.global_batch
+    given = {tree.get("global_batch") for tree in trees}
+    if len(given) == 1 and (batch := given.pop()) is not None:
+        return int(batch)
     smallest = min(trees, key=_world)
     return int(smallest["recipe"]["local_batch"]) * _world(smallest)
 
@@ -173,7 +178,7 @@ def plan_sweep(
                 raise SpecError(
                     f"strong scaling: global batch {batch} does not divide among "
                     f"{_world(tree)} workers; choose worker counts that divide {batch} "
-                    "or set global_batch in the sweep"
+                    "or another global batch (global_batch in the sweep, or --global-batch)"
                 )
             tree["global_batch"] = batch
             point["global_batch"] = batch
