@@ -208,7 +208,10 @@ def test_imports_stay_light() -> None:
     its task needs: nothing of scikit-learn, SciPy, pandas or matplotlib at start."""
     heavy = ("torch", "sklearn", "scipy", "pandas", "matplotlib", "dask", "pyarrow")
     probe = "import sys, {m}; print(' '.join(n for n in {heavy!r} if n in sys.modules))"
-    for module, allowed in (("dmlbench.cli.app", set()), ("dmlbench.train.worker", {"torch"})):
+    cases = (("dmlbench.cli.app", set()), ("dmlbench.train.worker", {"torch"}),
+             # every built-in task registers, recipe validated, without torch (`tasks`)
+             ("dmlbench.tasks; dmlbench.tasks.all_tasks()", set()))  # fmt: skip
+    for module, allowed in cases:
         done = subprocess.run([sys.executable, "-c", probe.format(m=module, heavy=heavy)],
                               capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
         assert set(done.stdout.split()) == allowed, (module, done.stdout)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pickletools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from dmlbench.data.download import cache_root, download, extract_tar, writable_dir
 from dmlbench.errors import DatasetError
@@ -33,7 +33,10 @@ TRAIN_EXAMPLES, TEST_EXAMPLES = 50_000, 10_000  # the official split, 10,000 per
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 
-Arrays = tuple[torch.Tensor, torch.Tensor]
+if TYPE_CHECKING:  # torch loads when data is read, not when the task registers
+    import torch
+
+    Arrays = tuple[torch.Tensor, torch.Tensor]
 
 
 def _corrupt(path: Path, why: str) -> DatasetError:
@@ -45,6 +48,8 @@ def _corrupt(path: Path, why: str) -> DatasetError:
 
 def read_binary_batch(path: Path) -> Arrays:
     """Records of 1 label byte + 3,072 pixel bytes (R, G, B planes) → uint8 images, labels."""
+    import torch
+
     raw = np.fromfile(path, dtype=np.uint8)
     if raw.size == 0 or raw.size % RECORD_BYTES:
         raise _corrupt(path, f"{raw.size} bytes is not a whole number of 3,073-byte records")
@@ -61,6 +66,8 @@ _INT_OPS = {"BININT", "BININT1", "BININT2", "INT", "LONG", "LONG1"}
 
 def read_python_batch(path: Path) -> Arrays:
     """One batch of the python layout, parsed without unpickling."""
+    import torch
+
     pixels: bytes | None = None
     labels: list[int] = []
     key: bytes | None = None
@@ -88,6 +95,8 @@ def read_python_batch(path: Path) -> Arrays:
 
 
 def _read_split(folder: Path, names: list[str]) -> Arrays:
+    import torch
+
     binary = folder.name == BINARY_DIR or (folder / f"{names[0]}.bin").exists()
     parts = []
     for name in names:

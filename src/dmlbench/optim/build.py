@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from dmlbench.spec.recipe import OptimizerSpec
 
+if TYPE_CHECKING:  # a recipe names an optimizer, and is validated, without torch
+    import torch
+    from torch import nn
+
 
 def _sgd(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    import torch
+
     return torch.optim.SGD(
         params, lr=0.0, momentum=spec.momentum, nesterov=spec.nesterov,
         weight_decay=spec.weight_decay,

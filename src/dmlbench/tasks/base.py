@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from dmlbench.data import Dataset
 from dmlbench.errors import DatasetError
 from dmlbench.spec.recipe import Recipe
+
+if TYPE_CHECKING:  # tasks register without torch; their loaders import it
+    from dmlbench.data import Dataset
 
 Loss = Literal["cross_entropy", "logistic"]
 

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dmlbench.data import Dataset, Preprocess, cifar10
-from dmlbench.data.augment import ChannelNormalize
+from dmlbench.data import cifar10
 from dmlbench.spec.recipe import ModelSpec, OptimizerSpec, Recipe, WarmupStepSchedule
 from dmlbench.tasks.base import TaskDefinition
 from dmlbench.tasks.registry import register_task
+
+if TYPE_CHECKING:
+    from dmlbench.data import Dataset
 
 DEPTHS = (20, 32, 44, 56)
 
 
 def load_cifar10(data_dir: Path) -> Dataset:
+    from dmlbench.data import Dataset, Preprocess
+    from dmlbench.data.augment import ChannelNormalize
+
     (train_x, train_y), (test_x, test_y) = cifar10.load(data_dir)
     normalize = ChannelNormalize(cifar10.MEAN, cifar10.STD)
     return Dataset(

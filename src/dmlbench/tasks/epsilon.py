@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from dmlbench.data import Dataset
 from dmlbench.data.download import download as fetch
 from dmlbench.data.libsvm import load_libsvm
 from dmlbench.errors import DatasetError
 from dmlbench.spec.recipe import InverseSqrtSchedule, ModelSpec, Recipe
 from dmlbench.tasks.base import TaskDefinition
 from dmlbench.tasks.registry import register_task
+
+if TYPE_CHECKING:
+    from dmlbench.data import Dataset
 
 BASE_URL = "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/"
 FILES = {
@@ -62,6 +63,10 @@ def prepare_epsilon(data_dir: Path, download: bool) -> None:
 
 
 def load_epsilon(data_dir: Path) -> Dataset:
+    import torch
+
+    from dmlbench.data import Dataset
+
     folder = _folder(data_dir)
     arrays = []
     for name in FILES:

@@ -8,23 +8,30 @@ tasks exist for tests and quick checks of code paths.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from dmlbench.data import Dataset
 from dmlbench.spec.recipe import ModelSpec, OptimizerSpec, Recipe, WarmupStepSchedule
 from dmlbench.tasks.base import TaskDefinition
 from dmlbench.tasks.epsilon import epsilon_recipe
 from dmlbench.tasks.registry import register_task
+
+if TYPE_CHECKING:
+    import torch
+
+    from dmlbench.data import Dataset
 
 DATA_SEED = 20_240_601  # fixed: the data never depends on the run's seed
 
 
 def load_digits_split(data_dir: Path) -> Dataset:
     """scikit-learn's digits, 80/20 stratified split with a fixed seed, pixels scaled to [0, 1]."""
+    import torch
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
+
+    from dmlbench.data import Dataset
 
     x, y = load_digits(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(
@@ -40,6 +47,8 @@ def load_digits_split(data_dir: Path) -> Dataset:
 
 
 def _blobs(n: int, features: int, classes: int, generator: torch.Generator) -> tuple:
+    import torch
+
     centers = torch.randn(classes, features, generator=torch.Generator().manual_seed(DATA_SEED))
     labels = torch.randint(0, classes, (n,), generator=generator)
     x = centers[labels] * 1.5 + torch.randn(n, features, generator=generator)
@@ -48,6 +57,10 @@ def _blobs(n: int, features: int, classes: int, generator: torch.Generator) -> t
 
 def load_synthetic_classification(data_dir: Path) -> Dataset:
     """Gaussian blobs: 8 classes in 32 dimensions, 2,048 train and 512 test examples."""
+    import torch
+
+    from dmlbench.data import Dataset
+
     generator = torch.Generator().manual_seed(DATA_SEED + 1)
     train_x, train_y = _blobs(2048, 32, 8, generator)
     test_x, test_y = _blobs(512, 32, 8, generator)
@@ -56,6 +69,10 @@ def load_synthetic_classification(data_dir: Path) -> Dataset:
 
 def load_synthetic_binary(data_dir: Path) -> Dataset:
     """epsilon's shape in miniature: unit-norm rows, ±1 labels from a noisy linear teacher."""
+    import torch
+
+    from dmlbench.data import Dataset
+
     generator = torch.Generator().manual_seed(DATA_SEED + 2)
     teacher = torch.randn(64, generator=generator)
 
