@@ -199,6 +199,8 @@ def test_one_number_format_for_every_table() -> None:
         assert formats.seconds(absent) == formats.fmt(absent) == formats.percent(absent) == "—"
     assert formats.mean_std(12.0, 2.0) == "12.0 ± 2.00" and formats.mean_std(12.0, None) == "12.0"
     assert formats.milliseconds(0.00123) == "1.23" and formats.percent(0.971) == "97.1%"
+    assert [formats.plural(n, "worker") for n in (1, 2, 1024)] == [
+        "1 worker", "2 workers", "1,024 workers"]  # fmt: skip
     assert [formats.human_bytes(n) for n in (512, 1536, 2**28, 2**40)] == [
         "512 B", "1.5 KiB", "256 MiB", "1024 GiB"]  # fmt: skip
 

@@ -76,7 +76,7 @@ def test_allreduce_benchmark_runs_on_real_gloo_workers(tmp_path: Path) -> None:
     one = json.loads(cli("results", run["run_id"][-6:], "--json", "--store", store).stdout)
     assert one["results"] == run["results"]
     report = cli("report", "--store", store, "--out", str(tmp_path / "r.html")).stdout
-    assert "1 figures" in report
+    assert "1 figure," in report
     page = (tmp_path / "r.html").read_text()
     assert "Communication micro-benchmarks" in page and run["run_id"] in page
     cli("export", "--out", str(tmp_path / "tables"), "--format", "csv", "--store", store)

@@ -25,7 +25,7 @@ def weak_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = cli("sweep", str(EXAMPLES / "scaling-weak.yaml"), "--repeats", "2", "--store",
                str(store), check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr + done.stdout
-    assert "4 to run" in done.stdout and "4 run(s) done, 0 skipped, 0 failed" in done.stdout
+    assert "4 to run" in done.stdout and "4 runs done, 0 skipped, 0 failed" in done.stdout
     return store
 
 

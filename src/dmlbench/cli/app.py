@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.report.formats import plural
 from dmlbench.results.records import RunRecord
 from dmlbench.results.store import default_store
 
@@ -435,7 +436,7 @@ def _run_sweep(
 
     out = err_console if json_out else console
     out.print(
-        f"sweep [bold]{escape(plan.sweep.name)}[/bold]: {len(plan.runs)} runs planned, "
+        f"sweep [bold]{escape(plan.sweep.name)}[/bold]: {plural(len(plan.runs), 'run')} planned, "
         f"{len(skipped)} already in {store} (--rerun {rerun}), {len(to_run)} to run"
     )
     active: list[RunProgress] = []
@@ -483,7 +484,7 @@ def _run_sweep(
         for rich_table in scaling_tables(table):
             console.print(rich_table)
         console.print(
-            f"{len(outcome.finished)} run(s) done, {len(outcome.skipped)} skipped, "
+            f"{plural(len(outcome.finished), 'run')} done, {len(outcome.skipped)} skipped, "
             + (f"{len(outcome.elsewhere)} run by another launcher, " if outcome.elsewhere else "")
             + f"{outcome.failed} failed. Report: dmlbench report --store {store} "
             f"--sweep {plan.sweep.name}"
@@ -621,7 +622,8 @@ def report(
             console.print(f"[yellow]note[/yellow] {where}")
     figures = sum(len(s.figures) for s in sections)
     console.print(
-        f"report: {target} ({figures} figures, {len(runs)} runs; cost at {chosen.label})",
+        f"report: {target} ({plural(figures, 'figure')}, {plural(len(runs), 'run')}; cost at "
+        f"{chosen.label})",
         markup=False,
     )
     if pngs:
@@ -874,8 +876,9 @@ def simulate(
     if png:
         from dmlbench.report.figures import predicted_speedup
 
-        predicted_speedup(simulation.rows, f"{task} · predicted · calibrated on "
-                          f"{simulation.calibration.runs} runs").savefig(png, dpi=200)  # fmt: skip
+        runs = plural(simulation.calibration.runs, "run")
+        title = f"{task} · predicted · calibrated on {runs}"
+        predicted_speedup(simulation.rows, title).savefig(png, dpi=200)
         console.print(f"speedup plot: {png}", markup=False)
 
 

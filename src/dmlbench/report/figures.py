@@ -16,6 +16,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 from matplotlib.ticker import NullLocator, ScalarFormatter
 
+from dmlbench.report.formats import plural
 from dmlbench.results.schema import PHASES
 
 PHASE_COLOURS = {
@@ -290,7 +291,8 @@ def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
                               ncols=2)  # fmt: skip
     for i, (run_id, rows) in enumerate(frame.groupby("run_id", sort=False)):
         first = rows.iloc[0]
-        label = f"{first['backend']} · {int(first['workers'])} workers · {first['network']}"
+        workers = plural(int(first["workers"]), "worker")
+        label = f"{first['backend']} · {workers} · {first['network']}"
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
         rows = rows.sort_values("bytes")
         lat.errorbar(rows["bytes"], rows["latency_s"] * 1e6,
@@ -325,6 +327,6 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
                 label=f"{network} · {algo}")  # fmt: skip
     _log2_workers(ax, workers)
     ax.set_yscale("log", base=2)
-    ax.set_ylabel(f"speedup in time to accuracy over {n0} worker(s)")
+    ax.set_ylabel(f"speedup in time to accuracy over {plural(n0, 'worker')}")
     ax.legend(fontsize=8)
     return fig

@@ -70,3 +70,8 @@ def human_bytes(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" or size >= 100 else f"{size:.3g} {unit}"
         size /= 1024
     return f"{size:.0f} GiB" if size >= 100 else f"{size:.3g} GiB"
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 worker``, ``2 workers``, ``1,024 runs``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"

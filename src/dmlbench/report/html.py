@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 import dmlbench
 from dmlbench.report import analysis, figures
-from dmlbench.report.formats import fmt, milliseconds, seconds
+from dmlbench.report.formats import fmt, milliseconds, plural, seconds
 from dmlbench.report.prices import Price
 from dmlbench.report.tables import PREDICTION_COLUMNS, scaling_columns
 from dmlbench.results.records import CommRun, RunRecord
@@ -108,20 +108,20 @@ def _notes(section: Section) -> list[str]:
     failed = section.runs[~section.runs["status"].isin(["success", "target_not_reached"])]
     if not failed.empty:
         notes.append(
-            f"{len(failed)} run(s) failed or were interrupted; they are listed below and left "
-            "out of the timings."
+            f"{plural(len(failed), 'run')} failed or were interrupted; they are listed below "
+            "and left out of the timings."
         )
     missed = section.runs[section.runs["status"] == "target_not_reached"]
     if not missed.empty:
         notes.append(
-            f"{len(missed)} run(s) finished without reaching the target; they count as not "
+            f"{plural(len(missed), 'run')} finished without reaching the target; they count as not "
             "converged (shown as k/n reached) and are excluded from time-to-accuracy means."
         )
     modes = set(section.table["scaling"]) - {"none"}
     if modes:
         notes.append(
             f"Scaling: {', '.join(sorted(modes))}. Speedup and efficiency are against "
-            f"{int(section.table['baseline_workers'].min())} worker(s), the smallest count "
+            f"{plural(int(section.table['baseline_workers'].min()), 'worker')}, the smallest count "
             "present."
         )
     return notes
@@ -252,7 +252,7 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
         calibration = result["calibration"]
         title = (
             f"{result['task']} · predicted by the performance model · calibrated on "
-            f"{calibration['runs']} run(s) · {str(result.get('created_at', ''))[:10]}"
+            f"{plural(calibration['runs'], 'run')} · {str(result.get('created_at', ''))[:10]}"
         )
         section = Section(result["task"], "predicted", title, rows, rows, pd.DataFrame(),
                           kind="predicted")  # fmt: skip
@@ -262,8 +262,8 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
         assumed = not rows["epochs_measured"].all()
         section.notes = [
             f"Compute {calibration['compute_step_s'] * 1e3:.2f} ms per step measured at "
-            f"{calibration['workers']} worker(s); {calibration['gradient_bytes'] / 1e6:.2f} MB "
-            "of gradients per step."
+            f"{plural(calibration['workers'], 'worker')}; "
+            f"{calibration['gradient_bytes'] / 1e6:.2f} MB of gradients per step."
             + (" Epochs to the target are assumed where marked *." if assumed else "")
         ]
         sections.append(section)
@@ -320,6 +320,7 @@ def _template() -> jinja2.Template:
         undefined=jinja2.StrictUndefined,  # a misspelt name fails loudly, not as ""
         trim_blocks=True,
     )
+    env.filters["plural"] = plural
     return env.get_template("report.html.j2")
 
 

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from dmlbench.report.formats import human_bytes, microseconds, percent, seconds
+from dmlbench.report.formats import human_bytes, microseconds, percent, plural, seconds
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import InverseSqrtSchedule, Schedule, WarmupStepSchedule
@@ -126,7 +126,7 @@ def run_summary(run: RunRecord) -> Table:
     nodes = summary.get("nodes") or 1
     layout = f" ({nodes} nodes × {summary.get('nproc_per_node')})" if nodes > 1 else ""
     title = escape(
-        f"{run.task} · {run.workers} worker{'s' if run.workers > 1 else ''}{layout} · "
+        f"{run.task} · {plural(run.workers, 'worker')}{layout} · "
         f"{run.division} division · run {run.run_id}"
     )
     table = Table(title=title, title_justify="left", show_header=False, box=None)
@@ -311,7 +311,7 @@ def comm_table(run: CommRun) -> Table:
     layout = f" ({nodes} nodes × {run.workers // nodes})" if nodes > 1 else ""
     table = Table(
         title=escape(
-            f"{run.op} · {run.backend} · {run.workers} workers{layout} · network "
+            f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}{layout} · network "
             f"{run.network} · run {run.run_id}"
         ),
         title_justify="left",
@@ -351,8 +351,8 @@ def prediction_table(result: dict[str, Any]) -> Table:
         title=escape(
             f"{result['task']}: predicted (weak scaling, b = {calibration['local_batch']}; "
             f"compute {calibration['compute_step_s'] * 1e3:.2f} ms/step measured at "
-            f"{calibration['workers']} worker(s); {calibration['gradient_bytes'] / 1e6:.2f} MB "
-            "of gradients per step)"
+            f"{plural(calibration['workers'], 'worker')}; "
+            f"{calibration['gradient_bytes'] / 1e6:.2f} MB of gradients per step)"
         ),
         title_justify="left",
         caption=escape(
@@ -374,7 +374,8 @@ def plan_table(plan: Any, stored: set[str]) -> Table:
 
     table = Table(
         title=escape(
-            f"sweep {plan.sweep.name}: {len(plan.runs)} runs ({plan.sweep.scaling} scaling)"
+            f"sweep {plan.sweep.name}: {plural(len(plan.runs), 'run')} "
+            f"({plan.sweep.scaling} scaling)"
         ),
         title_justify="left",
         caption=f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
