@@ -217,3 +217,24 @@ def test_report_page_escapes_what_runs_recorded() -> None:
     assert hostile not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert 'id="run-r&lt;1&gt;"' in page and "<code>s&amp;t</code>" in page
     assert "<script" not in page and "No runs stored yet" in page
+
+
+def test_results_table_shows_the_network_when_a_run_had_one() -> None:
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from dmlbench.report.terminal import runs_table
+
+    def text(runs: list[RunRecord]) -> str:
+        console = Console(width=100, record=True)
+        console.print(runs_table(runs))
+        return console.export_text()
+
+    plain = stored_run("plain", 1, tta=1.0)
+    assert "network" not in text([plain])  # nothing emulated: no column to read
+    wan = replace(stored_run("wan", 2, tta=9.0), network="wan-20ms · 100 Mbit/s, 20 ms")
+    shown = text([plain, wan])
+    assert "network" in shown and "wan-20ms" in shown and "100 Mbit/s" not in shown
+    missed = text([stored_run("miss", 1, tta=None)])
+    assert "no target" in missed and "target_not_reached" not in missed  # fits 80 columns

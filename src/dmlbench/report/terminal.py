@@ -242,28 +242,39 @@ def runs_table(runs: list[RunRecord]) -> Table:
         caption="* open division (differs from the reference recipe)" if open_runs else None,
         caption_justify="left",
     )
+    shaped = any(_network(run) for run in runs)
     table.add_column("run", no_wrap=True, min_width=22)
-    table.add_column("task", overflow="fold", min_width=16)
+    table.add_column("task", overflow="fold", min_width=10 if shaped else 16)
     table.add_column("N", justify="right", min_width=1)
     table.add_column("b/B", no_wrap=True, min_width=5)
     table.add_column("status", no_wrap=True, min_width=7)
     table.add_column("TTA", justify="right", no_wrap=True, min_width=6)
     table.add_column("best", justify="right", no_wrap=True, min_width=5)
     table.add_column("epochs", justify="right", no_wrap=True, min_width=6)
+    if shaped:  # only where some run had an emulated network: a WAN run stands out
+        table.add_column("network", overflow="fold", min_width=8)
     for run in runs:
         status = run.status
         style = STATUS_STYLE.get(status, "")
+        word = STATUS_WORDS.get(status, status)  # short enough for the column
         table.add_row(
             run.run_id,
             escape(run.task) + ("*" if run.division == "open" else ""),
             str(run.workers),
             f"{run.local_batch}/{run.global_batch}",
-            f"[{style}]{STATUS_WORDS.get(status, status)}[/{style}]" if style else status,
+            f"[{style}]{word}[/{style}]" if style else word,
             seconds(run.time_to_accuracy_s, unit=True),
             percent(run.best_metric),
             "—" if run.epochs is None else f"{run.epochs:.1f}",
+            *([escape(_network(run) or "—")] if shaped else []),
         )
     return table
+
+
+def _network(run: RunRecord) -> str:
+    """The emulated network's name (a profile's, or the rate given), "" when unshaped."""
+    label = run.network or "none"
+    return "" if label == "none" else label.split(" · ")[0]
 
 
 def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
