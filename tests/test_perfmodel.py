@@ -9,16 +9,18 @@ from pathlib import Path
 import pytest
 from test_cli import cli
 
+from dmlbench.errors import DmlbenchError
 from dmlbench.perfmodel import (
     CommCalibration,
     Layout,
     Link,
     allreduce_time,
     calibrate_comm,
+    calibrate_task,
     cluster_allreduce_time,
     predict,
 )
-from dmlbench.results.records import CommResult, CommRun
+from dmlbench.results.records import CommResult, CommRun, Evaluation, RunRecord
 
 CAL = CommCalibration(alpha_s=1e-4, host_busbw=math.inf, link_efficiency=1.0)
 LINK = Link(bandwidth=1e8, latency_s=1e-3)  # 100 MB/s, 1 ms one way
@@ -156,3 +158,33 @@ def _groups(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     for row in rows:
         groups.setdefault((row["network"], row["algorithm"]), []).append(row)
     return groups
+
+
+def task_run(run_id: str, compute_s: float, workers: int = 1) -> RunRecord:
+    """A finished, unshaped run whose steady steps took ``compute_s`` each (both phases)."""
+    steady = [{"forward": compute_s * 10 / 2, "backward": compute_s * 10 / 2, "comm": 0.0}]
+    return RunRecord(
+        run_id=run_id, task="t", status="success", division="closed", created_at="2026-11-23",
+        workers=workers, local_batch=32, global_batch=32 * workers, seed=0,
+        exchange="allreduce", spec={}, deviations={}, environment={}, run_dir="d",
+        target=0.9, network="none",
+        summary={"phases_steady": steady * workers, "steady_steps": 10,
+                 "gradient_bytes": 4e6, "train_examples": 3200},
+        evals=[Evaluation(epoch=3, step=300, samples=9600, elapsed_s=1.0,
+                          compute_elapsed_s=1.0, metric=0.95, loss=0.1)],
+    )  # fmt: skip
+
+
+def test_calibration_refuses_runs_that_disagree_and_names_its_runs() -> None:
+    quiet, again, busy = task_run("quiet", 0.010), task_run("again", 0.012), task_run("busy", 0.17)
+    both = calibrate_task([quiet, again], "t")
+    assert both.compute_step_s == pytest.approx(0.011) and both.compute_runs == ["quiet", "again"]
+    with pytest.raises(DmlbenchError) as refused:  # 17× apart: one run shared the machine
+        calibrate_task([quiet, busy], "t")
+    assert "10.00 ms/step (quiet) against 170.00 ms/step (busy)" in str(refused.value)
+    assert "--calibrate-from" in str(refused.value) and "\n" not in str(refused.value)
+    pinned = calibrate_task([quiet, busy, task_run("wide", 0.05, workers=2)], "t",
+                            calibrate_from=["qui"])  # a unique start of the id  # fmt: skip
+    assert pinned.compute_step_s == pytest.approx(0.010) and pinned.compute_runs == ["quiet"]
+    with pytest.raises(DmlbenchError, match="--calibrate-from nope: no single"):
+        calibrate_task([quiet], "t", calibrate_from=["nope"])

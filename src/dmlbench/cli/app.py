@@ -840,6 +840,14 @@ def simulate(
             "calibrated host bandwidth: for machines faster than this one"
         ),
     ] = None,
+    calibrate_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--calibrate-from",
+            help="take compute from this run (id, or a unique start or end of it; "
+            "repeatable) instead of every run at the fewest workers",
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Predict step time, time to accuracy and cost at N workers on a network.
@@ -863,6 +871,7 @@ def simulate(
         layouts=_layouts(nodes, nproc_per_node),
         epochs=epochs,
         host_bandwidth=host_bandwidth,
+        calibrate_from=calibrate_from or [],
     )
     result = simulation.to_json()
     saved = save_predictions(store, task, result)

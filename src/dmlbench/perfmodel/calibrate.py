@@ -75,6 +75,7 @@ class TaskCalibration:
     eval_s_per_epoch: float
     epochs_by_batch: dict[int, float] = field(default_factory=dict)
     runs: int = 0
+    compute_runs: list[str] = field(default_factory=list)  # the runs compute came from
 
     def epochs_to_target(self, global_batch: int) -> tuple[float, bool]:
         """(epochs, measured?) at ``global_batch``; else the nearest measured batch's."""
@@ -90,26 +91,64 @@ class TaskCalibration:
         return self.epochs_by_batch[nearest], False
 
 
-def calibrate_task(runs: Sequence[RunRecord], task: str) -> TaskCalibration:
-    """From ``task``'s finished, unshaped runs; compute from the fewest workers measured."""
+# Compute per step of two runs at one worker count that differ by more than this factor
+# did not measure the same thing (one shared the machine, say): refused, not averaged.
+DISAGREEMENT = 2.0
+
+
+def _pick(runs: Sequence[RunRecord], wanted: Sequence[str], task: str) -> list[RunRecord]:
+    """The runs ``--calibrate-from`` names: an id, or a unique start or end of one."""
+    picked = []
+    for fragment in wanted:
+        found = [r for r in runs if r.run_id == fragment] or [
+            r for r in runs if r.run_id.startswith(fragment) or r.run_id.endswith(fragment)
+        ]
+        if len(found) != 1:
+            raise DmlbenchError(f"--calibrate-from {fragment}: no single finished, unshaped run "
+                                f"of {task} with that id in the store")  # fmt: skip
+        picked.append(found[0])
+    return picked
+
+
+def _compute_step_s(run: RunRecord) -> float:
+    """Mean over ranks of data + forward + backward + optimizer seconds per steady step."""
+    per_rank = [sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
+                for rank in run.summary["phases_steady"]]  # fmt: skip
+    return statistics.mean(per_rank) / run.summary["steady_steps"]
+
+
+def calibrate_task(
+    runs: Sequence[RunRecord], task: str, *, calibrate_from: Sequence[str] = ()
+) -> TaskCalibration:
+    """From ``task``'s finished, unshaped runs; compute from the fewest workers measured,
+    or from the runs ``calibrate_from`` names. Runs whose compute per step disagrees by
+    more than :data:`DISAGREEMENT` are refused in one line that names them."""
     mine = [r for r in runs if r.task == task and r.finished
-            and (r.network or "none") == "none" and r.summary.get("phases_steady")]  # fmt: skip
+            and (r.network or "none") == "none" and r.summary.get("phases_steady")
+            and r.summary.get("steady_steps")]  # fmt: skip
     if not mine:
         raise DmlbenchError(
             f"no finished run of {task} in the store to calibrate compute from; run "
             f"`dmlbench run {task}` with the same --store first"
         )
-    fewest = min(r.workers for r in mine)
-    base = [r for r in mine if r.workers == fewest]
-    compute, grads = [], []
-    for run in base:
-        summary = run.summary
-        steps = summary["steady_steps"]
-        per_rank = [sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
-                    for rank in summary["phases_steady"]]  # fmt: skip
-        compute.append(statistics.mean(per_rank) / steps)
-        if summary.get("gradient_bytes"):
-            grads.append(summary["gradient_bytes"])
+    if calibrate_from:
+        base = _pick(mine, calibrate_from, task)
+        if len({r.workers for r in base}) > 1:
+            raise DmlbenchError("--calibrate-from: name runs of one worker count")
+        fewest = base[0].workers
+    else:
+        fewest = min(r.workers for r in mine)
+        base = [r for r in mine if r.workers == fewest]
+    timed = sorted((_compute_step_s(r), r.run_id) for r in base)
+    (low, low_id), (high, high_id) = timed[0], timed[-1]
+    if high > DISAGREEMENT * low:
+        raise DmlbenchError(
+            f"the runs of {task} at {fewest} worker(s) disagree on compute: {low * 1e3:.2f} "
+            f"ms/step ({low_id}) against {high * 1e3:.2f} ms/step ({high_id}), as when one "
+            "shared the machine; name the one to trust with --calibrate-from RUN_ID"
+        )
+    compute = [seconds for seconds, _ in timed]
+    grads = [r.summary["gradient_bytes"] for r in base if r.summary.get("gradient_bytes")]
     if not grads:
         raise DmlbenchError(f"the runs of {task} predate gradient-size recording; run it again")
     eval_total = []
@@ -134,4 +173,5 @@ def calibrate_task(runs: Sequence[RunRecord], task: str) -> TaskCalibration:
         eval_s_per_epoch=statistics.median(eval_total) if eval_total else 0.0,
         epochs_by_batch={b: statistics.mean(v) for b, v in epochs.items()},
         runs=len(mine),
+        compute_runs=[run_id for _, run_id in timed],
     )

@@ -77,6 +77,7 @@ def simulate(
     layouts: Sequence[tuple[int, int]] = (),
     epochs: float | None = None,
     host_bandwidth: str | None = None,
+    calibrate_from: Sequence[str] = (),
 ) -> Simulation:
     """Predict every combination; with ``layouts`` ((nodes, per node) pairs) the worker
     counts are theirs and the two-level model is used. The speedup of a row is against
@@ -95,7 +96,7 @@ def simulate(
 
         faster = parse_rate(host_bandwidth) / 8
         comm = {n: dataclasses.replace(c, host_busbw=faster) for n, c in comm.items()}
-    calibration = calibrate_task(store.runs(task=task), task)
+    calibration = calibrate_task(store.runs(task=task), task, calibrate_from=calibrate_from)
     rows = []
     for name, link in links.items():
         for algorithm in algorithms:

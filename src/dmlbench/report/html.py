@@ -260,9 +260,11 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
             "predicted-speedup": figures.predicted_speedup(result["predictions"], title)
         }
         assumed = not rows["epochs_measured"].all()
+        measured = calibration.get("compute_runs")  # absent in predictions saved before
+        source = f" (runs {', '.join(measured)})" if measured else ""
         section.notes = [
             f"Compute {calibration['compute_step_s'] * 1e3:.2f} ms per step measured at "
-            f"{plural(calibration['workers'], 'worker')}; "
+            f"{plural(calibration['workers'], 'worker')}{source}; "
             f"{calibration['gradient_bytes'] / 1e6:.2f} MB of gradients per step."
             + (" Epochs to the target are assumed where marked *." if assumed else "")
         ]

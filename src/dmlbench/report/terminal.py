@@ -368,7 +368,8 @@ def prediction_table(result: dict[str, Any]) -> Table:
         title_justify="left",
         caption=escape(
             "* epochs to the target assumed (--epochs, or the nearest measured global "
-            f"batch's); evaluation sharded over the workers; cost at {result['price']}"
+            f"batch's); evaluation sharded over the workers; cost at {result['price']}; "
+            f"compute from {', '.join(calibration.get('compute_runs') or ['—'])}"
         ),
         caption_justify="left",
     )
