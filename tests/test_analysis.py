@@ -238,3 +238,19 @@ def test_results_table_shows_the_network_when_a_run_had_one() -> None:
     assert "network" in shown and "wan-20ms" in shown and "100 Mbit/s" not in shown
     missed = text([stored_run("miss", 1, tta=None)])
     assert "no target" in missed and "target_not_reached" not in missed  # fits 80 columns
+
+
+def test_progress_counts_steps_before_the_first_epoch_ends() -> None:
+    import io
+
+    from rich.console import Console
+
+    from dmlbench.report.terminal import RunProgress
+
+    bar = RunProgress(Console(file=io.StringIO()), "t")
+    bar([{"key": "run_start", "value": None, "metadata": {"step_limit": 300}}])
+    bar([{"key": "train_progress", "value": 150, "metadata": {"epoch_num": 1}}])
+    task = bar.progress.tasks[0]
+    assert (task.completed, task.total, task.fields["steps"]) == (150, 300, "150/300 steps")
+    bar([{"key": "run_stop", "value": None, "metadata": {"steps": 212}}])  # stopped early
+    assert bar.progress.tasks[0].fields["steps"] == "212/212 steps"

@@ -73,15 +73,22 @@ class RunProgress:
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
+            TextColumn("{task.fields[steps]}"),  # done/limit: a short run moves here too
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
             console=console,
             transient=False,
         )
         self.bar = self.progress.add_task(
-            title, total=None, status="preparing data, starting workers"
+            title, total=None, status="preparing data, starting workers", steps=""
         )
         self.best: float | None = None
+        self.limit: int | None = None
+
+    def _steps(self, done: int, limit: int | None = None) -> None:
+        self.limit = limit or self.limit
+        steps = f"{done:,}/{self.limit:,} steps" if self.limit else ""
+        self.progress.update(self.bar, completed=done, total=self.limit, steps=steps)
 
     def __enter__(self) -> RunProgress:
         self.progress.start()
@@ -96,11 +103,12 @@ class RunProgress:
             if key == "init_start":
                 self.progress.update(self.bar, status="loading data")
             elif key == "run_start":
-                self.progress.update(self.bar, total=meta["step_limit"], status="training")
+                self._steps(0, meta["step_limit"])
+                self.progress.update(self.bar, status="training")
             elif key == "train_progress":
-                self.progress.update(self.bar, completed=event["value"])
+                self._steps(event["value"])
             elif key == "epoch_stop":
-                self.progress.update(self.bar, completed=meta["step"])
+                self._steps(meta["step"])
             elif key == "eval_accuracy":
                 self.best = event["value"] if self.best is None else max(self.best, event["value"])
                 self.progress.update(
@@ -109,7 +117,7 @@ class RunProgress:
                     f"(best {percent(self.best)})",
                 )
             elif key == "run_stop":
-                self.progress.update(self.bar, completed=meta["steps"], total=meta["steps"])
+                self._steps(meta["steps"], meta["steps"])
 
 
 REASONS = {
