@@ -1,4 +1,5 @@
-"""A user's own task, registered from outside dmlbench (open division).
+"""A user's own task, registered from outside dmlbench. Its recipe is its own reference:
+a run that keeps it is closed division, one that changes it (``--set``) open.
 
     PYTHONPATH=examples dmlbench run breast-cancer-logreg --plugin my_tasks --workers 2
 
