@@ -508,3 +508,23 @@ def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
         killer.join()
         assert killed  # one worker did die while the cluster started
         client.wait_for_workers(2, timeout=30)
+
+
+@pytest.mark.slow
+def test_the_readme_dask_snippet_runs_as_a_script_and_grows_its_batch(tmp_path: Path) -> None:
+    """The README's example, as printed: a script of its own (Dask's worker processes
+    import it) whose batch grows within its 10 epochs."""
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Elastic training on Dask") :]
+    snippet = section[section.index("```python\n") + 10 :]
+    script = tmp_path / "readme_dask.py"
+    script.write_text(snippet[: snippet.index("```")])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] != []]
+    batches = [int(r[2]) for r in rows if len(r) == 6 and r[0].isdigit()]
+    assert len(batches) == 10 and batches[0] < batches[-1], done.stdout
