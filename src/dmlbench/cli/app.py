@@ -28,7 +28,7 @@ from rich.markup import escape
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
-from dmlbench.results.records import RunRecord
+from dmlbench.results.records import RunRecord, match_id
 from dmlbench.results.store import default_store
 
 app = typer.Typer(
@@ -382,10 +382,10 @@ def results(
     if run_id:
         resolved = results_store.resolve_id(run_id)
         if resolved is None:
-            comm = [r for r in results_store.comm_runs()
-                    if r.run_id.startswith(run_id) or r.run_id.endswith(run_id)]  # fmt: skip
-            if len(comm) == 1:
-                _print_json(comm[0]) if json_out else console.print(comm_table(comm[0]))
+            comm = {r.run_id: r for r in results_store.comm_runs()}
+            found = match_id(run_id, comm)
+            if found is not None:
+                _print_json(comm[found]) if json_out else console.print(comm_table(comm[found]))
                 return
             raise DmlbenchError(f"no single run matches '{run_id}' in {store}")
         run_id = resolved

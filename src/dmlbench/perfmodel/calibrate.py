@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from dmlbench.errors import DmlbenchError
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel.model import CommCalibration
-from dmlbench.results.records import CommRun, RunRecord
+from dmlbench.results.records import CommRun, RunRecord, match_id
 
 SMALL = (64, 4096)  # bytes: messages small enough that only the overhead counts
 
@@ -98,15 +98,14 @@ DISAGREEMENT = 2.0
 
 def _pick(runs: Sequence[RunRecord], wanted: Sequence[str], task: str) -> list[RunRecord]:
     """The runs ``--calibrate-from`` names: an id, or a unique start or end of one."""
+    by_id = {r.run_id: r for r in runs}
     picked = []
     for fragment in wanted:
-        found = [r for r in runs if r.run_id == fragment] or [
-            r for r in runs if r.run_id.startswith(fragment) or r.run_id.endswith(fragment)
-        ]
-        if len(found) != 1:
+        found = match_id(fragment, by_id)
+        if found is None:
             raise DmlbenchError(f"--calibrate-from {fragment}: no single finished, unshaped run "
                                 f"of {task} with that id in the store")  # fmt: skip
-        picked.append(found[0])
+        picked.append(by_id[found])
     return picked
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dmlbench.results.records import CommRun, RunRecord
+from dmlbench.results.records import FINISHED, CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.overrides import flatten
 
@@ -242,7 +242,7 @@ def scaling_table(
         frame = frame.join(accuracy_after_time(evals, budget_s).rename("aat"), on="run_id")
     rows = []
     for values, group in frame.groupby(keys, sort=False, dropna=False):
-        finished = group[group["status"].isin(["success", "target_not_reached"])]
+        finished = group[group["status"].isin(FINISHED)]
         tta = finished["tta_s"].where(finished["converged"], math.inf)
         converged = finished.loc[finished["converged"], "tta_s"]
         row = dict(zip(keys, values, strict=True))

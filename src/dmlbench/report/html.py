@@ -25,8 +25,8 @@ import dmlbench
 from dmlbench.report import analysis, figures
 from dmlbench.report.formats import fmt, milliseconds, plural, seconds
 from dmlbench.report.prices import Price
-from dmlbench.report.tables import PREDICTION_COLUMNS, scaling_columns
-from dmlbench.results.records import CommRun, RunRecord
+from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
+from dmlbench.results.records import FINISHED, CommRun, RunRecord
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _notes(section: Section) -> list[str]:
             "recorded core count), so workers shared cores and their times say more about "
             "the machine than about scaling."
         )
-    failed = section.runs[~section.runs["status"].isin(["success", "target_not_reached"])]
+    failed = section.runs[~section.runs["status"].isin(FINISHED)]
     if not failed.empty:
         notes.append(
             f"{plural(len(failed), 'run')} failed or were interrupted; they are listed below "
@@ -260,12 +260,8 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
             "predicted-speedup": figures.predicted_speedup(result["predictions"], title)
         }
         assumed = not rows["epochs_measured"].all()
-        measured = calibration.get("compute_runs")  # absent in predictions saved before
-        source = f" (runs {', '.join(measured)})" if measured else ""
         section.notes = [
-            f"Compute {calibration['compute_step_s'] * 1e3:.2f} ms per step measured at "
-            f"{plural(calibration['workers'], 'worker')}{source}; "
-            f"{calibration['gradient_bytes'] / 1e6:.2f} MB of gradients per step."
+            f"Calibration: {calibration_text(calibration)}."
             + (" Epochs to the target are assumed where marked *." if assumed else "")
         ]
         sections.append(section)

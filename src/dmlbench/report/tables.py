@@ -3,12 +3,12 @@ numbers are written by :mod:`dmlbench.report.formats`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
 
-from dmlbench.report.formats import fmt, mean_std, milliseconds, missing, seconds
+from dmlbench.report.formats import fmt, mean_std, milliseconds, missing, plural, seconds
 
 Column = tuple[str, str, Callable[[pd.Series], str]]
 
@@ -79,6 +79,19 @@ def scaling_columns(
     if not (table["variant"] != "").any():
         skip.add("variant")
     return [(title, fn) for key, title, fn in SCALING_COLUMNS if key not in skip]
+
+
+def calibration_text(calibration: Mapping[str, Any]) -> str:
+    """What a prediction was calibrated on (a saved ``calibration``), as the terminal
+    and the report both say it."""
+    measured = calibration.get("compute_runs")  # absent in predictions saved before
+    source = f" ({'run' if len(measured) == 1 else 'runs'} {', '.join(measured)})" \
+        if measured else ""  # fmt: skip
+    return (
+        f"compute {calibration['compute_step_s'] * 1e3:.2f} ms per step measured at "
+        f"{plural(calibration['workers'], 'worker')}{source}; "
+        f"{calibration['gradient_bytes'] / 1e6:.2f} MB of gradients per step"
+    )
 
 
 def _shape(row: Any) -> str:

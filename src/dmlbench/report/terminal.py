@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from dmlbench.report.formats import human_bytes, microseconds, percent, plural, seconds
+from dmlbench.report.formats import fmt, human_bytes, microseconds, percent, plural, seconds
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import InverseSqrtSchedule, Schedule, WarmupStepSchedule
@@ -273,7 +273,7 @@ def runs_table(runs: list[RunRecord]) -> Table:
             f"[{style}]{word}[/{style}]" if style else word,
             seconds(run.time_to_accuracy_s, unit=True),
             percent(run.best_metric),
-            "—" if run.epochs is None else f"{run.epochs:.1f}",
+            fmt(run.epochs, ".1f"),
             *([escape(_network(run) or "—")] if shaped else []),
         )
     return table
@@ -363,21 +363,18 @@ SCOPES = {"all": "all", "node": "node", "hierarchical": "2-level"}
 
 def prediction_table(result: dict[str, Any]) -> Table:
     """`dmlbench simulate`'s predictions, in the form the store keeps them."""
-    from dmlbench.report.tables import PREDICTION_COLUMNS
+    from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text
 
     calibration = result["calibration"]
     table = Table(
         title=escape(
             f"{result['task']}: predicted (weak scaling, b = {calibration['local_batch']}; "
-            f"compute {calibration['compute_step_s'] * 1e3:.2f} ms/step measured at "
-            f"{plural(calibration['workers'], 'worker')}; "
-            f"{calibration['gradient_bytes'] / 1e6:.2f} MB of gradients per step)"
+            f"{calibration_text(calibration)})"
         ),
         title_justify="left",
         caption=escape(
             "* epochs to the target assumed (--epochs, or the nearest measured global "
-            f"batch's); evaluation sharded over the workers; cost at {result['price']}; "
-            f"compute from {', '.join(calibration.get('compute_runs') or ['—'])}"
+            f"batch's); evaluation sharded over the workers; cost at {result['price']}"
         ),
         caption_justify="left",
     )

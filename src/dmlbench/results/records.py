@@ -11,10 +11,34 @@ with what the trainer logs; an unfinished run's is empty.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 FINISHED = ("success", "target_not_reached")  # a run that ended as planned
+
+
+def match_id(fragment: str, ids: Iterable[str]) -> str | None:
+    """The id equal to ``fragment``, or the only one that starts or ends with it."""
+    ids = list(ids)
+    if fragment in ids:
+        return fragment
+    matches = [i for i in ids if i.startswith(fragment) or i.endswith(fragment)]
+    return matches[0] if len(matches) == 1 else None
+
+
+class _Stored:
+    """What every stored record answers: its layout and its JSON form."""
+
+    __slots__ = ()
+    spec: dict[str, Any]
+
+    @property
+    def nodes(self) -> int:
+        return int(self.spec.get("nodes") or 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +65,7 @@ class PhaseTotal:
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecord:
+class RunRecord(_Stored):
     """A training run as stored: identity, outcome, where it ran, and its records."""
 
     run_id: str
@@ -92,13 +116,6 @@ class RunRecord:
         """Whether it ended as planned (target reached or its limit hit)."""
         return self.status in FINISHED
 
-    @property
-    def nodes(self) -> int:
-        return int(self.spec.get("nodes") or 1)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
 class CommResult:
@@ -113,11 +130,11 @@ class CommResult:
     latency_std_s: float
     algbw: float  # bytes / latency
     busbw: float  # algbw × the collective's traffic factor (2(n-1)/n for all-reduce)
-    scope: str | None = None  # on an emulated cluster: "intra" or "inter" node
+    scope: str | None = None  # on an emulated cluster: "all", "node" or "hierarchical"
 
 
 @dataclass(frozen=True, slots=True)
-class CommRun:
+class CommRun(_Stored):
     """A communication micro-benchmark as stored, with its per-size results."""
 
     run_id: str
@@ -139,10 +156,3 @@ class CommRun:
     git_revision: str | None = None
     launcher_pid: int | None = None
     results: list[CommResult] = field(default_factory=list)
-
-    @property
-    def nodes(self) -> int:
-        return int(self.spec.get("nodes") or 1)
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)

@@ -30,6 +30,7 @@ from dmlbench.results.records import (
     Evaluation,
     PhaseTotal,
     RunRecord,
+    match_id,
 )
 from dmlbench.results.rundir import LauncherLock, launcher_holds
 from dmlbench.system import pid_alive
@@ -493,11 +494,7 @@ class ResultsStore:
     def resolve_id(self, fragment: str) -> str | None:
         """The run id equal to ``fragment``, or the only one that starts or ends with it."""
         with self._connect() as db:
-            ids = [r[0] for r in db.execute("SELECT run_id FROM runs")]
-        if fragment in ids:
-            return fragment
-        matches = [i for i in ids if i.startswith(fragment) or i.endswith(fragment)]
-        return matches[0] if len(matches) == 1 else None
+            return match_id(fragment, [r[0] for r in db.execute("SELECT run_id FROM runs")])
 
     def sweep_status(self, sweep: str) -> dict[str, str]:
         """``{run_key: status}`` of a sweep's stored runs; a success anywhere wins."""
