@@ -4,6 +4,7 @@ LocalCluster, and what the schedules would save at scale (the adadamp paper's cl
     python benchmarks/dask_damping.py                      # 3 seeds, 40 epochs, 2 workers
     python benchmarks/dask_damping.py --seeds 0 --epochs 20 --out /tmp/damping
     python benchmarks/dask_damping.py --dataset cifar10 --hidden 256 --epochs 24 --delay 3
+    python benchmarks/dask_damping.py --replot benchmarks/results/dask/damping-cifar10.json
 
 Both schedules train the same MLP with the same optimizer, learning rate, epochs and
 example order; GeoDamp doubles the batch every ``--delay`` epochs and the cluster grows
@@ -37,7 +38,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
-from dmlbench.dask import DaskClassifier, plot_histories
+from dmlbench.dask import DaskClassifier, History, plot_histories
 from dmlbench.dask.dampers import Constant, GeoDamp
 from dmlbench.dask.simulate import measure_update_time, network_table, schedule, simulate
 from dmlbench.models.mlp import MLP
@@ -100,6 +101,38 @@ def train(
     return est, training
 
 
+def schedule_names(batch: int, factor: float, delay: float, max_batch: int | None) -> list[str]:
+    """The two schedules' names, as the table, the JSON and the figure's legend give them."""
+    cap = f", at most {max_batch}" if max_batch else ""
+    return [f"constant batch of {batch}",
+            f"GeoDamp: batch ×{factor:g} every {delay:g} epochs{cap}"]  # fmt: skip
+
+
+def figure_title(dataset: str, train: int, test: int, hidden: int, epochs: int, seeds: int,
+                 workers: int) -> str:  # fmt: skip
+    return (
+        f"Constant batch against GeoDamp on {dataset} ({train:,} train / {test:,} test), "
+        f"MLP with {hidden} hidden units, {epochs} epochs, ≤ {workers} Dask workers; "
+        f"seed 0 of {seeds}"
+    )
+
+
+def replot(saved: Path) -> Path:
+    """Draw the figure again from a saved JSON (its first seed), without training."""
+    data = json.loads(saved.read_text())
+    args = data["args"]
+    cap = None if args.get("max_batch", "None") == "None" else int(args["max_batch"])
+    names = schedule_names(int(args["batch"]), float(args["factor"]), float(args["delay"]), cap)
+    histories = {name: History(runs[0]) for name, runs in
+                 zip(names, data["histories"].values(), strict=True)}  # fmt: skip
+    sizes = {"cifar10": (50_000, 10_000), "digits": (1_347, 450)}[args["dataset"]]
+    title = figure_title(args["dataset"].replace("cifar10", "CIFAR-10"), *sizes,
+                         int(args["hidden"]), int(args["epochs"]), len(json.loads(args["seeds"])),
+                         int(args["workers"]))  # fmt: skip
+    return plot_histories(histories, saved.parent / f"geodamp-{args['dataset']}.png",
+                          metric="test_accuracy", title=title)  # fmt: skip
+
+
 def epochs_only(history: list[dict]) -> list[dict]:
     return [{k: v for k, v in epoch.items() if k != "updates"} for epoch in history]
 
@@ -160,15 +193,17 @@ def main() -> None:
     parser.add_argument("--store", type=Path, default=HERE / "results" / "perfmodel")
     parser.add_argument("--host-bandwidth", default="2tbit")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "dask")
+    parser.add_argument("--replot", type=Path, help="only redraw the figure from this JSON")
     args = parser.parse_args()
+    if args.replot:
+        print(f"plot: {replot(args.replot)}")
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     data = dataset(args.dataset, args.data_dir)
     geodamp = GeoDamp(args.batch, args.delay, args.factor, args.max_batch)
-    cap = f", ≤ {args.max_batch}" if args.max_batch else ""
-    dampers = {
-        f"constant {args.batch}": Constant(args.batch),
-        f"GeoDamp ×{args.factor:g}/{args.delay:g} ep{cap}": geodamp,
-    }
+    constant_name, geodamp_name = schedule_names(args.batch, args.factor, args.delay,
+                                                 args.max_batch)  # fmt: skip
+    dampers = {constant_name: Constant(args.batch), geodamp_name: geodamp}
     cluster = LocalCluster(
         n_workers=1,
         threads_per_worker=1,
@@ -196,7 +231,7 @@ def main() -> None:
         f"{args.lr} momentum 0.9, {args.epochs} epochs, ≤ {args.workers} Dask workers, "
         f"{len(args.seeds)} seeds; target {args.target:.2%} test accuracy"
     )
-    print(f"{'schedule':22} {'updates':>8} {'to target':>10} {'final acc':>15} {'train s':>8}")
+    print(f"{'schedule':44} {'updates':>8} {'to target':>10} {'final acc':>15} {'train s':>8}")
     summary: dict[str, Any] = {}
     for name, runs in fits.items():
         to_target = [updates_to(e.history_, args.target) for e, _ in runs]
@@ -213,7 +248,7 @@ def main() -> None:
         s = summary[name]
         shown = f"{s['updates_to_target']:.0f} ({s['reached']})" if reached else "never"
         print(
-            f"{name:22} {s['updates']:8.0f} {shown:>10} {s['final_accuracy']:9.4f} ± "
+            f"{name:44} {s['updates']:8.0f} {shown:>10} {s['final_accuracy']:9.4f} ± "
             f"{s['final_accuracy_std']:.4f} {s['train_s']:8.1f}"
         )
     names = list(fits)
@@ -231,6 +266,15 @@ def main() -> None:
         {n: runs[0][0].history_ for n, runs in fits.items()},
         args.out / f"geodamp-{args.dataset}.png",
         metric="test_accuracy",
+        title=figure_title(
+            args.dataset.replace("cifar10", "CIFAR-10"),
+            len(data[0]),
+            len(data[1]),
+            args.hidden,
+            args.epochs,
+            len(args.seeds),
+            args.workers,
+        ),
     )
     print(f"plot: {figure}")
 

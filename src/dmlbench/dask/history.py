@@ -54,14 +54,26 @@ class History(list[Record]):
 
 
 def plot_histories(
-    histories: dict[str, History], path: str | Path, *, metric: str | None = None
+    histories: dict[str, History],
+    path: str | Path,
+    *,
+    metric: str | None = None,
+    title: str | None = None,
 ) -> Path:
     """Draw each labelled history: loss (or an epoch ``metric`` such as ``test_accuracy``)
-    and batch size against model updates, and workers per update. Writes a PNG."""
+    and batch size against model updates, and workers per update; ``title`` heads the
+    figure. One legend, below the panels. Writes a PNG."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import (
+        FuncFormatter,
+        LogLocator,
+        MaxNLocator,
+        NullFormatter,
+        PercentFormatter,
+        ScalarFormatter,
+    )
 
-    figure = Figure(figsize=(13, 3.8), layout="constrained")
+    figure = Figure(figsize=(13, 4.4), layout="constrained")
     left, middle, right = figure.subplots(1, 3)
     for label, history in histories.items():
         epochs = history.frame("epochs")
@@ -73,17 +85,33 @@ def plot_histories(
         # per epoch: the batch most updates used, and the most workers in one update
         middle.step(epochs["n_updates"], epochs["batch_size"], where="pre", label=label)
         right.step(epochs["n_updates"], epochs["workers"], where="pre", label=label)
+    accuracy = bool(metric and "accuracy" in metric)
     left.set(
-        xlabel="model updates", ylabel=(metric or "training loss").replace("_", " "), xscale="log"
+        xlabel="model updates (log scale)",
+        ylabel=(metric or "training loss").replace("_", " ") + (", %" if accuracy else ""),
+        xscale="log",
     )
+    if accuracy:
+        left.yaxis.set_major_formatter(PercentFormatter(1.0))
     if not metric:
         left.set_yscale("log")
-    middle.set(xlabel="model updates", ylabel="batch size (examples)", xscale="log", yscale="log")
-    right.set(xlabel="model updates", ylabel="Dask workers in an update", xscale="log")
+    middle.set(xlabel="model updates (log scale)", ylabel="batch size, examples (log scale)",
+               xscale="log")  # fmt: skip
+    middle.set_yscale("log", base=2)
+    middle.yaxis.set_major_formatter(ScalarFormatter())  # 32, 64, 128: every doubling named
+    right.set(xlabel="model updates (log scale)", ylabel="Dask workers in an update",
+              xscale="log")  # fmt: skip
+    right.yaxis.set_major_locator(MaxNLocator(integer=True))
+    right.set_ylim(bottom=0)
     for axes in (left, middle, right):
+        axes.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
         axes.xaxis.set_minor_formatter(NullFormatter())  # log-axis minor labels collide
         axes.grid(alpha=0.3)
-        axes.legend()
+    handles, labels = left.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    if title:
+        figure.suptitle(title, x=0.01, ha="left", fontsize=11)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
