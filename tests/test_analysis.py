@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -28,6 +29,7 @@ def stored_run(
     evals: list[tuple[float, float]] = (),
     sweep: str | None = "s",
     scaling: str | None = None,
+    disturbed: bool | None = False,
 ) -> RunRecord:
     """A run as ``ResultsStore.runs`` returns it."""
     global_batch = global_batch or local_batch * workers
@@ -51,7 +53,7 @@ def stored_run(
                  "phase_shares": {"comm": {"mean": comm[0], "max": comm[1]}}},
         cores=cores, cpu_model="cpu", host="h", torch_version="2", git_revision="r",
         created_at="2026-11-22T00:00:00+00:00", error=None, spec=spec, deviations={},
-        environment={}, run_dir="d",
+        environment={}, run_dir="d", disturbed=disturbed,
         evals=[Evaluation(epoch=i + 1, step=100 * (i + 1), samples=0, elapsed_s=t,
                           compute_elapsed_s=t, metric=m, loss=1 - m)
                for i, (t, m) in enumerate(evals)],
@@ -146,6 +148,34 @@ def test_variants_separate_what_else_differs() -> None:
     assert sorted(set(frame["variant"])) == ["exchange=allreduce", "exchange=ddp"]
     table = analysis.scaling_table(frame)
     assert len(table) == 4 and set(table["speedup_tta"]) == {1.0, 2.0}
+
+
+def test_disturbed_runs_are_left_out_of_timings_and_speedup_unless_asked() -> None:
+    # the 1-worker baseline shared the machine: 5× slower steps, a fake 5× speedup
+    runs = [stored_run("a0", 1, tta=50.0, step_time=0.05, disturbed=True),
+            stored_run("b0", 2, tta=6.0, step_time=0.012),
+            stored_run("b1", 2, tta=30.0, step_time=0.06, seed=1, disturbed=True),
+            stored_run("c0", 4, tta=4.0, step_time=0.016)]  # fmt: skip
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    one, two = table.iloc[0], table.iloc[1]
+    assert (one["disturbed"], one["timed_disturbed"]) == (1, True)
+    assert one["tta_mean"] == pytest.approx(50.0)  # no quiet repeat: shown, daggered
+    assert (two["disturbed"], two["timed_disturbed"]) == (1, False)
+    assert two["tta_mean"] == pytest.approx(6.0) and two["runs"] == 2  # the quiet repeat
+    assert table["speedup_tta"].isna().all() and table["efficiency_step"].isna().all()
+    counted = analysis.scaling_table(analysis.runs_frame(runs), include_disturbed=True)
+    assert counted["tta_mean"].iloc[1] == pytest.approx(18.0)
+    assert counted["speedup_tta"].iloc[2] == pytest.approx(50.0 / 4.0)
+    # with a quiet baseline the quiet points get their speedup, the disturbed one none
+    runs[0] = stored_run("a0", 1, tta=10.0, step_time=0.01)
+    runs[3] = stored_run("c0", 4, tta=40.0, step_time=0.05, disturbed=True)
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    assert table["speedup_tta"].iloc[1] == pytest.approx(10 / 6)
+    assert math.isnan(table["speedup_tta"].iloc[2])
+    from dmlbench.report.tables import disturbed_note
+
+    assert "† disturbed: at 4 workers" in disturbed_note(table)
+    assert disturbed_note(table[table["workers"] < 4]) is None
 
 
 def test_accuracy_after_time_uses_only_evaluations_within_the_budget() -> None:
@@ -254,3 +284,56 @@ def test_progress_counts_steps_before_the_first_epoch_ends() -> None:
     assert (task.completed, task.total, task.fields["steps"]) == (150, 300, "150/300 steps")
     bar([{"key": "run_stop", "value": None, "metadata": {"steps": 212}}])  # stopped early
     assert bar.progress.tasks[0].fields["steps"] == "212/212 steps"
+
+
+def _adhoc_runs() -> list[RunRecord]:
+    """Ad-hoc runs of one task: two settings differing in many keys, one worker count,
+    one evaluation each (as short runs have)."""
+    runs = []
+    for i, (exchange, epochs) in enumerate([("allreduce", 40.0), ("ddp", 3.0)]):
+        run = stored_run(f"r{i}", 2, tta=5.0 + i, exchange=exchange, sweep=None,
+                         evals=[(5.0 + i, 0.95)])  # fmt: skip
+        spec = {**run.spec, "max_epochs": epochs, "stop_at_target": i == 0,
+                "network": {"profile": "wan-20ms" if i else None}}  # fmt: skip
+        network = "wan-20ms · 1gbit" if i else "none"
+        runs.append(dataclasses.replace(run, spec=spec, network=network))
+    return runs
+
+
+def test_long_variant_labels_become_letters_with_a_legend_table() -> None:
+    frame = analysis.runs_frame(_adhoc_runs())
+    assert list(frame["variant"]) == [
+        "exchange=allreduce max_epochs=40.0 stop_at_target=true network=none",
+        "exchange=ddp max_epochs=3.0 stop_at_target=false network=wan-20ms",
+    ]  # the network's settings are one key, named by its profile
+    assert list(analysis.short_labels(frame["variant"]).values()) == ["A", "B"]
+    legend = analysis.variant_legend(frame["variant"])
+    assert list(legend.columns) == ["variant", "exchange", "max_epochs", "stop_at_target",
+                                    "network"]  # fmt: skip
+    assert list(legend["network"]) == ["none", "wan-20ms"]
+    assert analysis.variant_legend(["exchange=ddp", "exchange=allreduce"]).empty  # short
+
+
+def test_report_figures_read_at_a_glance() -> None:
+    """No speedup chart for one worker count, a single evaluation drawn as a point, a
+    colour per variant, legends outside the plot area, units on the axes."""
+    from matplotlib.colors import to_hex
+
+    from dmlbench.report.html import build_sections
+    from dmlbench.report.prices import choose_price
+
+    (section,) = build_sections(_adhoc_runs(), price=choose_price(None, None))
+    assert "speedup" not in section.figures and "efficiency" not in section.figures
+    curves = section.figures["curves"]
+    accuracy = curves.axes[0]
+    lines = [line for line in accuracy.get_lines() if len(line.get_xdata()) == 1]
+    assert len(lines) == 2 and all(line.get_marker() == "o" for line in lines)
+    assert len({to_hex(line.get_color()) for line in lines}) == 2  # one colour per variant
+    for name, fig in section.figures.items():
+        assert all(ax.get_legend() is None for ax in fig.axes), name  # none over the data
+        for ax in fig.axes:
+            assert ax.get_ylabel(), name
+    assert [t.get_text() for t in curves.legends[0].get_texts()][:2] == [
+        "A · 2 workers", "B · 2 workers"]  # fmt: skip
+    assert section.figures["cost"].axes[0].get_ylabel() == "cost to target, USD"
+    assert "%" in accuracy.get_ylabel()

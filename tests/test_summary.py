@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dmlbench.results.contention import judge
 from dmlbench.results.summary import phase_shares, summarize
 
 
@@ -65,3 +66,59 @@ def test_throughput_uses_the_slowest_rank_and_steady_steps() -> None:
     summary = summarize(events)
     assert summary["step_time_s"] == pytest.approx(0.04)
     assert summary["throughput"] == pytest.approx(100 * 64 / 4.0)
+
+
+def _sample(cpu, wait, busy, *, window=10.0, machine=7.0, cores=2.0, threads=2.0, steal=0.0):
+    return {"window_s": window, "cpu_s": cpu, "wait_s": wait, "machine_busy_s": busy,
+            "machine_steal_s": steal, "machine": machine, "cores": cores,
+            "threads": threads}  # fmt: skip
+
+
+def test_a_worker_that_waited_while_others_ran_is_disturbed() -> None:
+    # 10 s window: the worker ran 12 core-s and waited 8; the machine was busy 20 core-s
+    verdict = judge([_sample(12.0, 8.0, 20.0)])
+    assert verdict["disturbed"] is True
+    assert verdict["wait_share_max"] == pytest.approx(0.4)
+    assert verdict["machines"][0]["outside_cores"] == pytest.approx(0.8)
+    assert "waited for a core 40%" in verdict["reason"] and "0.80 of 2 cores" in verdict["reason"]
+
+
+def test_a_quiet_run_and_a_busy_but_roomy_machine_are_not_disturbed() -> None:
+    assert judge([_sample(19.0, 0.2, 19.5)])["disturbed"] is False
+    # others used 6 cores of 16, but the worker waited for none: it got what it asked for
+    roomy = judge([_sample(19.0, 0.1, 80.0, cores=16.0)])
+    assert roomy["disturbed"] is False and roomy["machines"][0]["outside_cores"] > 6
+
+
+def test_oversubscribing_by_its_own_layout_is_said_but_not_disturbed() -> None:
+    # four 1-thread workers on 2 cores: each waits half the time; nobody else ran
+    ranks = [_sample(5.0, 5.0, 20.2, threads=1.0) for _ in range(4)]
+    verdict = judge(ranks)
+    assert verdict["disturbed"] is False
+    assert "own 4 threads share 2 cores" in verdict["reason"]
+
+
+def test_workers_on_two_machines_are_judged_per_machine() -> None:
+    # rank 1's machine had a busy neighbour; rank 0's was quiet
+    ranks = [_sample(9.0, 0.1, 9.2, machine=1.0), _sample(6.0, 4.0, 16.0, machine=2.0)]
+    verdict = judge(ranks)
+    assert verdict["disturbed"] is True and "ranks 1" in verdict["reason"]
+    assert [m["ranks"] for m in verdict["machines"]] == [[0], [1]]
+    # the same numbers on one machine: the other rank's CPU is the run's own, not outside
+    assert judge([_sample(9.0, 0.1, 15.2), _sample(6.0, 4.0, 15.2)])["disturbed"] is False
+
+
+def test_what_cannot_be_measured_gets_no_verdict() -> None:
+    assert judge([])["disturbed"] is None
+    no_schedstat = {**_sample(9.0, 0.0, 9.0), "wait_s": None}
+    assert judge([no_schedstat])["disturbed"] is None
+    assert judge([_sample(0.1, 0.1, 0.5, window=0.2)])["disturbed"] is None  # too short
+
+
+def test_summary_carries_the_verdict_from_the_logged_samples() -> None:
+    events = [
+        _event("run_start", global_batch=8, steps_per_epoch=10),
+        _event("run_stop", "success", steps=10, steady_steps=10, cpu_samples=[
+            _sample(12.0, 8.0, 20.0)], phases_steady=[{"forward": 1.0}]),
+    ]  # fmt: skip
+    assert summarize(events)["contention"]["disturbed"] is True

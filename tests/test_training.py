@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +16,7 @@ from datafiles import write_cifar_binary
 from dmlbench.errors import DatasetError
 from dmlbench.launch import run_benchmark
 from dmlbench.results import ResultsStore
+from dmlbench.results.contention import OUTSIDE_CORES, WAIT_SHARE
 from dmlbench.spec import resolve_spec
 from dmlbench.train.worker import MODEL_FILE
 
@@ -137,3 +142,35 @@ def test_ddp_reports_the_communication_it_could_not_hide(store: ResultsStore) ->
     assert shares["comm"]["mean"] > 0.05
     assert sum(s["mean"] for s in shares.values()) == pytest.approx(1.0)
     assert row.summary["comm_overlapped"] is True
+
+
+@pytest.fixture
+def cpu_hogs():
+    """A busy loop per core: other work on a shared machine."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(os.cpu_count() or 1)]  # fmt: skip
+    yield hogs
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+def test_a_run_beside_a_cpu_hog_is_marked_disturbed(
+    store: ResultsStore, cpu_hogs, dmlbench
+) -> None:
+    """The busy baseline of a fake 35× speedup: its workers wait for cores the hogs hold."""
+    _, row = _run(store, "synthetic-mlp", 1, "max_steps=400", "stop_at_target=false")
+    contention = row.summary["contention"]
+    assert row.disturbed is True, contention
+    assert contention["wait_share_max"] >= WAIT_SHARE
+    assert contention["machines"][0]["outside_cores"] >= OUTSIDE_CORES
+    code, out, _ = dmlbench("results", row.run_id, "--store", str(store.root))
+    assert code == 0 and "disturbed" in out and "other processes used" in out
+    code, out, _ = dmlbench("results", "--store", str(store.root))
+    assert "†" in out and "disturbed: other processes took CPU" in out
+    code, out, _ = dmlbench("compare", "--json", "--store", str(store.root))
+    (point,) = json.loads(out)
+    assert point["disturbed"] == 1 and point["timed_disturbed"] is True
+    assert point["speedup_tta"] is None  # no speedup against a disturbed time...
+    code, out, _ = dmlbench("compare", "--json", "--include-disturbed", "--store", str(store.root))
+    assert json.loads(out)[0]["speedup_throughput"] == 1.0  # ...unless asked

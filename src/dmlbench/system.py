@@ -29,3 +29,53 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
+
+
+# -- how much CPU a process got, and what else ran beside it -------------------------------
+# Linux exposes, per thread, the time it ran and the time it was runnable but waiting for
+# a core (/proc/<pid>/task/<tid>/schedstat, nanoseconds), and per machine the time all
+# cores spent busy and stolen by a hypervisor (/proc/stat, clock ticks). Elsewhere the
+# numbers read NaN and no verdict is given.
+
+_TICK_S = 1.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+NAN = float("nan")
+
+
+def thread_wait_s() -> float:
+    """Seconds this process's live threads spent runnable but waiting for a core."""
+    total = 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as handle:
+                    total += int(handle.read().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that ended while we looked
+    except OSError:
+        return NAN
+    return total / 1e9
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, stolen) seconds summed over the machine's cores since boot; NaN unknown.
+
+    Busy is user + nice + system + irq + softirq: what processes and the kernel ran."""
+    try:
+        with open("/proc/stat") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return NAN, NAN
+    if len(fields) < 9 or fields[0] != "cpu":
+        return NAN, NAN
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    return (user + nice + system + irq + softirq) * _TICK_S, steal * _TICK_S
+
+
+def machine_id() -> float:
+    """A number naming the running kernel (its boot id), equal for processes that share
+    a machine, network namespaces included; NaN when unknown. Exact in a float64."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return float(int(handle.read().strip().replace("-", "")[:12], 16))
+    except (OSError, ValueError):
+        return NAN

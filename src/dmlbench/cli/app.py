@@ -561,6 +561,13 @@ PriceOption = Annotated[
 PricesOption = Annotated[
     Path | None, typer.Option(help="your own price table (YAML, like report/prices.yaml)")
 ]
+IncludeDisturbedOption = Annotated[
+    bool,
+    typer.Option(
+        "--include-disturbed",
+        help="count runs disturbed by other processes in timings, speedup and efficiency",
+    ),
+]
 
 
 def _selected_runs(
@@ -585,6 +592,7 @@ def report(
     price: PriceOption = None,
     prices: PricesOption = None,
     png: Annotated[Path | None, typer.Option(help="also write every figure as PNG here")] = None,
+    include_disturbed: IncludeDisturbedOption = False,
 ) -> None:
     """Scaling tables in the terminal and one self-contained HTML report with plots."""
     results = _require_store(store)  # before the report's imports (pandas: seconds)
@@ -607,7 +615,7 @@ def report(
     target = out or store / "report.html"
     sections, pngs = write_report(
         runs, target, store=str(store), budget_s=budget, price=chosen, png_dir=png,
-        comm_runs=comm_runs, predictions=predictions,
+        comm_runs=comm_runs, predictions=predictions, include_disturbed=include_disturbed,
     )  # fmt: skip
     training = [s.table for s in sections if s.kind == "training"]
     if training:  # the report's own tables, in the order scaling_table sorts them
@@ -643,6 +651,7 @@ def compare(
     prices: PricesOption = None,
     json_out: JsonOption = False,
     csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
+    include_disturbed: IncludeDisturbedOption = False,
 ) -> None:
     """Aggregated runs side by side: repeats as mean ± std and olympic mean, speedup,
     efficiency, comm ratio and cost."""
@@ -662,7 +671,8 @@ def compare(
     chosen = choose_price(price, prices)
     table = analysis.scaling_table(
         frame, by=columns, budget_s=budget, evals=analysis.evals_frame(runs),
-        price_per_worker_hour=chosen.per_worker_hour,
+        price_per_worker_hour=chosen.per_worker_hour, include_disturbed=include_disturbed,
+        currency=chosen.currency,
     )  # fmt: skip
     if json_out:
         sys.stdout.write(table.to_json(orient="records", indent=2) + "\n")

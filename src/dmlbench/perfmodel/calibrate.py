@@ -76,6 +76,10 @@ class TaskCalibration:
     epochs_by_batch: dict[int, float] = field(default_factory=dict)
     runs: int = 0
     compute_runs: list[str] = field(default_factory=list)  # the runs compute came from
+    # Runs left out because other processes disturbed them; or, when every candidate was
+    # disturbed, the disturbed runs compute came from (``compute_disturbed``).
+    disturbed_runs: list[str] = field(default_factory=list)
+    compute_disturbed: bool = False
 
     def epochs_to_target(self, global_batch: int) -> tuple[float, bool]:
         """(epochs, measured?) at ``global_batch``; else the nearest measured batch's."""
@@ -120,8 +124,10 @@ def calibrate_task(
     runs: Sequence[RunRecord], task: str, *, calibrate_from: Sequence[str] = ()
 ) -> TaskCalibration:
     """From ``task``'s finished, unshaped runs; compute from the fewest workers measured,
-    or from the runs ``calibrate_from`` names. Runs whose compute per step disagrees by
-    more than :data:`DISAGREEMENT` are refused in one line that names them."""
+    or from the runs ``calibrate_from`` names. Undisturbed runs are preferred: disturbed
+    ones (:mod:`dmlbench.results.contention`) are used only when no other was measured.
+    Runs whose compute per step disagrees by more than :data:`DISAGREEMENT` are refused
+    in one line that names them."""
     mine = [r for r in runs if r.task == task and r.finished
             and (r.network or "none") == "none" and r.summary.get("phases_steady")
             and r.summary.get("steady_steps")]  # fmt: skip
@@ -136,8 +142,11 @@ def calibrate_task(
             raise DmlbenchError("--calibrate-from: name runs of one worker count")
         fewest = base[0].workers
     else:
-        fewest = min(r.workers for r in mine)
-        base = [r for r in mine if r.workers == fewest]
+        quiet = [r for r in mine if not r.disturbed]
+        fewest = min(r.workers for r in quiet or mine)
+        base = [r for r in quiet or mine if r.workers == fewest]
+    used = {r.run_id for r in base}
+    left_out = [r.run_id for r in mine if r.disturbed and r.run_id not in used]
     timed = sorted((_compute_step_s(r), r.run_id) for r in base)
     (low, low_id), (high, high_id) = timed[0], timed[-1]
     if high > DISAGREEMENT * low:
@@ -173,4 +182,6 @@ def calibrate_task(
         epochs_by_batch={b: statistics.mean(v) for b, v in epochs.items()},
         runs=len(mine),
         compute_runs=[run_id for _, run_id in timed],
+        disturbed_runs=left_out or [r.run_id for r in base if r.disturbed],
+        compute_disturbed=any(r.disturbed for r in base),
     )

@@ -19,6 +19,10 @@ Definitions (the glossary's):
 - efficiency: weak scaling ``t0 / tN``; strong scaling ``n0·t0 / (N·tN)``.
 - comm ratio: ``comm / (comm + compute)`` per rank, mean and max over ranks.
 - cost: hours × workers × price per worker-hour.
+- disturbed: a run whose workers waited for cores that other processes took
+  (:mod:`dmlbench.results.contention`). Its timings are left out where an undisturbed
+  repeat exists, and a point timed only by disturbed runs gets no speedup or efficiency
+  (nor do the others, when it is the baseline), unless ``include_disturbed``.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     rows = []
     for run in runs:
         comm = (run.summary.get("phase_shares") or {}).get("comm", {})
+        contention = run.summary.get("contention") or {}
         epochs, steps = run.epochs, run.steps
         step_time = run.summary.get("step_time_s")
         per_epoch = step_time * steps / epochs if step_time and steps and epochs else None
@@ -91,6 +96,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "seed": run.seed,
                 "repeat": run.repeat,
                 "exchange": run.exchange,
+                "network": (run.network or "none").split(" · ")[0],
                 "target": run.target,
                 "best_metric": run.best_metric,
                 "tta_s": run.time_to_accuracy_s,
@@ -106,6 +112,9 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 **_per_step_phases(run),
                 "cores": run.cores,
                 "oversubscribed": bool(run.cores) and run.workers > (run.cores or 0),
+                "disturbed": run.disturbed is True,
+                "cpu_wait_max": contention.get("wait_share_max"),
+                "contention": contention.get("reason"),
                 "cpu_model": run.cpu_model,
                 "host": run.host,
                 "torch_version": run.torch_version,
@@ -136,15 +145,18 @@ def _variants(frame: pd.DataFrame) -> pd.Series:
     """A label per run for what differs within its group besides workers and seed.
 
     Batch sizes count only when they vary at a fixed worker count (weak and strong
-    scaling change them with the workers; that is the experiment, not a variant).
+    scaling change them with the workers; that is the experiment, not a variant). The
+    network's settings count as one key, ``network``, its profile's name or rate.
     """
     labels = pd.Series("", index=frame.index, dtype=object)
     for _, group in frame.groupby(GROUP, sort=False):
         flat = pd.DataFrame(
-            [{k: json.dumps(v, sort_keys=True) for k, v in flatten(json.loads(s)).items()}
+            [{k: json.dumps(v, sort_keys=True) for k, v in flatten(json.loads(s)).items()
+              if not k.startswith("network.")}
              for s in group["spec"]],
             index=group.index,
         )  # fmt: skip
+        flat["network"] = group["network"].map(json.dumps)
         flat["workers"] = group["workers"]
         keys = []
         for key in flat.columns:
@@ -155,9 +167,42 @@ def _variants(frame: pd.DataFrame) -> pd.Series:
             keys.append(key)
         for index in group.index:
             labels[index] = " ".join(
-                f"{k.rpartition('.')[2]}={json.loads(flat.at[index, k])}" for k in keys
+                f"{k.rpartition('.')[2]}={_value_text(json.loads(flat.at[index, k]))}" for k in keys
             )
     return labels
+
+
+def _value_text(value: Any) -> str:
+    """A spec value in a variant label: strings bare, the rest as compact JSON (no spaces,
+    so a label splits back into its ``key=value`` parts)."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+# A variant label longer than this is drawn as a letter, spelt out in a legend table.
+SHORT_LABEL = 28
+
+
+def short_labels(variants: Iterable[str]) -> dict[str, str]:
+    """A short name for each variant label, in order: the label itself when every label
+    is short, else ``A``, ``B``, ... (see :func:`variant_legend`)."""
+    unique = list(dict.fromkeys(str(v) for v in variants))
+    if all(len(v) <= SHORT_LABEL for v in unique):
+        return {v: v for v in unique}
+    letters = [chr(ord("A") + i) if i < 26 else f"V{i + 1}" for i in range(len(unique))]
+    return dict(zip(unique, letters, strict=True))
+
+
+def variant_legend(variants: Iterable[str]) -> pd.DataFrame:
+    """The legend table of :func:`short_labels`: one row per variant, a column per key
+    that varies, empty when no label was shortened."""
+    names = short_labels(variants)
+    if all(short == label for label, short in names.items()):
+        return pd.DataFrame()
+    rows = []
+    for label, short in names.items():
+        pairs = dict(part.split("=", 1) for part in label.split() if "=" in part)
+        rows.append({"variant": short, **pairs})
+    return pd.DataFrame(rows).fillna("—")
 
 
 def evals_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
@@ -228,12 +273,17 @@ def scaling_table(
     budget_s: float | None = None,
     evals: pd.DataFrame | None = None,
     price_per_worker_hour: float | None = None,
+    include_disturbed: bool = False,
+    currency: str = "USD",
 ) -> pd.DataFrame:
     """One row per (task, sweep, variant, ``by``...): repeats aggregated, speedup,
     efficiency, comm ratio, throughput, and cost when a price is given.
 
     Failed and interrupted runs are counted in ``runs`` but not in the timings;
-    runs that finished without reaching the target count as not converged.
+    runs that finished without reaching the target count as not converged. Disturbed
+    runs are counted in ``disturbed``; their timings are used only where no undisturbed
+    run finished (``timed_disturbed``), and such a row takes no part in speedup and
+    efficiency, unless ``include_disturbed``.
     """
     if frame.empty:
         return pd.DataFrame()
@@ -243,13 +293,19 @@ def scaling_table(
     rows = []
     for values, group in frame.groupby(keys, sort=False, dropna=False):
         finished = group[group["status"].isin(FINISHED)]
+        quiet = finished[~finished["disturbed"]]
+        if not include_disturbed and not quiet.empty:
+            finished = quiet
         tta = finished["tta_s"].where(finished["converged"], math.inf)
         converged = finished.loc[finished["converged"], "tta_s"]
         row = dict(zip(keys, values, strict=True))
+        done = group["status"].isin(FINISHED)
         row.update(
             runs=len(group),
-            finished=len(finished),
-            converged=int(finished["converged"].sum()),
+            finished=int(done.sum()),
+            converged=int(group.loc[done, "converged"].sum()),
+            disturbed=int(group.loc[done, "disturbed"].sum()),
+            timed_disturbed=bool(finished["disturbed"].any()),
             tta_mean=converged.mean() if len(converged) else math.nan,
             tta_std=converged.std(ddof=1) if len(converged) > 1 else math.nan,
             tta_olympic=olympic_mean(tta) if len(tta) else math.nan,
@@ -278,12 +334,15 @@ def scaling_table(
             workers = row.get("workers", group["workers"].iloc[0])
             row["cost_to_target"] = row["tta_mean"] / 3600 * workers * price_per_worker_hour
             row["cost_mean"] = row["elapsed_mean"] / 3600 * workers * price_per_worker_hour
+            row["currency"] = currency
         rows.append(row)
     table = pd.DataFrame(rows)
-    return _add_scaling(table, frame, keys)
+    return _add_scaling(table, frame, keys, include_disturbed)
 
 
-def _add_scaling(table: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def _add_scaling(
+    table: pd.DataFrame, frame: pd.DataFrame, keys: list[str], include_disturbed: bool
+) -> pd.DataFrame:
     for column in ("baseline_workers", "speedup_tta", "speedup_throughput",
                    "efficiency_tta", "efficiency_step"):  # fmt: skip
         table[column] = math.nan
@@ -302,6 +361,8 @@ def _add_scaling(table: pd.DataFrame, frame: pd.DataFrame, keys: list[str]) -> p
             n = int(row["workers"])
             table.loc[index, "scaling"] = mode
             table.loc[index, "baseline_workers"] = n0
+            if not include_disturbed and (row["timed_disturbed"] or base["timed_disturbed"]):
+                continue  # a disturbed time would make a speedup up, as a busy baseline does
             table.loc[index, "speedup_tta"] = base["tta_mean"] / row["tta_mean"]
             table.loc[index, "speedup_throughput"] = (
                 row["throughput_mean"] / base["throughput_mean"]

@@ -4,6 +4,9 @@ Each takes a section's scaling table (``analysis.scaling_table``), runs or evals
 title line, and returns a Figure that the HTML report inlines as SVG and ``--png``
 writes as PNG. Worker counts are numbers: sorted numerically, on a log2 axis for line
 plots and in numeric order for bars. An oversubscribed worker count is marked ``*``.
+Legends sit below the plot area, never over data; each variant has its own colour and
+a short label (``analysis.short_labels``: a letter, spelt out in the report's legend
+table, when the labels are long); every axis says its unit.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
-from matplotlib.ticker import NullLocator, ScalarFormatter
+from matplotlib.ticker import NullLocator, PercentFormatter, ScalarFormatter
 
+from dmlbench.report.analysis import short_labels
 from dmlbench.report.formats import plural
 from dmlbench.results.schema import PHASES
 
@@ -60,7 +65,22 @@ def _log2_workers(ax, workers: list[int]) -> None:
 
 
 def _variants(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    return [(str(v), g.sort_values("workers")) for v, g in table.groupby("variant", sort=False)]
+    """(short label, rows by workers) per variant, in order of appearance."""
+    names = short_labels(table["variant"])
+    return [(names[str(v)], g.sort_values("workers"))
+            for v, g in table.groupby("variant", sort=False)]  # fmt: skip
+
+
+def _legend(fig: Figure, ax, title: str | None = None) -> None:
+    """``ax``'s legend below the plot area, outside it; repeated labels shown once."""
+    handles, labels = ax.get_legend_handles_labels()
+    unique: dict[str, Artist] = {}
+    for handle, label in zip(handles, labels, strict=True):
+        unique.setdefault(label, handle)
+    if unique:
+        fig.legend(list(unique.values()), list(unique), loc="outside lower center",
+                   ncols=min(3, len(unique)), fontsize=8, frameon=False, title=title,
+                   title_fontsize=8)  # fmt: skip
 
 
 def _note(ax, text: str) -> None:
@@ -99,8 +119,8 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
             ax.errorbar(rows["workers"], rows["speedup_tta"], yerr=error, fmt="s:",
                         color=colour, capsize=3, label=f"time to accuracy{suffix}")  # fmt: skip
     _log2_workers(ax, workers)
-    ax.set_ylabel(f"speedup over {n0} worker{'s' if n0 > 1 else ''}")
-    ax.legend(fontsize=8)
+    ax.set_ylabel(f"speedup over {plural(n0, 'worker')} (×)")
+    _legend(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -120,16 +140,16 @@ def efficiency(table: pd.DataFrame, title: str) -> Figure:
                     label=f"time to accuracy{suffix}")  # fmt: skip
     _log2_workers(ax, workers)
     formula = {"strong": "n0·t0 / (N·tN)", "weak": "t0 / tN"}.get(modes, "t0 / tN")
-    ax.set_ylabel(f"efficiency ({modes} scaling: {formula})")
+    ax.set_ylabel(f"efficiency, 1 = ideal ({modes}: {formula})")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    _legend(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
 
 def _bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], float]:
     workers = sorted(int(w) for w in table["workers"].unique())
-    variants = list(dict.fromkeys(table["variant"]))
+    variants = list(short_labels(table["variant"]).values())
     width = 0.8 / len(variants)
     offsets = {v: (i - (len(variants) - 1) / 2) * width for i, v in enumerate(variants)}
     return workers, offsets, width
@@ -169,7 +189,7 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
     ax.set_ylabel("seconds (mean ± std over converged runs)")
     ax.set_ylim(0, top * 1.2)
     if any(v for v in offsets):
-        ax.legend(fontsize=8)
+        _legend(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -198,36 +218,52 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(_tick_labels(table, workers))
     ax.set_xlabel("workers")
-    ax.set_ylabel("test accuracy (mean over runs)")
+    ax.set_ylabel("test accuracy, % (mean over runs)")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=8, loc="lower right")
+    _legend(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
 
+LINE_STYLES = ["-", "--", ":", "-."]
+
+
 def curves(evals: pd.DataFrame, table: pd.DataFrame, target: float | None, title: str) -> Figure:
-    """Test accuracy and loss against wall-clock time, one line per run, coloured by N."""
+    """Test accuracy and loss against wall-clock time, one line per run (a point where a
+    run evaluated once). Coloured by worker count; with several variants, coloured by
+    variant and dashed by worker count."""
     fig, (acc, loss) = _figure(title, "Accuracy and loss vs wall-clock time", ncols=2)
     workers = sorted(int(w) for w in evals["workers"].unique())
+    variant = evals["variant"] if "variant" in evals else pd.Series("", index=evals.index)
+    names = short_labels(variant)
     cmap = colormaps["viridis"]
-    colour = {w: cmap(i / max(1, len(workers) - 1) * 0.85) for i, w in enumerate(workers)}
+    by_count = {w: cmap(i / max(1, len(workers) - 1) * 0.85) for i, w in enumerate(workers)}
     over = set(table.loc[table["oversubscribed"], "workers"].astype(int))
-    seen: set[int] = set()
-    ordered = evals.sort_values(["workers", "run_id", "elapsed_s"], kind="stable")
+    ordered = evals.assign(variant=variant).sort_values(
+        ["variant", "workers", "run_id", "elapsed_s"], kind="stable"
+    )
     for _, run in ordered.groupby("run_id", sort=False):
-        n = int(run["workers"].iloc[0])
-        label = None if n in seen else f"{n} worker{'s' * (n > 1)}{' *' * (n in over)}"
-        seen.add(n)
-        acc.plot(run["elapsed_s"], run["metric"], "-", color=colour[n], lw=1.2, alpha=0.85,
-                 label=label)  # fmt: skip
-        loss.plot(run["elapsed_s"], run["loss"], "-", color=colour[n], lw=1.2, alpha=0.85)
+        n, name = int(run["workers"].iloc[0]), names[str(run["variant"].iloc[0])]
+        label = f"{plural(n, 'worker')}{' *' * (n in over)}"
+        if len(names) > 1:
+            index = list(names.values()).index(name)
+            colour = VARIANT_COLOURS[index % len(VARIANT_COLOURS)]
+            style = LINE_STYLES[workers.index(n) % len(LINE_STYLES)]
+            label = f"{name} · {label}"
+        else:
+            colour, style = by_count[n], "-"
+        for ax, column in ((acc, "metric"), (loss, "loss")):
+            ax.plot(run["elapsed_s"], run[column], style, marker="o", ms=3, color=colour,
+                    lw=1.2, alpha=0.85, label=label)  # fmt: skip
     if target is not None:
         acc.axhline(target, color="k", ls="--", lw=1, label=f"target {target:.0%}")
     acc.set_xlabel("wall-clock seconds since run start")
     loss.set_xlabel("wall-clock seconds since run start")
-    acc.set_ylabel("test accuracy")
-    loss.set_ylabel("test loss")
-    acc.legend(fontsize=8)
+    acc.set_ylabel("test accuracy, %")
+    acc.yaxis.set_major_formatter(PercentFormatter(1.0))
+    loss.set_ylabel("test loss (mean per example)")
+    _legend(fig, acc)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -238,8 +274,10 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
     workers, offsets, width = _bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
     drawn = False
-    for variant, rows in _variants(table):
-        x = np.array([position[int(w)] + offsets[variant] for w in rows["workers"]])
+    names = short_labels(table["variant"])
+    for variant, rows in table.groupby("variant", sort=False):
+        rows = rows.sort_values("workers")
+        x = np.array([position[int(w)] + offsets[names[variant]] for w in rows["workers"]])
         bottom = np.zeros(len(rows))
         for phase in PHASES:
             values = rows[f"{phase}_s"].fillna(0).to_numpy() * 1000
@@ -250,19 +288,19 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
         for xi, total, (_, row) in zip(x, bottom, rows.iterrows(), strict=True):
             if not math.isnan(row["comm_ratio_mean"]):
                 ax.text(xi, total, f"comm {row['comm_ratio_mean']:.0%}/{row['comm_ratio_max']:.0%}"
-                        + (f"\n{variant}" if variant else ""), ha="center", va="bottom",
-                        fontsize=7)  # fmt: skip
+                        + (f"\n{names[variant]}" if variant else ""), ha="center",
+                        va="bottom", fontsize=7)  # fmt: skip
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(_tick_labels(table, workers))
     ax.set_xlabel("workers (labels: comm ratio mean/max over ranks)")
     ax.set_ylabel("milliseconds per step")
     ax.margins(y=0.15)
-    ax.legend(fontsize=8, ncols=len(PHASES), loc="upper left")
+    _legend(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
 
-def cost(table: pd.DataFrame, price_label: str, title: str) -> Figure:
+def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD") -> Figure:
     """Cost against time: to the target where runs converged, else of the whole run."""
     fig, (ax,) = _figure(title, f"Cost vs time ({price_label})")
     reached = bool(table["tta_mean"].notna().any())
@@ -278,9 +316,9 @@ def cost(table: pd.DataFrame, price_label: str, title: str) -> Figure:
         _note(ax, "no cost to show: no run finished")
     what = "time to accuracy" if reached else "run time (no run reached the target)"
     ax.set_xlabel(f"{what}, seconds (mean)")
-    ax.set_ylabel(f"cost to {'target' if reached else 'finish'}")
+    ax.set_ylabel(f"cost to {'target' if reached else 'finish'}, {currency}")
     if any(v for v, _ in _variants(table)):
-        ax.legend(fontsize=8)
+        _legend(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -289,10 +327,16 @@ def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
     """All-reduce latency and bus bandwidth against message size, a line per run."""
     fig, (lat, bus) = _figure(title, "All-reduce: latency and bus bandwidth vs message size",
                               ncols=2)  # fmt: skip
-    for i, (run_id, rows) in enumerate(frame.groupby("run_id", sort=False)):
+    labels: dict[str, str] = {}
+    for run_id, rows in frame.groupby("run_id", sort=False):
         first = rows.iloc[0]
-        workers = plural(int(first["workers"]), "worker")
-        label = f"{first['backend']} · {workers} · {first['network']}"
+        labels[str(run_id)] = (f"{first['backend']} · {plural(int(first['workers']), 'worker')}"
+                               f" · {first['network']}")  # fmt: skip
+    repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    for i, (run_id, rows) in enumerate(frame.groupby("run_id", sort=False)):
+        label = labels[str(run_id)]
+        if label in repeated:  # two runs of one setting: tell them apart by run
+            label += f" · run …{str(run_id)[-6:]}"
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
         rows = rows.sort_values("bytes")
         lat.errorbar(rows["bytes"], rows["latency_s"] * 1e6,
@@ -300,14 +344,13 @@ def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
                            (rows["latency_max_s"] - rows["latency_s"]) * 1e6],
                      fmt="o-", ms=3, capsize=2, color=colour, label=label)  # fmt: skip
         bus.plot(rows["bytes"], rows["busbw"] / 1e6, "o-", ms=3, color=colour, label=label)
-        del run_id
     for ax in (lat, bus):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size, bytes")
     lat.set_yscale("log")
     lat.set_ylabel("latency µs (median; bars: min–max)")
     bus.set_ylabel("bus bandwidth MB/s (median)")
-    bus.legend(fontsize=8)
+    _legend(fig, bus)
     return fig
 
 
@@ -327,6 +370,7 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
                 label=f"{network} · {algo}")  # fmt: skip
     _log2_workers(ax, workers)
     ax.set_yscale("log", base=2)
-    ax.set_ylabel(f"speedup in time to accuracy over {plural(n0, 'worker')}")
-    ax.legend(fontsize=8)
+    ax.set_ylabel(f"speedup in time to accuracy over {plural(n0, 'worker')} (×)")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    _legend(fig, ax)
     return fig

@@ -66,6 +66,7 @@ def build_sections(
     *,
     budget_s: float | None = None,
     price: Price | None = None,
+    include_disturbed: bool = False,
 ) -> list[Section]:
     frame = analysis.runs_frame(runs)
     if frame.empty:
@@ -76,6 +77,8 @@ def build_sections(
         budget_s=budget_s,
         evals=evals,
         price_per_worker_hour=price.per_worker_hour if price else None,
+        include_disturbed=include_disturbed,
+        currency=price.currency if price else "USD",
     )
     sections = []
     for (task, sweep), members in frame.groupby(analysis.GROUP, sort=False):
@@ -105,6 +108,16 @@ def _notes(section: Section) -> list[str]:
             "recorded core count), so workers shared cores and their times say more about "
             "the machine than about scaling."
         )
+    disturbed = section.runs[section.runs["disturbed"]]
+    if not disturbed.empty:
+        worst = disturbed.loc[disturbed["cpu_wait_max"].astype(float).idxmax()]
+        notes.append(
+            f"Disturbed (†): {plural(len(disturbed), 'run')} ran while other processes took "
+            f"CPU their workers asked for (worst, {worst['run_id']}: {worst['contention']}). "
+            "Where an undisturbed repeat exists the disturbed ones are left out of the "
+            "timings; a point timed only by disturbed runs gets no speedup or efficiency. "
+            "Run them again on a quiet machine, or pass --include-disturbed to count them."
+        )
     failed = section.runs[~section.runs["status"].isin(FINISHED)]
     if not failed.empty:
         notes.append(
@@ -133,17 +146,19 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     made: dict[str, Figure] = {}
     if finished.empty:
         return made
-    made["speedup"] = figures.speedup(finished, title)
-    made["efficiency"] = figures.efficiency(finished, title)
+    if finished["workers"].nunique() > 1:  # a speedup needs two worker counts
+        made["speedup"] = figures.speedup(finished, title)
+        made["efficiency"] = figures.efficiency(finished, title)
     made["time-to-accuracy"] = figures.time_to_accuracy(finished, title)
     if not section.evals.empty:
         target = section.runs["target"].dropna()
+        evals = section.evals.merge(section.runs[["run_id", "variant"]], on="run_id")
         made["curves"] = figures.curves(
-            section.evals, finished, float(target.iloc[0]) if len(target) else None, title
+            evals, finished, float(target.iloc[0]) if len(target) else None, title
         )
     made["phases"] = figures.phases(finished, title)
     if price is not None:
-        made["cost"] = figures.cost(finished, price.label, title)
+        made["cost"] = figures.cost(finished, price.label, title, price.currency)
     return made
 
 
@@ -194,22 +209,39 @@ def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
     return TableView(
         [title for title, _ in columns],
         [Row([str(cell(row)) for _, cell in columns]) for _, row in table.iterrows()],
-        f"Means over finished runs; TTA over runs that reached the target.{aat} * oversubscribed.",
+        f"Means over finished runs; TTA over runs that reached the target.{aat} * oversubscribed."
+        + (" † timed by disturbed runs only." if table["timed_disturbed"].any() else ""),
     )
 
 
+def _variant_legend(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The table that spells out the figures' variant letters (none when labels are short)."""
+    legend = analysis.variant_legend(table["variant"])
+    if legend.empty:
+        return []
+    rows = [Row([str(cell) for cell in row]) for row in legend.itertuples(index=False)]
+    view = TableView(list(legend.columns), rows, "What differs between the variants the "
+                     "figures name by letter.")  # fmt: skip
+    return [{"title": "Variants", "table": view}]
+
+
 def _runs_table(runs: pd.DataFrame) -> TableView:
-    head = ["run", "N", "seed", "status", "TTA s", "best", "epochs", "step ms", "comm max",
-            "started"]  # fmt: skip
+    names = analysis.short_labels(runs["variant"])
+    varied = len(names) > 1
+    head = ["run", "N", *(["variant"] if varied else []), "seed", "status", "TTA s", "best",
+            "epochs", "step ms", "comm max", "started"]  # fmt: skip
     rows = []
     for _, run in runs.sort_values(["workers", "seed", "created_at"]).iterrows():
         cells: list[str | Link] = [Link(run["run_id"], f"#run-{run['run_id']}")]
-        cells += [str(run["workers"]), str(run["seed"]), run["status"], seconds(run["tta_s"]),
-                  fmt(run["best_metric"], ".2%"), fmt(run["epochs"], ".1f"),
+        cells += [str(run["workers"]), *([names[run["variant"]]] if varied else [])]
+        cells += [str(run["seed"]), run["status"] + ("†" if run["disturbed"] else ""),
+                  seconds(run["tta_s"]), fmt(run["best_metric"], ".2%"), fmt(run["epochs"], ".1f"),
                   milliseconds(run["step_time_s"]), fmt(run["comm_ratio_max"], ".1%"),
                   str(run["created_at"])]  # fmt: skip
         rows.append(Row(cells, css=f"status-{run['status']}"))
-    return TableView(head, rows)
+    caption = "† disturbed: other processes took CPU its workers asked for." \
+        if runs["disturbed"].any() else ""  # fmt: skip
+    return TableView(head, rows, caption)
 
 
 def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
@@ -303,6 +335,7 @@ def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
             meta=section.title,
             figures=_figures_view(section, wide=["curves"]),
             tables=[
+                *_variant_legend(section.table),
                 {"title": "Scaling table", "table": _scaling_table(section.table, budget_s)},
                 {"title": "Runs", "table": _runs_table(section.runs)},
             ],
@@ -355,9 +388,12 @@ def write_report(
     png_dir: Path | None = None,
     comm_runs: Sequence[CommRun] = (),
     predictions: Sequence[dict[str, Any]] = (),
+    include_disturbed: bool = False,
 ) -> tuple[list[Section], list[Path]]:
     """Write the HTML report (and PNGs of every figure when ``png_dir`` is given)."""
-    sections = build_sections(runs, budget_s=budget_s, price=price)
+    sections = build_sections(
+        runs, budget_s=budget_s, price=price, include_disturbed=include_disturbed
+    )
     comm = comm_section(comm_runs)
     predicted = prediction_sections(predictions)
     page = render_html(

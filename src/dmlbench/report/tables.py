@@ -12,11 +12,33 @@ from dmlbench.report.formats import fmt, mean_std, milliseconds, missing, plural
 
 Column = tuple[str, str, Callable[[pd.Series], str]]
 
+
+def _workers(row: pd.Series) -> str:
+    """``N``, starred when oversubscribed, daggered when timed by disturbed runs."""
+    marks = ("*" if row["oversubscribed"] else "") + ("†" if row.get("timed_disturbed") else "")
+    return f"{int(row['workers'])}{marks}"
+
+
+def disturbed_note(table: pd.DataFrame) -> str | None:
+    """What the dagger means, for the rows of ``table`` that carry one (None: none do)."""
+    if "timed_disturbed" not in table or not table["timed_disturbed"].any():
+        return None
+    counts = ", ".join(str(int(n)) for n in sorted(set(table.loc[table["timed_disturbed"],
+                                                                  "workers"])))  # fmt: skip
+    left_out = table["speedup_tta"].isna() & table["speedup_throughput"].isna()
+    note = (f"† disturbed: at {counts} workers only runs whose workers waited for cores other "
+            "processes took were timed")  # fmt: skip
+    if left_out.any():
+        note += "; no speedup or efficiency is given against them (--include-disturbed counts them)"
+    return note
+
+
 SCALING_COLUMNS: list[Column] = [
-    ("workers", "N", lambda r: f"{int(r['workers'])}{'*' if r['oversubscribed'] else ''}"),
+    ("workers", "N", _workers),
     ("variant", "variant", lambda r: r["variant"] or "—"),
     ("batch", "b / B", lambda r: f"{int(r['local_batch'])} / {int(r['global_batch'])}"),
     ("runs", "reached", lambda r: f"{int(r['converged'])}/{int(r['runs'])}"),
+    ("disturbed", "disturbed", lambda r: str(int(r.get("disturbed") or 0))),
     ("tta", "TTA s (mean ± std)", lambda r: mean_std(r["tta_mean"], r["tta_std"])),
     ("olympic", "TTA olympic s", lambda r: seconds(r["tta_olympic"])),
     ("compute", "TTA w/o eval s", lambda r: seconds(r["tta_compute_mean"])),
@@ -55,9 +77,8 @@ def scaling_columns(
     table: pd.DataFrame, budget_s: float | None, *, terminal: bool = False
 ) -> list[tuple[str, Callable[[pd.Series], str]]]:
     """The columns worth showing for ``table``: (title, formatter)."""
+    chosen = _chosen_columns(table, budget_s)
     if terminal:
-        wide = scaling_columns(table, budget_s)
-        keys = {title: key for key, title, _ in SCALING_COLUMNS}
         short = {
             "tta": lambda r: mean_std(r["tta_mean"], r["tta_std"]).replace(" ± ", "±"),
             "sp": lambda r: f"{fmt(r['speedup_tta'])}/{fmt(r['speedup_throughput'])}",
@@ -66,19 +87,23 @@ def scaling_columns(
             "batch": lambda r: f"{int(r['local_batch'])}/{int(r['global_batch'])}",
             "variant": lambda r: " ".join(p.partition("=")[2] for p in r["variant"].split()),
         }
-        return [
-            (TERMINAL_COLUMNS[keys[title]], short.get(keys[title], fn))
-            for title, fn in wide
-            if keys[title] in TERMINAL_COLUMNS
-        ]
+        return [(TERMINAL_COLUMNS[key], short.get(key, fn)) for key, _, fn in chosen
+                if key in TERMINAL_COLUMNS]  # fmt: skip
+    currency = table["currency"].iloc[0] if "currency" in table and len(table) else "USD"
+    return [(f"{title}, {currency}" if key == "cost" else title, fn) for key, title, fn in chosen]
+
+
+def _chosen_columns(table: pd.DataFrame, budget_s: float | None) -> list[Column]:
     skip = set()
+    if "disturbed" not in table or not table["disturbed"].any():
+        skip.add("disturbed")
     if budget_s is None:
         skip.add("aat")
     if "cost_to_target" not in table:
         skip.add("cost")
     if not (table["variant"] != "").any():
         skip.add("variant")
-    return [(title, fn) for key, title, fn in SCALING_COLUMNS if key not in skip]
+    return [column for column in SCALING_COLUMNS if column[0] not in skip]
 
 
 def calibration_text(calibration: Mapping[str, Any]) -> str:
@@ -87,6 +112,11 @@ def calibration_text(calibration: Mapping[str, Any]) -> str:
     measured = calibration.get("compute_runs")  # absent in predictions saved before
     source = f" ({'run' if len(measured) == 1 else 'runs'} {', '.join(measured)})" \
         if measured else ""  # fmt: skip
+    disturbed = calibration.get("disturbed_runs") or []
+    if calibration.get("compute_disturbed"):
+        source += " — disturbed by other processes, so compute is overstated"
+    elif disturbed:
+        source += f"; {plural(len(disturbed), 'disturbed run')} left out"
     return (
         f"compute {calibration['compute_step_s'] * 1e3:.2f} ms per step measured at "
         f"{plural(calibration['workers'], 'worker')}{source}; "

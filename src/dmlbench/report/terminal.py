@@ -195,6 +195,9 @@ def run_summary(run: RunRecord) -> Table:
     if cores and here > cores:
         table.add_row("[yellow]note[/yellow]", f"{here} workers on {cores} cores: "
                       "oversubscribed, so times include workers sharing cores")  # fmt: skip
+    contention = summary.get("contention")
+    if contention:
+        table.add_row(*_contention_row(contention, run.disturbed))
     if summary.get("emulated_nodes"):
         network = run.network if run.network not in (None, "none") else "unshaped"
         table.add_row("network", escape(f"{network} (emulated cluster: a namespace per node, "
@@ -209,6 +212,24 @@ def run_summary(run: RunRecord) -> Table:
             f"{k}={v['actual']}" for k, v in run.deviations.items())))  # fmt: skip
     table.add_row("run folder", escape(run.run_dir))
     return table
+
+
+def _contention_row(contention: dict[str, Any], disturbed: bool | None) -> tuple[str, str]:
+    """The summary's CPU line: what the workers waited for and who else ran."""
+    if disturbed:
+        text = (f"{contention['reason']}. Its times are not the machine's: compare and "
+                "report leave it out of speedup and efficiency (--include-disturbed counts "
+                "it); run it again on a quiet machine")  # fmt: skip
+        return "[yellow]disturbed[/yellow]", escape(text)
+    machines = [m for m in contention.get("machines") or [] if m.get("outside_cores") is not None]
+    if contention.get("wait_share_max") is None or not machines:
+        return "CPU", escape(str(contention.get("reason") or "not measured"))
+    outside = max(m["outside_cores"] + (m.get("steal_cores") or 0.0) for m in machines)
+    text = (f"workers waited for a core {percent(contention['wait_share_max'])} of the CPU time "
+            f"they asked for; other processes used {outside:.2f} cores: undisturbed")  # fmt: skip
+    if contention.get("reason"):  # oversubscribed by its own layout
+        text = str(contention["reason"])
+    return "CPU", escape(text)
 
 
 def _forwarder_cost(run: RunRecord) -> str | None:
@@ -240,14 +261,19 @@ STATUS_STYLE = {"success": "green", "failed": "red", "interrupted": "yellow"}
 
 def runs_table(runs: list[RunRecord]) -> Table:
     """One line per run, narrow enough for an 80-column terminal."""
-    open_runs = sum(run.division == "open" for run in runs)
+    captions = []
+    if any(run.division == "open" for run in runs):
+        captions.append("* open division (differs from the reference recipe)")
+    if any(run.disturbed for run in runs):
+        captions.append("† disturbed: other processes took CPU its workers asked for "
+                        "(dmlbench results RUN says how much)")  # fmt: skip
     table = Table(
         title=f"{len(runs)} stored runs",
         title_justify="left",
         box=box.SIMPLE_HEAD,
         padding=0,  # the box draws one space between columns
         pad_edge=False,
-        caption="* open division (differs from the reference recipe)" if open_runs else None,
+        caption="\n".join(captions) or None,
         caption_justify="left",
     )
     shaped = any(_network(run) for run in runs)
@@ -264,7 +290,7 @@ def runs_table(runs: list[RunRecord]) -> Table:
     for run in runs:
         status = run.status
         style = STATUS_STYLE.get(status, "")
-        word = STATUS_WORDS.get(status, status)  # short enough for the column
+        word = STATUS_WORDS.get(status, status) + ("†" if run.disturbed else "")
         table.add_row(
             run.run_id,
             escape(run.task) + ("*" if run.division == "open" else ""),
@@ -287,7 +313,7 @@ def _network(run: RunRecord) -> str:
 
 def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
     """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows."""
-    from dmlbench.report.tables import scaling_columns
+    from dmlbench.report.tables import disturbed_note, scaling_columns
 
     tables = []
     for (task, sweep), rows in table.groupby(["task", "sweep"], sort=False):
@@ -303,11 +329,12 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             "conv: runs that reached the target; TTA mean±std over them; speedup and effic.: "
             "TTA/step time; comm: max over ranks"
         )
+        notes = [legend, *(n for n in (caption, disturbed_note(rows)) if n)]
         rich_table = Table(
             title=escape(f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else "")),
             title_justify="left",
             box=box.SIMPLE_HEAD,
-            caption=f"{legend}\n{caption}" if caption else legend,
+            caption=escape("\n".join(notes)),
             caption_justify="left",
             padding=0,  # the box draws one space between columns
             pad_edge=False,

@@ -108,6 +108,8 @@ class RunRecord(_Stored):
     run_key: str | None = None
     point: dict[str, Any] | None = None  # what the sweep varies, at this run
     network: str | None = None  # the emulated network's label; "none" when unshaped
+    # Others took the CPU its workers asked for (results.contention); None: not measured
+    disturbed: bool | None = None
     evals: list[Evaluation] = field(default_factory=list)
     phases: list[PhaseTotal] = field(default_factory=list)
 

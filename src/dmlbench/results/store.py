@@ -79,7 +79,8 @@ CREATE TABLE IF NOT EXISTS runs (
     repeat INTEGER,
     run_key TEXT,
     point_json TEXT,
-    network TEXT
+    network TEXT,
+    disturbed INTEGER
 );
 CREATE TABLE IF NOT EXISTS evals (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -131,6 +132,7 @@ ADDED_COLUMNS = [
     ("run_key", "TEXT"),
     ("point_json", "TEXT"),
     ("network", "TEXT"),
+    ("disturbed", "INTEGER"),
 ]
 _JSON_COLUMNS = ("spec_json", "deviations_json", "environment_json", "summary_json", "point_json")
 Rerun = Literal["never", "failed", "always"]
@@ -356,14 +358,15 @@ class ResultsStore:
             db.execute(
                 """UPDATE runs SET status=?, stop_reason=?, finished_at=?, best_metric=?,
                 time_to_accuracy_s=?, time_to_accuracy_compute_s=?, epochs=?, steps=?,
-                samples=?, elapsed_s=?, throughput=?, error=?, summary_json=?
+                samples=?, elapsed_s=?, throughput=?, error=?, summary_json=?, disturbed=?
                 WHERE run_id=?""",
                 (
                     status, summary.get("stop_reason"), now_iso(), summary.get("best_metric"),
                     summary.get("time_to_accuracy_s"), summary.get("time_to_accuracy_compute_s"),
                     summary.get("epochs"), summary.get("steps"), summary.get("samples"),
                     summary.get("elapsed_s"), summary.get("throughput"), error,
-                    json.dumps(summary), run_id,
+                    json.dumps(summary), (summary.get("contention") or {}).get("disturbed"),
+                    run_id,
                 ),
             )  # fmt: skip
             db.executemany(
@@ -525,6 +528,8 @@ class ResultsStore:
                     fields[key.removesuffix("_json")] = json.loads(value) if value else None
                 fields["summary"] = fields["summary"] or {}
                 fields["gpus"] = json.loads(fields["gpus"]) if fields["gpus"] else []
+                if fields["disturbed"] is not None:
+                    fields["disturbed"] = bool(fields["disturbed"])
                 if self.read_only and row["status"] == "running" and not _launcher_alive(row):
                     fields["status"] = "interrupted"  # as the next writable open will store it
                 evals = db.execute("SELECT * FROM evals WHERE run_id=? ORDER BY step",

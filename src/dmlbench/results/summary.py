@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dmlbench.results.contention import judge
 from dmlbench.results.schema import PHASES
 
 
@@ -76,4 +77,6 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         summary["step_time_s"] = slowest / summary["steady_steps"]
         summary["throughput"] = summary["steady_steps"] * start.get("global_batch", 0) / slowest
         summary["phase_shares"] = phase_shares(steady)
+    if summary.get("cpu_samples"):  # absent in logs written before contention was measured
+        summary["contention"] = judge(summary["cpu_samples"])
     return summary

@@ -10,6 +10,7 @@ from them.
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any
 
@@ -22,15 +23,24 @@ from dmlbench.data import Dataset, EpochSharding, eval_shard
 from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
+from dmlbench.results.contention import FIELDS as CONTENTION_FIELDS
 from dmlbench.results.events import EventLog
 from dmlbench.results.schema import ALL_PHASES
 from dmlbench.spec import RunSpec
+from dmlbench.system import machine_cpu_s, machine_id, thread_wait_s
 from dmlbench.tasks import TaskDefinition
 from dmlbench.train.context import DistContext
 from dmlbench.train.losses import LOSSES
 from dmlbench.train.timers import PhaseTimer
 
 PROGRESS_EVERY_S = 2.0
+
+
+def _cpu_sample() -> list[float]:
+    """Clocks for the contention check: wall, this process's CPU and CPU wait, and the
+    machine's busy and stolen core-seconds (see :mod:`dmlbench.results.contention`)."""
+    busy, steal = machine_cpu_s()
+    return [time.perf_counter(), time.process_time(), thread_wait_s(), busy, steal]
 
 
 class Trainer:
@@ -62,6 +72,7 @@ class Trainer:
         self._loss_sum = torch.zeros((), device=self.device)
         self._warm: list[float] | None = None  # phase totals when warm-up ended
         self._start = 0.0  # perf_counter() when the run's clock started
+        self._cpu_start: list[float] = []  # _cpu_sample() when the timed steps began
 
     # -- one update -------------------------------------------------------------------
 
@@ -106,6 +117,7 @@ class Trainer:
         self.step += 1
         if self.step == self.spec.warmup_steps_excluded:
             self._warm = timer.vector()
+            self._cpu_start = _cpu_sample()
         return stop
 
     # -- evaluation ---------------------------------------------------------------------
@@ -166,6 +178,7 @@ class Trainer:
         if self.ctx.world_size > 1:
             dist.barrier()
         self._start = time.perf_counter()
+        self._cpu_start = _cpu_sample()
         reason: str | None = None
         best = tta = tta_compute = None
         epoch = 0
@@ -249,8 +262,11 @@ class Trainer:
         warm = self._warm if self._warm is not None else [0.0] * len(totals)
         excluded = self.spec.warmup_steps_excluded if self._warm is not None else 0
         steady = [t - w for t, w in zip(totals, warm, strict=True)]
-        gathered = all_gather_floats([*totals, *steady], self.device)
+        used = [end - begin for end, begin in zip(_cpu_sample(), self._cpu_start, strict=True)]
+        mine = [*used, machine_id(), float(os.cpu_count() or 0), torch.get_num_threads()]
+        gathered = all_gather_floats([*totals, *steady, *mine], self.device)
         count = len(ALL_PHASES)
+        samples = [dict(zip(CONTENTION_FIELDS, row[2 * count :], strict=True)) for row in gathered]
         summary = {
             "status": "success" if tta is not None else "target_not_reached",
             "stop_reason": reason,
@@ -266,7 +282,12 @@ class Trainer:
             "warmup_steps_excluded": excluded,
             "steady_steps": self.step - excluded,
             "phases": [dict(zip(ALL_PHASES, row[:count], strict=True)) for row in gathered],
-            "phases_steady": [dict(zip(ALL_PHASES, row[count:], strict=True)) for row in gathered],
+            "phases_steady": [
+                dict(zip(ALL_PHASES, row[count : 2 * count], strict=True)) for row in gathered
+            ],
+            "cpu_samples": [
+                {k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples
+            ],
         }
         self.events.log("run_stop", summary["status"], **summary)
         return summary
