@@ -183,9 +183,10 @@ SHORT_LABEL = 28
 
 
 def short_labels(variants: Iterable[str]) -> dict[str, str]:
-    """A short name for each variant label, in order: the label itself when every label
-    is short, else ``A``, ``B``, ... (see :func:`variant_legend`)."""
-    unique = list(dict.fromkeys(str(v) for v in variants))
+    """A short name for each variant label, in sorted order (so every figure of a section
+    names and colours a variant alike): the label itself when every label is short, else
+    ``A``, ``B``, ... (see :func:`variant_legend`)."""
+    unique = sorted({str(v) for v in variants})
     if all(len(v) <= SHORT_LABEL for v in unique):
         return {v: v for v in unique}
     letters = [chr(ord("A") + i) if i < 26 else f"V{i + 1}" for i in range(len(unique))]

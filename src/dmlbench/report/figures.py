@@ -18,10 +18,10 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.artist import Artist
 from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
-from matplotlib.ticker import NullLocator, PercentFormatter, ScalarFormatter
+from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter, ScalarFormatter
 
 from dmlbench.report.analysis import short_labels
-from dmlbench.report.formats import plural
+from dmlbench.report.formats import money, plural
 from dmlbench.results.schema import PHASES
 
 PHASE_COLOURS = {
@@ -32,7 +32,7 @@ PHASE_COLOURS = {
     "optimizer": "#f2cf5b",
 }
 VARIANT_COLOURS = colormaps["tab10"].colors  # type: ignore[attr-defined]
-WIDTH, HEIGHT = 7.0, 4.2
+WIDTH, HEIGHT = 5.6, 3.8  # inches: drawn half a page wide, fonts stay readable
 
 
 def _figure(title: str, heading: str, ncols: int = 1) -> tuple[Figure, list]:
@@ -66,9 +66,9 @@ def _log2_workers(ax, workers: list[int]) -> None:
 
 def _variants(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """(short label, rows by workers) per variant, in order of appearance."""
-    names = short_labels(table["variant"])
-    return [(names[str(v)], g.sort_values("workers"))
-            for v, g in table.groupby("variant", sort=False)]  # fmt: skip
+    names = short_labels(table["variant"])  # sorted: the same colour in every figure
+    groups = dict(list(table.groupby("variant", sort=False)))
+    return [(short, groups[label].sort_values("workers")) for label, short in names.items()]
 
 
 def _legend(fig: Figure, ax, title: str | None = None) -> None:
@@ -79,7 +79,7 @@ def _legend(fig: Figure, ax, title: str | None = None) -> None:
         unique.setdefault(label, handle)
     if unique:
         fig.legend(list(unique.values()), list(unique), loc="outside lower center",
-                   ncols=min(3, len(unique)), fontsize=8, frameon=False, title=title,
+                   ncols=min(3, len(unique)), fontsize=9, frameon=False, title=title,
                    title_fontsize=8)  # fmt: skip
 
 
@@ -126,10 +126,11 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
 
 
 def efficiency(table: pd.DataFrame, title: str) -> Figure:
-    fig, (ax,) = _figure(title, "Scaling efficiency")
+    modes = ", ".join(sorted(set(table["scaling"])))
+    formula = {"strong": "n0·t0 / (N·tN)", "weak": "t0 / tN"}.get(modes, "t0 / tN")
+    fig, (ax,) = _figure(title, f"Scaling efficiency ({modes} scaling: {formula})")
     workers = sorted(int(w) for w in table["workers"].unique())
     ax.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
-    modes = ", ".join(sorted(set(table["scaling"])))
     for i, (variant, rows) in enumerate(_variants(table)):
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
         suffix = f" · {variant}" if variant else ""
@@ -139,8 +140,7 @@ def efficiency(table: pd.DataFrame, title: str) -> Figure:
             ax.plot(rows["workers"], rows["efficiency_tta"], "s:", color=colour,
                     label=f"time to accuracy{suffix}")  # fmt: skip
     _log2_workers(ax, workers)
-    formula = {"strong": "n0·t0 / (N·tN)", "weak": "t0 / tN"}.get(modes, "t0 / tN")
-    ax.set_ylabel(f"efficiency, 1 = ideal ({modes}: {formula})")
+    ax.set_ylabel("efficiency (1 = ideal)")
     ax.set_ylim(bottom=0)
     _legend(fig, ax)
     _oversubscription_caption(fig, table)
@@ -317,6 +317,8 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     what = "time to accuracy" if reached else "run time (no run reached the target)"
     ax.set_xlabel(f"{what}, seconds (mean)")
     ax.set_ylabel(f"cost to {'target' if reached else 'finish'}, {currency}")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: money(value)))
+    ax.margins(x=0.12, y=0.12)  # room for the N= labels
     if any(v for v, _ in _variants(table)):
         _legend(fig, ax)
     _oversubscription_caption(fig, table)

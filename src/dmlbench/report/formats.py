@@ -28,6 +28,18 @@ def fmt(value: Any, spec: str = ".2f") -> str:
     return MISSING if missing(value) else format(value, spec)
 
 
+def money(value: Any) -> str:
+    """Two significant figures, never in exponent form: ``0.19``, ``0.000016``, ``1,234``."""
+    if missing(value):
+        return MISSING
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    import numpy as np
+
+    return str(np.format_float_positional(value, precision=2, unique=True, fractional=False,
+                                          trim="-"))  # fmt: skip
+
+
 def seconds(value: Any, *, unit: bool = False) -> str:
     """Three significant figures or so: ``0.123``, ``4.56``, ``1,234.5``; ``∞`` for a run
     that never got there. With ``unit``: ``4.56 s``, and hours from an hour up."""

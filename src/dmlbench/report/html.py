@@ -204,6 +204,8 @@ class TableView:
 
 
 def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
+    names = analysis.short_labels(table["variant"])  # as the figures and the legend name them
+    table = table.assign(variant=table["variant"].map(names))
     columns = scaling_columns(table, budget_s)
     aat = f" AAT: best accuracy within {budget_s:g} s." if budget_s is not None else ""
     return TableView(

@@ -8,7 +8,16 @@ from typing import Any
 
 import pandas as pd
 
-from dmlbench.report.formats import fmt, mean_std, milliseconds, missing, plural, seconds
+from dmlbench.report.analysis import short_labels
+from dmlbench.report.formats import (
+    fmt,
+    mean_std,
+    milliseconds,
+    missing,
+    money,
+    plural,
+    seconds,
+)
 
 Column = tuple[str, str, Callable[[pd.Series], str]]
 
@@ -52,7 +61,7 @@ SCALING_COLUMNS: list[Column] = [
      lambda r: f"{fmt(r['efficiency_tta'])} / {fmt(r['efficiency_step'])}"),
     ("comm", "comm mean / max",
      lambda r: f"{fmt(r['comm_ratio_mean'], '.1%')} / {fmt(r['comm_ratio_max'], '.1%')}"),
-    ("cost", "cost to target", lambda r: fmt(r.get("cost_to_target"), ".4f")),
+    ("cost", "cost to target", lambda r: money(r.get("cost_to_target"))),
 ]  # fmt: skip
 
 
@@ -79,13 +88,14 @@ def scaling_columns(
     """The columns worth showing for ``table``: (title, formatter)."""
     chosen = _chosen_columns(table, budget_s)
     if terminal:
+        names = short_labels(table["variant"])
         short = {
             "tta": lambda r: mean_std(r["tta_mean"], r["tta_std"]).replace(" ± ", "±"),
             "sp": lambda r: f"{fmt(r['speedup_tta'])}/{fmt(r['speedup_throughput'])}",
             "eff": lambda r: f"{fmt(r['efficiency_tta'])}/{fmt(r['efficiency_step'])}",
             "comm": lambda r: f"{fmt(r['comm_ratio_max'], '.0%')}",
             "batch": lambda r: f"{int(r['local_batch'])}/{int(r['global_batch'])}",
-            "variant": lambda r: " ".join(p.partition("=")[2] for p in r["variant"].split()),
+            "variant": lambda r: names[r["variant"]],
         }
         return [(TERMINAL_COLUMNS[key], short.get(key, fn)) for key, _, fn in chosen
                 if key in TERMINAL_COLUMNS]  # fmt: skip
@@ -103,6 +113,8 @@ def _chosen_columns(table: pd.DataFrame, budget_s: float | None) -> list[Column]
         skip.add("cost")
     if not (table["variant"] != "").any():
         skip.add("variant")
+    if table.empty or table.groupby("variant")["workers"].nunique().max() < 2:
+        skip.update(("sp", "eff"))  # a speedup needs two worker counts
     return [column for column in SCALING_COLUMNS if column[0] not in skip]
 
 
@@ -144,5 +156,5 @@ PREDICTION_COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
     ("epochs", lambda r: f"{r['epochs']:.1f}{'' if r['epochs_measured'] else '*'}"),
     ("TTA s", lambda r: fmt(r["tta_s"], ",.1f")),
     ("speedup", lambda r: fmt(r["speedup"])),
-    ("cost", lambda r: fmt(r.get("cost"), ".4f")),
+    ("cost", lambda r: money(r.get("cost"))),
 ]

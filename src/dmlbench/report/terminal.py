@@ -278,7 +278,8 @@ def runs_table(runs: list[RunRecord]) -> Table:
     )
     shaped = any(_network(run) for run in runs)
     table.add_column("run", no_wrap=True, min_width=22)
-    table.add_column("task", overflow="fold", min_width=10 if shaped else 16)
+    widest = max((len(run.task) + (run.division == "open") for run in runs), default=4)
+    table.add_column("task", overflow="fold", min_width=min(widest, 16))  # "name*" unbroken
     table.add_column("N", justify="right", min_width=1)
     table.add_column("b/B", no_wrap=True, min_width=5)
     table.add_column("status", no_wrap=True, min_width=7)
@@ -313,6 +314,7 @@ def _network(run: RunRecord) -> str:
 
 def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
     """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows."""
+    from dmlbench.report.analysis import short_labels
     from dmlbench.report.tables import disturbed_note, scaling_columns
 
     tables = []
@@ -325,11 +327,16 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             if not over.empty
             else None
         )
+        columns = scaling_columns(rows, budget_s, terminal=True)
+        scaled = any(title == "speedup" for title, _ in columns)
         legend = (
-            "conv: runs that reached the target; TTA mean±std over them; speedup and effic.: "
-            "TTA/step time; comm: max over ranks"
+            "conv: runs that reached the target; TTA mean±std over them; "
+            + ("speedup and effic.: TTA/step time; " if scaled else "")
+            + "comm: max over ranks"
         )
-        notes = [legend, *(n for n in (caption, disturbed_note(rows)) if n)]
+        spelt = [f"{short}: {label}" for label, short in short_labels(rows["variant"]).items()
+                 if short != label]  # fmt: skip
+        notes = [legend, *spelt, *(n for n in (caption, disturbed_note(rows)) if n)]
         rich_table = Table(
             title=escape(f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else "")),
             title_justify="left",
@@ -339,7 +346,6 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             padding=0,  # the box draws one space between columns
             pad_edge=False,
         )
-        columns = scaling_columns(rows, budget_s, terminal=True)
         for title, fn in columns:
             widest = max(len(fn(row)) for _, row in rows.iterrows())
             rich_table.add_column(title, justify="right", no_wrap=True,
