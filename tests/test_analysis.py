@@ -286,6 +286,32 @@ def test_progress_counts_steps_before_the_first_epoch_ends() -> None:
     assert bar.progress.tasks[0].fields["steps"] == "212/212 steps"
 
 
+def test_progress_clock_runs_from_run_start_to_run_stop() -> None:
+    """The bar's time is the run's: not start-up, and not frozen at the last step while
+    the final evaluation runs (a 2:07 bar beside a 169.4 s summary)."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    from dmlbench.report.terminal import RunProgress
+
+    bar = RunProgress(Console(file=io.StringIO()), "t")
+    time.sleep(0.3)  # start-up: data loading, workers starting
+    bar([{"key": "run_start", "value": None, "metadata": {"step_limit": 10}}])
+    bar.progress.console.print(bar.progress.get_renderable())  # every column finds its fields
+    task = bar.progress.tasks[0]
+    assert task.elapsed is not None and task.elapsed < 0.3
+    bar([{"key": "train_progress", "value": 10, "metadata": {"epoch_num": 1}}])
+    full = task.elapsed
+    time.sleep(0.2)  # the last step is done; the final evaluation runs
+    assert task.elapsed >= full + 0.2
+    bar([{"key": "run_stop", "value": None, "metadata": {"steps": 10}}])
+    stopped = task.elapsed
+    time.sleep(0.1)
+    assert task.elapsed == stopped  # frozen at the run's end
+
+
 def _adhoc_runs() -> list[RunRecord]:
     """Ad-hoc runs of one task: two settings differing in many keys, one worker count,
     one evaluation each (as short runs have)."""

@@ -223,3 +223,9 @@ def test_imports_stay_light() -> None:
     done = subprocess.run([sys.executable, "-c", command], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert "no results store" in done.stderr and done.stdout.split() == [], done.stdout
+
+
+def test_help_shows_no_value_beside_a_flag(dmlbench) -> None:
+    code, out, _ = dmlbench("results", "--help")
+    assert code == 0 and "--json" in out and "--help" in out
+    assert "<bool>" not in out  # typer's default: as if a flag took a value

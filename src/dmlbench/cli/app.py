@@ -31,6 +31,21 @@ from dmlbench.report.formats import plural
 from dmlbench.results.records import RunRecord, match_id
 from dmlbench.results.store import default_store
 
+
+def _flag_type(display: Any) -> Any:
+    """typer (0.29) writes ``<bool>`` beside every flag in --help, as if it took a value;
+    a flag's help row shows none."""
+
+    def display_type(self: Any, ctx: Any) -> Any:
+        return None if getattr(self, "is_flag", False) else display(self, ctx)
+
+    return display_type
+
+
+if hasattr(typer.core, "TyperOption") and hasattr(typer.core.TyperOption, "display_type_rich"):
+    typer.core.TyperOption.display_type_rich = _flag_type(  # type: ignore[method-assign]
+        typer.core.TyperOption.display_type_rich
+    )
 app = typer.Typer(
     help="Benchmark distributed data-parallel training: time to accuracy, phases, scaling.",
     no_args_is_help=True,

@@ -7,8 +7,9 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from dmlbench.report.formats import fmt, human_bytes, microseconds, percent, plural, seconds
 from dmlbench.results.records import CommRun, RunRecord
@@ -66,8 +67,20 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
     return table
 
 
+class RunClock(ProgressColumn):
+    """Elapsed time that keeps running after the last step (rich's own column stops when
+    the bar is full, though the final evaluation still runs); frozen at ``run_stop``."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = int(task.elapsed or 0)
+        return Text(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
+                    style="progress.elapsed")  # fmt: skip
+
+
 class RunProgress:
-    """A progress bar fed with the run's events as rank 0 logs them."""
+    """A progress bar fed with the run's events as rank 0 logs them. Its clock starts
+    with the run's (after start-up) and stops at the run's end, so it shows the time the
+    summary reports."""
 
     def __init__(self, console: Console, title: str) -> None:
         self.progress = Progress(
@@ -75,7 +88,7 @@ class RunProgress:
             BarColumn(),
             TextColumn("{task.fields[steps]}"),  # done/limit: a short run moves here too
             TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
+            RunClock(),
             console=console,
             transient=False,
         )
@@ -102,9 +115,9 @@ class RunProgress:
             key, meta = event["key"], event["metadata"]
             if key == "init_start":
                 self.progress.update(self.bar, status="loading data")
-            elif key == "run_start":
+            elif key == "run_start":  # the run's clock starts: the bar's too, so they agree
+                self.progress.reset(self.bar, total=meta["step_limit"], status="training", steps="")
                 self._steps(0, meta["step_limit"])
-                self.progress.update(self.bar, status="training")
             elif key == "train_progress":
                 self._steps(event["value"])
             elif key == "epoch_stop":
@@ -118,6 +131,7 @@ class RunProgress:
                 )
             elif key == "run_stop":
                 self._steps(meta["steps"], meta["steps"])
+                self.progress.stop_task(self.bar)
 
 
 REASONS = {
