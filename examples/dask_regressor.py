@@ -43,8 +43,18 @@ if __name__ == "__main__":  # Dask starts worker processes: keep the work under 
     est.set_params(batch_size=GeoDamp, batch_size__delay=3, batch_size__factor=2)
     est.fit(X_train, y_train)
     print(f"test R²: {est.score(X_test, y_test):.3f}")
+    # target_workers: what the cluster was asked for; workers: those that computed the
+    # gradients (a worker asked for joins once its process has started: seconds)
     print(
         est.history_.frame("epochs")[
-            ["epoch", "n_updates", "batch_size", "workers", "train_loss", "wall_s"]
+            [
+                "epoch",
+                "n_updates",
+                "batch_size",
+                "target_workers",
+                "workers",
+                "train_loss",
+                "wall_s",
+            ]
         ].to_string(index=False)
     )

@@ -526,5 +526,7 @@ def test_the_readme_dask_snippet_runs_as_a_script_and_grows_its_batch(tmp_path: 
                           timeout=600, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] != []]
-    batches = [int(r[2]) for r in rows if len(r) == 6 and r[0].isdigit()]
+    table = [r for r in rows if len(r) == 7 and r[0].isdigit()]
+    batches = [int(r[2]) for r in table]
+    assert {int(r[3]) for r in table} == {1, 2}, done.stdout  # the cluster asked to grow
     assert len(batches) == 10 and batches[0] < batches[-1], done.stdout

@@ -1,0 +1,150 @@
+"""The README's commands, run as printed, so the docs cannot drift from the tool.
+
+Every ``dmlbench`` line of the README's bash blocks and its Python analysis snippet run
+in document order, in a fresh folder, against one store. Only the length of a run is
+cut (``--set max_steps=...``, smaller messages), which the rules in :func:`shortened`
+spell out; the options, tasks, files and order are the README's. Commands that need
+root (namespaces and tc) run when the tests run as root. The files they leave in the
+folder must be ones git ignores.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from datafiles import write_cifar_binary
+
+pytestmark = pytest.mark.multiprocess
+
+REPO = Path(__file__).parent.parent
+README = REPO / "README.md"
+ROOT_OPTIONS = ("--network", "--nodes")  # namespaces and tc need root
+MULTI_HOST = "--rdzv-endpoint"  # a job across real hosts: planned, not started, here
+
+
+def readme_commands() -> list[tuple[int, str]]:
+    """(line, command) for each ``dmlbench`` command of the README's bash blocks, with
+    ``\\`` continuations joined, comments dropped and ``&&`` chains split."""
+    found: list[tuple[int, str]] = []
+    inside, pending, start = False, "", 0
+    for number, line in enumerate(README.read_text().splitlines(), 1):
+        if line.startswith("```"):
+            inside = line.strip() == "```bash"
+            continue
+        if not inside or line.lstrip().startswith("#"):
+            continue
+        text = re.sub(r"\s#\s.*$", "", line).rstrip()
+        if not pending:
+            start = number
+        if text.endswith("\\"):
+            pending += text[:-1] + " "
+            continue
+        for part in (pending + text).split("&&"):
+            command = " ".join(part.split())
+            if re.match(r"^(\w+=\S+ )*dmlbench ", command):
+                found.append((start, command))
+        pending = ""
+    return found
+
+
+def readme_python() -> list[tuple[int, str]]:
+    """The README's Python snippets but the Dask one (tests/test_dask.py runs that)."""
+    text = README.read_text()
+    snippets = []
+    for match in re.finditer(r"```python\n(.*?)```", text, flags=re.S):
+        if "dmlbench.dask" not in match.group(1):
+            snippets.append((text[: match.start()].count("\n") + 1, match.group(1)))
+    return snippets
+
+
+def shortened(command: str, tasks_run: set[str]) -> str:
+    """The command as the test runs it. Training runs for real once per task (the store
+    then holds what `results`, `report`, `compare` and `simulate` read), cut to a few
+    steps; later `run` lines are resolved and planned (``--dry-run``), as are jobs across
+    real hosts. Sweeps run for real, one repeat each; benchmarks with small messages."""
+    words = shlex.split(command)
+    verb = words[words.index("dmlbench") + 1]
+    if verb == "bench":
+        return command + " --max-bytes 4096 --repeats 3"
+    if verb == "sweep" and "--plan" not in words:
+        return command + " --repeats 1 --set max_steps=30"
+    if verb != "run" or "--dry-run" in words:
+        return command
+    after = words[words.index("run") + 1 :]
+    task = after[0] if after and not after[0].startswith("-") else None  # else the default
+    if task is None or task in tasks_run or MULTI_HOST in words or "," in command:
+        return command + " --dry-run"  # a path a real run above already took
+    tasks_run.add(task)
+    if task == "cifar10-resnet20":  # a tiny CIFAR-10 in the official layout
+        if "--data-dir" not in words:  # else the official download
+            command += " --data-dir ../shared/data/cifar10"
+        return command + " --set partial_data=true --set max_steps=2"
+    return command + " --set max_steps=30"
+
+
+def _run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def test_the_readme_lists_the_commands_this_test_runs() -> None:
+    commands = [c for _, c in readme_commands()]
+    assert "dmlbench tasks" in commands and len(commands) >= 25
+    assert any(c.startswith("PYTHONPATH=examples dmlbench run") for c in commands)
+    assert all("#" not in c and "\\" not in c for c in commands)
+    assert readme_python(), "the analysis snippet"
+
+
+def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
+    work = tmp_path / "work"  # the README's folder: examples/ here, ../shared/data beside
+    work.mkdir()
+    (work / "examples").symlink_to(REPO / "examples")
+    write_cifar_binary(tmp_path / "shared" / "data" / "cifar10", per_batch=8)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "COLUMNS": "120"}  # fmt: skip
+    env.pop("DMLBENCH_STORE", None)
+    root = os.geteuid() == 0
+    failures, skipped, took, done_before, tasks_run = [], [], [], set(), set()
+    for line, printed in readme_commands():
+        if printed in done_before:
+            continue  # the README repeats a command: once is enough
+        done_before.add(printed)
+        command = shortened(printed, tasks_run)
+        words = command.split()
+        real = "--dry-run" not in words and "--plan" not in words
+        needs_root = any(o in words for o in ROOT_OPTIONS) or "network." in command
+        if needs_root and real and not root:
+            skipped.append(line)
+            continue
+        here = env
+        if "RUN_ID" in command:
+            ids = sorted(p.name for p in (work / "dmlbench-results" / "runs").iterdir())
+            command = command.replace("RUN_ID", ids[0])
+            if "--import" in words:  # a run the store missed: one another store lacks
+                here = {**env, "DMLBENCH_STORE": str(tmp_path / "another-store")}
+        started = time.monotonic()
+        done = _run(command, work, here)
+        took.append((time.monotonic() - started, line))
+        if done.returncode != 0 or "Traceback" in done.stderr:
+            failures.append(f"README line {line}: {command}\n{(done.stderr or done.stdout)[-600:]}")
+    for line, snippet in readme_python():
+        done = subprocess.run([sys.executable, "-c", snippet], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        if done.returncode != 0:
+            failures.append(f"README line {line}: python snippet\n{done.stderr[-600:]}")
+    print("slowest:", ", ".join(f"line {line} {s:.0f} s" for s, line in sorted(took)[-6:]))
+    assert not failures, "\n\n".join(failures)
+    written = sorted(p.name + "/" * p.is_dir() for p in work.iterdir() if p.name != "examples")
+    assert {"dmlbench-results/", "report.html", "figures/", "tables/"} <= set(written)
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=REPO,
+                             capture_output=True, text=True).stdout.split()  # fmt: skip
+    assert sorted(ignored) == written, "the README's commands write files git does not ignore"
+    if skipped:
+        print(f"not root: README lines {skipped} (namespaces and tc) were not run")
