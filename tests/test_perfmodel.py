@@ -188,3 +188,20 @@ def test_calibration_refuses_runs_that_disagree_and_names_its_runs() -> None:
     assert pinned.compute_step_s == pytest.approx(0.010) and pinned.compute_runs == ["quiet"]
     with pytest.raises(DmlbenchError, match="--calibrate-from nope: no single"):
         calibrate_task([quiet], "t", calibrate_from=["nope"])
+
+
+def test_calibration_prefers_undisturbed_runs_and_says_so() -> None:
+    import dataclasses
+
+    from dmlbench.report.tables import calibration_text
+
+    quiet = task_run("quiet", 0.010, workers=2)
+    busy = dataclasses.replace(task_run("busy", 0.17), disturbed=True)
+    chosen = calibrate_task([busy, quiet], "t")  # the busy run has fewer workers
+    assert chosen.compute_runs == ["quiet"] and chosen.disturbed_runs == ["busy"]
+    assert not chosen.compute_disturbed
+    assert "1 disturbed run left out" in calibration_text(dataclasses.asdict(chosen))
+    only = calibrate_task([busy], "t")  # nothing better: used, and said to be overstated
+    assert only.compute_disturbed and "disturbed by other processes" in calibration_text(
+        dataclasses.asdict(only)
+    )
