@@ -174,3 +174,9 @@ def test_a_run_beside_a_cpu_hog_is_marked_disturbed(
     assert point["speedup_tta"] is None  # no speedup against a disturbed time...
     code, out, _ = dmlbench("compare", "--json", "--include-disturbed", "--store", str(store.root))
     assert json.loads(out)[0]["speedup_throughput"] == 1.0  # ...unless asked
+
+
+def test_bf16_precision_trains_in_the_open_division(store: ResultsStore) -> None:
+    _, row = _run(store, "digits-mlp", 2, "precision=bf16", "max_epochs=3", "stop_at_target=false")
+    assert row.status == "target_not_reached" and row.best_metric > 0.8  # it learns
+    assert row.division == "open" and row.deviations["recipe.precision"]["actual"] == "bf16"

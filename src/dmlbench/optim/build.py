@@ -21,11 +21,71 @@ def _sgd(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Opt
     )  # fmt: skip
 
 
+def _adam(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    import torch
+
+    return torch.optim.Adam(params, lr=0.0, betas=spec.betas, eps=spec.eps,
+                            weight_decay=spec.weight_decay)  # fmt: skip
+
+
+def _adamw(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    import torch
+
+    return torch.optim.AdamW(params, lr=0.0, betas=spec.betas, eps=spec.eps,
+                             weight_decay=spec.weight_decay)  # fmt: skip
+
+
+def _lars(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    from dmlbench.optim.layerwise import LARS
+
+    return LARS(
+        params, momentum=spec.momentum, nesterov=spec.nesterov, eps=spec.eps,
+        weight_decay=spec.weight_decay, trust_coefficient=spec.trust_coefficient,
+    )  # fmt: skip
+
+
+def _lamb(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    from dmlbench.optim.layerwise import LAMB
+
+    return LAMB(params, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
+
+
 # The optimizers a recipe may name (OptimizerSpec.name is validated against this);
-# register another by adding a builder.
+# register another by adding a builder. torch's own where it has one; LARS and LAMB in
+# optim.layerwise (torch has neither).
 OPTIMIZERS: dict[str, Callable[[OptimizerSpec, Iterable[nn.Parameter]], torch.optim.Optimizer]] = {
     "sgd": _sgd,
+    "adam": _adam,
+    "adamw": _adamw,
+    "lars": _lars,
+    "lamb": _lamb,
 }
+
+# The recipe fields each built-in optimizer reads (the others leave them unused).
+USES = {
+    "sgd": ("momentum", "nesterov", "weight_decay"),
+    "adam": ("betas", "eps", "weight_decay"),
+    "adamw": ("betas", "eps", "weight_decay"),
+    "lars": ("momentum", "nesterov", "weight_decay", "trust_coefficient", "eps"),
+    "lamb": ("betas", "eps", "weight_decay"),
+}
+
+
+def describe_optimizer(spec: OptimizerSpec) -> str:
+    """The optimizer in words, naming only the settings it reads (``dmlbench tasks``,
+    docs/tasks.md)."""
+    uses = USES.get(spec.name, ("momentum", "nesterov", "weight_decay", "betas", "eps",
+                                "trust_coefficient"))  # fmt: skip
+    words = {
+        "momentum": f"momentum {spec.momentum:g}" + (" (Nesterov)" if spec.nesterov else ""),
+        "nesterov": "",  # said with the momentum
+        "weight_decay": f"weight decay {spec.weight_decay:g}"
+        + (" (decoupled)" if spec.name == "adamw" else ""),
+        "betas": f"betas {spec.betas[0]:g}/{spec.betas[1]:g}",
+        "eps": f"ε {spec.eps:g}",
+        "trust_coefficient": f"trust coefficient {spec.trust_coefficient:g}",
+    }
+    return ", ".join([spec.name, *(words[key] for key in uses if words[key])])
 
 
 def build_optimizer(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.terminal import AUGMENTATION, describe_schedule
 from dmlbench.tasks import TaskDefinition
 
@@ -32,9 +33,7 @@ def tasks_markdown(tasks: list[TaskDefinition]) -> str:
             f"| local batch | {recipe.local_batch} examples per worker per step |",
             f"| epochs | at most {recipe.max_epochs:g} |",
             f"| learning rate | {describe_schedule(recipe.schedule)} |",
-            f"| optimizer | {opt.name}, momentum {opt.momentum:g}"
-            + (" (Nesterov)" if opt.nesterov else "")
-            + f", weight decay {opt.weight_decay:g} |",
+            f"| optimizer | {describe_optimizer(opt)} |",
             f"| augmentation | {AUGMENTATION if recipe.augment else 'none'} |",
         ]
         if recipe.time_budget_s:

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.formats import fmt, human_bytes, microseconds, percent, plural, seconds
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
@@ -47,9 +48,7 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
         lines = [
             f"local batch b={recipe.local_batch}, at most {recipe.max_epochs:g} epochs",
             describe_schedule(recipe.schedule),
-            f"{opt.name}, momentum {opt.momentum:g}{' (Nesterov)' if opt.nesterov else ''}, "
-            f"weight decay {opt.weight_decay:g}"
-            + (f", L2 {recipe.l2:g} in loss" if recipe.l2 else ""),
+            describe_optimizer(opt) + (f", L2 {recipe.l2:g} in loss" if recipe.l2 else ""),
         ]
         if recipe.augment:
             lines.append(f"augmentation: {AUGMENTATION}")

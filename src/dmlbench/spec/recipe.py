@@ -29,9 +29,21 @@ class OptimizerSpec(StrictModel):
     name: Annotated[str, in_registry("optimizer", "dmlbench.optim.build", "OPTIMIZERS")] = Field(
         "sgd", description="a name in optim.build.OPTIMIZERS"
     )
-    momentum: float = Field(0.0, ge=0.0, lt=1.0)
-    nesterov: bool = False
-    weight_decay: float = Field(0.0, ge=0.0, description="added to the gradient (torch SGD)")
+    momentum: float = Field(0.0, ge=0.0, lt=1.0, description="sgd, lars")
+    nesterov: bool = Field(False, description="sgd, lars")
+    weight_decay: float = Field(
+        0.0, ge=0.0, description="λ: added to the gradient (sgd, adam, lars, lamb) or to the "
+        "step, decoupled (adamw)"
+    )  # fmt: skip
+    betas: tuple[float, float] = Field((0.9, 0.999), description="adam, adamw, lamb: moment decays")
+    eps: float = Field(1e-8, gt=0.0, description="adam, adamw, lamb, lars: added to denominators")
+    trust_coefficient: float = Field(0.001, gt=0.0, description="lars: η of the trust ratio")
+
+    @model_validator(mode="after")
+    def _betas_in_range(self) -> OptimizerSpec:
+        if not all(0.0 <= beta < 1.0 for beta in self.betas):
+            raise ValueError(f"betas {list(self.betas)}: each must be in [0, 1)")
+        return self
 
     @model_validator(mode="after")
     def _nesterov_needs_momentum(self) -> OptimizerSpec:
@@ -109,6 +121,10 @@ class Recipe(StrictModel):
     optimizer: OptimizerSpec = Field(default_factory=lambda: OptimizerSpec())
     schedule: Schedule
     l2: float = Field(0.0, ge=0.0, description="adds l2/2·‖w‖² to the loss")
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="bf16: forward and loss under torch.autocast (weights, gradients "
+        "and the exchange stay fp32)"
+    )  # fmt: skip
     augment: bool = Field(False, description="the task's random training augmentation")
     target: float = Field(
         gt=0.0,

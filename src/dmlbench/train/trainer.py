@@ -9,9 +9,12 @@ from them.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -20,6 +23,7 @@ import torch.distributed as dist
 from dmlbench.comm import make_exchange
 from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum
 from dmlbench.data import Dataset, EpochSharding, eval_shard
+from dmlbench.errors import SpecError
 from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
@@ -41,6 +45,17 @@ def _cpu_sample() -> list[float]:
     machine's busy and stolen core-seconds (see :mod:`dmlbench.results.contention`)."""
     busy, steal = machine_cpu_s()
     return [time.perf_counter(), time.process_time(), thread_wait_s(), busy, steal]
+
+
+def _autocast(precision: str, device: torch.device) -> Callable[[], AbstractContextManager]:
+    """A context that runs forward (and the loss) in ``precision``; refused in one line on
+    a device that cannot."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise SpecError(f"precision {precision}: {torch.cuda.get_device_name(device)} has no "
+                        "bfloat16; use precision=fp32")  # fmt: skip
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 class Trainer:
@@ -68,6 +83,7 @@ class Trainer:
         self.preprocess = data.preprocess(spec.recipe.augment)
         self.generator = torch.Generator().manual_seed(spec.seed * 7919 + ctx.rank)
         self.timer = PhaseTimer(ctx.synchronize if self.device.type == "cuda" else None)
+        self.autocast = _autocast(spec.recipe.precision, self.device)
         self.step = 0
         self._loss_sum = torch.zeros((), device=self.device)
         self._warm: list[float] | None = None  # phase totals when warm-up ended
@@ -90,7 +106,8 @@ class Trainer:
         timer.lap("data")
         beat(step, "forward")
         self.exchange.zero_grad()
-        loss = self.loss_fn(self.net(x), y).mean()
+        with self.autocast():
+            loss = self.loss_fn(self.net(x), y).mean()
         if self.spec.recipe.l2:
             loss = loss + l2_penalty(self.model, self.spec.recipe.l2)
         timer.lap("forward")
@@ -136,7 +153,8 @@ class Trainer:
             beat(self.step, "eval")
             x = self.data.test_x[start:stop].to(self.device, non_blocking=True)
             y = self.data.test_y[start:stop].to(self.device, non_blocking=True)
-            out = self.model(self.preprocess.eval(x))
+            with self.autocast():
+                out = self.model(self.preprocess.eval(x))
             correct += self.correct_fn(out, y)
             loss_sum += self.loss_fn(out, y).sum()
         self.model.train()

@@ -1,0 +1,115 @@
+"""Optimizers a recipe can name: torch's own, and LARS and LAMB against their papers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dmlbench.errors import SpecError
+from dmlbench.optim.build import OPTIMIZERS, build_optimizer, describe_optimizer
+from dmlbench.spec import resolve_spec
+from dmlbench.spec.recipe import OptimizerSpec
+
+
+def _layer() -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
+    """A 2×3 weight and a bias with known gradients."""
+    layer = nn.Linear(3, 2)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 2.0, 2.0], [0.0, 0.0, 0.0]]))  # ‖w‖ = 3
+        layer.bias.copy_(torch.tensor([0.5, -0.5]))
+    grad_w = torch.tensor([[0.0, 3.0, 4.0], [0.0, 0.0, 0.0]])  # ‖g‖ = 5
+    grad_b = torch.tensor([0.1, 0.2])
+    layer.weight.grad, layer.bias.grad = grad_w.clone(), grad_b.clone()
+    return layer, grad_w, grad_b
+
+
+def test_lars_scales_each_layer_by_its_trust_ratio() -> None:
+    layer, grad_w, grad_b = _layer()
+    w0, b0 = layer.weight.detach().clone(), layer.bias.detach().clone()
+    spec = OptimizerSpec(name="lars", momentum=0.9, weight_decay=0.1, trust_coefficient=0.02)
+    optimizer = build_optimizer(spec, layer.parameters())
+    for group in optimizer.param_groups:
+        group["lr"] = 0.5
+    optimizer.step()
+    trust = 0.02 * 3.0 / (5.0 + 0.1 * 3.0 + 1e-8)  # η‖w‖ / (‖g‖ + λ‖w‖ + ε)
+    expected = w0 - 0.5 * trust * (grad_w + 0.1 * w0)
+    torch.testing.assert_close(layer.weight.detach(), expected)
+    torch.testing.assert_close(layer.bias.detach(), b0 - 0.5 * grad_b)  # no decay, no trust
+    # second step: the momentum buffer carries the first update
+    first = w0 - expected
+    layer.weight.grad, layer.bias.grad = grad_w.clone(), grad_b.clone()
+    w1 = layer.weight.detach().clone()
+    optimizer.step()
+    trust = 0.02 * w1.norm() / (5.0 + 0.1 * w1.norm() + 1e-8)
+    torch.testing.assert_close(
+        layer.weight.detach(), w1 - (0.9 * first + 0.5 * trust * (grad_w + 0.1 * w1))
+    )
+
+
+def test_lamb_is_adam_scaled_by_the_layer_trust_ratio() -> None:
+    layer, grad_w, grad_b = _layer()
+    w0, b0 = layer.weight.detach().clone(), layer.bias.detach().clone()
+    spec = OptimizerSpec(name="lamb", betas=(0.9, 0.99), eps=1e-6, weight_decay=0.01)
+    optimizer = build_optimizer(spec, layer.parameters())
+    for group in optimizer.param_groups:
+        group["lr"] = 0.1
+    optimizer.step()
+    # first step: m̂ = g, v̂ = g², so the Adam direction is g / (|g| + ε)
+    adam_w = grad_w / (grad_w.abs() + 1e-6)
+    r = adam_w + 0.01 * w0
+    torch.testing.assert_close(layer.weight.detach(), w0 - 0.1 * (w0.norm() / r.norm()) * r)
+    torch.testing.assert_close(layer.bias.detach(), b0 - 0.1 * grad_b / (grad_b.abs() + 1e-6))
+
+
+def test_adam_and_adamw_are_torchs_with_the_recipe_settings() -> None:
+    params = list(nn.Linear(3, 2).parameters())
+    adam = build_optimizer(OptimizerSpec(name="adam", betas=(0.8, 0.9), eps=1e-7), params)
+    assert isinstance(adam, torch.optim.Adam) and adam.defaults["betas"] == (0.8, 0.9)
+    adamw = build_optimizer(OptimizerSpec(name="adamw", weight_decay=0.05), params)
+    assert isinstance(adamw, torch.optim.AdamW) and adamw.defaults["weight_decay"] == 0.05
+    assert describe_optimizer(OptimizerSpec(name="adamw", weight_decay=0.05)) == (
+        "adamw, betas 0.9/0.999, ε 1e-08, weight decay 0.05 (decoupled)"
+    )
+    assert "momentum" not in describe_optimizer(OptimizerSpec(name="lamb"))
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_every_optimizer_trains_a_small_model(name: str) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(256, 8)
+    y = (x[:, 0] > 0).long()
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    rates = {"sgd": 0.1, "lars": 5.0, "adam": 0.01, "adamw": 0.01, "lamb": 0.05}
+    optimizer = build_optimizer(OptimizerSpec(name=name, momentum=0.9 * (name in ("sgd", "lars"))),
+                                model.parameters())  # fmt: skip
+    for group in optimizer.param_groups:
+        group["lr"] = rates[name]
+    losses = []
+    for _ in range(60):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0], (name, losses[0], losses[-1])
+
+
+def test_a_recipe_names_optimizers_from_the_registry() -> None:
+    spec = resolve_spec("digits-mlp", overrides=["optimizer.name=lamb", "betas=[0.9, 0.98]"])
+    assert spec.recipe.optimizer.name == "lamb" and spec.recipe.optimizer.betas == (0.9, 0.98)
+    with pytest.raises(SpecError, match="adamw"):  # the error lists the registered names
+        resolve_spec("digits-mlp", overrides=["optimizer.name=adamx"])
+    with pytest.raises(SpecError, match=r"betas \[0.9, 1.0\]: each must be in \[0, 1\)"):
+        resolve_spec("digits-mlp", overrides=["betas=[0.9, 1.0]"])
+
+
+def test_bf16_precision_runs_forward_in_bfloat16_and_fp32_leaves_it_alone() -> None:
+    from dmlbench.train.trainer import _autocast
+
+    layer, x = nn.Linear(4, 2), torch.randn(3, 4)
+    with _autocast("bf16", torch.device("cpu"))():
+        assert layer(x).dtype == torch.bfloat16
+    with _autocast("fp32", torch.device("cpu"))():
+        assert layer(x).dtype == torch.float32
+    assert layer.weight.dtype == torch.float32  # the weights stay fp32
