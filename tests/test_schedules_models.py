@@ -54,3 +54,51 @@ def test_resnet20_m1_has_the_papers_parameter_count() -> None:
 def test_resnet_rejects_impossible_depth() -> None:
     with pytest.raises(ValueError, match="6n\\+2"):
         CifarResNet(21)
+
+
+def _scaled(**fields):
+    from dmlbench.spec.recipe import ScaledSchedule
+
+    return ScaledSchedule(base_lr=0.1, **fields)
+
+
+def _rate(schedule, epoch: float, workers: int = 4) -> float:
+    return schedule.rate(step=0, epoch=epoch, local_batch=32, world_size=workers)
+
+
+@pytest.mark.parametrize(
+    ("fields", "epoch", "expected"),
+    [
+        ({"scaling": "linear"}, 5.0, 0.4),  # base × N
+        ({"scaling": "sqrt"}, 5.0, 0.2),  # base × √N
+        ({"scaling": "none"}, 5.0, 0.1),
+        ({"warmup_epochs": 2.0}, 1.0, 0.25),  # halfway from 0.1 to 0.4
+        ({"decay": "step", "milestones": [3, 6], "gamma": 0.5}, 7.0, 0.1),  # 0.4 × 0.5²
+        ({"decay": "exponential", "gamma": 0.5, "warmup_epochs": 1.0}, 3.0, 0.1),  # 0.4 × 0.5²
+        ({"decay": "inverse", "gamma": 1.0}, 3.0, 0.1),  # 0.4 / (1 + 3)
+        ({"decay": "polynomial", "power": 2.0, "decay_epochs": 10.0}, 5.0, 0.1),  # 0.4 × ½²
+        ({"decay": "cosine", "decay_epochs": 10.0}, 5.0, 0.2),  # half-way: half the peak
+        ({"decay": "cosine", "decay_epochs": 10.0}, 12.0, 0.0),  # past the end: 0
+    ],
+)
+def test_scaled_schedule_rules(fields: dict, epoch: float, expected: float) -> None:
+    assert _rate(_scaled(**fields), epoch) == pytest.approx(expected, abs=1e-12)
+
+
+def test_scaled_schedule_says_what_it_does_and_refuses_what_it_cannot() -> None:
+    from pydantic import ValidationError
+
+    schedule = _scaled(scaling="sqrt", warmup_epochs=5, decay="cosine", decay_epochs=85)
+    assert schedule.describe() == (
+        "lr 0.1 × √N, warm-up from 0.1 over 5 epochs, cosine decay to 0 over 85 epochs"
+    )
+    with pytest.raises(ValidationError, match="decay cosine needs decay_epochs"):
+        _scaled(decay="cosine")
+    with pytest.raises(ValidationError, match="decay step needs milestones"):
+        _scaled(decay="step")
+    from dmlbench.spec import resolve_spec
+
+    spec = resolve_spec("digits-mlp", overrides=[
+        "schedule={kind: scaled, base_lr: 0.05, scaling: sqrt, decay: exponential, gamma: 0.9}"
+    ])  # fmt: skip
+    assert spec.recipe.schedule.describe() == "lr 0.05 × √N, ×0.9 per epoch"

@@ -51,7 +51,7 @@ def test_global_batch_derives_local_batch() -> None:
         ({"overrides": ["milestones=[109, 82]"]}, "increasing order"),
         ({"overrides": ["exchange=carrier-pigeon"]}, "exchange"),
         ({"overrides": ["exchange=alreduce"]}, "unknown exchange 'alreduce' (did you mean"),
-        ({"overrides": ["recipe.optimizer.name=adagrad"]}, "unknown optimizer 'adagrad'; registered"),
+        ({"overrides": ["optimizer.name=adagrad"]}, "unknown optimizer 'adagrad'; registered"),
         ({"overrides": ["recipe.model.name=resent"]}, "unknown model 'resent' (did you mean"),
         ({"overrides": ["nonsense"]}, "is not key=value"),
         ({"workers": 64, "overrides": ["local_batch=1024"]}, "larger than the 50,000 training"),

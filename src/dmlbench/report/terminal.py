@@ -15,25 +15,16 @@ from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.formats import fmt, human_bytes, microseconds, percent, plural, seconds
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
-from dmlbench.spec.recipe import InverseSqrtSchedule, Schedule, WarmupStepSchedule
+from dmlbench.spec.recipe import Schedule
 from dmlbench.tasks import TaskDefinition
 
 AUGMENTATION = "pad 4 + random 32×32 crop, horizontal flip"
 
 
 def describe_schedule(schedule: Schedule) -> str:
-    if isinstance(schedule, WarmupStepSchedule):
-        text = f"lr η·B with η={schedule.lr_per_sample:.3g}/example"
-        if schedule.warmup_epochs:
-            text += f", warm-up from η·b over {schedule.warmup_epochs:g} epochs"
-        if schedule.milestones:
-            epochs = ", ".join(f"{m:g}" for m in schedule.milestones)
-            text += f", ×{schedule.gamma:g} at epochs {epochs}"
-        return text
-    if isinstance(schedule, InverseSqrtSchedule):
-        table = ", ".join(f"{k}→{v:g}" for k, v in sorted(schedule.alpha_by_workers.items()))
-        return f"lr α/√t, α by workers {table}"
-    return str(schedule)
+    """The schedule in words, as it says itself (one description for the terminal, the
+    docs and the report)."""
+    return schedule.describe()
 
 
 def tasks_table(tasks: list[TaskDefinition]) -> Table:

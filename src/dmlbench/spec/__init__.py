@@ -6,6 +6,7 @@ from dmlbench.spec.recipe import (
     ModelSpec,
     OptimizerSpec,
     Recipe,
+    ScaledSchedule,
     Schedule,
     WarmupStepSchedule,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "OptimizerSpec",
     "Recipe",
     "RunSpec",
+    "ScaledSchedule",
     "Schedule",
     "WarmupStepSchedule",
     "apply_overrides",

@@ -81,6 +81,15 @@ class WarmupStepSchedule(StrictModel):
             rate = peak
         return rate * self.gamma ** bisect.bisect_right(self.milestones, epoch)
 
+    def describe(self) -> str:
+        text = f"lr η·B with η={self.lr_per_sample:.3g}/example"
+        if self.warmup_epochs:
+            text += f", warm-up from η·b over {self.warmup_epochs:g} epochs"
+        if self.milestones:
+            epochs = ", ".join(f"{m:g}" for m in self.milestones)
+            text += f", ×{self.gamma:g} at epochs {epochs}"
+        return text
+
 
 class InverseSqrtSchedule(StrictModel):
     """``α / √t`` with ``t`` the update count from 1; α looked up by worker count."""
@@ -105,11 +114,98 @@ class InverseSqrtSchedule(StrictModel):
     def rate(self, *, step: int, epoch: float, local_batch: int, world_size: int) -> float:
         return self.alpha(world_size) / math.sqrt(step + 1)
 
+    def describe(self) -> str:
+        table = ", ".join(f"{k}→{v:g}" for k, v in sorted(self.alpha_by_workers.items()))
+        return f"lr α/√t, α by workers {table}"
+
+
+SCALINGS = {"linear": lambda n: float(n), "sqrt": math.sqrt, "none": lambda n: 1.0}
+
+
+class ScaledSchedule(StrictModel):
+    """A single worker's rate scaled by the worker count, warmed up, then decayed.
+
+    ``peak = base_lr × s(N)`` with ``s`` = N (linear, Goyal et al. 2017), √N (sqrt,
+    Krizhevsky 2014) or 1 (none). Over ``warmup_epochs`` the rate grows linearly from
+    ``base_lr`` (the single-worker rate) to the peak; then, with ``p`` the fraction of
+    the decay period done (epochs since warm-up / ``decay_epochs``):
+
+    - ``none``: the peak; ``step``: × gamma at each of ``milestones`` (epochs);
+    - ``exponential``: × gamma per epoch; ``inverse`` (1/t): ÷ (1 + gamma · epochs);
+    - ``polynomial``: × (1 − p)^power; ``cosine``: × (1 + cos πp) / 2, to 0 at the end.
+    """
+
+    kind: Literal["scaled"] = "scaled"
+    base_lr: float = Field(gt=0.0, description="one worker's rate at the recipe's local batch")
+    scaling: Literal["linear", "sqrt", "none"] = "linear"
+    warmup_epochs: float = Field(0.0, ge=0.0)
+    decay: Literal["none", "step", "exponential", "inverse", "polynomial", "cosine"] = "none"
+    milestones: list[float] = Field(default_factory=list, description="step: epochs")
+    gamma: float = Field(
+        0.1, gt=0.0, description="step: factor per milestone; exponential: per epoch; "
+        "inverse: rate of 1/(1 + gamma·epochs)"
+    )  # fmt: skip
+    power: float = Field(1.0, gt=0.0, description="polynomial: exponent")
+    decay_epochs: float | None = Field(
+        None, gt=0.0, description="polynomial, cosine: epochs after warm-up to reach 0"
+    )
+
+    @model_validator(mode="after")
+    def _decay_has_what_it_needs(self) -> ScaledSchedule:
+        if self.decay in ("polynomial", "cosine") and self.decay_epochs is None:
+            raise ValueError(f"decay {self.decay} needs decay_epochs (epochs to reach 0)")
+        if self.decay == "step" and not self.milestones:
+            raise ValueError("decay step needs milestones (epochs)")
+        if self.milestones != sorted(self.milestones) or any(m <= 0 for m in self.milestones):
+            raise ValueError("milestones must be positive epochs in increasing order")
+        if self.decay == "exponential" and self.gamma > 1:
+            raise ValueError(f"decay exponential: gamma {self.gamma:g} must be at most 1")
+        return self
+
+    def rate(self, *, step: int, epoch: float, local_batch: int, world_size: int) -> float:
+        peak = self.base_lr * SCALINGS[self.scaling](world_size)
+        if epoch < self.warmup_epochs:
+            return self.base_lr + (peak - self.base_lr) * epoch / self.warmup_epochs
+        since = epoch - self.warmup_epochs
+        if self.decay == "step":
+            return peak * self.gamma ** bisect.bisect_right(self.milestones, epoch)
+        if self.decay == "exponential":
+            return peak * self.gamma**since
+        if self.decay == "inverse":
+            return peak / (1.0 + self.gamma * since)
+        if self.decay in ("polynomial", "cosine"):
+            done = min(1.0, since / (self.decay_epochs or 1.0))
+            if self.decay == "polynomial":
+                return peak * (1.0 - done) ** self.power
+            return peak * (1.0 + math.cos(math.pi * done)) / 2.0
+        return peak
+
+    def describe(self) -> str:
+        scaled = {"linear": " × N", "sqrt": " × √N", "none": ""}[self.scaling]
+        text = f"lr {self.base_lr:g}{scaled}"
+        if self.warmup_epochs:
+            text += f", warm-up from {self.base_lr:g} over {self.warmup_epochs:g} epochs"
+        if self.decay == "step":
+            text += f", ×{self.gamma:g} at epochs " + ", ".join(f"{m:g}" for m in self.milestones)
+        elif self.decay == "exponential":
+            text += f", ×{self.gamma:g} per epoch"
+        elif self.decay == "inverse":
+            text += f", ÷ (1 + {self.gamma:g}·epochs)"
+        elif self.decay == "polynomial":
+            text += (
+                f", polynomial decay (power {self.power:g}) to 0 over {self.decay_epochs:g} epochs"
+            )
+        elif self.decay == "cosine":
+            text += f", cosine decay to 0 over {self.decay_epochs:g} epochs"
+        return text
+
 
 # A new schedule is a class here with a ``kind`` and a ``rate`` method, added to this union.
 
 
-Schedule = Annotated[WarmupStepSchedule | InverseSqrtSchedule, Field(discriminator="kind")]
+Schedule = Annotated[
+    WarmupStepSchedule | InverseSqrtSchedule | ScaledSchedule, Field(discriminator="kind")
+]
 
 
 class Recipe(StrictModel):
