@@ -180,3 +180,47 @@ def test_bf16_precision_trains_in_the_open_division(store: ResultsStore) -> None
     _, row = _run(store, "digits-mlp", 2, "precision=bf16", "max_epochs=3", "stop_at_target=false")
     assert row.status == "target_not_reached" and row.best_metric > 0.8  # it learns
     assert row.division == "open" and row.deviations["recipe.precision"]["actual"] == "bf16"
+
+
+def test_local_sgd_averaging_every_step_is_synchronous_sgd(store: ResultsStore) -> None:
+    """Averaging is linear, and so is each replica's SGD step (momentum, Nesterov and
+    weight decay included): H = 1 gives synchronous SGD's weights."""
+    common = ("max_steps=25", "save_model=true", "stop_at_target=false")
+    sync, _ = _run(store, "synthetic-mlp", 2, *common)
+    local, row = _run(store, "synthetic-mlp", 2, *common, "exchange=local-sgd",
+                      "exchange_options={period: 1}")  # fmt: skip
+    w_sync, w_local = _weights(sync), _weights(local)
+    for name in w_sync:
+        torch.testing.assert_close(w_local[name], w_sync[name], rtol=1e-4, atol=1e-5)
+    assert row.division == "open" and row.deviations["exchange"]["actual"] == "local-sgd"
+
+
+@pytest.mark.parametrize(
+    ("exchange", "options", "bytes_per_parameter_step"),
+    [
+        ("allreduce", "{}", 4.0),  # one flat fp32 all-reduce (+ the stop-vote slot)
+        ("ddp", "{}", 4.0),  # fp32 buckets
+        ("fp16", "{}", 2.0),  # half-precision buckets
+        ("local-sgd", "{period: 4}", 1.0),  # fp32 parameters every 4th step
+    ],
+)
+def test_bytes_per_step_follow_each_algorithm(
+    store: ResultsStore, exchange: str, options: str, bytes_per_parameter_step: float
+) -> None:
+    _, row = _run(store, "synthetic-mlp", 2, "max_steps=24", "stop_at_target=false",
+                  f"exchange={exchange}", f"exchange_options={options}")  # fmt: skip
+    summary = row.summary
+    parameters, steps = summary["parameters"], row.steps
+    expected = bytes_per_parameter_step * parameters * steps
+    if exchange == "allreduce":
+        expected += 4 * steps  # the vote rides in one extra slot
+    if exchange == "local-sgd":
+        expected += 4 * parameters * len(row.evals)  # each evaluation averages first
+    assert summary["bytes_sent"] == [expected, expected]
+    assert summary["bytes_per_step"] == pytest.approx(expected / steps)
+
+
+@pytest.mark.parametrize("exchange", ["fp16", "bf16"])
+def test_each_compressor_reaches_the_digits_target(store: ResultsStore, exchange: str) -> None:
+    outcome, row = _run(store, "digits-mlp", 2, f"exchange={exchange}")
+    assert outcome.status == "success", (row.best_metric, row.epochs)

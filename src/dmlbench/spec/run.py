@@ -46,7 +46,11 @@ class RunSpec(WorkersSpec):
         "allreduce",
         description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
         "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
-        "all-reduce overlapped with backward",
+        "all-reduce overlapped with backward; open division: local-sgd, fp16, bf16",
+    )
+    exchange_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the exchange's own settings, e.g. local-sgd's period (H) and sync_epochs",
     )
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -165,6 +169,12 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
 
     task = get_task(spec.task)
     validate_model_spec(spec.recipe.model)
+    from dmlbench.comm.exchange import check_options
+
+    try:
+        check_options(spec.exchange, spec.exchange_options)
+    except ValidationError as error:
+        raise SpecError(f"exchange_options for {spec.exchange}: {one_line(error)}") from None
     if spec.network.enabled:
         spec.network.resolve()  # unknown profiles and units are refused here
     if task.train_examples is not None and spec.effective_global_batch > task.train_examples:
@@ -240,6 +250,12 @@ def deviations(spec: RunSpec) -> dict[str, dict[str, Any]]:
             differ[f"recipe.{key}"] = {"reference": ref, "actual": got}
     if spec.partial_data:  # not the official data: not the reference experiment
         differ["partial_data"] = {"reference": False, "actual": True}
+    from dmlbench.comm.exchange import is_exact
+
+    if not is_exact(spec.exchange):  # another algorithm than synchronous SGD
+        differ["exchange"] = {"reference": "allreduce", "actual": spec.exchange}
+        for key, value in sorted(spec.exchange_options.items()):
+            differ[f"exchange_options.{key}"] = {"reference": None, "actual": value}
     return differ
 
 

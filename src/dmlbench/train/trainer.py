@@ -73,13 +73,14 @@ class Trainer:
         torch.manual_seed(spec.seed)  # same initial weights on every rank
         self.model = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
         self.model.to(self.device)
-        self.exchange = make_exchange(spec.exchange, self.device)
-        self.net = self.exchange.prepare(self.model)
-        self.optimizer = build_optimizer(spec.recipe.optimizer, self.model.parameters())
-        self.loss_fn, self.correct_fn = LOSSES[task.loss]
         self.sharding = EpochSharding(
             len(data.train_x), ctx.world_size, ctx.rank, spec.local_batch, spec.seed
         )
+        self.exchange = make_exchange(spec.exchange, self.device, spec.exchange_options,
+                                      self.sharding.steps_per_epoch)  # fmt: skip
+        self.net = self.exchange.prepare(self.model)
+        self.optimizer = build_optimizer(spec.recipe.optimizer, self.model.parameters())
+        self.loss_fn, self.correct_fn = LOSSES[task.loss]
         self.preprocess = data.preprocess(spec.recipe.augment)
         self.generator = torch.Generator().manual_seed(spec.seed * 7919 + ctx.rank)
         self.timer = PhaseTimer(ctx.synchronize if self.device.type == "cuda" else None)
@@ -130,6 +131,8 @@ class Trainer:
             group["lr"] = rate
         self.optimizer.step()
         timer.lap("optimizer")
+        if self.exchange.after_step():  # local SGD averages the replicas here
+            timer.lap("comm")
         self._loss_sum += loss.detach()
         self.step += 1
         if self.step == self.spec.warmup_steps_excluded:
@@ -282,9 +285,11 @@ class Trainer:
         steady = [t - w for t, w in zip(totals, warm, strict=True)]
         used = [end - begin for end, begin in zip(_cpu_sample(), self._cpu_start, strict=True)]
         mine = [*used, machine_id(), float(os.cpu_count() or 0), torch.get_num_threads()]
-        gathered = all_gather_floats([*totals, *steady, *mine], self.device)
+        sent = float(self.exchange.bytes_sent)
+        gathered = all_gather_floats([*totals, *steady, *mine, sent], self.device)
         count = len(ALL_PHASES)
-        samples = [dict(zip(CONTENTION_FIELDS, row[2 * count :], strict=True)) for row in gathered]
+        samples = [dict(zip(CONTENTION_FIELDS, row[2 * count : -1], strict=True))
+                   for row in gathered]  # fmt: skip
         summary = {
             "status": "success" if tta is not None else "target_not_reached",
             "stop_reason": reason,
@@ -303,6 +308,8 @@ class Trainer:
             "phases_steady": [
                 dict(zip(ALL_PHASES, row[count : 2 * count], strict=True)) for row in gathered
             ],
+            "bytes_sent": [row[-1] for row in gathered],  # per rank, to collectives
+            "bytes_per_step": max(row[-1] for row in gathered) / max(1, self.step),
             "cpu_samples": [
                 {k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples
             ],
