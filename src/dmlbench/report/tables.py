@@ -10,7 +10,9 @@ import pandas as pd
 
 from dmlbench.report.analysis import short_labels
 from dmlbench.report.formats import (
+    MISSING,
     fmt,
+    human_bytes,
     mean_std,
     milliseconds,
     missing,
@@ -26,6 +28,10 @@ def _workers(row: pd.Series) -> str:
     """``N``, starred when oversubscribed, daggered when timed by disturbed runs."""
     marks = ("*" if row["oversubscribed"] else "") + ("†" if row.get("timed_disturbed") else "")
     return f"{int(row['workers'])}{marks}"
+
+
+def _bytes(value: Any) -> str:
+    return MISSING if missing(value) else human_bytes(value)
 
 
 def disturbed_note(table: pd.DataFrame) -> str | None:
@@ -59,6 +65,7 @@ SCALING_COLUMNS: list[Column] = [
      lambda r: f"{fmt(r['speedup_tta'])} / {fmt(r['speedup_throughput'])}"),
     ("eff", "efficiency TTA / step",
      lambda r: f"{fmt(r['efficiency_tta'])} / {fmt(r['efficiency_step'])}"),
+    ("bytes", "sent per step", lambda r: _bytes(r.get("bytes_per_step_mean"))),
     ("comm", "comm mean / max",
      lambda r: f"{fmt(r['comm_ratio_mean'], '.1%')} / {fmt(r['comm_ratio_max'], '.1%')}"),
     ("cost", "cost to target", lambda r: money(r.get("cost_to_target"))),
@@ -111,6 +118,8 @@ def _chosen_columns(table: pd.DataFrame, budget_s: float | None) -> list[Column]
         skip.add("aat")
     if "cost_to_target" not in table:
         skip.add("cost")
+    if "bytes_per_step_mean" not in table or not table["bytes_per_step_mean"].notna().any():
+        skip.add("bytes")  # runs from before bytes were counted
     if not (table["variant"] != "").any():
         skip.add("variant")
     if table.empty or table.groupby("variant")["workers"].nunique().max() < 2:
