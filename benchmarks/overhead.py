@@ -34,7 +34,7 @@ from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from torch.nn.parallel import DistributedDataParallel
 
-from dmlbench.comm.exchange import DDP_NO_BUFFER_SYNC
+from dmlbench.comm.sync import DDP_NO_BUFFER_SYNC
 from dmlbench.data import Dataset, Preprocess
 from dmlbench.data.augment import ChannelNormalize
 from dmlbench.data.cifar10 import MEAN, STD

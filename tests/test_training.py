@@ -195,32 +195,84 @@ def test_local_sgd_averaging_every_step_is_synchronous_sgd(store: ResultsStore) 
     assert row.division == "open" and row.deviations["exchange"]["actual"] == "local-sgd"
 
 
+# synthetic-mlp's parameters: a 32 → 64 → 8 MLP, as (rows, columns) of each tensor
+SYNTHETIC_MLP = [(64, 32), (64, 1), (8, 64), (8, 1)]
+P = sum(n * m for n, m in SYNTHETIC_MLP)
+
+
+def _powersgd_numel(rank: int, min_rate: float) -> int:
+    """PowerSGD's formula: P (n×r) and Q (m×r) for each matrix that shrinks enough."""
+    total = 0
+    for n, m in SYNTHETIC_MLP:
+        r = min(n, m, rank)
+        total += (n + m) * r if (n + m) * r * min_rate < n * m else n * m
+    return total
+
+
 @pytest.mark.parametrize(
-    ("exchange", "options", "bytes_per_parameter_step"),
+    ("exchange", "options", "bytes_per_step", "bytes_per_eval"),
     [
-        ("allreduce", "{}", 4.0),  # one flat fp32 all-reduce (+ the stop-vote slot)
-        ("ddp", "{}", 4.0),  # fp32 buckets
-        ("fp16", "{}", 2.0),  # half-precision buckets
-        ("local-sgd", "{period: 4}", 1.0),  # fp32 parameters every 4th step
+        ("allreduce", "{}", 4 * P + 4, 0),  # one flat fp32 all-reduce, the vote in one slot
+        ("ddp", "{}", 4 * P, 0),  # fp32 buckets
+        ("fp16", "{}", 2 * P, 0),  # half-precision buckets
+        ("local-sgd", "{period: 4}", P, 4 * P),  # fp32 parameters every 4th step
+        ("gossip", "{topology: ring}", 4 * P, 4 * P),  # parameters to one peer (of 2)
+        ("signsgd", "{}", 4 + -(-P // 8), 0),  # a bit per parameter and one float
+        ("ef-signsgd", "{}", 4 + -(-P // 8), 0),
+        ("topk", "{ratio: 0.1}", 8 * -(-P // 10), 0),  # k fp32 values and k int32 indices
+        # two plain steps, then rank 2 P and Q where they save 2× (the vectors stay whole)
+        ("powersgd", "{rank: 2, start_step: 2}", 4 * _powersgd_numel(2, 2.0), 0),
     ],
 )
 def test_bytes_per_step_follow_each_algorithm(
-    store: ResultsStore, exchange: str, options: str, bytes_per_parameter_step: float
+    store: ResultsStore, exchange: str, options: str, bytes_per_step: int, bytes_per_eval: int
 ) -> None:
     _, row = _run(store, "synthetic-mlp", 2, "max_steps=24", "stop_at_target=false",
                   f"exchange={exchange}", f"exchange_options={options}")  # fmt: skip
     summary = row.summary
-    parameters, steps = summary["parameters"], row.steps
-    expected = bytes_per_parameter_step * parameters * steps
-    if exchange == "allreduce":
-        expected += 4 * steps  # the vote rides in one extra slot
-    if exchange == "local-sgd":
-        expected += 4 * parameters * len(row.evals)  # each evaluation averages first
+    assert summary["parameters"] == P
+    steps = row.steps
+    expected = bytes_per_step * steps + bytes_per_eval * len(row.evals)
+    if exchange == "powersgd":
+        expected += 2 * (4 * P - bytes_per_step)  # the first two steps all-reduce in full
     assert summary["bytes_sent"] == [expected, expected]
     assert summary["bytes_per_step"] == pytest.approx(expected / steps)
 
 
-@pytest.mark.parametrize("exchange", ["fp16", "bf16"])
+def test_powersgd_at_full_rank_is_the_all_reduce(store: ResultsStore) -> None:
+    """Rank min(n, m) spans every gradient matrix: P Qᵀ is the summed gradient itself."""
+    common = ("max_steps=25", "save_model=true", "stop_at_target=false")
+    ddp, _ = _run(store, "synthetic-mlp", 2, *common, "exchange=ddp")
+    every = "min_compression_rate: 0, start_step: 2"  # compress every tensor from step 2
+    full, _ = _run(store, "synthetic-mlp", 2, *common, "exchange=powersgd",
+                   f"exchange_options={{rank: 64, {every}}}")  # fmt: skip
+    low, _ = _run(store, "synthetic-mlp", 2, *common, "exchange=powersgd",
+                  f"exchange_options={{rank: 1, {every}}}")  # fmt: skip
+    w_ddp, w_full, w_low = _weights(ddp), _weights(full), _weights(low)
+    for name in w_ddp:
+        torch.testing.assert_close(w_full[name], w_ddp[name], rtol=1e-3, atol=1e-4)
+    # and the comparison can fail: rank 1 is another update
+    assert any(not torch.allclose(w_low[k], w_ddp[k], rtol=1e-3, atol=1e-4) for k in w_ddp)
+
+
+def test_gossip_on_the_complete_graph_is_the_all_reduce_average(store: ResultsStore) -> None:
+    """Uniform weights over everyone average the replicas every step: synchronous SGD.
+    On a ring of 4 a worker hears only two of three others, so the replicas differ."""
+    common = ("max_steps=20", "save_model=true", "stop_at_target=false")
+    sync, _ = _run(store, "synthetic-mlp", 4, *common)
+    complete, row = _run(store, "synthetic-mlp", 4, *common, "exchange=gossip",
+                         "exchange_options={topology: complete}")  # fmt: skip
+    ring, _ = _run(store, "synthetic-mlp", 4, *common, "exchange=gossip",
+                   "exchange_options={topology: ring}")  # fmt: skip
+    w_sync, w_complete, w_ring = _weights(sync), _weights(complete), _weights(ring)
+    for name in w_sync:
+        torch.testing.assert_close(w_complete[name], w_sync[name], rtol=1e-4, atol=1e-5)
+    assert any(not torch.allclose(w_ring[k], w_sync[k], rtol=1e-4, atol=1e-5) for k in w_sync)
+    # three peers each step, the parameters to each, and an average per evaluation
+    assert row.summary["bytes_sent"][0] == 4 * P * (3 * row.steps + len(row.evals))
+
+
+@pytest.mark.parametrize("exchange", ["fp16", "bf16", "powersgd", "signsgd", "ef-signsgd", "topk"])
 def test_each_compressor_reaches_the_digits_target(store: ResultsStore, exchange: str) -> None:
     outcome, row = _run(store, "digits-mlp", 2, f"exchange={exchange}")
     assert outcome.status == "success", (row.best_metric, row.epochs)

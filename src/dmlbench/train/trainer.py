@@ -161,6 +161,7 @@ class Trainer:
             correct += self.correct_fn(out, y)
             loss_sum += self.loss_fn(out, y).sum()
         self.model.train()
+        self.exchange.after_evaluate(self.model)
         total_correct, total_loss, count = all_reduce_sum(
             [correct.item(), loss_sum.item(), float(len(shard))], self.device
         )

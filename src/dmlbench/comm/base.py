@@ -1,0 +1,78 @@
+"""What every gradient exchange is: the interface the trainer drives, and its options."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from dmlbench.comm.collectives import broadcast_state, world_size
+from dmlbench.strict import StrictModel
+
+
+class NoOptions(StrictModel):
+    """An exchange without settings of its own."""
+
+
+class GradientExchange(ABC):
+    """One algorithm for turning local gradients into the update every worker applies."""
+
+    name: str
+    overlapped: bool  # True when communication overlaps backward (only its tail is ``comm``)
+    vote_every: int = 1  # steps between stop votes (a vote must not cost a message per step)
+    exact: ClassVar[bool] = True  # computes synchronous SGD's update (closed division)
+    Options: ClassVar[type[StrictModel]] = NoOptions
+
+    def __init__(
+        self,
+        device: torch.device,
+        options: Mapping[str, Any] | None = None,
+        steps_per_epoch: int = 1,
+    ) -> None:
+        self.device = device
+        self.options = self.Options.model_validate(dict(options or {}))
+        self.steps_per_epoch = steps_per_epoch
+        self.bytes_sent = 0  # payload handed to collectives by this worker
+
+    def after_step(self) -> bool:
+        """After the optimizer step (local SGD averages here); True if it communicated."""
+        return False
+
+    @abstractmethod
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """Start every rank from rank 0's weights; return the module to run forward on."""
+
+    @abstractmethod
+    def zero_grad(self) -> None: ...
+
+    @abstractmethod
+    def exchange(self, stop: bool | None) -> bool:
+        """Average gradients across workers; return True if any worker voted to stop.
+
+        ``stop`` is this worker's vote, or None on steps where no vote is taken (every
+        rank passes None on the same steps: ``step % vote_every != 0``).
+        """
+
+    def exposed_comm(self, backward_end: float) -> float:
+        """Seconds of the backward phase spent only waiting on communication."""
+        return 0.0
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Before evaluation: every rank uses rank 0's BatchNorm statistics."""
+        broadcast_state(model, buffers_only=True)
+
+    def after_evaluate(self, model: nn.Module) -> None:
+        """After evaluation (gossip gives each replica its own weights back)."""
+        return None
+
+    def _vote_alone(self, stop: bool | None) -> bool:
+        if stop is None or world_size() == 1:
+            return bool(stop)
+        flag = torch.tensor([1.0 if stop else 0.0], device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.bytes_sent += flag.numel() * flag.element_size()
+        return bool(flag.item() > 0)

@@ -1,0 +1,145 @@
+"""Exchanges' own arithmetic in one process (world size 1): encodings, error feedback,
+gossip graphs. The multi-process behaviour is in test_training.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from dmlbench.comm.compressed import pack_signs, unpack_signs
+from dmlbench.comm.exchange import EXCHANGES, check_options, is_exact, make_exchange
+from dmlbench.comm.local import gossip_peers, mixing_matrix, torus_shape
+from dmlbench.errors import SpecError
+from dmlbench.spec import resolve_spec
+from dmlbench.spec.run import deviations
+
+CPU = torch.device("cpu")
+
+
+def _prepared(name: str, options: dict | None = None, size: int = 13):
+    """An exchange prepared on a one-layer model with ``size`` parameters, and its grads."""
+    model = nn.Linear(size, 1, bias=False)
+    exchange = make_exchange(name, CPU, options)
+    exchange.prepare(model)
+    return exchange, model.weight
+
+
+@pytest.mark.parametrize("size", [1, 7, 8, 9, 100])
+def test_signs_pack_eight_to_a_byte_and_come_back(size: int) -> None:
+    values = torch.randn(size)
+    values[0] = 0.0  # zero counts as +
+    message = pack_signs(values, torch.tensor(0.25))
+    assert message.dtype == torch.uint8 and message.numel() == 4 + -(-size // 8)
+    signs, scale = unpack_signs(message, size)
+    torch.testing.assert_close(signs, torch.where(values >= 0, 1.0, -1.0))
+    assert float(scale) == 0.25
+
+
+def test_signsgd_steps_by_the_scaled_sign_and_a_tied_vote_is_zero() -> None:
+    exchange, weight = _prepared("signsgd", size=4)
+    grads = torch.tensor([0.5, -1.0, 2.0, -0.5])
+    weight.grad.view(-1).copy_(grads)
+    assert exchange.exchange(None) is False
+    scale = grads.abs().mean()
+    torch.testing.assert_close(weight.grad.view(-1), torch.sign(grads) * scale)
+    # two workers disagreeing on the last entry: the vote ties, no step there
+    flat = torch.zeros(4)
+    a, b = (
+        pack_signs(torch.tensor([1.0, -1, 1, 1]), torch.tensor(1.0)),
+        pack_signs(torch.tensor([1.0, -1, 1, -1]), torch.tensor(3.0)),
+    )
+    exchange.decode([a, b], flat)
+    torch.testing.assert_close(flat, torch.tensor([2.0, -2.0, 2.0, 0.0]))
+    assert exchange.bytes_sent == 4 + 1
+
+
+def test_ef_signsgd_keeps_what_the_compression_lost() -> None:
+    exchange, weight = _prepared("ef-signsgd", size=5)
+    first = torch.tensor([3.0, -1.0, 0.5, 0.0, -2.0])
+    weight.grad.view(-1).copy_(first)
+    exchange.exchange(None)
+    sent = weight.grad.view(-1).clone()
+    scale = first.abs().mean()
+    torch.testing.assert_close(sent, torch.where(first >= 0, 1.0, -1.0) * scale)
+    torch.testing.assert_close(exchange.error, first - sent)  # nothing lost for good
+    second = torch.tensor([1.0, 1.0, 1.0, 1.0, 1.0])
+    weight.grad.view(-1).copy_(second)
+    exchange.exchange(None)
+    corrected = second + (first - sent)
+    expected = torch.where(corrected >= 0, 1.0, -1.0) * corrected.abs().mean()
+    torch.testing.assert_close(weight.grad.view(-1), expected)
+
+
+@pytest.mark.parametrize("error_feedback", [True, False])
+def test_topk_sends_the_largest_entries_and_remembers_the_rest(error_feedback: bool) -> None:
+    options = {"ratio": 0.25, "error_feedback": error_feedback}
+    exchange, weight = _prepared("topk", options, size=8)
+    grads = torch.tensor([0.1, -4.0, 0.2, 3.0, -0.3, 0.0, 0.05, -0.01])
+    weight.grad.view(-1).copy_(grads)
+    exchange.exchange(None)
+    expected = torch.zeros(8)
+    expected[[1, 3]] = grads[[1, 3]]
+    torch.testing.assert_close(weight.grad.view(-1), expected)
+    assert exchange.bytes_sent == 2 * (4 + 4)  # k values and k int32 indices
+    if error_feedback:
+        torch.testing.assert_close(exchange.error, grads - expected)
+        weight.grad.view(-1).copy_(torch.zeros(8))
+        exchange.exchange(None)  # the kept error is sent next: -0.3 and 0.2 now lead
+        expected = torch.zeros(8)
+        expected[[2, 4]] = grads[[2, 4]]
+        torch.testing.assert_close(weight.grad.view(-1), expected)
+    else:
+        assert not hasattr(exchange, "error")
+
+
+@pytest.mark.parametrize("topology", ["ring", "torus", "exponential", "complete"])
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 6, 8, 9, 12])
+def test_every_gossip_graph_mixes_with_a_doubly_stochastic_matrix(
+    topology: str, world: int
+) -> None:
+    weights = mixing_matrix(topology, world)
+    ones = torch.ones(world, dtype=torch.float64)
+    torch.testing.assert_close(weights.sum(0), ones)
+    torch.testing.assert_close(weights.sum(1), ones)
+    for rank in range(world):  # what one rank sends is what the others expect to hear
+        out, _ = gossip_peers(topology, rank, world)
+        assert all(rank in gossip_peers(topology, peer, world)[1] for peer in out)
+    if world > 2:  # repeated mixing reaches consensus: the graph is connected
+        power = torch.linalg.matrix_power(weights, 200)
+        torch.testing.assert_close(
+            power, torch.full((world, world), 1 / world, dtype=torch.float64)
+        )
+
+
+def test_gossip_graphs_have_the_expected_neighbours() -> None:
+    assert gossip_peers("ring", 0, 8) == ([1, 7], [1, 7])
+    assert gossip_peers("exponential", 0, 8) == ([1, 2, 4], [4, 6, 7])
+    assert torus_shape(12) == (3, 4) and torus_shape(7) == (1, 7)
+    assert gossip_peers("torus", 5, 12) == ([1, 4, 6, 9], [1, 4, 6, 9])
+    torch.testing.assert_close(
+        mixing_matrix("complete", 4), torch.full((4, 4), 0.25, dtype=torch.float64)
+    )
+
+
+def test_options_are_checked_per_exchange_and_name_the_bad_key() -> None:
+    assert check_options("powersgd", {"rank": 4}).rank == 4  # type: ignore[attr-defined]
+    with pytest.raises(SpecError, match="start_step"):
+        resolve_spec(
+            "digits-mlp", overrides=["exchange=powersgd", "exchange_options={start_step: 1}"]
+        )
+    with pytest.raises(SpecError, match="topology"):
+        resolve_spec(
+            "digits-mlp", overrides=["exchange=gossip", "exchange_options={topology: star}"]
+        )
+    with pytest.raises(SpecError, match="ratio"):
+        resolve_spec("digits-mlp", overrides=["exchange=topk", "exchange_options={ratio: 0}"])
+
+
+def test_only_synchronous_sgd_is_closed_division() -> None:
+    assert {name for name in EXCHANGES if is_exact(name)} == {"allreduce", "ddp"}
+    spec = resolve_spec("digits-mlp", overrides=["exchange=topk", "exchange_options={ratio: 0.1}"])
+    assert deviations(spec) == {
+        "exchange": {"reference": "allreduce", "actual": "topk"},
+        "exchange_options.ratio": {"reference": None, "actual": 0.1},
+    }
