@@ -132,6 +132,8 @@ def test_options_are_checked_per_exchange_and_name_the_bad_key() -> None:
         resolve_spec(
             "digits-mlp", overrides=["exchange=gossip", "exchange_options={topology: star}"]
         )
+    with pytest.raises(SpecError, match="staleness"):
+        resolve_spec("digits-mlp", overrides=["exchange=ssp", "exchange_options={staleness: -1}"])
     with pytest.raises(SpecError, match="ratio"):
         resolve_spec("digits-mlp", overrides=["exchange=topk", "exchange_options={ratio: 0}"])
 

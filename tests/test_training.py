@@ -222,6 +222,8 @@ def _powersgd_numel(rank: int, min_rate: float) -> int:
         ("topk", "{ratio: 0.1}", 8 * -(-P // 10), 0),  # k fp32 values and k int32 indices
         # two plain steps, then rank 2 P and Q where they save 2× (the vectors stay whole)
         ("powersgd", "{rank: 2, start_step: 2}", 4 * _powersgd_numel(2, 2.0), 0),
+        ("ps-async", "{}", 4 * P + 16, 16),  # the change and a header; a pull per evaluation
+        ("ssp", "{staleness: 1}", 4 * P + 16, 16),
     ],
 )
 def test_bytes_per_step_follow_each_algorithm(
@@ -272,7 +274,23 @@ def test_gossip_on_the_complete_graph_is_the_all_reduce_average(store: ResultsSt
     assert row.summary["bytes_sent"][0] == 4 * P * (3 * row.steps + len(row.evals))
 
 
-@pytest.mark.parametrize("exchange", ["fp16", "bf16", "powersgd", "signsgd", "ef-signsgd", "topk"])
+def test_a_parameter_server_with_no_staleness_is_synchronous_sgd(store: ResultsStore) -> None:
+    """With staleness 0 every worker pulls only once all have pushed: each pull holds the
+    average of the workers' optimizer steps from the same weights, which is synchronous
+    SGD's step (momentum included: both are linear)."""
+    common = ("max_steps=25", "save_model=true", "stop_at_target=false")
+    sync, _ = _run(store, "synthetic-mlp", 2, *common)
+    ssp, row = _run(store, "synthetic-mlp", 2, *common, "exchange=ssp",
+                    "exchange_options={staleness: 0}")  # fmt: skip
+    w_sync, w_ssp = _weights(sync), _weights(ssp)
+    for name in w_sync:
+        torch.testing.assert_close(w_ssp[name], w_sync[name], rtol=1e-4, atol=1e-5)
+    assert row.division == "open" and row.summary["phase_shares"]["comm"]["mean"] > 0
+
+
+@pytest.mark.parametrize(
+    "exchange", ["fp16", "bf16", "powersgd", "signsgd", "ef-signsgd", "topk", "ps-async"]
+)
 def test_each_compressor_reaches_the_digits_target(store: ResultsStore, exchange: str) -> None:
     outcome, row = _run(store, "digits-mlp", 2, f"exchange={exchange}")
     assert outcome.status == "success", (row.best_metric, row.epochs)

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+NODE_ADDRESS_ENV = "DMLBENCH_NODE_ADDRESS"  # in a worker: the address its node's agent binds
 
 
 def listening_socket(host: str, port: int = 0, backlog: int = 2048) -> socket.socket:

@@ -56,6 +56,19 @@ def thread_wait_s() -> float:
     return total / 1e9
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used; 0 once it is gone, NaN
+    where /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()  # the name may hold spaces
+    except FileNotFoundError:
+        return 0.0
+    except OSError:
+        return NAN
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14, 15)
+
+
 def machine_cpu_s() -> tuple[float, float]:
     """(busy, stolen) seconds summed over the machine's cores since boot; NaN unknown.
 

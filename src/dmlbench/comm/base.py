@@ -69,6 +69,15 @@ class GradientExchange(ABC):
         """After evaluation (gossip gives each replica its own weights back)."""
         return None
 
+    def helper_cpu_s(self) -> float:
+        """CPU seconds used by processes this exchange started (the parameter server),
+        counted as the worker's own by the contention check."""
+        return 0.0
+
+    def close(self) -> None:
+        """When training ends, also after a failure (the parameter server stops here)."""
+        return None
+
     def _vote_alone(self, stop: bool | None) -> bool:
         if stop is None or world_size() == 1:
             return bool(stop)

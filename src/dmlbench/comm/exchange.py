@@ -7,7 +7,8 @@ reference form (one flat all-reduce after backward, comm timed alone), and ``ddp
 Open division (each changes the update): compressed exchanges in ``comm.compressed``
 (``fp16``, ``bf16``, ``powersgd`` through torch's DDP hooks; ``signsgd``,
 ``ef-signsgd``, ``topk``), and replicas that drift apart between agreements in
-``comm.local`` (``local-sgd``, ``gossip``).
+``comm.local`` (``local-sgd``, ``gossip``); a parameter server in ``comm.ps``
+(``ps-sync``, ``ssp``, ``ps-async``).
 
 Each exchange counts the bytes it hands to collectives (``bytes_sent``); the trainer
 reports them per step. New algorithms implement ``GradientExchange`` (``comm.base``),
@@ -31,6 +32,7 @@ from dmlbench.comm.compressed import (
     TopKExchange,
 )
 from dmlbench.comm.local import GossipExchange, LocalSGDExchange
+from dmlbench.comm.ps import AsyncParameterServerExchange, ParameterServerExchange, SSPExchange
 from dmlbench.comm.sync import DDP_NO_BUFFER_SYNC, AllReduceExchange, DDPExchange
 from dmlbench.strict import StrictModel
 
@@ -56,6 +58,9 @@ EXCHANGES: dict[str, Callable[..., GradientExchange]] = {
     "topk": TopKExchange,
     "local-sgd": LocalSGDExchange,
     "gossip": GossipExchange,
+    "ps-sync": ParameterServerExchange,
+    "ssp": SSPExchange,
+    "ps-async": AsyncParameterServerExchange,
 }
 
 

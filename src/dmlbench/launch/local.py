@@ -38,10 +38,10 @@ from dmlbench.heartbeat import read_heartbeats
 from dmlbench.launch.entry import worker_entry
 from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV, Rendezvous
 from dmlbench.launch.watchdog import Watchdog
-from dmlbench.listeners import LOOPBACK, interface_of
+from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, interface_of
 from dmlbench.netem.topology import Topology
 from dmlbench.spec import RunSpec
-from dmlbench.train.worker import NODE_ADDRESS_ENV, run_worker
+from dmlbench.train.worker import run_worker
 
 
 @contextmanager

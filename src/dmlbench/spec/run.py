@@ -47,12 +47,12 @@ class RunSpec(WorkersSpec):
         description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
         "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
         "all-reduce overlapped with backward; open division: fp16, bf16, powersgd, signsgd, "
-        "ef-signsgd, topk, local-sgd, gossip",
+        "ef-signsgd, topk, local-sgd, gossip, ps-sync, ssp, ps-async",
     )
     exchange_options: dict[str, Any] = Field(
         default_factory=dict,
         description="the exchange's own settings, e.g. local-sgd's period (H) and sync_epochs, "
-        "powersgd's rank, topk's ratio, gossip's topology",
+        "powersgd's rank, topk's ratio, gossip's topology, ssp's staleness",
     )
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"

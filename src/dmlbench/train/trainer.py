@@ -40,11 +40,13 @@ from dmlbench.train.timers import PhaseTimer
 PROGRESS_EVERY_S = 2.0
 
 
-def _cpu_sample() -> list[float]:
-    """Clocks for the contention check: wall, this process's CPU and CPU wait, and the
-    machine's busy and stolen core-seconds (see :mod:`dmlbench.results.contention`)."""
+def _cpu_sample(helpers_s: float = 0.0) -> list[float]:
+    """Clocks for the contention check: wall, this process's CPU (with ``helpers_s``, the
+    CPU of processes its exchange started) and CPU wait, and the machine's busy and
+    stolen core-seconds (see :mod:`dmlbench.results.contention`)."""
     busy, steal = machine_cpu_s()
-    return [time.perf_counter(), time.process_time(), thread_wait_s(), busy, steal]
+    cpu = time.process_time() + helpers_s
+    return [time.perf_counter(), cpu, thread_wait_s(), busy, steal]
 
 
 def _autocast(precision: str, device: torch.device) -> Callable[[], AbstractContextManager]:
@@ -90,6 +92,9 @@ class Trainer:
         self._warm: list[float] | None = None  # phase totals when warm-up ended
         self._start = 0.0  # perf_counter() when the run's clock started
         self._cpu_start: list[float] = []  # _cpu_sample() when the timed steps began
+
+    def _cpu_now(self) -> list[float]:
+        return _cpu_sample(self.exchange.helper_cpu_s())
 
     # -- one update -------------------------------------------------------------------
 
@@ -137,7 +142,7 @@ class Trainer:
         self.step += 1
         if self.step == self.spec.warmup_steps_excluded:
             self._warm = timer.vector()
-            self._cpu_start = _cpu_sample()
+            self._cpu_start = self._cpu_now()
         return stop
 
     # -- evaluation ---------------------------------------------------------------------
@@ -200,7 +205,7 @@ class Trainer:
         if self.ctx.world_size > 1:
             dist.barrier()
         self._start = time.perf_counter()
-        self._cpu_start = _cpu_sample()
+        self._cpu_start = self._cpu_now()
         reason: str | None = None
         best = tta = tta_compute = None
         epoch = 0
@@ -284,7 +289,7 @@ class Trainer:
         warm = self._warm if self._warm is not None else [0.0] * len(totals)
         excluded = self.spec.warmup_steps_excluded if self._warm is not None else 0
         steady = [t - w for t, w in zip(totals, warm, strict=True)]
-        used = [end - begin for end, begin in zip(_cpu_sample(), self._cpu_start, strict=True)]
+        used = [end - begin for end, begin in zip(self._cpu_now(), self._cpu_start, strict=True)]
         mine = [*used, machine_id(), float(os.cpu_count() or 0), torch.get_num_threads()]
         sent = float(self.exchange.bytes_sent)
         gathered = all_gather_floats([*totals, *steady, *mine, sent], self.device)

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from dmlbench.listeners import NODE_ADDRESS_ENV
 from dmlbench.results.events import EVENTS_FILE, EventLog
 from dmlbench.spec import RunSpec
 from dmlbench.tasks import get_task, import_plugins
@@ -18,7 +19,6 @@ from dmlbench.train.context import DistContext
 from dmlbench.train.trainer import Trainer
 
 MODEL_FILE = "model.pt"
-NODE_ADDRESS_ENV = "DMLBENCH_NODE_ADDRESS"  # the address this node's agent binds
 AGREEMENT_TIMEOUT_S = 120.0
 # A worker whose peer died sees a broken connection in its next collective. It waits this
 # long before raising, so that the launcher, which reports the first failure it notices,
@@ -57,7 +57,10 @@ def run_worker(spec_json: str, run_dir: str) -> None:
             task.check_examples(len(data.train_x), len(data.test_x), spec.data_dir)
         trainer = Trainer(spec, task, data, ctx, events)
         events.log("init_stop")
-        trainer.train()
+        try:
+            trainer.train()
+        finally:
+            trainer.exchange.close()
         if spec.save_model and ctx.is_main:
             torch.save(trainer.model.state_dict(), Path(run_dir) / MODEL_FILE)
     except Exception as error:
