@@ -363,3 +363,26 @@ def test_report_figures_read_at_a_glance() -> None:
         "A · 2 workers", "B · 2 workers"]  # fmt: skip
     assert section.figures["cost"].axes[0].get_ylabel() == "cost to target, USD"
     assert "%" in accuracy.get_ylabel()
+
+
+def test_an_algorithm_sweep_plots_bytes_against_step_time() -> None:
+    """Bytes per step on a log axis, a point per algorithm in its colour, labelled with
+    its comm share; a report whose runs all send the same bytes has no such figure."""
+    from dmlbench.report.html import build_sections
+
+    algorithms = [("allreduce", 40_000.0, 0.012, 0.6), ("topk", 800.0, 0.004, 0.2),
+                  ("signsgd", 1_300.0, 0.005, 0.3)]  # fmt: skip
+    runs = []
+    for exchange, sent, step, share in algorithms:
+        run = stored_run(exchange, 4, tta=5.0, exchange=exchange, step_time=step,
+                         comm=(share, share))  # fmt: skip
+        runs.append(dataclasses.replace(run, summary={**run.summary, "bytes_per_step": sent}))
+    (section,) = build_sections(runs, price=None)
+    (ax,) = section.figures["bytes-vs-step-time"].axes
+    assert ax.get_xscale() == "log" and "bytes" in ax.get_xlabel()
+    points = sorted((line.get_xdata()[0], line.get_ydata()[0]) for line in ax.get_lines())
+    assert points == [(800.0, 4.0), (1_300.0, 5.0), (40_000.0, 12.0)]  # ms per step
+    assert sorted(t.get_text() for t in ax.texts) == ["20%", "30%", "60%"]
+    same = [dataclasses.replace(r, summary={**r.summary, "bytes_per_step": 100.0}) for r in runs]
+    (section,) = build_sections(same, price=None)
+    assert "bytes-vs-step-time" not in section.figures

@@ -216,14 +216,12 @@ def _powersgd_numel(rank: int, min_rate: float) -> int:
         ("ddp", "{}", 4 * P, 0),  # fp32 buckets
         ("fp16", "{}", 2 * P, 0),  # half-precision buckets
         ("local-sgd", "{period: 4}", P, 4 * P),  # fp32 parameters every 4th step
-        ("gossip", "{topology: ring}", 4 * P, 4 * P),  # parameters to one peer (of 2)
         ("signsgd", "{}", 4 + -(-P // 8), 0),  # a bit per parameter and one float
         ("ef-signsgd", "{}", 4 + -(-P // 8), 0),
         ("topk", "{ratio: 0.1}", 8 * -(-P // 10), 0),  # k fp32 values and k int32 indices
         # two plain steps, then rank 2 P and Q where they save 2× (the vectors stay whole)
         ("powersgd", "{rank: 2, start_step: 2}", 4 * _powersgd_numel(2, 2.0), 0),
         ("ps-async", "{}", 4 * P + 16, 16),  # the change and a header; a pull per evaluation
-        ("ssp", "{staleness: 1}", 4 * P + 16, 16),
     ],
 )
 def test_bytes_per_step_follow_each_algorithm(
@@ -286,6 +284,8 @@ def test_a_parameter_server_with_no_staleness_is_synchronous_sgd(store: ResultsS
     for name in w_sync:
         torch.testing.assert_close(w_ssp[name], w_sync[name], rtol=1e-4, atol=1e-5)
     assert row.division == "open" and row.summary["phase_shares"]["comm"]["mean"] > 0
+    # the change and a 16-byte header per step, a header per evaluation's pull
+    assert row.summary["bytes_sent"][0] == (4 * P + 16) * row.steps + 16 * len(row.evals)
 
 
 @pytest.mark.parametrize(

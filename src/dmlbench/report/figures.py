@@ -18,10 +18,16 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.artist import Artist
 from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
-from matplotlib.ticker import FuncFormatter, NullLocator, PercentFormatter, ScalarFormatter
+from matplotlib.ticker import (
+    FuncFormatter,
+    LogLocator,
+    NullLocator,
+    PercentFormatter,
+    ScalarFormatter,
+)
 
 from dmlbench.report.analysis import short_labels
-from dmlbench.report.formats import money, plural
+from dmlbench.report.formats import human_bytes, money, plural
 from dmlbench.results.schema import PHASES
 
 PHASE_COLOURS = {
@@ -295,6 +301,39 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
     ax.set_xlabel("workers (labels: comm ratio mean/max over ranks)")
     ax.set_ylabel("milliseconds per step")
     ax.margins(y=0.15)
+    _legend(fig, ax)
+    _oversubscription_caption(fig, table)
+    return fig
+
+
+def bytes_and_step_time(table: pd.DataFrame, title: str) -> Figure:
+    """What each variant puts on the wire per step against what a step costs, with its
+    comm share: an algorithm sweep's trade-off in one plot."""
+    several = table["workers"].nunique() > 1
+    labels = "workers, comm share" if several else "comm share"
+    fig, (ax,) = _figure(title, f"Bytes sent per step vs step time (labels: {labels})")
+    for i, (variant, rows) in enumerate(_variants(table)):
+        rows = rows.dropna(subset=["bytes_per_step_mean", "step_time_mean"])
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        ax.plot(rows["bytes_per_step_mean"], rows["step_time_mean"] * 1000, "o",
+                color=colour, label=variant or None)  # fmt: skip
+        for _, row in rows.iterrows():
+            share = row["comm_ratio_mean"]
+            parts = [f"N={_worker_label(row)}"] if several else []
+            parts += [] if pd.isna(share) else [f"{share:.0%}"]
+            # alternate above and below: algorithms with the same bytes sit side by side
+            point = (row["bytes_per_step_mean"], row["step_time_mean"] * 1000)
+            ax.annotate(", ".join(parts), point,
+                        textcoords="offset points", xytext=(5, 5 if i % 2 == 0 else -11),
+                        fontsize=8, color=colour)  # fmt: skip
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=4))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: human_bytes(value)))
+    ax.set_xlabel("bytes each worker sends per step (log scale)")
+    ax.set_ylabel("milliseconds per step (mean)")
+    ax.set_ylim(bottom=0)
+    ax.margins(x=0.2, y=0.15)
     _legend(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
