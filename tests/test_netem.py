@@ -177,17 +177,37 @@ def test_shaping_caps_all_reduce_bandwidth(tmp_path: Path) -> None:
     assert leftovers() == []
 
 
+def _processes_started_since(since: float) -> list[str]:
+    """Python processes started by multiprocessing (workers, a parameter server) since."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline", "create_time"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if process.info["create_time"] >= since and "spawn_main" in line:
+            found.append(line)
+    return found
+
+
 @root_only
 @pytest.mark.multiprocess
-def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize("exchange", ["allreduce", "ps-async"])
+def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path, exchange: str) -> None:
+    """Also a parameter server: it listens on rank 0's own address in its namespace, and
+    dies with rank 0."""
+    since = time.time() - 1
     done = cli("run", "crash-kill", "--plugin", "dmlbench_test_plugins", "--workers", "2",
-               "--network", "1gbit", "--json", "--store", str(tmp_path / "s"),
-               check=False)  # fmt: skip
+               "--network", "1gbit", "--exchange", exchange, "--json", "--store",
+               str(tmp_path / "s"), check=False)  # fmt: skip
     assert done.returncode == 1, done.stderr
     run = json.loads(done.stdout)
-    assert run["status"] == "failed" and "rank 1" in run["error"]
+    assert run["status"] == "failed" and "rank 1" in run["error"], run["error"]
     assert run["network"] == "1gbit · 1000 Mbit/s"
     assert leftovers() == []
+    deadline = time.monotonic() + 10
+    while _processes_started_since(since) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_started_since(since) == []
 
 
 @pytest.mark.slow

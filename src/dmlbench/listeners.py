@@ -69,3 +69,17 @@ def interface_of(address: str) -> str | None:
             except ValueError:
                 continue
     return None
+
+
+def address_of(interface: str) -> str | None:
+    """The first IPv4 (else IPv6) address of network interface ``interface``, or None."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    entries = psutil.net_if_addrs().get(interface, [])
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for entry in entries:
+            if entry.family == family:
+                return str(entry.address).split("%")[0]
+    return None

@@ -1,7 +1,8 @@
 """A parameter server, its own process: ``ps-sync``, ``ps-async`` and ``ssp``.
 
 Rank 0 starts the server (a child process that dies with it) and a TCP store for it,
-bound to the address rank 0's node uses (loopback by default). Server and workers form
+bound to the address of the interface gloo uses (loopback by default; a worker's own
+address in an emulated network). Server and workers form
 a gloo group of their own, the server rank 0 in it, worker r rank r + 1, and talk point
 to point; the workers' own group is untouched.
 
@@ -39,7 +40,7 @@ from torch.nn.utils import parameters_to_vector
 
 from dmlbench.comm.collectives import world_size
 from dmlbench.comm.sync import AllReduceExchange
-from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, tcp_store_server
+from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, address_of, tcp_store_server
 from dmlbench.strict import StrictModel
 from dmlbench.system import die_with_parent, process_cpu_s
 
@@ -95,6 +96,14 @@ def serve(
                 waiting.discard(peer)
 
 
+def _my_address() -> str:
+    """Where rank 0 can listen for its peers: the address of the interface gloo uses (a
+    worker's own in an emulated network), else its node's, else loopback."""
+    interface = os.environ.get("GLOO_SOCKET_IFNAME")
+    found = address_of(interface) if interface else None
+    return found or os.environ.get(NODE_ADDRESS_ENV) or LOOPBACK
+
+
 class ParameterServerExchange(AllReduceExchange):
     """Workers push their optimizer's change and pull the server's weights (see module)."""
 
@@ -114,7 +123,7 @@ class ParameterServerExchange(AllReduceExchange):
         self.server: multiprocessing.process.BaseProcess | None = None
         address = torch.zeros(ADDRESS_BYTES + 8, dtype=torch.uint8)  # host, then port
         if rank == 0:
-            host = os.environ.get(NODE_ADDRESS_ENV) or LOOPBACK
+            host = _my_address()
             self.store = tcp_store_server(host, timeout=TIMEOUT)
             where = (os.getpid(), host, self.store.port)
             self.server = multiprocessing.get_context("spawn").Process(
