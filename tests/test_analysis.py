@@ -386,3 +386,24 @@ def test_an_algorithm_sweep_plots_bytes_against_step_time() -> None:
     same = [dataclasses.replace(r, summary={**r.summary, "bytes_per_step": 100.0}) for r in runs]
     (section,) = build_sections(same, price=None)
     assert "bytes-vs-step-time" not in section.figures
+
+
+def test_an_algorithm_by_network_sweep_colours_algorithms_and_marks_networks() -> None:
+    from dmlbench.report.html import build_sections
+
+    runs = []
+    for exchange, sent in [("allreduce", 40_000.0), ("topk", 800.0), ("signsgd", 1_300.0)]:
+        for profile in ("none", "100mbit"):
+            run = stored_run(f"{exchange}-{profile}", 4, tta=5.0, exchange=exchange)
+            spec = {**run.spec, "network": {"profile": None if profile == "none" else profile}}
+            summary = {**run.summary, "bytes_per_step": sent}
+            runs.append(dataclasses.replace(run, spec=spec, network=profile, summary=summary))
+    (section,) = build_sections(runs, price=None)
+    fig = section.figures["bytes-vs-step-time"]
+    (legend,) = fig.legends
+    assert sorted(t.get_text() for t in legend.get_texts()) == [
+        "allreduce", "network=100mbit", "network=none", "signsgd", "topk"]  # fmt: skip
+    (ax,) = fig.axes
+    colours = {line.get_xdata()[0]: line.get_color() for line in ax.get_lines()}
+    assert len(set(map(str, colours.values()))) == 3  # one colour per algorithm
+    assert len({line.get_marker() for line in ax.get_lines()}) == 2  # one marker per network

@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.artist import Artist
-from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D  # no pyplot: no global state, no GUI backend
 from matplotlib.ticker import (
     FuncFormatter,
     LogLocator,
@@ -38,6 +39,7 @@ PHASE_COLOURS = {
     "optimizer": "#f2cf5b",
 }
 VARIANT_COLOURS = colormaps["tab10"].colors  # type: ignore[attr-defined]
+MARKERS = "os^Dvph*X"
 WIDTH, HEIGHT = 5.6, 3.8  # inches: drawn half a page wide, fonts stay readable
 
 
@@ -84,9 +86,14 @@ def _legend(fig: Figure, ax, title: str | None = None) -> None:
     for handle, label in zip(handles, labels, strict=True):
         unique.setdefault(label, handle)
     if unique:
+        columns = min(3, len(unique))
         fig.legend(list(unique.values()), list(unique), loc="outside lower center",
-                   ncols=min(3, len(unique)), fontsize=9, frameon=False, title=title,
+                   ncols=columns, fontsize=9, frameon=False, title=title,
                    title_fontsize=8)  # fmt: skip
+        rows = math.ceil(len(unique) / columns)
+        if rows > 2:  # a long legend gets room of its own instead of squashing the plot
+            width, height = fig.get_size_inches()
+            fig.set_size_inches(width, height + 0.22 * (rows - 2))
 
 
 def _note(ax, text: str) -> None:
@@ -281,6 +288,7 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
     position = {w: i for i, w in enumerate(workers)}
     drawn = False
     names = short_labels(table["variant"])
+    crowded = len(names) > 8
     for variant, rows in table.groupby("variant", sort=False):
         rows = rows.sort_values("workers")
         x = np.array([position[int(w)] + offsets[names[variant]] for w in rows["workers"]])
@@ -292,13 +300,15 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
             bottom += values
         drawn = True
         for xi, total, (_, row) in zip(x, bottom, rows.iterrows(), strict=True):
-            if not math.isnan(row["comm_ratio_mean"]):
+            if crowded:  # the comm ratios would overlap: they are in the scaling table
+                ax.text(xi, total, names[variant], ha="center", va="bottom", fontsize=7)
+            elif not math.isnan(row["comm_ratio_mean"]):
                 ax.text(xi, total, f"comm {row['comm_ratio_mean']:.0%}/{row['comm_ratio_max']:.0%}"
                         + (f"\n{names[variant]}" if variant else ""), ha="center",
                         va="bottom", fontsize=7)  # fmt: skip
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(_tick_labels(table, workers))
-    ax.set_xlabel("workers (labels: comm ratio mean/max over ranks)")
+    ax.set_xlabel("workers" + ("" if crowded else " (labels: comm ratio mean/max over ranks)"))
     ax.set_ylabel("milliseconds per step")
     ax.margins(y=0.15)
     _legend(fig, ax)
@@ -306,17 +316,45 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-def bytes_and_step_time(table: pd.DataFrame, title: str) -> Figure:
+def _pairs(variant: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in str(variant).split() if "=" in part)
+
+
+def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8) -> Figure:
     """What each variant puts on the wire per step against what a step costs, with its
-    comm share: an algorithm sweep's trade-off in one plot."""
+    comm share: an algorithm sweep's trade-off in one plot. When the variants differ in
+    the exchange and in something else (an algorithm × network sweep), the colour is the
+    algorithm and the marker the rest; points are labelled while there are few."""
+    frame = table.dropna(subset=["bytes_per_step_mean", "step_time_mean"])
     several = table["workers"].nunique() > 1
-    labels = "workers, comm share" if several else "comm share"
-    fig, (ax,) = _figure(title, f"Bytes sent per step vs step time (labels: {labels})")
-    for i, (variant, rows) in enumerate(_variants(table)):
-        rows = rows.dropna(subset=["bytes_per_step_mean", "step_time_mean"])
-        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
-        ax.plot(rows["bytes_per_step_mean"], rows["step_time_mean"] * 1000, "o",
-                color=colour, label=variant or None)  # fmt: skip
+    labelled = len(frame) <= label_at_most
+    what = "workers, comm share" if several else "comm share"
+    heading = "Bytes sent per step vs step time" + (f" (labels: {what})" if labelled else "")
+    fig, (ax,) = _figure(title, heading)
+    pairs = {v: _pairs(v) for v in frame["variant"].unique()}
+    names = short_labels(frame["variant"])
+    split = len({p.get("exchange") for p in pairs.values()}) > 1 and any(
+        len(p) > 1 for p in pairs.values()
+    )
+
+    def colour_key(variant: str) -> str:
+        return pairs[variant]["exchange"] if split else names[variant]
+
+    def marker_key(variant: str) -> str:
+        rest = [f"{k}={v}" for k, v in pairs[variant].items() if k != "exchange"]
+        return " ".join(rest) if split else ""
+
+    colour_keys = sorted({colour_key(v) for v in pairs})
+    marker_keys = sorted({marker_key(v) for v in pairs})
+    palette = VARIANT_COLOURS if len(colour_keys) <= 10 else colormaps["tab20"].colors  # type: ignore[attr-defined]
+    colours = {k: palette[i % len(palette)] for i, k in enumerate(colour_keys)}
+    markers = {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(marker_keys)}
+    for i, (variant, rows) in enumerate(frame.groupby("variant", sort=True)):
+        colour = colours[colour_key(variant)]
+        x, y = rows["bytes_per_step_mean"], rows["step_time_mean"] * 1000
+        ax.plot(x, y, markers[marker_key(variant)], color=colour, linestyle="none")
+        if not labelled:
+            continue
         for _, row in rows.iterrows():
             share = row["comm_ratio_mean"]
             parts = [f"N={_worker_label(row)}"] if several else []
@@ -326,6 +364,10 @@ def bytes_and_step_time(table: pd.DataFrame, title: str) -> Figure:
             ax.annotate(", ".join(parts), point,
                         textcoords="offset points", xytext=(5, 5 if i % 2 == 0 else -11),
                         fontsize=8, color=colour)  # fmt: skip
+    handles = [Line2D([], [], color=c, marker="o", linestyle="none", label=k or "run")
+               for k, c in colours.items()]  # fmt: skip
+    handles += [Line2D([], [], color="#444", marker=m, linestyle="none", fillstyle="none",
+                       label=k) for k, m in markers.items() if k]  # fmt: skip
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(base=4))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -334,7 +376,10 @@ def bytes_and_step_time(table: pd.DataFrame, title: str) -> Figure:
     ax.set_ylabel("milliseconds per step (mean)")
     ax.set_ylim(bottom=0)
     ax.margins(x=0.2, y=0.15)
-    _legend(fig, ax)
+    columns = 4 if len(handles) > 6 else 3
+    fig.set_size_inches(WIDTH, HEIGHT + 0.22 * math.ceil(len(handles) / columns))
+    fig.legend(handles=handles, loc="outside lower center", ncols=columns, fontsize=8,
+               frameon=False)  # fmt: skip
     _oversubscription_caption(fig, table)
     return fig
 
