@@ -386,6 +386,12 @@ def test_an_algorithm_sweep_plots_bytes_against_step_time() -> None:
     same = [dataclasses.replace(r, summary={**r.summary, "bytes_per_step": 100.0}) for r in runs]
     (section,) = build_sections(same, price=None)
     assert "bytes-vs-step-time" not in section.figures
+    # nor a weak sweep of one algorithm, whose single worker sends nothing
+    weak = [stored_run(f"w{n}", n, tta=5.0) for n in (1, 2, 4)]
+    weak = [dataclasses.replace(r, summary={**r.summary, "bytes_per_step": 0.0 if r.workers == 1
+                                            else 4e4}) for r in weak]  # fmt: skip
+    (section,) = build_sections(weak, price=None)
+    assert "speedup" in section.figures and "bytes-vs-step-time" not in section.figures
 
 
 def test_an_algorithm_by_network_sweep_colours_algorithms_and_marks_networks() -> None:

@@ -157,7 +157,8 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
             evals, finished, float(target.iloc[0]) if len(target) else None, title
         )
     made["phases"] = figures.phases(finished, title)
-    if finished["bytes_per_step_mean"].dropna().nunique() > 1:  # e.g. an algorithm sweep
+    # variants that send different amounts at one worker count: e.g. an algorithm sweep
+    if finished.groupby("workers")["bytes_per_step_mean"].nunique().max() > 1:
         made["bytes-vs-step-time"] = figures.bytes_and_step_time(finished, title)
     if price is not None:
         made["cost"] = figures.cost(finished, price.label, title, price.currency)
