@@ -28,6 +28,7 @@ all-gather, the buffer of an all-reduce).
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 
 import torch
 import torch.distributed as dist
@@ -129,13 +130,17 @@ class FlatCompressedExchange(AllReduceExchange):
         self.decode(messages, grads)
         return self._vote_alone(stop)
 
+    @abstractmethod
     def encode(self, grads: torch.Tensor) -> torch.Tensor:
         """This worker's message (a 1-D tensor of the same size on every rank)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def decode(self, messages: list[torch.Tensor], grads: torch.Tensor) -> None:
         """Write the update all workers agree on into ``grads``, from every message."""
-        raise NotImplementedError
+
+    def _keep_errors(self) -> None:
+        """Error feedback's memory: what compression has not sent yet, per parameter."""
+        self.error = torch.zeros_like(self.flat[:-1])
 
 
 _SHIFTS = torch.arange(7, -1, -1, dtype=torch.uint8)
@@ -180,9 +185,12 @@ class EFSignSGDExchange(FlatCompressedExchange):
 
     name = "ef-signsgd"
 
+    def prepare(self, model: nn.Module) -> nn.Module:
+        prepared = super().prepare(model)
+        self._keep_errors()
+        return prepared
+
     def encode(self, grads: torch.Tensor) -> torch.Tensor:
-        if not hasattr(self, "error"):
-            self.error = torch.zeros_like(grads)
         corrected = grads + self.error
         scale = corrected.abs().mean()
         self.error = corrected - scale * torch.where(corrected >= 0, 1.0, -1.0)
@@ -209,19 +217,21 @@ class TopKExchange(FlatCompressedExchange):
     name = "topk"
     Options = TopKOptions
 
-    def encode(self, grads: torch.Tensor) -> torch.Tensor:
+    def prepare(self, model: nn.Module) -> nn.Module:
+        prepared = super().prepare(model)
         options = self.options
         assert isinstance(options, TopKOptions)
-        if options.error_feedback:
-            if not hasattr(self, "error"):
-                self.error = torch.zeros_like(grads)
-            corrected = grads + self.error
-        else:
-            corrected = grads
-        k = max(1, math.ceil(options.ratio * grads.numel()))
-        indices = corrected.abs().topk(k, sorted=False).indices
+        self.error_feedback = options.error_feedback
+        self.k = max(1, math.ceil(options.ratio * (self.flat.numel() - 1)))  # of d entries
+        if self.error_feedback:
+            self._keep_errors()
+        return prepared
+
+    def encode(self, grads: torch.Tensor) -> torch.Tensor:
+        corrected = grads + self.error if self.error_feedback else grads
+        indices = corrected.abs().topk(self.k, sorted=False).indices
         values = corrected[indices]
-        if options.error_feedback:
+        if self.error_feedback:
             corrected[indices] = 0.0
             self.error = corrected
         return torch.cat([values, indices.to(torch.int32).view(torch.float32)])

@@ -22,6 +22,17 @@ from dmlbench.comm.sync import AllReduceExchange
 from dmlbench.strict import StrictModel
 
 
+def average_replicas(params: list[nn.Parameter]) -> int:
+    """Give every worker the average of the workers' ``params`` (torch's
+    ``average_parameters``: one coalesced all-reduce); the bytes handed to it."""
+    if world_size() == 1:
+        return 0
+    from torch.distributed.algorithms.model_averaging.utils import average_parameters
+
+    average_parameters(iter(params), dist.group.WORLD)  # type: ignore[arg-type]
+    return sum(p.numel() * p.element_size() for p in params)
+
+
 class LocalSGDOptions(StrictModel):
     period: int = Field(4, ge=1, le=100_000, description="H: local steps between averages")
     sync_epochs: float = Field(
@@ -43,14 +54,13 @@ class LocalSGDExchange(AllReduceExchange):
     Options = LocalSGDOptions
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        self.model = super().prepare(model)
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        prepared = super().prepare(model)
         options = self.options
         assert isinstance(options, LocalSGDOptions)
         self.period = options.period
         self.sync_steps = round(options.sync_epochs * self.steps_per_epoch)
         self.step = 0
-        return self.model
+        return prepared
 
     def exchange(self, stop: bool | None) -> bool:
         if self.step < self.sync_steps:
@@ -65,12 +75,7 @@ class LocalSGDExchange(AllReduceExchange):
         return True
 
     def _average(self) -> None:
-        if world_size() == 1:
-            return
-        from torch.distributed.algorithms.model_averaging.utils import average_parameters
-
-        average_parameters(iter(self.params), dist.group.WORLD)  # type: ignore[arg-type]
-        self.bytes_sent += sum(p.numel() * p.element_size() for p in self.params)
+        self.bytes_sent += average_replicas(self.params)
 
     def sync_buffers(self, model: nn.Module) -> None:
         self._average()  # evaluate the model the replicas agree on
@@ -143,15 +148,14 @@ class GossipExchange(AllReduceExchange):
     Options = GossipOptions
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        self.model = super().prepare(model)
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        prepared = super().prepare(model)
         options = self.options
         assert isinstance(options, GossipOptions)
         world = world_size()
         rank = dist.get_rank() if world > 1 else 0
         self.out_peers, self.in_peers = gossip_peers(options.topology, rank, world)
         self._own: torch.Tensor | None = None
-        return self.model
+        return prepared
 
     def exchange(self, stop: bool | None) -> bool:
         return self._vote_alone(stop)  # gradients stay local
@@ -174,11 +178,8 @@ class GossipExchange(AllReduceExchange):
 
     def sync_buffers(self, model: nn.Module) -> None:
         if world_size() > 1:
-            self._own = parameters_to_vector(self.params)
-            average = self._own.clone()
-            dist.all_reduce(average)
-            self.bytes_sent += average.numel() * average.element_size()
-            vector_to_parameters(average / world_size(), self.params)
+            self._own = parameters_to_vector(self.params)  # a copy, given back afterwards
+            self.bytes_sent += average_replicas(self.params)
         super().sync_buffers(model)
 
     def after_evaluate(self, model: nn.Module) -> None:

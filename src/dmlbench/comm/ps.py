@@ -115,9 +115,8 @@ class ParameterServerExchange(AllReduceExchange):
         return 0
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        self.model = super().prepare(model)  # every rank starts from rank 0's weights
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.pulled = parameters_to_vector(self.params).detach().clone()
+        prepared = super().prepare(model)  # every rank starts from rank 0's weights
+        self.pulled = parameters_to_vector(self.params).detach()  # a new tensor
         workers = world_size()
         rank = dist.get_rank() if workers > 1 else 0
         self.server: multiprocessing.process.BaseProcess | None = None
@@ -151,7 +150,7 @@ class ParameterServerExchange(AllReduceExchange):
         self.header = torch.zeros(2, dtype=torch.int64)
         self.pushes = 0
         self.closed = False
-        return self.model
+        return prepared
 
     def exchange(self, stop: bool | None) -> bool:
         return self._vote_alone(stop)  # gradients stay with their worker

@@ -38,12 +38,12 @@ class AllReduceExchange(GradientExchange):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         broadcast_state(model)
-        params = [p for p in model.parameters() if p.requires_grad]
-        total = sum(p.numel() for p in params)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        total = sum(p.numel() for p in self.params)
         # One extra slot carries the stop vote: agreement costs no extra message.
         self.flat = torch.zeros(total + 1, device=self.device)
         offset = 0
-        for p in params:
+        for p in self.params:
             p.grad = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
         return model
