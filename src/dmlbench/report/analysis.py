@@ -195,6 +195,11 @@ def short_labels(variants: Iterable[str]) -> dict[str, str]:
     return dict(zip(unique, letters, strict=True))
 
 
+def variant_pairs(label: str) -> dict[str, str]:
+    """A variant label's ``key=value`` pairs, as a mapping."""
+    return dict(part.split("=", 1) for part in str(label).split() if "=" in part)
+
+
 def variant_legend(variants: Iterable[str]) -> pd.DataFrame:
     """The legend table of :func:`short_labels`: one row per variant, a column per key
     that varies, empty when no label was shortened."""
@@ -203,8 +208,7 @@ def variant_legend(variants: Iterable[str]) -> pd.DataFrame:
         return pd.DataFrame()
     rows = []
     for label, short in names.items():
-        pairs = dict(part.split("=", 1) for part in label.split() if "=" in part)
-        rows.append({"variant": short, **pairs})
+        rows.append({"variant": short, **variant_pairs(label)})
     return pd.DataFrame(rows).fillna("—")
 
 

@@ -27,7 +27,7 @@ from matplotlib.ticker import (
     ScalarFormatter,
 )
 
-from dmlbench.report.analysis import short_labels
+from dmlbench.report.analysis import short_labels, variant_pairs
 from dmlbench.report.formats import human_bytes, money, plural
 from dmlbench.results.schema import PHASES
 
@@ -316,10 +316,6 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
-def _pairs(variant: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in str(variant).split() if "=" in part)
-
-
 def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8) -> Figure:
     """What each variant puts on the wire per step against what a step costs, with its
     comm share: an algorithm sweep's trade-off in one plot. When the variants differ in
@@ -331,7 +327,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
     what = "workers, comm share" if several else "comm share"
     heading = "Bytes sent per step vs step time" + (f" (labels: {what})" if labelled else "")
     fig, (ax,) = _figure(title, heading)
-    pairs = {v: _pairs(v) for v in frame["variant"].unique()}
+    pairs = {v: variant_pairs(v) for v in frame["variant"].unique()}
     names = short_labels(frame["variant"])
     split = len({p.get("exchange") for p in pairs.values()}) > 1 and any(
         len(p) > 1 for p in pairs.values()
