@@ -33,16 +33,35 @@ def _weights(outcome) -> dict[str, torch.Tensor]:
     return torch.load(Path(outcome.run_dir) / MODEL_FILE, weights_only=True)
 
 
+def _assert_same_weights(got: dict, want: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=rtol, atol=atol)
+
+
+def _differ(got: dict, want: dict, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
+    return any(not torch.allclose(got[k], want[k], rtol=rtol, atol=atol) for k in want)
+
+
+EXACT = ("max_steps=25", "save_model=true", "stop_at_target=false")  # runs compared by weights
+
+
+@pytest.fixture(scope="module")
+def sync_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """Synchronous SGD's weights after 25 steps of synthetic-mlp on 2 workers: what
+    local SGD with H = 1 and ssp with staleness 0 must reproduce (one run for both)."""
+    store = ResultsStore(tmp_path_factory.mktemp("sync") / "store")
+    outcome, _ = _run(store, "synthetic-mlp", 2, *EXACT)
+    return _weights(outcome)
+
+
 @pytest.mark.parametrize("exchange", ["allreduce", "ddp"])
 def test_two_workers_of_b_equal_one_worker_of_2b(store: ResultsStore, exchange: str) -> None:
     """Synchronous SGD: averaging 2 gradients of b examples is one gradient of 2b."""
-    common = ("max_steps=25", "save_model=true", "stop_at_target=false", f"exchange={exchange}")
+    common = (*EXACT, f"exchange={exchange}")
     one, row_one = _run(store, "synthetic-mlp", 1, "local_batch=32", *common)
     two, row_two = _run(store, "synthetic-mlp", 2, "local_batch=16", *common)
     assert row_one.steps == row_two.steps == 25
-    w1, w2 = _weights(one), _weights(two)
-    for name in w1:
-        torch.testing.assert_close(w2[name], w1[name], rtol=1e-4, atol=1e-5)
+    _assert_same_weights(_weights(two), _weights(one))
     # and training did move the weights: the comparison is not between two initial models
     assert one.evals[-1]["metric"] > 0.5
 
@@ -182,16 +201,14 @@ def test_bf16_precision_trains_in_the_open_division(store: ResultsStore) -> None
     assert row.division == "open" and row.deviations["recipe.precision"]["actual"] == "bf16"
 
 
-def test_local_sgd_averaging_every_step_is_synchronous_sgd(store: ResultsStore) -> None:
+def test_local_sgd_averaging_every_step_is_synchronous_sgd(
+    store: ResultsStore, sync_weights: dict
+) -> None:
     """Averaging is linear, and so is each replica's SGD step (momentum, Nesterov and
     weight decay included): H = 1 gives synchronous SGD's weights."""
-    common = ("max_steps=25", "save_model=true", "stop_at_target=false")
-    sync, _ = _run(store, "synthetic-mlp", 2, *common)
-    local, row = _run(store, "synthetic-mlp", 2, *common, "exchange=local-sgd",
+    local, row = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=local-sgd",
                       "exchange_options={period: 1}")  # fmt: skip
-    w_sync, w_local = _weights(sync), _weights(local)
-    for name in w_sync:
-        torch.testing.assert_close(w_local[name], w_sync[name], rtol=1e-4, atol=1e-5)
+    _assert_same_weights(_weights(local), sync_weights)
     assert row.division == "open" and row.deviations["exchange"]["actual"] == "local-sgd"
 
 
@@ -241,18 +258,16 @@ def test_bytes_per_step_follow_each_algorithm(
 
 def test_powersgd_at_full_rank_is_the_all_reduce(store: ResultsStore) -> None:
     """Rank min(n, m) spans every gradient matrix: P Qᵀ is the summed gradient itself."""
-    common = ("max_steps=25", "save_model=true", "stop_at_target=false")
-    ddp, _ = _run(store, "synthetic-mlp", 2, *common, "exchange=ddp")
+    ddp, _ = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=ddp")
     every = "min_compression_rate: 0, start_step: 2"  # compress every tensor from step 2
-    full, _ = _run(store, "synthetic-mlp", 2, *common, "exchange=powersgd",
+    full, _ = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=powersgd",
                    f"exchange_options={{rank: 64, {every}}}")  # fmt: skip
-    low, _ = _run(store, "synthetic-mlp", 2, *common, "exchange=powersgd",
+    low, _ = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=powersgd",
                   f"exchange_options={{rank: 1, {every}}}")  # fmt: skip
-    w_ddp, w_full, w_low = _weights(ddp), _weights(full), _weights(low)
-    for name in w_ddp:
-        torch.testing.assert_close(w_full[name], w_ddp[name], rtol=1e-3, atol=1e-4)
+    w_ddp = _weights(ddp)
+    _assert_same_weights(_weights(full), w_ddp, rtol=1e-3, atol=1e-4)
     # and the comparison can fail: rank 1 is another update
-    assert any(not torch.allclose(w_low[k], w_ddp[k], rtol=1e-3, atol=1e-4) for k in w_ddp)
+    assert _differ(_weights(low), w_ddp, rtol=1e-3, atol=1e-4)
 
 
 def test_gossip_on_the_complete_graph_is_the_all_reduce_average(store: ResultsStore) -> None:
@@ -264,25 +279,22 @@ def test_gossip_on_the_complete_graph_is_the_all_reduce_average(store: ResultsSt
                          "exchange_options={topology: complete}")  # fmt: skip
     ring, _ = _run(store, "synthetic-mlp", 4, *common, "exchange=gossip",
                    "exchange_options={topology: ring}")  # fmt: skip
-    w_sync, w_complete, w_ring = _weights(sync), _weights(complete), _weights(ring)
-    for name in w_sync:
-        torch.testing.assert_close(w_complete[name], w_sync[name], rtol=1e-4, atol=1e-5)
-    assert any(not torch.allclose(w_ring[k], w_sync[k], rtol=1e-4, atol=1e-5) for k in w_sync)
+    w_sync = _weights(sync)
+    _assert_same_weights(_weights(complete), w_sync)
+    assert _differ(_weights(ring), w_sync)
     # three peers each step, the parameters to each, and an average per evaluation
     assert row.summary["bytes_sent"][0] == 4 * P * (3 * row.steps + len(row.evals))
 
 
-def test_a_parameter_server_with_no_staleness_is_synchronous_sgd(store: ResultsStore) -> None:
+def test_a_parameter_server_with_no_staleness_is_synchronous_sgd(
+    store: ResultsStore, sync_weights: dict
+) -> None:
     """With staleness 0 every worker pulls only once all have pushed: each pull holds the
     average of the workers' optimizer steps from the same weights, which is synchronous
     SGD's step (momentum included: both are linear)."""
-    common = ("max_steps=25", "save_model=true", "stop_at_target=false")
-    sync, _ = _run(store, "synthetic-mlp", 2, *common)
-    ssp, row = _run(store, "synthetic-mlp", 2, *common, "exchange=ssp",
+    ssp, row = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=ssp",
                     "exchange_options={staleness: 0}")  # fmt: skip
-    w_sync, w_ssp = _weights(sync), _weights(ssp)
-    for name in w_sync:
-        torch.testing.assert_close(w_ssp[name], w_sync[name], rtol=1e-4, atol=1e-5)
+    _assert_same_weights(_weights(ssp), sync_weights)
     assert row.division == "open" and row.summary["phase_shares"]["comm"]["mean"] > 0
     # the change and a 16-byte header per step, a header per evaluation's pull
     assert row.summary["bytes_sent"][0] == (4 * P + 16) * row.steps + 16 * len(row.evals)
