@@ -16,7 +16,6 @@ from dmlbench.dask.dampers import (
     NoiseScaleDamp,
     PadaDamp,
     TrainState,
-    noise_scale_estimate,
 )
 
 STATES = [
@@ -78,12 +77,5 @@ def test_padadamp_adadamp_and_the_noise_scale() -> None:
     assert Constant(initial=7)(STATES[-1]).batch_size == 7
 
 
-def test_noise_scale_estimate_recovers_known_statistics() -> None:
-    # E|G_B|² = |G|² + tr(Σ)/B; with |G|² = 4 and tr(Σ) = 400 the noise scale is 100
-    small, big = 4 + 400 / 10, 4 + 400 / 1000
-    g2, trace = noise_scale_estimate(small, 10, big, 1000)
-    assert g2 == pytest.approx(4) and trace == pytest.approx(400)
-    assert trace / g2 == pytest.approx(100)
-    with pytest.raises(ValueError, match="larger"):
-        noise_scale_estimate(1, 10, 1, 10)
+def test_noise_scale_damp_survives_an_infinite_scale() -> None:
     assert math.isfinite(NoiseScaleDamp()(TrainState(noise_scale=math.inf)).lr_factor)

@@ -37,6 +37,9 @@ class GradientExchange(ABC):
         self.options = self.Options.model_validate(dict(options or {}))
         self.steps_per_epoch = steps_per_epoch
         self.bytes_sent = 0  # payload handed to collectives by this worker
+        # Set by the trainer before ``prepare``: note the gradient norms of each step
+        # (see ``gradient_norms``) for the gradient noise scale.
+        self.measure_norms = False
 
     def after_step(self) -> bool:
         """After the optimizer step (local SGD averages here); True if it communicated."""
@@ -56,6 +59,12 @@ class GradientExchange(ABC):
         ``stop`` is this worker's vote, or None on steps where no vote is taken (every
         rank passes None on the same steps: ``step % vote_every != 0``).
         """
+
+    def gradient_norms(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """After ``exchange``, with ``measure_norms`` set: (|this worker's own gradient|²,
+        |the averaged gradient|²) of the step, as 0-d tensors; None where this exchange
+        does not see both (only synchronous SGD's average is a batch ``b·N`` gradient)."""
+        return None
 
     def exposed_comm(self, backward_end: float) -> float:
         """Seconds of the backward phase spent only waiting on communication."""

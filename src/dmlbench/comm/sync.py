@@ -46,6 +46,7 @@ class AllReduceExchange(GradientExchange):
         for p in self.params:
             p.grad = self.flat[offset : offset + p.numel()].view_as(p)
             offset += p.numel()
+        self._norms: tuple[torch.Tensor, torch.Tensor] | None = None
         return model
 
     def zero_grad(self) -> None:
@@ -54,11 +55,18 @@ class AllReduceExchange(GradientExchange):
     def exchange(self, stop: bool | None) -> bool:
         if world_size() == 1:
             return bool(stop)
+        grads = self.flat[:-1]
+        local = grads.square().sum() if self.measure_norms else None
         self.flat[-1] = 1.0 if stop else 0.0
         dist.all_reduce(self.flat)
         self.bytes_sent += self.flat.numel() * self.flat.element_size()
         self.flat.div_(world_size())
+        if local is not None:
+            self._norms = (local, grads.square().sum())
         return bool(self.flat[-1].item() > 0)
+
+    def gradient_norms(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self._norms
 
 
 class DDPExchange(GradientExchange):
@@ -76,6 +84,8 @@ class DDPExchange(GradientExchange):
             **DDP_NO_BUFFER_SYNC,  # type: ignore[arg-type]
         )
         self._last_launch: float | None = None
+        self._local_norm2 = torch.zeros((), device=self.device)  # summed over buckets
+        self._norms: tuple[torch.Tensor, torch.Tensor] | None = None
         self.wrapped.register_comm_hook(self, _timed_hook)
         return self.wrapped
 
@@ -90,9 +100,17 @@ class DDPExchange(GradientExchange):
 
     def zero_grad(self) -> None:
         self.wrapped.zero_grad(set_to_none=True)
+        self._local_norm2 = torch.zeros((), device=self.device)
 
     def exchange(self, stop: bool | None) -> bool:
-        return self._vote_alone(stop)  # gradients were averaged during backward
+        # gradients were averaged during backward
+        if self.measure_norms:
+            grads = [p.grad for p in self.wrapped.parameters() if p.grad is not None]
+            self._norms = (self._local_norm2, torch.stack([g.square().sum() for g in grads]).sum())
+        return self._vote_alone(stop)
+
+    def gradient_norms(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self._norms
 
 
 def _timed_hook(state, bucket):
@@ -102,4 +120,6 @@ def _timed_hook(state, bucket):
     itself, and this module's postponed annotations would be strings.
     """
     state._last_launch = time.perf_counter()
+    if state.measure_norms:  # the bucket holds this worker's own gradients until reduced
+        state._local_norm2 += bucket.buffer().square().sum()
     return state.hook(bucket)

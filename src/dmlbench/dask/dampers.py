@@ -17,7 +17,7 @@ increase the batch size").
 - :class:`AdaDamp`: ``initial × loss₀ / loss`` (the batch grows as the loss falls).
 - :class:`NoiseScaleDamp`: the batch from a running estimate of McCandlish et al.'s
   simple gradient noise scale ``B_simple = tr(Σ) / |G|²``, see
-  :func:`noise_scale_estimate`.
+  :func:`dmlbench.advise.noise.noise_scale_estimate`.
 """
 
 from __future__ import annotations
@@ -177,25 +177,6 @@ class NoiseScaleDamp(Damper):
         if state.noise_scale is None or not math.isfinite(state.noise_scale):
             return self.initial
         return max(self.initial, self.scale * state.noise_scale)
-
-
-def noise_scale_estimate(
-    small_norm2: float, small_batch: int, big_norm2: float, big_batch: int
-) -> tuple[float, float]:
-    """Unbiased ``(|G|², tr(Σ))`` from squared gradient norms at two batch sizes.
-
-    McCandlish et al. (2018), appendix A: with ``|G_B|²`` measured at ``B_small`` and
-    ``B_big`` (e.g. one gradient task's sum and the whole update's),
-    ``|G|² = (B_big·|G_big|² − B_small·|G_small|²) / (B_big − B_small)`` and
-    ``tr(Σ) = (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)``. Average each over
-    updates (e.g. an exponential moving average) before dividing: ``B_simple =
-    tr(Σ) / |G|²``; a ratio of single noisy estimates is badly biased.
-    """
-    if big_batch <= small_batch:
-        raise ValueError("the big batch must be larger than the small one")
-    g2 = (big_batch * big_norm2 - small_batch * small_norm2) / (big_batch - small_batch)
-    trace = (small_norm2 - big_norm2) / (1 / small_batch - 1 / big_batch)
-    return g2, trace
 
 
 DAMPERS: dict[str, type[Damper]] = {

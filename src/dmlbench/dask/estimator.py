@@ -29,8 +29,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils.validation import check_array, check_is_fitted, check_X_y
 from torch import nn
 
+from dmlbench.advise.noise import noise_scale_estimate, simple_noise_scale
 from dmlbench.dask import worker as remote
-from dmlbench.dask.dampers import Constant, Damper, Damping, TrainState, noise_scale_estimate
+from dmlbench.dask.dampers import Constant, Damper, Damping, TrainState
 from dmlbench.dask.engines import ENGINES, Engine
 from dmlbench.dask.history import History, Record
 
@@ -370,9 +371,7 @@ class DaskEstimator(BaseEstimator):
     # called by the engines
 
     def state(self, updates: int | None = None, examples: int | None = None) -> TrainState:
-        noise = None
-        if self._noise is not None and self._noise[0] > 0:
-            noise = self._noise[1] / self._noise[0]
+        noise = simple_noise_scale(*self._noise) if self._noise is not None else None
         seen = self.examples_seen_ if examples is None else examples
         return TrainState(
             epoch=seen / self.n_train_,

@@ -110,6 +110,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "comm_ratio_mean": comm.get("mean"),
                 "comm_ratio_max": comm.get("max"),
                 "bytes_per_step": run.summary.get("bytes_per_step"),
+                "noise_scale": (run.summary.get("noise_scale") or {}).get("b_simple"),
                 **_per_step_phases(run),
                 "cores": run.cores,
                 "oversubscribed": bool(run.cores) and run.workers > (run.cores or 0),
@@ -130,7 +131,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
         return frame
     for column in ["tta_s", "tta_compute_s", "best_metric", "elapsed_s", "step_time_s",
                    "epoch_time_s", "throughput", "comm_ratio_mean", "comm_ratio_max",
-                   "bytes_per_step"]:  # fmt: skip
+                   "bytes_per_step", "noise_scale"]:  # fmt: skip
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["variant"] = _variants(frame)
     return frame
@@ -327,6 +328,7 @@ def scaling_table(
             comm_ratio_mean=finished["comm_ratio_mean"].mean(),
             comm_ratio_max=finished["comm_ratio_max"].max(),
             bytes_per_step_mean=finished["bytes_per_step"].mean(),
+            noise_scale_mean=finished["noise_scale"].mean(),
             local_batch=int(group["local_batch"].iloc[0]),
             global_batch=int(group["global_batch"].iloc[0]),
             cores=group["cores"].max(),

@@ -66,6 +66,7 @@ SCALING_COLUMNS: list[Column] = [
     ("eff", "efficiency TTA / step",
      lambda r: f"{fmt(r['efficiency_tta'])} / {fmt(r['efficiency_step'])}"),
     ("bytes", "sent per step", lambda r: _bytes(r.get("bytes_per_step_mean"))),
+    ("noise", "noise scale B_simple", lambda r: fmt(r.get("noise_scale_mean"), ",.0f")),
     ("comm", "comm mean / max",
      lambda r: f"{fmt(r['comm_ratio_mean'], '.1%')} / {fmt(r['comm_ratio_max'], '.1%')}"),
     ("cost", "cost to target", lambda r: money(r.get("cost_to_target"))),
@@ -120,6 +121,8 @@ def _chosen_columns(table: pd.DataFrame, budget_s: float | None) -> list[Column]
         skip.add("cost")
     if "bytes_per_step_mean" not in table or not table["bytes_per_step_mean"].notna().any():
         skip.add("bytes")  # runs from before bytes were counted
+    if "noise_scale_mean" not in table or not table["noise_scale_mean"].notna().any():
+        skip.add("noise")
     if not (table["variant"] != "").any():
         skip.add("variant")
     if table.empty or table.groupby("variant")["workers"].nunique().max() < 2:

@@ -193,6 +193,8 @@ def run_summary(run: RunRecord) -> Table:
         )
         table.add_row(f"phases mean/max over {len(summary['phases_steady'])} ranks",
                       "  ".join(cells) + note)  # fmt: skip
+    if summary.get("noise_scale"):
+        table.add_row("noise scale", escape(noise_text(summary["noise_scale"])))
     cores = run.cores
     emulated = summary.get("emulated_nodes") or nodes == 1  # every worker on this host
     here = run.workers if emulated else summary.get("nproc_per_node") or run.workers
@@ -216,6 +218,24 @@ def run_summary(run: RunRecord) -> Table:
             f"{k}={v['actual']}" for k, v in run.deviations.items())))  # fmt: skip
     table.add_row("run folder", escape(run.run_dir))
     return table
+
+
+def noise_text(noise: dict[str, Any]) -> str:
+    """The summary's noise-scale line: B_simple, what it was measured from, and what it
+    says about the batch (McCandlish et al. 2018: steps fall almost in proportion to the
+    batch below B_simple; far above it, a larger batch mostly adds epochs)."""
+    small, big = int(noise["small_batch"]), int(noise["big_batch"])
+    source = f"over {noise['steps']:,} steps, from batches of {small} and {big}"
+    if noise.get("b_simple") is None:
+        return f"not resolved {source}: the gradient is smaller than its noise"
+    scale = noise["b_simple"]
+    if big < scale / 2:
+        advice = "well below it, so a larger batch would still save steps almost in proportion"
+    elif big > 2 * scale:
+        advice = "well above it, so a larger batch would mostly cost more epochs"
+    else:
+        advice = "near it"
+    return f"B_simple ≈ {scale:,.0f} {source}; the batch of {big} is {advice}"
 
 
 def _contention_row(contention: dict[str, Any], disturbed: bool | None) -> tuple[str, str]:

@@ -54,6 +54,12 @@ class RunSpec(WorkersSpec):
         description="the exchange's own settings, e.g. local-sgd's period (H) and sync_epochs, "
         "powersgd's rank, topk's ratio, gossip's topology, ssp's staleness",
     )
+    noise_scale: bool | Literal["auto"] = Field(
+        "auto",
+        description="measure the gradient noise scale B_simple from each worker's gradient "
+        "and their average (synchronous exchanges only). auto: with more than one worker; "
+        "true: also on one worker, which then runs each batch as two halves; false: never",
+    )
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads_per_worker: int | None = Field(None, ge=1, description="default: cores / workers")
@@ -116,6 +122,21 @@ class RunSpec(WorkersSpec):
                     f"{self.workers}; pick a multiple of {self.workers}"
                 )
             self.recipe.local_batch = self.global_batch // self.workers
+        return self
+
+    @model_validator(mode="after")
+    def _check_noise_scale(self) -> RunSpec:
+        if self.noise_scale is not True:
+            return self
+        from dmlbench.comm.exchange import EXCHANGES
+
+        if not getattr(EXCHANGES[self.exchange], "exact", False):  # a class, or a factory
+            raise ValueError(
+                f"noise_scale=true needs an exchange whose update is the workers' mean "
+                f"gradient (allreduce, ddp), not {self.exchange}; use noise_scale=auto"
+            )
+        if self.workers == 1 and self.recipe.local_batch < 2:
+            raise ValueError("noise_scale=true on one worker splits its batch: local_batch ≥ 2")
         return self
 
     @property

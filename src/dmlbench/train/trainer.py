@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dmlbench.advise.noise import NoiseScaleMeter
 from dmlbench.comm import make_exchange
 from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum
 from dmlbench.data import Dataset, EpochSharding, eval_shard
@@ -80,6 +81,8 @@ class Trainer:
         )
         self.exchange = make_exchange(spec.exchange, self.device, spec.exchange_options,
                                       self.sharding.steps_per_epoch)  # fmt: skip
+        self.noise = self._noise_meter()
+        self.exchange.measure_norms = self.noise is not None and ctx.world_size > 1
         self.net = self.exchange.prepare(self.model)
         self.optimizer = build_optimizer(spec.recipe.optimizer, self.model.parameters())
         self.loss_fn, self.correct_fn = LOSSES[task.loss]
@@ -89,12 +92,36 @@ class Trainer:
         self.autocast = _autocast(spec.recipe.precision, self.device)
         self.step = 0
         self._loss_sum = torch.zeros((), device=self.device)
+        # this epoch's sums of |small-batch gradient|² and |big-batch gradient|², and steps
+        self._norm_sums = torch.zeros(3, device=self.device)
+        self._half_norm2 = torch.zeros((), device=self.device)  # split batch: first half's
         self._warm: list[float] | None = None  # phase totals when warm-up ended
         self._start = 0.0  # perf_counter() when the run's clock started
         self._cpu_start: list[float] = []  # _cpu_sample() when the timed steps began
 
     def _cpu_now(self) -> list[float]:
         return _cpu_sample(self.exchange.helper_cpu_s())
+
+    def _noise_meter(self) -> NoiseScaleMeter | None:
+        """The run's gradient noise scale meter, where it is measured (see ``noise_scale``):
+        batch ``b`` against ``b·N`` across workers, or half a batch against the batch on
+        one worker with ``noise_scale=true``."""
+        mode, batch, workers = self.spec.noise_scale, self.spec.local_batch, self.ctx.world_size
+        if mode is False or not self.exchange.exact or (workers == 1 and mode == "auto"):
+            return None
+        examples = len(self.data.train_x)  # an epoch draws batches without replacement
+        if workers == 1:
+            return NoiseScaleMeter(batch // 2, batch, population=examples)
+        return NoiseScaleMeter(batch, batch * workers, population=examples)
+
+    @property
+    def split_batch(self) -> bool:
+        """One worker measuring the noise scale runs each batch as two halves."""
+        return self.noise is not None and self.ctx.world_size == 1
+
+    def _grad_norm2(self) -> torch.Tensor:
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        return torch.stack([g.square().sum() for g in grads]).sum()
 
     # -- one update -------------------------------------------------------------------
 
@@ -112,18 +139,14 @@ class Trainer:
         timer.lap("data")
         beat(step, "forward")
         self.exchange.zero_grad()
-        with self.autocast():
-            loss = self.loss_fn(self.net(x), y).mean()
-        if self.spec.recipe.l2:
-            loss = loss + l2_penalty(self.model, self.spec.recipe.l2)
-        timer.lap("forward")
-        loss.backward()
-        timer.lap("backward")
+        loss = self._forward_backward(x, y)
         if self.exchange.overlapped:
             timer.move(self.exchange.exposed_comm(timer.last), "backward", "comm")
         beat(step, "comm")
         stop = self.exchange.exchange(stop_vote)
         timer.lap("comm")
+        if self.noise is not None:
+            self._note_norms()
         beat(step, "optimizer")
         rate = learning_rate(
             self.spec.recipe.schedule,
@@ -138,12 +161,43 @@ class Trainer:
         timer.lap("optimizer")
         if self.exchange.after_step():  # local SGD averages the replicas here
             timer.lap("comm")
-        self._loss_sum += loss.detach()
+        self._loss_sum += loss
         self.step += 1
         if self.step == self.spec.warmup_steps_excluded:
             self._warm = timer.vector()
             self._cpu_start = self._cpu_now()
         return stop
+
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward and backward on the batch; its mean loss, detached. With
+        ``split_batch``, as two halves whose gradients add up to the batch's, noting the
+        first half's own gradient norm on the way."""
+        half = len(x) // 2 if self.split_batch else len(x)
+        parts = [(x[:half], y[:half]), (x[half:], y[half:])] if half < len(x) else [(x, y)]
+        total = torch.zeros((), device=self.device)
+        for index, (part_x, part_y) in enumerate(parts):
+            weight = len(part_x) / len(x)
+            with self.autocast():
+                loss = self.loss_fn(self.net(part_x), part_y).mean()
+            if self.spec.recipe.l2:
+                loss = loss + l2_penalty(self.model, self.spec.recipe.l2)
+            self.timer.lap("forward")
+            (loss * weight).backward()
+            self.timer.lap("backward")
+            if index == 0 and len(parts) > 1:  # the gradients hold weight × the half's
+                self._half_norm2 = self._grad_norm2() / weight**2
+            total += loss.detach() * weight
+        return total
+
+    def _note_norms(self) -> None:
+        """Add this step's squared gradient norms at the small and the big batch."""
+        if self.split_batch:
+            norms: tuple[torch.Tensor, torch.Tensor] | None = (self._half_norm2,
+                                                               self._grad_norm2())  # fmt: skip
+        else:
+            norms = self.exchange.gradient_norms()
+        if norms is not None:
+            self._norm_sums += torch.stack([*norms, torch.ones((), device=self.device)])
 
     # -- evaluation ---------------------------------------------------------------------
 
@@ -265,17 +319,43 @@ class Trainer:
         """Gather this epoch's per-rank phase seconds and mean train loss; rank 0 logs them."""
         totals = self.timer.vector()
         mine = [now - before for now, before in zip(totals, previous, strict=True)]
-        gathered = all_gather_floats([*mine, self._loss_sum.item(), float(steps)], self.device)
+        norms = self._norm_sums.tolist()
+        gathered = all_gather_floats([*mine, *norms, self._loss_sum.item(), float(steps)],
+                                     self.device)  # fmt: skip
         self._loss_sum.zero_()
+        self._norm_sums.zero_()
         losses = sum(row[-2] for row in gathered)
+        noise = self._noise_of_epoch([row[-5:-2] for row in gathered])
         self.events.log(
             "epoch_stop",
             epoch,
             step=self.step,
             train_loss=losses / max(1.0, sum(row[-1] for row in gathered)),
-            phases=[dict(zip(ALL_PHASES, row[:-2], strict=True)) for row in gathered],
+            phases=[dict(zip(ALL_PHASES, row[:-5], strict=True)) for row in gathered],
+            **({"noise_scale": noise} if noise else {}),
         )
         return totals
+
+    def _noise_of_epoch(self, sums: list[list[float]]) -> dict[str, Any] | None:
+        """This epoch's noise scale from every rank's (small sum, big sum, steps), folded
+        into the run's meter too. Each rank's average gradient is the same: rank 0's."""
+        if self.noise is None:
+            return None
+        epoch = NoiseScaleMeter(self.noise.small_batch, self.noise.big_batch,
+                                self.noise.population)  # fmt: skip
+        epoch.add_sums(sum(row[0] for row in sums), round(sum(row[2] for row in sums)),
+                       sums[0][1], round(sums[0][2]))  # fmt: skip
+        self.noise.add_sums(epoch.small_sum, epoch.small_count, epoch.big_sum, epoch.big_count)
+        estimate = epoch.estimate()
+        return estimate.as_dict() if estimate else None
+
+    def _noise_of_run(self) -> dict[str, Any] | None:
+        """The noise scale over every step of the run, with the batch sizes it compared."""
+        estimate = self.noise.estimate() if self.noise is not None else None
+        if self.noise is None or estimate is None:
+            return None
+        return {**estimate.as_dict(), "small_batch": self.noise.small_batch,
+                "big_batch": self.noise.big_batch}  # fmt: skip
 
     def _finish(
         self,
@@ -316,6 +396,7 @@ class Trainer:
             ],
             "bytes_sent": [row[-1] for row in gathered],  # per rank, to collectives
             "bytes_per_step": max(row[-1] for row in gathered) / max(1, self.step),
+            "noise_scale": self._noise_of_run(),
             "cpu_samples": [
                 {k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples
             ],

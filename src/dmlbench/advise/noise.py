@@ -1,0 +1,119 @@
+"""The gradient noise scale (McCandlish et al. 2018): how large a batch still helps.
+
+``B_simple = tr(Σ) / |G|²``, where ``G`` is the true gradient and ``Σ`` the covariance
+of one example's gradient. Below about ``B_simple`` examples a batch's gradient is
+mostly noise and a larger batch saves steps almost linearly; far above it, doubling the
+batch saves few steps. Neither term is observed directly, but the expected squared norm
+of a batch-``B`` gradient is ``|G|² + tr(Σ)/B``, so two batch sizes seen at the same
+weights give both (appendix A of the paper). A data-parallel step sees two for free:
+each worker's own gradient (batch ``b``) and their average (batch ``B = b·N``).
+
+One estimator serves the trainer (:class:`NoiseScaleMeter`, summed over an epoch's
+steps) and the Dask estimator (a moving average of :func:`noise_scale_estimate`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def noise_scale_estimate(
+    small_norm2: float, small_batch: float, big_norm2: float, big_batch: float
+) -> tuple[float, float]:
+    """Unbiased ``(|G|², tr(Σ))`` from squared gradient norms at two batch sizes.
+
+    ``|G|² = (B_big·|G_big|² − B_small·|G_small|²) / (B_big − B_small)`` and
+    ``tr(Σ) = (|G_small|² − |G_big|²) / (1/B_small − 1/B_big)``. Average each over
+    updates (a sum, or an exponential moving average) before dividing: ``B_simple =
+    tr(Σ) / |G|²``; a ratio of single noisy estimates is badly biased.
+    """
+    if big_batch <= small_batch:
+        raise ValueError("the big batch must be larger than the small one")
+    g2 = (big_batch * big_norm2 - small_batch * small_norm2) / (big_batch - small_batch)
+    trace = (small_norm2 - big_norm2) / (1 / small_batch - 1 / big_batch)
+    return g2, trace
+
+
+def simple_noise_scale(g2: float, trace: float) -> float | None:
+    """``tr(Σ) / |G|²``, or None where ``|G|²`` is not positive (the estimate of a
+    gradient smaller than its own noise can come out negative: no scale then)."""
+    if not (math.isfinite(g2) and math.isfinite(trace)) or g2 <= 0:
+        return None
+    return max(trace, 0.0) / g2
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseScale:
+    """One estimate: ``B_simple`` and its two terms, over ``steps`` updates."""
+
+    b_simple: float | None
+    g2: float  # |G|², the true gradient's squared norm
+    trace: float  # tr(Σ), the per-example gradient variance summed over parameters
+    steps: int
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"b_simple": self.b_simple, "g2": self.g2, "trace": self.trace,
+                "steps": self.steps}  # fmt: skip
+
+
+@dataclass(slots=True)
+class NoiseScaleMeter:
+    """Squared gradient norms summed over steps at a small and a big batch size.
+
+    ``add`` takes one step's (or one worker's) pair; ``estimate`` applies
+    :func:`noise_scale_estimate` to the means, so each term is smoothed before the ratio.
+
+    With ``population`` (the training set's size), batches are taken as drawn without
+    replacement, as an epoch's shuffle draws them: a batch of ``b`` then varies as one of
+    ``b·(n−1)/(n−b)`` drawn with replacement. Without that correction the estimate
+    comes out ``1/(1 − B_simple/n)`` times too large (5% for B_simple = 200, n = 4,000).
+    """
+
+    small_batch: float
+    big_batch: float
+    population: int | None = None
+    small_sum: float = 0.0
+    big_sum: float = 0.0
+    small_count: int = 0
+    big_count: int = 0
+
+    def add(self, small_norm2: float, big_norm2: float) -> None:
+        self.add_sums(small_norm2, 1, big_norm2, 1)
+
+    def add_sums(self, small_sum: float, small_count: int, big_sum: float, big_count: int) -> None:
+        """Fold in sums gathered elsewhere (e.g. another worker's, or another epoch's)."""
+        self.small_sum += small_sum
+        self.small_count += small_count
+        self.big_sum += big_sum
+        self.big_count += big_count
+
+    def estimate(self) -> NoiseScale | None:
+        """The estimate over everything added, or None before anything was."""
+        if not self.small_count or not self.big_count:
+            return None
+        g2, trace = noise_scale_estimate(
+            self.small_sum / self.small_count,
+            self._effective(self.small_batch),
+            self.big_sum / self.big_count,
+            self._effective(self.big_batch),
+        )
+        return NoiseScale(simple_noise_scale(g2, trace), g2, trace, self.big_count)
+
+    def _effective(self, batch: float) -> float:
+        n = self.population
+        return batch if n is None or batch >= n else batch * (n - 1) / (n - batch)
+
+
+def exact_noise_scale(per_example: torch.Tensor) -> NoiseScale:
+    """The truth on a whole dataset: ``per_example`` holds one flattened gradient per row
+    (n × d); ``G`` is their mean and ``tr(Σ)`` their mean squared distance from it.
+    For checking the estimators on models small enough to afford n gradients."""
+    mean = per_example.mean(0)
+    g2 = float(mean.square().sum())
+    trace = float((per_example - mean).square().sum(1).mean())
+    return NoiseScale(simple_noise_scale(g2, trace), g2, trace, 0)

@@ -1,0 +1,79 @@
+"""The gradient noise scale estimators on known statistics (unit tier)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dmlbench.advise.noise import (
+    NoiseScaleMeter,
+    exact_noise_scale,
+    noise_scale_estimate,
+    simple_noise_scale,
+)
+
+
+def test_noise_scale_estimate_recovers_known_statistics() -> None:
+    # E|G_B|² = |G|² + tr(Σ)/B; with |G|² = 4 and tr(Σ) = 400 the noise scale is 100
+    small, big = 4 + 400 / 10, 4 + 400 / 1000
+    g2, trace = noise_scale_estimate(small, 10, big, 1000)
+    assert g2 == pytest.approx(4) and trace == pytest.approx(400)
+    assert simple_noise_scale(g2, trace) == pytest.approx(100)
+    with pytest.raises(ValueError, match="larger"):
+        noise_scale_estimate(1, 10, 1, 10)
+
+
+def test_a_gradient_lost_in_its_noise_has_no_scale() -> None:
+    assert simple_noise_scale(-0.1, 5.0) is None
+    assert simple_noise_scale(0.0, 5.0) is None
+    assert simple_noise_scale(float("nan"), 5.0) is None
+    assert simple_noise_scale(2.0, -1.0) == 0.0  # a noise estimate below zero is none
+
+
+def test_the_meter_recovers_the_noise_scale_of_sampled_batches() -> None:
+    """Per-example gradients g_i = G + noise; workers average b of them, the step all
+    B = b·N: the meter over many steps lands on tr(Σ)/|G|² of the population."""
+    generator = torch.Generator().manual_seed(0)
+    d, n, workers, b = 50, 20_000, 4, 16
+    population = torch.full((d,), 0.2) + torch.randn(n, d, generator=generator)
+    truth = exact_noise_scale(population)
+    assert truth.b_simple == pytest.approx(d / (0.04 * d), rel=0.1)  # ≈ 25
+    meter = NoiseScaleMeter(small_batch=b, big_batch=b * workers)
+    for _ in range(800):
+        rows = torch.randint(0, n, (workers, b), generator=generator)
+        local = population[rows].mean(1)  # each worker's gradient
+        for grad in local:
+            meter.add_sums(float(grad.square().sum()), 1, 0.0, 0)
+        meter.add_sums(0.0, 0, float(local.mean(0).square().sum()), 1)
+    estimate = meter.estimate()
+    assert estimate is not None and estimate.steps == 800
+    assert estimate.b_simple == pytest.approx(truth.b_simple, rel=0.15)
+    assert estimate.trace == pytest.approx(truth.trace, rel=0.05)
+
+
+def test_an_empty_meter_estimates_nothing() -> None:
+    assert NoiseScaleMeter(small_batch=8, big_batch=16).estimate() is None
+
+
+def test_batches_drawn_without_replacement_are_corrected_for_the_population() -> None:
+    """An epoch's shuffle draws each batch without replacement from n examples. Without
+    the finite-population correction the estimate is 1/(1 − B_simple/n) times too large
+    (here about 1.3); with it, it is on target."""
+    generator = torch.Generator().manual_seed(1)
+    n, d, b, workers = 400, 20, 10, 4
+    population = torch.full((d,), 0.1) + torch.randn(n, d, generator=generator)
+    truth = exact_noise_scale(population).b_simple
+    assert truth is not None and 60 < truth < 140
+    corrected = NoiseScaleMeter(b, b * workers, population=n)
+    plain = NoiseScaleMeter(b, b * workers)
+    for _ in range(300):  # epochs
+        order = torch.randperm(n, generator=generator)
+        for start in range(0, n, b * workers):
+            local = population[order[start : start + b * workers]].view(workers, b, d).mean(1)
+            for meter in (corrected, plain):
+                meter.add_sums(float(local.square().sum()), workers,
+                               float(local.mean(0).square().sum()), 1)  # fmt: skip
+    fixed, biased = corrected.estimate(), plain.estimate()
+    assert fixed is not None and biased is not None
+    assert fixed.b_simple == pytest.approx(truth, rel=0.1)
+    assert biased.b_simple > 1.15 * truth
