@@ -275,6 +275,15 @@ def test_powersgd_at_full_rank_is_the_all_reduce(store: ResultsStore) -> None:
     assert _differ(_weights(low), w_ddp, rtol=1e-3, atol=1e-4)
 
 
+def test_powersgd_on_a_model_of_several_buckets(store: ResultsStore) -> None:
+    """2.2 MB of gradients fill two DDP buckets; the hook's chained collectives must keep
+    one order on every rank (they once raced: a gloo "collective mismatch" abort)."""
+    outcome, row = _run(store, "synthetic-mlp", 2, "recipe.model.options.hidden=[1024, 512]",
+                        "exchange=powersgd", "exchange_options={start_step: 2}",
+                        "max_steps=40", "stop_at_target=false")  # fmt: skip
+    assert outcome.status in ("success", "target_not_reached") and row.steps == 40, row.error
+
+
 def test_gossip_on_the_complete_graph_is_the_all_reduce_average(store: ResultsStore) -> None:
     """Uniform weights over everyone average the replicas every step: synchronous SGD.
     On a ring of 4 a worker hears only two of three others, so the replicas differ."""

@@ -96,13 +96,22 @@ class PowerSGDExchange(DDPExchange):
             use_error_feedback=options.error_feedback,
             warm_start=options.warm_start,
         )
+        self._previous: torch.futures.Future[torch.Tensor] | None = None
         return super().prepare(model)
 
     def hook(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         state, buffer = self.state, bucket.buffer()
         plain = state.iter < state.start_powerSGD_iter
         before = state.total_numel_after_compression
+        # The hook chains three collectives per bucket (uncompressed tensors, P, Q), the
+        # later ones from callbacks on gloo's threads. With two or more buckets those race
+        # the next bucket's first collective, in a different order on each rank, and gloo
+        # pairs mismatched messages ("collective mismatch"; ResNet-20's 1.08 MB fill two
+        # buckets). Each bucket waits for the one before: the order is the same everywhere.
+        if self._previous is not None and not plain:
+            self._previous.wait()
         future = powersgd.powerSGD_hook(state, bucket)
+        self._previous = future
         # the hook counts what it hands to its all-reduces: P and Q of each compressed
         # matrix, every uncompressed tensor whole
         numel = buffer.numel() if plain else state.total_numel_after_compression - before
