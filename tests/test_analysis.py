@@ -150,6 +150,20 @@ def test_variants_separate_what_else_differs() -> None:
     assert len(table) == 4 and set(table["speedup_tta"]) == {1.0, 2.0}
 
 
+def test_an_option_older_runs_lack_is_no_variant_at_its_default() -> None:
+    """Runs stored before ``noise_scale`` existed lack the key: beside newer runs at its
+    default they are one variant; a newer run that set it is another."""
+    import dataclasses
+
+    old = stored_run("old", 2, tta=5.0)
+    new = stored_run("new", 2, tta=5.0, seed=1)
+    new = dataclasses.replace(new, spec={**new.spec, "noise_scale": "auto"})
+    assert set(analysis.runs_frame([old, new])["variant"]) == {""}
+    off = dataclasses.replace(new, run_id="off", spec={**new.spec, "noise_scale": False})
+    labels = analysis.runs_frame([old, new, off]).set_index("run_id")["variant"]
+    assert labels["off"] == "noise_scale=false" and labels["old"] == "noise_scale=null"
+
+
 def test_disturbed_runs_are_left_out_of_timings_and_speedup_unless_asked() -> None:
     # the 1-worker baseline shared the machine: 5× slower steps, a fake 5× speedup
     runs = [stored_run("a0", 1, tta=50.0, step_time=0.05, disturbed=True),

@@ -28,6 +28,7 @@ Definitions (the glossary's):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -163,6 +164,9 @@ def _variants(frame: pd.DataFrame) -> pd.Series:
         flat["workers"] = group["workers"]
         keys = []
         for key in flat.columns:
+            present = set(flat[key].dropna())
+            if len(present) < len(flat[key]) and present <= {_newer_defaults().get(key)}:
+                continue  # an option older runs' specs lack, at its default where present
             if key in _NOT_VARIANT or flat[key].nunique(dropna=False) < 2:
                 continue
             if key in _BATCH_KEYS and flat.groupby("workers")[key].nunique().max() < 2:
@@ -170,9 +174,24 @@ def _variants(frame: pd.DataFrame) -> pd.Series:
             keys.append(key)
         for index in group.index:
             labels[index] = " ".join(
-                f"{k.rpartition('.')[2]}={_value_text(json.loads(flat.at[index, k]))}" for k in keys
+                f"{k.rpartition('.')[2]}={_value_text(_loads(flat.at[index, k]))}" for k in keys
             )
     return labels
+
+
+def _loads(text: Any) -> Any:
+    """A flattened spec value; None where this run's spec lacks the key."""
+    return json.loads(text) if isinstance(text, str) else None
+
+
+@functools.cache
+def _newer_defaults() -> dict[str, str]:
+    """Run options' defaults as the flattened spec writes them (JSON)."""
+    from dmlbench.spec import RunSpec
+
+    return {name: json.dumps(field.get_default(call_default_factory=True), sort_keys=True,
+                             default=str)
+            for name, field in RunSpec.model_fields.items() if not field.is_required()}  # fmt: skip
 
 
 def _value_text(value: Any) -> str:
