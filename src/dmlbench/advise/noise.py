@@ -65,8 +65,9 @@ class NoiseScale:
 class NoiseScaleMeter:
     """Squared gradient norms summed over steps at a small and a big batch size.
 
-    ``add`` takes one step's (or one worker's) pair; ``estimate`` applies
-    :func:`noise_scale_estimate` to the means, so each term is smoothed before the ratio.
+    ``add_sums`` folds in sums of squared norms and how many there were; ``estimate``
+    applies :func:`noise_scale_estimate` to the means, so each term is smoothed before
+    the ratio.
 
     With ``population`` (the training set's size), batches are taken as drawn without
     replacement, as an epoch's shuffle draws them: a batch of ``b`` then varies as one of
@@ -81,9 +82,6 @@ class NoiseScaleMeter:
     big_sum: float = 0.0
     small_count: int = 0
     big_count: int = 0
-
-    def add(self, small_norm2: float, big_norm2: float) -> None:
-        self.add_sums(small_norm2, 1, big_norm2, 1)
 
     def add_sums(self, small_sum: float, small_count: int, big_sum: float, big_count: int) -> None:
         """Fold in sums gathered elsewhere (e.g. another worker's, or another epoch's)."""

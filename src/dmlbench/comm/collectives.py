@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -26,6 +28,12 @@ def all_gather_floats(values: list[float], device: torch.device) -> list[list[fl
     gathered = [torch.empty_like(mine) for _ in range(world_size())]
     dist.all_gather(gathered, mine)
     return [t.tolist() for t in gathered]
+
+
+def squared_norm(tensors: Iterable[torch.Tensor | None]) -> torch.Tensor:
+    """|x|² of the tensors taken as one vector (None, a parameter without a gradient, is
+    skipped), as a 0-d tensor: no synchronisation with the device."""
+    return torch.stack([t.square().sum() for t in tensors if t is not None]).sum()
 
 
 def broadcast_state(module: nn.Module, *, buffers_only: bool = False) -> None:

@@ -21,7 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from dmlbench.comm.base import GradientExchange
-from dmlbench.comm.collectives import broadcast_state, world_size
+from dmlbench.comm.collectives import broadcast_state, squared_norm, world_size
 
 # torch ≥ 2.13 renamed DDP's per-forward buffer broadcast; parameters were synced at init
 # either way, and buffers are synced before evaluation (see ``sync_buffers``).
@@ -100,13 +100,14 @@ class DDPExchange(GradientExchange):
 
     def zero_grad(self) -> None:
         self.wrapped.zero_grad(set_to_none=True)
-        self._local_norm2 = torch.zeros((), device=self.device)
+        if self.measure_norms:
+            self._local_norm2 = torch.zeros((), device=self.device)
 
     def exchange(self, stop: bool | None) -> bool:
         # gradients were averaged during backward
         if self.measure_norms:
-            grads = [p.grad for p in self.wrapped.parameters() if p.grad is not None]
-            self._norms = (self._local_norm2, torch.stack([g.square().sum() for g in grads]).sum())
+            self._norms = (self._local_norm2,
+                           squared_norm(p.grad for p in self.wrapped.parameters()))  # fmt: skip
         return self._vote_alone(stop)
 
     def gradient_norms(self) -> tuple[torch.Tensor, torch.Tensor] | None:

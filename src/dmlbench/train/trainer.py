@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from dmlbench.advise.noise import NoiseScaleMeter
 from dmlbench.comm import make_exchange
-from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum
+from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum, squared_norm
 from dmlbench.data import Dataset, EpochSharding, eval_shard
 from dmlbench.errors import SpecError
 from dmlbench.heartbeat import beat
@@ -120,8 +120,7 @@ class Trainer:
         return self.noise is not None and self.ctx.world_size == 1
 
     def _grad_norm2(self) -> torch.Tensor:
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        return torch.stack([g.square().sum() for g in grads]).sum()
+        return squared_norm(p.grad for p in self.model.parameters())
 
     # -- one update -------------------------------------------------------------------
 
@@ -351,8 +350,7 @@ class Trainer:
 
     def _noise_of_run(self) -> dict[str, Any] | None:
         """The noise scale over every step of the run, with the batch sizes it compared."""
-        estimate = self.noise.estimate() if self.noise is not None else None
-        if self.noise is None or estimate is None:
+        if self.noise is None or (estimate := self.noise.estimate()) is None:
             return None
         return {**estimate.as_dict(), "small_batch": self.noise.small_batch,
                 "big_batch": self.noise.big_batch}  # fmt: skip
