@@ -77,3 +77,18 @@ def test_batches_drawn_without_replacement_are_corrected_for_the_population() ->
     assert fixed is not None and biased is not None
     assert fixed.b_simple == pytest.approx(truth, rel=0.1)
     assert biased.b_simple > 1.15 * truth
+
+
+@pytest.mark.parametrize(
+    ("b_simple", "says"),
+    [(1000.0, "well below it"), (100.0, "near it"), (10.0, "well above it"),
+     (None, "not resolved")],
+)  # fmt: skip
+def test_the_summary_line_says_where_the_batch_stands(b_simple: float | None, says: str) -> None:
+    from dmlbench.report.terminal import noise_text
+
+    noise = {"b_simple": b_simple, "steps": 2000, "small_batch": 32, "big_batch": 64}
+    text = noise_text(noise)
+    assert says in text and "over 2,000 steps, from batches of 32 and 64" in text
+    if b_simple is not None:
+        assert f"B_simple ≈ {b_simple:,.0f}" in text and "batch of 64" in text

@@ -235,7 +235,10 @@ def noise_text(noise: dict[str, Any]) -> str:
         advice = "well above it, so a larger batch would mostly cost more epochs"
     else:
         advice = "near it"
-    return f"B_simple ≈ {scale:,.0f} {source}; the batch of {big} is {advice}"
+    return (
+        f"B_simple ≈ {scale:,.0f}, the batch beyond which a larger one mostly costs "
+        f"epochs ({source}); this run's batch of {big} is {advice}"
+    )
 
 
 def _contention_row(contention: dict[str, Any], disturbed: bool | None) -> tuple[str, str]:
