@@ -916,6 +916,62 @@ def simulate(
         console.print(f"speedup plot: {png}", markup=False)
 
 
+@app.command()
+def advise(
+    task: Annotated[str, typer.Argument(help="task to advise on (calibrated from its runs)")],
+    max_workers: Annotated[int, typer.Option(help="the most workers to consider", min=1)] = 8,
+    network: Annotated[
+        str, typer.Option(help="a profile or a rate (none = the measured host network)")
+    ] = "10gbit",
+    workers: Annotated[
+        int | None,
+        typer.Option(help="the worker count you plan (checked against guidelines)", min=1),
+    ] = None,
+    local_batch: Annotated[
+        int | None, typer.Option(help="the local batch you plan (default: the recipe's)", min=1)
+    ] = None,
+    store: StoreOption = default_store(),
+    price: PriceOption = None,
+    prices: PricesOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Recommend workers, local batch and learning-rate rule for a task.
+
+    Joins the gradient noise scale the task's runs measured, the store's epochs to the
+    target by global batch, and the performance model's step time on the network;
+    every number says where it came from. Needs runs of the task (one with 2+ workers
+    for the noise scale) and `dmlbench bench allreduce` in the same store.
+    """
+    from dmlbench.advise.recommend import advise as recommend
+    from dmlbench.advise.recommend import compute_model, noise_evidence
+    from dmlbench.perfmodel import calibrate_comm, calibrate_task
+    from dmlbench.perfmodel.simulate import resolve_links
+    from dmlbench.report.prices import choose_price
+    from dmlbench.tasks import get_task
+
+    results = _require_store(store)
+    definition = get_task(task)
+    runs = results.runs(task=task)
+    links, _ = resolve_links([network])
+    chosen = choose_price(price, prices)
+    plan = (workers or max_workers, local_batch or definition.recipe.local_batch)
+    # On the host network the workers share this machine's cores; on a profile each is
+    # a host of its own.
+    cores = len(os.sched_getaffinity(0)) if network == "none" else None
+    advice = recommend(
+        definition, calibrate_task(runs, task), compute_model(runs, task, cores),
+        calibrate_comm(results.comm_runs()), noise_evidence(runs, task),
+        max_workers=max_workers, network=network, link=links[network],
+        price_per_worker_hour=chosen.per_worker_hour, current=plan,
+    )  # fmt: skip
+    if json_out:
+        _print_json({**advice.to_json(), "price": chosen.label})
+        return
+    from dmlbench.report.terminal import advice_table
+
+    console.print(advice_table(advice, chosen.label))
+
+
 def main() -> None:
     # torch's C++ side warns on every retry while a node waits for the rendezvous host
     # (nodes start in any order); dmlbench reports what failed in one line instead.

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -113,7 +114,15 @@ def _pick(runs: Sequence[RunRecord], wanted: Sequence[str], task: str) -> list[R
     return picked
 
 
-def _compute_step_s(run: RunRecord) -> float:
+def timed_runs(runs: Sequence[RunRecord], task: str) -> list[RunRecord]:
+    """``task``'s finished runs on the unshaped host network with steady-state phases:
+    the runs compute can be calibrated from."""
+    return [r for r in runs if r.task == task and r.finished
+            and (r.network or "none") == "none" and r.summary.get("phases_steady")
+            and r.summary.get("steady_steps")]  # fmt: skip
+
+
+def compute_step_s(run: RunRecord) -> float:
     """Mean over ranks of data + forward + backward + optimizer seconds per steady step."""
     per_rank = [sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
                 for rank in run.summary["phases_steady"]]  # fmt: skip
@@ -128,9 +137,7 @@ def calibrate_task(
     ones (:mod:`dmlbench.results.contention`) are used only when no other was measured.
     Runs whose compute per step disagrees by more than :data:`DISAGREEMENT` are refused
     in one line that names them."""
-    mine = [r for r in runs if r.task == task and r.finished
-            and (r.network or "none") == "none" and r.summary.get("phases_steady")
-            and r.summary.get("steady_steps")]  # fmt: skip
+    mine = timed_runs(runs, task)
     if not mine:
         raise DmlbenchError(
             f"no finished run of {task} in the store to calibrate compute from; run "
@@ -145,9 +152,14 @@ def calibrate_task(
         quiet = [r for r in mine if not r.disturbed]
         fewest = min(r.workers for r in quiet or mine)
         base = [r for r in quiet or mine if r.workers == fewest]
+        # Runs at several local batches measure different computes: the most measured
+        # batch is the one calibrated (`dmlbench advise` fits the rest).
+        counts = Counter(r.local_batch for r in base)
+        batch = min(counts, key=lambda b: (-counts[b], b))
+        base = [r for r in base if r.local_batch == batch]
     used = {r.run_id for r in base}
     left_out = [r.run_id for r in mine if r.disturbed and r.run_id not in used]
-    timed = sorted((_compute_step_s(r), r.run_id) for r in base)
+    timed = sorted((compute_step_s(r), r.run_id) for r in base)
     (low, low_id), (high, high_id) = timed[0], timed[-1]
     if high > DISAGREEMENT * low:
         raise DmlbenchError(

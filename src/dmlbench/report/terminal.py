@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from dmlbench.optim.build import describe_optimizer
-from dmlbench.report.formats import fmt, human_bytes, microseconds, percent, plural, seconds
+from dmlbench.report.formats import fmt, human_bytes, microseconds, money, percent, plural, seconds
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import Schedule
@@ -419,6 +419,40 @@ def comm_table(run: CommRun) -> Table:
 
 
 SCOPES = {"all": "all", "node": "node", "hierarchical": "2-level"}
+
+
+def advice_table(advice: Any, price: str) -> Group:
+    """`dmlbench advise` for a person: the recommendation and the runners-up in a table,
+    the plan's broken guidelines, and where every number came from."""
+    table = Table(
+        title=escape(f"{advice.task} on {advice.network}: ranked by predicted time to target"),
+        title_justify="left",
+        caption=escape(f"cost at {price}; epochs and compute: where they came from below"),
+        caption_justify="left",
+    )
+    for column in ("", "N", "b / B", "epochs", "from", "step", "compute", "comm", "TTA", "cost"):
+        table.add_column(column, justify="left" if column in ("", "from", "compute") else "right")
+
+    def row(mark: str, c: Any) -> None:
+        table.add_row(
+            mark, str(c.workers), f"{c.local_batch} / {c.global_batch}", f"{c.epochs:.1f}",
+            escape(c.epochs_source.split(":")[0]), f"{1e3 * c.step_s:.2f} ms",
+            escape(c.compute_source), percent(c.comm_ratio),
+            seconds(c.tta_s, unit=True), money(c.cost),
+        )  # fmt: skip
+
+    row("best", advice.best)
+    for runner_up in advice.candidates[1:5]:
+        row("", runner_up)
+    if advice.current is not None:
+        row("yours", advice.current)
+    lines = [f"learning rate: {advice.learning_rate}"]
+    if advice.current is not None:
+        lines.append("your plan breaks:" if advice.broken else "your plan breaks no guideline")
+        lines += [f"  - {rule}" for rule in advice.broken]
+    lines.append("from:")
+    lines += [f"  {name}: {text}" for name, text in advice.sources.items()]
+    return Group(table, Text("\n".join(lines)))
 
 
 def prediction_table(result: dict[str, Any]) -> Table:

@@ -1,0 +1,310 @@
+"""``dmlbench advise``: how many workers and what batch, joined from three measurements.
+
+- **The statistics**: the gradient noise scale ``B_noise`` measured in the task's runs
+  (:mod:`dmlbench.advise.noise`). McCandlish et al. (2018) model the epochs a target
+  takes at global batch ``B`` as ``E(B) = E_min·(1 + B / B_noise)``: below ``B_noise``
+  a larger batch costs few extra epochs, far above it each doubling costs about twice
+  the epochs.
+- **The store's epochs to the target**: measured where a run reached the target at that
+  global batch; elsewhere the model above through the measured points (or, without a
+  noise scale, the nearest measured batch's epochs, said to be assumed).
+- **The performance model**: step time at each worker count and local batch on the
+  network (:mod:`dmlbench.perfmodel`), communication from ``bench allreduce``. Compute
+  per step is a line ``fixed + per example · b`` fitted through the local batches the
+  store measured (proportional to ``b`` where it measured one), times the slowdown
+  measured at each worker count, or, for workers that share one host's cores, assumed
+  from how many share them.
+
+Every number in the advice carries where it came from.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dmlbench.errors import DmlbenchError
+
+if TYPE_CHECKING:
+    from dmlbench.perfmodel import CommCalibration, Link
+    from dmlbench.perfmodel.calibrate import TaskCalibration
+    from dmlbench.results.records import RunRecord
+    from dmlbench.tasks import TaskDefinition
+
+BATCH_FACTORS = (0.25, 0.5, 1, 2, 4, 8)  # local batches tried: the recipe's × these
+BUSY_WORKER = 0.5  # a worker waiting on the network for more of a step than this is wasted
+
+
+@dataclass(frozen=True)
+class NoiseEvidence:
+    """The task's noise scale: the median over the runs that measured one."""
+
+    b_simple: float
+    runs: list[str]
+
+    @property
+    def source(self) -> str:
+        return f"median B_simple of {len(self.runs)} run(s): {', '.join(self.runs[:3])}" + (
+            ", …" if len(self.runs) > 3 else ""
+        )
+
+
+def noise_evidence(runs: Sequence[RunRecord], task: str) -> NoiseEvidence | None:
+    measured = [(r.summary["noise_scale"]["b_simple"], r.run_id) for r in runs
+                if r.task == task and r.finished
+                and (r.summary.get("noise_scale") or {}).get("b_simple")]  # fmt: skip
+    if not measured:
+        return None
+    return NoiseEvidence(statistics.median(v for v, _ in measured), [i for _, i in measured])
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Compute seconds per step at (workers, local batch), and where that came from."""
+
+    workers: int  # the worker count the line was fitted at
+    fixed_s: float
+    per_example_s: float
+    batches: list[int]  # the local batches measured at ``workers``
+    slowdown: dict[int, float]  # measured: compute at n workers ÷ at ``workers``, same b
+    cores: int | None  # workers share this many cores (one host); None: one host each
+
+    def shared(self, workers: int) -> float:
+        """How much slower each worker computes when ``workers`` share the cores."""
+        return max(1.0, workers / self.cores) if self.cores else 1.0
+
+    def factor(self, workers: int) -> tuple[float, str]:
+        """The slowdown at ``workers`` against the line's, and where it came from."""
+        line = "line" if len(self.batches) > 1 else "assumed ∝ b"
+        if workers in self.slowdown:
+            return self.slowdown[workers], f"{line} ×{self.slowdown[workers]:.2f} measured"
+        factor = self.shared(workers) / self.shared(self.workers)
+        if factor == 1.0:
+            return 1.0, line
+        return factor, f"{line} ×{factor:.2f} assumed: {workers} share {self.cores} cores"
+
+    def line(self) -> str:
+        points = ", ".join(str(b) for b in self.batches)
+        fit = "fitted" if len(self.batches) > 1 else "assumed proportional to b from"
+        return (f"{1e3 * self.fixed_s:.3f} ms + {1e6 * self.per_example_s:.2f} µs × b per step "
+                f"({fit} b={points} at {self.workers} worker(s))")  # fmt: skip
+
+
+def compute_model(runs: Sequence[RunRecord], task: str, cores: int | None) -> ComputeModel:
+    """The compute line from ``task``'s timed runs (undisturbed ones preferred) at their
+    fewest workers, and the slowdown measured at every other worker count."""
+    from dmlbench.perfmodel.calibrate import compute_step_s, timed_runs
+
+    mine = timed_runs(runs, task)
+    quiet = [r for r in mine if not r.disturbed] or mine
+    if not quiet:
+        raise DmlbenchError(
+            f"no finished run of {task} in the store to calibrate compute from; run "
+            f"`dmlbench run {task}` with the same --store first"
+        )
+    by_point: dict[tuple[int, int], list[float]] = {}
+    for run in quiet:
+        by_point.setdefault((run.workers, run.local_batch), []).append(compute_step_s(run))
+    step = {point: statistics.median(v) for point, v in by_point.items()}
+    fewest = min(n for n, _ in step)
+    line = {b: t for (n, b), t in step.items() if n == fewest}
+    batches = sorted(line)
+    if len(batches) > 1:
+        slope, fixed = statistics.linear_regression(batches, [line[b] for b in batches])
+        if fixed < 0 or slope < 0:  # noise: through the origin, or flat
+            slope, fixed = (sum(b * line[b] for b in batches) / sum(b * b for b in batches), 0.0) \
+                if slope > 0 else (0.0, statistics.mean(line.values()))  # fmt: skip
+    else:
+        (only,) = batches
+        slope, fixed = line[only] / only, 0.0
+    slowdown: dict[int, float] = {}
+    for n in {n for n, _ in step} - {fewest}:
+        ratios = [t / line[b] for (m, b), t in step.items() if m == n and b in line]
+        if ratios:
+            slowdown[n] = statistics.median(ratios)
+    return ComputeModel(fewest, fixed, slope, batches, slowdown, cores)
+
+
+@dataclass(frozen=True)
+class EpochModel:
+    """Epochs to the target at a global batch, and where that number came from."""
+
+    measured: dict[int, float]  # global batch → mean epochs of the runs that reached it
+    noise: float | None  # B_noise
+
+    def minimum(self) -> float | None:
+        """``E_min`` fitted through the measured points (the mean of each point's)."""
+        if self.noise is None or not self.measured:
+            return None
+        return statistics.mean(e / (1 + b / self.noise) for b, e in self.measured.items())
+
+    def at(self, batch: int) -> tuple[float, str]:
+        if batch in self.measured:
+            return self.measured[batch], f"measured at B={batch}"
+        least = self.minimum()
+        if least is not None:
+            points = ", ".join(str(b) for b in sorted(self.measured))
+            return least * (1 + batch / (self.noise or math.inf)), (
+                f"modelled: E_min·(1 + B/B_noise) through B={points}"
+            )
+        if not self.measured:
+            raise DmlbenchError(
+                "no run reached the target, so epochs to the target are unknown; run the "
+                "task to its target once (same --store)"
+            )
+        nearest = min(self.measured, key=lambda b: abs(b - batch))
+        return self.measured[nearest], f"assumed: as measured at B={nearest} (no noise scale)"
+
+
+@dataclass
+class Candidate:
+    workers: int
+    local_batch: int
+    global_batch: int
+    epochs: float
+    epochs_source: str
+    step_s: float
+    compute_s: float
+    compute_source: str
+    comm_ratio: float
+    tta_s: float
+    cost: float | None
+
+
+@dataclass
+class Advice:
+    task: str
+    network: str
+    candidates: list[Candidate]  # fastest first
+    noise: NoiseEvidence | None
+    sources: dict[str, str]
+    learning_rate: str
+    current: Candidate | None = None
+    broken: list[str] = field(default_factory=list)  # guidelines the current plan breaks
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task, "network": self.network,
+            "recommended": asdict(self.best),
+            "runners_up": [asdict(c) for c in self.candidates[1:5]],
+            "current": asdict(self.current) if self.current else None,
+            "broken_guidelines": self.broken,
+            "noise_scale": self.noise.b_simple if self.noise else None,
+            "learning_rate": self.learning_rate, "sources": self.sources,
+        }  # fmt: skip
+
+
+def worker_counts(maximum: int) -> list[int]:
+    """1, 2, 4, … up to ``maximum``, and ``maximum`` itself."""
+    counts = [2**k for k in range(int(math.log2(maximum)) + 1)]
+    return counts if counts[-1] == maximum else [*counts, maximum]
+
+
+def advise(
+    task: TaskDefinition,
+    calibration: TaskCalibration,
+    compute: ComputeModel,
+    comm: dict[int, CommCalibration],
+    noise: NoiseEvidence | None,
+    *,
+    max_workers: int,
+    network: str,
+    link: Link,
+    price_per_worker_hour: float | None = None,
+    current: tuple[int, int] | None = None,  # (workers, local batch) the user plans
+) -> Advice:
+    """Every (workers, local batch) up to ``max_workers``, predicted and ranked by time
+    to accuracy; the guidelines ``current`` breaks."""
+    from dmlbench.perfmodel import comm_for, predict
+
+    epochs = EpochModel(calibration.epochs_by_batch, noise.b_simple if noise else None)
+    examples = calibration.train_examples or task.train_examples or 0
+
+    def candidate(workers: int, local: int) -> Candidate:
+        batch = workers * local
+        assumed, source = epochs.at(batch)
+        factor, shared = compute.factor(workers)
+        guess = predict(
+            workers=workers, algorithm="ring", local_batch=local,
+            compute_per_example_s=compute.per_example_s * factor,
+            compute_fixed_s=compute.fixed_s * factor,
+            gradient_bytes=calibration.gradient_bytes, train_examples=examples,
+            epochs_to_target=assumed,
+            eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / workers,
+            link=link, calibration=comm_for(comm, max(2, workers)),
+            price_per_worker_hour=price_per_worker_hour,
+        )  # fmt: skip
+        return Candidate(workers, local, batch, assumed, source, guess.step_s, guess.compute_s,
+                         shared, guess.comm_ratio, guess.tta_s,
+                         guess.cost)  # fmt: skip
+
+    base = task.recipe.local_batch
+    locals_ = sorted({max(1, round(base * f)) for f in BATCH_FACTORS})
+    grid = [candidate(n, b) for n in worker_counts(max_workers) for b in locals_
+            if not examples or n * b <= examples]  # fmt: skip
+    if not grid:
+        raise DmlbenchError(f"no configuration fits {examples} training examples")
+    grid.sort(key=lambda c: (c.tta_s, c.workers))
+    sources = {
+        "compute": compute.line(),
+        "communication": f"ring all-reduce on {network}, overhead and host bandwidth from "
+        "bench allreduce",
+        "epochs": "measured at B=" + ", ".join(str(b) for b in sorted(epochs.measured))
+        if epochs.measured
+        else "none measured",
+        "noise_scale": noise.source if noise else "not measured (run with 2+ workers)",
+    }
+    advice = Advice(task.name, network, grid, noise, sources, _rate_text(task, grid[0]))
+    if current is not None:
+        advice.current = candidate(*current)
+        advice.broken = broken_guidelines(advice.current, noise, examples, compute.cores)
+    return advice
+
+
+def broken_guidelines(
+    plan: Candidate, noise: NoiseEvidence | None, examples: int, cores: int | None
+) -> list[str]:
+    """The rules of thumb (the NERSC guidelines, McCandlish et al.) ``plan`` breaks."""
+    broken = []
+    batch = plan.global_batch
+    if noise is not None and batch > noise.b_simple:
+        broken.append(f"global batch {batch} is above the critical batch ≈ "
+                      f"{noise.b_simple:,.0f} (the measured noise scale): expect more "
+                      "epochs, not fewer steps")  # fmt: skip
+    if examples and batch > math.sqrt(examples):
+        broken.append(f"global batch {batch} is above √(training examples) ≈ "
+                      f"{math.sqrt(examples):,.0f}, where large-batch recipes start to need "
+                      "rate warm-up and tuning")  # fmt: skip
+    if plan.workers > 1 and plan.comm_ratio > BUSY_WORKER:
+        broken.append(f"local batch {plan.local_batch} is too small to use a worker: "
+                      f"{plan.comm_ratio:.0%} of each step waits on the network")  # fmt: skip
+    if cores is not None and plan.workers > cores:
+        broken.append(f"{plan.workers} workers on {cores} cores are oversubscribed: they "
+                      "share cores instead of adding them")  # fmt: skip
+    return broken
+
+
+def _rate_text(task: TaskDefinition, best: Candidate) -> str:
+    """The recipe's learning-rate rule at the recommended batch."""
+    from dmlbench.optim import learning_rate
+
+    schedule = task.recipe.schedule
+    steps_per_epoch = max(1, math.ceil((task.train_examples or best.global_batch)
+                                       / best.global_batch))  # fmt: skip
+    warmup = float(getattr(schedule, "warmup_epochs", 0) or 0)
+
+    def rate(epoch: float) -> float:
+        return learning_rate(schedule, step=round(epoch * steps_per_epoch), epoch=epoch,
+                             local_batch=best.local_batch, world_size=best.workers)  # fmt: skip
+
+    text = f"the recipe's rule ({schedule.describe()}): {rate(0):.3g} at the start"
+    if warmup:
+        text += f", {rate(warmup):.3g} after {warmup:g} warm-up epochs"
+    return text

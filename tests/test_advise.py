@@ -1,0 +1,172 @@
+"""`dmlbench advise`: the compute line, the epochs model, the ranking and the guidelines
+(unit tier, in memory), and the command on a real store (multi-process tier)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from test_cli import cli
+
+from dmlbench.advise.recommend import (
+    EpochModel,
+    NoiseEvidence,
+    advise,
+    compute_model,
+    noise_evidence,
+    worker_counts,
+)
+from dmlbench.errors import DmlbenchError
+from dmlbench.perfmodel import CommCalibration, Link
+from dmlbench.perfmodel.calibrate import TaskCalibration, calibrate_task
+from dmlbench.results.records import RunRecord
+from dmlbench.tasks import get_task
+
+
+def timed(run_id: str, step_s: float, workers: int = 1, local: int = 32, **extra) -> RunRecord:
+    """A finished, unshaped run of synthetic-mlp whose steady steps computed ``step_s``."""
+    steady = [{"forward": step_s * 10 / 2, "backward": step_s * 10 / 2, "comm": 0.0}]
+    return RunRecord(
+        run_id=run_id, task="synthetic-mlp", status="success", division="closed",
+        created_at="2026-11-24", workers=workers, local_batch=local,
+        global_batch=local * workers, seed=0, exchange="allreduce", spec={}, deviations={},
+        environment={}, run_dir="d", target=0.95, network="none",
+        summary={"phases_steady": steady * workers, "steady_steps": 10,
+                 "gradient_bytes": 4e6, "train_examples": 2048, **extra},
+    )  # fmt: skip
+
+
+def test_the_compute_line_is_fitted_through_the_measured_local_batches() -> None:
+    runs = [timed("a", 1.0e-3, local=16), timed("b", 2.5e-3, local=64),
+            timed("c", 2.6e-3, local=64), timed("d", 1.6e-3, workers=2, local=16)]  # fmt: skip
+    line = compute_model(runs, "synthetic-mlp", cores=2)
+    assert line.workers == 1 and line.batches == [16, 64]
+    # the median at b=64 is 2.55 ms: through (16, 1.0) and (64, 2.55)
+    assert line.per_example_s == pytest.approx(1.55e-3 / 48)
+    assert line.fixed_s == pytest.approx(1.0e-3 - 16 * 1.55e-3 / 48)
+    assert line.factor(2) == (pytest.approx(1.6), "line ×1.60 measured")
+    assert line.factor(4) == (2.0, "line ×2.00 assumed: 4 share 2 cores")  # not measured
+    hosts = dataclasses.replace(line, cores=None)  # one host each: nobody shares
+    assert hosts.factor(4) == (1.0, "line")
+    one = compute_model([timed("a", 2e-3, local=16)], "synthetic-mlp", cores=None)
+    assert (one.fixed_s, one.per_example_s) == (0.0, pytest.approx(2e-3 / 16))
+    assert "assumed proportional" in one.line() and one.factor(2)[1] == "assumed ∝ b"
+    with pytest.raises(DmlbenchError, match="dmlbench run synthetic-mlp"):
+        compute_model([], "synthetic-mlp", cores=None)
+
+
+def test_epochs_are_measured_or_modelled_through_the_noise_scale() -> None:
+    model = EpochModel({32: 10.0, 64: 12.0}, noise=64.0)
+    assert model.at(64) == (12.0, "measured at B=64")
+    least = (10 / 1.5 + 12 / 2) / 2  # E_min through both points
+    epochs, source = model.at(128)
+    assert epochs == pytest.approx(least * 3) and source.startswith("modelled")
+    blind = EpochModel({32: 10.0, 256: 30.0}, noise=None)
+    assert blind.at(64) == (10.0, "assumed: as measured at B=32 (no noise scale)")
+    with pytest.raises(DmlbenchError, match="no run reached the target"):
+        EpochModel({}, noise=50.0).at(64)
+
+
+def test_noise_evidence_is_the_median_of_the_runs_that_measured_one() -> None:
+    runs = [timed("a", 1e-3, noise_scale={"b_simple": 100.0}),
+            timed("b", 1e-3, noise_scale={"b_simple": 300.0}),
+            timed("c", 1e-3, noise_scale={"b_simple": 200.0}),
+            timed("d", 1e-3, noise_scale=None), timed("e", 1e-3)]  # fmt: skip
+    found = noise_evidence(runs, "synthetic-mlp")
+    assert found is not None and found.b_simple == 200.0 and found.runs == ["a", "b", "c"]
+    assert noise_evidence(runs[3:], "synthetic-mlp") is None
+
+
+def _calibration(epochs: dict[int, float]) -> TaskCalibration:
+    return TaskCalibration(task="synthetic-mlp", workers=1, local_batch=16,
+                           compute_step_s=1e-3, gradient_bytes=4e6, train_examples=2048,
+                           eval_s_per_epoch=0.0, epochs_by_batch=epochs)  # fmt: skip
+
+
+def _advise(*, step_s: float, noise: float, link: Link, **options):
+    runs = [timed("a", step_s * 16 / 64, local=16), timed("b", step_s, local=64)]
+    return advise(
+        get_task("synthetic-mlp"), _calibration({16: 4.0, 64: 4.0 * (1 + 64 / noise) / 1.25}),
+        compute_model(runs, "synthetic-mlp", cores=None),
+        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)}, NoiseEvidence(noise, ["n"]),
+        max_workers=8, network="test", link=link, **options,
+    )  # fmt: skip
+
+
+def test_the_advice_follows_compute_network_and_noise() -> None:
+    fast, slow = Link(1.25e9), Link(1.25e5)  # 10 Gbit/s; 1 Mbit/s
+    # heavy compute, a fast network, a huge noise scale: every worker helps
+    wide = _advise(step_s=1.0, noise=1e6, link=fast)
+    assert wide.best.workers == 8
+    assert [c.tta_s for c in wide.candidates] == sorted(c.tta_s for c in wide.candidates)
+    # 4 MB of gradient over 1 Mbit/s takes a minute a step: one worker, no exchange
+    alone = _advise(step_s=1.0, noise=1e6, link=slow)
+    assert alone.best.workers == 1 and alone.best.comm_ratio == 0.0
+    # a small noise scale: a big batch buys no fewer steps, so the batch stays small
+    small = _advise(step_s=1.0, noise=16.0, link=fast)
+    assert small.best.global_batch < wide.best.global_batch
+    assert small.best.global_batch <= 64
+    assert worker_counts(8) == [1, 2, 4, 8] and worker_counts(6) == [1, 2, 4, 6]
+
+
+def test_the_guidelines_a_plan_breaks() -> None:
+    fast = Link(1.25e9)
+    fine = _advise(step_s=1.0, noise=1e6, link=fast, current=(2, 16))
+    assert fine.current is not None and fine.broken == []
+    assert fine.current.global_batch == 32  # below √2048 ≈ 45 and the noise scale
+    bad = _advise(step_s=1e-3, noise=100.0, link=Link(1.25e6), current=(8, 64))
+    rules = "\n".join(bad.broken)
+    assert "above the critical batch ≈ 100" in rules
+    assert "above √(training examples) ≈ 45" in rules
+    assert "too small to use a worker" in rules  # a millisecond of compute, 4 MB at 10 Mbit/s
+    assert "oversubscribed" not in rules  # every worker has its own host
+    on_one_host = advise(
+        get_task("synthetic-mlp"), _calibration({16: 4.0}),
+        compute_model([timed("a", 1e-3, local=16)], "synthetic-mlp", cores=2),
+        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)}, None, max_workers=4,
+        network="none", link=Link(math.inf), current=(4, 16),
+    )  # fmt: skip
+    assert any("4 workers on 2 cores are oversubscribed" in r for r in on_one_host.broken)
+    assert on_one_host.current is not None and "assumed: 4 share 2 cores" in (
+        on_one_host.current.compute_source
+    )
+    assert on_one_host.sources["noise_scale"].startswith("not measured")
+
+
+def test_calibration_keeps_to_one_local_batch() -> None:
+    """Runs at b=16 and b=128 compute differently; calibrating one line from both would be
+    refused as a disagreement, so the most measured batch is calibrated."""
+    runs = [timed("a", 1e-3, local=16), timed("b", 1.1e-3, local=16), timed("c", 6e-3, local=128)]
+    chosen = calibrate_task(runs, "synthetic-mlp")
+    assert chosen.local_batch == 16 and chosen.compute_runs == ["a", "b"]
+
+
+@pytest.mark.multiprocess
+def test_advise_from_a_real_store(tmp_path: Path) -> None:
+    store = str(tmp_path / "store")
+    cli("run", "synthetic-mlp", "--workers", "1", "--store", store)
+    no_bench = cli("advise", "synthetic-mlp", "--store", store, check=False)
+    assert no_bench.returncode == 2 and "bench allreduce" in no_bench.stderr
+    cli("run", "synthetic-mlp", "--workers", "2", "--store", store)
+    cli("run", "synthetic-mlp", "--workers", "1", "--set", "recipe.local_batch=64",
+        "--store", store)  # fmt: skip
+    cli("bench", "allreduce", "--workers", "2", "--max-bytes", str(2**20), "--factor", "16",
+        "--repeats", "2", "--warmup", "1", "--store", store)  # fmt: skip
+    out = json.loads(cli("advise", "synthetic-mlp", "--max-workers", "4", "--network", "100mbit",
+                         "--workers", "4", "--json", "--store", store).stdout)  # fmt: skip
+    assert out["noise_scale"] > 0  # the 2-worker run measured it
+    assert "median B_simple of 1 run" in out["sources"]["noise_scale"]
+    assert "fitted b=16, 64 at 1 worker" in out["sources"]["compute"]
+    best = out["recommended"]
+    assert best["workers"] in (1, 2, 4) and best["tta_s"] > 0
+    assert all(best["tta_s"] <= r["tta_s"] for r in out["runners_up"])
+    assert out["current"]["workers"] == 4 and out["current"]["local_batch"] == 16
+    page = cli("advise", "synthetic-mlp", "--max-workers", "2", "--network", "none",
+               "--store", store).stdout  # fmt: skip
+    assert "ranked by predicted time to target" in page and "from:" in page
+    assert "learning rate: the recipe's rule" in page
+    unknown = cli("advise", "no-such-task", "--store", store, check=False)
+    assert unknown.returncode == 2 and "\n" not in unknown.stderr.strip()
