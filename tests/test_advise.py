@@ -48,9 +48,11 @@ def test_the_compute_line_is_fitted_through_the_measured_local_batches() -> None
     assert line.per_example_s == pytest.approx(1.55e-3 / 48)
     assert line.fixed_s == pytest.approx(1.0e-3 - 16 * 1.55e-3 / 48)
     assert line.factor(2) == (pytest.approx(1.6), "line ×1.60 measured")
-    assert line.factor(4) == (2.0, "line ×2.00 assumed: 4 share 2 cores")  # not measured
+    # not measured at 4: from 2's, with twice as many workers on the same 2 cores
+    assert line.factor(4) == (pytest.approx(3.2), "line ×3.20 assumed: 4 share 2 cores")
     hosts = dataclasses.replace(line, cores=None)  # one host each: nobody shares
-    assert hosts.factor(4) == (1.0, "line")
+    assert hosts.factor(4) == (pytest.approx(1.6), "line ×1.60 assumed as at 2")
+    assert dataclasses.replace(hosts, slowdown={}).factor(4) == (1.0, "line")
     one = compute_model([timed("a", 2e-3, local=16)], "synthetic-mlp", cores=None)
     assert (one.fixed_s, one.per_example_s) == (0.0, pytest.approx(2e-3 / 16))
     assert "assumed proportional" in one.line() and one.factor(2)[1] == "assumed ∝ b"
@@ -65,7 +67,12 @@ def test_epochs_are_measured_or_modelled_through_the_noise_scale() -> None:
     epochs, source = model.at(128)
     assert epochs == pytest.approx(least * 3) and source.startswith("modelled")
     blind = EpochModel({32: 10.0, 256: 30.0}, noise=None)
-    assert blind.at(64) == (10.0, "assumed: as measured at B=32 (no noise scale)")
+    assert blind.at(64) == (10.0, "assumed: as at B=32 (measured; no noise scale)")
+    told = EpochModel({32: 10.0}, noise=64.0, given=True)  # --epochs 10, no run reached it
+    assert told.at(32) == (10.0, "assumed (--epochs) at B=32")
+    assert told.at(64)[0] == pytest.approx(10 / 1.5 * 2) and "(assumed (--epochs))" in (
+        told.at(64)[1]
+    )
     with pytest.raises(DmlbenchError, match="no run reached the target"):
         EpochModel({}, noise=50.0).at(64)
 

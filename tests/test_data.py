@@ -306,3 +306,19 @@ def test_normalize_matches_the_formula() -> None:
         images.float() / 255 - torch.tensor([0.4, 0.5, 0.6]).view(1, 3, 1, 1)
     ) / torch.tensor([0.2, 0.25, 0.3]).view(1, 3, 1, 1)
     torch.testing.assert_close(norm(images), expected)
+
+
+def test_a_validation_split_holds_out_the_same_training_examples_every_time() -> None:
+    from dmlbench.data.dataset import Dataset
+
+    data = Dataset(torch.arange(100.0).unsqueeze(1), torch.arange(100),
+                   torch.full((10, 1), -1.0), torch.zeros(10, dtype=torch.long), 10)  # fmt: skip
+    tuned = data.hold_out(0.2)
+    assert (len(tuned.train_x), len(tuned.test_x)) == (80, 20)
+    seen = set(tuned.train_x.flatten().tolist()) | set(tuned.test_x.flatten().tolist())
+    assert seen == set(range(100))  # a partition of the training set; no test example
+    assert set(tuned.train_x.flatten().tolist()).isdisjoint(tuned.test_x.flatten().tolist())
+    assert torch.equal(tuned.test_y, tuned.test_x.flatten().long())  # labels go along
+    assert torch.equal(data.hold_out(0.2).test_x, tuned.test_x)  # the same draw every run
+    with pytest.raises(ValueError, match="leaves no validation"):
+        data.hold_out(0.001)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -218,3 +219,37 @@ def test_an_older_store_gains_the_sweep_columns(tmp_path: Path) -> None:
                 "scaling": "weak", "repeat": 0, "point": {"workers": 1}})  # fmt: skip
     assert store.runs("new")[0].point == {"workers": 1}
     assert store.sweep_status("s") == {"k": "running"}
+
+
+def test_mlbench_tuning_protocol_picks_per_worker_count_on_a_validation_split(
+    tmp_path: Path,
+) -> None:
+    """A sweep that holds out 20% of the training set; compare keeps, per worker count,
+    the learning rate that reached the target on it first."""
+    sweep = tmp_path / "tune.yaml"
+    sweep.write_text(
+        "name: tune\ntask: synthetic-logreg\nset: {validation_split: 0.2, max_epochs: 2}\n"
+        "axes:\n  workers: [1, 2]\n"
+        "  recipe.schedule.alpha_by_workers: [{1: 25}, {1: 200}]\n"
+    )
+    store = str(tmp_path / "store")
+    done = cli("sweep", str(sweep), "--store", store, check=False)
+    assert done.returncode == 0, done.stderr + done.stdout
+    runs = stored(Path(store))
+    assert len(runs) == 4
+    assert {(r["summary"]["train_examples"], r["summary"]["test_examples"]) for r in runs} == {
+        (3200, 800)  # evaluated on 800 held-out training examples, not the 1,000 test ones
+    }
+    assert {r["division"] for r in runs} == {"open"}
+    every = json.loads(cli("compare", "--store", store, "--json").stdout)
+    assert len(every) == 4 and len({row["variant"] for row in every}) == 2
+    best = json.loads(cli("compare", "--store", store, "--best-by", "time_to_accuracy",
+                          "--group", "workers", "--json").stdout)  # fmt: skip
+    assert [row["workers"] for row in best] == [1, 2]
+    for row in best:  # the fastest to the target on the validation split, per count
+        rivals = [r["tta_olympic"] or math.inf for r in every if r["workers"] == row["workers"]]
+        assert (row["tta_olympic"] or math.inf) == min(rivals)
+    shown = cli("compare", "--store", store, "--best-by", "time_to_accuracy").stdout
+    assert "best variant per workers by time_to_accuracy" in shown
+    bad = cli("compare", "--store", store, "--best-by", "speed", check=False)
+    assert bad.returncode == 2 and "choose time_to_accuracy" in bad.stderr

@@ -21,6 +21,7 @@ Every number in the advice carries where it came from.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from dmlbench.perfmodel import CommCalibration, Link
     from dmlbench.perfmodel.calibrate import TaskCalibration
     from dmlbench.results.records import RunRecord
+    from dmlbench.results.store import ResultsStore
     from dmlbench.tasks import TaskDefinition
 
 BATCH_FACTORS = (0.25, 0.5, 1, 2, 4, 8)  # local batches tried: the recipe's × these
@@ -81,9 +83,13 @@ class ComputeModel:
         line = "line" if len(self.batches) > 1 else "assumed ∝ b"
         if workers in self.slowdown:
             return self.slowdown[workers], f"{line} ×{self.slowdown[workers]:.2f} measured"
-        factor = self.shared(workers) / self.shared(self.workers)
+        # from the nearest count measured below, as more workers share the same cores
+        anchor = max((n for n in self.slowdown if n < workers), default=self.workers)
+        factor = self.slowdown.get(anchor, 1.0) * self.shared(workers) / self.shared(anchor)
         if factor == 1.0:
             return 1.0, line
+        if self.shared(workers) == self.shared(anchor):
+            return factor, f"{line} ×{factor:.2f} assumed as at {anchor}"
         return factor, f"{line} ×{factor:.2f} assumed: {workers} share {self.cores} cores"
 
     def line(self) -> str:
@@ -134,6 +140,7 @@ class EpochModel:
 
     measured: dict[int, float]  # global batch → mean epochs of the runs that reached it
     noise: float | None  # B_noise
+    given: bool = False  # ``measured`` is the user's assumption (--epochs), not runs'
 
     def minimum(self) -> float | None:
         """``E_min`` fitted through the measured points (the mean of each point's)."""
@@ -143,20 +150,24 @@ class EpochModel:
 
     def at(self, batch: int) -> tuple[float, str]:
         if batch in self.measured:
-            return self.measured[batch], f"measured at B={batch}"
+            return self.measured[batch], f"{self.kind} at B={batch}"
         least = self.minimum()
         if least is not None:
             points = ", ".join(str(b) for b in sorted(self.measured))
             return least * (1 + batch / (self.noise or math.inf)), (
-                f"modelled: E_min·(1 + B/B_noise) through B={points}"
+                f"modelled: E_min·(1 + B/B_noise) through B={points} ({self.kind})"
             )
         if not self.measured:
             raise DmlbenchError(
                 "no run reached the target, so epochs to the target are unknown; run the "
-                "task to its target once (same --store)"
+                "task to its target once (same --store), or assume a number with --epochs"
             )
         nearest = min(self.measured, key=lambda b: abs(b - batch))
-        return self.measured[nearest], f"assumed: as measured at B={nearest} (no noise scale)"
+        return self.measured[nearest], f"assumed: as at B={nearest} ({self.kind}; no noise scale)"
+
+    @property
+    def kind(self) -> str:
+        return "assumed (--epochs)" if self.given else "measured"
 
 
 @dataclass
@@ -219,12 +230,16 @@ def advise(
     link: Link,
     price_per_worker_hour: float | None = None,
     current: tuple[int, int] | None = None,  # (workers, local batch) the user plans
+    assume_epochs: float | None = None,  # at the recipe's batch, when no run reached it
 ) -> Advice:
     """Every (workers, local batch) up to ``max_workers``, predicted and ranked by time
     to accuracy; the guidelines ``current`` breaks."""
     from dmlbench.perfmodel import comm_for, predict
 
-    epochs = EpochModel(calibration.epochs_by_batch, noise.b_simple if noise else None)
+    b_noise = noise.b_simple if noise else None
+    epochs = EpochModel(calibration.epochs_by_batch, b_noise)
+    if not epochs.measured and assume_epochs is not None:
+        epochs = EpochModel({task.recipe.local_batch: assume_epochs}, b_noise, given=True)
     examples = calibration.train_examples or task.train_examples or 0
 
     def candidate(workers: int, local: int) -> Candidate:
@@ -256,9 +271,7 @@ def advise(
         "compute": compute.line(),
         "communication": f"ring all-reduce on {network}, overhead and host bandwidth from "
         "bench allreduce",
-        "epochs": "measured at B=" + ", ".join(str(b) for b in sorted(epochs.measured))
-        if epochs.measured
-        else "none measured",
+        "epochs": f"{epochs.kind} at B=" + ", ".join(str(b) for b in sorted(epochs.measured)),
         "noise_scale": noise.source if noise else "not measured (run with 2+ workers)",
     }
     advice = Advice(task.name, network, grid, noise, sources, _rate_text(task, grid[0]))
@@ -266,6 +279,39 @@ def advise(
         advice.current = candidate(*current)
         advice.broken = broken_guidelines(advice.current, noise, examples, compute.cores)
     return advice
+
+
+def advise_from_store(
+    store: ResultsStore,
+    task: str,
+    *,
+    max_workers: int,
+    network: str,
+    price_per_worker_hour: float | None = None,
+    workers: int | None = None,
+    local_batch: int | None = None,
+    assume_epochs: float | None = None,
+) -> Advice:
+    """:func:`advise` calibrated from ``store``: the task's runs and ``bench allreduce``.
+    The plan checked against the guidelines is ``workers`` (default ``max_workers``) at
+    ``local_batch`` (default the recipe's). On the host network (``none``) the workers
+    share this machine's cores; on a profile each is a host of its own."""
+    from dmlbench.perfmodel import calibrate_comm, calibrate_task
+    from dmlbench.perfmodel.simulate import resolve_links
+    from dmlbench.tasks import get_task
+
+    definition = get_task(task)
+    runs = store.runs(task=task)
+    links, _ = resolve_links([network])
+    cores = len(os.sched_getaffinity(0)) if network == "none" else None
+    return advise(
+        definition, calibrate_task(runs, task), compute_model(runs, task, cores),
+        calibrate_comm(store.comm_runs()), noise_evidence(runs, task),
+        max_workers=max_workers, network=network, link=links[network],
+        price_per_worker_hour=price_per_worker_hour,
+        current=(workers or max_workers, local_batch or definition.recipe.local_batch),
+        assume_epochs=assume_epochs,
+    )  # fmt: skip
 
 
 def broken_guidelines(

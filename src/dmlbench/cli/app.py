@@ -667,6 +667,17 @@ def compare(
     json_out: JsonOption = False,
     csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
     include_disturbed: IncludeDisturbedOption = False,
+    best_by: Annotated[
+        str | None,
+        typer.Option(
+            help="keep only the best variant per --group: time_to_accuracy, "
+            "accuracy_after_time (with --budget), best_metric, throughput or cost_to_target "
+            "(a tuning protocol's pick; mlbench's: time_to_accuracy per workers)"
+        ),
+    ] = None,
+    group: Annotated[
+        str | None, typer.Option(help="columns --best-by picks within (default: --by's)")
+    ] = None,
 ) -> None:
     """Aggregated runs side by side: repeats as mean ± std and olympic mean, speedup,
     efficiency, comm ratio and cost."""
@@ -675,8 +686,16 @@ def compare(
     from dmlbench.report.prices import choose_price
     from dmlbench.report.terminal import scaling_tables
 
+    if best_by is not None and best_by not in analysis.BEST_BY:
+        raise DmlbenchError(f"--best-by {best_by}: choose {', '.join(analysis.BEST_BY)}")
+    if best_by == "accuracy_after_time" and budget is None:
+        raise DmlbenchError("--best-by accuracy_after_time needs --budget SECONDS")
+    if group is not None and best_by is None:
+        raise DmlbenchError("--group picks the best within groups: give --best-by too")
     frame = analysis.runs_frame(runs)
     columns = [c.strip() for c in by.split(",") if c.strip()]
+    within = [c.strip() for c in group.split(",") if c.strip()] if group else columns
+    columns += [c for c in within if c not in columns]
     unknown = [c for c in columns if c not in frame.columns]
     if unknown:
         raise DmlbenchError(
@@ -689,6 +708,12 @@ def compare(
         price_per_worker_hour=chosen.per_worker_hour, include_disturbed=include_disturbed,
         currency=chosen.currency,
     )  # fmt: skip
+    if best_by is not None:
+        table = analysis.best_of(table, best_by, within)
+        if not json_out and not csv_out:
+            column, less = analysis.BEST_BY[best_by]
+            console.print(f"best variant per {', '.join(within)} by {best_by} ({column}, "
+                          f"{'least' if less else 'most'})", markup=False)  # fmt: skip
     if json_out:
         sys.stdout.write(table.to_json(orient="records", indent=2) + "\n")
     elif csv_out:
@@ -930,6 +955,13 @@ def advise(
     local_batch: Annotated[
         int | None, typer.Option(help="the local batch you plan (default: the recipe's)", min=1)
     ] = None,
+    epochs: Annotated[
+        float | None,
+        typer.Option(
+            help="epochs to the target at the recipe's batch, assumed until a run reaches it",
+            min=0.01,
+        ),
+    ] = None,
     store: StoreOption = default_store(),
     price: PriceOption = None,
     prices: PricesOption = None,
@@ -942,27 +974,14 @@ def advise(
     every number says where it came from. Needs runs of the task (one with 2+ workers
     for the noise scale) and `dmlbench bench allreduce` in the same store.
     """
-    from dmlbench.advise.recommend import advise as recommend
-    from dmlbench.advise.recommend import compute_model, noise_evidence
-    from dmlbench.perfmodel import calibrate_comm, calibrate_task
-    from dmlbench.perfmodel.simulate import resolve_links
+    from dmlbench.advise.recommend import advise_from_store
     from dmlbench.report.prices import choose_price
-    from dmlbench.tasks import get_task
 
-    results = _require_store(store)
-    definition = get_task(task)
-    runs = results.runs(task=task)
-    links, _ = resolve_links([network])
     chosen = choose_price(price, prices)
-    plan = (workers or max_workers, local_batch or definition.recipe.local_batch)
-    # On the host network the workers share this machine's cores; on a profile each is
-    # a host of its own.
-    cores = len(os.sched_getaffinity(0)) if network == "none" else None
-    advice = recommend(
-        definition, calibrate_task(runs, task), compute_model(runs, task, cores),
-        calibrate_comm(results.comm_runs()), noise_evidence(runs, task),
-        max_workers=max_workers, network=network, link=links[network],
-        price_per_worker_hour=chosen.per_worker_hour, current=plan,
+    advice = advise_from_store(
+        _require_store(store), task, max_workers=max_workers, network=network,
+        price_per_worker_hour=chosen.per_worker_hour, workers=workers, local_batch=local_batch,
+        assume_epochs=epochs,
     )  # fmt: skip
     if json_out:
         _print_json({**advice.to_json(), "price": chosen.label})

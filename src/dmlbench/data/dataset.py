@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from dmlbench.data.augment import ChannelNormalize, random_crop_flip
+
+HOLD_OUT_SEED = 0  # the validation split's draw: one for every run, whatever its seed
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,21 @@ class Dataset:
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train_x.shape[1:])
+
+    def hold_out(self, share: float, seed: int = HOLD_OUT_SEED) -> Dataset:
+        """Train on the rest of the training set and evaluate on ``share`` of it, drawn
+        with a fixed ``seed`` so every run of a tuning sweep holds out the same examples;
+        the test set is left out altogether."""
+        count = round(len(self.train_x) * share)
+        if not 0 < count < len(self.train_x):
+            raise ValueError(f"validation_split={share} of {len(self.train_x)} training "
+                             "examples leaves no validation or no training examples")  # fmt: skip
+        order = torch.randperm(len(self.train_x), generator=torch.Generator().manual_seed(seed))
+        held, kept = order[:count], order[count:]
+        return dataclasses.replace(
+            self, train_x=self.train_x[kept], train_y=self.train_y[kept],
+            test_x=self.train_x[held], test_y=self.train_y[held],
+        )  # fmt: skip
 
     def preprocess(self, augment: bool) -> Preprocess:
         return self.augment if augment else self.plain

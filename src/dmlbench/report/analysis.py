@@ -369,6 +369,41 @@ def scaling_table(
     return _add_scaling(table, frame, keys, include_disturbed)
 
 
+# `compare --best-by`: the scaling table's column each criterion reads, and whether less
+# is better. Time to accuracy is the olympic mean, where a run that missed counts as ∞.
+BEST_BY = {
+    "time_to_accuracy": ("tta_olympic", True),
+    "accuracy_after_time": ("aat_mean", False),
+    "best_metric": ("best_metric_mean", False),
+    "throughput": ("throughput_mean", False),
+    "cost_to_target": ("cost_to_target", True),
+}
+
+
+def best_of(table: pd.DataFrame, criterion: str, group: Sequence[str]) -> pd.DataFrame:
+    """Per (task, sweep, ``group``...), the scaling table's row best by ``criterion``: the
+    point a tuning protocol picks (mlbench: per worker count, the learning rate that
+    reaches the target on the validation split first). Speedup and efficiency are then
+    against the best row of the fewest workers, whatever its variant."""
+    column, less = BEST_BY[criterion]
+    if table.empty:
+        return table
+    if column not in table:
+        raise ValueError(f"--best-by {criterion} needs {column}, which this table lacks")
+    keys = [*GROUP, *[g for g in group if g not in GROUP]]
+    score = table[column].astype(float)
+    score = score.fillna(math.inf) if less else -score.fillna(-math.inf)
+    picked = table.loc[score.groupby([table[k] for k in keys], sort=False).idxmin()]
+    picked = picked.reset_index(drop=True)
+    if "workers" in keys:
+        for _, series in picked.groupby(GROUP, sort=False):
+            base = series.loc[series["workers"].idxmin()]
+            for index, row in series.iterrows():
+                picked.loc[index, "baseline_workers"] = int(base["workers"])
+                _scale(picked, index, row, base, row["scaling"])
+    return picked.sort_values(keys, kind="stable").reset_index(drop=True)
+
+
 def _add_scaling(
     table: pd.DataFrame, frame: pd.DataFrame, keys: list[str], include_disturbed: bool
 ) -> pd.DataFrame:
@@ -387,22 +422,23 @@ def _add_scaling(
         base = series.loc[series["workers"].idxmin()]
         n0 = int(base["workers"])
         for index, row in series.iterrows():
-            n = int(row["workers"])
             table.loc[index, "scaling"] = mode
             table.loc[index, "baseline_workers"] = n0
             if not include_disturbed and (row["timed_disturbed"] or base["timed_disturbed"]):
                 continue  # a disturbed time would make a speedup up, as a busy baseline does
-            table.loc[index, "speedup_tta"] = base["tta_mean"] / row["tta_mean"]
-            table.loc[index, "speedup_throughput"] = (
-                row["throughput_mean"] / base["throughput_mean"]
-            )
-            table.loc[index, "efficiency_tta"] = efficiency(
-                base["tta_mean"], n0, row["tta_mean"], n, mode
-            )
-            table.loc[index, "efficiency_step"] = efficiency(
-                base["step_time_mean"], n0, row["step_time_mean"], n, mode
-            )
+            _scale(table, index, row, base, mode)
     return table.sort_values([*series_keys, "workers"], kind="stable").reset_index(drop=True)
+
+
+def _scale(table: pd.DataFrame, index: Any, row: pd.Series, base: pd.Series, mode: str) -> None:
+    """Row ``index``'s speedups and efficiencies against ``base`` (fewer workers)."""
+    n0, n = int(base["workers"]), int(row["workers"])
+    table.loc[index, "speedup_tta"] = base["tta_mean"] / row["tta_mean"]
+    table.loc[index, "speedup_throughput"] = row["throughput_mean"] / base["throughput_mean"]
+    table.loc[index, "efficiency_tta"] = efficiency(base["tta_mean"], n0, row["tta_mean"], n, mode)
+    table.loc[index, "efficiency_step"] = efficiency(
+        base["step_time_mean"], n0, row["step_time_mean"], n, mode
+    )
 
 
 def comm_frame(comm_runs: Sequence[CommRun]) -> pd.DataFrame:

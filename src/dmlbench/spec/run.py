@@ -83,6 +83,14 @@ class RunSpec(WorkersSpec):
         description="accept data whose example counts differ from the official dataset's "
         "(a subset for quick checks); the run is open division",
     )
+    validation_split: float = Field(
+        0.0,
+        ge=0.0,
+        le=0.5,
+        description="hold out this share of the training set (the same examples in every "
+        "run) and evaluate on it instead of the test set, which stays untouched: for "
+        "tuning (mlbench's protocol holds out 0.2); the run is open division",
+    )
     save_model: bool = Field(False, description="rank 0 saves final weights as model.pt")
     plugins: list[str] = Field(
         default_factory=list, description="modules imported first; they may register tasks"
@@ -273,6 +281,8 @@ def deviations(spec: RunSpec) -> dict[str, dict[str, Any]]:
             differ[f"recipe.{key}"] = {"reference": ref, "actual": got}
     if spec.partial_data:  # not the official data: not the reference experiment
         differ["partial_data"] = {"reference": False, "actual": True}
+    if spec.validation_split:  # a tuning run: evaluated on held-out training examples
+        differ["validation_split"] = {"reference": 0.0, "actual": spec.validation_split}
     from dmlbench.comm.exchange import is_exact
 
     if not is_exact(spec.exchange):  # another algorithm than synchronous SGD

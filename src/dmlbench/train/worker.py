@@ -55,6 +55,8 @@ def run_worker(spec_json: str, run_dir: str) -> None:
         data = task.load(spec.data_dir)
         if not spec.partial_data:  # the data may have changed since the launcher looked
             task.check_examples(len(data.train_x), len(data.test_x), spec.data_dir)
+        if spec.validation_split:
+            data = data.hold_out(spec.validation_split)
         trainer = Trainer(spec, task, data, ctx, events)
         events.log("init_stop")
         try:
