@@ -63,15 +63,23 @@ def test_the_compute_line_is_fitted_through_the_measured_local_batches() -> None
 def test_epochs_are_measured_or_modelled_through_the_noise_scale() -> None:
     model = EpochModel({32: 10.0, 64: 12.0}, noise=64.0)
     assert model.at(64) == (12.0, "measured at B=64")
-    least = (10 / 1.5 + 12 / 2) / 2  # E_min through both points
+    # two measured batches: the line E = 8 + B/16, so E_min = 8 and B_crit = 128
     epochs, source = model.at(128)
-    assert epochs == pytest.approx(least * 3) and source.startswith("modelled")
-    blind = EpochModel({32: 10.0, 256: 30.0}, noise=None)
+    assert epochs == pytest.approx(16.0) and source.startswith("modelled")
+    assert "B_crit ≈ 128 from fitted to the measured epochs" in source
+    # one batch, or epochs that do not grow with it: the noise scale stands in
+    one = EpochModel({32: 10.0}, noise=64.0).at(128)
+    assert one[0] == pytest.approx(10 / 1.5 * 3) and "B_crit ≈ 64 from the measured noise" in one[1]
+    falling = EpochModel({32: 12.0, 64: 10.0}, noise=64.0).at(128)[0]
+    assert falling == pytest.approx((12 / 1.5 + 10 / 2) / 2 * 3)
+    # no noise scale and epochs that do not grow with the batch: the nearest's, assumed
+    blind = EpochModel({32: 10.0, 256: 9.0}, noise=None)
     assert blind.at(64) == (10.0, "assumed: as at B=32 (measured; no noise scale)")
+    assert EpochModel({32: 10.0, 256: 24.0}, noise=None).at(64)[0] == pytest.approx(12.0)
     told = EpochModel({32: 10.0}, noise=64.0, given=True)  # --epochs 10, no run reached it
     assert told.at(32) == (10.0, "assumed (--epochs) at B=32")
-    assert told.at(64)[0] == pytest.approx(10 / 1.5 * 2) and "(assumed (--epochs))" in (
-        told.at(64)[1]
+    assert (
+        told.at(64)[0] == pytest.approx(10 / 1.5 * 2) and "(assumed (--epochs))" in (told.at(64)[1])
     )
     with pytest.raises(DmlbenchError, match="no run reached the target"):
         EpochModel({}, noise=50.0).at(64)

@@ -447,3 +447,24 @@ def test_best_of_keeps_each_worker_counts_fastest_variant() -> None:
     assert list(most["workers"]) == [1, 2] and len(most) == 2
     everything = analysis.best_of(table, "time_to_accuracy", [])  # one per (task, sweep)
     assert len(everything) == 1 and everything["tta_olympic"].iloc[0] == pytest.approx(7.0)
+
+
+def test_training_accuracy_and_a_target_loss_are_drawn_where_present() -> None:
+    from dmlbench.report.figures import curves
+
+    run = stored_run("r", 2, tta=5.0, evals=[(2.0, 0.8), (4.0, 0.95)])
+    trained = dataclasses.replace(run, evals=[dataclasses.replace(e, train_metric=m)
+                                              for e, m in zip(run.evals, (0.85, 0.99),
+                                                              strict=True)])  # fmt: skip
+    frame = analysis.runs_frame([trained])
+    evals = analysis.evals_frame([trained]).merge(frame[["run_id", "variant"]], on="run_id")
+    table = analysis.scaling_table(frame)
+    fig = curves(evals, table, 0.9, "t", target_loss=0.2828)
+    accuracy, loss = fig.axes[:2]
+    dotted = [line for line in accuracy.get_lines() if line.get_linestyle() == ":"]
+    assert len(dotted) == 1 and list(dotted[0].get_ydata()) == [0.85, 0.99]
+    assert [list(line.get_ydata()) for line in loss.get_lines()][-1] == [0.2828, 0.2828]
+    assert any("target loss 0.2828" in text.get_text() for text in loss.texts)
+    plain = curves(evals.assign(train_metric=None), table, 0.9, "t")
+    assert not [line for line in plain.axes[0].get_lines() if line.get_linestyle() == ":"]
+    assert len(plain.axes[1].get_lines()) == 1 and not plain.axes[1].texts

@@ -322,3 +322,17 @@ def test_a_validation_split_holds_out_the_same_training_examples_every_time() ->
     assert torch.equal(data.hold_out(0.2).test_x, tuned.test_x)  # the same draw every run
     with pytest.raises(ValueError, match="leaves no validation"):
         data.hold_out(0.001)
+
+
+def test_a_store_from_before_training_accuracy_gains_its_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    from dmlbench.results import ResultsStore
+    from dmlbench.results.store import DB_FILE
+
+    ResultsStore(tmp_path)
+    with sqlite3.connect(tmp_path / DB_FILE) as db:  # as stores before it were
+        db.execute("ALTER TABLE evals DROP COLUMN train_metric")
+    ResultsStore(tmp_path)
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        assert "train_metric" in {row[1] for row in db.execute("PRAGMA table_info(evals)")}

@@ -228,7 +228,8 @@ def test_mlbench_tuning_protocol_picks_per_worker_count_on_a_validation_split(
     the learning rate that reached the target on it first."""
     sweep = tmp_path / "tune.yaml"
     sweep.write_text(
-        "name: tune\ntask: synthetic-logreg\nset: {validation_split: 0.2, max_epochs: 2}\n"
+        "name: tune\ntask: synthetic-logreg\n"
+        "set: {validation_split: 0.2, max_epochs: 2, train_metric_examples: 300}\n"
         "axes:\n  workers: [1, 2]\n"
         "  recipe.schedule.alpha_by_workers: [{1: 25}, {1: 200}]\n"
     )
@@ -241,6 +242,9 @@ def test_mlbench_tuning_protocol_picks_per_worker_count_on_a_validation_split(
         (3200, 800)  # evaluated on 800 held-out training examples, not the 1,000 test ones
     }
     assert {r["division"] for r in runs} == {"open"}
+    # training accuracy on 300 training examples at every evaluation, beside the metric
+    trained = [e["train_metric"] for r in runs for e in r["evals"]]
+    assert trained and all(0.0 <= m <= 1.0 for m in trained)
     every = json.loads(cli("compare", "--store", store, "--json").stdout)
     assert len(every) == 4 and len({row["variant"] for row in every}) == 2
     best = json.loads(cli("compare", "--store", store, "--best-by", "time_to_accuracy",

@@ -142,20 +142,35 @@ class EpochModel:
     noise: float | None  # B_noise
     given: bool = False  # ``measured`` is the user's assumption (--epochs), not runs'
 
-    def minimum(self) -> float | None:
-        """``E_min`` fitted through the measured points (the mean of each point's)."""
+    def fit(self) -> tuple[float, float, str] | None:
+        """``(E_min, B_crit, where B_crit came from)`` of ``E(B) = E_min·(1 + B/B_crit)``.
+
+        Fitted to the epochs measured at two or more global batches where they grow with
+        the batch (a line in ``B``: intercept ``E_min``, slope ``E_min/B_crit``). The
+        measured noise scale ``B_simple`` stands in for ``B_crit`` otherwise; it can
+        underestimate it (McCandlish et al. §2.3: the Hessian's conditioning), so
+        measured epochs win where there are enough."""
+        if len(self.measured) >= 2 and not self.given:
+            batches = sorted(self.measured)
+            epochs = [self.measured[b] for b in batches]
+            slope, least = statistics.linear_regression(batches, epochs)
+            if slope > 0 and least > 0:
+                return least, least / slope, "fitted to the measured epochs"
         if self.noise is None or not self.measured:
             return None
-        return statistics.mean(e / (1 + b / self.noise) for b, e in self.measured.items())
+        least = statistics.mean(e / (1 + b / self.noise) for b, e in self.measured.items())
+        return least, self.noise, "the measured noise scale"
 
     def at(self, batch: int) -> tuple[float, str]:
         if batch in self.measured:
             return self.measured[batch], f"{self.kind} at B={batch}"
-        least = self.minimum()
-        if least is not None:
+        fitted = self.fit()
+        if fitted is not None:
+            least, critical, source = fitted
             points = ", ".join(str(b) for b in sorted(self.measured))
-            return least * (1 + batch / (self.noise or math.inf)), (
-                f"modelled: E_min·(1 + B/B_noise) through B={points} ({self.kind})"
+            return least * (1 + batch / critical), (
+                f"modelled: E_min·(1 + B/B_crit) through B={points} ({self.kind}), "
+                f"B_crit ≈ {critical:,.0f} from {source}"
             )
         if not self.measured:
             raise DmlbenchError(

@@ -241,7 +241,7 @@ def evals_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
         for e in r.evals
     ]  # fmt: skip
     columns = ["run_id", "task", "sweep", "workers", "seed", "epoch", "step", "samples",
-               "elapsed_s", "compute_elapsed_s", "metric", "loss"]  # fmt: skip
+               "elapsed_s", "compute_elapsed_s", "metric", "loss", "train_metric"]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 

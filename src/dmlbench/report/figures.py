@@ -242,10 +242,17 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
 LINE_STYLES = ["-", "--", ":", "-."]
 
 
-def curves(evals: pd.DataFrame, table: pd.DataFrame, target: float | None, title: str) -> Figure:
+def curves(
+    evals: pd.DataFrame,
+    table: pd.DataFrame,
+    target: float | None,
+    title: str,
+    target_loss: float | None = None,
+) -> Figure:
     """Test accuracy and loss against wall-clock time, one line per run (a point where a
     run evaluated once). Coloured by worker count; with several variants, coloured by
-    variant and dashed by worker count."""
+    variant and dashed by worker count. Training accuracy, where runs measured it, is a
+    thin dotted line of the run's colour; a task's target loss a dashed line."""
     fig, (acc, loss) = _figure(title, "Accuracy and loss vs wall-clock time", ncols=2)
     workers = sorted(int(w) for w in evals["workers"].unique())
     variant = evals["variant"] if "variant" in evals else pd.Series("", index=evals.index)
@@ -269,11 +276,18 @@ def curves(evals: pd.DataFrame, table: pd.DataFrame, target: float | None, title
         for ax, column in ((acc, "metric"), (loss, "loss")):
             ax.plot(run["elapsed_s"], run[column], style, marker="o", ms=3, color=colour,
                     lw=1.2, alpha=0.85, label=label)  # fmt: skip
+        if "train_metric" in run and run["train_metric"].notna().any():
+            acc.plot(run["elapsed_s"], run["train_metric"], ":", color=colour, lw=1,
+                     alpha=0.85, label=f"{label} (training set)")  # fmt: skip
     if target is not None:
         acc.axhline(target, color="k", ls="--", lw=1, label=f"target {target:.0%}")
+    if target_loss is not None:
+        loss.axhline(target_loss, color="k", ls="--", lw=1)
+        loss.text(0.99, target_loss, f"target loss {target_loss:g}", ha="right", va="bottom",
+                  fontsize="small", transform=loss.get_yaxis_transform())  # fmt: skip
     acc.set_xlabel("wall-clock seconds since run start")
     loss.set_xlabel("wall-clock seconds since run start")
-    acc.set_ylabel("test accuracy, %")
+    acc.set_ylabel("accuracy, %")
     acc.yaxis.set_major_formatter(PercentFormatter(1.0))
     loss.set_ylabel("test loss (mean per example)")
     _legend(fig, acc)

@@ -154,8 +154,9 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
         target = section.runs["target"].dropna()
         evals = section.evals.merge(section.runs[["run_id", "variant"]], on="run_id")
         made["curves"] = figures.curves(
-            evals, finished, float(target.iloc[0]) if len(target) else None, title
-        )
+            evals, finished, float(target.iloc[0]) if len(target) else None, title,
+            target_loss=_target_loss(section.runs["task"].iloc[0]),
+        )  # fmt: skip
     made["phases"] = figures.phases(finished, title)
     # variants that send different amounts at one worker count: e.g. an algorithm sweep
     if finished.groupby("workers")["bytes_per_step_mean"].nunique().max() > 1:
@@ -163,6 +164,18 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     if price is not None:
         made["cost"] = figures.cost(finished, price.label, title, price.currency)
     return made
+
+
+def _target_loss(task: str) -> float | None:
+    """The task's reference goal in test loss, if it has one (a plugin's task whose
+    module is not imported here has none)."""
+    from dmlbench.errors import DmlbenchError
+    from dmlbench.tasks import get_task
+
+    try:
+        return get_task(task).target_loss
+    except DmlbenchError:
+        return None
 
 
 def svg_of(fig: Figure) -> str:

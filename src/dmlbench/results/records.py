@@ -52,6 +52,7 @@ class Evaluation:
     compute_elapsed_s: float  # the same without time spent evaluating
     metric: float
     loss: float
+    train_metric: float | None = None  # on a fixed subset of the training set, if asked
 
 
 @dataclass(frozen=True, slots=True)

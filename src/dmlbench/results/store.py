@@ -86,7 +86,7 @@ CREATE TABLE IF NOT EXISTS evals (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
     epoch REAL, step INTEGER, samples INTEGER,
     elapsed_s REAL, compute_elapsed_s REAL,
-    metric REAL, loss REAL
+    metric REAL, loss REAL, train_metric REAL
 );
 CREATE TABLE IF NOT EXISTS phases (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -195,6 +195,9 @@ class ResultsStore:
                 have = {row[1] for row in db.execute("PRAGMA table_info(comm_results)")}
                 if have and "scope" not in have:  # added with emulated clusters
                     db.execute("ALTER TABLE comm_results ADD COLUMN scope TEXT")
+                have = {row[1] for row in db.execute("PRAGMA table_info(evals)")}
+                if have and "train_metric" not in have:  # added with training accuracy
+                    db.execute("ALTER TABLE evals ADD COLUMN train_metric REAL")
                 db.executescript(SCHEMA)
                 db.execute("CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep, run_key)")
             self._mark_abandoned()
@@ -370,11 +373,11 @@ class ResultsStore:
                 ),
             )  # fmt: skip
             db.executemany(
-                "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         run_id, e["epoch"], e["step"], e["samples"], e["elapsed_s"],
-                        e["compute_elapsed_s"], e["metric"], e["loss"],
+                        e["compute_elapsed_s"], e["metric"], e["loss"], e.get("train_metric"),
                     )
                     for e in evals
                 ],

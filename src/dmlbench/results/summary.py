@@ -21,6 +21,7 @@ def eval_history(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "compute_elapsed_s": e["metadata"]["compute_elapsed_s"],
             "metric": e["value"],
             "loss": e["metadata"]["eval_loss"],
+            "train_metric": e["metadata"].get("train_accuracy"),
         }
         for e in events
         if e["key"] == "eval_accuracy"

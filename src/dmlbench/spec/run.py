@@ -91,6 +91,14 @@ class RunSpec(WorkersSpec):
         "run) and evaluate on it instead of the test set, which stays untouched: for "
         "tuning (mlbench's protocol holds out 0.2); the run is open division",
     )
+    train_metric_examples: int = Field(
+        0,
+        ge=0,
+        le=1_000_000,
+        description="at each evaluation also measure the metric and loss on this many "
+        "training examples (a fixed subset, without augmentation): training accuracy; "
+        "0: off",
+    )
     save_model: bool = Field(False, description="rank 0 saves final weights as model.pt")
     plugins: list[str] = Field(
         default_factory=list, description="modules imported first; they may register tasks"

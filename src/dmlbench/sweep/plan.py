@@ -25,7 +25,12 @@ from dmlbench.sweep.expressions import Expression
 # worker, not what runs: not part of a run's key.
 _NOT_IDENTITY = ("data_dir", "download", "plugins", "stall_timeout_s")
 # Fields added later, left out of the key at their default so stored sweeps still resume.
-_KEY_DEFAULTS = {"partial_data": False, "noise_scale": "auto", "validation_split": 0.0}
+_KEY_DEFAULTS = {
+    "partial_data": False,
+    "noise_scale": "auto",
+    "validation_split": 0.0,
+    "train_metric_examples": 0,
+}
 MAX_RUNS = 10_000  # a sweep larger than this is a typo (or an attack), not an experiment
 
 

@@ -39,6 +39,9 @@ class TaskDefinition:
     metric: str = "top1_accuracy"
     free_choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     reference: str = ""
+    target_loss: float | None = None
+    """A reference's goal in test loss (mlbench's epsilon: 0.2828), drawn in the loss
+    figure; the run's goal stays ``recipe.target``."""
     eval_batch: int = 1000
     train_examples: int | None = None
     """Size of the training set, when known without loading it: lets an impossible global
@@ -69,6 +72,7 @@ class TaskDefinition:
             "dataset": self.dataset,
             "metric": self.metric,
             "target": self.recipe.target,
+            "target_loss": self.target_loss,
             "loss": self.loss,
             "reference": self.reference,
             "free_choices": {k: list(v) for k, v in self.free_choices.items()},

@@ -39,6 +39,7 @@ from dmlbench.train.losses import LOSSES
 from dmlbench.train.timers import PhaseTimer
 
 PROGRESS_EVERY_S = 2.0
+TRAIN_SUBSET_SEED = 0  # the draw of training accuracy's examples: one for every run
 
 
 def _cpu_sample(helpers_s: float = 0.0) -> list[float]:
@@ -87,6 +88,11 @@ class Trainer:
         self.optimizer = build_optimizer(spec.recipe.optimizer, self.model.parameters())
         self.loss_fn, self.correct_fn = LOSSES[task.loss]
         self.preprocess = data.preprocess(spec.recipe.augment)
+        # training accuracy's examples: one fixed draw, the same on every rank and run
+        wanted = min(spec.train_metric_examples, len(data.train_x))
+        self.train_subset = torch.randperm(
+            len(data.train_x), generator=torch.Generator().manual_seed(TRAIN_SUBSET_SEED)
+        )[:wanted] if wanted else None  # fmt: skip
         self.generator = torch.Generator().manual_seed(spec.seed * 7919 + ctx.rank)
         self.timer = PhaseTimer(ctx.synchronize if self.device.type == "cuda" else None)
         self.autocast = _autocast(spec.recipe.precision, self.device)
@@ -202,29 +208,39 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Accuracy and mean loss on the whole test set, each rank taking one slice."""
+        """Accuracy and mean loss on the whole test set, each rank taking one slice; with
+        ``train_metric_examples``, also on that fixed subset of the training set."""
         self.timer.start()
         self.exchange.sync_buffers(self.model)
         self.model.eval()
-        shard = eval_shard(len(self.data.test_x), self.ctx.world_size, self.ctx.rank)
+        sums = self._metric_sums(self.data.test_x, self.data.test_y)
+        if self.train_subset is not None:
+            sums += self._metric_sums(self.data.train_x[self.train_subset],
+                                      self.data.train_y[self.train_subset])  # fmt: skip
+        self.model.train()
+        self.exchange.after_evaluate(self.model)
+        totals = all_reduce_sum(sums, self.device)
+        self.timer.lap("eval")
+        metrics = {"accuracy": totals[0] / totals[2], "loss": totals[1] / totals[2]}
+        if self.train_subset is not None:
+            metrics.update(train_accuracy=totals[3] / totals[5], train_loss=totals[4] / totals[5])
+        return metrics
+
+    def _metric_sums(self, xs: torch.Tensor, ys: torch.Tensor) -> list[float]:
+        """[correct, loss sum, count] over this rank's slice of ``xs``."""
+        shard = eval_shard(len(xs), self.ctx.world_size, self.ctx.rank)
         correct = torch.zeros((), device=self.device)
         loss_sum = torch.zeros((), device=self.device)
         for start in range(shard.start, shard.stop, self.task.eval_batch):
             stop = min(start + self.task.eval_batch, shard.stop)
             beat(self.step, "eval")
-            x = self.data.test_x[start:stop].to(self.device, non_blocking=True)
-            y = self.data.test_y[start:stop].to(self.device, non_blocking=True)
+            x = xs[start:stop].to(self.device, non_blocking=True)
+            y = ys[start:stop].to(self.device, non_blocking=True)
             with self.autocast():
                 out = self.model(self.preprocess.eval(x))
             correct += self.correct_fn(out, y)
             loss_sum += self.loss_fn(out, y).sum()
-        self.model.train()
-        self.exchange.after_evaluate(self.model)
-        total_correct, total_loss, count = all_reduce_sum(
-            [correct.item(), loss_sum.item(), float(len(shard))], self.device
-        )
-        self.timer.lap("eval")
-        return {"accuracy": total_correct / count, "loss": total_loss / count}
+        return [correct.item(), loss_sum.item(), float(len(shard))]
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -309,6 +325,8 @@ class Trainer:
             step=self.step,
             samples_count=self.step * self.sharding.global_batch,
             eval_loss=metrics["loss"],
+            train_accuracy=metrics.get("train_accuracy"),
+            train_loss=metrics.get("train_loss"),
             elapsed_s=elapsed,
             compute_elapsed_s=compute_elapsed,
         )
