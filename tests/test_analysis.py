@@ -468,3 +468,14 @@ def test_training_accuracy_and_a_target_loss_are_drawn_where_present() -> None:
     plain = curves(evals.assign(train_metric=None), table, 0.9, "t")
     assert not [line for line in plain.axes[0].get_lines() if line.get_linestyle() == ":"]
     assert len(plain.axes[1].get_lines()) == 1 and not plain.axes[1].texts
+
+
+def test_a_variant_of_a_table_entry_names_the_table() -> None:
+    runs = []
+    for i, alpha in enumerate((25, 200)):
+        run = stored_run(f"a{alpha}", 1, tta=5.0, seed=i)
+        recipe = {**run.spec["recipe"], "schedule": {"alpha_by_workers": {"1": alpha}}}
+        runs.append(dataclasses.replace(run, spec={**run.spec, "recipe": recipe}))
+    labels = list(analysis.runs_frame(runs)["variant"])
+    assert labels == ["alpha_by_workers.1=25", "alpha_by_workers.1=200"]  # not "1=25"
+    assert analysis.variant_pairs(labels[0]) == {"alpha_by_workers.1": "25"}

@@ -267,13 +267,14 @@ def advise(
             compute_fixed_s=compute.fixed_s * factor,
             gradient_bytes=calibration.gradient_bytes, train_examples=examples,
             epochs_to_target=assumed,
-            eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / workers,
+            # evaluation is sharded over the workers, and as slow as their compute
+            eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / workers
+            * factor,
             link=link, calibration=comm_for(comm, max(2, workers)),
             price_per_worker_hour=price_per_worker_hour,
         )  # fmt: skip
         return Candidate(workers, local, batch, assumed, source, guess.step_s, guess.compute_s,
-                         shared, guess.comm_ratio, guess.tta_s,
-                         guess.cost)  # fmt: skip
+                         shared, guess.comm_ratio, guess.tta_s, guess.cost)  # fmt: skip
 
     base = task.recipe.local_batch
     locals_ = sorted({max(1, round(base * f)) for f in BATCH_FACTORS})
@@ -286,7 +287,7 @@ def advise(
         "compute": compute.line(),
         "communication": f"ring all-reduce on {network}, overhead and host bandwidth from "
         "bench allreduce",
-        "epochs": f"{epochs.kind} at B=" + ", ".join(str(b) for b in sorted(epochs.measured)),
+        "epochs": _epochs_text(epochs),
         "noise_scale": noise.source if noise else "not measured (run with 2+ workers)",
     }
     advice = Advice(task.name, network, grid, noise, sources, _rate_text(task, grid[0]))
@@ -327,6 +328,16 @@ def advise_from_store(
         current=(workers or max_workers, local_batch or definition.recipe.local_batch),
         assume_epochs=assume_epochs,
     )  # fmt: skip
+
+
+def _epochs_text(epochs: EpochModel) -> str:
+    points = ", ".join(str(b) for b in sorted(epochs.measured))
+    fitted = epochs.fit()
+    if fitted is None:
+        return f"{epochs.kind} at B={points}; elsewhere the nearest one's, assumed"
+    least, critical, source = fitted
+    return (f"{epochs.kind} at B={points}; elsewhere E_min·(1 + B/B_crit) with E_min ≈ "
+            f"{least:.1f}, B_crit ≈ {critical:,.0f} from {source}")  # fmt: skip
 
 
 def broken_guidelines(

@@ -174,9 +174,16 @@ def _variants(frame: pd.DataFrame) -> pd.Series:
             keys.append(key)
         for index in group.index:
             labels[index] = " ".join(
-                f"{k.rpartition('.')[2]}={_value_text(_loads(flat.at[index, k]))}" for k in keys
+                f"{_key_text(k)}={_value_text(_loads(flat.at[index, k]))}" for k in keys
             )
     return labels
+
+
+def _key_text(key: str) -> str:
+    """A spec key in a variant label: its last part (``momentum``), with the part before
+    where the last is a table's key (``alpha_by_workers.1``, α at 1 worker)."""
+    parts = key.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 1 and not parts[-1].isidentifier() else parts[-1]
 
 
 def _loads(text: Any) -> Any:
