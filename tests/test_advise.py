@@ -149,6 +149,9 @@ def test_the_guidelines_a_plan_breaks() -> None:
         on_one_host.current.compute_source
     )
     assert on_one_host.sources["noise_scale"].startswith("not measured")
+    measured_b = {c.local_batch: c.compute_source for c in on_one_host.candidates
+                  if c.workers == 1}  # fmt: skip
+    assert measured_b[16] == "assumed ∝ b" and measured_b[32].endswith("extrapolated in b")
 
 
 def test_calibration_keeps_to_one_local_batch() -> None:

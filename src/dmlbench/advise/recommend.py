@@ -261,6 +261,8 @@ def advise(
         batch = workers * local
         assumed, source = epochs.at(batch)
         factor, shared = compute.factor(workers)
+        if not compute.batches[0] <= local <= compute.batches[-1]:
+            shared += ", extrapolated in b"  # beyond the local batches measured
         guess = predict(
             workers=workers, algorithm="ring", local_batch=local,
             compute_per_example_s=compute.per_example_s * factor,
