@@ -121,16 +121,16 @@ def main() -> int:
         print(f"| {rank} | {row['workers']} | {row['local_batch']} / {row['global_batch']} | "
               f"{fmt(guess)} s | {fmt(got)} s | {fmt(row['tta_mean_s'])} ± "
               f"{row['tta_std_s']:.3f} s | {row['reached']}{mark} |")  # fmt: skip
-    if mine["tta_s"] is None:
-        sys.exit("the advised point missed the target in a seed: FAIL")
-    ratio = mine["tta_s"] / fastest
+    # an advised point that missed the target (in most seeds) is as far from the best as can be
+    ratio = math.inf if mine["tta_s"] is None else mine["tta_s"] / fastest
     verdict = "PASS" if ratio <= 1 + WITHIN else "FAIL"
     print(f"\nadvised point: {ratio:.2f}× the measured best ({verdict}: within {WITHIN:.0%})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({
             "task": args.task, "advice": advice.to_json(), "grid": rows,
-            "ratio_to_best": ratio, "verdict": verdict, "repeats": args.repeats,
+            "ratio_to_best": ratio if math.isfinite(ratio) else None, "verdict": verdict,
+            "repeats": args.repeats, "overrides": args.overrides,
         }, indent=1, default=str) + "\n")  # fmt: skip
     return 0 if verdict == "PASS" else 1
 
