@@ -27,6 +27,7 @@ REPO = Path(__file__).parent.parent
 README = REPO / "README.md"
 ROOT_OPTIONS = ("--network", "--nodes")  # namespaces and tc need root
 MULTI_HOST = "--rdzv-endpoint"  # a job across real hosts: planned, not started, here
+SHIPPED = ("examples", "benchmarks")  # folders of the repository the README's lines name
 
 
 def readme_commands() -> list[tuple[int, str]]:
@@ -103,9 +104,10 @@ def test_the_readme_lists_the_commands_this_test_runs() -> None:
 
 
 def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
-    work = tmp_path / "work"  # the README's folder: examples/ here, ../shared/data beside
-    work.mkdir()
-    (work / "examples").symlink_to(REPO / "examples")
+    work = tmp_path / "work"  # the README's folder: examples/ and benchmarks/ here,
+    work.mkdir()  # ../shared/data beside
+    for shipped in SHIPPED:
+        (work / shipped).symlink_to(REPO / shipped)
     write_cifar_binary(tmp_path / "shared" / "data" / "cifar10", per_batch=8)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "COLUMNS": "120"}  # fmt: skip
@@ -141,7 +143,7 @@ def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
             failures.append(f"README line {line}: python snippet\n{done.stderr[-600:]}")
     print("slowest:", ", ".join(f"line {line} {s:.0f} s" for s, line in sorted(took)[-6:]))
     assert not failures, "\n\n".join(failures)
-    written = sorted(p.name + "/" * p.is_dir() for p in work.iterdir() if p.name != "examples")
+    written = sorted(p.name + "/" * p.is_dir() for p in work.iterdir() if p.name not in SHIPPED)
     assert {"dmlbench-results/", "report.html", "figures/", "tables/"} <= set(written)
     ignored = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=REPO,
                              capture_output=True, text=True).stdout.split()  # fmt: skip
