@@ -82,6 +82,9 @@ def main() -> int:
     print(f"advice: {best.workers} × b={best.local_batch}, predicted {best.tta_s:.3f} s "
           f"({advice.sources['compute']}; noise scale {advice.noise.b_simple:.0f})"
           if advice.noise else f"advice: {best.workers} × b={best.local_batch}")  # fmt: skip
+    for untried in advice.worth_measuring:
+        print(f"  worth measuring (below the measured batches): {untried.workers} × "
+              f"b={untried.local_batch}, predicted {untried.tta_s:.3f} s")  # fmt: skip
 
     grid = ResultsStore(args.root / "grid")
     points = [(workers, local) for workers in counts for local in batches]

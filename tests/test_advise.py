@@ -123,7 +123,7 @@ def test_the_advice_follows_compute_network_and_noise() -> None:
     # a small noise scale: a big batch buys no fewer steps, so the batch stays small
     small = _advise(step_s=1.0, noise=16.0, link=fast)
     assert small.best.global_batch < wide.best.global_batch
-    assert small.best.global_batch <= 64
+    assert small.best.local_batch == 16 and small.best.global_batch <= 128  # 16: the least measured
     assert worker_counts(8) == [1, 2, 4, 8] and worker_counts(6) == [1, 2, 4, 6]
 
 
@@ -151,7 +151,28 @@ def test_the_guidelines_a_plan_breaks() -> None:
     assert on_one_host.sources["noise_scale"].startswith("not measured")
     measured_b = {c.local_batch: c.compute_source for c in on_one_host.candidates
                   if c.workers == 1}  # fmt: skip
-    assert measured_b[16] == "assumed ∝ b" and measured_b[32].endswith("extrapolated in b")
+    assert measured_b[16] == "assumed ∝ b" and measured_b[32].endswith("extrapolated above b=16")
+
+
+def test_local_batches_below_the_measured_ones_are_worth_measuring_not_recommended() -> None:
+    """A small noise scale makes the smallest batches fastest on paper; below the smallest
+    measured batch (16) the compute line is extrapolated, so they are listed, not advised."""
+    small = _advise(step_s=1.0, noise=16.0, link=Link(1.25e9))
+    assert small.best.local_batch >= 16 and not small.best.below_measured
+    assert all(c.local_batch >= 16 for c in small.candidates)
+    assert small.worth_measuring, "b=8 predicts faster than b=16 at this noise scale"
+    assert all(c.local_batch < 16 and c.tta_s < small.best.tta_s for c in small.worth_measuring)
+    assert small.worth_measuring[0].compute_source.endswith("extrapolated below b=16")
+    assert small.to_json()["worth_measuring"][0]["below_measured"] is True
+    # measured down to b=4 (a third run), b=8 is interpolated and may be recommended
+    runs = [timed("a", 0.25, local=16), timed("b", 1.0, local=64), timed("c", 0.1, local=4)]
+    lower = advise(
+        get_task("synthetic-mlp"), _calibration({16: 4.0, 64: 4.0 * (1 + 64 / 16) / 1.25}),
+        compute_model(runs, "synthetic-mlp", cores=None),
+        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)}, NoiseEvidence(16.0, ["n"]),
+        max_workers=8, network="test", link=Link(1.25e9),
+    )  # fmt: skip
+    assert lower.best.local_batch < 16 and lower.worth_measuring == []
 
 
 def test_calibration_keeps_to_one_local_batch() -> None:

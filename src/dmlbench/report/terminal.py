@@ -446,7 +446,16 @@ def advice_table(advice: Any, price: str) -> Group:
         row("", runner_up)
     if advice.current is not None:
         row("yours", advice.current)
+    for untried in advice.worth_measuring[:3]:
+        row("measure?", untried)
     lines = [f"learning rate: {advice.learning_rate}"]
+    if advice.worth_measuring:
+        smallest = min(c.local_batch for c in advice.worth_measuring)
+        lines.append(
+            "measure? = predicted faster, but below the local batches measured, where the "
+            "compute line is optimistic; not recommended until measured: `dmlbench run "
+            f"{advice.task} --set recipe.local_batch={smallest}` (same --store)"
+        )
     if advice.current is not None:
         lines.append("your plan breaks:" if advice.broken else "your plan breaks no guideline")
         lines += [f"  - {rule}" for rule in advice.broken]
