@@ -991,6 +991,75 @@ def advise(
     console.print(advice_table(advice, chosen.label))
 
 
+@app.command()
+def k8s(
+    task: Annotated[str | None, typer.Argument(help=f"task name (default {DEFAULT_TASK})")] = None,
+    image: Annotated[
+        str, typer.Option(help="container image with dmlbench installed (see Dockerfile)")
+    ] = "",
+    nodes: Annotated[int, typer.Option(min=1, help="pods, one node each")] = 2,
+    nproc_per_node: Annotated[
+        int | None, typer.Option(min=1, help="workers per pod (default: --gpus, or 1)")
+    ] = None,
+    cpus: Annotated[str | None, typer.Option(help="CPU per pod, e.g. 4 or 3500m")] = None,
+    memory: Annotated[str | None, typer.Option(help="memory per pod, e.g. 16Gi")] = None,
+    gpus: Annotated[int, typer.Option(min=0, help="NVIDIA GPUs per pod")] = 0,
+    name: Annotated[str | None, typer.Option(help="job name (default dmlbench-TASK)")] = None,
+    namespace: Annotated[str | None, typer.Option(help="Kubernetes namespace")] = None,
+    store_claim: Annotated[
+        str | None,
+        typer.Option(help="PersistentVolumeClaim for the results (default: emptyDir, lost)"),
+    ] = None,
+    data_claim: Annotated[
+        str | None, typer.Option(help="PersistentVolumeClaim holding the datasets")
+    ] = None,
+    pytorchjob: Annotated[
+        bool, typer.Option("--pytorchjob", help="a Kubeflow PyTorchJob instead of Job + Service")
+    ] = False,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", help="override any spec key: key=value (repeatable)"),
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="write the manifests here, not stdout")] = None,
+) -> None:
+    """Write Kubernetes manifests that run one task on several pods.
+
+    An Indexed Job (completion index = node rank) and a headless Service whose first
+    pod is the rendezvous endpoint, with the resolved spec in a ConfigMap; apply them
+    with `kubectl apply -f`. Generated and schema-checked, not run on a cluster here.
+    """
+    from dmlbench.launch.kubernetes import PodResources, default_name, manifests, to_yaml
+    from dmlbench.spec.run import load_config_file, resolve_spec
+
+    if not image:
+        raise DmlbenchError("give --image: a container image with dmlbench installed "
+                            "(build one from the repository's Dockerfile)")  # fmt: skip
+    config_data = load_config_file(config) if config else {}
+    task_name = task or config_data.pop("task", None) or DEFAULT_TASK
+    config_data.pop("task", None)
+    spec = resolve_spec(task_name, config=config_data, overrides=overrides or [],
+                        nodes=nodes, nproc_per_node=nproc_per_node or max(1, gpus))  # fmt: skip
+    objects = manifests(
+        spec, image=image, name=name or default_name(spec.task), namespace=namespace,
+        resources=PodResources(cpus, memory, gpus), store_claim=store_claim,
+        data_claim=data_claim, pytorchjob=pytorchjob,
+    )  # fmt: skip
+    text = to_yaml(objects)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text)
+    except OSError as error:
+        raise DmlbenchError(f"cannot write {out}: {error.strerror}") from None
+    kinds = ", ".join(o["kind"] for o in objects)
+    console.print(f"wrote {kinds} to {out}; apply with: kubectl apply -f {out}", markup=False,
+                  soft_wrap=True)  # fmt: skip
+
+
 def main() -> None:
     # torch's C++ side warns on every retry while a node waits for the rendezvous host
     # (nodes start in any order); dmlbench reports what failed in one line instead.

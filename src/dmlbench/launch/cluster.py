@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dmlbench.launch.node import job_spec, node_args
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.launch.run import (
     Attempt,
@@ -64,8 +65,7 @@ UNSHAPED = ResolvedNetwork(name="unshaped", rate_bps=None)
 def node_spec(spec: RunSpec) -> dict[str, Any]:
     """What every node runs: the spec without the emulated network (that is outside
     the nodes), with the threads the workers get on this one shared machine."""
-    data = spec.to_json_dict()
-    data.pop("network")
+    data = job_spec(spec)
     cores = len(os.sched_getaffinity(0))
     data["threads_per_worker"] = spec.threads_per_worker or max(1, cores // spec.workers)
     return data
@@ -132,11 +132,8 @@ class _NodesTail:
 
 def _agent_command(spec: RunSpec, spec_file: Path, endpoint: str, run_id: str,
                    folder: Path) -> list[str]:  # fmt: skip
-    return [sys.executable, "-m", "dmlbench", "run", spec.task, "--config", str(spec_file),
-            "--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.per_node),
-            "--rdzv-endpoint", endpoint, "--rdzv-id", run_id,
-            "--rdzv-timeout", str(int(max(60, spec.stall_timeout_s * 2))),
-            "--store", str(folder), "--quiet", "--json"]  # fmt: skip
+    return [sys.executable, "-m", "dmlbench",
+            *node_args(spec, str(spec_file), endpoint, run_id, str(folder))]  # fmt: skip
 
 
 def _watch(agents: list[NodeAgent]) -> str | None:

@@ -1,0 +1,34 @@
+"""The command one node of a multi-node job runs, the same on every node.
+
+An emulated cluster (:mod:`dmlbench.launch.cluster`), a Slurm job and a Kubernetes job
+all start exactly this on each host: ``dmlbench run`` with torchrun's rendezvous flags
+and the resolved spec in a file, so every node trains the very spec the user resolved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dmlbench.spec import RunSpec
+
+
+def node_args(spec: RunSpec, spec_file: str, endpoint: str, run_id: str, store: str) -> list[str]:
+    """``dmlbench``'s arguments (after the program) for one node of ``spec``'s job."""
+    return ["run", spec.task, "--config", spec_file, "--nnodes", str(spec.nodes),
+            "--nproc-per-node", str(spec.per_node), "--rdzv-endpoint", endpoint,
+            "--rdzv-id", run_id, "--rdzv-timeout", str(rendezvous_timeout_s(spec)),
+            "--store", store, "--quiet", "--json"]  # fmt: skip
+
+
+def rendezvous_timeout_s(spec: RunSpec) -> int:
+    """How long a node waits for the others: as long as a stalled worker is given."""
+    return int(max(60, spec.stall_timeout_s * 2))
+
+
+def job_spec(spec: RunSpec) -> dict[str, Any]:
+    """The spec every node of a job on real hosts reads: no emulated network (the hosts'
+    own network is the one measured)."""
+    data = spec.to_json_dict()
+    data.pop("network")
+    return data
