@@ -227,6 +227,18 @@ def run(
     config_task = config_data.pop("task", None)  # the argument wins over the file
     task_name = task or config_task or DEFAULT_TASK
     counts = _worker_counts(workers)
+    single = len(counts) <= 1 and not scaling and (repeats or 1) == 1
+    from dmlbench.launch.slurm import SlurmJob, node_store
+
+    slurm = SlurmJob.from_env()
+    if slurm is not None and slurm.nodes > 1 and nodes is None:
+        if slurm.in_step:  # one task of `srun` across nodes: one node of the job
+            if rdzv_endpoint is None:
+                nnodes, rdzv_endpoint = nnodes or slurm.nodes, slurm.endpoint()
+                rdzv_id = slurm.rendezvous_id if rdzv_id == "dmlbench" else rdzv_id
+            store = node_store(store, slurm)
+        elif single and nnodes is None and "nodes" not in config_data:
+            nodes = slurm.nodes  # the batch script: the job's launcher, on all its nodes
     if nnodes is not None and rdzv_endpoint is None:
         raise DmlbenchError(
             "--nnodes needs --rdzv-endpoint HOST:PORT, the same on every "
@@ -989,6 +1001,101 @@ def advise(
     from dmlbench.report.terminal import advice_table
 
     console.print(advice_table(advice, chosen.label))
+
+
+@app.command()
+def slurm(
+    target: Annotated[
+        str | None, typer.Argument(help=f"task name, or a sweep file (default {DEFAULT_TASK})")
+    ] = None,
+    nodes: Annotated[int, typer.Option(min=1, help="nodes, one task each")] = 1,
+    nproc_per_node: Annotated[
+        int | None, typer.Option(min=1, help="workers per node (default: --gpus-per-node, or 1)")
+    ] = None,
+    cpus_per_task: Annotated[
+        int | None, typer.Option(min=1, help="CPUs each node's task gets (its workers share them)")
+    ] = None,
+    gpus_per_node: Annotated[int, typer.Option(min=0, help="GPUs per node")] = 0,
+    partition: Annotated[str | None, typer.Option(help="Slurm partition")] = None,
+    time: Annotated[str | None, typer.Option(help="time limit, e.g. 30 or 2:00:00")] = None,
+    account: Annotated[str | None, typer.Option(help="account to charge")] = None,
+    array: Annotated[
+        int | None,
+        typer.Option(min=1, help="sweep: a job array of this many tasks sharing the points"),
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")
+    ] = None,
+    overrides: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", help="override any spec key: key=value (repeatable)"),
+    ] = None,
+    store: StoreOption = default_store(),
+    out: Annotated[Path | None, typer.Option(help="write the script here, not stdout")] = None,
+    submit: Annotated[bool, typer.Option("--submit", help="submit it with sbatch")] = False,
+) -> None:
+    """Write an sbatch script that runs a task (or a sweep) on Slurm nodes.
+
+    The script holds the resolved spec; the store must be on a file system every node
+    shares. In the job, `dmlbench run` on the first node starts one srun task per node
+    and records the run in the store; scancel stores it as interrupted.
+    """
+    from dmlbench.launch.slurm import SbatchOptions, sbatch_script
+    from dmlbench.launch.slurm import submit as submit_script
+
+    root = store.expanduser().resolve()
+    program = [sys.executable, "-m", "dmlbench"]
+    given = Path(target) if target else None
+    if given is not None and given.suffix in (".yaml", ".yml", ".toml"):
+        from dmlbench.spec.sweep import load_sweep_file
+
+        if config or overrides:
+            raise DmlbenchError("--config and --set apply to a task; put them in the sweep file")
+        sweep_spec = load_sweep_file(given)  # refused here, not on the cluster
+        embedded, suffix, name = given.read_text(), given.suffix, sweep_spec.name
+        command = [*program, "sweep", "{file}", "--store", str(root)]
+    else:
+        if array:
+            raise DmlbenchError("--array shares a sweep's points among tasks; give a sweep file")
+        from dmlbench.launch.node import job_spec
+        from dmlbench.spec.run import load_config_file, resolve_spec
+
+        config_data = load_config_file(config) if config else {}
+        task_name = target or config_data.get("task") or DEFAULT_TASK
+        config_data.pop("task", None)
+        per_node = nproc_per_node or max(1, gpus_per_node)
+        spec = resolve_spec(task_name, config=config_data, overrides=overrides or [],
+                            nodes=nodes, nproc_per_node=per_node)  # fmt: skip
+        if spec.network.enabled:
+            raise DmlbenchError("--network emulates a cluster on one machine; on Slurm the "
+                                "nodes' own network is measured: drop it")  # fmt: skip
+        embedded = json.dumps(job_spec(spec), indent=1) + "\n"
+        suffix, name = ".json", spec.task
+        command = [*program, "run", "--config", "{file}", "--store", str(root), "--quiet"]
+    options = SbatchOptions(
+        nodes=nodes, cpus_per_task=cpus_per_task, gpus_per_node=gpus_per_node,
+        partition=partition, time=time, account=account, array=array,
+        job_name=f"dmlbench-{name}",
+    )  # fmt: skip
+    logs = root / "slurm"
+    text = sbatch_script(command, embedded, suffix, options, logs)
+    if out is None and not submit:
+        sys.stdout.write(text)
+        return
+    script = out or logs / f"dmlbench-{name}.sbatch"
+    try:
+        logs.mkdir(parents=True, exist_ok=True)  # sbatch writes the job's output there
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(text)
+    except OSError as error:
+        raise DmlbenchError(f"cannot write {script}: {error.strerror}") from None
+    if not submit:
+        console.print(f"wrote {script}; submit with: sbatch {script}", markup=False,
+                      soft_wrap=True)  # fmt: skip
+        return
+    job_id = submit_script(script)
+    console.print(f"submitted job {job_id} ({script}); its output: {logs}; its runs: "
+                  f"dmlbench results --store {root}", markup=False, soft_wrap=True)  # fmt: skip
 
 
 @app.command()

@@ -209,8 +209,9 @@ def run_benchmark(
 ) -> RunOutcome:
     """Run ``spec`` once and store it. Failed and interrupted runs are stored too.
 
-    ``spec.nodes > 1`` runs on an emulated cluster on this machine
-    (:func:`~dmlbench.launch.cluster.run_cluster`); with a ``rendezvous`` this process
+    ``spec.nodes > 1`` runs on the nodes of the Slurm job this is the batch script of
+    (:func:`~dmlbench.launch.slurm.run_slurm`), or else on an emulated cluster on this
+    machine (:func:`~dmlbench.launch.cluster.run_cluster`); with a ``rendezvous`` this process
     is one node of a multi-node job: it runs ``spec.per_node`` workers, and keeps the
     run in ``store`` if rank 0 ran here; otherwise its folder keeps its workers' logs
     under the same run id and the returned outcome is not ``recorded``.
@@ -224,6 +225,12 @@ def run_benchmark(
     cannot be written, raises ``ResultsNotStored`` naming the folder that keeps it.
     """
     if spec.nodes > 1 and rendezvous is None:
+        from dmlbench.launch.slurm import SlurmJob, run_slurm
+
+        job = SlurmJob.from_env()
+        if job is not None and not job.in_step:  # the batch script of a Slurm job
+            return run_slurm(spec, store, job, echo=echo, progress=progress, sweep=sweep,
+                             claim=claim)  # fmt: skip
         from dmlbench.launch.cluster import run_cluster
 
         return run_cluster(spec, store, echo=echo, progress=progress, sweep=sweep, claim=claim)

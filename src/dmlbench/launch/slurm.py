@@ -1,0 +1,322 @@
+"""Slurm: sbatch scripts from a run spec or a sweep, and runs inside an allocation.
+
+Three ways in, one path:
+
+- ``dmlbench slurm TASK|SWEEP.yaml [--nodes N] ... [--submit]`` writes an sbatch script
+  (:func:`sbatch_script`) whose one command is ``dmlbench run`` (or ``dmlbench sweep``)
+  with the resolved spec embedded, and submits it with ``--submit``.
+- ``dmlbench run`` in the batch script of an allocation of several nodes (a generated
+  script, or one written by hand) is the job's launcher (:func:`run_slurm`): it records
+  the run in the store, starts one srun task per node running the node command every
+  multi-node path shares (:func:`dmlbench.launch.node.node_args`), with the rendezvous
+  on the first node's address, and records the result from the node that held rank 0.
+- ``dmlbench run`` under srun across several nodes is one node of such a job: the node
+  count, the rendezvous endpoint (the first host of the step's node list) and the id
+  come from Slurm's environment (:class:`SlurmJob`), and the node keeps its part in
+  ``STORE/nodes/node<SLURM_NODEID>``.
+
+Slurm's ends map to the run's status: a node that fails (srun's non-zero exit) fails
+the run, naming the node; ``scancel`` (SIGTERM to the batch step) stores it as
+``interrupted``; and the launcher's exit status is the job's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dmlbench.errors import DmlbenchError
+from dmlbench.launch.node import job_spec, node_args
+from dmlbench.launch.rendezvous import DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from dmlbench.launch.run import ProgressFn, RunOutcome
+    from dmlbench.results import ResultsStore
+    from dmlbench.results.store import Rerun
+    from dmlbench.spec import RunSpec
+
+NODES_DIR = "nodes"
+STOP_WAIT_S = 15.0  # after SIGTERM to srun (it signals the tasks), before SIGKILL
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """Where this process runs in Slurm: the allocation, or one task of a job step."""
+
+    job_id: str
+    nodes: int  # of the step (under srun) or of the allocation (in the batch script)
+    nodelist: str  # Slurm's compressed form: node[0-3]
+    node_id: int  # this node's index in the step or allocation
+    step_id: str | None  # None in the batch script
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SlurmJob | None:
+        env = os.environ if env is None else env
+        job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+        if not job:
+            return None
+        step = env.get("SLURM_STEP_ID") or None
+        kind = "STEP" if step is not None else "JOB"
+        nodes = env.get(f"SLURM_{kind}_NUM_NODES") or env.get("SLURM_NNODES") or "1"
+        nodelist = env.get(f"SLURM_{kind}_NODELIST") or env.get("SLURM_NODELIST") or ""
+        return cls(job, int(nodes), nodelist, int(env.get("SLURM_NODEID") or 0), step)
+
+    @property
+    def in_step(self) -> bool:
+        return self.step_id is not None
+
+    @property
+    def rendezvous_id(self) -> str:
+        return f"slurm-{self.job_id}" + (f".{self.step_id}" if self.in_step else "")
+
+    def hosts(self) -> list[str]:
+        return hostnames(self.nodelist)
+
+    def endpoint(self) -> str:
+        """The first node's address and torch's rendezvous port."""
+        return f"{node_address(self.hosts()[0])}:{DEFAULT_PORT}"
+
+
+def _scontrol(*args: str) -> str:
+    if shutil.which("scontrol") is None:
+        raise DmlbenchError("Slurm's scontrol is not on PATH here; run inside a Slurm job")
+    done = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        raise DmlbenchError(f"scontrol {' '.join(args)}: {done.stderr.strip()[:200]}")
+    return done.stdout
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """Slurm's node list expanded (``scontrol show hostnames``), in order."""
+    hosts = _scontrol("show", "hostnames", nodelist).split()
+    if not hosts:
+        raise DmlbenchError(f"Slurm's node list {nodelist!r} names no host")
+    return hosts
+
+
+def node_address(name: str) -> str:
+    """The address Slurm reaches node ``name`` at (its NodeAddr), or the name itself."""
+    try:
+        shown = _scontrol("show", "node", name, "--oneliner")
+    except DmlbenchError:
+        return name
+    for field in shown.split():
+        if field.startswith("NodeAddr="):
+            return field.split("=", 1)[1] or name
+    return name
+
+
+def node_store(store: Path, job: SlurmJob) -> Path:
+    """Where one node of a multi-node step keeps its part of the run."""
+    return store / NODES_DIR / f"node{job.node_id}"
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """``scancel`` sends SIGTERM: treat it as Ctrl-C, so the run is stored as
+    interrupted before Slurm's KillWait runs out."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave the default
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_slurm(
+    spec: RunSpec,
+    store: ResultsStore,
+    job: SlurmJob,
+    *,
+    echo: bool = True,
+    progress: ProgressFn | None = None,
+    sweep: dict[str, Any] | None = None,
+    claim: Rerun | None = None,
+) -> RunOutcome:
+    """Run ``spec`` on the first ``spec.nodes`` nodes of this allocation, one srun task
+    per node, and store it (see the module's docstring)."""
+    from dmlbench.launch.cluster import NODE_SPEC_FILE
+    from dmlbench.launch.run import RunOutcome, launched, open_run, prepare_data
+    from dmlbench.results.rundir import write_json
+    from dmlbench.spec.run import deviations
+
+    if spec.network.enabled:
+        raise DmlbenchError("--network emulates a cluster on one machine; in a Slurm job "
+                            "the nodes' own network is measured: drop it")  # fmt: skip
+    hosts = job.hosts()
+    if spec.nodes > len(hosts):
+        raise DmlbenchError(f"the spec asks for {spec.nodes} nodes but this Slurm job has "
+                            f"{len(hosts)}: sbatch --nodes {spec.nodes}")  # fmt: skip
+    hosts = hosts[: spec.nodes]
+    prepare_data(spec)
+    run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
+                               sweep=sweep, claim=claim)  # fmt: skip
+    spec_file = run_dir / NODE_SPEC_FILE
+    log = run_dir / NODES_DIR / "srun.log"
+    endpoint = f"{node_address(hosts[0])}:{DEFAULT_PORT}"
+    step: list[subprocess.Popen[bytes]] = []
+
+    def stop() -> None:
+        for process in step:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)  # srun passes it to every task
+                try:
+                    process.wait(STOP_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+    def finish(attempt: Any) -> None:
+        _record(store, run_id, run_dir, attempt, hosts, progress_done=watcher)
+
+    watcher: Any = None
+    with _sigterm_interrupts(), launched(finish, stop=stop) as attempt:
+        write_json(spec_file, job_spec(spec))
+        log.parent.mkdir(parents=True, exist_ok=True)
+        cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+        command = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}",
+                   "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}", "--kill-on-bad-exit=1",
+                   *([f"--cpus-per-task={cpus}"] if cpus else []),
+                   sys.executable, "-m", "dmlbench",
+                   *node_args(spec, str(spec_file), endpoint, run_id, str(run_dir))]  # fmt: skip
+        with log.open("ab") as out:
+            step.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT))  # fmt: skip
+        if progress:
+            from dmlbench.launch.cluster import _NodesTail
+            from dmlbench.launch.run import _Watcher
+
+            paths = [node_store(run_dir, _at(i)) / "runs" / run_id / "events.jsonl"
+                     for i in range(spec.nodes)]  # fmt: skip
+            watcher = _Watcher(_NodesTail(paths), progress)
+            watcher.start()
+        code = step[0].wait()
+        if code == 0:
+            attempt.status = ""
+        else:
+            attempt.error = _node_error(run_dir, run_id, hosts) or (
+                f"srun exited with status {code}; see {log}"
+            )
+    return RunOutcome(run_id, attempt.status, attempt.summary, attempt.evals, attempt.error,
+                      str(run_dir))  # fmt: skip
+
+
+def _at(index: int) -> SlurmJob:
+    return SlurmJob("", 0, "", index, "0")
+
+
+def _record(store: ResultsStore, run_id: str, run_dir: Path, attempt: Any, hosts: list[str],
+            progress_done: Any) -> None:  # fmt: skip
+    """Complete the run from the node that held rank 0 (the one with an event log)."""
+    from dmlbench.launch.run import settle, store_end
+    from dmlbench.results import EVENTS_FILE, read_events
+
+    if progress_done is not None:
+        progress_done.done.set()
+        progress_done.join()
+    folders = [node_store(run_dir, _at(i)) / "runs" / run_id for i in range(len(hosts))]
+    holder = next((i for i, f in enumerate(folders) if (f / EVENTS_FILE).is_file()), None)
+    events = read_events(folders[holder] / EVENTS_FILE) if holder is not None else []
+    settle(attempt, events, "the nodes exited without finishing the run")
+    attempt.summary["slurm_job"] = os.environ.get("SLURM_JOB_ID")
+    if holder is not None:
+        attempt.summary["rank0_node"] = holder
+    store_end(store, run_id, run_dir, attempt)
+
+
+def _node_error(run_dir: Path, run_id: str, hosts: list[str]) -> str | None:
+    """The first error a node reported (its outcome file), naming the node."""
+    from dmlbench.results.rundir import OUTCOME_FILE, read_json
+
+    for index, host in enumerate(hosts):
+        folder = node_store(run_dir, _at(index)) / "runs" / run_id
+        outcome = read_json(folder / OUTCOME_FILE) or {}
+        if outcome.get("error"):
+            return f"node {index} ({host}): {outcome['error']}"
+    return None
+
+
+# -- sbatch scripts ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SbatchOptions:
+    nodes: int = 1
+    cpus_per_task: int | None = None  # CPUs for each node's task (its workers share them)
+    gpus_per_node: int = 0
+    partition: str | None = None
+    time: str | None = None  # Slurm's forms: minutes, HH:MM:SS, D-HH:MM
+    account: str | None = None
+    array: int | None = None  # a job array of this many tasks (sweeps)
+    job_name: str = "dmlbench"
+
+    def directives(self, log_dir: Path) -> list[str]:
+        wanted: list[tuple[str, Any]] = [
+            ("job-name", self.job_name), ("nodes", self.nodes), ("ntasks-per-node", 1),
+            ("cpus-per-task", self.cpus_per_task),
+            ("gpus-per-node", self.gpus_per_node or None), ("partition", self.partition),
+            ("time", self.time), ("account", self.account),
+            ("array", f"0-{self.array - 1}" if self.array else None),
+            ("output", str(log_dir / ("%x-%A_%a.out" if self.array else "%x-%j.out"))),
+        ]  # fmt: skip
+        return [f"#SBATCH --{key}={value}" for key, value in wanted if value is not None]
+
+
+def sbatch_script(
+    command: list[str], embedded: str, suffix: str, options: SbatchOptions, log_dir: Path
+) -> str:
+    """A batch script that writes ``embedded`` (the resolved spec, or the sweep file) to
+    a temporary file, and runs ``command`` with ``{file}`` standing for that file.
+
+    The file is in the script, so the script alone is the job: sbatch copies it to the
+    node that runs it, and nothing but the store must be on a shared file system."""
+    marker = "DMLBENCH_EOF"
+    if marker in embedded:
+        raise DmlbenchError(f"the spec holds the text {marker}; rename what holds it")
+    words = " ".join('"$spec"' if w == "{file}" else shlex.quote(w) for w in command)
+    return "\n".join([
+        "#!/bin/bash",
+        "# Written by `dmlbench slurm`; submit with sbatch. One task per node: the",
+        "# launcher on the first node starts the others with srun (dmlbench.launch.slurm).",
+        *options.directives(log_dir),
+        "set -euo pipefail",
+        f'spec="$(mktemp --suffix={suffix})"',
+        "trap 'rm -f \"$spec\"' EXIT",
+        f"cat > \"$spec\" <<'{marker}'",
+        embedded.rstrip("\n"),
+        marker,
+        # not exec: the trap removes the file; bash passes scancel's SIGTERM on to it
+        f"{words} &",
+        "child=$!",
+        "trap 'kill -TERM $child 2>/dev/null; wait $child' TERM",
+        "wait $child",
+        "",
+    ])  # fmt: skip
+
+
+def submit(script: Path) -> str:
+    """``sbatch --parsable script``: the job id."""
+    if shutil.which("sbatch") is None:
+        raise DmlbenchError("sbatch is not on PATH: submit from a Slurm login node, or "
+                            f"copy {script} there and run: sbatch {script}")  # fmt: skip
+    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    if done.returncode != 0:
+        raise DmlbenchError(f"sbatch refused {script}: {done.stderr.strip()[:300]}")
+    return done.stdout.strip().split(";")[0]
