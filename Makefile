@@ -11,7 +11,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast install browser clean
+.PHONY: run test test-fast install browser slurm clean
 
 $(BIN)/dmlbench: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,17 @@ browser:
 	    echo "the report test needs Chromium: sudo apt-get install chromium (or DMLBENCH_SKIP_BROWSER=1)"; \
 	  fi
 
-test: install browser
+# The Slurm tests start a real Slurm (Debian's slurmctld, slurmd, munged) as root.
+slurm:
+	@command -v slurmd >/dev/null && command -v munged >/dev/null || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Slurm for the Slurm tests (apt-get install slurm-wlm munge)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
+	  else \
+	    echo "the Slurm tests need root and Debian's slurm-wlm and munge; they skip without"; \
+	  fi
+
+test: install browser slurm
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy

@@ -24,16 +24,21 @@ from pathlib import Path
 
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import Topology
+from dmlbench.system import die_with_parent
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol")
 READY_S = 60.0
+
+
+def _bin(name: str) -> str | None:
+    return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/usr/bin")
 
 
 def missing() -> str | None:
     """Why no test Slurm can start here, or None."""
     if os.geteuid() != 0:
         return "a test Slurm needs root (network namespaces, slurmd)"
-    absent = [d for d in DAEMONS if not shutil.which(d, path=os.environ["PATH"] + ":/usr/sbin")]
+    absent = [d for d in DAEMONS if not _bin(d)]
     if absent:
         return f"no {', '.join(absent)}: apt-get install slurm-wlm munge (make test does)"
     return None
@@ -104,7 +109,7 @@ def _conf(folder: Path, control: str, nodes: list[str], addresses: list[str], cp
         "MpiDefault=none",
         "ReturnToService=2",
         "MinJobAge=600",
-        "KillWait=10",
+        "KillWait=30",
         "SlurmctldTimeout=30",
         "SlurmdTimeout=30",
         "InactiveLimit=0",
@@ -132,15 +137,20 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "state").mkdir(exist_ok=True)
     key = folder / "munge.key"
-    subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True)
+    subprocess.run([str(_bin("mungekey")), "--create", f"--keyfile={key}"], check=True)
     started: list[subprocess.Popen[bytes]] = []
     log = (folder / "daemons.log").open("ab")
+    here = os.getpid()
+
+    def orphan_proof() -> None:  # the daemons die with this process, however it ends
+        die_with_parent(here)
+
     try:
         started.append(subprocess.Popen(
-            ["munged", "--foreground", "--force", f"--key-file={key}",
+            [str(_bin("munged")), "--foreground", "--force", f"--key-file={key}",
              f"--socket={folder / 'munge.socket'}", f"--pid-file={folder / 'munged.pid'}",
              f"--log-file={folder / 'munged.log'}", f"--seed-file={folder / 'munged.seed'}"],
-            stdout=log, stderr=log,
+            stdout=log, stderr=log, preexec_fn=orphan_proof,
         ))  # fmt: skip
         network = ResolvedNetwork(name="unshaped", rate_bps=None)
         with Topology(nodes, network) as topology:
@@ -153,14 +163,15 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
             # many containers) mounts cgroup v1 under a tmpfs, which autodetection misses
             (folder / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
             env = {**os.environ, "SLURM_CONF": str(conf)}
-            started.append(subprocess.Popen(["slurmctld", "-D", "-f", str(conf)], env=env,
-                                            stdout=log, stderr=log))  # fmt: skip
+            controller = [str(_bin("slurmctld")), "-D", "-f", str(conf)]
+            started.append(subprocess.Popen(controller, env=env, stdout=log, stderr=log,
+                                            preexec_fn=orphan_proof))  # fmt: skip
             for name, namespace in zip(names, topology.namespaces, strict=True):
                 (folder / "spool" / name).mkdir(parents=True, exist_ok=True)
                 started.append(subprocess.Popen(
                     ["ip", "netns", "exec", namespace, "unshare", "--uts", "sh", "-c",
-                     f"hostname {name} && exec slurmd -D -f {conf}"],
-                    env=env, stdout=log, stderr=log,
+                     f"hostname {name} && exec {_bin('slurmd')} -D -f {conf}"],
+                    env=env, stdout=log, stderr=log, preexec_fn=orphan_proof,
                 ))  # fmt: skip
             cluster = SlurmCluster(folder, conf, names, addresses)
             _wait_idle(cluster, started)

@@ -126,6 +126,9 @@ def _sigterm_interrupts() -> Iterator[None]:
     interrupted before Slurm's KillWait runs out."""
 
     def interrupt(signum: int, frame: Any) -> None:
+        # once: Slurm signals every process of the step, and bash passes it on too; a
+        # second one must not cut short the recording of the first
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     try:

@@ -1,0 +1,179 @@
+"""Slurm: the environment read in a job, the sbatch scripts (unit tier), and jobs on a
+real Slurm of two emulated hosts (Debian's slurmctld, slurmd and munged; root only).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import slurm_cluster
+
+from dmlbench.launch.slurm import SbatchOptions, SlurmJob, sbatch_script
+from dmlbench.results import ResultsStore
+
+BATCH_ENV = {"SLURM_JOB_ID": "41", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0",
+             "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2"}  # fmt: skip
+STEP_ENV = {**BATCH_ENV, "SLURM_STEP_ID": "3", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "1",
+            "SLURM_STEP_NODELIST": "gpu[07-08]"}  # fmt: skip
+
+
+def test_the_job_is_read_from_slurms_environment() -> None:
+    assert SlurmJob.from_env({}) is None
+    batch = SlurmJob.from_env(BATCH_ENV)
+    assert batch == SlurmJob("41", 2, "gpu[07-08]", 0, None)
+    assert not batch.in_step and batch.rendezvous_id == "slurm-41"
+    step = SlurmJob.from_env(STEP_ENV)
+    assert step is not None and step.in_step and step.node_id == 1
+    assert step.rendezvous_id == "slurm-41.3"
+    one = SlurmJob.from_env({"SLURM_JOB_ID": "5", "SLURM_NODELIST": "n1"})
+    assert one == SlurmJob("5", 1, "n1", 0, None)
+
+
+def test_an_sbatch_script_embeds_the_spec_and_runs_one_task_per_node(tmp_path: Path) -> None:
+    options = SbatchOptions(nodes=4, cpus_per_task=8, partition="short", time="30",
+                            account="ml", job_name="dmlbench-x")  # fmt: skip
+    spec = json.dumps({"task": "digits-mlp", "nodes": 4, "note": "it's $HOME `x`"})
+    text = sbatch_script([sys.executable, "-m", "dmlbench", "run", "--config", "{file}"], spec,
+                         ".json", options, tmp_path / "logs")  # fmt: skip
+    directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert directives == ["#SBATCH --job-name=dmlbench-x", "#SBATCH --nodes=4",
+                          "#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=8",
+                          "#SBATCH --partition=short", "#SBATCH --time=30",
+                          "#SBATCH --account=ml",
+                          f"#SBATCH --output={tmp_path / 'logs'}/%x-%j.out"]  # fmt: skip
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    # run it with the command swapped for `cat`: the file holds the spec, byte for byte
+    shown = sbatch_script(["cat", "{file}"], spec, ".json", options, tmp_path)
+    done = subprocess.run(["bash"], input=shown, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == spec
+    arrays = SbatchOptions(array=3).directives(tmp_path)
+    assert "#SBATCH --array=0-2" in arrays and any("%A_%a" in d for d in arrays)
+
+
+def test_slurm_command_writes_scripts_and_refuses_bad_input(dmlbench, tmp_path: Path,
+                                                            monkeypatch) -> None:  # fmt: skip
+    code, text, err = dmlbench("slurm", "synthetic-mlp", "--nodes", "2", "--nproc-per-node", "3",
+                               "--set", "max_steps=7", "--store", str(tmp_path / "s"))  # fmt: skip
+    assert code == 0, err
+    assert "#SBATCH --nodes=2" in text and f"--store {tmp_path / 's'}" in text
+    body = text.split("<<'DMLBENCH_EOF'\n", 1)[1].split("\nDMLBENCH_EOF", 1)[0]
+    shipped = json.loads(body)
+    assert (shipped["nodes"], shipped["nproc_per_node"], shipped["max_steps"]) == (2, 3, 7)
+    sweep = tmp_path / "tune.yaml"
+    sweep.write_text("name: tune\ntask: synthetic-mlp\naxes:\n  workers: [1, 2]\n")
+    code, text, err = dmlbench("slurm", str(sweep), "--array", "2", "--store", str(tmp_path))
+    assert code == 0 and "#SBATCH --array=0-1" in text and " sweep " in text, err
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    for args, message in [
+        (("synthetic-mlp", "--array", "2"), "give a sweep file"),
+        ((str(sweep), "--set", "seed=1"), "put them in the sweep file"),
+        (("synthetic-mlp", "--set", "network.profile=1gbit"), "drop it"),
+        (("synthetic-mlp", "--submit", "--store", str(tmp_path / "t")), "sbatch is not on PATH"),
+        (("no-such-task",), "no-such-task"),
+    ]:
+        code, _, err = dmlbench("slurm", *args)
+        assert code == 2 and message in err and "Traceback" not in err, err
+
+
+# -- a real Slurm: two hosts, each a network namespace with a slurmd ---------------------
+
+needs_slurm = pytest.mark.skipif(bool(slurm_cluster.missing()),
+                                 reason=slurm_cluster.missing() or "")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurm_cluster.SlurmCluster]:
+    with slurm_cluster.slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+def _submit(slurm: slurm_cluster.SlurmCluster, *args: str) -> str:
+    out = slurm.command(sys.executable, "-m", "dmlbench", "slurm", *args, "--submit")
+    return out.split("submitted job ", 1)[1].split()[0]
+
+
+def _output(store: Path) -> str:
+    return "\n".join(f.read_text()[-3000:] for f in (store / "slurm").glob("*.out"))
+
+
+def _runs(store: Path) -> list:
+    return ResultsStore(store).runs() if (store / "dmlbench.sqlite").exists() else []
+
+
+@needs_slurm
+@pytest.mark.multiprocess
+def test_one_sbatch_job_trains_across_two_hosts(slurm, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    job = _submit(slurm, "synthetic-mlp", "--nodes", "2", "--nproc-per-node", "1",
+                  "--set", "max_steps=20", "--set", "stop_at_target=false",
+                  "--store", str(store))  # fmt: skip
+    assert slurm.wait(job) == "COMPLETED", _output(store)
+    (run,) = _runs(store)
+    assert run.finished and run.workers == 2 and run.spec["nodes"] == 2, run.error
+    hosts = run.summary["hosts"]
+    assert sorted(set(hosts)) == sorted(slurm.addresses)  # one worker on each host
+    assert run.summary["slurm_job"] == job
+    nodes = Path(run.run_dir) / "nodes"
+    assert (nodes / "node0").is_dir() and (nodes / "node1").is_dir()
+
+
+@needs_slurm
+@pytest.mark.multiprocess
+def test_scancel_stores_the_run_as_interrupted(slurm, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    job = _submit(slurm, "synthetic-mlp", "--nodes", "2", "--set", "max_steps=1000000",
+                  "--set", "stop_at_target=false", "--store", str(store))  # fmt: skip
+    end = time.monotonic() + 120
+    while time.monotonic() < end:  # until the workers have stepped
+        runs = _runs(store)
+        if runs and list(Path(runs[0].run_dir).glob("nodes/node*/runs/*/events.jsonl")):
+            break
+        time.sleep(0.5)
+    slurm.command("scancel", job)
+    assert slurm.wait(job) == "CANCELLED"
+    end = time.monotonic() + 30
+    while time.monotonic() < end and _runs(store)[0].status == "running":
+        time.sleep(0.5)
+    (run,) = _runs(store)
+    assert run.status == "interrupted", run.error
+
+
+@needs_slurm
+@pytest.mark.multiprocess
+def test_a_node_that_fails_fails_the_job_naming_it(slurm, tmp_path: Path) -> None:
+    """A hand-written script: `srun dmlbench run` reads the job from Slurm's environment.
+    One node's spec differs, so the nodes refuse each other: the job fails, and says
+    which setting differs."""
+    store = tmp_path / "store"
+    script = tmp_path / "job.sbatch"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"
+        f"#SBATCH --output={tmp_path}/%j.out\n"
+        f"srun bash -c '{sys.executable} -m dmlbench run synthetic-mlp --quiet --store {store} "
+        "--set max_steps=10 --set stop_at_target=false --set seed=$SLURM_NODEID'\n"
+    )  # fmt: skip
+    job = slurm.command("sbatch", "--parsable", str(script)).strip()
+    assert slurm.wait(job) == "FAILED"
+    output = next(tmp_path.glob(f"{job}.out")).read_text()
+    assert "node 1 has seed=1, node 0 has 0" in output, output[-2000:]
+
+
+@needs_slurm
+@pytest.mark.multiprocess
+def test_a_sweep_as_a_job_array_runs_each_point_once(slurm, tmp_path: Path) -> None:
+    """Two array tasks run the same sweep file; the store's claims share its points."""
+    store = tmp_path / "store"
+    sweep = tmp_path / "pair.yaml"
+    sweep.write_text("name: pair\ntask: synthetic-mlp\nset: {max_steps: 10, stop_at_target: "
+                     "false}\naxes:\n  workers: [1, 2]\n")  # fmt: skip
+    job = _submit(slurm, str(sweep), "--array", "2", "--store", str(store))
+    assert [slurm.wait(f"{job}_{task}") for task in (0, 1)] == ["COMPLETED"] * 2, _output(store)
+    runs = _runs(store)
+    assert sorted(r.workers for r in runs) == [1, 2], _output(store)
+    assert all(r.finished and r.sweep == "pair" for r in runs)
