@@ -38,7 +38,7 @@ WITHIN = 0.10
 
 
 def fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+    return "—" if value is None else f"{value:.3f} s"
 
 
 def measure(
@@ -122,7 +122,7 @@ def main() -> int:
         mark = " ← advised" if row is mine else ""
         guess, got = row["predicted_tta_s"], row["tta_s"]
         print(f"| {rank} | {row['workers']} | {row['local_batch']} / {row['global_batch']} | "
-              f"{fmt(guess)} s | {fmt(got)} s | {fmt(row['tta_mean_s'])} ± "
+              f"{fmt(guess)} | {fmt(got)} | {fmt(row['tta_mean_s'])} ± "
               f"{row['tta_std_s']:.3f} s | {row['reached']}{mark} |")  # fmt: skip
     # an advised point that missed the target (in most seeds) is as far from the best as can be
     ratio = math.inf if mine["tta_s"] is None else mine["tta_s"] / fastest

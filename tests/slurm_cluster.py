@@ -50,6 +50,7 @@ class SlurmCluster:
     conf: Path
     nodes: list[str]  # host names
     addresses: list[str]
+    control: str  # the controller's address, on the bridge: reachable from every node
 
     @property
     def env(self) -> dict[str, str]:
@@ -173,7 +174,7 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
                      f"hostname {name} && exec {_bin('slurmd')} -D -f {conf}"],
                     env=env, stdout=log, stderr=log, preexec_fn=orphan_proof,
                 ))  # fmt: skip
-            cluster = SlurmCluster(folder, conf, names, addresses)
+            cluster = SlurmCluster(folder, conf, names, addresses, topology.hub_address)
             _wait_idle(cluster, started)
             try:
                 yield cluster

@@ -177,3 +177,48 @@ def test_a_sweep_as_a_job_array_runs_each_point_once(slurm, tmp_path: Path) -> N
     runs = _runs(store)
     assert sorted(r.workers for r in runs) == [1, 2], _output(store)
     assert all(r.finished and r.sweep == "pair" for r in runs)
+
+
+@needs_slurm
+@pytest.mark.slow
+def test_a_growing_batch_submits_dask_worker_jobs(slurm, tmp_path: Path, monkeypatch) -> None:
+    """dask-jobqueue's SLURMCluster on the test Slurm: the scheduler in this process on
+    the controller's network, each worker a Slurm job on an emulated host. The batch
+    doubles each epoch (GeoDamp), the estimator scales the cluster from 1 worker to 2,
+    and SLURMCluster submits a second job for it."""
+    jobqueue = pytest.importorskip("dask_jobqueue")
+    import numpy as np
+    from distributed import Client
+    from sklearn.datasets import load_digits
+
+    from dmlbench.dask import DaskClassifier
+    from dmlbench.dask.dampers import GeoDamp
+    from dmlbench.models.mlp import MLP
+
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    x, y = load_digits(return_X_y=True)
+    x = (x / 16).astype(np.float32)
+    cluster = jobqueue.SLURMCluster(
+        cores=1, processes=1, memory="1GB", walltime="00:10:00", python=sys.executable,
+        job_directives_skip=["--mem"],  # the test nodes declare no memory
+        scheduler_options={"host": slurm.control, "dashboard": False},
+        log_directory=str(tmp_path / "logs"), death_timeout=60,
+    )  # fmt: skip
+    with cluster, Client(cluster, set_as_default=False) as client:
+        est = DaskClassifier(
+            MLP, module__in_features=64, module__hidden=[32], module__num_outputs=10,
+            optimizer__lr=0.3, batch_size=GeoDamp, batch_size__delay=1, batch_size__factor=2,
+            grads_per_worker=32, min_workers=1, max_workers=2, max_epochs=1, client=client,
+            timeout=120, random_state=0,
+        )  # fmt: skip
+        for _ in range(3):
+            est.partial_fit(x, y)
+        targets = [e["updates"][0]["target_workers"] for e in est.history_]
+        assert targets[0] == 1 and targets[-1] == 2
+        client.wait_for_workers(2, timeout=120)
+        running = slurm.command("squeue", "--noheader", "--states=RUNNING", "--format=%j")
+        assert running.split().count("dask-worker") == 2  # two Slurm jobs, one worker each
+        hosts = {a.split("//")[1].split(":")[0] for a in client.scheduler_info(n_workers=-1)[
+            "workers"]}  # fmt: skip
+        assert hosts <= set(slurm.addresses)
+        assert est.history_[-1]["updates"][-1]["workers"] >= 1
