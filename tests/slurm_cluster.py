@@ -51,6 +51,7 @@ class SlurmCluster:
     nodes: list[str]  # host names
     addresses: list[str]
     control: str  # the controller's address, on the bridge: reachable from every node
+    namespaces: list[str]  # each node's network namespace
 
     @property
     def env(self) -> dict[str, str]:
@@ -174,7 +175,9 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
                      f"hostname {name} && exec {_bin('slurmd')} -D -f {conf}"],
                     env=env, stdout=log, stderr=log, preexec_fn=orphan_proof,
                 ))  # fmt: skip
-            cluster = SlurmCluster(folder, conf, names, addresses, topology.hub_address)
+            cluster = SlurmCluster(
+                folder, conf, names, addresses, topology.hub_address, list(topology.namespaces)
+            )
             _wait_idle(cluster, started)
             try:
                 yield cluster

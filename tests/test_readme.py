@@ -28,6 +28,7 @@ README = REPO / "README.md"
 ROOT_OPTIONS = ("--network", "--nodes")  # namespaces and tc need root
 MULTI_HOST = "--rdzv-endpoint"  # a job across real hosts: planned, not started, here
 SHIPPED = ("examples", "benchmarks")  # folders of the repository the README's lines name
+CLUSTER_VERBS = ("slurm", "k8s")  # job files for a scheduler: written, not submitted, here
 
 
 def readme_commands() -> list[tuple[int, str]]:
@@ -69,13 +70,18 @@ def shortened(command: str, tasks_run: set[str]) -> str:
     """The command as the test runs it. Training runs for real once per task (the store
     then holds what `results`, `report`, `compare` and `simulate` read), cut to a few
     steps; later `run` lines are resolved and planned (``--dry-run``), as are jobs across
-    real hosts. Sweeps run for real, one repeat each; benchmarks with small messages."""
+    real hosts. Sweeps run for real, one repeat each; benchmarks with small messages.
+    Slurm scripts and Kubernetes manifests are generated to stdout, not submitted."""
     words = shlex.split(command)
     verb = words[words.index("dmlbench") + 1]
     if verb == "bench":
         return command + " --max-bytes 4096 --repeats 3"
     if verb == "sweep" and "--plan" not in words:
         return command + " --repeats 1 --set max_steps=30"
+    if verb in CLUSTER_VERBS:  # generated, printed: no cluster to submit to here
+        if "--out" in words:
+            del words[words.index("--out") : words.index("--out") + 2]
+        return shlex.join(w for w in words if w != "--submit")
     if verb != "run" or "--dry-run" in words:
         return command
     after = words[words.index("run") + 1 :]

@@ -4,7 +4,10 @@ real Slurm of two emulated hosts (Debian's slurmctld, slurmd and munged; root on
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -222,3 +225,42 @@ def test_a_growing_batch_submits_dask_worker_jobs(slurm, tmp_path: Path, monkeyp
             "workers"]}  # fmt: skip
         assert hosts <= set(slurm.addresses)
         assert est.history_[-1]["updates"][-1]["workers"] >= 1
+
+
+def _in_namespace(namespace: str, marker: str) -> list[int]:
+    """The processes in network namespace ``namespace`` whose command line holds
+    ``marker``."""
+    found = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    pids = []
+    for pid in found.stdout.split():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in command:
+            pids.append(int(pid))
+    return pids
+
+
+@needs_slurm
+@pytest.mark.multiprocess
+def test_a_node_that_dies_fails_the_run_naming_it(slurm, tmp_path: Path) -> None:
+    """Node 1's `dmlbench run` is killed mid-run: srun ends the step, and the launcher
+    stores the run as failed, naming the node srun lost."""
+    store = tmp_path / "store"
+    job = _submit(slurm, "synthetic-mlp", "--nodes", "2", "--set", "max_steps=1000000",
+                  "--set", "stop_at_target=false", "--store", str(store))  # fmt: skip
+    end = time.monotonic() + 120
+    victims: list[int] = []
+    while time.monotonic() < end and not victims:
+        runs = _runs(store)
+        if runs and list(Path(runs[0].run_dir).glob("nodes/node*/runs/*/events.jsonl")):
+            victims = _in_namespace(slurm.namespaces[1], f"--rdzv-id {runs[0].run_id}")
+        time.sleep(0.5)
+    assert victims, _output(store)
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert slurm.wait(job) == "FAILED"
+    (run,) = _runs(store)
+    assert run.status == "failed" and "dmlbench-node1" in (run.error or ""), run.error

@@ -236,7 +236,7 @@ def run(
             if rdzv_endpoint is None:
                 nnodes, rdzv_endpoint = nnodes or slurm.nodes, slurm.endpoint()
                 rdzv_id = slurm.rendezvous_id if rdzv_id == "dmlbench" else rdzv_id
-            store = node_store(store, slurm)
+            store = node_store(store, slurm.node_id)
         elif single and nnodes is None and "nodes" not in config_data:
             nodes = slurm.nodes  # the batch script: the job's launcher, on all its nodes
     if nnodes is not None and rdzv_endpoint is None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -115,9 +116,9 @@ def node_address(name: str) -> str:
     return name
 
 
-def node_store(store: Path, job: SlurmJob) -> Path:
-    """Where one node of a multi-node step keeps its part of the run."""
-    return store / NODES_DIR / f"node{job.node_id}"
+def node_store(store: Path, node: int) -> Path:
+    """Where node ``node`` (``SLURM_NODEID``) of a multi-node step keeps its part of the run."""
+    return store / NODES_DIR / f"node{node}"
 
 
 @contextlib.contextmanager
@@ -205,23 +206,20 @@ def run_slurm(
             from dmlbench.launch.cluster import _NodesTail
             from dmlbench.launch.run import _Watcher
 
-            paths = [node_store(run_dir, _at(i)) / "runs" / run_id / "events.jsonl"
+            paths = [node_store(run_dir, i) / "runs" / run_id / "events.jsonl"
                      for i in range(spec.nodes)]  # fmt: skip
             watcher = _Watcher(_NodesTail(paths), progress)
             watcher.start()
         code = step[0].wait()
         if code == 0:
             attempt.status = ""
-        else:
-            attempt.error = _node_error(run_dir, run_id, hosts) or (
+        else:  # srun names the task that failed first; the nodes say what they saw
+            said = [_srun_says(log), _node_error(run_dir, run_id, hosts)]
+            attempt.error = "; ".join(s for s in said if s) or (
                 f"srun exited with status {code}; see {log}"
             )
     return RunOutcome(run_id, attempt.status, attempt.summary, attempt.evals, attempt.error,
                       str(run_dir))  # fmt: skip
-
-
-def _at(index: int) -> SlurmJob:
-    return SlurmJob("", 0, "", index, "0")
 
 
 def _record(store: ResultsStore, run_id: str, run_dir: Path, attempt: Any, hosts: list[str],
@@ -233,7 +231,7 @@ def _record(store: ResultsStore, run_id: str, run_dir: Path, attempt: Any, hosts
     if progress_done is not None:
         progress_done.done.set()
         progress_done.join()
-    folders = [node_store(run_dir, _at(i)) / "runs" / run_id for i in range(len(hosts))]
+    folders = [node_store(run_dir, i) / "runs" / run_id for i in range(len(hosts))]
     holder = next((i for i, f in enumerate(folders) if (f / EVENTS_FILE).is_file()), None)
     events = read_events(folders[holder] / EVENTS_FILE) if holder is not None else []
     settle(attempt, events, "the nodes exited without finishing the run")
@@ -243,12 +241,28 @@ def _record(store: ResultsStore, run_id: str, run_dir: Path, attempt: Any, hosts
     store_end(store, run_id, run_dir, attempt)
 
 
+SRUN_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")
+
+
+def _srun_says(log: Path) -> str | None:
+    """srun's own line about the first task that failed: its node, task and how."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    found = SRUN_ERROR.search(text)
+    if found is None:
+        return None
+    host, task, how = found.groups()
+    return f"node {host} (task {task}): {how.strip()}"
+
+
 def _node_error(run_dir: Path, run_id: str, hosts: list[str]) -> str | None:
     """The first error a node reported (its outcome file), naming the node."""
     from dmlbench.results.rundir import OUTCOME_FILE, read_json
 
     for index, host in enumerate(hosts):
-        folder = node_store(run_dir, _at(index)) / "runs" / run_id
+        folder = node_store(run_dir, index) / "runs" / run_id
         outcome = read_json(folder / OUTCOME_FILE) or {}
         if outcome.get("error"):
             return f"node {index} ({host}): {outcome['error']}"
