@@ -62,6 +62,11 @@ StoreOption = Annotated[
     typer.Option("--store", help="results folder (SQLite + run logs); env DMLBENCH_STORE"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="override any spec key: key=value (repeatable)"),
+]
 RerunOption = Annotated[
     str,
     typer.Option(
@@ -134,13 +139,8 @@ def run(
         typer.Option("--workers", "-w", help="worker processes; a list (1,2,4) makes a sweep"),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="random seed")] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option("--set", "-s", help="override any spec key: key=value (repeatable)"),
-    ] = None,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
     plugins: Annotated[
         list[str] | None, typer.Option("--plugin", help="module that registers tasks")
     ] = None,
@@ -1003,6 +1003,23 @@ def advise(
     console.print(advice_table(advice, chosen.label))
 
 
+def _cluster_spec(task: str | None, config: Path | None, overrides: list[str] | None,
+                  nodes: int, per_node: int, engine: str) -> Any:  # fmt: skip
+    """The spec a scheduler's job runs: resolved here, so mistakes are refused before
+    anything is submitted; the hosts' own network, never an emulated one."""
+    from dmlbench.spec.run import load_config_file, resolve_spec
+
+    config_data = load_config_file(config) if config else {}
+    task_name = task or config_data.pop("task", None) or DEFAULT_TASK
+    config_data.pop("task", None)
+    spec = resolve_spec(task_name, config=config_data, overrides=overrides or [], nodes=nodes,
+                        nproc_per_node=per_node)  # fmt: skip
+    if spec.network.enabled:
+        raise DmlbenchError(f"--network emulates a cluster on one machine; on {engine} the "
+                            "hosts' own network is measured: drop it")  # fmt: skip
+    return spec
+
+
 @app.command()
 def slurm(
     target: Annotated[
@@ -1023,13 +1040,8 @@ def slurm(
         int | None,
         typer.Option(min=1, help="sweep: a job array of this many tasks sharing the points"),
     ] = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option("--set", "-s", help="override any spec key: key=value (repeatable)"),
-    ] = None,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
     store: StoreOption = default_store(),
     out: Annotated[Path | None, typer.Option(help="write the script here, not stdout")] = None,
     submit: Annotated[bool, typer.Option("--submit", help="submit it with sbatch")] = False,
@@ -1058,17 +1070,9 @@ def slurm(
         if array:
             raise DmlbenchError("--array shares a sweep's points among tasks; give a sweep file")
         from dmlbench.launch.node import job_spec
-        from dmlbench.spec.run import load_config_file, resolve_spec
 
-        config_data = load_config_file(config) if config else {}
-        task_name = target or config_data.get("task") or DEFAULT_TASK
-        config_data.pop("task", None)
-        per_node = nproc_per_node or max(1, gpus_per_node)
-        spec = resolve_spec(task_name, config=config_data, overrides=overrides or [],
-                            nodes=nodes, nproc_per_node=per_node)  # fmt: skip
-        if spec.network.enabled:
-            raise DmlbenchError("--network emulates a cluster on one machine; on Slurm the "
-                                "nodes' own network is measured: drop it")  # fmt: skip
+        spec = _cluster_spec(target, config, overrides, nodes,
+                             nproc_per_node or max(1, gpus_per_node), "Slurm")  # fmt: skip
         embedded = json.dumps(job_spec(spec), indent=1) + "\n"
         suffix, name = ".json", spec.task
         command = [*program, "run", "--config", "{file}", "--store", str(root), "--quiet"]
@@ -1123,13 +1127,8 @@ def k8s(
     pytorchjob: Annotated[
         bool, typer.Option("--pytorchjob", help="a Kubeflow PyTorchJob instead of Job + Service")
     ] = False,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")
-    ] = None,
-    overrides: Annotated[
-        list[str] | None,
-        typer.Option("--set", "-s", help="override any spec key: key=value (repeatable)"),
-    ] = None,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
     out: Annotated[Path | None, typer.Option(help="write the manifests here, not stdout")] = None,
 ) -> None:
     """Write Kubernetes manifests that run one task on several pods.
@@ -1139,16 +1138,12 @@ def k8s(
     with `kubectl apply -f`. Generated and schema-checked, not run on a cluster here.
     """
     from dmlbench.launch.kubernetes import PodResources, default_name, manifests, to_yaml
-    from dmlbench.spec.run import load_config_file, resolve_spec
 
     if not image:
         raise DmlbenchError("give --image: a container image with dmlbench installed "
                             "(build one from the repository's Dockerfile)")  # fmt: skip
-    config_data = load_config_file(config) if config else {}
-    task_name = task or config_data.pop("task", None) or DEFAULT_TASK
-    config_data.pop("task", None)
-    spec = resolve_spec(task_name, config=config_data, overrides=overrides or [],
-                        nodes=nodes, nproc_per_node=nproc_per_node or max(1, gpus))  # fmt: skip
+    spec = _cluster_spec(task, config, overrides, nodes, nproc_per_node or max(1, gpus),
+                         "Kubernetes")  # fmt: skip
     objects = manifests(
         spec, image=image, name=name or default_name(spec.task), namespace=namespace,
         resources=PodResources(cpus, memory, gpus), store_claim=store_claim,
