@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dmlbench.models.resnet import CifarResNet
+from dmlbench.models.wide_resnet import WideResNet
 from dmlbench.optim import learning_rate
 from dmlbench.tasks import get_task
 
@@ -54,6 +55,41 @@ def test_resnet20_m1_has_the_papers_parameter_count() -> None:
 def test_resnet_rejects_impossible_depth() -> None:
     with pytest.raises(ValueError, match="6n\\+2"):
         CifarResNet(21)
+
+
+def test_wrn_16_4_has_the_papers_weights_and_trains() -> None:
+    """Zagoruyko & Komodakis's WRN-16-4: 2.7M weights (their Table 1; the adadamp paper
+    says about 2.75M); 6n+4 layers; dropout between each block's convolutions."""
+    model = WideResNet(16, 4, dropout=0.3)
+    assert sum(p.numel() for p in model.parameters()) == 2_748_890
+    convs = [m for m in model.modules()
+             if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)]  # fmt: skip
+    assert len(convs) == 1 + 3 * 2 * 2  # the stem, then 3 stages of n = (16 - 4) / 6 = 2 blocks
+    assert sum(isinstance(m, torch.nn.Dropout) for m in model.modules()) == 6
+    x, y = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    with pytest.raises(ValueError, match="6n\\+4"):
+        WideResNet(15)
+
+
+def test_the_adadamp_task_carries_the_papers_recipe() -> None:
+    from dmlbench.models import build_model
+    from dmlbench.spec.recipe import ModelSpec
+
+    task = get_task("cifar10-wrn16-4")
+    recipe = task.recipe
+    assert (recipe.local_batch, recipe.max_epochs) == (128, 200)
+    assert (recipe.optimizer.momentum, recipe.optimizer.nesterov) == (0.9, True)
+    assert recipe.optimizer.weight_decay == 5e-4
+    rates = [learning_rate(recipe.schedule, step=0, epoch=e, local_batch=128, world_size=1)
+             for e in (0, 59, 60, 120, 180)]  # fmt: skip
+    assert rates == pytest.approx([0.05, 0.05, 0.01, 0.002, 0.0004])
+    model = build_model(recipe.model, (3, 32, 32), 10)
+    assert sum(p.numel() for p in model.parameters()) == 2_748_890
+    with pytest.raises(Exception, match="6n\\+4"):
+        build_model(ModelSpec(name="wide-resnet", options={"depth": 15}), (3, 32, 32), 10)
 
 
 def _scaled(**fields):

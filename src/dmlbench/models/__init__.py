@@ -17,12 +17,19 @@ from torch import nn
 from dmlbench.errors import SpecError, unknown
 from dmlbench.models.mlp import MLP, Linear
 from dmlbench.models.resnet import CifarResNet
+from dmlbench.models.wide_resnet import WideResNet
 from dmlbench.spec.recipe import ModelSpec, StrictModel
 
 
 class ResNetOptions(StrictModel):
     depth: int = Field(20, ge=8, description="6n+2 layers: 20, 32, 44, 56, 110")
     variant: Literal["m1", "m2"] = Field("m1", description="m1: He 2015; m2: pre-activation")
+
+
+class WideResNetOptions(StrictModel):
+    depth: int = Field(16, ge=10, description="6n+4 layers: 10, 16, 22, 28, 40")
+    widen: int = Field(4, ge=1, le=20, description="width multiplier k")
+    dropout: float = Field(0.3, ge=0.0, lt=1.0, description="between each block's convs")
 
 
 class MLPOptions(StrictModel):
@@ -52,6 +59,12 @@ def _build_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) ->
     return CifarResNet(options.depth, options.variant, outputs, in_channels=shape[0])
 
 
+def _build_wide_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    assert isinstance(options, WideResNetOptions)
+    return WideResNet(options.depth, options.widen, options.dropout, outputs,
+                      in_channels=shape[0])  # fmt: skip
+
+
 def _build_mlp(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
     assert isinstance(options, MLPOptions)
     return MLP(math.prod(shape), options.hidden, outputs)
@@ -63,6 +76,7 @@ def _build_linear(options: StrictModel, shape: tuple[int, ...], outputs: int) ->
 
 
 register_model("resnet", ModelEntry(ResNetOptions, _build_resnet))
+register_model("wide-resnet", ModelEntry(WideResNetOptions, _build_wide_resnet))
 register_model("mlp", ModelEntry(MLPOptions, _build_mlp))
 register_model("linear", ModelEntry(LinearOptions, _build_linear))
 
@@ -79,6 +93,8 @@ def validate_model_spec(spec: ModelSpec) -> StrictModel:
         raise SpecError(f"model {spec.name} option {where}: {first['msg']}") from None
     if isinstance(options, ResNetOptions) and (options.depth - 2) % 6:
         raise SpecError(f"ResNet depth must be 6n+2 (20, 32, 44, 56...), got {options.depth}")
+    if isinstance(options, WideResNetOptions) and (options.depth - 4) % 6:
+        raise SpecError(f"Wide ResNet depth must be 6n+4 (10, 16, 22, 28...), got {options.depth}")
     return options
 
 
