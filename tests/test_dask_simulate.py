@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from dmlbench.dask.dampers import Constant, GeoDamp, PadaDamp
+from dmlbench.dask.dampers import (
+    PAPER_EPOCHS,
+    PAPER_SCHEDULES,
+    Constant,
+    GeoDamp,
+    PadaDamp,
+    TrainState,
+)
 from dmlbench.dask.history import History, plot_histories
 from dmlbench.dask.simulate import (
     UpdateTime,
@@ -27,6 +34,26 @@ def test_schedule_counts_updates_like_the_estimators() -> None:
     assert sizes == [10] * 10 + [20] * 5 + [40, 40, 20]  # a half batch left over stays
     grown = schedule(PadaDamp(10, rate=1.0), 100, 1)
     assert grown[:3] == [10, 11, 12] and sum(grown) == 100
+
+
+def test_the_papers_five_schedules() -> None:
+    """Batch ×5 at epochs 60, 120 and 180 up to each maximum, then the rate ×1/5 instead;
+    over CIFAR-10's 50,000 examples for 200 epochs, fewer updates the more it grows."""
+    at = {e: TrainState(epoch=e) for e in (0, 59.9, 60, 120, 180)}
+    lr_only = PAPER_SCHEDULES["128 → 128"]
+    assert [lr_only(s).batch_size for s in at.values()] == [128] * 5
+    assert [lr_only(s).lr_factor for s in at.values()] == pytest.approx([1, 1, 0.2, 0.04, 0.008])
+    doubled = PAPER_SCHEDULES["256 → 5,120 (*2)"]
+    assert [doubled(s).batch_size for s in at.values()] == [256, 256, 1280, 5120, 5120]
+    assert [doubled(s).lr_factor for s in at.values()] == pytest.approx([1, 1, 1, 0.8, 0.16])
+    updates = {name: schedule(d, 50_000, PAPER_EPOCHS) for name, d in PAPER_SCHEDULES.items()}
+    assert len(updates["128 → 128"]) == 200 * 391  # 390 of 128, then 80 joins the last
+    growing = [len(updates[n]) for n in ("128 → 128", "128 → 640", "128 → 3,200", "128 → 16,000")]
+    assert growing == sorted(growing, reverse=True) and len(set(growing)) == 4
+    largest = {"128 → 128": 128, "128 → 640": 640, "128 → 3,200": 3_200,
+               "128 → 16,000": 16_000, "256 → 5,120 (*2)": 5_120}  # fmt: skip
+    for name, sizes in updates.items():  # an epoch's last update takes what is left over
+        assert largest[name] in sizes and max(sizes) < 1.5 * largest[name], name
 
 
 def test_update_time_and_the_simulated_table() -> None:

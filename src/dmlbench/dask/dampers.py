@@ -18,6 +18,8 @@ increase the batch size").
 - :class:`NoiseScaleDamp`: the batch from a running estimate of McCandlish et al.'s
   simple gradient noise scale ``B_simple = tr(Σ) / |G|²``, see
   :func:`dmlbench.advise.noise.noise_scale_estimate`.
+
+:data:`PAPER_SCHEDULES` holds the adadamp paper's five schedules, ready to use.
 """
 
 from __future__ import annotations
@@ -181,4 +183,20 @@ class NoiseScaleDamp(Damper):
 
 DAMPERS: dict[str, type[Damper]] = {
     cls.__name__: cls for cls in (Constant, GeoDamp, GeoDampLR, PadaDamp, AdaDamp, NoiseScaleDamp)
+}
+
+
+# The adadamp paper's five schedules (Sievert & Shah, WRN-16-4 on CIFAR-10, about 200
+# epochs): at epochs 60, 120 and 180 the batch grows ×5 until its maximum, after which
+# the learning rate falls ×5 instead (the hybrid rule above). "128 → 128" is the
+# learning-rate decay baseline; "256 → 5,120 (*2)" starts at twice the batch. Past its
+# maximum a schedule's rate falls by what the batch would have grown: 256 → 1,280 →
+# 5,120 (×0.8 in the rate, since 6,400 was wanted), then ×0.16 at epoch 180.
+PAPER_EPOCHS = 200
+PAPER_SCHEDULES: dict[str, Damper] = {
+    "128 → 128": GeoDamp(initial=128, delay=60, factor=5, max_batch_size=128),
+    "128 → 640": GeoDamp(initial=128, delay=60, factor=5, max_batch_size=640),
+    "128 → 3,200": GeoDamp(initial=128, delay=60, factor=5, max_batch_size=3_200),
+    "128 → 16,000": GeoDamp(initial=128, delay=60, factor=5, max_batch_size=16_000),
+    "256 → 5,120 (*2)": GeoDamp(initial=256, delay=60, factor=5, max_batch_size=5_120),
 }
