@@ -228,7 +228,8 @@ def run(
     task_name = task or config_task or DEFAULT_TASK
     counts = _worker_counts(workers)
     single = len(counts) <= 1 and not scaling and (repeats or 1) == 1
-    from dmlbench.launch.slurm import SlurmJob, node_store
+    from dmlbench.launch.node import node_folder
+    from dmlbench.launch.slurm import SlurmJob
 
     slurm = SlurmJob.from_env()
     if slurm is not None and slurm.nodes > 1 and nodes is None:
@@ -236,7 +237,7 @@ def run(
             if rdzv_endpoint is None:
                 nnodes, rdzv_endpoint = nnodes or slurm.nodes, slurm.endpoint()
                 rdzv_id = slurm.rendezvous_id if rdzv_id == "dmlbench" else rdzv_id
-            store = node_store(store, slurm.node_id)
+            store = node_folder(store, slurm.node_id)
         elif single and nnodes is None and "nodes" not in config_data:
             nodes = slurm.nodes  # the batch script: the job's launcher, on all its nodes
     if nnodes is not None and rdzv_endpoint is None:

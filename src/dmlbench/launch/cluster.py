@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dmlbench.launch.node import job_spec, node_args
+from dmlbench.launch.node import NODES_DIR, job_spec, node_args, node_error, node_folder
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.launch.run import (
     Attempt,
@@ -48,13 +48,12 @@ from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import Topology, check_can_emulate, preflight
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
 from dmlbench.results.events import EventTail
-from dmlbench.results.rundir import OUTCOME_FILE, read_json, write_json
+from dmlbench.results.rundir import write_json
 from dmlbench.results.store import Rerun
 from dmlbench.spec import RunSpec
 from dmlbench.spec.run import deviations
 
 NODE_SPEC_FILE = "node-spec.json"
-NODES_DIR = "nodes"
 # After one node's agent dies, how long the others get to notice (their workers lose a
 # peer and fail) and record the run before they are stopped.
 NODE_GRACE_S = 20.0
@@ -176,15 +175,6 @@ def _stop(agents: list[NodeAgent]) -> None:
             agent.process.wait()
 
 
-def _node_error(agents: list[NodeAgent], run_id: str) -> str | None:
-    """The first error a node reported (its outcome file), naming the node."""
-    for agent in agents:
-        outcome = read_json(agent.run_dir(run_id) / OUTCOME_FILE) or {}
-        if outcome.get("error"):
-            return f"{agent.describe()}: {outcome['error']}"
-    return None
-
-
 def run_cluster(
     spec: RunSpec,
     store: ResultsStore,
@@ -223,7 +213,7 @@ def run_cluster(
         with Topology(spec.nodes, network, record_to=run_dir) as topology:
             endpoint = f"{topology.address(0)}:{DEFAULT_PORT}"
             for index, namespace in enumerate(topology.namespaces):
-                folder = run_dir / NODES_DIR / f"node{index}"
+                folder = node_folder(run_dir, index)
                 folder.mkdir(parents=True)
                 agent = NodeAgent(index, namespace, topology.address(index), folder)
                 agent.start(_agent_command(spec, spec_file, endpoint, run_id, folder),
@@ -239,8 +229,7 @@ def run_cluster(
         elif all(agent.returncode == 0 for agent in agents):
             attempt.status = ""
         else:
-            attempt.error = _node_error(agents, run_id) or "a node failed; see its log in " + str(
-                run_dir / NODES_DIR
-            )
+            reported = node_error((a.describe(), a.run_dir(run_id)) for a in agents)
+            attempt.error = reported or f"a node failed; see its log in {run_dir / NODES_DIR}"
     return RunOutcome(run_id, attempt.status, attempt.summary, attempt.evals, attempt.error,
                       str(run_dir))  # fmt: skip

@@ -7,10 +7,14 @@ and the resolved spec in a file, so every node trains the very spec the user res
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dmlbench.spec import RunSpec
+
+NODES_DIR = "nodes"  # in a multi-node run's folder: node<i>/, each node's own store
 
 
 def node_args(spec: RunSpec, spec_file: str, endpoint: str, run_id: str, store: str) -> list[str]:
@@ -32,3 +36,21 @@ def job_spec(spec: RunSpec) -> dict[str, Any]:
     data = spec.to_json_dict()
     data.pop("network")
     return data
+
+
+def node_folder(run_dir: Path, index: int) -> Path:
+    """Node ``index``'s own store inside a multi-node run's folder (or inside the store
+    a node under srun was given)."""
+    return run_dir / NODES_DIR / f"node{index}"
+
+
+def node_error(nodes: Iterable[tuple[str, Path]]) -> str | None:
+    """The first error a node reported in its outcome file, named as given:
+    ``nodes`` is (name, that node's folder of the run)."""
+    from dmlbench.results.rundir import OUTCOME_FILE, read_json
+
+    for name, folder in nodes:
+        outcome = read_json(folder / OUTCOME_FILE) or {}
+        if outcome.get("error"):
+            return f"{name}: {outcome['error']}"
+    return None

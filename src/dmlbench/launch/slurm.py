@@ -13,7 +13,7 @@ Three ways in, one path:
 - ``dmlbench run`` under srun across several nodes is one node of such a job: the node
   count, the rendezvous endpoint (the first host of the step's node list) and the id
   come from Slurm's environment (:class:`SlurmJob`), and the node keeps its part in
-  ``STORE/nodes/node<SLURM_NODEID>``.
+  ``STORE/nodes/node<SLURM_NODEID>`` (:func:`~dmlbench.launch.node.node_folder`).
 
 Slurm's ends map to the run's status: a node that fails (srun's non-zero exit) fails
 the run, naming the node; ``scancel`` (SIGTERM to the batch step) stores it as
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import DmlbenchError
-from dmlbench.launch.node import job_spec, node_args
+from dmlbench.launch.node import NODES_DIR, job_spec, node_args, node_error, node_folder
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 
 if TYPE_CHECKING:
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from dmlbench.results.store import Rerun
     from dmlbench.spec import RunSpec
 
-NODES_DIR = "nodes"
 STOP_WAIT_S = 15.0  # after SIGTERM to srun (it signals the tasks), before SIGKILL
 
 
@@ -116,11 +115,6 @@ def node_address(name: str) -> str:
     return name
 
 
-def node_store(store: Path, node: int) -> Path:
-    """Where node ``node`` (``SLURM_NODEID``) of a multi-node step keeps its part of the run."""
-    return store / NODES_DIR / f"node{node}"
-
-
 @contextlib.contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
     """``scancel`` sends SIGTERM: treat it as Ctrl-C, so the run is stored as
@@ -157,6 +151,7 @@ def run_slurm(
     per node, and store it (see the module's docstring)."""
     from dmlbench.launch.cluster import NODE_SPEC_FILE
     from dmlbench.launch.run import RunOutcome, launched, open_run, prepare_data
+    from dmlbench.results import EVENTS_FILE
     from dmlbench.results.rundir import write_json
     from dmlbench.spec.run import deviations
 
@@ -173,6 +168,8 @@ def run_slurm(
                                sweep=sweep, claim=claim)  # fmt: skip
     spec_file = run_dir / NODE_SPEC_FILE
     log = run_dir / NODES_DIR / "srun.log"
+    # each node's folder of this run, in SLURM_NODEID order (srun's --nodelist order)
+    folders = [node_folder(run_dir, i) / "runs" / run_id for i in range(spec.nodes)]
     endpoint = f"{node_address(hosts[0])}:{DEFAULT_PORT}"
     step: list[subprocess.Popen[bytes]] = []
 
@@ -187,7 +184,7 @@ def run_slurm(
                     process.wait()
 
     def finish(attempt: Any) -> None:
-        _record(store, run_id, run_dir, attempt, hosts, progress_done=watcher)
+        _record(store, run_id, run_dir, attempt, folders, progress_done=watcher)
 
     watcher: Any = None
     with _sigterm_interrupts(), launched(finish, stop=stop) as attempt:
@@ -206,15 +203,14 @@ def run_slurm(
             from dmlbench.launch.cluster import _NodesTail
             from dmlbench.launch.run import _Watcher
 
-            paths = [node_store(run_dir, i) / "runs" / run_id / "events.jsonl"
-                     for i in range(spec.nodes)]  # fmt: skip
-            watcher = _Watcher(_NodesTail(paths), progress)
+            watcher = _Watcher(_NodesTail([f / EVENTS_FILE for f in folders]), progress)
             watcher.start()
         code = step[0].wait()
         if code == 0:
             attempt.status = ""
         else:  # srun names the task that failed first; the nodes say what they saw
-            said = [_srun_says(log), _node_error(run_dir, run_id, hosts)]
+            named = [(f"node {i} ({host})", folders[i]) for i, host in enumerate(hosts)]
+            said = [_srun_says(log), node_error(named)]
             attempt.error = "; ".join(s for s in said if s) or (
                 f"srun exited with status {code}; see {log}"
             )
@@ -222,7 +218,7 @@ def run_slurm(
                       str(run_dir))  # fmt: skip
 
 
-def _record(store: ResultsStore, run_id: str, run_dir: Path, attempt: Any, hosts: list[str],
+def _record(store: ResultsStore, run_id: str, run_dir: Path, attempt: Any, folders: list[Path],
             progress_done: Any) -> None:  # fmt: skip
     """Complete the run from the node that held rank 0 (the one with an event log)."""
     from dmlbench.launch.run import settle, store_end
@@ -231,7 +227,6 @@ def _record(store: ResultsStore, run_id: str, run_dir: Path, attempt: Any, hosts
     if progress_done is not None:
         progress_done.done.set()
         progress_done.join()
-    folders = [node_store(run_dir, i) / "runs" / run_id for i in range(len(hosts))]
     holder = next((i for i, f in enumerate(folders) if (f / EVENTS_FILE).is_file()), None)
     events = read_events(folders[holder] / EVENTS_FILE) if holder is not None else []
     settle(attempt, events, "the nodes exited without finishing the run")
@@ -255,18 +250,6 @@ def _srun_says(log: Path) -> str | None:
         return None
     host, task, how = found.groups()
     return f"node {host} (task {task}): {how.strip()}"
-
-
-def _node_error(run_dir: Path, run_id: str, hosts: list[str]) -> str | None:
-    """The first error a node reported (its outcome file), naming the node."""
-    from dmlbench.results.rundir import OUTCOME_FILE, read_json
-
-    for index, host in enumerate(hosts):
-        folder = node_store(run_dir, index) / "runs" / run_id
-        outcome = read_json(folder / OUTCOME_FILE) or {}
-        if outcome.get("error"):
-            return f"node {index} ({host}): {outcome['error']}"
-    return None
 
 
 # -- sbatch scripts ---------------------------------------------------------------------
