@@ -302,7 +302,7 @@ def advise(
     if not grid:
         raise DmlbenchError(f"no configuration fits {examples} training examples")
     grid.sort(key=lambda c: (c.tta_s, c.workers))
-    trusted = [c for c in grid if not c.below_measured] or grid
+    trusted = [c for c in grid if not c.below_measured] or grid  # the measured batches fit
     untried = [c for c in grid if c.below_measured and c.tta_s < trusted[0].tta_s]
     sources = {
         "compute": compute.line(),
@@ -312,7 +312,7 @@ def advise(
         "noise_scale": noise.source if noise else "not measured (run with 2+ workers)",
     }
     advice = Advice(task.name, network, trusted, noise, sources, _rate_text(task, trusted[0]),
-                    worth_measuring=untried if trusted is not grid else [])  # fmt: skip
+                    worth_measuring=untried)  # fmt: skip
     if current is not None:
         advice.current = candidate(*current)
         advice.broken = broken_guidelines(advice.current, noise, examples, compute.cores)
