@@ -23,6 +23,17 @@ def _conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
     return nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1, bias=False)
 
 
+def init_conv_bn(model: nn.Module) -> None:
+    """He et al.'s initialisation: convolutions Kaiming-normal (fan-out), batch norms
+    the identity."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+        elif isinstance(module, nn.BatchNorm2d):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
 class PadShortcut(nn.Module):
     """Option A shortcut: subsample spatially and zero-pad the new channels."""
 
@@ -106,12 +117,7 @@ class CifarResNet(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(module, nn.BatchNorm2d):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        init_conv_bn(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.stem(x)

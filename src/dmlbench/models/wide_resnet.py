@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmlbench.models.resnet import init_conv_bn
+
 
 class WideBlock(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, stride: int, dropout: float) -> None:
@@ -53,14 +55,8 @@ class WideResNet(nn.Module):
         self.layers = nn.Sequential(*layers)
         self.final_bn = nn.BatchNorm2d(channels)
         self.fc = nn.Linear(channels, num_classes)
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(module, nn.BatchNorm2d):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Linear):
-                nn.init.zeros_(module.bias)
+        init_conv_bn(self)
+        nn.init.zeros_(self.fc.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.final_bn(self.layers(self.stem(x))))
