@@ -310,3 +310,38 @@ def test_a_dmlbench_bug_in_the_launcher_is_reported_as_one(tmp_path: Path) -> No
     assert "Traceback" in kept and "_environment" in kept
     # what was set before the bad value is taken back: later runs must not inherit it
     assert "DMLBENCH_NODE_ADDRESS" not in os.environ and "BROKEN" not in os.environ
+
+
+def _open_new_store(root: str, start, failed) -> None:
+    """One launcher opening the store (a child process): waits for the others first."""
+    start.wait()
+    store = ResultsStore(Path(root))
+    try:
+        store.runs()
+    except Exception:
+        failed.value += 1
+        return
+    if store.read_only:
+        failed.value += 1
+
+
+@pytest.mark.slow
+def test_launchers_that_open_a_new_store_at_once_all_write_to_it(tmp_path: Path) -> None:
+    """A Slurm job array's tasks open one new store together. Without the setup lock,
+    about one opener in eight lost the race to switch it to WAL ("database is locked")
+    and went on read-only, failing at its first query."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    failed = context.Value("i", 0)
+    for trial in range(12):
+        start = context.Barrier(6)
+        openers = [context.Process(target=_open_new_store,
+                                   args=(str(tmp_path / f"store{trial}"), start, failed))
+                   for _ in range(6)]  # fmt: skip
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(60)
+            assert opener.exitcode == 0
+    assert failed.value == 0

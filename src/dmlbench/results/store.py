@@ -12,6 +12,7 @@ could not be stored is imported from its folder later (:meth:`ResultsStore.impor
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -37,6 +38,10 @@ from dmlbench.system import pid_alive
 
 STORE_ENV = "DMLBENCH_STORE"
 DB_FILE = "dmlbench.sqlite"
+# Held (flock) while a process creates or upgrades the store's tables: two launchers
+# that open a new store at once (a Slurm job array's tasks) would otherwise race to
+# switch it to WAL, and the loser saw "database is locked" and opened it read-only.
+SETUP_LOCK = "dmlbench.sqlite.setup-lock"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -176,6 +181,22 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+@contextmanager
+def _one_at_a_time(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block (released if the process dies).
+    Where the lock file cannot be made (a read-only store), nothing can race to write."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 class ResultsStore:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -187,7 +208,7 @@ class ResultsStore:
         except OSError as error:
             raise StoreError(f"cannot create the results store {root}: {error}") from None
         try:
-            with self._connect() as db:
+            with _one_at_a_time(root / SETUP_LOCK), self._connect() as db:
                 have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
                 for name, sql_type in ADDED_COLUMNS:
                     if have and name not in have:
