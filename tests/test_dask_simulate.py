@@ -18,10 +18,14 @@ from dmlbench.dask.dampers import (
 )
 from dmlbench.dask.history import History, plot_histories
 from dmlbench.dask.simulate import (
+    GBIT,
+    PAPER_NETWORKS,
+    Network,
     UpdateTime,
     measure_update_time,
     network_table,
     schedule,
+    schedule_table,
     simulate,
 )
 from dmlbench.perfmodel.model import CommCalibration, Link
@@ -95,6 +99,29 @@ def test_network_table_charges_the_central_server_more() -> None:
     table = network_table(schedules, model, 100e6, links, calibration, max_workers=64)
     wall = table.set_index(["network", "algorithm"])["wall_s"]
     assert wall[("1gbit", "ps")] > wall[("1gbit", "ring")] > wall[("100gbit", "ring")]
+
+
+def test_schedule_table_gives_the_papers_columns() -> None:
+    """Updates, epochs and maximum workers per schedule, and the training time with no
+    network and over each network, from bandwidth and latency."""
+    model = UpdateTime(fixed_s=0.0, per_task_s=0.0, compute_s=0.1, grads_per_worker=128)
+    table = schedule_table(PAPER_SCHEDULES, 50_000, PAPER_EPOCHS, model, 11e6).set_index("schedule")
+    names = [network.name for network in PAPER_NETWORKS]
+    lr_only, widest = table.loc["128 → 128"], table.loc["128 → 16,000"]
+    assert (lr_only["updates"], lr_only["epochs"], lr_only["max_workers"]) == (78_200, 200, 1)
+    assert lr_only["compute_s"] == pytest.approx(7_820)
+    assert [lr_only[name] for name in names] == pytest.approx([7_820] * 3)  # one worker
+    assert widest["max_workers"] == 125 and table.loc["256 → 5,120 (*2)", "max_workers"] == 40
+    assert widest["updates"] < table.loc["128 → 3,200", "updates"] < lr_only["updates"]
+    slow_central, slow_ring, fast_ring = (widest[name] for name in names)
+    assert slow_central > slow_ring > fast_ring > widest["compute_s"]
+
+    one_update = {"one": Constant(640)}  # 5 workers, 1 s to send the gradient once
+    link = Link(54 * GBIT, 0.05e-6)
+    nets = [Network("central", "ps", link), Network("ring", "ring", link)]
+    row = schedule_table(one_update, 640, 1, model, 54 * GBIT, nets).iloc[0]
+    assert row["central"] == pytest.approx(0.1 + 2 * 0.05e-6 + 2 * 5 * 1.0)  # in and out
+    assert row["ring"] == pytest.approx(0.1 + 8 * 0.05e-6 + 8 / 5 * 1.0)  # 2(N−1) steps
 
 
 def test_history_is_json_and_plots(tmp_path: Path) -> None:

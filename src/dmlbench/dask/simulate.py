@@ -14,12 +14,17 @@ and a schedule that needs far fewer updates finishes far sooner.
 - :func:`simulate` tabulates updates and wall-clock time for several schedules and
   worker limits; :func:`network_table` adds the network term from the performance
   model (a central server vs ring all-reduce at given link speeds).
+- :func:`schedule_table` is the adadamp paper's two tables in one: per damper, its
+  model updates, epochs and maximum workers, and its training time with no network
+  and over each :class:`Network` (bandwidth *and* latency, centralised or
+  decentralised); :data:`PAPER_NETWORKS` are the paper's three.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +33,8 @@ import pandas as pd
 from dmlbench.dask.dampers import Damper, TrainState
 from dmlbench.dask.history import Record
 from dmlbench.perfmodel.model import Algorithm, CommCalibration, Link, allreduce_time
+
+GBIT = 1e9 / 8  # bytes per second in one Gbit/s
 
 
 def schedule(damper: Damper, n: int, epochs: int) -> list[int]:
@@ -136,4 +143,70 @@ def network_table(
                         "wall_s": wall,
                     }
                 )
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Network:
+    """What each update's gradient exchange runs over. ``ps`` is the centralised engine:
+    the driver's one link carries every worker's gradient in and the weights out;
+    ``ring`` is decentralised all-reduce, each worker on its own ``link``."""
+
+    name: str
+    algorithm: Algorithm
+    link: Link
+
+
+IDEAL_STACK = CommCalibration(alpha_s=0.0, host_busbw=math.inf, link_efficiency=1.0,
+                              latencies_per_step=1.0)  # fmt: skip
+"""The paper's networks are bandwidth and latency alone: no software overhead per
+message, hosts that keep up, one latency per message."""
+
+PAPER_NETWORKS = (
+    Network("centralised, 54 Gbit/s, 0.05 µs", "ps", Link(54 * GBIT, 0.05e-6)),
+    Network("decentralised, 54 Gbit/s, 0.05 µs", "ring", Link(54 * GBIT, 0.05e-6)),
+    Network("decentralised, 800 Gbit/s, 0.025 µs", "ring", Link(800 * GBIT, 0.025e-6)),
+)
+
+
+def schedule_table(
+    dampers: Mapping[str, Damper],
+    n: int,
+    epochs: int,
+    update_time: UpdateTime,
+    gradient_bytes: float,
+    networks: Sequence[Network] = PAPER_NETWORKS,
+    calibration: CommCalibration = IDEAL_STACK,
+) -> pd.DataFrame:
+    """Per damper over ``epochs`` epochs of ``n`` examples: ``updates``, ``epochs``,
+    ``max_batch`` (the schedule's largest), ``max_workers`` (one per
+    ``grads_per_worker`` examples of that batch: the cluster the fit grows to),
+    ``compute_s`` (the training time with a free network) and one column of seconds
+    per network, named by :attr:`Network.name`.
+
+    An epoch's last update takes the examples left over (up to 1.5× the batch); with
+    more tasks than ``max_workers`` a worker computes two, as on a real cluster."""
+    rows = []
+    for name, damper in dampers.items():
+        sizes = Counter(schedule(damper, n, epochs))
+        largest = min(damper.max_batch_size or max(sizes), n)
+        workers = update_time.tasks(largest)
+        row: dict[str, object] = {
+            "schedule": name,
+            "updates": sum(sizes.values()),
+            "epochs": epochs,
+            "max_batch": largest,
+            "max_workers": workers,
+            "compute_s": sum(count * update_time(b, workers) for b, count in sizes.items()),
+        }
+        for network in networks:
+            seconds = 0.0
+            for batch, count in sizes.items():
+                senders = min(update_time.tasks(batch), workers)
+                comm = allreduce_time(
+                    network.algorithm, senders, gradient_bytes, network.link, calibration
+                )
+                seconds += count * update_time(batch, workers, comm)
+            row[network.name] = seconds
+        rows.append(row)
     return pd.DataFrame(rows)
