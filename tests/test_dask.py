@@ -28,7 +28,7 @@ from sklearn.preprocessing import StandardScaler
 
 from dmlbench.dask import DaskClassifier, DaskRegressor
 from dmlbench.dask.dampers import GeoDamp, NoiseScaleDamp, PadaDamp
-from dmlbench.dask.worker import flat_state
+from dmlbench.dask.worker import flat_state, resolve_device
 from dmlbench.models.mlp import MLP
 
 MLP_ARGS = {"module__in_features": 64, "module__hidden": [32], "module__num_outputs": 10}
@@ -140,6 +140,21 @@ def test_a_module_that_fails_to_build_says_so() -> None:
         DaskRegressor(Broken, module__features=10, client="tcp://127.0.0.1:9").fit(x, y)
     with pytest.raises(ValueError, match="module outputs shape \\(1,\\) per example but y has 2"):
         DaskClassifier(HiddenLayer, module__features=10).fit(x, np.arange(10) % 2)
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:x", "cuda:-1", 0])
+def test_a_device_no_worker_could_use_is_refused_before_any_cluster_work(device: object) -> None:
+    x, y = np.zeros((10, 64), np.float32), np.arange(10) % 2
+    with pytest.raises(ValueError, match="device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"):
+        classifier("tcp://127.0.0.1:9", device=device).fit(x, y)  # type: ignore[arg-type]
+
+
+def test_devices_resolve_to_a_gpu_only_where_there_is_one() -> None:
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == torch.device("cuda:0" if gpus else "cpu")
+    with pytest.raises(RuntimeError, match=rf"device='cuda:{gpus}', but this machine has {gpus}"):
+        resolve_device(f"cuda:{gpus}")
 
 
 # ---------------------------------------------------------------- on a real LocalCluster
@@ -266,6 +281,25 @@ def test_ddp_engine_matches_the_centralised_engine(client: Client, digits: tuple
     assert [e["workers"] for e in ddp.history_] == [1, 2, 2]
     np.testing.assert_allclose(flat_state(ddp.module_), flat_state(central.module_), atol=1e-4)
     assert ddp.score(x_test, y_test) > 0.8
+
+
+@pytest.mark.slow
+def test_device_auto_trains_and_an_absent_gpu_is_refused_by_the_workers(
+    client: Client, digits: tuple
+) -> None:
+    """``auto`` takes the CPU on workers without a GPU; ``cuda`` there is refused in one
+    line naming the worker, by both engines, and the cluster stays usable."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal needs one without")
+    x_train, x_test, y_train, y_test = digits
+    for engine in ("centralised", "ddp"):
+        with pytest.raises(
+            RuntimeError, match=r"device='cuda', but Dask worker tcp://127\.0\.0\.1:\d+ has 0"
+        ) as caught:
+            classifier(client, device="cuda", engine=engine, max_epochs=1).fit(x_train, y_train)
+        assert "\n" not in str(caught.value)
+    auto = classifier(client, device="auto", engine="ddp", max_epochs=2).fit(x_train, y_train)
+    assert auto.score(x_test, y_test) > 0.8
 
 
 @pytest.mark.slow

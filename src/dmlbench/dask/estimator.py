@@ -71,6 +71,10 @@ class DaskEstimator(BaseEstimator):
         default client, else a process-wide ``LocalCluster`` on loopback.
     timeout: seconds a gradient task may take, and the DDP process-group timeout.
     torch_threads: intra-op threads per worker replica (``None``: leave torch's).
+    device: where the worker replicas train: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or
+        ``"auto"`` (a GPU on each worker that has one). A worker without the GPU asked
+        for refuses in one line. The driver keeps its copy on the CPU: it steps the
+        optimizer (centralised) and predicts.
     random_state: seeds the module's initial weights and the example order.
     verbose: 1 prints a line per epoch.
     """
@@ -92,6 +96,7 @@ class DaskEstimator(BaseEstimator):
         client: Any = None,
         timeout: float = 120.0,
         torch_threads: int | None = None,
+        device: str = "cpu",
         random_state: int | None = None,
         verbose: int = 0,
         **kwargs: Any,
@@ -108,6 +113,7 @@ class DaskEstimator(BaseEstimator):
         self.client = client
         self.timeout = timeout
         self.torch_threads = torch_threads
+        self.device = device
         self.random_state = random_state
         self.verbose = verbose
         for key, value in kwargs.items():
@@ -180,6 +186,7 @@ class DaskEstimator(BaseEstimator):
             )
         if self.timeout <= 0:
             raise ValueError("timeout must be > 0 seconds")
+        remote.check_device_name(self.device)
 
     def _build(self, what: str, factory: Any, kwargs: dict[str, Any], *args: Any) -> Any:
         name = getattr(factory, "__name__", type(factory).__name__)
@@ -236,7 +243,13 @@ class DaskEstimator(BaseEstimator):
         self.base_lrs_ = [group["lr"] for group in self.optimizer_.param_groups]
         self._check_forward(x[:2], y[:2])
         self.recipe_ = remote.Recipe(
-            uuid.uuid4().hex, self.module, module_kwargs, loss, loss_kwargs, self.torch_threads
+            uuid.uuid4().hex,
+            self.module,
+            module_kwargs,
+            loss,
+            loss_kwargs,
+            self.torch_threads,
+            self.device,
         )
         self.rng_ = np.random.default_rng(self.random_state)
         self.history_ = History()

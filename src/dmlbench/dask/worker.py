@@ -5,6 +5,10 @@ to build the module and the loss) once per fit; each worker thread builds its re
 from the recipe the first time and caches it. Per update only the flat weight vector
 (``float32``, parameters then floating-point buffers) travels to the workers, and only
 each task's flat gradient sum comes back.
+
+A replica trains on the recipe's ``device`` (:func:`resolve_device`: ``cpu``, ``cuda``,
+``cuda:N`` or ``auto``); whatever travels between driver and workers is on the CPU, so
+a driver without a GPU can drive workers with one.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Recipe:
     loss: Any  # a loss class (built with loss_kwargs) or a callable
     loss_kwargs: dict[str, Any]
     torch_threads: int | None = None
+    device: str = "cpu"  # where the replicas train: see resolve_device
 
     def build_module(self) -> nn.Module:
         if isinstance(self.module, nn.Module):
@@ -57,6 +62,45 @@ class Recipe:
         if isinstance(self.loss, type):
             return self.loss(**self.loss_kwargs)
         return self.loss
+
+
+DEVICES = "'cpu', 'cuda', 'cuda:N' or 'auto'"
+
+
+def check_device_name(name: Any) -> None:
+    """Refuse a device name no worker could use, before anything starts."""
+    valid = isinstance(name, str) and (name in ("auto", "cpu", "cuda") or (
+        name.startswith("cuda:") and name[5:].isdigit()))  # fmt: skip
+    if not valid:
+        raise ValueError(f"device must be {DEVICES}, not {name!r}")
+
+
+def resolve_device(name: str, where: str = "this machine") -> torch.device:
+    """The device a replica trains on here: ``auto`` is the first GPU where there is
+    one, else the CPU; a GPU that is absent is refused in one line."""
+    check_device_name(name)
+    available = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if name == "auto":
+        return torch.device("cuda:0" if available else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and (device.index or 0) >= available:
+        raise RuntimeError(
+            f"device={name!r}, but {where} has {available} CUDA device"
+            f"{'' if available == 1 else 's'}: use device='cpu', or 'auto' to take a "
+            "GPU only where there is one"
+        )
+    return device
+
+
+def to_cpu(value: Any) -> Any:
+    """A state dict (nested dicts and lists of tensors) with every tensor on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(to_cpu(v) for v in value)
+    return value
 
 
 def fit_output(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -78,7 +122,8 @@ def state_tensors(module: nn.Module) -> list[torch.Tensor]:
 
 def flat_state(module: nn.Module) -> np.ndarray:
     with torch.no_grad():
-        return torch.cat([t.detach().reshape(-1).float() for t in state_tensors(module)]).numpy()
+        flat = torch.cat([t.detach().reshape(-1).float() for t in state_tensors(module)])
+        return flat.cpu().numpy()
 
 
 def load_flat_state(module: nn.Module, vector: np.ndarray) -> None:
@@ -136,11 +181,12 @@ class GradientWorker:
         if recipe.torch_threads:
             torch.set_num_threads(recipe.torch_threads)
         torch.manual_seed(0)  # tasks differ by their examples, not by worker-local seeds
+        self.address = worker_address()
+        self.device = resolve_device(recipe.device, f"Dask worker {self.address}")
         self.data = data
-        self.module = recipe.build_module()
+        self.module = recipe.build_module().to(self.device)
         self.loss = recipe.build_loss()
         self.n_params = n_parameter_values(self.module)
-        self.address = worker_address()
 
     def gradients(self, weights: np.ndarray, indices: list[np.ndarray]) -> list[GradientResult]:
         """Several gradient tasks at the same ``weights``: one message per worker and
@@ -151,14 +197,14 @@ class GradientWorker:
     def _gradient(self, index: np.ndarray) -> GradientResult:
         """The summed gradient of ``index``'s examples at the loaded weights."""
         start = time.perf_counter()
-        x, y = self.data.batch(index)
+        x, y = (t.to(self.device) for t in self.data.batch(index))
         self.module.train()
         self.module.zero_grad(set_to_none=True)
         output = self.module(x)
         loss = self.loss(fit_output(output, y), y)
         loss.backward()
         count = len(index)
-        grad = (flat_grad(self.module) * count).numpy()
+        grad = (flat_grad(self.module) * count).cpu().numpy()  # waits for a GPU
         compute = time.perf_counter() - start
         state = flat_state(self.module)
         buffers = state[self.n_params :].copy() if state.size > self.n_params else None
@@ -275,12 +321,14 @@ def _join(
     if store is None:
         store = dist.TCPStore(generation.master_addr, generation.master_port,
                               is_master=False, timeout=timeout)  # fmt: skip
+    device = resolve_device(recipe.device, f"Dask worker {worker_address()}")
     interface = interface_of(_worker_host())
     if interface:  # gloo listens there, not on whatever the host name resolves to
         os.environ["GLOO_SOCKET_IFNAME"] = interface
-    join_group("gloo", rank=rank, world_size=generation.world_size,
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    join_group(backend, rank=rank, world_size=generation.world_size,
                threads=recipe.torch_threads, store=store, timeout=timeout)  # fmt: skip
-    module = recipe.build_module()
+    module = recipe.build_module().to(device)
     load_flat_state(module, start.weights)
     opt = optimizer(module.parameters(), **optimizer_kwargs)
     opt.load_state_dict(start.optimizer_state)
@@ -289,7 +337,8 @@ def _join(
         generation=(generation, rank),
         module=module,
         optimizer=opt,
-        ddp=DistributedDataParallel(module),
+        ddp=DistributedDataParallel(module, device_ids=[device] if device.type == "cuda" else None),
+        device=device,
         loss=recipe.build_loss(),
         base_lrs=[g["lr"] for g in opt.param_groups],
     )
@@ -317,7 +366,7 @@ def ddp_epoch(
         begin = time.perf_counter()
         for group, base in zip(opt.param_groups, state["base_lrs"], strict=True):
             group["lr"] = base * factor
-        x, y = data.batch(index)
+        x, y = (t.to(state["device"]) for t in data.batch(index))
         module.train()
         opt.zero_grad(set_to_none=True)
         count = len(index)  # ≥ 1: the driver never plans an empty shard
@@ -330,5 +379,5 @@ def ddp_epoch(
         times.append(time.perf_counter() - begin)
     final = None
     if rank == 0:
-        final = TrainerState(flat_state(module), opt.state_dict())
+        final = TrainerState(flat_state(module), to_cpu(opt.state_dict()))
     return EpochResult(rank, losses, counts, times, worker_address(), final)
