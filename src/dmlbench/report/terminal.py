@@ -169,7 +169,17 @@ def run_summary(run: RunRecord) -> Table:
             f"{run.epochs:.2f} epochs, {run.steps or 0:,} steps, "
             f"{run.samples or 0:,} samples in {seconds(run.elapsed_s, unit=True)}",
         )
-    if summary.get("throughput"):
+    if summary.get("engine") == "dask" and summary.get("throughput"):
+        per_update = (run.elapsed_s or 0) - (summary.get("eval_s") or 0)
+        workers = plural(summary.get("most_workers") or 0, "worker")
+        table.add_row(
+            "throughput",
+            f"{summary['throughput']:,.0f} samples/s, "
+            f"{1000 * per_update / max(run.steps or 1, 1):.2f} ms per update on average "
+            f"(Dask, {run.exchange.removeprefix('dask-')} engine: batch {run.global_batch} → "
+            f"{summary.get('largest_batch')}, up to {workers})",
+        )
+    elif summary.get("throughput"):
         table.add_row(
             "throughput",
             f"{summary['throughput']:,.0f} samples/s, {1000 * summary['step_time_s']:.2f} ms "

@@ -324,6 +324,10 @@ class ResultsStore:
         run_dir: Path,
     ) -> None:
         recipe = spec["recipe"]
+        # a Dask fit's batch is its schedule's first, not a worker's share × workers
+        global_batch = (
+            spec["global_batch"] if "dask" in spec else recipe["local_batch"] * spec["workers"]
+        )
         tag = sweep or {}
         with self._connect() as db:
             if claim is not None and tag.get("key"):
@@ -338,7 +342,7 @@ class ResultsStore:
                 ?, ?, ?, ?, ?, ?, ?)""",
                 (
                     run_id, spec["task"], "open" if deviations else "closed", now_iso(),
-                    spec["workers"], recipe["local_batch"], recipe["local_batch"] * spec["workers"],
+                    spec["workers"], recipe["local_batch"], global_batch,
                     spec["seed"], spec["exchange"], recipe["target"], environment["host"],
                     environment["cpu_model"], environment["cores"], json.dumps(environment["gpus"]),
                     environment["torch"], environment["git_revision"], json.dumps(spec),

@@ -1,0 +1,311 @@
+"""A registered task trained by the Dask estimator and stored like any run
+(``dmlbench dask fit``).
+
+The task gives the data, the model, the optimizer and the goal; a damper gives the
+batch schedule, which replaces the recipe's learning-rate schedule (the rate starts at
+the recipe's rate for the first batch, and the damper's hybrid rule decays it). The fit
+writes the same event log as a torch.distributed run (``run_start``, ``epoch_stop``,
+``eval_accuracy``, ``run_stop``) and is completed in the store by the same lifecycle,
+so ``dmlbench results``, ``report`` and ``compare`` show it beside other runs: exchange
+``dask-centralised`` or ``dask-ddp``, always open division, its deviations saying how.
+
+A Dask fit stops between epochs: at the target (``stop_at_target``), past
+``recipe.time_budget_s``, at ``max_steps`` updates or after ``recipe.max_epochs``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dmlbench.dask.cluster import connect
+from dmlbench.dask.dampers import DAMPERS, Damper
+from dmlbench.dask.estimator import DaskClassifier
+from dmlbench.errors import SpecError, WorkerFailed
+from dmlbench.launch.run import (
+    RunOutcome,
+    launched,
+    open_run,
+    prepare_data,
+    settle,
+    store_end,
+)
+from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
+from dmlbench.results.events import EventLog
+from dmlbench.spec import RunSpec
+from dmlbench.spec.recipe import OptimizerSpec
+from dmlbench.spec.run import deviations
+from dmlbench.tasks import get_task
+
+DAMPER_NAMES = {name.lower(): cls for name, cls in DAMPERS.items()}
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+def make_damper(name: str, initial: int, options: dict[str, float | int | None]) -> Damper:
+    """A damper from its (case-insensitive) name, its first batch and the options given
+    (``None``: not given); an option the damper does not take is refused in one line."""
+    cls = DAMPER_NAMES.get(name.lower())
+    if cls is None:
+        raise SpecError(f"unknown damper {name!r}: choose {', '.join(DAMPER_NAMES)}")
+    given = {key: value for key, value in options.items() if value is not None}
+    takes = set(cls.__dataclass_fields__) - {"initial"}  # type: ignore[attr-defined]
+    extra = sorted(set(given) - takes)
+    if extra:
+        flags = ", ".join("--" + key.replace("_", "-") for key in extra)
+        allowed = ", ".join("--" + key.replace("_", "-") for key in sorted(takes)) or "none"
+        raise SpecError(f"damper {cls.__name__} does not take {flags} (it takes {allowed})")
+    try:
+        return cls(initial=initial, **given)  # type: ignore[call-arg]
+    except (TypeError, ValueError) as error:
+        raise SpecError(str(error)) from None
+
+
+@dataclass(frozen=True)
+class DaskFit:
+    """How the estimator trains a task: the schedule and the cluster."""
+
+    damper: Damper
+    engine: str = "centralised"
+    grads_per_worker: int = 32
+    min_workers: int = 1
+    max_workers: int = 4
+    scheduler: str | None = None  # a scheduler's address; None: a LocalCluster here
+    device: str = "cpu"
+    timeout_s: float = 300.0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "damper": {"name": type(self.damper).__name__, **self.damper.get_params()},
+            "engine": self.engine,
+            "grads_per_worker": self.grads_per_worker,
+            "min_workers": self.min_workers,
+            "max_workers": self.max_workers,
+            "scheduler": self.scheduler or "local",
+            "device": self.device,
+        }
+
+
+def recipe_optimizer(
+    params: Iterable[nn.Parameter], *, optimizer: dict[str, Any], lr: float
+) -> torch.optim.Optimizer:
+    """The recipe's optimizer at rate ``lr`` (importable, so DDP workers build it too)."""
+    from dmlbench.optim.build import build_optimizer
+
+    built = build_optimizer(OptimizerSpec.model_validate(optimizer), params)
+    for group in built.param_groups:
+        group["lr"] = lr
+    return built
+
+
+def first_rate(spec: RunSpec, batch: int) -> float:
+    """The recipe's learning rate for one worker at ``batch`` after any warm-up."""
+    schedule = spec.recipe.schedule
+    warm = float(getattr(schedule, "warmup_epochs", 0.0))
+    return float(schedule.rate(step=1, epoch=warm, local_batch=batch, world_size=1))
+
+
+def stored_spec(spec: RunSpec, fit: DaskFit) -> dict[str, Any]:
+    """The spec as stored: a worker's share is ``grads_per_worker`` examples, the global
+    batch is the schedule's first, ``workers`` the most the fit may use."""
+    stored = spec.model_dump(mode="json")
+    stored.update(
+        workers=fit.max_workers,
+        global_batch=fit.damper.initial,
+        exchange=f"dask-{fit.engine}",
+        dask=fit.describe(),
+    )
+    stored["recipe"]["local_batch"] = fit.grads_per_worker
+    return stored
+
+
+def fit_deviations(spec: RunSpec, fit: DaskFit) -> dict[str, dict[str, Any]]:
+    differ: dict[str, dict[str, Any]] = dict(deviations(spec))
+    differ["engine"] = {"reference": "torch.distributed", "actual": f"dask ({fit.engine})"}
+    differ["batch_schedule"] = {
+        "reference": f"constant {spec.recipe.local_batch} per worker, "
+        f"{spec.recipe.schedule.describe()}",
+        "actual": f"{type(fit.damper).__name__}({fit.damper.get_params()})",
+    }
+    if spec.recipe.augment:
+        differ["augment"] = {"reference": True, "actual": False}
+    return differ
+
+
+@dataclass
+class _Progress:
+    best: float | None = None
+    tta: float | None = None
+    tta_compute: float | None = None
+    eval_s: float = 0.0
+    reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _evaluate(est: DaskClassifier, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Top-1 accuracy and mean cross-entropy on (x, y), on the driver."""
+    probabilities = est.predict_proba(x)
+    columns = np.searchsorted(est.classes_, y).clip(0, len(est.classes_) - 1)
+    known = est.classes_[columns] == y
+    picked = np.where(known, probabilities[np.arange(len(y)), columns], 0.0)
+    loss = float(-np.mean(np.log(np.maximum(picked, 1e-12))))
+    accuracy = float(np.mean(est.classes_[probabilities.argmax(axis=1)] == y))
+    return accuracy, loss
+
+
+def fit_task(
+    spec: RunSpec, fit: DaskFit, store: ResultsStore, progress: ProgressFn | None = None
+) -> RunOutcome:
+    """Train ``spec.task`` with the Dask estimator as ``fit`` says; store it as a run."""
+    task = get_task(spec.task)
+    if task.loss != "cross_entropy":
+        raise SpecError(f"dask fit trains classification tasks with cross-entropy; "
+                        f"{spec.task} uses the {task.loss} loss")  # fmt: skip
+    prepare_data(spec)
+    data = task.load(spec.data_dir)
+    if spec.validation_split:
+        data = data.hold_out(spec.validation_split)
+    x_train = np.ascontiguousarray(data.plain.eval(data.train_x).numpy(), dtype=np.float32)
+    x_test = np.ascontiguousarray(data.plain.eval(data.test_x).numpy(), dtype=np.float32)
+    y_train, y_test = data.train_y.numpy(), data.test_y.numpy()
+    torch.manual_seed(spec.seed)
+    from dmlbench.models import build_model
+
+    module = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
+    est = DaskClassifier(
+        module,
+        optimizer=recipe_optimizer,
+        optimizer__optimizer=spec.recipe.optimizer.model_dump(mode="json"),
+        optimizer__lr=first_rate(spec, fit.damper.initial),
+        batch_size=fit.damper,
+        max_epochs=1,
+        grads_per_worker=fit.grads_per_worker,
+        min_workers=fit.min_workers,
+        max_workers=fit.max_workers,
+        engine=fit.engine,
+        client=fit.scheduler,
+        timeout=fit.timeout_s,
+        torch_threads=spec.threads_per_worker,
+        device=fit.device,
+        random_state=spec.seed,
+    )
+    run_id, run_dir = open_run(store, stored_spec(spec, fit), deviations=fit_deviations(spec, fit))
+    log = EventLog(run_dir / EVENTS_FILE)
+    log.log("init_start", nodes=1)
+
+    def finish(attempt: Any) -> None:
+        log.close()
+        settle(attempt, read_events(run_dir / EVENTS_FILE), "the Dask fit stopped early")
+        store_end(store, run_id, run_dir, attempt)
+
+    with launched(finish, stop=est._close_engine) as attempt:
+        try:
+            # the cluster starts before the clock, as a torch run's processes do
+            est.set_params(client=connect(fit.scheduler, fit.min_workers, fit.timeout_s))
+            log.log("init_stop")
+            _train(spec, est, log, (x_train, y_train, x_test, y_test), progress)
+        except (RuntimeError, TimeoutError, ConnectionError, OSError, ValueError) as error:
+            raise WorkerFailed(f"{type(error).__name__}: {error}".splitlines()[0]) from None
+        finally:
+            est._close_engine()
+        attempt.status = ""  # the event log says how it ended
+    return RunOutcome(run_id, attempt.status, attempt.summary, attempt.evals, attempt.error,
+                      str(run_dir))  # fmt: skip
+
+
+def _train(
+    spec: RunSpec,
+    est: DaskClassifier,
+    log: EventLog,
+    data: tuple[np.ndarray, ...],
+    progress: ProgressFn | None,
+) -> None:
+    x_train, y_train, x_test, y_test = data
+    recipe, n = spec.recipe, len(x_train)
+    log.log(
+        "run_start",
+        world_size=est.max_workers,
+        local_batch=est.grads_per_worker,
+        global_batch=est.batch_size.initial,
+        target=recipe.target,
+        train_examples=n,
+        test_examples=len(x_test),
+        device=est.device,
+        exchange=f"dask-{est.engine}",
+        engine="dask",
+    )
+    state = _Progress()
+    start = time.perf_counter()
+    epochs = math.ceil(recipe.max_epochs)
+    for epoch in range(1, epochs + 1):
+        est.partial_fit(x_train, y_train)
+        record = est.history_[-1]
+        log.log("epoch_stop", epoch, step=est.n_updates_, train_loss=record["train_loss"],
+                batch_size=record["batch_size"], workers=record["workers"],
+                lr=record["lr"])  # fmt: skip
+        last = epoch == epochs or (spec.max_steps and est.n_updates_ >= spec.max_steps)
+        if epoch % spec.eval_every_epochs == 0 or last:
+            _evaluate_and_log(spec, est, log, state, start, x_test, y_test)
+        if progress is not None:
+            progress({**{k: v for k, v in record.items() if k != "updates"},
+                      "test_accuracy": state.best})  # fmt: skip
+        if state.reason is not None:
+            break
+        if spec.max_steps and est.n_updates_ >= spec.max_steps:
+            state.reason = "max_steps"
+            break
+        budget = recipe.time_budget_s
+        if budget is not None and time.perf_counter() - start - state.eval_s >= budget:
+            state.reason = "time_budget"
+            break
+    elapsed = time.perf_counter() - start
+    examples = est.examples_seen_
+    summary = {
+        "status": "success" if state.tta is not None else "target_not_reached",
+        "stop_reason": state.reason or "max_epochs",
+        "steps": est.n_updates_,
+        "epochs": examples / n,
+        "samples": examples,
+        "elapsed_s": elapsed,
+        "eval_s": state.eval_s,
+        "time_to_accuracy_s": state.tta,
+        "time_to_accuracy_compute_s": state.tta_compute,
+        "best_metric": state.best,
+        "target": recipe.target,
+        "throughput": examples / max(elapsed - state.eval_s, 1e-9),
+        "largest_batch": max(e["batch_size"] or 0 for e in est.history_),
+        "most_workers": max(e["workers"] for e in est.history_),
+        "notes": list(est.notes_),
+    }
+    log.log("run_stop", summary["status"], **summary)
+
+
+def _evaluate_and_log(
+    spec: RunSpec,
+    est: DaskClassifier,
+    log: EventLog,
+    state: _Progress,
+    start: float,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+) -> None:
+    begin = time.perf_counter()
+    accuracy, loss = _evaluate(est, x_test, y_test)
+    state.eval_s += time.perf_counter() - begin
+    elapsed = time.perf_counter() - start
+    compute = elapsed - state.eval_s
+    est.history_[-1]["test_accuracy"] = accuracy
+    log.log("eval_accuracy", accuracy, epoch_num=round(est.examples_seen_ / est.n_train_, 4),
+            step=est.n_updates_, samples_count=est.examples_seen_, eval_loss=loss,
+            elapsed_s=elapsed, compute_elapsed_s=compute)  # fmt: skip
+    state.best = accuracy if state.best is None else max(state.best, accuracy)
+    if state.tta is None and accuracy >= spec.recipe.target:
+        state.tta, state.tta_compute = elapsed, compute
+        if spec.stop_at_target:
+            state.reason = "target_reached"

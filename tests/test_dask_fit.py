@@ -1,0 +1,156 @@
+"""`dmlbench dask fit`: a registered task trained by the Dask estimator on a real
+LocalCluster and stored beside torch.distributed runs, and its refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from dmlbench.cli.app import app
+from dmlbench.dask.dampers import Constant, GeoDamp
+from dmlbench.dask.run import DaskFit, first_rate, make_damper, stored_spec
+from dmlbench.dask.simulate import schedule
+from dmlbench.errors import SpecError
+from dmlbench.spec.run import resolve_spec
+
+DIGITS_TRAIN = 1_437  # digits-mlp's training split
+
+
+def dmlbench(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlbench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"dmlbench {' '.join(args)} failed:\n{done.stderr}")
+    return done
+
+
+# ---------------------------------------------------------------- no cluster
+
+
+def test_dampers_are_built_from_their_name_and_the_options_given() -> None:
+    assert make_damper("GeoDamp", 64, {"delay": 2, "factor": 3, "rate": None}) == GeoDamp(
+        64, delay=2, factor=3
+    )
+    assert make_damper("constant", 16, {"max_batch_size": None}) == Constant(16)
+    with pytest.raises(SpecError, match=r"PadaDamp does not take --delay \(it takes "):
+        make_damper("padadamp", 32, {"delay": 2.0})
+    with pytest.raises(SpecError, match="unknown damper 'geo': choose constant, geodamp"):
+        make_damper("geo", 32, {})
+    with pytest.raises(SpecError, match="factor ≥ 1"):
+        make_damper("geodamp", 32, {"factor": 0.5})
+
+
+def test_the_stored_spec_says_how_the_dask_fit_differs() -> None:
+    spec = resolve_spec("digits-mlp", config={}, overrides=[])
+    fit = DaskFit(GeoDamp(64, delay=1, factor=2), grads_per_worker=16, max_workers=3)
+    stored = stored_spec(spec, fit)
+    assert (stored["workers"], stored["global_batch"], stored["recipe"]["local_batch"]) == (
+        3,
+        64,
+        16,
+    )
+    assert stored["exchange"] == "dask-centralised"
+    assert stored["dask"]["damper"] == {"name": "GeoDamp", "initial": 64, "delay": 1,
+                                        "factor": 2, "max_batch_size": None}  # fmt: skip
+    assert first_rate(spec, 64) == pytest.approx(2 * first_rate(spec, 32))  # the recipe's scaling
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["synthetic-logreg"], "classification tasks with cross-entropy; synthetic-logreg uses"),
+        (["--damper", "geodamp", "--rate", "3"], "GeoDamp does not take --rate"),
+        (["--device", "gpu"], "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
+        (["--engine", "gossip"], "engine must be one of centralised, ddp"),
+        (["--min-workers", "3", "--max-workers", "2"], "--min-workers 3 is above --max-workers"),
+        (["--set", "workers=2"], "sizes its cluster with --min-workers/--max-workers"),
+    ],
+)
+def test_impossible_fits_are_refused_in_one_line_before_anything_starts(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    command = ["dask", "fit", *args, "--store", str(tmp_path / "store")]
+    done = subprocess.run([sys.executable, "-c", "from dmlbench.cli.app import main; main()",
+                           *command], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "store" / "runs").exists() or not any(
+        (tmp_path / "store" / "runs").iterdir()
+    )
+
+
+def test_dask_fit_is_listed_in_the_help() -> None:
+    result = CliRunner().invoke(app, ["dask", "fit", "--help"])
+    assert result.exit_code == 0
+    assert "--damper" in result.output and "--scheduler" in result.output
+
+
+# ---------------------------------------------------------------- on a real LocalCluster
+
+
+@pytest.mark.slow
+def test_a_dask_fit_is_stored_and_compared_beside_a_torch_run(tmp_path: Path) -> None:
+    """GeoDamp on digits for 3 epochs on a LocalCluster: stored with the schedule's
+    updates, an evaluation per epoch and its deviations; a torch.distributed run in the
+    same store; compare and report show both, as two variants."""
+    store = str(tmp_path / "store")
+    fit = dmlbench("dask", "fit", "digits-mlp", "--damper", "geodamp", "--delay", "1",
+                   "--factor", "2", "--max-workers", "2", "--set", "recipe.max_epochs=3",
+                   "--set", "stop_at_target=false", "--store", store, "--json")  # fmt: skip
+    run = json.loads(fit.stdout)
+    expected = schedule(GeoDamp(32, delay=1, factor=2), DIGITS_TRAIN, 3)
+    assert run["exchange"] == "dask-centralised" and run["division"] == "open"
+    assert run["status"] == "target_not_reached" and run["stop_reason"] == "max_epochs"
+    assert run["steps"] == len(expected) and run["samples"] == 3 * DIGITS_TRAIN
+    assert [e["step"] for e in run["evals"]] == _epoch_ends(expected, DIGITS_TRAIN)
+    assert run["best_metric"] > 0.8 and run["global_batch"] == 32
+    assert run["summary"]["largest_batch"] == 128
+    assert {"engine", "batch_schedule"} <= set(run["deviations"])
+    assert "epoch 3:" in fit.stderr and "Traceback" not in fit.stderr
+
+    dmlbench("run", "digits-mlp", "--set", "recipe.max_epochs=1", "--store", store, "--quiet")
+    compared = json.loads(dmlbench("compare", "--store", store, "--json").stdout)
+    variants = {row["variant"] for row in compared}
+    assert len(compared) == 2 and any("dask" in v for v in variants), variants
+    listed = dmlbench("results", "--store", store, "--json").stdout
+    assert {r["exchange"] for r in json.loads(listed)} == {"dask-centralised", "allreduce"}
+    dmlbench("report", "--store", store, "--out", str(tmp_path / "report.html"))
+    assert "dask-centralised" in (tmp_path / "report.html").read_text()
+
+
+def _epoch_ends(sizes: list[int], n: int) -> list[int]:
+    """How many updates had run at the end of each epoch."""
+    ends, seen = [], 0
+    for index, size in enumerate(sizes, start=1):
+        seen += size
+        if seen % n == 0:
+            ends.append(index)
+    return ends
+
+
+@pytest.mark.slow
+def test_a_fit_that_fails_on_its_workers_is_stored_as_failed(tmp_path: Path) -> None:
+    """A GPU the workers lack: the fit starts, its workers refuse, and the run is kept
+    as failed with their one-line reason; exit status 1."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal needs one without")
+    store = str(tmp_path / "store")
+    done = dmlbench("dask", "fit", "digits-mlp", "--device", "cuda", "--store", store,
+                    "--json", check=False)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    run = json.loads(done.stdout)
+    assert run["status"] == "failed"
+    assert "device='cuda', but Dask worker tcp://127.0.0.1:" in run["error"]
+    assert "\n" not in run["error"] and "Traceback" not in done.stderr
