@@ -154,3 +154,21 @@ def test_a_fit_that_fails_on_its_workers_is_stored_as_failed(tmp_path: Path) -> 
     assert run["status"] == "failed"
     assert "device='cuda', but Dask worker tcp://127.0.0.1:" in run["error"]
     assert "\n" not in run["error"] and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_fit_runs_on_a_scheduler_given_by_address(tmp_path: Path) -> None:
+    """--scheduler: the fit trains on a cluster that is already running (here one in
+    this process, on loopback), which it neither scales nor closes."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster:  # fmt: skip
+        fit = dmlbench("dask", "fit", "digits-mlp", "--scheduler", cluster.scheduler_address,
+                       "--set", "recipe.max_epochs=2", "--store", str(tmp_path / "store"),
+                       "--json")  # fmt: skip
+        run = json.loads(fit.stdout)
+        assert run["status"] in ("success", "target_not_reached") and len(run["evals"]) == 2
+        assert run["spec"]["dask"]["scheduler"] == cluster.scheduler_address
+        with Client(cluster, set_as_default=False) as client:
+            assert len(client.scheduler_info()["workers"]) == 1  # still running, unscaled

@@ -63,6 +63,11 @@ StoreOption = Annotated[
     typer.Option("--store", help="results folder (SQLite + run logs); env DMLBENCH_STORE"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+TaskArgument = Annotated[
+    str | None, typer.Argument(help=f"task name (default {DEFAULT_TASK})", show_default=False)
+]
+SeedOption = Annotated[int | None, typer.Option(help="random seed")]
+DataDirOption = Annotated[Path | None, typer.Option(help="where datasets are found")]
 ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")]
 SetOption = Annotated[
     list[str] | None,
@@ -134,12 +139,12 @@ def tasks(
 
 @app.command()
 def run(
-    task: Annotated[str | None, typer.Argument(help=f"task name (default {DEFAULT_TASK})")] = None,
+    task: TaskArgument = None,
     workers: Annotated[
         str | None,
         typer.Option("--workers", "-w", help="worker processes; a list (1,2,4) makes a sweep"),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="random seed")] = None,
+    seed: SeedOption = None,
     config: ConfigOption = None,
     overrides: SetOption = None,
     plugins: Annotated[
@@ -148,7 +153,7 @@ def run(
     exchange: Annotated[
         str | None, typer.Option(help="gradient exchange: allreduce (reference) or ddp")
     ] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="where datasets are found")] = None,
+    data_dir: DataDirOption = None,
     network: Annotated[
         str | None,
         typer.Option(help="network profile: each worker in its own namespace, shaped (root)"),
@@ -556,7 +561,7 @@ def sweep(
     plugins: Annotated[
         list[str] | None, typer.Option("--plugin", help="module that registers tasks")
     ] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="where datasets are found")] = None,
+    data_dir: DataDirOption = None,
     store: StoreOption = default_store(),
     json_out: JsonOption = False,
     quiet: Annotated[bool, typer.Option(help="keep worker output in the run folders only")] = True,
@@ -1106,7 +1111,7 @@ def slurm(
 
 @app.command()
 def k8s(
-    task: Annotated[str | None, typer.Argument(help=f"task name (default {DEFAULT_TASK})")] = None,
+    task: TaskArgument = None,
     image: Annotated[
         str, typer.Option(help="container image with dmlbench installed (see Dockerfile)")
     ] = "",
@@ -1173,11 +1178,11 @@ app.add_typer(dask_app, name="dask")
 
 @dask_app.command("fit")
 def dask_fit(
-    task: Annotated[str | None, typer.Argument(help=f"task name (default {DEFAULT_TASK})")] = None,
+    task: TaskArgument = None,
     config: ConfigOption = None,
     overrides: SetOption = None,
-    seed: Annotated[int | None, typer.Option(help="random seed")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="where datasets are found")] = None,
+    seed: SeedOption = None,
+    data_dir: DataDirOption = None,
     damper: Annotated[
         str,
         typer.Option(

@@ -76,15 +76,18 @@ def plot_histories(
     figure = Figure(figsize=(13, 4.4), layout="constrained")
     left, middle, right = figure.subplots(1, 3)
     for label, history in histories.items():
-        epochs = history.frame("epochs")
+        epochs, updates = history.frame("epochs"), history.frame("updates")
         if metric and metric in epochs:
             left.plot(epochs["n_updates"], epochs[metric], marker=".", label=label)
         else:
-            updates = history.frame("updates")
             left.plot(updates["update"], updates["loss"], label=label, linewidth=0.8)
-        # per epoch: the batch most updates used, and the most workers in one update
-        middle.step(epochs["n_updates"], epochs["batch_size"], where="pre", label=label)
-        right.step(epochs["n_updates"], epochs["workers"], where="pre", label=label)
+        if len(updates) and {"batch_size", "workers"} <= set(updates.columns):
+            # every update's batch (an epoch's last takes what is left) and workers
+            middle.step(updates["update"], updates["batch_size"], where="post", label=label)
+            right.step(updates["update"], updates["workers"], where="post", label=label)
+        else:  # a history saved without its updates: the batch most updates used, per epoch
+            middle.step(epochs["n_updates"], epochs["batch_size"], where="pre", label=label)
+            right.step(epochs["n_updates"], epochs["workers"], where="pre", label=label)
     accuracy = bool(metric and "accuracy" in metric)
     left.set(
         xlabel="model updates (log scale)",
