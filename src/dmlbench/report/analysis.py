@@ -112,6 +112,14 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "comm_ratio_max": comm.get("max"),
                 "bytes_per_step": run.summary.get("bytes_per_step"),
                 "noise_scale": (run.summary.get("noise_scale") or {}).get("b_simple"),
+                "flops_per_step": run.summary.get("flops_per_step"),
+                "flops_per_s": run.summary.get("flops_per_s"),
+                "utilisation": run.summary.get("utilisation"),
+                "samples_per_s_per_worker": run.summary.get("samples_per_s_per_worker"),
+                "peak_memory_bytes": max(run.summary.get("peak_memory_bytes") or [math.nan]),
+                "train_s": run.summary.get("train_s"),
+                "eval_s": run.summary.get("eval_s"),
+                "compile_s": run.summary.get("compile_s"),
                 **_per_step_phases(run),
                 "cores": run.cores,
                 "oversubscribed": bool(run.cores) and run.workers > (run.cores or 0),
@@ -132,7 +140,9 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
         return frame
     for column in ["tta_s", "tta_compute_s", "best_metric", "elapsed_s", "step_time_s",
                    "epoch_time_s", "throughput", "comm_ratio_mean", "comm_ratio_max",
-                   "bytes_per_step", "noise_scale"]:  # fmt: skip
+                   "bytes_per_step", "noise_scale", "flops_per_step", "flops_per_s",
+                   "utilisation", "samples_per_s_per_worker", "peak_memory_bytes", "train_s",
+                   "eval_s", "compile_s"]:  # fmt: skip
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["variant"] = _variants(frame)
     return frame
@@ -355,6 +365,8 @@ def scaling_table(
             comm_ratio_max=finished["comm_ratio_max"].max(),
             bytes_per_step_mean=finished["bytes_per_step"].mean(),
             noise_scale_mean=finished["noise_scale"].mean(),
+            utilisation_mean=finished["utilisation"].mean(),
+            peak_memory_max=finished["peak_memory_bytes"].max(),
             local_batch=int(group["local_batch"].iloc[0]),
             global_batch=int(group["global_batch"].iloc[0]),
             cores=group["cores"].max(),

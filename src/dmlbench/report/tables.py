@@ -67,6 +67,8 @@ SCALING_COLUMNS: list[Column] = [
      lambda r: f"{fmt(r['efficiency_tta'])} / {fmt(r['efficiency_step'])}"),
     ("bytes", "sent per step", lambda r: _bytes(r.get("bytes_per_step_mean"))),
     ("noise", "noise scale B_simple", lambda r: fmt(r.get("noise_scale_mean"), ",.0f")),
+    ("util", "utilisation", lambda r: fmt(r.get("utilisation_mean"), ".0%")),
+    ("mem", "peak memory", lambda r: _bytes(r.get("peak_memory_max"))),
     ("comm", "comm mean / max",
      lambda r: f"{fmt(r['comm_ratio_mean'], '.1%')} / {fmt(r['comm_ratio_max'], '.1%')}"),
     ("cost", "cost to target", lambda r: money(r.get("cost_to_target"))),
@@ -123,6 +125,9 @@ def _chosen_columns(table: pd.DataFrame, budget_s: float | None) -> list[Column]
         skip.add("bytes")  # runs from before bytes were counted
     if "noise_scale_mean" not in table or not table["noise_scale_mean"].notna().any():
         skip.add("noise")
+    for key, column in (("util", "utilisation_mean"), ("mem", "peak_memory_max")):
+        if column not in table or not table[column].notna().any():
+            skip.add(key)  # runs from before hardware use was measured
     if not (table["variant"] != "").any():
         skip.add("variant")
     if table.empty or table.groupby("variant")["workers"].nunique().max() < 2:

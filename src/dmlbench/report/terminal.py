@@ -167,7 +167,8 @@ def run_summary(run: RunRecord) -> Table:
         table.add_row(
             "trained",
             f"{run.epochs:.2f} epochs, {run.steps or 0:,} steps, "
-            f"{run.samples or 0:,} samples in {seconds(run.elapsed_s, unit=True)}",
+            f"{run.samples or 0:,} samples in {seconds(run.elapsed_s, unit=True)}"
+            + time_split(summary),
         )
     if summary.get("engine") == "dask" and summary.get("throughput"):
         per_update = (run.elapsed_s or 0) - (summary.get("eval_s") or 0)
@@ -186,9 +187,15 @@ def run_summary(run: RunRecord) -> Table:
             f"per step (global batch {run.global_batch}; first "
             f"{summary.get('warmup_steps_excluded', 0)} steps excluded as warm-up)",
         )
+    hardware = hardware_text(summary)
+    if hardware:
+        table.add_row("hardware", hardware)
     if summary.get("init_s") is not None:
         startup = seconds(summary["init_s"], unit=True)
         table.add_row("start-up", f"{startup} data load + model build (before the clock starts)")
+    if summary.get("compile_s") is not None:
+        table.add_row("compilation", f"{seconds(summary['compile_s'], unit=True)} torch.compile "
+                      "(before the clock starts)")  # fmt: skip
     shares = summary.get("phase_shares")
     if shares:
         cells = [
@@ -228,6 +235,39 @@ def run_summary(run: RunRecord) -> Table:
             f"{k}={v['actual']}" for k, v in run.deviations.items())))  # fmt: skip
     table.add_row("run folder", escape(run.run_dir))
     return table
+
+
+def time_split(summary: dict[str, Any]) -> str:
+    """ ": training T s, evaluation E s": where the clock's time went."""
+    if summary.get("train_s") is None or not summary.get("eval_s"):
+        return ""
+    return (f": training {seconds(summary['train_s'], unit=True)}, evaluation "
+            f"{seconds(summary['eval_s'], unit=True)}")  # fmt: skip
+
+
+def hardware_text(summary: dict[str, Any]) -> str:
+    """The summary's hardware line: FLOPs per step, FLOP/s and utilisation per worker,
+    samples/s per worker, peak memory, and the speed-ups that were on."""
+    parts = []
+    if summary.get("flops_per_step"):
+        parts.append(f"{summary['flops_per_step'] / 1e9:,.3g} GFLOP per step per worker")
+    if summary.get("flops_per_s"):
+        achieved = f"{summary['flops_per_s'] / 1e9:,.1f} GFLOP/s per worker"
+        if summary.get("utilisation") is not None:
+            achieved += (f" = {percent(summary['utilisation'])} of "
+                         f"{summary['peak_flops_per_s'] / 1e9:,.0f} GFLOP/s "
+                         f"({summary.get('peak_source')})")  # fmt: skip
+        parts.append(achieved)
+    if summary.get("samples_per_s_per_worker"):
+        parts.append(f"{summary['samples_per_s_per_worker']:,.0f} samples/s per worker")
+    memory = [m for m in summary.get("peak_memory_bytes") or [] if m]
+    if memory:
+        parts.append(f"peak memory {human_bytes(max(memory))} per worker (the most)")
+    on = [name for name, key in (("channels-last", "channels_last"), ("compiled", "compiled"))
+          if summary.get(key)]  # fmt: skip
+    if parts and on:
+        parts.append(" and ".join(on))
+    return "; ".join(parts)
 
 
 def noise_text(noise: dict[str, Any]) -> str:

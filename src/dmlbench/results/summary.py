@@ -41,6 +41,22 @@ def phase_shares(per_rank: list[dict[str, float]]) -> dict[str, dict[str, float]
     return {p: {"mean": sum(v) / len(v), "max": max(v)} for p, v in shares.items() if v}
 
 
+def hardware_use(summary: dict[str, Any]) -> dict[str, Any]:
+    """What a worker made of its hardware in the steady steps: FLOP/s achieved (its
+    step's FLOPs over the step time, communication included), the share of its peak,
+    and samples per second."""
+    use: dict[str, Any] = {}
+    workers = summary.get("world_size") or 1
+    if summary.get("throughput"):
+        use["samples_per_s_per_worker"] = summary["throughput"] / workers
+    flops, step_time = summary.get("flops_per_step"), summary.get("step_time_s")
+    if flops and step_time:
+        use["flops_per_s"] = flops / step_time
+        if summary.get("peak_flops_per_s"):
+            use["utilisation"] = use["flops_per_s"] / summary["peak_flops_per_s"]
+    return use
+
+
 def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Summary of a run from its events; a run that never logged ``run_stop`` is partial."""
     first = {e["key"]: e for e in reversed(events)}  # first occurrence of each key
@@ -78,6 +94,9 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         summary["step_time_s"] = slowest / summary["steady_steps"]
         summary["throughput"] = summary["steady_steps"] * start.get("global_batch", 0) / slowest
         summary["phase_shares"] = phase_shares(steady)
+        summary.update(hardware_use(summary))
+    if summary.get("elapsed_s") is not None:
+        summary["train_s"] = summary["elapsed_s"] - (summary.get("eval_s") or 0.0)
     if summary.get("cpu_samples"):  # absent in logs written before contention was measured
         summary["contention"] = judge(summary["cpu_samples"])
     return summary

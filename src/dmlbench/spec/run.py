@@ -19,6 +19,10 @@ from dmlbench.strict import StrictModel, WorkersSpec, in_registry
 DEFAULT_DATA_DIR = Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench"))
 
 
+# Exchanges that take channels-last parameters and gradients as they are (the others view
+# parameters as one flat vector, which needs them contiguous).
+CHANNELS_LAST_EXCHANGES = ("allreduce", "ddp")
+
 Exchange = Annotated[str, in_registry("exchange", "dmlbench.comm.exchange", "EXCHANGES")]
 
 
@@ -63,6 +67,22 @@ class RunSpec(WorkersSpec):
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads_per_worker: int | None = Field(None, ge=1, description="default: cores / workers")
+    channels_last: bool | Literal["auto"] = Field(
+        "auto",
+        description="convolutional models (and their images) in channels-last memory "
+        "layout: the same maths, faster kernels. auto: on for models with 2-D convolutions",
+    )
+    compile: bool = Field(
+        False,
+        description="torch.compile the model before the clock starts (compile time is "
+        "reported apart); the same maths, fused kernels",
+    )
+    peak_tflops: float | None = Field(
+        None,
+        gt=0,
+        description="a worker's peak TFLOP/s that utilisation is measured against (an "
+        "accelerator's data sheet figure); default: a matmul probe on this machine",
+    )
     eval_every_epochs: int = Field(1, ge=1)
     stop_at_target: bool = Field(True, description="stop when the target is reached")
     max_steps: int | None = Field(None, ge=1, description="stop after this many updates")
@@ -153,6 +173,16 @@ class RunSpec(WorkersSpec):
             )
         if self.workers == 1 and self.recipe.local_batch < 2:
             raise ValueError("noise_scale=true on one worker splits its batch: local_batch ≥ 2")
+        return self
+
+    @model_validator(mode="after")
+    def _check_channels_last(self) -> RunSpec:
+        if self.channels_last is True and self.exchange not in CHANNELS_LAST_EXCHANGES:
+            raise ValueError(
+                f"channels_last=true works with the allreduce and ddp exchanges, not "
+                f"{self.exchange} (it sends parameters as one flat vector); use "
+                "channels_last=auto"
+            )
         return self
 
     @property

@@ -30,6 +30,9 @@ _KEY_DEFAULTS = {
     "noise_scale": "auto",
     "validation_split": 0.0,
     "train_metric_examples": 0,
+    "channels_last": "auto",
+    "compile": False,
+    "peak_tflops": None,
 }
 MAX_RUNS = 10_000  # a sweep larger than this is a typo (or an attack), not an experiment
 

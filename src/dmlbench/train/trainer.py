@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from dmlbench.advise.noise import NoiseScaleMeter
 from dmlbench.comm import make_exchange
@@ -32,9 +33,11 @@ from dmlbench.results.contention import FIELDS as CONTENTION_FIELDS
 from dmlbench.results.events import EventLog
 from dmlbench.results.schema import ALL_PHASES
 from dmlbench.spec import RunSpec
+from dmlbench.spec.run import CHANNELS_LAST_EXCHANGES
 from dmlbench.system import machine_cpu_s, machine_id, thread_wait_s
 from dmlbench.tasks import TaskDefinition
 from dmlbench.train.context import DistContext
+from dmlbench.train.hardware import peak_flops, peak_memory_bytes, step_flops
 from dmlbench.train.losses import LOSSES
 from dmlbench.train.timers import PhaseTimer
 
@@ -77,6 +80,9 @@ class Trainer:
         torch.manual_seed(spec.seed)  # same initial weights on every rank
         self.model = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
         self.model.to(self.device)
+        self.channels_last = self._wants_channels_last()
+        if self.channels_last:
+            self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self.sharding = EpochSharding(
             len(data.train_x), ctx.world_size, ctx.rank, spec.local_batch, spec.seed
         )
@@ -104,6 +110,21 @@ class Trainer:
         self._warm: list[float] | None = None  # phase totals when warm-up ended
         self._start = 0.0  # perf_counter() when the run's clock started
         self._cpu_start: list[float] = []  # _cpu_sample() when the timed steps began
+
+    def _wants_channels_last(self) -> bool:
+        """``channels_last``: true, or auto on a model with 2-D convolutions (whose
+        kernels it speeds up) and an exchange that takes its parameters as they are."""
+        setting = self.spec.channels_last
+        if setting == "auto":
+            convolutional = any(isinstance(m, nn.Conv2d) for m in self.model.modules())
+            return convolutional and self.spec.exchange in CHANNELS_LAST_EXCHANGES
+        return bool(setting)
+
+    def _layout(self, x: torch.Tensor) -> torch.Tensor:
+        """Images in the model's memory layout."""
+        if self.channels_last and x.dim() == 4:
+            return x.contiguous(memory_format=torch.channels_last)
+        return x
 
     def _cpu_now(self) -> list[float]:
         return _cpu_sample(self.exchange.helper_cpu_s())
@@ -140,7 +161,7 @@ class Trainer:
         timer.start()
         x = self.data.train_x[indices].to(self.device, non_blocking=True)
         y = self.data.train_y[indices].to(self.device, non_blocking=True)
-        x = self.preprocess.train(x, self.generator)
+        x = self._layout(self.preprocess.train(x, self.generator))
         timer.lap("data")
         beat(step, "forward")
         self.exchange.zero_grad()
@@ -237,12 +258,55 @@ class Trainer:
             x = xs[start:stop].to(self.device, non_blocking=True)
             y = ys[start:stop].to(self.device, non_blocking=True)
             with self.autocast():
-                out = self.model(self.preprocess.eval(x))
+                out = self.model(self._layout(self.preprocess.eval(x)))
             correct += self.correct_fn(out, y)
             loss_sum += self.loss_fn(out, y).sum()
         return [correct.item(), loss_sum.item(), float(len(shard))]
 
     # -- the loop -----------------------------------------------------------------------
+
+    def _first_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of the shape every step's forward sees (half a batch when split)."""
+        size = self.spec.local_batch // 2 if self.split_batch else self.spec.local_batch
+        size = min(size, len(self.data.train_x))
+        x = self.data.train_x[:size].to(self.device)
+        return self._layout(self.preprocess.eval(x)), self.data.train_y[:size].to(self.device)
+
+    def _count_flops(self) -> int:
+        """FLOPs of one training step of this worker (forward and backward of its
+        batch), counted on a copy of the model."""
+        x, y = self._first_batch()
+        parts = 2 if self.split_batch else 1
+
+        def forward(model: nn.Module) -> torch.Tensor:
+            with self.autocast():
+                return self.loss_fn(model(x), y).mean()
+
+        return parts * step_flops(self.model, forward, self.device)
+
+    def _compile(self) -> float:
+        """``torch.compile`` the model and compile it with one forward and backward, before
+        the clock starts; weights, statistics, gradients and random streams are as they
+        were. Returns the seconds it took."""
+        start = time.perf_counter()
+        state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.net = torch.compile(self.net)  # type: ignore[assignment]
+        x, y = self._first_batch()
+        devices = [self.device] if self.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                self.exchange.zero_grad()
+                with self.autocast():
+                    loss = self.loss_fn(self.net(x), y).mean()
+                loss.backward()
+        except Exception as error:  # inductor's errors are pages long: the first line
+            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise SpecError(f"compile=true: torch.compile failed on this machine: {first}; "
+                            "run with compile=false") from None  # fmt: skip
+        self.exchange.zero_grad()
+        with torch.no_grad():
+            self.model.load_state_dict(state)
+        return time.perf_counter() - start
 
     def step_limit(self) -> int:
         limit = math.ceil(self.spec.recipe.max_epochs * self.sharding.steps_per_epoch)
@@ -251,6 +315,11 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Epochs until a stop rule fires; returns the summary logged as ``run_stop``."""
         spec, sharding = self.spec, self.sharding
+        flops = self._count_flops()
+        dtype = torch.bfloat16 if spec.recipe.precision == "bf16" else torch.float32
+        peak = peak_flops(self.device, torch.get_num_threads(), dtype=dtype,
+                          configured_tflops=spec.peak_tflops)  # fmt: skip
+        compile_s = self._compile() if spec.compile else None
         self.events.log(
             "run_start",
             world_size=self.ctx.world_size,
@@ -270,6 +339,12 @@ class Trainer:
             gradient_bytes=sum(
                 p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad
             ),
+            flops_per_step=flops,
+            peak_flops_per_s=peak.flops_per_s,
+            peak_source=peak.source,
+            channels_last=self.channels_last,
+            compiled=spec.compile,
+            compile_s=compile_s,
         )
         if self.ctx.world_size > 1:
             dist.barrier()
@@ -388,9 +463,10 @@ class Trainer:
         used = [end - begin for end, begin in zip(self._cpu_now(), self._cpu_start, strict=True)]
         mine = [*used, machine_id(), float(os.cpu_count() or 0), torch.get_num_threads()]
         sent = float(self.exchange.bytes_sent)
-        gathered = all_gather_floats([*totals, *steady, *mine, sent], self.device)
+        memory = float(peak_memory_bytes(self.device))
+        gathered = all_gather_floats([*totals, *steady, *mine, memory, sent], self.device)
         count = len(ALL_PHASES)
-        samples = [dict(zip(CONTENTION_FIELDS, row[2 * count : -1], strict=True))
+        samples = [dict(zip(CONTENTION_FIELDS, row[2 * count : -2], strict=True))
                    for row in gathered]  # fmt: skip
         summary = {
             "status": "success" if tta is not None else "target_not_reached",
@@ -412,6 +488,7 @@ class Trainer:
             ],
             "bytes_sent": [row[-1] for row in gathered],  # per rank, to collectives
             "bytes_per_step": max(row[-1] for row in gathered) / max(1, self.step),
+            "peak_memory_bytes": [row[-2] for row in gathered],  # per rank
             "noise_scale": self._noise_of_run(),
             "cpu_samples": [
                 {k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples

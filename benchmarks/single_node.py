@@ -1,0 +1,254 @@
+"""Single-node efficiency: dmlbench's one-worker cifar10-resnet20 against a plain
+PyTorch loop written here, interleaved, with each side's share of the machine's peak.
+
+    python benchmarks/single_node.py --data-dir ../shared/data/cifar10            # 3 × 1 epoch
+    python benchmarks/single_node.py --data-dir ../shared/data/cifar10 --steps 200  # quick
+
+The plain loop is independent of dmlbench: its own ResNet-20 (He et al. 2015, option A
+shortcuts, 269,722 weights), its own CIFAR-10 reader, per-example random crop (pad 4)
+and flip, the task's recipe (SGD, Nesterov momentum 0.9, weight decay 1e-4, batch 32,
+the learning rate ramping up over 5 epochs), data in memory, one process,
+``--threads`` threads, the eager default memory layout. dmlbench runs the same
+recipe through ``dmlbench run cifar10-resnet20 --workers 1`` with its defaults (and
+``--compile`` adds a compiled dmlbench run to each round).
+
+Each round runs the plain loop, then dmlbench; ratios are dmlbench's time over the
+plain loop's from the same round (the machine drifts between rounds, not within one).
+Utilisation is FLOP/s over the peak of a 2048² float32 matmul on the same threads,
+measured once here. The JSON summary goes to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+HERE = Path(__file__).parent
+MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(1, 3, 1, 1)
+STD = torch.tensor([0.2470, 0.2435, 0.2616]).view(1, 3, 1, 1)
+BATCH, LR_PER_SAMPLE, WARMUP_EPOCHS = 32, 0.000390625, 5.0
+
+
+# -- the plain loop: nothing below imports dmlbench -----------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.stride, self.pad = stride, cout - cin
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.b2(self.c2(F.relu(self.b1(self.c1(x)))))
+        short = x[:, :, :: self.stride, :: self.stride] if self.stride > 1 else x
+        if self.pad:
+            short = F.pad(short, (0, 0, 0, 0, self.pad // 2, self.pad - self.pad // 2))
+        return F.relu(out + short)
+
+
+class ResNet20(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+        self.bn = nn.BatchNorm2d(16)
+        layers, cin = [], 16
+        for cout, stride in ((16, 1), (32, 2), (64, 2)):
+            for i in range(3):
+                layers.append(Block(cin, cout, stride if i == 0 else 1))
+                cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, 10)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(F.relu(self.bn(self.conv(x))))
+        return self.fc(x.mean((2, 3)))
+
+
+def read_cifar(folder: Path) -> tuple[torch.Tensor, ...]:
+    """CIFAR-10's binary archive: one label byte and 3,072 pixel bytes per record."""
+    with tarfile.open(folder / "cifar-10-binary.tar.gz") as archive:
+
+        def read(names: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+            blobs = []
+            for name in names:
+                member = archive.extractfile(f"cifar-10-batches-bin/{name}")
+                assert member is not None, name
+                blobs.append(np.frombuffer(member.read(), np.uint8))
+            rows = np.concatenate(blobs).reshape(-1, 3073)
+            images = torch.from_numpy(rows[:, 1:].reshape(-1, 3, 32, 32).copy())
+            return images, torch.from_numpy(rows[:, 0].astype(np.int64))
+
+        train = read([f"data_batch_{i}.bin" for i in range(1, 6)])
+        return (*train, *read(["test_batch.bin"]))
+
+
+def augment(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Per example: pad 4, crop 32×32 at a random offset, mirror half of them."""
+    padded = F.pad(images, (4, 4, 4, 4))
+    out = torch.empty_like(images)
+    offsets = torch.randint(0, 9, (len(images), 2), generator=generator).tolist()
+    flips = (torch.rand(len(images), generator=generator) < 0.5).tolist()
+    for i, ((dy, dx), flip) in enumerate(zip(offsets, flips, strict=True)):
+        crop = padded[i, :, dy : dy + 32, dx : dx + 32]
+        out[i] = crop.flip(-1) if flip else crop
+    return out
+
+
+def normalise(images: torch.Tensor) -> torch.Tensor:
+    return (images.float() / 255 - MEAN) / STD
+
+
+def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> dict[str, Any]:
+    """One epoch (or ``steps``) of the recipe, then the test set; seconds of each."""
+    train_x, train_y, test_x, test_y = data
+    torch.manual_seed(seed)
+    model = ResNet20()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9, nesterov=True,
+                                weight_decay=1e-4)  # fmt: skip
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(train_x), generator=generator)
+    per_epoch = len(train_x) // BATCH
+    total = min(steps or per_epoch, per_epoch)
+    peak_lr = LR_PER_SAMPLE * BATCH
+    start = time.perf_counter()
+    for step in range(total):
+        index = order[step * BATCH : (step + 1) * BATCH]
+        x = normalise(augment(train_x[index], generator))
+        for group in optimizer.param_groups:
+            group["lr"] = peak_lr * min(1.0, (step + 1) / (WARMUP_EPOCHS * per_epoch))
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), train_y[index])
+        loss.backward()
+        optimizer.step()
+    train_s = time.perf_counter() - start
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for at in range(0, len(test_x), 1000):
+            out = model(normalise(test_x[at : at + 1000]))
+            correct += int((out.argmax(1) == test_y[at : at + 1000]).sum())
+    eval_s = time.perf_counter() - start - train_s
+    model.train()
+    x = normalise(train_x[:BATCH])
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(x), train_y[:BATCH]).backward()
+    flops = counter.get_total_flops()
+    return {"steps": total, "train_s": train_s, "eval_s": eval_s, "loss": loss.item(),
+            "accuracy": correct / len(test_x), "flops_per_step": flops}  # fmt: skip
+
+
+def matmul_peak(threads: int, size: int = 2048, repeats: int = 8) -> float:
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return 2 * size**3 / best
+
+
+def _timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# -- dmlbench, as a user runs it -----------------------------------------------------
+
+
+def dmlbench_run(args: argparse.Namespace, store: Path, *extra: str) -> dict[str, Any]:
+    limit = ["--set", f"max_steps={args.steps}"] if args.steps else []
+    command = [sys.executable, "-m", "dmlbench", "run", "cifar10-resnet20", "--workers", "1",
+               "--set", "recipe.max_epochs=1", "--set", "stop_at_target=false",
+               "--set", f"data_dir={args.data_dir}", "--set", f"threads_per_worker={args.threads}",
+               *limit, *extra, "--store", str(store), "--json"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"dmlbench run failed: {done.stderr.strip().splitlines()[-1:]}")
+    summary = json.loads(done.stdout)["summary"]
+    keys = ("train_s", "eval_s", "elapsed_s", "steps", "flops_per_step", "flops_per_s",
+            "utilisation", "peak_flops_per_s", "compile_s", "channels_last",
+            "compiled")  # fmt: skip
+    return {k: summary.get(k) for k in keys} | {"accuracy": summary.get("best_metric")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/cifar10"))
+    parser.add_argument("--steps", type=int, default=None, help="steps per run (default: an epoch)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--compile", action="store_true", help="also a compiled dmlbench run")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "single_node.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = matmul_peak(args.threads)
+    print(f"matmul peak: {peak / 1e9:.0f} GFLOP/s on {args.threads} threads")
+    data = read_cifar(args.data_dir)
+    variants = {"dmlbench": ()} | ({"dmlbench compiled": ("--set", "compile=true")}
+                                   if args.compile else {})  # fmt: skip
+    rounds = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for number in range(args.rounds):
+            plain = plain_loop(data, args.steps, seed=number)
+            plain["utilisation"] = (
+                plain["flops_per_step"] * plain["steps"] / plain["train_s"] / peak
+            )
+            row: dict[str, Any] = {"plain": plain}
+            for name, extra in variants.items():
+                row[name] = dmlbench_run(args, Path(scratch) / f"store-{number}", *extra)
+                ours = row[name]
+                ours["ratio_train"] = ours["train_s"] / plain["train_s"]
+                # both sides' utilisation the same way: every step's FLOPs over the
+                # training time, against the peak measured here
+                ours["utilisation_reported"] = ours["utilisation"]
+                achieved = ours["flops_per_step"] * ours["steps"] / ours["train_s"]
+                ours["utilisation"] = achieved / peak
+                ours["ratio_with_eval"] = ours["elapsed_s"] / (plain["train_s"] + plain["eval_s"])
+            rounds.append(row)
+            line = [f"round {number + 1}: plain {plain['train_s']:.1f} s (+{plain['eval_s']:.1f} "
+                    f"s eval, {plain['utilisation']:.0%} of peak)"]  # fmt: skip
+            for name in variants:
+                ours = row[name]
+                line.append(f"{name} {ours['train_s']:.1f} s (+{ours['eval_s']:.1f} s eval, "
+                            f"{ours['utilisation']:.0%}): {ours['ratio_train']:.2f}× training, "
+                            f"{ours['ratio_with_eval']:.2f}× with evaluation")  # fmt: skip
+            print("; ".join(line), flush=True)
+    medians = {name: {k: statistics.median(r[name][k] for r in rounds)
+                      for k in ("ratio_train", "ratio_with_eval", "utilisation")}
+               for name in variants}  # fmt: skip
+    medians["plain"] = {"utilisation": statistics.median(r["plain"]["utilisation"] for r in rounds)}
+    for name, figures in medians.items():
+        print(f"median {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "command": "python benchmarks/single_node.py " + " ".join(sys.argv[1:]),
+        "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
+                    "torch": torch.__version__, "python": platform.python_version()},
+        "matmul_peak_flops_per_s": peak, "rounds": rounds, "medians": medians,
+    }, indent=1))  # fmt: skip
+    print(f"summary: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""How much of its hardware a worker uses: FLOPs per step, the machine's peak, memory.
+
+- :func:`step_flops` counts one training step's FLOPs (forward and backward) with torch's
+  flop counter, on a copy of the model so the run's weights, statistics and random
+  streams are untouched.
+- :func:`peak_flops` is the peak a worker is measured against: a configured figure
+  (an accelerator's data sheet), or a short matmul probe on this machine with the
+  worker's threads, cached per machine so it runs once (``DMLBENCH_CACHE`` moves the
+  cache; the default is ``~/.cache/dmlbench``).
+- :func:`peak_memory_bytes`: the process's peak resident memory on a CPU, the device's
+  peak allocation on a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from dmlbench.results.rundir import write_json
+
+PROBE_SIZE = 2048  # a square matmul this size keeps every core busy
+PROBE_REPEATS = 8
+CACHE_FILE = "peak-flops.json"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DMLBENCH_CACHE", Path.home() / ".cache" / "dmlbench"))
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A worker's peak FLOP/s and where the figure came from."""
+
+    flops_per_s: float
+    source: str  # "configured" or "matmul probe: 2048², float32, 2 threads"
+
+
+def step_flops(
+    model: nn.Module, step: Callable[[nn.Module], torch.Tensor], device: torch.device
+) -> int:
+    """FLOPs of ``step(model)`` (a forward pass returning the loss) and its backward, on a
+    copy of ``model``; the caller's random streams are restored after."""
+    shadow = copy.deepcopy(model)
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), FlopCounterMode(display=False) as counter:
+        step(shadow).backward()
+    return int(counter.get_total_flops())
+
+
+def _probe(device: torch.device, dtype: torch.dtype, threads: int) -> float:
+    """The best FLOP/s of a few ``PROBE_SIZE``² matmuls on ``device``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a = torch.randn(PROBE_SIZE, PROBE_SIZE, device=device, dtype=dtype)
+        b = torch.randn(PROBE_SIZE, PROBE_SIZE, device=device, dtype=dtype)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        a @ b  # warm-up: thread pool, kernels
+        sync()
+        best = float("inf")
+        for _ in range(PROBE_REPEATS):
+            start = time.perf_counter()
+            a @ b
+            sync()
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+    return 2 * PROBE_SIZE**3 / best
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _machine_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
+    from dmlbench.results.environment import cpu_model
+
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    return f"{where} · {_name(dtype)} · {threads} threads · torch {torch.__version__}"
+
+
+def peak_flops(
+    device: torch.device,
+    threads: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+    configured_tflops: float | None = None,
+) -> Peak:
+    """The peak a worker on ``device`` with ``threads`` threads is measured against."""
+    if configured_tflops:
+        return Peak(configured_tflops * 1e12, "configured")
+    key = _machine_key(device, dtype, threads)
+    path = cache_dir() / CACHE_FILE
+    cached: dict[str, dict[str, object]] = {}
+    with contextlib.suppress(OSError, ValueError):
+        cached = json.loads(path.read_text())
+    if isinstance(cached, dict) and isinstance(entry := cached.get(key), dict):
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            return Peak(float(entry["flops_per_s"]), str(entry["source"]))  # type: ignore[arg-type]
+    kind = "GPU" if device.type == "cuda" else f"{threads} threads"
+    source = f"matmul probe: {PROBE_SIZE}², {_name(dtype)}, {kind}"
+    peak = Peak(_probe(device, dtype, threads), source)
+    with contextlib.suppress(OSError):  # a read-only home: probe again next time
+        cached = cached if isinstance(cached, dict) else {}
+        cached[key] = asdict(peak)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, cached)
+    return peak
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory of this worker: allocated on its GPU, or its process's resident set."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
