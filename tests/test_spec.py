@@ -60,6 +60,8 @@ def test_global_batch_derives_local_batch() -> None:
         ({"overrides": ["target=2.0"]}, "target: Input should be less than or equal to 1"),
         ({"overrides": ["target=0"]}, "target: Input should be greater than 0"),
         ({"overrides": ["stall_timeout_s=0"]}, "stall_timeout_s: Input should be greater than 0"),
+        ({"overrides": ["exchange=ps-sync", "channels_last=true"]}, "channels_last=true works"),
+        ({"overrides": ["peak_tflops=0"]}, "peak_tflops: Input should be greater than 0"),
     ],
 )
 def test_impossible_specs_are_refused_in_one_line(kwargs: dict, message: str) -> None:
@@ -100,3 +102,19 @@ def test_config_files_yaml_and_toml(tmp_path: Path) -> None:
         load_config_file(broken)
     with pytest.raises(SpecError, match=r"does not exist"):
         load_config_file(tmp_path / "missing.yaml")
+
+
+def test_run_options_added_after_the_first_sweeps_keep_stored_sweep_keys() -> None:
+    """A RunSpec field added later must be left out of a run's key at its default
+    (sweep.plan._KEY_DEFAULTS), or every stored sweep would run again."""
+    from dmlbench.spec import RunSpec
+    from dmlbench.sweep.plan import _KEY_DEFAULTS, _NOT_IDENTITY
+
+    first = {"task", "workers", "nodes", "nproc_per_node", "seed", "recipe", "global_batch",
+             "exchange", "exchange_options", "backend", "device", "threads_per_worker",
+             "eval_every_epochs", "stop_at_target", "max_steps", "warmup_steps_excluded",
+             "save_model", "network"}  # fmt: skip
+    later = set(RunSpec.model_fields) - first - set(_NOT_IDENTITY)
+    assert later <= set(_KEY_DEFAULTS), sorted(later - set(_KEY_DEFAULTS))
+    for name, default in _KEY_DEFAULTS.items():
+        assert RunSpec.model_fields[name].get_default(call_default_factory=True) == default

@@ -122,3 +122,40 @@ def test_summary_carries_the_verdict_from_the_logged_samples() -> None:
             _sample(12.0, 8.0, 20.0)], phases_steady=[{"forward": 1.0}]),
     ]  # fmt: skip
     assert summarize(events)["contention"]["disturbed"] is True
+
+
+def test_hardware_use_is_the_step_flops_over_the_steady_step_time() -> None:
+    steady = [{"data": 0.0, "forward": 1.0, "backward": 1.0, "comm": 0.0, "optimizer": 0.0}] * 2
+    events = [
+        _event(
+            "run_start",
+            global_batch=64,
+            world_size=2,
+            steps_per_epoch=10,
+            flops_per_step=0.5e9,
+            peak_flops_per_s=100e9,
+        ),
+        _event(
+            "run_stop",
+            "success",
+            steady_steps=100,
+            phases_steady=steady,
+            steps=105,
+            elapsed_s=3.0,
+            eval_s=0.5,
+            peak_memory_bytes=[1e8, 2e8],
+        ),
+    ]
+    summary = summarize(events)
+    assert summary["flops_per_s"] == pytest.approx(0.5e9 / 0.02)  # 2 s over 100 steps
+    assert summary["utilisation"] == pytest.approx(0.25)
+    assert summary["samples_per_s_per_worker"] == pytest.approx(100 * 64 / 2.0 / 2)
+    assert summary["train_s"] == pytest.approx(2.5)
+
+
+def test_a_run_without_a_flop_count_has_no_utilisation() -> None:
+    steady = [{"data": 0.0, "forward": 1.0, "backward": 1.0, "comm": 0.0, "optimizer": 0.0}]
+    events = [_event("run_start", global_batch=8, steps_per_epoch=10),
+              _event("run_stop", "success", steady_steps=10, phases_steady=steady)]  # fmt: skip
+    summary = summarize(events)
+    assert "utilisation" not in summary and "flops_per_s" not in summary

@@ -1,0 +1,68 @@
+"""Hardware use: a step's FLOPs, the machine's peak (probed once, then cached), memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from dmlbench.train import hardware
+from dmlbench.train.hardware import peak_flops, peak_memory_bytes, step_flops
+
+
+def test_a_steps_flops_are_counted_on_a_copy_and_leave_the_random_streams_alone() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 30), nn.Dropout(0.5), nn.Linear(30, 5))
+    x, y = torch.randn(8, 20), torch.randint(0, 5, (8,))
+    before = [p.detach().clone() for p in model.parameters()]
+    torch.manual_seed(1)
+
+    def forward(m: nn.Module) -> torch.Tensor:
+        return nn.functional.cross_entropy(m(x), y)
+
+    flops = step_flops(model, forward, torch.device("cpu"))
+    # forward 2·b·(20·30 + 30·5); backward: both weight gradients, and the input
+    # gradient of the second layer only (the first layer's input needs none)
+    b = 8
+    assert flops == 2 * b * (20 * 30 + 30 * 5) + 2 * b * (20 * 30 + 30 * 5) + 2 * b * 30 * 5
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before, strict=True))
+    torch.manual_seed(1)
+    untouched = torch.rand(3)
+    torch.manual_seed(1)
+    step_flops(model, forward, torch.device("cpu"))
+    assert torch.equal(torch.rand(3), untouched)  # the dropout's draws were forked
+
+
+def test_the_peak_is_probed_once_per_machine_and_threads_then_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DMLBENCH_CACHE", str(tmp_path))
+    probes: list[int] = []
+    real = hardware._probe
+
+    def counted(device: torch.device, dtype: torch.dtype, threads: int) -> float:
+        probes.append(threads)
+        return real(device, dtype, threads)
+
+    monkeypatch.setattr(hardware, "_probe", counted)
+    first = peak_flops(torch.device("cpu"), 1)
+    again = peak_flops(torch.device("cpu"), 1)
+    assert first == again and probes == [1]
+    assert first.flops_per_s > 1e8 and first.source == "matmul probe: 2048², float32, 1 threads"
+    stored = json.loads((tmp_path / hardware.CACHE_FILE).read_text())
+    assert [entry["flops_per_s"] for entry in stored.values()] == [first.flops_per_s]
+    configured = peak_flops(torch.device("cpu"), 1, configured_tflops=989.0)
+    assert configured.flops_per_s == 989e12 and configured.source == "configured"
+    (tmp_path / hardware.CACHE_FILE).write_text("{not json")  # a damaged cache: probe again
+    assert peak_flops(torch.device("cpu"), 1).flops_per_s > 1e8 and probes == [1, 1]
+
+
+def test_peak_memory_is_the_processes_resident_peak_on_a_cpu() -> None:
+    before = peak_memory_bytes(torch.device("cpu"))
+    block = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB touched
+    assert peak_memory_bytes(torch.device("cpu")) >= before
+    assert peak_memory_bytes(torch.device("cpu")) >= 64 * 2**20 and block.sum() > 0
