@@ -44,9 +44,9 @@ def test_the_peak_is_probed_once_per_machine_and_threads_then_cached(
     probes: list[int] = []
     real = hardware._probe
 
-    def counted(device: torch.device, dtype: torch.dtype, threads: int) -> float:
+    def counted(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool]:
         probes.append(threads)
-        return real(device, dtype, threads)
+        return real(device, dtype, threads)[0], False  # as on a quiet machine
 
     monkeypatch.setattr(hardware, "_probe", counted)
     first = peak_flops(torch.device("cpu"), 1)
@@ -66,3 +66,25 @@ def test_peak_memory_is_the_processes_resident_peak_on_a_cpu() -> None:
     block = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB touched
     assert peak_memory_bytes(torch.device("cpu")) >= before
     assert peak_memory_bytes(torch.device("cpu")) >= 64 * 2**20 and block.sum() > 0
+
+
+def test_a_peak_probed_on_a_busy_machine_is_named_so_and_not_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe beside a real CPU hog (a second process spinning on both cores)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("DMLBENCH_CACHE", str(tmp_path))
+    spin = (
+        "import threading\ndef spin():\n    while True: pass\n"
+        + "[threading.Thread(target=spin, daemon=True).start() for _ in range(2)]\nspin()"
+    )
+    hog = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        busy = peak_flops(torch.device("cpu"), 1)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert busy.source.endswith(", on a busy machine")
+    assert not (tmp_path / hardware.CACHE_FILE).exists()

@@ -6,7 +6,8 @@
 - :func:`peak_flops` is the peak a worker is measured against: a configured figure
   (an accelerator's data sheet), or a short matmul probe on this machine with the
   worker's threads, cached per machine so it runs once (``DMLBENCH_CACHE`` moves the
-  cache; the default is ``~/.cache/dmlbench``).
+  cache; the default is ``~/.cache/dmlbench``). A probe during which other processes
+  took cores is used for that run, named so, and not cached.
 - :func:`peak_memory_bytes`: the process's peak resident memory on a CPU, the device's
   peak allocation on a GPU.
 """
@@ -27,7 +28,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from dmlbench.results.contention import OUTSIDE_CORES
 from dmlbench.results.rundir import write_json
+from dmlbench.system import machine_cpu_s
 
 PROBE_SIZE = 2048  # a square matmul this size keeps every core busy
 PROBE_REPEATS = 8
@@ -58,8 +61,9 @@ def step_flops(
     return int(counter.get_total_flops())
 
 
-def _probe(device: torch.device, dtype: torch.dtype, threads: int) -> float:
-    """The best FLOP/s of a few ``PROBE_SIZE``² matmuls on ``device``."""
+def _probe(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool]:
+    """The best FLOP/s of a few ``PROBE_SIZE``² matmuls on ``device``, and whether other
+    processes used the machine's cores meanwhile (then the figure is too low to keep)."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -68,15 +72,18 @@ def _probe(device: torch.device, dtype: torch.dtype, threads: int) -> float:
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         a @ b  # warm-up: thread pool, kernels
         sync()
+        busy, cpu, wall = machine_cpu_s()[0], time.process_time(), time.perf_counter()
         best = float("inf")
         for _ in range(PROBE_REPEATS):
             start = time.perf_counter()
             a @ b
             sync()
             best = min(best, time.perf_counter() - start)
+        others = (machine_cpu_s()[0] - busy) - (time.process_time() - cpu)
+        disturbed = others > OUTSIDE_CORES * (time.perf_counter() - wall)  # NaN: not known
     finally:
         torch.set_num_threads(before)
-    return 2 * PROBE_SIZE**3 / best
+    return 2 * PROBE_SIZE**3 / best, disturbed
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -109,8 +116,11 @@ def peak_flops(
         with contextlib.suppress(KeyError, TypeError, ValueError):
             return Peak(float(entry["flops_per_s"]), str(entry["source"]))  # type: ignore[arg-type]
     kind = "GPU" if device.type == "cuda" else f"{threads} threads"
+    flops, disturbed = _probe(device, dtype, threads)
     source = f"matmul probe: {PROBE_SIZE}², {_name(dtype)}, {kind}"
-    peak = Peak(_probe(device, dtype, threads), source)
+    if disturbed:  # other processes took cores: not this machine's peak, probe next time
+        return Peak(flops, source + ", on a busy machine")
+    peak = Peak(flops, source)
     with contextlib.suppress(OSError):  # a read-only home: probe again next time
         cached = cached if isinstance(cached, dict) else {}
         cached[key] = asdict(peak)
