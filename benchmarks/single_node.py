@@ -176,6 +176,30 @@ def _timed(fn: Any) -> float:
 # -- dmlbench, as a user runs it -----------------------------------------------------
 
 
+def instrumentation_per_step(steps: int = 20_000) -> float:
+    """Seconds per step of what dmlbench's training step adds for its bookkeeping: the
+    phase timer's start and laps and the heartbeat's beats, as ``Trainer.train_step``
+    calls them (one start, six laps, four beats)."""
+    from dmlbench.heartbeat import beat
+    from dmlbench.train.timers import PhaseTimer
+
+    timer = PhaseTimer()
+    start = time.perf_counter()
+    for step in range(steps):
+        beat(step, "data")
+        timer.start()
+        timer.lap("data")
+        beat(step, "forward")
+        timer.lap("forward")
+        timer.lap("backward")
+        beat(step, "comm")
+        timer.lap("comm")
+        beat(step, "optimizer")
+        timer.lap("optimizer")
+        timer.lap("comm")
+    return (time.perf_counter() - start) / steps
+
+
 def dmlbench_run(args: argparse.Namespace, store: Path, *extra: str) -> dict[str, Any]:
     limit = ["--set", f"max_steps={args.steps}"] if args.steps else []
     command = [sys.executable, "-m", "dmlbench", "run", "cifar10-resnet20", "--workers", "1",
@@ -238,6 +262,12 @@ def main() -> None:
                       for k in ("ratio_train", "ratio_with_eval", "utilisation")}
                for name in variants}  # fmt: skip
     medians["plain"] = {"utilisation": statistics.median(r["plain"]["utilisation"] for r in rounds)}
+    bookkeeping = instrumentation_per_step()
+    step = statistics.median(r["dmlbench"]["train_s"] / r["dmlbench"]["steps"] for r in rounds)
+    print(
+        f"phase timers and heartbeats: {bookkeeping * 1e6:.1f} µs per step, "
+        f"{bookkeeping / step:.3%} of dmlbench's {step * 1e3:.0f} ms step"
+    )
     for name, figures in medians.items():
         print(f"median {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -246,6 +276,7 @@ def main() -> None:
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
                     "torch": torch.__version__, "python": platform.python_version()},
         "matmul_peak_flops_per_s": peak, "rounds": rounds, "medians": medians,
+        "bookkeeping_s_per_step": bookkeeping,
     }, indent=1))  # fmt: skip
     print(f"summary: {args.out}")
 
