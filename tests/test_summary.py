@@ -159,3 +159,21 @@ def test_a_run_without_a_flop_count_has_no_utilisation() -> None:
               _event("run_stop", "success", steady_steps=10, phases_steady=steady)]  # fmt: skip
     summary = summarize(events)
     assert "utilisation" not in summary and "flops_per_s" not in summary
+
+
+def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
+    from dmlbench.report.terminal import hardware_text, time_split
+
+    summary = {"flops_per_step": 7.76e9, "flops_per_s": 25e9, "utilisation": 0.25,
+               "peak_flops_per_s": 100e9, "peak_source": "matmul probe: 2048², float32, 2 threads",
+               "samples_per_s_per_worker": 1600.0, "peak_memory_bytes": [1e8, 2e8],
+               "channels_last": True, "compiled": False}  # fmt: skip
+    text = hardware_text(summary)
+    assert text.startswith("7.76 GFLOP per step per worker; 25 GFLOP/s per worker = 25.0% of "
+                           "100 GFLOP/s (matmul probe: 2048², float32, 2 threads)")  # fmt: skip
+    assert "1,600 samples/s per worker" in text and "peak memory 191 MiB" in text
+    assert text.endswith("; channels-last")
+    assert hardware_text({}) == ""
+    assert time_split({"train_s": 198.1, "eval_s": 17.0}) == (
+        ": training 198.1 s, evaluation 17.0 s"
+    )

@@ -84,6 +84,15 @@ def human_bytes(size: float) -> str:
     return f"{size:.0f} GiB" if size >= 100 else f"{size:.3g} GiB"
 
 
+def flops(value: float, per_second: bool = False) -> str:
+    """``1.29 MFLOP``, ``7.76 GFLOP``, ``215 GFLOP/s``: three significant figures."""
+    unit = "FLOP/s" if per_second else "FLOP"
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def plural(count: int, noun: str) -> str:
     """``1 worker``, ``2 workers``, ``1,024 runs``."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"

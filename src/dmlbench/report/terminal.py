@@ -12,7 +12,16 @@ from rich.table import Table
 from rich.text import Text
 
 from dmlbench.optim.build import describe_optimizer
-from dmlbench.report.formats import fmt, human_bytes, microseconds, money, percent, plural, seconds
+from dmlbench.report.formats import (
+    flops,
+    fmt,
+    human_bytes,
+    microseconds,
+    money,
+    percent,
+    plural,
+    seconds,
+)
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import Schedule
@@ -250,12 +259,12 @@ def hardware_text(summary: dict[str, Any]) -> str:
     samples/s per worker, peak memory, and the speed-ups that were on."""
     parts = []
     if summary.get("flops_per_step"):
-        parts.append(f"{summary['flops_per_step'] / 1e9:,.3g} GFLOP per step per worker")
+        parts.append(f"{flops(summary['flops_per_step'])} per step per worker")
     if summary.get("flops_per_s"):
-        achieved = f"{summary['flops_per_s'] / 1e9:,.1f} GFLOP/s per worker"
+        achieved = f"{flops(summary['flops_per_s'], per_second=True)} per worker"
         if summary.get("utilisation") is not None:
             achieved += (f" = {percent(summary['utilisation'])} of "
-                         f"{summary['peak_flops_per_s'] / 1e9:,.0f} GFLOP/s "
+                         f"{flops(summary['peak_flops_per_s'], per_second=True)} "
                          f"({summary.get('peak_source')})")  # fmt: skip
         parts.append(achieved)
     if summary.get("samples_per_s_per_worker"):
