@@ -417,3 +417,4 @@ def test_channels_last_and_compiled_runs_follow_the_eager_loss_trajectory(
     for row in rows.values():
         assert row.summary["flops_per_step"] > 0 and 0 < row.summary["utilisation"] < 2
         assert row.summary["peak_memory_bytes"][0] > 0
+        assert row.environment["peak_flops"]["flops_per_s"] > 0  # probed by the launcher

@@ -59,6 +59,7 @@ def open_run(
     sweep: dict[str, Any] | None = None,
     claim: Rerun | None = None,
     name: str | None = None,
+    environment_extra: dict[str, Any] | None = None,
 ) -> tuple[str, Path]:
     """Create the run's folder (spec, environment, deviations, sweep tag) and its row.
 
@@ -66,7 +67,7 @@ def open_run(
     launcher) leaves nothing behind: no folder, no row, no process started.
     """
     run_id, run_dir = new_run_dir(store, spec, name)
-    environment = collect_environment()
+    environment = collect_environment() | (environment_extra or {})
     try:
         record = {"environment": environment, "deviations": deviations, "sweep": sweep}
         write_json(run_dir / RECORD_FILE, record)
@@ -149,6 +150,22 @@ def prepare_data(spec: RunSpec) -> None:
     task.prepare(spec.data_dir, spec.download)
     if task.count is not None and not spec.partial_data:
         task.check_examples(*task.count(spec.data_dir), spec.data_dir)
+
+
+def machine_peak(spec: RunSpec) -> dict[str, Any] | None:
+    """The peak FLOP/s a CPU worker of ``spec`` is measured against, probed here before
+    any worker starts (workers probing at once would each see the others as load) and
+    cached for them; None for GPU workers, which probe their own device."""
+    import torch
+
+    from dmlbench.train.hardware import peak_flops
+
+    if spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available()):
+        return None
+    dtype = torch.bfloat16 if spec.recipe.precision == "bf16" else torch.float32
+    peak = peak_flops(torch.device("cpu"), spec.threads(), dtype=dtype,
+                      configured_tflops=spec.peak_tflops)  # fmt: skip
+    return {"flops_per_s": peak.flops_per_s, "source": peak.source}
 
 
 def settle(attempt: Attempt, events: list[dict[str, Any]], unfinished: str) -> None:
@@ -242,9 +259,11 @@ def run_benchmark(
     if network:
         preflight(network)  # not root, or no way to emulate it: refused before recording
     prepare_data(spec)
+    peak = machine_peak(spec)
     run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
                                sweep=sweep, claim=claim,
-                               name=rendezvous.run_id if rendezvous else None)  # fmt: skip
+                               name=rendezvous.run_id if rendezvous else None,
+                               environment_extra={"peak_flops": peak})  # fmt: skip
     placed: list[int] = []
     watcher = _Watcher(EventTail(run_dir / EVENTS_FILE), progress) if progress else None
     if watcher:

@@ -115,7 +115,7 @@ def peak_flops(
     if isinstance(cached, dict) and isinstance(entry := cached.get(key), dict):
         with contextlib.suppress(KeyError, TypeError, ValueError):
             return Peak(float(entry["flops_per_s"]), str(entry["source"]))  # type: ignore[arg-type]
-    kind = "GPU" if device.type == "cuda" else f"{threads} threads"
+    kind = "GPU" if device.type == "cuda" else f"{threads} thread{'' if threads == 1 else 's'}"
     flops, disturbed = _probe(device, dtype, threads)
     source = f"matmul probe: {PROBE_SIZE}², {_name(dtype)}, {kind}"
     if disturbed:  # other processes took cores: not this machine's peak, probe next time
