@@ -158,13 +158,12 @@ def machine_peak(spec: RunSpec) -> dict[str, Any] | None:
     cached for them; None for GPU workers, which probe their own device."""
     import torch
 
-    from dmlbench.train.hardware import peak_flops
+    from dmlbench.train.hardware import peak_for
 
     if spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available()):
         return None
-    dtype = torch.bfloat16 if spec.recipe.precision == "bf16" else torch.float32
-    peak = peak_flops(torch.device("cpu"), spec.threads(), dtype=dtype,
-                      configured_tflops=spec.peak_tflops)  # fmt: skip
+    peak = peak_for(torch.device("cpu"), spec.threads(), spec.recipe.precision,
+                    spec.peak_tflops)  # fmt: skip
     return {"flops_per_s": peak.flops_per_s, "source": peak.source}
 
 

@@ -120,6 +120,8 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "train_s": run.summary.get("train_s"),
                 "eval_s": run.summary.get("eval_s"),
                 "compile_s": run.summary.get("compile_s"),
+                "page_faults_per_step": max(run.summary.get("page_faults_per_step") or [math.nan]),
+                "cpu_allocator": run.summary.get("cpu_allocator"),
                 **_per_step_phases(run),
                 "cores": run.cores,
                 "oversubscribed": bool(run.cores) and run.workers > (run.cores or 0),
@@ -142,7 +144,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                    "epoch_time_s", "throughput", "comm_ratio_mean", "comm_ratio_max",
                    "bytes_per_step", "noise_scale", "flops_per_step", "flops_per_s",
                    "utilisation", "samples_per_s_per_worker", "peak_memory_bytes", "train_s",
-                   "eval_s", "compile_s"]:  # fmt: skip
+                   "eval_s", "compile_s", "page_faults_per_step"]:  # fmt: skip
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["variant"] = _variants(frame)
     return frame

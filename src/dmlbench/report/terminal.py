@@ -256,7 +256,7 @@ def time_split(summary: dict[str, Any]) -> str:
 
 def hardware_text(summary: dict[str, Any]) -> str:
     """The summary's hardware line: FLOPs per step, FLOP/s and utilisation per worker,
-    samples/s per worker, peak memory, and the speed-ups that were on."""
+    samples/s per worker, peak memory and page faults, and the speed-ups that were on."""
     parts = []
     if summary.get("flops_per_step"):
         parts.append(f"{flops(summary['flops_per_step'])} per step per worker")
@@ -272,8 +272,13 @@ def hardware_text(summary: dict[str, Any]) -> str:
     memory = [m for m in summary.get("peak_memory_bytes") or [] if m]
     if memory:
         parts.append(f"peak memory {human_bytes(max(memory))} per worker (the most)")
+    faults = summary.get("page_faults_per_step")
+    if faults:
+        parts.append(f"{max(faults):,.0f} page faults per step (the most)")
     on = [name for name, key in (("channels-last", "channels_last"), ("compiled", "compiled"))
           if summary.get(key)]  # fmt: skip
+    if str(summary.get("cpu_allocator", "")).startswith("tuned"):
+        on.append("tuned allocator")
     if parts and on:
         parts.append(" and ".join(on))
     return "; ".join(parts)

@@ -77,6 +77,12 @@ class RunSpec(WorkersSpec):
         description="torch.compile the model before the clock starts (compile time is "
         "reported apart); the same maths, fused kernels",
     )
+    cpu_allocator: Literal["tuned", "default"] = Field(
+        "tuned",
+        description="tuned: the worker's C library (glibc) keeps the memory a step frees "
+        "for the next step instead of returning it to the kernel and faulting it in again "
+        "(thousands of page faults a step for a CNN); the same maths. default: glibc's own",
+    )
     peak_tflops: float | None = Field(
         None,
         gt=0,

@@ -32,6 +32,7 @@ _KEY_DEFAULTS = {
     "train_metric_examples": 0,
     "channels_last": "auto",
     "compile": False,
+    "cpu_allocator": "tuned",
     "peak_tflops": None,
 }
 MAX_RUNS = 10_000  # a sweep larger than this is a typo (or an attack), not an experiment

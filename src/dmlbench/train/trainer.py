@@ -37,7 +37,14 @@ from dmlbench.spec.run import CHANNELS_LAST_EXCHANGES
 from dmlbench.system import machine_cpu_s, machine_id, thread_wait_s
 from dmlbench.tasks import TaskDefinition
 from dmlbench.train.context import DistContext
-from dmlbench.train.hardware import peak_flops, peak_memory_bytes, step_flops
+from dmlbench.train.hardware import (
+    forked_rng,
+    page_faults,
+    peak_for,
+    peak_memory_bytes,
+    step_flops,
+    tune_allocator,
+)
 from dmlbench.train.losses import LOSSES
 from dmlbench.train.timers import PhaseTimer
 
@@ -77,6 +84,7 @@ class Trainer:
         self.spec, self.task, self.data, self.ctx = spec, task, data, ctx
         self.events = events or EventLog(None)
         self.device = ctx.device
+        self.allocator = tune_allocator(spec.cpu_allocator)  # the trainer owns its process
         torch.manual_seed(spec.seed)  # same initial weights on every rank
         self.model = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
         self.model.to(self.device)
@@ -110,6 +118,7 @@ class Trainer:
         self._warm: list[float] | None = None  # phase totals when warm-up ended
         self._start = 0.0  # perf_counter() when the run's clock started
         self._cpu_start: list[float] = []  # _cpu_sample() when the timed steps began
+        self._faults_start = 0  # page_faults() when the steady steps began
 
     def _wants_channels_last(self) -> bool:
         """``channels_last``: true, or auto on a model with 2-D convolutions (whose
@@ -192,6 +201,7 @@ class Trainer:
         if self.step == self.spec.warmup_steps_excluded:
             self._warm = timer.vector()
             self._cpu_start = self._cpu_now()
+            self._faults_start = page_faults()
         return stop
 
     def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -292,9 +302,8 @@ class Trainer:
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         self.net = torch.compile(self.net)  # type: ignore[assignment]
         x, y = self._first_batch()
-        devices = [self.device] if self.device.type == "cuda" else []
         try:
-            with torch.random.fork_rng(devices=devices):
+            with forked_rng(self.device):
                 self.exchange.zero_grad()
                 with self.autocast():
                     loss = self.loss_fn(self.net(x), y).mean()
@@ -316,9 +325,8 @@ class Trainer:
         """Epochs until a stop rule fires; returns the summary logged as ``run_stop``."""
         spec, sharding = self.spec, self.sharding
         flops = self._count_flops()
-        dtype = torch.bfloat16 if spec.recipe.precision == "bf16" else torch.float32
-        peak = peak_flops(self.device, torch.get_num_threads(), dtype=dtype,
-                          configured_tflops=spec.peak_tflops)  # fmt: skip
+        peak = peak_for(self.device, torch.get_num_threads(), spec.recipe.precision,
+                        spec.peak_tflops)  # fmt: skip
         compile_s = self._compile() if spec.compile else None
         self.events.log(
             "run_start",
@@ -345,11 +353,13 @@ class Trainer:
             channels_last=self.channels_last,
             compiled=spec.compile,
             compile_s=compile_s,
+            cpu_allocator=self.allocator,
         )
         if self.ctx.world_size > 1:
             dist.barrier()
         self._start = time.perf_counter()
         self._cpu_start = self._cpu_now()
+        self._faults_start = page_faults()
         reason: str | None = None
         best = tta = tta_compute = None
         epoch = 0
@@ -464,9 +474,11 @@ class Trainer:
         mine = [*used, machine_id(), float(os.cpu_count() or 0), torch.get_num_threads()]
         sent = float(self.exchange.bytes_sent)
         memory = float(peak_memory_bytes(self.device))
-        gathered = all_gather_floats([*totals, *steady, *mine, memory, sent], self.device)
+        faults = (page_faults() - self._faults_start) / max(1, self.step - excluded)
+        gathered = all_gather_floats([*totals, *steady, *mine, faults, memory, sent],
+                                     self.device)  # fmt: skip
         count = len(ALL_PHASES)
-        samples = [dict(zip(CONTENTION_FIELDS, row[2 * count : -2], strict=True))
+        samples = [dict(zip(CONTENTION_FIELDS, row[2 * count : -3], strict=True))
                    for row in gathered]  # fmt: skip
         summary = {
             "status": "success" if tta is not None else "target_not_reached",
@@ -489,6 +501,7 @@ class Trainer:
             "bytes_sent": [row[-1] for row in gathered],  # per rank, to collectives
             "bytes_per_step": max(row[-1] for row in gathered) / max(1, self.step),
             "peak_memory_bytes": [row[-2] for row in gathered],  # per rank
+            "page_faults_per_step": [row[-3] for row in gathered],  # per rank, steady steps
             "noise_scale": self._noise_of_run(),
             "cpu_samples": [
                 {k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples
