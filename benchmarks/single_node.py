@@ -10,12 +10,14 @@ and flip, the task's recipe (SGD, Nesterov momentum 0.9, weight decay 1e-4, batc
 the learning rate ramping up over 5 epochs), data in memory, one process,
 ``--threads`` threads, the eager default memory layout. dmlbench runs the same
 recipe through ``dmlbench run cifar10-resnet20 --workers 1`` with its defaults (and
-``--compile`` adds a compiled dmlbench run to each round).
+``--compile`` adds a compiled dmlbench run to each round, ``--default-allocator`` one
+with glibc's own allocator settings).
 
 Each round runs the plain loop, then dmlbench; ratios are dmlbench's time over the
 plain loop's from the same round (the machine drifts between rounds, not within one).
-Utilisation is FLOP/s over the peak of a 2048² float32 matmul on the same threads,
-measured once here. The JSON summary goes to ``--out``.
+Utilisation is FLOP/s over the peak of a 2048² float32 GEMM on the same threads,
+measured once here: the faster of torch.matmul (the BLAS) and oneDNN (a 1×1
+convolution), as dmlbench's own probe does. The JSON summary goes to ``--out``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -132,6 +135,7 @@ def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> 
     per_epoch = len(train_x) // BATCH
     total = min(steps or per_epoch, per_epoch)
     peak_lr = LR_PER_SAMPLE * BATCH
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.perf_counter()
     for step in range(total):
         index = order[step * BATCH : (step + 1) * BATCH]
@@ -143,6 +147,7 @@ def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> 
         loss.backward()
         optimizer.step()
     train_s = time.perf_counter() - start
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / total
     model.eval()
     correct = 0
     with torch.no_grad():
@@ -156,15 +161,23 @@ def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> 
         F.cross_entropy(model(x), train_y[:BATCH]).backward()
     flops = counter.get_total_flops()
     return {"steps": total, "train_s": train_s, "eval_s": eval_s, "loss": loss.item(),
-            "accuracy": correct / len(test_x), "flops_per_step": flops}  # fmt: skip
+            "accuracy": correct / len(test_x), "flops_per_step": flops,
+            "page_faults_per_step": faults}  # fmt: skip
 
 
-def matmul_peak(threads: int, size: int = 2048, repeats: int = 8) -> float:
+def gemm_peaks(threads: int, size: int = 2048, repeats: int = 8) -> dict[str, float]:
+    """FLOP/s of a ``size``² float32 GEMM by torch.matmul (the BLAS) and by oneDNN (a 1×1
+    convolution over a channels-last image of one row: the same product)."""
     torch.set_num_threads(threads)
     a, b = torch.randn(size, size), torch.randn(size, size)
-    a @ b
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
-    return 2 * size**3 / best
+    weight = a.reshape(size, size, 1, 1)
+    image = b.reshape(1, size, 1, size).contiguous(memory_format=torch.channels_last)
+    paths = {"matmul": lambda: a @ b, "oneDNN": lambda: F.conv2d(image, weight)}
+    peaks = {}
+    for name, gemm in paths.items():
+        gemm()
+        peaks[name] = 2 * size**3 / min(_timed(gemm) for _ in range(repeats))
+    return peaks
 
 
 def _timed(fn: Any) -> float:
@@ -212,8 +225,10 @@ def dmlbench_run(args: argparse.Namespace, store: Path, *extra: str) -> dict[str
     summary = json.loads(done.stdout)["summary"]
     keys = ("train_s", "eval_s", "elapsed_s", "steps", "flops_per_step", "flops_per_s",
             "utilisation", "peak_flops_per_s", "compile_s", "channels_last",
-            "compiled")  # fmt: skip
-    return {k: summary.get(k) for k in keys} | {"accuracy": summary.get("best_metric")}
+            "compiled", "cpu_allocator")  # fmt: skip
+    faults = max(summary.get("page_faults_per_step") or [None])
+    return {k: summary.get(k) for k in keys} | {
+        "accuracy": summary.get("best_metric"), "page_faults_per_step": faults}  # fmt: skip
 
 
 def main() -> None:
@@ -223,14 +238,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--compile", action="store_true", help="also a compiled dmlbench run")
+    parser.add_argument("--default-allocator", action="store_true",
+                        help="also a dmlbench run with cpu_allocator=default")  # fmt: skip
     parser.add_argument("--out", type=Path, default=HERE / "results" / "single_node.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    peak = matmul_peak(args.threads)
-    print(f"matmul peak: {peak / 1e9:.0f} GFLOP/s on {args.threads} threads")
+    peaks = gemm_peaks(args.threads)
+    peak = max(peaks.values())
+    print(f"GEMM peak: {peak / 1e9:.0f} GFLOP/s on {args.threads} threads ("
+          + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in peaks.items()) + ")")  # fmt: skip
     data = read_cifar(args.data_dir)
-    variants = {"dmlbench": ()} | ({"dmlbench compiled": ("--set", "compile=true")}
-                                   if args.compile else {})  # fmt: skip
+    variants: dict[str, tuple[str, ...]] = {"dmlbench": ()}
+    if args.compile:
+        variants["dmlbench compiled"] = ("--set", "compile=true")
+    if args.default_allocator:
+        variants["dmlbench default allocator"] = ("--set", "cpu_allocator=default")
     rounds = []
     with tempfile.TemporaryDirectory() as scratch:
         for number in range(args.rounds):
@@ -251,11 +273,13 @@ def main() -> None:
                 ours["ratio_with_eval"] = ours["elapsed_s"] / (plain["train_s"] + plain["eval_s"])
             rounds.append(row)
             line = [f"round {number + 1}: plain {plain['train_s']:.1f} s (+{plain['eval_s']:.1f} "
-                    f"s eval, {plain['utilisation']:.0%} of peak)"]  # fmt: skip
+                    f"s eval, {plain['utilisation']:.0%} of peak, "
+                    f"{plain['page_faults_per_step']:,.0f} page faults a step)"]  # fmt: skip
             for name in variants:
                 ours = row[name]
                 line.append(f"{name} {ours['train_s']:.1f} s (+{ours['eval_s']:.1f} s eval, "
-                            f"{ours['utilisation']:.0%}): {ours['ratio_train']:.2f}× training, "
+                            f"{ours['utilisation']:.0%}, {ours['page_faults_per_step']:,.0f} "
+                            f"faults): {ours['ratio_train']:.2f}× training, "
                             f"{ours['ratio_with_eval']:.2f}× with evaluation")  # fmt: skip
             print("; ".join(line), flush=True)
     medians = {name: {k: statistics.median(r[name][k] for r in rounds)
@@ -275,8 +299,8 @@ def main() -> None:
         "command": "python benchmarks/single_node.py " + " ".join(sys.argv[1:]),
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
                     "torch": torch.__version__, "python": platform.python_version()},
-        "matmul_peak_flops_per_s": peak, "rounds": rounds, "medians": medians,
-        "bookkeeping_s_per_step": bookkeeping,
+        "gemm_peak_flops_per_s": peak, "gemm_paths_flops_per_s": peaks, "rounds": rounds,
+        "medians": medians, "bookkeeping_s_per_step": bookkeeping,
     }, indent=1))  # fmt: skip
     print(f"summary: {args.out}")
 

@@ -46,21 +46,33 @@ def test_the_peak_is_probed_once_per_machine_and_threads_then_cached(
     probes: list[int] = []
     real = hardware._probe
 
-    def counted(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool]:
+    def counted(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool, str]:
         probes.append(threads)
-        return real(device, dtype, threads)[0], False  # as on a quiet machine
+        flops, _, fastest = real(device, dtype, threads)
+        return flops, False, fastest  # as on a quiet machine
 
     monkeypatch.setattr(hardware, "_probe", counted)
     first = peak_flops(torch.device("cpu"), 1)
     again = peak_flops(torch.device("cpu"), 1)
     assert first == again and probes == [1]
-    assert first.flops_per_s > 1e8 and first.source == "matmul probe: 2048², float32, 1 thread"
+    assert first.flops_per_s > 1e8
+    assert first.source in {f"GEMM probe: 2048², float32, 1 thread, {path}"
+                            for path in ("matmul", "oneDNN")}  # fmt: skip
     stored = json.loads((tmp_path / hardware.CACHE_FILE).read_text())
     assert [entry["flops_per_s"] for entry in stored.values()] == [first.flops_per_s]
     configured = peak_flops(torch.device("cpu"), 1, configured_tflops=989.0)
     assert configured.flops_per_s == 989e12 and configured.source == "configured"
     (tmp_path / hardware.CACHE_FILE).write_text("{not json")  # a damaged cache: probe again
     assert peak_flops(torch.device("cpu"), 1).flops_per_s > 1e8 and probes == [1, 1]
+
+
+def test_every_gemm_path_of_the_probe_computes_the_same_product() -> None:
+    a, b = torch.randn(64, 48, dtype=torch.float64), torch.randn(48, 80, dtype=torch.float64)
+    paths = hardware.gemm_paths(a.float(), b.float())
+    assert set(paths) == {"matmul", "oneDNN"}  # this machine's torch has oneDNN
+    for name, gemm in paths.items():
+        product = gemm().reshape(64, 80).double()
+        assert torch.allclose(product, a @ b, rtol=1e-4, atol=1e-4), name
 
 
 def test_peak_memory_is_the_processes_resident_peak_on_a_cpu() -> None:

@@ -165,14 +165,15 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     from dmlbench.report.terminal import hardware_text, time_split
     from dmlbench.train import hardware
 
+    source = "GEMM probe: 2048², float32, 2 threads, oneDNN"
     summary = {"flops_per_step": 7.76e9, "flops_per_s": 25e9, "utilisation": 0.25,
-               "peak_flops_per_s": 100e9, "peak_source": "matmul probe: 2048², float32, 2 threads",
+               "peak_flops_per_s": 100e9, "peak_source": source,
                "samples_per_s_per_worker": 1600.0, "peak_memory_bytes": [1e8, 2e8],
                "channels_last": True, "compiled": False, "page_faults_per_step": [3.0, 4.4],
                "cpu_allocator": "default"}  # fmt: skip
     text = hardware_text(summary)
     assert text.startswith("7.76 GFLOP per step per worker; 25 GFLOP/s per worker = 25.0% of "
-                           "100 GFLOP/s (matmul probe: 2048², float32, 2 threads)")  # fmt: skip
+                           f"100 GFLOP/s ({source})")  # fmt: skip
     assert "1,600 samples/s per worker" in text and "peak memory 191 MiB" in text
     assert "; 4 page faults per step (the most); channels-last" in text
     assert text.endswith("; channels-last")

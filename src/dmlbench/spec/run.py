@@ -80,14 +80,15 @@ class RunSpec(WorkersSpec):
     cpu_allocator: Literal["tuned", "default"] = Field(
         "tuned",
         description="tuned: the worker's C library (glibc) keeps the memory a step frees "
-        "for the next step instead of returning it to the kernel and faulting it in again "
-        "(thousands of page faults a step for a CNN); the same maths. default: glibc's own",
+        "for the next step instead of returning it to the kernel and faulting it in again, "
+        "whatever the process did before; the same maths. default: glibc's own, whose "
+        "thresholds depend on the largest block the process has freed so far",
     )
     peak_tflops: float | None = Field(
         None,
         gt=0,
         description="a worker's peak TFLOP/s that utilisation is measured against (an "
-        "accelerator's data sheet figure); default: a matmul probe on this machine",
+        "accelerator's data sheet figure); default: a GEMM probe on this machine",
     )
     eval_every_epochs: int = Field(1, ge=1)
     stop_at_target: bool = Field(True, description="stop when the target is reached")

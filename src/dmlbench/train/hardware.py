@@ -4,16 +4,19 @@
   flop counter, on a copy of the model so the run's weights, statistics and random
   streams are untouched.
 - :func:`peak_flops` is the peak a worker is measured against: a configured figure
-  (an accelerator's data sheet), or a short matmul probe on this machine with the
-  worker's threads, cached per machine so it runs once (``DMLBENCH_CACHE`` moves the
-  cache; the default is ``~/.cache/dmlbench``). A probe during which other processes
-  took cores is used for that run, named so, and not cached.
+  (an accelerator's data sheet), or a short GEMM probe on this machine with the
+  worker's threads (the faster of torch's BLAS matmul and oneDNN: :func:`gemm_paths`),
+  cached per machine so it runs once (``DMLBENCH_CACHE`` moves the cache; the default
+  is ``~/.cache/dmlbench``). A probe during which other processes took cores is used
+  for that run, named so, and not cached.
 - :func:`peak_memory_bytes`: the process's peak resident memory on a CPU, the device's
   peak allocation on a GPU.
-- :func:`tune_allocator` keeps the memory a training step frees for the next step.
-  glibc's defaults give large freed blocks back to the kernel, so every step faults
-  them in again, page by page: 4,500–6,500 page faults in each step of ResNet-20 at
-  batch 32, a fifth of its time on a 2-core VM. :func:`page_faults` counts them.
+- :func:`tune_allocator` keeps the memory a step frees for the next step. glibc
+  returns freed blocks above its mmap threshold to the kernel, and the next step faults
+  them in again page by page; the threshold rises only after the process frees a block
+  that large, so a step's cost depends on the process's history. Here a ResNet-20 step
+  at batch 32 in a fresh process faulted 6,000 pages and took 38 ms, against 29 ms once
+  tuned; :class:`FaultCounter` counts the faults of the training steps.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from dmlbench.results.contention import OUTSIDE_CORES
 from dmlbench.results.rundir import write_json
 from dmlbench.system import machine_cpu_s
 
-PROBE_SIZE = 2048  # a square matmul this size keeps every core busy
+PROBE_SIZE = 2048  # a square GEMM this size keeps every core busy
 PROBE_REPEATS = 8
+PROBE_VERSION = 2  # in the cache's key: 1 timed torch.matmul alone
 CACHE_FILE = "peak-flops.json"
 # glibc's mallopt parameters (malloc.h) and the values a tuned allocator sets: blocks up
 # to glibc's largest mmap threshold come from the heap, and up to 1 GiB freed at its top
@@ -59,7 +63,7 @@ class Peak:
     """A worker's peak FLOP/s and where the figure came from."""
 
     flops_per_s: float
-    source: str  # "configured" or "matmul probe: 2048², float32, 2 threads"
+    source: str  # "configured" or "GEMM probe: 2048², float32, 2 threads, oneDNN"
 
 
 @contextlib.contextmanager
@@ -80,29 +84,47 @@ def step_flops(
     return int(counter.get_total_flops())
 
 
-def _probe(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool]:
-    """The best FLOP/s of a few ``PROBE_SIZE``² matmuls on ``device``, and whether other
-    processes used the machine's cores meanwhile (then the figure is too low to keep)."""
+def gemm_paths(a: torch.Tensor, b: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
+    """The ways torch can compute ``a @ b`` on ``a``'s device, by name. On a CPU,
+    ``torch.matmul`` calls the BLAS (MKL), while convolutions run on oneDNN's own kernels,
+    which can be twice as fast (an AMD EPYC here: 210 against 450 GFLOP/s); a 1×1
+    convolution over a channels-last image of one row is the same GEMM."""
+    paths: dict[str, Callable[[], torch.Tensor]] = {"matmul": lambda: a @ b}
+    if a.device.type == "cpu" and torch.backends.mkldnn.is_available():
+        n, k = a.shape
+        weight = a.reshape(n, k, 1, 1)
+        image = b.reshape(1, k, 1, b.shape[1]).contiguous(memory_format=torch.channels_last)
+        paths["oneDNN"] = lambda: torch.nn.functional.conv2d(image, weight)
+    return paths
+
+
+def _probe(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool, str]:
+    """The best FLOP/s of a few ``PROBE_SIZE``² GEMMs on ``device`` by each of torch's
+    paths, whether other processes used the machine's cores meanwhile (then the figure
+    is too low to keep), and the fastest path's name."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         a = torch.randn(PROBE_SIZE, PROBE_SIZE, device=device, dtype=dtype)
         b = torch.randn(PROBE_SIZE, PROBE_SIZE, device=device, dtype=dtype)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        a @ b  # warm-up: thread pool, kernels
-        sync()
+        best: dict[str, float] = {}
         busy, cpu, wall = machine_cpu_s()[0], time.process_time(), time.perf_counter()
-        best = float("inf")
-        for _ in range(PROBE_REPEATS):
-            start = time.perf_counter()
-            a @ b
+        for name, gemm in gemm_paths(a, b).items():
+            gemm()  # warm-up: thread pool, kernels
             sync()
-            best = min(best, time.perf_counter() - start)
+            best[name] = float("inf")
+            for _ in range(PROBE_REPEATS):
+                start = time.perf_counter()
+                gemm()
+                sync()
+                best[name] = min(best[name], time.perf_counter() - start)
         others = (machine_cpu_s()[0] - busy) - (time.process_time() - cpu)
         disturbed = others > OUTSIDE_CORES * (time.perf_counter() - wall)  # NaN: not known
     finally:
         torch.set_num_threads(before)
-    return 2 * PROBE_SIZE**3 / best, disturbed
+    fastest = min(best, key=best.__getitem__)
+    return 2 * PROBE_SIZE**3 / best[fastest], disturbed, fastest
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -113,7 +135,8 @@ def _machine_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
     from dmlbench.results.environment import cpu_model
 
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
-    return f"{where} · {_name(dtype)} · {threads} threads · torch {torch.__version__}"
+    return (f"{where} · {_name(dtype)} · {threads} threads · torch {torch.__version__} · "
+            f"GEMM probe {PROBE_VERSION}")  # fmt: skip
 
 
 def peak_flops(
@@ -135,8 +158,8 @@ def peak_flops(
         with contextlib.suppress(KeyError, TypeError, ValueError):
             return Peak(float(entry["flops_per_s"]), str(entry["source"]))  # type: ignore[arg-type]
     kind = "GPU" if device.type == "cuda" else f"{threads} thread{'' if threads == 1 else 's'}"
-    flops, disturbed = _probe(device, dtype, threads)
-    source = f"matmul probe: {PROBE_SIZE}², {_name(dtype)}, {kind}"
+    flops, disturbed, fastest = _probe(device, dtype, threads)
+    source = f"GEMM probe: {PROBE_SIZE}², {_name(dtype)}, {kind}, {fastest}"
     if disturbed:  # other processes took cores: not this machine's peak, probe next time
         return Peak(flops, source + ", on a busy machine")
     peak = Peak(flops, source)
@@ -158,10 +181,10 @@ def peak_for(
 
 def tune_allocator(setting: str) -> str:
     """Apply the run's ``cpu_allocator`` setting to this process; returns what is in
-    effect. ``tuned`` on glibc raises its mmap and trim thresholds so a step's freed
+    effect. ``tuned`` on glibc fixes its mmap and trim thresholds high, so a step's freed
     tensors are reused by the next step instead of being returned to the kernel and
-    faulted in again; the settings last for the process. Elsewhere, and for
-    ``default``, the C library's own behaviour stays."""
+    faulted in again, whatever the process did before; the settings last for the
+    process. Elsewhere, and for ``default``, the C library's own behaviour stays."""
     if setting != "tuned":
         return "default"
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
@@ -175,6 +198,27 @@ def tune_allocator(setting: str) -> str:
 def page_faults() -> int:
     """Page faults of this process so far (minor: memory the kernel had to map in)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+class FaultCounter:
+    """This process's page faults over the spans it ran (the training steps, not the
+    evaluations between them)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._mark: int | None = None
+
+    def resume(self) -> None:
+        self._mark = page_faults()
+
+    def pause(self) -> None:
+        if self._mark is not None:
+            self.count += page_faults() - self._mark
+            self._mark = None
+
+    def restart(self) -> None:
+        """Count from now on only (the end of the warm-up steps)."""
+        self.count, self._mark = 0, page_faults()
 
 
 def peak_memory_bytes(device: torch.device) -> int:

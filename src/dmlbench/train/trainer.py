@@ -38,8 +38,8 @@ from dmlbench.system import machine_cpu_s, machine_id, thread_wait_s
 from dmlbench.tasks import TaskDefinition
 from dmlbench.train.context import DistContext
 from dmlbench.train.hardware import (
+    FaultCounter,
     forked_rng,
-    page_faults,
     peak_for,
     peak_memory_bytes,
     step_flops,
@@ -118,7 +118,7 @@ class Trainer:
         self._warm: list[float] | None = None  # phase totals when warm-up ended
         self._start = 0.0  # perf_counter() when the run's clock started
         self._cpu_start: list[float] = []  # _cpu_sample() when the timed steps began
-        self._faults_start = 0  # page_faults() when the steady steps began
+        self.faults = FaultCounter()  # over the steady steps
 
     def _wants_channels_last(self) -> bool:
         """``channels_last``: true, or auto on a model with 2-D convolutions (whose
@@ -201,7 +201,7 @@ class Trainer:
         if self.step == self.spec.warmup_steps_excluded:
             self._warm = timer.vector()
             self._cpu_start = self._cpu_now()
-            self._faults_start = page_faults()
+            self.faults.restart()
         return stop
 
     def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -359,14 +359,15 @@ class Trainer:
             dist.barrier()
         self._start = time.perf_counter()
         self._cpu_start = self._cpu_now()
-        self._faults_start = page_faults()
         reason: str | None = None
         best = tta = tta_compute = None
         epoch = 0
         previous = [0.0] * len(ALL_PHASES)
         while reason is None:
             first_step = self.step
+            self.faults.resume()
             reason = self._train_epoch(epoch)
+            self.faults.pause()
             epoch += 1
             previous = self._log_epoch(epoch, self.step - first_step, previous)
             if reason == "time_budget":
@@ -474,7 +475,7 @@ class Trainer:
         mine = [*used, machine_id(), float(os.cpu_count() or 0), torch.get_num_threads()]
         sent = float(self.exchange.bytes_sent)
         memory = float(peak_memory_bytes(self.device))
-        faults = (page_faults() - self._faults_start) / max(1, self.step - excluded)
+        faults = self.faults.count / max(1, self.step - excluded)
         gathered = all_gather_floats([*totals, *steady, *mine, faults, memory, sent],
                                      self.device)  # fmt: skip
         count = len(ALL_PHASES)
