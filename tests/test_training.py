@@ -411,11 +411,12 @@ def test_channels_last_compiled_and_default_allocator_runs_follow_the_eager_loss
     assert len(losses["eager"]) == 9 and losses["eager"][-1] < losses["eager"][0]
     for name in variants:
         assert losses[name] == pytest.approx(losses["eager"], rel=SAME_MATHS_RTOL), name
-    # glibc's defaults fault a step's freed memory in again on the next step (about 3,000
-    # page faults a step here); the tuned allocator keeps it
-    faults = {name: row.summary["page_faults_per_step"][0] for name, row in rows.items()}
-    assert faults["default_allocator"] > 500, faults
-    assert max(faults["eager"], faults["channels_last"]) < faults["default_allocator"] / 10
+    # the tuned allocator keeps a step's freed memory: no more than a few page faults a
+    # step (glibc's own thresholds depend on the process's history, and on a busy
+    # machine on timing too: 0 to 2,600 a step here; tests/test_hardware.py shows the
+    # difference in a process of its own)
+    for name in ("eager", "channels_last", "compiled"):
+        assert rows[name].summary["page_faults_per_step"][0] < 200, name
     assert rows["eager"].summary["cpu_allocator"].startswith("tuned")
     assert rows["default_allocator"].summary["cpu_allocator"] == "default"
     # what was on is recorded, and the compile time is reported outside the clock
