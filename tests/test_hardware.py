@@ -105,32 +105,37 @@ def test_a_peak_probed_on_a_busy_machine_is_named_so_and_not_cached(
 
 
 ALLOCATION_CYCLES = """
-import resource, torch
+import resource, sys, torch
 from dmlbench.train.hardware import tune_allocator
 
-def faults_per_cycle():  # a step's pattern: 16 MiB of 1 MiB tensors written, then freed
-    def cycle():
-        held = [torch.ones(2**18) for _ in range(16)]
-        del held
-    cycle()
-    start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(10):
-        cycle()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 10
+in_effect = tune_allocator(sys.argv[1])
 
-print(tune_allocator("default"), faults_per_cycle(), sep="|")
-print(tune_allocator("tuned"), faults_per_cycle(), sep="|")
+def cycle():  # a step's pattern: 16 MiB of 1 MiB tensors written, then freed
+    held = [torch.ones(2**18) for _ in range(16)]
+    del held
+
+cycle()
+start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    cycle()
+print(in_effect, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 10, sep="|")
 """
 
 
+def _faults_per_cycle(setting: str) -> tuple[str, float]:
+    # mallopt's thresholds last for the process, and glibc's own move with what the
+    # process freed before: a fresh process for each setting
+    done = subprocess.run([sys.executable, "-c", ALLOCATION_CYCLES, setting],
+                          capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    name, count = done.stdout.strip().splitlines()[-1].split("|")
+    return name, float(count)
+
+
 def test_the_tuned_allocator_keeps_freed_memory_instead_of_faulting_it_in_again() -> None:
-    # mallopt's thresholds last for the process: a process of its own
-    done = subprocess.run([sys.executable, "-c", ALLOCATION_CYCLES], capture_output=True,
-                          text=True, check=True, timeout=120)  # fmt: skip
-    (default, default_faults), (tuned, tuned_faults) = (
-        (name, float(count))
-        for name, count in (line.split("|") for line in done.stdout.split("\n")[:2])
-    )
+    default, default_faults = _faults_per_cycle("default")
+    tuned, tuned_faults = _faults_per_cycle("tuned")
     assert default == "default" and tuned == hardware.TUNED
-    assert default_faults > 2000  # 4,096 pages of 4 KiB each cycle, given back and taken again
-    assert tuned_faults < 50
+    # glibc's own: 4,064 faults a cycle on a quiet machine, 216–4,064 beside a CPU hog
+    # (when its thresholds move depends on timing too), so it is reported, not bounded;
+    # tuned, the freed MiBs are reused from the first cycle on
+    assert tuned_faults < 50, (default_faults, tuned_faults)
