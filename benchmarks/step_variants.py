@@ -1,8 +1,8 @@
 """One training step of dmlbench's ResNet-20 in a tight loop (no data loading, no
-bookkeeping), under each of the settings dmlbench can turn on, in fresh processes,
-interleaved: what each setting is worth on its own.
+bookkeeping), under each of the settings dmlbench can turn on and inductor's two other
+CPU options, in fresh processes, interleaved: what each setting is worth on its own.
 
-    python benchmarks/step_variants.py                 # 3 rounds × 5 variants, ~2 min
+    python benchmarks/step_variants.py                 # 3 rounds × 7 variants, ~4 min
     python benchmarks/step_variants.py --profile       # and torch.profiler's top ops
 
 Each variant runs in a process of its own, since the allocator's thresholds last for a
@@ -26,16 +26,20 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-VARIANTS = {  # name: (channels_last, cpu_allocator, compile)
-    "eager, default layout, glibc's allocator": (False, "default", False),
-    "eager, default layout, tuned allocator": (False, "tuned", False),
-    "eager, channels-last, glibc's allocator": (True, "default", False),
-    "eager, channels-last, tuned allocator (dmlbench's default)": (True, "tuned", False),
-    "compiled, channels-last, tuned allocator": (True, "tuned", True),
+VARIANTS = {  # name: (channels_last, cpu_allocator, how it is compiled or None)
+    "eager, default layout, glibc's allocator": (False, "default", None),
+    "eager, default layout, tuned allocator": (False, "tuned", None),
+    "eager, channels-last, glibc's allocator": (True, "default", None),
+    "eager, channels-last, tuned allocator (dmlbench's default)": (True, "tuned", None),
+    "compiled, channels-last, tuned allocator": (True, "tuned", "default"),
+    "compiled with max-autotune, channels-last, tuned": (True, "tuned", "max-autotune"),
+    "compiled with the C++ wrapper, channels-last, tuned": (True, "tuned", "cpp-wrapper"),
 }
+PROFILED = ("eager, channels-last, tuned allocator (dmlbench's default)",
+            "compiled, channels-last, tuned allocator")  # fmt: skip
 
 
-def one_variant(channels_last: bool, allocator: str, compile_: bool, steps: int,
+def one_variant(channels_last: bool, allocator: str, compile_: str | None, steps: int,
                 threads: int, profile: bool) -> dict[str, Any]:  # fmt: skip
     """Runs in its own process: time ``steps`` steps; page faults per step."""
     from dmlbench.train.hardware import page_faults, tune_allocator
@@ -57,7 +61,12 @@ def one_variant(channels_last: bool, allocator: str, compile_: bool, steps: int,
         x = x.contiguous(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True,
                                 weight_decay=1e-4, foreach=True)  # fmt: skip
-    net = torch.compile(model) if compile_ else model
+    if compile_ == "cpp-wrapper":  # inductor's generated host code in C++, not Python
+        import torch._inductor.config
+
+        torch._inductor.config.cpp_wrapper = True
+    mode = "max-autotune" if compile_ == "max-autotune" else None
+    net = torch.compile(model, mode=mode) if compile_ else model
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -84,6 +93,8 @@ def one_variant(channels_last: bool, allocator: str, compile_: bool, steps: int,
         total = sum(e.self_cpu_time_total for e in events)
         top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
         result["top_ops"] = {e.key: e.self_cpu_time_total / total for e in top}
+        result["convolution_share"] = sum(e.self_cpu_time_total for e in events
+                                          if "convolution" in e.key) / total  # fmt: skip
     return result
 
 
@@ -93,13 +104,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--profile", action="store_true",
-                        help="also torch.profiler's top ops of dmlbench's default")  # fmt: skip
+                        help="also torch.profiler's top ops, eager and compiled")  # fmt: skip
     parser.add_argument("--out", type=Path, default=HERE / "results" / "step_variants.json")
     parser.add_argument("--variant", help=argparse.SUPPRESS)  # internal: one child process
     args = parser.parse_args()
     if args.variant:
         layout, allocator, compile_ = VARIANTS[args.variant]
-        profile = args.profile and not compile_ and layout and allocator == "tuned"
+        profile = args.profile and args.variant in PROFILED
         print(json.dumps(one_variant(layout, allocator, compile_, args.steps, args.threads,
                                      profile)))  # fmt: skip
         return
@@ -124,11 +135,14 @@ def main() -> None:
     for name, figures in medians.items():
         print(f"median {name}: {figures['step_s'] * 1e3:.1f} ms, {figures['ratio']:.2f}×, "
               f"{figures['page_faults_per_step']:,.0f} page faults a step")  # fmt: skip
-    profiled = [r[name]["top_ops"] for r in rounds for name in VARIANTS if "top_ops" in r[name]]
-    if profiled:
-        print("torch.profiler, dmlbench's default step, share of self CPU time (last round):")
-        for op, share in profiled[-1].items():
-            print(f"  {share:6.1%}  {op}")
+    profiles = {name: rounds[-1][name]["top_ops"] for name in PROFILED
+                if "top_ops" in rounds[-1][name]}  # fmt: skip
+    for name, top_ops in profiles.items():
+        share = rounds[-1][name]["convolution_share"]
+        print(f"torch.profiler, {name}, share of self CPU time (last round; "
+              f"convolutions {share:.1%}):")  # fmt: skip
+        for op, share in top_ops.items():
+            print(f"  {share:6.1%}  {op[:70]}")
     import torch
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +151,7 @@ def main() -> None:
         "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
                     "torch": torch.__version__, "python": platform.python_version()},
         "rounds": rounds, "medians": medians,
-        "profile": profiled[-1] if profiled else None,
+        "profiles": profiles,
     }, indent=1))  # fmt: skip
     print(f"summary: {args.out}")
 
