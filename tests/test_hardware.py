@@ -75,6 +75,16 @@ def test_every_gemm_path_of_the_probe_computes_the_same_product() -> None:
         assert torch.allclose(product, a @ b, rtol=1e-4, atol=1e-4), name
 
 
+def test_compiled_graphs_counts_each_graph_torch_compile_makes() -> None:
+    net = torch.compile(nn.Linear(4, 2), backend="eager")  # dynamo's graphs, no inductor
+    before = hardware.compiled_graphs()
+    net(torch.randn(3, 4))
+    net(torch.randn(3, 4))  # the same shape: the graph is reused
+    assert hardware.compiled_graphs() == before + 1
+    net(torch.randn(5, 4))  # a new shape: another graph
+    assert hardware.compiled_graphs() == before + 2
+
+
 def test_peak_memory_is_the_processes_resident_peak_on_a_cpu() -> None:
     before = peak_memory_bytes(torch.device("cpu"))
     block = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB touched

@@ -162,7 +162,7 @@ def test_a_run_without_a_flop_count_has_no_utilisation() -> None:
 
 
 def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
-    from dmlbench.report.terminal import hardware_text, time_split
+    from dmlbench.report.terminal import compilation_text, hardware_text, time_split
     from dmlbench.train import hardware
 
     source = "GEMM probe: 2048², float32, 2 threads, oneDNN"
@@ -183,3 +183,8 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     assert time_split({"train_s": 198.1, "eval_s": 17.0}) == (
         ": training 198.1 s, evaluation 17.0 s"
     )
+    compiled = {"compile_s": 4.2, "recompiles_in_clock": 0}
+    assert compilation_text(compiled) == "4.20 s torch.compile (before the clock starts)"
+    again = compilation_text(compiled | {"recompiles_in_clock": 2})
+    assert again.endswith("; recompiled 2 times inside the clock (a new input shape?): "
+                          "those steps include compile time")  # fmt: skip

@@ -419,12 +419,15 @@ def test_channels_last_compiled_and_default_allocator_runs_follow_the_eager_loss
         assert rows[name].summary["page_faults_per_step"][0] < 200, name
     assert rows["eager"].summary["cpu_allocator"].startswith("tuned")
     assert rows["default_allocator"].summary["cpu_allocator"] == "default"
-    # what was on is recorded, and the compile time is reported outside the clock
+    # what was on is recorded, and the compile time is reported outside the clock: torch
+    # made no graph while it ran (comparing seconds fails beside a CPU hog, which slowed
+    # these 50 steps from 3 s to 42 s against 6 s of compilation)
     assert rows["eager"].summary["channels_last"] is False
     assert rows["channels_last"].summary["channels_last"] is True
     compiled = rows["compiled"].summary
     assert compiled["compiled"] is True and compiled["compile_s"] > 0
-    assert compiled["elapsed_s"] < compiled["compile_s"]  # 50 small steps: a second or two
+    assert compiled["recompiles_in_clock"] == 0
+    assert rows["eager"].summary["recompiles_in_clock"] is None
     for row in rows.values():
         assert row.summary["flops_per_step"] > 0 and 0 < row.summary["utilisation"] < 2
         assert row.summary["peak_memory_bytes"][0] > 0

@@ -203,8 +203,7 @@ def run_summary(run: RunRecord) -> Table:
         startup = seconds(summary["init_s"], unit=True)
         table.add_row("start-up", f"{startup} data load + model build (before the clock starts)")
     if summary.get("compile_s") is not None:
-        table.add_row("compilation", f"{seconds(summary['compile_s'], unit=True)} torch.compile "
-                      "(before the clock starts)")  # fmt: skip
+        table.add_row("compilation", compilation_text(summary))
     shares = summary.get("phase_shares")
     if shares:
         cells = [
@@ -252,6 +251,16 @@ def time_split(summary: dict[str, Any]) -> str:
         return ""
     return (f": training {seconds(summary['train_s'], unit=True)}, evaluation "
             f"{seconds(summary['eval_s'], unit=True)}")  # fmt: skip
+
+
+def compilation_text(summary: dict[str, Any]) -> str:
+    """The compile time, apart from the clock, and any recompilation that was not."""
+    text = f"{seconds(summary['compile_s'], unit=True)} torch.compile (before the clock starts)"
+    again = summary.get("recompiles_in_clock") or 0
+    if again:
+        text += (f"; recompiled {again} time{'s' * (again > 1)} inside the clock (a new input "
+                 "shape?): those steps include compile time")  # fmt: skip
+    return text
 
 
 def hardware_text(summary: dict[str, Any]) -> str:

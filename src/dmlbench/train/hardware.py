@@ -221,6 +221,14 @@ class FaultCounter:
         self.count, self._mark = 0, page_faults()
 
 
+def compiled_graphs() -> int:
+    """Graphs ``torch.compile`` has made in this process so far (dynamo's own count: a
+    new input shape or a guard that failed makes another)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 def peak_memory_bytes(device: torch.device) -> int:
     """Peak memory of this worker: allocated on its GPU, or its process's resident set."""
     if device.type == "cuda":

@@ -39,6 +39,7 @@ from dmlbench.tasks import TaskDefinition
 from dmlbench.train.context import DistContext
 from dmlbench.train.hardware import (
     FaultCounter,
+    compiled_graphs,
     forked_rng,
     peak_for,
     peak_memory_bytes,
@@ -119,6 +120,7 @@ class Trainer:
         self._start = 0.0  # perf_counter() when the run's clock started
         self._cpu_start: list[float] = []  # _cpu_sample() when the timed steps began
         self.faults = FaultCounter()  # over the steady steps
+        self._graphs = 0  # compiled_graphs() when the clock started
 
     def _wants_channels_last(self) -> bool:
         """``channels_last``: true, or auto on a model with 2-D convolutions (whose
@@ -357,6 +359,7 @@ class Trainer:
         )
         if self.ctx.world_size > 1:
             dist.barrier()
+        self._graphs = compiled_graphs()
         self._start = time.perf_counter()
         self._cpu_start = self._cpu_now()
         reason: str | None = None
@@ -504,6 +507,9 @@ class Trainer:
             "peak_memory_bytes": [row[-2] for row in gathered],  # per rank
             "page_faults_per_step": [row[-3] for row in gathered],  # per rank, steady steps
             "noise_scale": self._noise_of_run(),
+            # graphs torch.compile made inside the clock (rank 0's): their compile time is
+            # in the steps it measured; 0 when everything compiled before
+            "recompiles_in_clock": compiled_graphs() - self._graphs if self.spec.compile else None,
             "cpu_samples": [
                 {k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples
             ],
