@@ -7,7 +7,8 @@ PyTorch loop written here, interleaved, with each side's share of the machine's 
 The plain loop is independent of dmlbench: its own ResNet-20 (He et al. 2015, option A
 shortcuts, 269,722 weights), its own CIFAR-10 reader, per-example random crop (pad 4)
 and flip, the task's recipe (SGD, Nesterov momentum 0.9, weight decay 1e-4, batch 32,
-the learning rate ramping up over 5 epochs), data in memory, one process,
+learning rate η·b = 0.1/256 × 32: the recipe's warm-up runs from η·b to η·b·k, flat
+for k = 1 worker), data in memory, one process,
 ``--threads`` threads, the eager default memory layout. dmlbench runs the same
 recipe through ``dmlbench run cifar10-resnet20 --workers 1`` with its defaults (and
 ``--compile`` adds a compiled dmlbench run to each round, ``--default-allocator`` one
@@ -45,7 +46,7 @@ from torch.utils.flop_counter import FlopCounterMode
 HERE = Path(__file__).parent
 MEAN = torch.tensor([0.4914, 0.4822, 0.4465]).view(1, 3, 1, 1)
 STD = torch.tensor([0.2470, 0.2435, 0.2616]).view(1, 3, 1, 1)
-BATCH, LR_PER_SAMPLE, WARMUP_EPOCHS = 32, 0.000390625, 5.0
+BATCH, LR_PER_SAMPLE = 32, 0.1 / 256
 
 
 # -- the plain loop: nothing below imports dmlbench -----------------------------------
@@ -128,20 +129,18 @@ def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> 
     train_x, train_y, test_x, test_y = data
     torch.manual_seed(seed)
     model = ResNet20()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9, nesterov=True,
-                                weight_decay=1e-4)  # fmt: skip
+    # one worker: the recipe's warm-up from η·b to η·b·k is flat at η·b
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR_PER_SAMPLE * BATCH, momentum=0.9,
+                                nesterov=True, weight_decay=1e-4)  # fmt: skip
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(train_x), generator=generator)
     per_epoch = len(train_x) // BATCH
     total = min(steps or per_epoch, per_epoch)
-    peak_lr = LR_PER_SAMPLE * BATCH
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     start = time.perf_counter()
     for step in range(total):
         index = order[step * BATCH : (step + 1) * BATCH]
         x = normalise(augment(train_x[index], generator))
-        for group in optimizer.param_groups:
-            group["lr"] = peak_lr * min(1.0, (step + 1) / (WARMUP_EPOCHS * per_epoch))
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x), train_y[index])
         loss.backward()
