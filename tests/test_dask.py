@@ -26,7 +26,7 @@ from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from dmlbench.dask import DaskClassifier, DaskRegressor
+from dmlbench.dask import DaskClassifier, DaskRegressor, worker
 from dmlbench.dask.dampers import GeoDamp, NoiseScaleDamp, PadaDamp
 from dmlbench.dask.worker import flat_state, resolve_device
 from dmlbench.models.mlp import MLP
@@ -155,6 +155,38 @@ def test_devices_resolve_to_a_gpu_only_where_there_is_one() -> None:
     assert resolve_device("auto") == torch.device("cuda:0" if gpus else "cpu")
     with pytest.raises(RuntimeError, match=rf"device='cuda:{gpus}', but this machine has {gpus}"):
         resolve_device(f"cuda:{gpus}")
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def gone_generation(timeout_s: float) -> worker.Generation:
+    """A generation whose store has closed: the driver abandoned it."""
+    return worker.Generation(1, "fit", "127.0.0.1", closed_port(), 2, timeout_s)
+
+
+def test_a_rank_whose_generation_was_abandoned_gives_up_before_the_group_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rank task that starts after its generation's store closed (a peer failed first)
+    must not hold its worker for the group timeout: the next fit's rank waits behind it."""
+    monkeypatch.setattr(worker, "CONNECT_S", 1.0)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"generation 1's store at 127\.0\.0\.1:\d+ is gone"):
+        worker._connect(gone_generation(timeout_s=120.0))
+    assert time.monotonic() - start < 60  # about 3 s; the group timeout is 120 s
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without a GPU")
+def test_a_rank_that_cannot_use_the_device_says_so_before_waiting_for_its_peers() -> None:
+    recipe = worker.Recipe("fit", MLP, {}, torch.nn.CrossEntropyLoss, {}, device="cuda")
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="device='cuda', but Dask worker local-"):
+        worker._join(recipe, gone_generation(timeout_s=120.0), 1, None, None, {})  # type: ignore[arg-type]
+    assert time.monotonic() - start < 30  # at once: the store is never asked
 
 
 # ---------------------------------------------------------------- on a real LocalCluster

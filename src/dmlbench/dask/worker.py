@@ -297,6 +297,29 @@ def ddp_teardown() -> bool:
     return True
 
 
+CONNECT_S = 20.0  # the most a rank waits for its generation's store to answer
+
+
+def _connect(generation: Generation) -> Any:
+    """A client of the generation's store. The store was listening before any rank's task
+    was sent, so one that does not answer within :data:`CONNECT_S` is gone: the driver
+    abandoned the generation (a peer failed) before this task started. Giving up then,
+    rather than after the group timeout, frees this worker for the next generation."""
+    import torch.distributed as dist
+
+    host, port = generation.master_addr, generation.master_port
+    answer = timedelta(seconds=min(CONNECT_S, generation.timeout_s))
+    try:
+        store = dist.TCPStore(host, port, is_master=False, timeout=answer)
+    except dist.DistError:
+        raise RuntimeError(
+            f"generation {generation.number}'s store at {host}:{port} is gone: the driver "
+            "abandoned it before this rank started"
+        ) from None
+    store.set_timeout(timedelta(seconds=generation.timeout_s))
+    return store
+
+
 def _join(
     recipe: Recipe,
     generation: Generation,
@@ -313,15 +336,15 @@ def _join(
     from dmlbench.comm.group import join_group
     from dmlbench.listeners import interface_of
 
+    # first what needs nobody else: a worker that cannot run the generation says so at once
+    device = resolve_device(recipe.device, f"Dask worker {worker_address()}")
     timeout = timedelta(seconds=generation.timeout_s)
     store = _DDP.get("store") if rank == 0 else None  # made by open_rendezvous, bound
     if dist.is_initialized():
         dist.destroy_process_group()
     _DDP.clear()
     if store is None:
-        store = dist.TCPStore(generation.master_addr, generation.master_port,
-                              is_master=False, timeout=timeout)  # fmt: skip
-    device = resolve_device(recipe.device, f"Dask worker {worker_address()}")
+        store = _connect(generation)
     interface = interface_of(_worker_host())
     if interface:  # gloo listens there, not on whatever the host name resolves to
         os.environ["GLOO_SOCKET_IFNAME"] = interface
