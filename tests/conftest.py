@@ -1,9 +1,12 @@
-"""Shared fixtures. Every test gets its own results store and data cache."""
+"""Shared fixtures. Every test gets its own results store and data cache (which starts
+with the session's measured peaks)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,10 +27,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+PEAK_FILE = "peak-flops.json"  # dmlbench.train.hardware.CACHE_FILE, without importing torch
+
+
+@pytest.fixture(scope="session")
+def machine_peaks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The peak-FLOP/s cache of the whole session: the machine does not change between
+    tests, and probing it anew costs each test's first run about 4 s (the probes
+    themselves are tested in test_hardware.py, in caches of their own)."""
+    return tmp_path_factory.mktemp("machine") / PEAK_FILE
+
+
 @pytest.fixture(autouse=True)
-def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DMLBENCH_CACHE", str(tmp_path / "cache"))
+def isolated_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, machine_peaks: Path
+) -> Iterator[None]:
+    """A results store and a data cache of the test's own; the cache starts with the
+    peaks measured so far this session, and gives back any the test measured."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("DMLBENCH_CACHE", str(cache))
     monkeypatch.setenv("DMLBENCH_STORE", str(tmp_path / "store"))
+    if machine_peaks.exists():
+        cache.mkdir()
+        shutil.copyfile(machine_peaks, cache / PEAK_FILE)
+    yield
+    if (cache / PEAK_FILE).is_file():
+        shutil.copyfile(cache / PEAK_FILE, machine_peaks)
 
 
 @pytest.fixture
