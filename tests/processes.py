@@ -1,7 +1,8 @@
-"""Looking at real processes from tests: trees, command lines, liveness."""
+"""Looking at real processes from tests: trees, command lines, liveness, free ports."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
@@ -54,3 +55,10 @@ def wait_until_gone(pids: set[int], timeout: float) -> set[int]:
             return left
         time.sleep(0.1)
     return {p for p in pids if alive(p)}
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (the kernel's pick, released at once)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -20,6 +20,7 @@ import pytest
 import torch
 from dask_modules import Broken, DiesOnce, HiddenLayer, KillsAWorker
 from distributed import Client, LocalCluster
+from processes import free_port
 from sklearn.base import clone
 from sklearn.datasets import load_digits
 from sklearn.model_selection import GridSearchCV, train_test_split
@@ -157,15 +158,9 @@ def test_devices_resolve_to_a_gpu_only_where_there_is_one() -> None:
         resolve_device(f"cuda:{gpus}")
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def gone_generation(timeout_s: float) -> worker.Generation:
     """A generation whose store has closed: the driver abandoned it."""
-    return worker.Generation(1, "fit", "127.0.0.1", closed_port(), 2, timeout_s)
+    return worker.Generation(1, "fit", "127.0.0.1", free_port(), 2, timeout_s)
 
 
 def test_a_rank_whose_generation_was_abandoned_gives_up_before_the_group_timeout(

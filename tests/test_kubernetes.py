@@ -5,7 +5,6 @@ for real on this host, as kubelet would run it in two pods (multi-process tier).
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from processes import free_port
 
 from dmlbench.launch.kubernetes import PodResources, manifests
 from dmlbench.spec.run import resolve_spec
@@ -186,9 +186,7 @@ def test_the_pods_command_trains_on_two_nodes(tmp_path: Path) -> None:
     shipped = json.loads(config["data"]["spec.json"])
     spec_file = tmp_path / "spec.json"
     spec_file.write_text(json.dumps({**shipped, "data_dir": str(tmp_path / "data")}))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     pod = job["spec"]["template"]["spec"]
     args = pod["containers"][0]["args"]
 

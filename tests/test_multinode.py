@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from processes import free_port
 from test_cli import cli
 from test_netem import root_only
 
@@ -28,12 +28,6 @@ from dmlbench.sweep.plan import plan_sweep
 from dmlbench.train.agreement import first_differences, node_view
 
 STEPS = ["--set", "max_steps=25", "--set", "stop_at_target=false"]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _start_node(store: Path, port: int, *extra: str, nodes: int = 2) -> subprocess.Popen:
@@ -122,7 +116,7 @@ def test_two_nodes_reach_the_weights_of_one_node_with_as_many_workers(
     common = [*STEPS, "--exchange", exchange, "--set", "save_model=true", "--set", "seed=3"]
     cli("run", "synthetic-mlp", "--workers", str(2 * per_node), "--store",
         str(tmp_path / "one"), "--quiet", *common)  # fmt: skip
-    port = _free_port()
+    port = free_port()
     nodes = [_start_node(tmp_path / f"node{i}", port, "--nproc-per-node", str(per_node),
                          *common) for i in range(2)]  # fmt: skip
     results = [_finish(node) for node in nodes]
@@ -146,7 +140,7 @@ def test_two_nodes_reach_the_weights_of_one_node_with_as_many_workers(
 
 @pytest.mark.multiprocess
 def test_nodes_with_different_specs_are_refused_before_training(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     nodes = [_start_node(tmp_path / f"n{i}", port, "--set", f"max_steps={5 + i}")
              for i in range(2)]  # fmt: skip
     results = [_finish(node) for node in nodes]
@@ -159,7 +153,7 @@ def test_nodes_with_different_specs_are_refused_before_training(tmp_path: Path) 
 @pytest.mark.multiprocess
 def test_a_node_that_never_arrives_times_out_in_one_line(tmp_path: Path) -> None:
     started = time.monotonic()
-    code, run, err = _finish(_start_node(tmp_path / "s", _free_port(), "--rdzv-timeout", "3"))
+    code, run, err = _finish(_start_node(tmp_path / "s", free_port(), "--rdzv-timeout", "3"))
     assert code == 1, err
     assert run["status"] == "failed" and "timed out after 3 s" in run["error"]
     assert "not all 2 nodes arrived" in run["error"]
