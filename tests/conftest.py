@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from dmlbench.train.hardware import CACHE_FILE  # the peak FLOP/s cache
+
 TESTS = Path(__file__).parent
 
 # Worker processes are spawned: they find the test plugin module through PYTHONPATH.
@@ -27,15 +29,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-PEAK_FILE = "peak-flops.json"  # dmlbench.train.hardware.CACHE_FILE, without importing torch
-
-
 @pytest.fixture(scope="session")
 def machine_peaks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The peak-FLOP/s cache of the whole session: the machine does not change between
     tests, and probing it anew costs each test's first run about 4 s (the probes
     themselves are tested in test_hardware.py, in caches of their own)."""
-    return tmp_path_factory.mktemp("machine") / PEAK_FILE
+    return tmp_path_factory.mktemp("machine") / CACHE_FILE
 
 
 @pytest.fixture(autouse=True)
@@ -49,10 +48,10 @@ def isolated_dirs(
     monkeypatch.setenv("DMLBENCH_STORE", str(tmp_path / "store"))
     if machine_peaks.exists():
         cache.mkdir()
-        shutil.copyfile(machine_peaks, cache / PEAK_FILE)
+        shutil.copyfile(machine_peaks, cache / CACHE_FILE)
     yield
-    if (cache / PEAK_FILE).is_file():
-        shutil.copyfile(cache / PEAK_FILE, machine_peaks)
+    if (cache / CACHE_FILE).is_file():
+        shutil.copyfile(cache / CACHE_FILE, machine_peaks)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +172,7 @@ def test_a_rank_whose_generation_was_abandoned_gives_up_before_the_group_timeout
     monkeypatch.setattr(worker, "CONNECT_S", 1.0)
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"generation 1's store at 127\.0\.0\.1:\d+ is gone"):
-        worker._connect(gone_generation(timeout_s=120.0))
+        worker._connect(gone_generation(timeout_s=120.0), timedelta(seconds=120))
     assert time.monotonic() - start < 60  # about 3 s; the group timeout is 120 s
 
 

@@ -300,15 +300,16 @@ def ddp_teardown() -> bool:
 CONNECT_S = 20.0  # the most a rank waits for its generation's store to answer
 
 
-def _connect(generation: Generation) -> Any:
-    """A client of the generation's store. The store was listening before any rank's task
-    was sent, so one that does not answer within :data:`CONNECT_S` is gone: the driver
-    abandoned the generation (a peer failed) before this task started. Giving up then,
-    rather than after the group timeout, frees this worker for the next generation."""
+def _connect(generation: Generation, timeout: timedelta) -> Any:
+    """A client of the generation's store, with the group's ``timeout`` once connected.
+    The store was listening before any rank's task was sent, so one that does not answer
+    within :data:`CONNECT_S` is gone: the driver abandoned the generation (a peer failed)
+    before this task started. Giving up then, rather than after the group timeout, frees
+    this worker for the next generation."""
     import torch.distributed as dist
 
     host, port = generation.master_addr, generation.master_port
-    answer = timedelta(seconds=min(CONNECT_S, generation.timeout_s))
+    answer = min(timedelta(seconds=CONNECT_S), timeout)
     try:
         store = dist.TCPStore(host, port, is_master=False, timeout=answer)
     except dist.DistError:
@@ -316,7 +317,7 @@ def _connect(generation: Generation) -> Any:
             f"generation {generation.number}'s store at {host}:{port} is gone: the driver "
             "abandoned it before this rank started"
         ) from None
-    store.set_timeout(timedelta(seconds=generation.timeout_s))
+    store.set_timeout(timeout)
     return store
 
 
@@ -344,7 +345,7 @@ def _join(
         dist.destroy_process_group()
     _DDP.clear()
     if store is None:
-        store = _connect(generation)
+        store = _connect(generation, timeout)
     interface = interface_of(_worker_host())
     if interface:  # gloo listens there, not on whatever the host name resolves to
         os.environ["GLOO_SOCKET_IFNAME"] = interface
