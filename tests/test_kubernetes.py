@@ -14,7 +14,7 @@ import pytest
 import yaml
 from processes import free_port
 
-from dmlbench.launch.kubernetes import PodResources, manifests
+from dmlbench.launch.kubernetes import PodResources, manifests, to_yaml
 from dmlbench.spec.run import resolve_spec
 
 models = pytest.importorskip("kubernetes.client.models", reason="pip install kubernetes")
@@ -174,6 +174,29 @@ def test_k8s_writes_parseable_yaml_and_refuses_bad_input(dmlbench, tmp_path: Pat
     ]:
         code, _, err = dmlbench("k8s", "synthetic-mlp", *bad)
         assert code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_hostile_text_stays_data_in_the_manifests(dmlbench, tmp_path: Path) -> None:
+    """YAML is data: text with line breaks, YAML syntax and shell reaches the ConfigMap
+    exactly as given; names are DNS-1123 labels and refused otherwise (issue 40)."""
+    hostile = "/data\n- kind: Pod\n  x: $(touch /tmp/PWNED) ---\n'\"{}[]&*!|>%@`"
+    objects = manifests(_spec(), image="i", name="bench")
+    shipped = json.loads(objects[0]["data"]["spec.json"])
+    objects[0]["data"]["spec.json"] = json.dumps({**shipped, "data_dir": hostile}, indent=1)
+    objects[2]["metadata"]["labels"]["note"] = hostile  # a plain scalar, not a JSON text
+    loaded = list(yaml.safe_load_all(to_yaml(objects)))
+    assert [o["kind"] for o in loaded] == ["ConfigMap", "Service", "Job"]
+    assert loaded == json.loads(json.dumps(objects))
+    assert json.loads(loaded[0]["data"]["spec.json"])["data_dir"] == hostile
+    for bad, message in [
+        (("--namespace", "ml\nkind: Secret"), "is not a Kubernetes name"),
+        (("--store-claim", "Claim_1"), "is not a Kubernetes name"),
+        (("--name", "x" * 300), "is not a Kubernetes name"),
+        (("--image", "img\nkind: Secret"), "is not an image reference"),
+    ]:
+        code, _, err = dmlbench("k8s", "synthetic-mlp", "--image", "i", *bad)
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert len(err) < 400  # a long value is cut in the message
 
 
 @pytest.mark.multiprocess

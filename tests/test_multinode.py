@@ -98,6 +98,21 @@ def test_multi_node_flags_are_refused_in_one_line(dmlbench) -> None:
 # -- two real node agents on this host's loopback --------------------------------------
 
 
+def test_a_rendezvous_id_names_one_folder_in_the_store(dmlbench, tmp_path: Path) -> None:
+    """``--rdzv-id`` becomes the run's folder on every node: never a path (issue 40)."""
+    from dmlbench.results.rundir import create_run_dir
+
+    store = tmp_path / "s"
+    for bad in ["../../x", str(tmp_path / "outside"), "..", ".hidden", "a/b", "x\ny"]:
+        code, _, err = dmlbench("run", "synthetic-mlp", "--nnodes", "2", "--rdzv-endpoint",
+                                "127.0.0.1:1", "--rdzv-id", bad, "--store", str(store))  # fmt: skip
+        assert code == 2 and "--rdzv-id" in err and "becomes a folder name" in err, err
+        with pytest.raises(Exception, match="becomes a folder name"):
+            create_run_dir(store / "runs", {}, bad)
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "x").exists()
+    assert create_run_dir(store / "runs", {}, "slurm-41.3")[0] == "slurm-41.3"
+
+
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
     ("exchange", "per_node", "atol"),

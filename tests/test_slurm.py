@@ -84,6 +84,44 @@ def test_slurm_command_writes_scripts_and_refuses_bad_input(dmlbench, tmp_path: 
         assert code == 2 and message in err and "Traceback" not in err, err
 
 
+INJECTED = "x\ntouch {marker}"
+
+
+@pytest.mark.parametrize("option", ["--partition", "--time", "--account", "--store"])
+def test_no_value_given_to_slurm_runs_as_shell(dmlbench, tmp_path: Path, option: str) -> None:
+    marker = tmp_path / "PWNED"
+    code, text, err = dmlbench("slurm", "synthetic-mlp", option, INJECTED.format(marker=marker))
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert text == "" and not marker.exists()
+
+
+def test_hostile_names_stay_data_in_a_batch_script(dmlbench, tmp_path: Path,
+                                                   monkeypatch) -> None:  # fmt: skip
+    """A sweep file is hostile input: its name reaches the job name and a file name."""
+    marker = tmp_path / "PWNED"
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(json.dumps({"name": f"../../../../{tmp_path}/x\ntouch {marker} $(id)",
+                                 "task": "synthetic-mlp", "axes": {"workers": [1]}}))  # fmt: skip
+    store = tmp_path / "store"
+    code, text, err = dmlbench("slurm", str(sweep), "--store", str(store))
+    assert code == 0, err
+    directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert all(" " not in d.removeprefix("#SBATCH ") for d in directives), directives
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    # run the script with the command swapped for `echo`: nothing of the name runs
+    shown = text.replace(f"{sys.executable} -m dmlbench sweep", "echo")
+    subprocess.run(["bash"], input=shown, capture_output=True, text=True, check=True)
+    assert not marker.exists()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch: the script is written, then refused
+    code, _, err = dmlbench("slurm", str(sweep), "--store", str(store), "--submit")
+    assert code == 2 and "sbatch is not on PATH" in err
+    written = list((store / "slurm").glob("*.sbatch"))
+    assert [p.parent for p in written] == [store / "slurm"], written
+    assert not (tmp_path / "x.sbatch").exists()
+    with pytest.raises(Exception, match="not what sbatch accepts"):
+        SbatchOptions(job_name="a\nb")
+
+
 # -- a real Slurm: two hosts, each a network namespace with a slurmd ---------------------
 
 needs_slurm = pytest.mark.skipif(bool(slurm_cluster.missing()),

@@ -1,17 +1,28 @@
-"""Reading the YAML and TOML files users give: one loader, bounded, one-line errors.
+"""The files users give and the files dmlbench writes for them: bounded, one-line errors.
 
-A spec or sweep file may come from anyone, so reading one is bounded: at most
+Reading: a spec or sweep file may come from anyone, so reading one is bounded: at most
 ``MAX_FILE_BYTES`` of text, ``MAX_DEPTH`` levels of nesting, and ``MAX_VALUES`` values
 once YAML's anchors and aliases are expanded (a 544-byte "billion laughs" file expands
 to 10⁹ values and would tie up validation for minutes).
+
+Writing (reports, exports, figures, job files): :func:`write_file` writes a whole new
+file beside the target and renames it into place, so a reader sees the old file or the
+new one. The rename replaces whatever has that name, so it is done only over a regular
+file or a free name: a device (``report --out /dev/full`` as root), a pipe, a socket, a
+folder or a symbolic link (one planted in an export folder would be written through or
+replaced) is refused in one line and left as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from dmlbench.errors import SpecError
+from dmlbench.errors import DmlbenchError, SpecError
 
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -78,3 +89,84 @@ def load_mapping_file(path: Path, what: str, holds: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecError(f"{what} {path} must hold a mapping of {holds}")
     return data
+
+
+def check_output_file(path: Path, what: str = "output file") -> Path:
+    """``path`` if dmlbench may (re)place a file there: a regular file or a free name in a
+    folder (made if missing); otherwise one line that says why and what to do."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        found = None
+    except OSError as error:
+        raise DmlbenchError(f"cannot write the {what} {path}: {error.strerror}") from None
+    if found is not None:
+        kind = _not_regular(found.st_mode)
+        if kind:
+            raise DmlbenchError(f"the {what} {path} is {kind}; dmlbench writes only over "
+                                "regular files: give a new file's path")  # fmt: skip
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise DmlbenchError(f"cannot write the {what} {path}: {parent} is not a folder")
+    return path
+
+
+def check_output_folder(path: Path, what: str = "output folder") -> Path:
+    """``path`` if it is a folder or a free name (made here); otherwise one line."""
+    if path.exists() and not path.is_dir():
+        raise DmlbenchError(f"the {what} {path} is not a folder: give a folder's path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DmlbenchError(f"cannot make the {what} {path}: {error.strerror}") from None
+    return path
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of ``mode`` is, when it is not a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def write_file(
+    path: Path, data: str | bytes, what: str = "output file", *, make_folder: bool = True
+) -> Path:
+    """Write ``data`` to ``path`` atomically (a new file renamed into place), only over a
+    regular file or a free name (see the module's docstring); one line on failure.
+    ``make_folder``: create the folder it goes in when missing (else refused)."""
+    check_output_file(path, what)
+    payload = data.encode() if isinstance(data, str) else data
+    temporary: str | None = None
+    try:
+        if make_folder:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                             suffix=".tmp")  # fmt: skip
+        with os.fdopen(handle, "wb") as out:
+            out.write(payload)
+        check_output_file(path, what)  # again: something may have taken the name since
+        os.chmod(temporary, 0o666 & ~_umask())
+        os.replace(temporary, path)
+        temporary = None
+    except OSError as error:
+        raise DmlbenchError(f"cannot write the {what} {path}: {error.strerror}") from None
+    finally:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+    return path
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current

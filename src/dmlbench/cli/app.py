@@ -255,6 +255,9 @@ def run(
         raise DmlbenchError("give --nnodes (this is one node of a real job) or --nodes (an "
                             "emulated cluster), not both")  # fmt: skip
     if rdzv_endpoint is not None:
+        from dmlbench.names import path_component
+
+        path_component(rdzv_id, "--rdzv-id")  # it names the run's folder on every node
         nodes = nnodes or 1
     given = counts or "workers" in config_data or "nproc_per_node" in config_data
     if nodes and nproc_per_node is None and not given:
@@ -629,7 +632,13 @@ def report(
     include_disturbed: IncludeDisturbedOption = False,
 ) -> None:
     """Scaling tables in the terminal and one self-contained HTML report with plots."""
+    from dmlbench.files import check_output_file, check_output_folder
+
     results = _require_store(store)  # before the report's imports (pandas: seconds)
+    target = out or store / "report.html"
+    check_output_file(target, "report")  # before any work: --out /dev/full, --out DIR
+    if png is not None:
+        check_output_folder(png, "--png folder")
     import pandas as pd
 
     from dmlbench.report.html import write_report
@@ -646,7 +655,6 @@ def report(
     if not runs and not comm_runs and not predictions:
         raise DmlbenchError(f"no stored runs in {store} to report on")
     chosen = choose_price(price, prices)
-    target = out or store / "report.html"
     sections, pngs = write_report(
         runs, target, store=str(store), budget_s=budget, price=chosen, png_dir=png,
         comm_runs=comm_runs, predictions=predictions, include_disturbed=include_disturbed,
@@ -736,7 +744,9 @@ def compare(
     if json_out:
         sys.stdout.write(table.to_json(orient="records", indent=2) + "\n")
     elif csv_out:
-        sys.stdout.write(table.to_csv(index=False))
+        from dmlbench.report.export import to_csv
+
+        sys.stdout.write(to_csv(table))
     elif "workers" in columns:
         for rich_table in scaling_tables(table, budget):
             console.print(rich_table)
@@ -757,12 +767,14 @@ def export(
 ) -> None:
     """Write runs, evaluations, phases (and communication micro-benchmarks, unless
     filtered by sweep or task) as CSV and/or Parquet files."""
+    from dmlbench.files import check_output_folder
     from dmlbench.report.export import check_formats, default_formats
     from dmlbench.report.export import export as export_tables
 
     chosen = formats or default_formats()
     check_formats(chosen)
     opened = _require_store(store)
+    check_output_folder(out, "export folder")
     comm = [] if sweep or task else opened.comm_runs()
     runs = opened.runs() if comm else _selected_runs(store, sweep, task, opened)
     written = export_tables(runs, out, chosen, comm)  # type: ignore[arg-type]
@@ -1059,10 +1071,13 @@ def slurm(
     shares. In the job, `dmlbench run` on the first node starts one srun task per node
     and records the run in the store; scancel stores it as interrupted.
     """
+    from dmlbench.files import write_file
     from dmlbench.launch.slurm import SbatchOptions, sbatch_script
     from dmlbench.launch.slurm import submit as submit_script
+    from dmlbench.names import file_stem, one_line
 
     root = store.expanduser().resolve()
+    one_line(str(root), "--store")
     program = [sys.executable, "-m", "dmlbench"]
     given = Path(target) if target else None
     if given is not None and given.suffix in (".yaml", ".yml", ".toml"):
@@ -1086,20 +1101,19 @@ def slurm(
     options = SbatchOptions(
         nodes=nodes, cpus_per_task=cpus_per_task, gpus_per_node=gpus_per_node,
         partition=partition, time=time, account=account, array=array,
-        job_name=f"dmlbench-{name}",
+        job_name=file_stem(f"dmlbench-{name}"),
     )  # fmt: skip
     logs = root / "slurm"
     text = sbatch_script(command, embedded, suffix, options, logs)
     if out is None and not submit:
         sys.stdout.write(text)
         return
-    script = out or logs / f"dmlbench-{name}.sbatch"
+    script = out or logs / f"{options.job_name}.sbatch"
     try:
         logs.mkdir(parents=True, exist_ok=True)  # sbatch writes the job's output there
-        script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(text)
     except OSError as error:
-        raise DmlbenchError(f"cannot write {script}: {error.strerror}") from None
+        raise DmlbenchError(f"cannot make {logs}: {error.strerror}") from None
+    write_file(script, text, "batch script")
     if not submit:
         console.print(f"wrote {script}; submit with: sbatch {script}", markup=False,
                       soft_wrap=True)  # fmt: skip
@@ -1160,10 +1174,9 @@ def k8s(
     if out is None:
         sys.stdout.write(text)
         return
-    try:
-        out.write_text(text)
-    except OSError as error:
-        raise DmlbenchError(f"cannot write {out}: {error.strerror}") from None
+    from dmlbench.files import write_file
+
+    write_file(out, text, "manifest file", make_folder=False)
     kinds = ", ".join(o["kind"] for o in objects)
     console.print(f"wrote {kinds} to {out}; apply with: kubectl apply -f {out}", markup=False,
                   soft_wrap=True)  # fmt: skip

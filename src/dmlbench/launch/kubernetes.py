@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch.node import job_spec, node_args
 from dmlbench.launch.rendezvous import DEFAULT_PORT
+from dmlbench.names import shorten
 
 if TYPE_CHECKING:
     from dmlbench.spec import RunSpec
@@ -42,6 +43,8 @@ STORE_DIR = "/store"
 DATA_DIR = "/data"
 # a DNS label, short enough that "<name>-<index>" (the pods' host names) stays one
 NAME = re.compile(r"[a-z]([-a-z0-9]{0,45}[a-z0-9])?")
+LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # DNS-1123: namespaces, claims
+IMAGE = re.compile(r"[^\s\x00-\x1f\x7f]{1,512}")
 QUANTITY = re.compile(r"\d+(\.\d+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?")
 WAIT_FOR_NAME = (
     "import socket, sys, time\n"
@@ -67,7 +70,7 @@ class PodResources:
     def __post_init__(self) -> None:
         for what, value in (("--cpus", self.cpus), ("--memory", self.memory)):
             if value is not None and not QUANTITY.fullmatch(value):
-                raise DmlbenchError(f"{what} {value!r} is not a Kubernetes quantity "
+                raise DmlbenchError(f"{what} {shorten(value)!r} is not a Kubernetes quantity "
                                     "(e.g. 4, 3500m, 16Gi)")  # fmt: skip
         if self.gpus < 0:
             raise DmlbenchError("--gpus must be 0 or more")
@@ -86,7 +89,7 @@ class PodResources:
 def check_name(name: str) -> str:
     if not NAME.fullmatch(name):
         raise DmlbenchError(
-            f"job name {name!r} is not a Kubernetes name: lower-case letters, digits and "
+            f"job name {shorten(name)!r} is not a Kubernetes name: lower-case letters, digits and "
             "'-', starting with a letter, at most 47 characters (give --name)"
         )
     return name
@@ -109,9 +112,16 @@ def manifests(
 ) -> list[dict[str, Any]]:
     """The objects to apply, in order, for ``spec`` on ``spec.nodes`` pods."""
     check_name(name)
-    for what, claim in (("--store-claim", store_claim), ("--data-claim", data_claim)):
-        if claim is not None and not NAME.fullmatch(claim):
-            raise DmlbenchError(f"{what} {claim!r} is not a Kubernetes name")
+    for what, claim in (("--store-claim", store_claim), ("--data-claim", data_claim),
+                        ("--namespace", namespace)):  # fmt: skip
+        if claim is not None and not LABEL.fullmatch(claim):
+            raise DmlbenchError(
+                f"{what} {shorten(claim)!r} is not a Kubernetes name: "
+                "lower-case letters, digits and '-' (a DNS-1123 label)"
+            )
+    if not IMAGE.fullmatch(image):
+        raise DmlbenchError(f"--image {shorten(image)!r} is not an image reference: no spaces "
+                            "or control characters")  # fmt: skip
     if spec.network.enabled:
         raise DmlbenchError("--network emulates a cluster on one machine; on Kubernetes the "
                             "pods' own network is measured: drop it")  # fmt: skip

@@ -255,8 +255,23 @@ def _srun_says(log: Path) -> str | None:
 # -- sbatch scripts ---------------------------------------------------------------------
 
 
+# What sbatch accepts (a directive's value is one word of its line; anything else,
+# above all a line break, would end the #SBATCH line and run the rest as shell).
+PARTITIONS = re.compile(r"[A-Za-z0-9_.-]{1,64}(,[A-Za-z0-9_.-]{1,64}){0,15}")
+ACCOUNT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+JOB_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
+# sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+# days-hours:minutes, days-hours:minutes:seconds; or no limit
+TIME = re.compile(r"\d{1,9}(:\d{1,2}){0,2}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE",
+                  re.IGNORECASE)  # fmt: skip
+LOG_PATH = re.compile(r"[^\s\"'\\\x00-\x1f\x7f]+")
+
+
 @dataclass(frozen=True)
 class SbatchOptions:
+    """The ``#SBATCH`` directives of a generated script; every value is checked against
+    what sbatch accepts, so nothing given here can become shell."""
+
     nodes: int = 1
     cpus_per_task: int | None = None  # CPUs for each node's task (its workers share them)
     gpus_per_node: int = 0
@@ -266,7 +281,33 @@ class SbatchOptions:
     array: int | None = None  # a job array of this many tasks (sweeps)
     job_name: str = "dmlbench"
 
+    def __post_init__(self) -> None:
+        from dmlbench.names import shorten
+
+        checks = [
+            ("--partition", self.partition, PARTITIONS, "letters, digits, '_', '.' and '-' "
+             "(several partitions: a,b)"),
+            ("--time", self.time, TIME, "Slurm's forms: minutes, MM:SS, HH:MM:SS, D-HH, "
+             "D-HH:MM or D-HH:MM:SS"),
+            ("--account", self.account, ACCOUNT, "letters, digits, '_', '.' and '-'"),
+            ("the job name", self.job_name, JOB_NAME, "letters, digits, '_', '.', '+' and '-'"),
+        ]  # fmt: skip
+        for what, value, pattern, allowed in checks:
+            if value is not None and not pattern.fullmatch(value):
+                raise DmlbenchError(f"{what} {shorten(value)!r} is not what sbatch accepts: "
+                                    f"{allowed}")  # fmt: skip
+        for what, count in (("--nodes", self.nodes), ("--array", self.array),
+                            ("--cpus-per-task", self.cpus_per_task)):  # fmt: skip
+            if count is not None and count < 1:
+                raise DmlbenchError(f"{what} must be at least 1")
+
     def directives(self, log_dir: Path) -> list[str]:
+        from dmlbench.names import shorten
+
+        if not LOG_PATH.fullmatch(str(log_dir)):
+            raise DmlbenchError(f"the store path {shorten(str(log_dir))!r} holds a space, a "
+                                "quote or a control character, which an #SBATCH --output "
+                                "line cannot carry: choose another --store")  # fmt: skip
         wanted: list[tuple[str, Any]] = [
             ("job-name", self.job_name), ("nodes", self.nodes), ("ntasks-per-node", 1),
             ("cpus-per-task", self.cpus_per_task),

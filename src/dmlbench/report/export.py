@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -11,6 +12,7 @@ from typing import Literal
 import pandas as pd
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.files import check_output_file, check_output_folder, write_file
 from dmlbench.report import analysis
 from dmlbench.results.records import CommRun, RunRecord
 
@@ -50,22 +52,55 @@ def tables(runs: Sequence[RunRecord], comm_runs: Sequence[CommRun] = ()) -> dict
     return frames
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula
+# (=HYPERLINK(...), @SUM(...)): such text cells get a leading apostrophe, as OWASP's
+# advice on CSV injection and the spreadsheets themselves expect.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell that a spreadsheet would run as a formula quoted."""
+
+    def quote(value: object) -> object:
+        if isinstance(value, str) and value.startswith(FORMULA_START):
+            return "'" + value
+        return value
+
+    safe = frame.copy()
+    for column in safe.columns:
+        if pd.api.types.is_object_dtype(safe[column]) or pd.api.types.is_string_dtype(safe[column]):
+            safe[column] = safe[column].map(quote)
+    return safe
+
+
+def to_csv(frame: pd.DataFrame) -> str:
+    """``frame`` as CSV text that a spreadsheet opens as data (see FORMULA_START)."""
+    return str(spreadsheet_safe(frame).to_csv(index=False))
+
+
 def export(
     runs: Sequence[RunRecord],
     folder: Path,
     formats: Sequence[Format],
     comm_runs: Sequence[CommRun] = (),
 ) -> list[Path]:
-    """Write each table in each format; return the paths written."""
+    """Write each table in each format; return the paths written. Each file is written
+    whole and renamed into place, never through a link (see :mod:`dmlbench.files`)."""
     check_formats(formats)
-    folder.mkdir(parents=True, exist_ok=True)
+    check_output_folder(folder, "export folder")
+    frames = tables(runs, comm_runs)
+    for name in frames:  # every file checked before the first is written
+        for fmt in formats:
+            check_output_file(folder / f"{name}.{fmt}", "export file")
     written = []
-    for name, frame in tables(runs, comm_runs).items():
+    for name, frame in frames.items():
         for fmt in formats:
             path = folder / f"{name}.{fmt}"
             if fmt == "csv":
-                frame.to_csv(path, index=False)
+                data: str | bytes = to_csv(frame)
             else:
-                frame.to_parquet(path, index=False)
-            written.append(path)
+                buffer = io.BytesIO()
+                frame.to_parquet(buffer, index=False)
+                data = buffer.getvalue()
+            written.append(write_file(path, data, "export file"))
     return written

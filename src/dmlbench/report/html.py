@@ -22,6 +22,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 import dmlbench
+from dmlbench.files import check_output_folder, write_file
 from dmlbench.report import analysis, figures
 from dmlbench.report.formats import fmt, milliseconds, plural, seconds
 from dmlbench.report.prices import Price
@@ -188,13 +189,15 @@ def svg_of(fig: Figure) -> str:
 
 
 def save_pngs(sections: Sequence[Section], folder: Path, dpi: int = 200) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
+    """Each figure as ``folder/<section>-<figure>.png``, written as any output file is."""
+    check_output_folder(folder, "--png folder")
     paths = []
     for section in sections:
         for name, fig in section.figures.items():
-            path = folder / f"{section.slug}-{name}.png"
-            fig.savefig(path, dpi=dpi)
-            paths.append(path)
+            image = io.BytesIO()
+            fig.savefig(image, format="png", dpi=dpi)
+            paths.append(write_file(folder / f"{section.slug}-{name}.png", image.getvalue(),
+                                    "figure"))  # fmt: skip
     return paths
 
 
@@ -419,9 +422,6 @@ def write_report(
         predicted=predicted,
     )  # fmt: skip
     sections = [*sections, *([comm] if comm else []), *predicted]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
+    write_file(out, page, "report")
     pngs = save_pngs(sections, png_dir) if png_dir else []
     return sections, pngs

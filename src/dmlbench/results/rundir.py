@@ -60,6 +60,10 @@ def create_run_dir(runs: Path, spec: dict[str, Any], name: str | None = None) ->
     Nothing half-made is left behind: on a full disk the folder is removed again and a
     one-line :class:`StoreError` says so.
     """
+    if name is not None:  # a rendezvous id: one folder inside ``runs``, never a path
+        from dmlbench.names import path_component
+
+        path_component(name, "the run id")
     run_id = name or new_run_id()
     run_dir = runs / run_id
     try:

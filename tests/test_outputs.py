@@ -1,0 +1,121 @@
+"""What dmlbench writes for a user (reports, exports, figures, job files) goes only over
+regular files or free names, whole or not at all; every refusal is one line (issue 40)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from dmlbench.files import write_file
+from dmlbench.results import ResultsStore
+from dmlbench.results.environment import collect_environment
+from dmlbench.results.summary import summarize
+from dmlbench.spec.run import deviations, resolve_spec
+
+HOSTILE_SWEEP = '=HYPERLINK("http://x","y")'
+
+
+@pytest.fixture
+def stored(tmp_path: Path) -> Path:
+    """A store holding one failed run whose sweep name and error are hostile text."""
+    spec = resolve_spec("synthetic-mlp")
+    root = tmp_path / "store"
+    store = ResultsStore(root)
+    sweep = {"name": HOSTILE_SWEEP, "scaling": "none", "repeat": 0, "key": "k", "point": {}}
+    store.begin("r1", spec.to_json_dict(), deviations(spec), collect_environment(), sweep=sweep)
+    store.finish("r1", status="failed", summary=summarize([]), evals=[], error="@SUM(A1) [/]")
+    return root
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def test_a_file_is_replaced_whole_and_keeps_the_umask(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "out.txt"
+    write_file(target, "first")
+    write_file(target, b"second")
+    assert target.read_text() == "second"
+    assert os.listdir(target.parent) == ["out.txt"]  # no temporary left behind
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "folder"])
+def test_only_regular_files_are_written_over(tmp_path: Path, kind: str) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    target = tmp_path / "target"
+    if kind == "fifo":
+        _fifo(target)
+    elif kind == "symlink":
+        target.symlink_to(victim)
+    else:
+        target.mkdir()
+    with pytest.raises(Exception, match="writes only over regular files"):
+        write_file(target, "x")
+    assert victim.read_text() == "keep"
+    assert {"fifo": stat.S_ISFIFO, "symlink": stat.S_ISLNK, "folder": stat.S_ISDIR}[kind](
+        os.lstat(target).st_mode
+    )
+
+
+def test_report_refuses_what_is_not_a_regular_file(dmlbench, stored: Path, tmp_path: Path) -> None:
+    pipe = _fifo(tmp_path / "pipe")
+    not_a_folder = tmp_path / "file.png"
+    not_a_folder.write_text("x")
+    cases = [
+        (("--out", str(pipe)), "is a named pipe"),
+        (("--out", str(tmp_path)), "is a folder"),
+        (("--out", ""), "is a folder"),
+        (("--png", str(not_a_folder)), "is not a folder"),
+    ]
+    if os.geteuid() == 0:  # the issue's attack: a device node replaced by the report
+        device = tmp_path / "null"
+        os.mknod(device, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        cases.append((("--out", str(device)), "is a device"))
+    for args, message in cases:
+        code, _, err = dmlbench("report", "--store", str(stored), *args)
+        assert code == 2 and message in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert stat.S_ISFIFO(os.lstat(pipe).st_mode) and not_a_folder.read_text() == "x"
+    if os.geteuid() == 0:
+        assert stat.S_ISCHR(os.lstat(tmp_path / "null").st_mode)
+    code, _, err = dmlbench("report", "--store", str(stored), "--out", str(tmp_path / "r.html"))
+    assert code == 0 and (tmp_path / "r.html").is_file(), err
+
+
+def test_export_writes_no_file_through_a_planted_link(dmlbench, stored: Path,
+                                                      tmp_path: Path) -> None:  # fmt: skip
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    (folder / "evals.csv").symlink_to(victim)
+    code, _, err = dmlbench("export", "--store", str(stored), "--out", str(folder),
+                            "--format", "csv")  # fmt: skip
+    assert code == 2 and "evals.csv is a symbolic link" in err, err
+    assert victim.read_text() == "keep" and sorted(os.listdir(folder)) == ["evals.csv"]
+    code, _, err = dmlbench("export", "--store", str(stored), "--out", str(victim))
+    assert code == 2 and "is not a folder" in err and "Traceback" not in err, err
+
+
+def test_csv_cells_a_spreadsheet_would_run_are_quoted(dmlbench, stored: Path,
+                                                      tmp_path: Path) -> None:  # fmt: skip
+    import pandas as pd
+
+    code, _, err = dmlbench("export", "--store", str(stored), "--out", str(tmp_path / "t"),
+                            "--format", "csv")  # fmt: skip
+    assert code == 0, err
+    runs = pd.read_csv(tmp_path / "t" / "runs.csv")
+    assert runs.loc[0, "sweep"] == "'" + HOSTILE_SWEEP
+    assert runs.loc[0, "error"].startswith("'@SUM")
+    assert runs.loc[0, "workers"] == 1  # numbers stay numbers
+    code, text, err = dmlbench("compare", "--store", str(stored), "--csv")
+    assert code == 0 and "'=HYPERLINK" in text, err
+    assert not any(cell.startswith(("=", "@", '"=')) for cell in text.replace("\n", ",").split(","))
