@@ -214,6 +214,73 @@ def test_import_refuses_what_is_no_run_folder(tmp_path: Path, dmlbench) -> None:
     assert code == 2 and "not a dmlbench run folder" in err
 
 
+def _run_folder(root: Path, name: str, spec: dict | None = None, events: bytes = b"") -> Path:
+    """A run folder as a launcher leaves it, with ``events`` as its event log."""
+    from dmlbench.results.environment import collect_environment
+    from dmlbench.results.rundir import create_run_dir, write_json
+
+    spec = spec or resolve_spec("synthetic-mlp").to_json_dict()
+    _, folder = create_run_dir(root / "runs", spec, name)
+    write_json(folder / "run.json", {"environment": collect_environment(), "deviations": {}})
+    write_json(folder / "outcome.json", {"status": "failed", "error": "worker rank 1 died"})
+    (folder / "events.jsonl").write_bytes(events)
+    return folder
+
+
+GOOD_EVAL = {"key": "eval_accuracy", "value": 0.5, "time_ms": 1.0,
+             "metadata": {"epoch_num": 1, "step": 10, "samples_count": 160, "elapsed_s": 1.0,
+                          "compute_elapsed_s": 0.9, "eval_loss": 1.2}}  # fmt: skip
+
+
+def test_import_reads_what_a_damaged_run_folder_holds(tmp_path: Path, dmlbench) -> None:
+    """A damaged folder is imported as far as it is readable, what was skipped named, or
+    refused in one line: never a traceback (issue 40)."""
+    damaged = b"\n".join([
+        json.dumps({"key": "run_start", "value": None, "time_ms": 0.0,
+                    "metadata": {"world_size": 1, "target": 0.95}}).encode(),
+        b"\xff\xfe not utf-8 \x80", b"[1, 2, 3]", b"42", b'{"no": "key"}',
+        json.dumps(GOOD_EVAL).encode(), b'{"key": "torn', b"",
+    ])  # fmt: skip
+    store = tmp_path / "s"
+    folder = _run_folder(store, "damaged", events=damaged)
+    code, out, err = dmlbench("results", "--store", str(store), "--import", str(folder))
+    assert code == 0, err
+    assert "imported run damaged (failed)" in out and "5 lines of its event log" in out
+    (row,) = ResultsStore(store).runs("damaged")
+    assert row.error == "worker rank 1 died" and [e.metric for e in row.evals] == [0.5]
+
+    spec = resolve_spec("synthetic-mlp").to_json_dict()
+    cases = [
+        ({k: v for k, v in spec.items() if k != "recipe"}, "holds no recipe"),
+        ({**spec, "seed": 10**30}, "seed is 1000000000000000000000000000000"),
+        ({**spec, "workers": 10**30}, "workers is"),
+        ({**spec, "task": "no-such-task"}, "unknown task 'no-such-task'"),
+        ({**spec, "seed": "x" * 100_000}, "characters)"),
+    ]
+    for number, (bad, message) in enumerate(cases):
+        folder = _run_folder(store, f"bad{number}", spec=bad, events=json.dumps(GOOD_EVAL).encode())
+        code, _, err = dmlbench("results", "--store", str(store), "--import", str(folder))
+        assert code == 2 and message in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1 and len(err) < 500, err
+    assert [r.run_id for r in ResultsStore(store).runs()] == ["damaged"]
+
+
+def test_an_emptied_store_says_which_runs_it_could_hold(tmp_path: Path, dmlbench) -> None:
+    store = tmp_path / "s"
+    folders = [_run_folder(store, f"run{i}", events=json.dumps(GOOD_EVAL).encode())
+               for i in range(2)]  # fmt: skip
+    ResultsStore(store)
+    (store / "dmlbench.sqlite").write_bytes(b"")  # the database emptied, its folders kept
+    code, out, err = dmlbench("results", "--store", str(store))
+    assert code == 0 and "holds no runs, but 2 run folders" in err, err
+    assert f"--import {store / 'runs'}" in err
+    code, out, err = dmlbench("results", "--store", str(store), "--import", str(store / "runs"))
+    assert code == 0 and out.count("imported run") == 2, err
+    assert sorted(r.run_id for r in ResultsStore(store).runs()) == [f.name for f in folders]
+    code, _, err = dmlbench("results", "--store", str(store))
+    assert code == 0 and "holds no runs" not in err
+
+
 # ------------------------------------------------------------------ stale rows
 
 

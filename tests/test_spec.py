@@ -118,3 +118,51 @@ def test_run_options_added_after_the_first_sweeps_keep_stored_sweep_keys() -> No
     assert later <= set(_KEY_DEFAULTS), sorted(later - set(_KEY_DEFAULTS))
     for name, default in _KEY_DEFAULTS.items():
         assert RunSpec.model_fields[name].get_default(call_default_factory=True) == default
+
+
+def test_numbers_the_store_cannot_hold_are_refused_in_validation(dmlbench) -> None:
+    """A seed above 2^63 - 1 passed validation and failed in SQLite (issue 40)."""
+    assert resolve_spec("synthetic-mlp", seed=2**63 - 1).seed == 2**63 - 1
+    for fields, message in [
+        ({"seed": 2**63}, "seed: Input should be less than or equal to"),
+        ({"global_batch": 10**30}, "global_batch"),
+        ({"max_steps": 10**30}, "max_steps"),
+        ({"threads_per_worker": 600_000}, "threads_per_worker"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            resolve_spec("synthetic-mlp", **fields)
+    code, _, err = dmlbench("run", "synthetic-mlp", "--seed", str(2**64), "--dry-run")
+    assert code == 2 and "seed" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["seed=" + "9" * 120_000, "x" * 120_000 + "=1", "exchange=" + "x" * 120_000,
+     "=" * 120_000],
+)  # fmt: skip
+def test_an_error_never_echoes_a_huge_value_in_full(dmlbench, override: str) -> None:
+    code, _, err = dmlbench("run", "synthetic-mlp", "--set", override, "--dry-run")
+    assert code == 2 and "Traceback" not in err and len(err) < 2500, err[:300]
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_threads_beyond_the_machine_are_refused_before_anything_starts(
+    dmlbench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """600 threads per worker made one process of 1,206 threads (issue 40)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    store = tmp_path / "s"
+    code, _, err = dmlbench("run", "synthetic-mlp", "--set", f"threads_per_worker={cores * 4 + 1}",
+                            "--store", str(store))  # fmt: skip
+    assert code == 2 and f"{cores * 4 + 1} threads on {cores} cores" in err, err
+    assert "DMLBENCH_THREADS_PER_CORE" in err and not (store / "runs").exists()
+    spec = resolve_spec("synthetic-mlp", threads_per_worker=cores * 4 + 1)
+    monkeypatch.setenv("DMLBENCH_THREADS_PER_CORE", "8")
+    spec.check_threads()  # the factor is the user's to raise
+    resolve_spec("synthetic-mlp", workers=2, threads_per_worker=cores * 2).check_threads(cores)
+    with pytest.raises(SpecError, match="at most 8 a core"):
+        resolve_spec("synthetic-mlp", workers=2, threads_per_worker=cores * 4 + 1).check_threads(
+            cores
+        )

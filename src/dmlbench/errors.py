@@ -38,9 +38,10 @@ def unknown(kind: str, name: str, known: Iterable[str], listed: str | None = Non
     """``unknown KIND 'NAME' (did you mean 'CLOSEST'?); LISTED``: the one line for a name
     no registry holds. ``listed`` says where the names are (default: all of them)."""
     names = sorted(known)
-    close = difflib.get_close_matches(name, names, n=1)
+    close = difflib.get_close_matches(name[:200], names, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return f"unknown {kind} '{name}'{hint}; {listed or 'registered: ' + ', '.join(names)}"
+    shown = name if len(name) <= 120 else f"{name[:120]}… ({len(name):,} characters)"
+    return f"unknown {kind} '{shown}'{hint}; {listed or 'registered: ' + ', '.join(names)}"
 
 
 def registered(kind: str, name: str, registry: Iterable[str]) -> str:

@@ -57,6 +57,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 DEFAULT_TASK = "digits-mlp"
+MAX_ERROR_CHARS = 2000
 
 StoreOption = Annotated[
     Path,
@@ -107,6 +108,15 @@ def _require_store(store: Path) -> Any:
     opened = ResultsStore(store)
     if opened.read_only:
         err_console.print(f"[yellow]note[/yellow]: read-only: {escape(opened.read_only)}")
+    unlisted = opened.unlisted_run_dirs()
+    if unlisted:
+        err_console.print(
+            f"[yellow]note[/yellow]: {escape(str(opened.path))} holds no runs, but "
+            f"{plural(len(unlisted), 'run folder')} in {escape(str(store / 'runs'))} could be "
+            f"stored: dmlbench results --store {escape(str(store))} --import "
+            f"{escape(str(store / 'runs'))}",
+            soft_wrap=True,
+        )
     return opened
 
 
@@ -404,14 +414,35 @@ def results(
     `--json` gives training runs, or the one benchmark asked for.
     """
     if import_dirs:
+        from dmlbench.errors import StoreError
         from dmlbench.results import ResultsStore
         from dmlbench.results.recover import import_run_dir
 
         target = ResultsStore(store)
-        for folder in import_dirs:
-            done = import_run_dir(target, folder)
-            console.print(f"imported {done.kind} {done.run_id} ({done.status}) from {folder}",
-                          markup=False)  # fmt: skip
+        for given in import_dirs:
+            # a folder of run folders (a store's runs/): each one the store lacks
+            many = not (given / "spec.json").exists() and any(given.glob("*/spec.json"))
+            for folder in sorted(p.parent for p in given.glob("*/spec.json")) if many else [given]:
+                if many and target.status_of(folder.name) not in (None, "running", "interrupted"):
+                    continue
+                try:
+                    done = import_run_dir(target, folder)
+                except StoreError as error:
+                    if not many:
+                        raise
+                    err_console.print(f"skipped {folder}: {error}", markup=False, soft_wrap=True)
+                    continue
+                skipped = (
+                    f"; {plural(done.skipped, 'line')} of its event log could not be read "
+                    "and were skipped"
+                    if done.skipped
+                    else ""
+                )
+                console.print(
+                    f"imported {done.kind} {done.run_id} ({done.status}) from {folder}{skipped}",
+                    markup=False,
+                    soft_wrap=True,
+                )
         return
     results_store = _require_store(store)  # before the report's imports (pandas: seconds)
     from dmlbench.report.terminal import comm_table, run_summary, runs_table
@@ -1297,6 +1328,9 @@ def main() -> None:
     try:
         app()
     except DmlbenchError as error:
-        message = escape(str(error))
+        from dmlbench.names import shorten
+
+        # whatever a message echoes of the user's input, it stays a readable line
+        message = escape(shorten(str(error), MAX_ERROR_CHARS))
         err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -75,6 +75,7 @@ def _launch_mpi(
 
 def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = False) -> CommOutcome:
     """Run ``spec`` once and store it; a failed or interrupted benchmark is stored too."""
+    spec.check_threads()
     spec_dict = spec.to_json_dict()
     network = spec.network.resolve() if spec.network.enabled else None
     if spec.nodes > 1:  # an emulated cluster: a namespace per node, unshaped if not told

@@ -240,6 +240,7 @@ def run_benchmark(
     exit path (success, worker failure, Ctrl-C, a bug) completes it, or, when the store
     cannot be written, raises ``ResultsNotStored`` naming the folder that keeps it.
     """
+    spec.check_threads()  # before the peak probe or a worker runs with them
     if spec.nodes > 1 and rendezvous is None:
         from dmlbench.launch.slurm import SlurmJob, run_slurm
 

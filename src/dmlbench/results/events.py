@@ -36,15 +36,35 @@ class EventLog:
 
 def read_events(path: Path) -> list[dict[str, Any]]:
     """All complete events in ``path`` (missing file: none)."""
-    if not path.is_file():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
+    return read_events_counted(path)[0]
+
+
+def read_events_counted(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The events in ``path`` and how many lines were skipped: a line torn by a crash,
+    bytes that are not UTF-8, JSON that is not an event (an object with a text ``key``).
+    A log is read as data from outside the process: nothing in it can raise."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    except OSError:
+        return [], 1
+    events, skipped = [], 0
+    for line in data.splitlines():
+        if not line.strip():
+            continue
         try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line torn by a crash
-    return events
+            event = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            skipped += 1
+            continue
+        if isinstance(event, dict) and isinstance(event.get("key"), str):
+            event.setdefault("metadata", {})
+            if isinstance(event["metadata"], dict):
+                events.append(event)
+                continue
+        skipped += 1
+    return events, skipped
 
 
 class EventTail:

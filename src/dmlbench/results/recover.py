@@ -10,12 +10,14 @@ the event log when even that could not be written), every number from the events
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import DmlbenchError, StoreError
-from dmlbench.results.events import EVENTS_FILE, read_events
+from dmlbench.names import shorten
+from dmlbench.results.events import EVENTS_FILE, read_events_counted
 from dmlbench.results.rundir import (
     COMM_RESULTS_FILE,
     OUTCOME_FILE,
@@ -34,11 +36,16 @@ class Imported:
     run_id: str
     kind: str  # "run" or "comm"
     status: str
+    skipped: int = 0  # event-log lines that could not be read
+
+
+ENVIRONMENT_KEYS = ("host", "cpu_model", "cores", "gpus", "torch", "git_revision")
 
 
 def _environment(record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    if record.get("environment"):
-        return dict(record["environment"])
+    recorded = record.get("environment")
+    if isinstance(recorded, dict) and all(k in recorded for k in ENVIRONMENT_KEYS):
+        return dict(recorded)
     from dmlbench.results.environment import collect_environment
 
     # a folder from before run.json existed: say that this machine's facts stand in
@@ -56,11 +63,50 @@ def _deviations(spec: dict[str, Any]) -> dict[str, Any]:
         raise StoreError(f"cannot tell the run's division: {error}") from None
 
 
+def _check_spec(spec: dict[str, Any], where: Path) -> None:
+    """The fields the store's row is made of, checked as a spec file from outside is:
+    present, of their type and within the spec's bounds; an unknown task is named."""
+    from dmlbench.strict import MAX_COUNT, MAX_SEED
+    from dmlbench.tasks import get_task, import_plugins
+
+    recipe = spec.get("recipe")
+    if not isinstance(recipe, dict):
+        raise StoreError(f"{where} holds no recipe: it is not a complete run spec")
+    counts: list[tuple[str, Any, int]] = [
+        ("workers", spec.get("workers"), 4096),
+        ("seed", spec.get("seed"), MAX_SEED),
+        ("recipe.local_batch", recipe.get("local_batch"), MAX_COUNT),
+    ]
+    if "dask" in spec:
+        counts.append(("global_batch", spec.get("global_batch"), MAX_COUNT))
+    for key, value, most in counts:
+        if type(value) is not int or not 0 <= value <= most:
+            raise StoreError(
+                f"{where}: {key} is {shorten(repr(value))}, not a whole number from 0 to {most:,}"
+            )
+    target = recipe.get("target")
+    if type(target) not in (int, float):
+        raise StoreError(f"{where}: recipe.target is {shorten(repr(target))}, not a number")
+    for key in ("task", "exchange"):
+        if not isinstance(spec.get(key), str):
+            raise StoreError(f"{where}: {key} is {shorten(repr(spec.get(key)))}, not a name")
+    plugins = spec.get("plugins", [])
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        raise StoreError(f"{where}: plugins is not a list of module names")
+    try:
+        import_plugins(plugins)
+        get_task(spec["task"])
+    except DmlbenchError as error:
+        raise StoreError(f"{where}: {error}") from None
+
+
 def import_run_dir(store: ResultsStore, run_dir: Path) -> Imported:
     """Store the run in ``run_dir`` (a training run or a communication benchmark).
 
-    Refused in one line when the folder is no run folder, when the run's launcher still
-    holds it, or when the store already has the run completed.
+    Refused in one line when the folder is no run folder, when its spec is damaged,
+    when the run's launcher still holds it, or when the store already has the run
+    completed. A damaged event log is imported as far as it is readable; ``skipped``
+    counts the lines left out.
     """
     run_dir = run_dir.resolve()
     spec = read_json(run_dir / SPEC_FILE)
@@ -70,24 +116,51 @@ def import_run_dir(store: ResultsStore, run_dir: Path) -> Imported:
     stored = store.status_of(run_id)
     if stored is not None and stored not in _REPLACEABLE:
         raise StoreError(f"run {run_id} is already in {store.path} ({stored}); nothing to do")
-    record = read_json(run_dir / RECORD_FILE) or {}
-    outcome = read_json(run_dir / OUTCOME_FILE) or {}
+    record = _mapping(read_json(run_dir / RECORD_FILE))
+    outcome = _mapping(read_json(run_dir / OUTCOME_FILE))
     if "op" in spec:
         return _import_comm(store, run_dir, run_id, spec, record, outcome, stored)
-    events = read_events(run_dir / EVENTS_FILE)
-    summary, evals = summarize(events), eval_history(events)
-    status = outcome.get("status") or (summary.get("status") or "failed")
-    error = outcome.get("error")
+    _check_spec(spec, run_dir / SPEC_FILE)
+    events, skipped = read_events_counted(run_dir / EVENTS_FILE)
+    try:
+        summary, evals = summarize(events), eval_history(events)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError):
+        raise StoreError(
+            f"the event log {run_dir / EVENTS_FILE} is damaged beyond reading its summary; "
+            "nothing was imported"
+        ) from None
+    status = outcome.get("status") if isinstance(outcome.get("status"), str) else None
+    status = status or (summary.get("status") or "failed")
+    error = outcome.get("error") if isinstance(outcome.get("error"), str) else None
     if not outcome and not summary["finished"]:
         status, error = "failed", "imported from its folder: the event log ends before the run"
     if stored is None:
         deviations = record["deviations"] if "deviations" in record else _deviations(spec)
-        store.begin(run_id, spec, deviations, _environment(record, run_dir),
-                    sweep=record.get("sweep"), run_dir=run_dir)  # fmt: skip
+        sweep = record.get("sweep") if isinstance(record.get("sweep"), dict) else None
+        try:
+            environment = _environment(record, run_dir)
+            store.begin(
+                run_id, spec, _mapping(deviations), environment, sweep=sweep, run_dir=run_dir
+            )
+        except (KeyError, TypeError, ValueError, OverflowError, sqlite3.Error) as failure:
+            what = f"{type(failure).__name__}: {shorten(str(failure))}"
+            raise StoreError(f"cannot import {run_dir}: its run.json is damaged ({what})") from None
     else:
         store.hold(run_id, run_dir)
-    store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
-    return Imported(run_id, "run", status)
+    try:
+        store.finish(run_id, status=status, summary=summary, evals=evals, error=error)
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError, sqlite3.Error):
+        # the row exists: keep it, with what could not be read said in its error
+        store.hold(run_id, run_dir)
+        damaged = "imported from its folder: its event log holds values the store cannot take"
+        store.finish(run_id, status="failed", summary={"finished": False}, evals=[], error=damaged)
+        return Imported(run_id, "run", "failed", skipped)
+    return Imported(run_id, "run", status, skipped)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else empty (a damaged file reads as missing)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _import_comm(

@@ -33,7 +33,7 @@ from dmlbench.results.records import (
     RunRecord,
     match_id,
 )
-from dmlbench.results.rundir import LauncherLock, launcher_holds
+from dmlbench.results.rundir import OUTCOME_FILE, LauncherLock, launcher_holds, read_json
 from dmlbench.system import pid_alive
 
 STORE_ENV = "DMLBENCH_STORE"
@@ -253,6 +253,20 @@ class ResultsStore:
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
+
+    def unlisted_run_dirs(self) -> list[Path]:
+        """When the store holds no run at all (its database emptied, replaced or lost):
+        the run folders under ``runs/`` it could hold, to import with ``results
+        --import``. A node's share of a multi-node run recorded elsewhere is not one."""
+        with self._connect() as db:
+            if db.execute("SELECT 1 FROM runs UNION ALL SELECT 1 FROM comm_runs").fetchone():
+                return []
+        found = []
+        for folder in sorted((self.root / "runs").glob("*/spec.json")):
+            outcome = read_json(folder.parent / OUTCOME_FILE) or {}
+            if not (isinstance(outcome, dict) and outcome.get("recorded") is False):
+                found.append(folder.parent)
+        return found
 
     def begin(
         self,

@@ -9,7 +9,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from dmlbench.errors import SpecError
 from dmlbench.netem.profiles import NetworkSpec
-from dmlbench.strict import WorkersSpec
+from dmlbench.strict import MAX_THREADS, WorkersSpec
 
 ELEMENT_BYTES = 4  # float32
 
@@ -48,7 +48,7 @@ class CommBenchSpec(WorkersSpec):
         "about this long (at least one), so barrier skew does not swamp small messages",
     )
     max_iterations: int = Field(1000, ge=1, description="most all-reduces in one repeat")
-    threads_per_worker: int | None = Field(None, ge=1)
+    threads_per_worker: int | None = Field(None, ge=1, le=MAX_THREADS)
     mpi_isolate: bool = Field(
         True,
         description="run mpirun in a network namespace of its own (Open MPI's runtime "

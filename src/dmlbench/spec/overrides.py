@@ -8,6 +8,7 @@ suffix of one (``momentum``). Values are read as YAML scalars or lists, so ``0.1
 from __future__ import annotations
 
 import difflib
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ import yaml
 
 from dmlbench.errors import SpecError
 from dmlbench.files import expanded_size
+from dmlbench.names import shorten
 
 # Keys whose value is a free-form mapping: a dotted path may add new keys below them.
 _OPEN_MAPPINGS = ("options", "alpha_by_workers")
@@ -25,17 +27,24 @@ def parse_assignment(text: str) -> tuple[str, Any]:
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise SpecError(f"override {text!r} is not key=value (e.g. --set recipe.local_batch=64)")
+        raise SpecError(
+            f"override {shorten(text)!r} is not key=value (e.g. --set recipe.local_batch=64)"
+        )
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     except RecursionError:
-        raise SpecError(f"override '{key}' is nested too deeply") from None
+        raise SpecError(f"override '{shorten(key)}' is nested too deeply") from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise SpecError(
+            f"override '{shorten(key)}' is refused: its value is a number of more than "
+            f"{sys.get_int_max_str_digits():,} digits"
+        ) from None
     try:
         expanded_size(value)
     except ValueError as error:
-        raise SpecError(f"override '{key}' is refused: {error}") from None
+        raise SpecError(f"override '{shorten(key)}' is refused: {error}") from None
     return key, value
 
 
@@ -58,14 +67,14 @@ def resolve_key(tree: Mapping[str, Any], key: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if len(matches) > 1:
-        raise SpecError(f"'{key}' is ambiguous: say one of {', '.join(sorted(matches))}")
+        raise SpecError(f"'{shorten(key)}' is ambiguous: say one of {', '.join(sorted(matches))}")
     head, _, tail = key.rpartition(".")
     if head.rpartition(".")[2] in _OPEN_MAPPINGS:  # a new entry, e.g. model.options.width
         return f"{resolve_key(tree, head)}.{tail}"
     by_leaf = {p.rpartition(".")[2]: p for p in paths}
-    close = difflib.get_close_matches(key.rpartition(".")[2], by_leaf, n=1)
+    close = difflib.get_close_matches(key.rpartition(".")[2][:200], by_leaf, n=1)
     hint = f" (did you mean '{by_leaf[close[0]]}'?)" if close else ""
-    raise SpecError(f"unknown spec key '{key}'{hint}; `--dry-run --json` shows every key")
+    raise SpecError(f"unknown spec key '{shorten(key)}'{hint}; `--dry-run --json` shows every key")
 
 
 def set_path(tree: dict[str, Any], path: str, value: Any) -> None:

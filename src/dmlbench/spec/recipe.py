@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from dmlbench.strict import StrictModel, in_registry
+from dmlbench.strict import MAX_COUNT, StrictModel, in_registry
 
 
 class ModelSpec(StrictModel):
@@ -212,7 +212,7 @@ class Recipe(StrictModel):
     """Everything the closed division fixes, except the worker count."""
 
     model: ModelSpec
-    local_batch: int = Field(gt=0, description="examples per worker per step (b)")
+    local_batch: int = Field(gt=0, le=MAX_COUNT, description="examples per worker per step (b)")
     max_epochs: float = Field(gt=0.0)
     optimizer: OptimizerSpec = Field(default_factory=lambda: OptimizerSpec())
     schedule: Schedule

@@ -14,7 +14,14 @@ from dmlbench.errors import SpecError
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.spec.overrides import apply_overrides, deep_merge, flatten
 from dmlbench.spec.recipe import Recipe
-from dmlbench.strict import StrictModel, WorkersSpec, in_registry
+from dmlbench.strict import (
+    MAX_COUNT,
+    MAX_SEED,
+    MAX_THREADS,
+    StrictModel,
+    WorkersSpec,
+    in_registry,
+)
 
 DEFAULT_DATA_DIR = Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench"))
 
@@ -41,10 +48,13 @@ class RunSpec(WorkersSpec):
     nproc_per_node: int | None = Field(
         None, ge=1, le=4096, description="workers per node; default workers / nodes"
     )
-    seed: int = Field(0, ge=0, description="model init, data order and augmentation")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="model init, data order and augmentation")
     recipe: Recipe
     global_batch: int | None = Field(
-        None, gt=0, description="if set, local batch = global_batch / workers (strong scaling)"
+        None,
+        gt=0,
+        le=MAX_COUNT,
+        description="if set, local batch = global_batch / workers (strong scaling)",
     )
     exchange: Exchange = Field(
         "allreduce",
@@ -66,7 +76,13 @@ class RunSpec(WorkersSpec):
     )
     backend: Literal["auto", "gloo", "nccl"] = "auto"
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads_per_worker: int | None = Field(None, ge=1, description="default: cores / workers")
+    threads_per_worker: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_THREADS,
+        description="default: cores / workers; at launch at most "
+        "DMLBENCH_THREADS_PER_CORE (default 4) × cores among a node's workers",
+    )
     channels_last: bool | Literal["auto"] = Field(
         "auto",
         description="convolutional models (and their images) in channels-last memory "
@@ -92,7 +108,9 @@ class RunSpec(WorkersSpec):
     )
     eval_every_epochs: int = Field(1, ge=1)
     stop_at_target: bool = Field(True, description="stop when the target is reached")
-    max_steps: int | None = Field(None, ge=1, description="stop after this many updates")
+    max_steps: int | None = Field(
+        None, ge=1, le=MAX_COUNT, description="stop after this many updates"
+    )
     stall_timeout_s: float = Field(
         60.0,
         gt=0,

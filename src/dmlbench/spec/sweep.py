@@ -31,6 +31,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from dmlbench.errors import SpecError
 from dmlbench.spec.overrides import flatten
 from dmlbench.spec.recipe import StrictModel
+from dmlbench.strict import MAX_SEED
 
 Scaling = Literal["none", "weak", "strong"]
 
@@ -68,7 +69,7 @@ class SweepSpec(StrictModel):
         "local batch × the smallest worker count)"
     )  # fmt: skip
     repeats: int = Field(1, ge=1, le=1000, description="runs per point, seeds seed, seed+1, ...")
-    seed: int = Field(0, ge=0, description="first seed")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="first seed")
     set: dict[str, Any] = Field(default_factory=dict, description="fixed spec values")
     axes: dict[str, list[Any]] = Field(default_factory=dict)
     derived: dict[str, str] = Field(default_factory=dict)
