@@ -15,7 +15,7 @@ from dmlbench.results.environment import collect_environment
 from dmlbench.results.summary import summarize
 from dmlbench.spec.run import deviations, resolve_spec
 
-HOSTILE_SWEEP = '=HYPERLINK("http://x","y")'
+HOSTILE_SWEEP = '=HYPERLINK("http://x","y") [bold]b[/] x[/]'
 
 
 @pytest.fixture
@@ -119,3 +119,24 @@ def test_csv_cells_a_spreadsheet_would_run_are_quoted(dmlbench, stored: Path,
     code, text, err = dmlbench("compare", "--store", str(stored), "--csv")
     assert code == 0 and "'=HYPERLINK" in text, err
     assert not any(cell.startswith(("=", "@", '"=')) for cell in text.replace("\n", ",").split(","))
+
+
+def test_markup_in_user_text_is_printed_literally_by_every_command(
+    dmlbench, stored: Path, tmp_path: Path
+) -> None:
+    """A sweep named ``x[/]`` crashed a hint with rich's MarkupError; ``[bold]`` vanished
+    (issue 40). Each command that shows stored text shows it as it is."""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"name: '{HOSTILE_SWEEP}'\ntask: synthetic-mlp\naxes: {{workers: [1]}}\n")
+    for args, wanted in [
+        (("results", "--store", str(stored)), "r1"),
+        (("results", "r1", "--store", str(stored)), "@SUM(A1) [/]"),
+        (("compare", "--store", str(stored), "--by", "workers,sweep"), "[bold]b[/]"),
+        (("report", "--store", str(stored), "--out", str(tmp_path / "r.html")), "[bold]b[/]"),
+        (("sweep", str(sweep), "--plan", "--store", str(stored)), "[bold]b[/]"),
+    ]:
+        code, out, err = dmlbench(*args)
+        assert code == 0, (args, err)
+        assert "MarkupError" not in err and "Traceback" not in err, err
+        shown = "".join((out + err).split())  # tables wrap long cells
+        assert wanted.replace(" ", "") in shown, (args, out)

@@ -150,8 +150,8 @@ def test_a_failed_run_does_not_stop_the_sweep(tmp_path: Path) -> None:
     sweep = tmp_path / "crash.yaml"
     # gloo's own errors start like this message; rich once read it as markup and crashed
     engine_text = "[/__w/pytorch/third_party/gloo/transport/tcp/pair.cc:534] Read error [red]"
-    sweep.write_text(
-        "task: crash-raise\nplugins: [dmlbench_test_plugins]\n"
+    sweep.write_text(  # a name with markup crashed the end-of-sweep hint (issue 40)
+        "name: 'x[/] [bold]y'\ntask: crash-raise\nplugins: [dmlbench_test_plugins]\n"
         f'set: {{max_epochs: 1, recipe.model.options.message: "{engine_text}"}}\n'
         "axes: {workers: [2, 1]}\n"  # rank 1 raises: the 2-worker run fails, 1 worker runs
     )
@@ -159,6 +159,7 @@ def test_a_failed_run_does_not_stop_the_sweep(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "1 failed" in done.stdout and "Traceback" not in done.stderr
     assert engine_text in done.stdout.replace("\n", "")  # printed literally
+    assert "sweep x[/] [bold]y:" in done.stdout and "--sweep 'x[/] [bold]y'" in done.stdout
     runs = stored(store)
     assert [(r["workers"], r["status"]) for r in runs] == [(2, "failed"),
                                                            (1, "target_not_reached")]  # fmt: skip

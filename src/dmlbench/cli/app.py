@@ -505,7 +505,7 @@ def _run_sweep(
     out = err_console if json_out else console
     out.print(
         f"sweep [bold]{escape(plan.sweep.name)}[/bold]: {plural(len(plan.runs), 'run')} planned, "
-        f"{len(skipped)} already in {store} (--rerun {rerun}), {len(to_run)} to run"
+        f"{len(skipped)} already in {escape(str(store))} (--rerun {rerun}), {len(to_run)} to run"
     )
     active: list[RunProgress] = []
 
@@ -551,11 +551,15 @@ def _run_sweep(
         table = analysis.scaling_table(analysis.runs_frame(runs))
         for rich_table in scaling_tables(table):
             console.print(rich_table)
+        import shlex
+
         console.print(
             f"{plural(len(outcome.finished), 'run')} done, {len(outcome.skipped)} skipped, "
             + (f"{len(outcome.elsewhere)} run by another launcher, " if outcome.elsewhere else "")
-            + f"{outcome.failed} failed. Report: dmlbench report --store {store} "
-            f"--sweep {plan.sweep.name}"
+            + f"{outcome.failed} failed. Report: dmlbench report --store "
+            f"{shlex.quote(str(store))} --sweep {shlex.quote(plan.sweep.name)}",
+            markup=False,
+            soft_wrap=True,
         )
     if outcome.interrupted:
         err_console.print(
