@@ -133,19 +133,38 @@ def test_run_then_results(tmp_path: Path) -> None:
 
 @pytest.mark.multiprocess
 def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C signals the terminal's whole group, workers included: one line, no
+    traceback per rank (issue 40), and the launcher's signal handlers put back."""
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--quiet", "--store", str(store),
+        [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--store", str(store),
          "--set", "max_epochs=100000", "--set", "stop_at_target=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     wait_for_evaluation(proc, store)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
+    assert "Traceback" not in stdout + stderr and "KeyboardInterrupt" not in stdout + stderr
     row = json.loads(cli("results", "--json", "--store", str(store)).stdout)[0]
     assert row["status"] == "interrupted"
     assert len(row["evals"]) >= 1  # what was reached is kept
+
+
+@pytest.mark.multiprocess
+def test_a_launch_puts_the_signal_handlers_back(tmp_path: Path) -> None:
+    """torch's launcher left its own SIGINT/SIGTERM handlers set: a signal between two
+    runs of a sweep raised its SignalException, a traceback and exit 1 (issue 40)."""
+    from dmlbench.launch import run_benchmark
+    from dmlbench.results import ResultsStore
+    from dmlbench.spec import resolve_spec
+
+    names = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    before = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    spec = resolve_spec("synthetic-mlp", max_steps=3)
+    outcome = run_benchmark(spec, ResultsStore(tmp_path / "s"), echo=False)
+    assert outcome.status in ("success", "target_not_reached"), outcome.error
+    assert {n: signal.getsignal(getattr(signal, n)) for n in names} == before
 
 
 def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> None:

@@ -178,11 +178,15 @@ def test_a_node_that_never_arrives_times_out_in_one_line(tmp_path: Path) -> None
 # -- an emulated cluster: a namespace and an agent per node (root) ---------------------
 
 
-def _cluster(store: Path, *extra: str) -> subprocess.Popen:
+def _cluster(store: Path, *extra: str, sigint_ignored: bool = False) -> subprocess.Popen:
+    """An emulated 2×2 cluster's launcher; ``sigint_ignored``: started as a script's
+    background job is, with SIGINT ignored (``dmlbench run … &``)."""
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     return subprocess.Popen(
         [sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--nodes", "2",
          "--nproc-per-node", "2", "--store", str(store), "--quiet", "--json", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=ignore,
     )  # fmt: skip
 
 
@@ -202,9 +206,10 @@ def _wait_for_training(store: Path, timeout: float = 90) -> None:
     pytest.fail("the emulated cluster never trained")
 
 
-def _training_cluster(store: Path) -> tuple[Path, subprocess.Popen]:
+def _training_cluster(store: Path, **options: bool) -> tuple[Path, subprocess.Popen]:
     """A 2×2 emulated cluster that trains until stopped, once its training has begun."""
-    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false")
+    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false",
+                    **options)  # fmt: skip
     _wait_for_training(store)
     return store, proc
 
@@ -241,14 +246,24 @@ def test_a_killed_node_agent_fails_the_run_naming_the_node(tmp_path: Path) -> No
 
 @root_only
 @pytest.mark.multiprocess
-def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path) -> None:
-    store, proc = _training_cluster(tmp_path / "s")
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
-    proc.communicate(timeout=60)
-    assert proc.returncode == 130
+@pytest.mark.parametrize("how", ["ctrl-c", "kill -INT", "kill -TERM"])
+def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path,
+                                                                  how: str) -> None:  # fmt: skip
+    """Ctrl-C signals the terminal's whole group; ``kill -INT`` reaches a launcher started
+    with SIGINT ignored (it was ignored: issue 40); SIGTERM left the namespaces and veths."""
+    store, proc = _training_cluster(tmp_path / "s", sigint_ignored=how == "kill -INT")
+    signalled = time.monotonic()
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGINT if how == "kill -INT" else signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - signalled < 30
     (run,) = json.loads(cli("results", "--json", "--store", str(store)).stdout)
-    assert run["status"] == "interrupted"
-    assert leftovers() == [] and _agents(store) == []
+    assert run["status"] == "interrupted", run["error"]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert leftovers() == [] and _agents(store) == []  # veths included
 
 
 def test_the_lost_node_is_named_from_the_peer_gloo_names() -> None:

@@ -89,7 +89,7 @@ def _connects(topology: Topology, source: int, target: int) -> bool:
 def test_topology_builds_shapes_and_removes_everything() -> None:
     network = ResolvedNetwork(name="t", rate_bps=1e8)
     with Topology(3, network) as topology:
-        assert len(_ours(topology.tag)) == 4  # 3 namespaces + the bridge
+        assert len(_ours(topology.tag)) == 7  # 3 namespaces, their 3 veths and the bridge
         qdiscs = subprocess.run(
             ["ip", "netns", "exec", topology.namespaces[1], "tc", "qdisc", "show", "dev", "eth0"],
             capture_output=True,
@@ -132,9 +132,9 @@ def test_leftovers_of_a_killed_launcher_are_removed() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == -signal.SIGKILL
     tag = done.stdout.strip()
-    assert len(_ours(tag)) == 3
+    assert len(_ours(tag)) == 5  # 2 namespaces, their veths, the bridge
     removed = remove_stale()
-    assert set(_ours(tag)) == set() and len([n for n in removed if tag in n]) == 3
+    assert set(_ours(tag)) == set() and len([n for n in removed if tag in n]) == 5
     time.sleep(0.5)  # an orphaned forwarder notices its parent is gone within 50 ms
     assert _forwarders() == []
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from typing import Any
+
+# The signals torch's elastic launcher takes over while it runs workers (and leaves
+# set to its own handler, which raises SignalException, after it returns).
+LAUNCHER_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -19,6 +26,52 @@ def pid_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (``kill``, ``scancel``, a scheduler's stop) acts as Ctrl-C in this block:
+    the run is stored as interrupted and what it started is stopped and cleaned up."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        # once: Slurm signals every process of the step, and bash passes it on too; a
+        # second one must not cut short the recording of the first
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave the default
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Restore the handlers of :data:`LAUNCHER_SIGNALS` after the block. torch's elastic
+    launcher installs its own and never puts ours back: a Ctrl-C between two runs of a
+    sweep then raised torch's SignalException from wherever the launcher was."""
+    try:
+        saved = {name: signal.getsignal(getattr(signal, name)) for name in LAUNCHER_SIGNALS}
+    except ValueError:  # pragma: no cover - no signals on this platform
+        saved = {}
+    try:
+        yield
+    finally:
+        for name, handler in saved.items():
+            with contextlib.suppress(ValueError, TypeError):  # not the main thread
+                signal.signal(getattr(signal, name), handler)
+
+
+def interruptible() -> None:
+    """Ctrl-C and ``kill -INT`` reach this process as KeyboardInterrupt even when it was
+    started with SIGINT ignored (a background job of a script: ``dmlbench run … &``)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def die_with_parent(parent: int) -> None:

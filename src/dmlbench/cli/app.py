@@ -1329,8 +1329,14 @@ def main() -> None:
     # torch's C++ side warns on every retry while a node waits for the rendezvous host
     # (nodes start in any order); dmlbench reports what failed in one line instead.
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    from dmlbench.system import interruptible
+
+    interruptible()
     try:
         app()
+    except KeyboardInterrupt:  # between the places that store what it interrupted
+        err_console.print("interrupted")
+        sys.exit(130)
     except DmlbenchError as error:
         from dmlbench.names import shorten
 
@@ -1338,3 +1344,10 @@ def main() -> None:
         message = escape(shorten(str(error), MAX_ERROR_CHARS))
         err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
         sys.exit(2)
+    except Exception as error:
+        # torch's launcher raises SignalException from its own signal handlers; they are
+        # put back after each launch, so only a signal inside the launch reaches here
+        if type(error).__name__ != "SignalException":
+            raise
+        err_console.print(f"interrupted ({getattr(error, 'sigval', 'a signal')!s})")
+        sys.exit(130)

@@ -15,7 +15,8 @@ the spec and train exactly as on separate hosts. This process only watches them:
 - it records the run in the user's store from the node that held rank 0;
 - a node agent that dies (killed, crashed) fails the run naming that node, and the
   others are stopped if they have not stopped on their own within ``NODE_GRACE_S``;
-- Ctrl-C stops every agent (they stop their workers) and the run is ``interrupted``;
+- Ctrl-C, SIGINT or SIGTERM to this process (or a signal that reached the agents
+  alone) stops every agent (they stop their workers) and the run is ``interrupted``;
 - the agents die with this process (``PR_SET_PDEATHSIG``), the namespaces are removed
   on every exit, and by the next run if this process was killed.
 """
@@ -52,12 +53,14 @@ from dmlbench.results.rundir import write_json
 from dmlbench.results.store import Rerun
 from dmlbench.spec import RunSpec
 from dmlbench.spec.run import deviations
+from dmlbench.system import sigterm_interrupts
 
 NODE_SPEC_FILE = "node-spec.json"
 # After one node's agent dies, how long the others get to notice (their workers lose a
 # peer and fail) and record the run before they are stopped.
 NODE_GRACE_S = 20.0
 STOP_WAIT_S = 15.0  # after SIGTERM, before SIGKILL
+INTERRUPTED = 130  # a node's `dmlbench run` stopped by SIGINT or SIGTERM
 UNSHAPED = ResolvedNetwork(name="unshaped", rate_bps=None)
 
 
@@ -208,26 +211,35 @@ def run_cluster(
             attempt.summary["rank0_node"] = holder.index
         store_end(store, run_id, run_dir, attempt)
 
-    with launched(finish, stop=lambda: _stop(agents)) as attempt:
+    with sigterm_interrupts(), launched(finish, stop=lambda: _stop(agents)) as attempt:
         write_json(spec_file, node_spec(spec))
         with Topology(spec.nodes, network, record_to=run_dir) as topology:
-            endpoint = f"{topology.address(0)}:{DEFAULT_PORT}"
-            for index, namespace in enumerate(topology.namespaces):
-                folder = node_folder(run_dir, index)
-                folder.mkdir(parents=True)
-                agent = NodeAgent(index, namespace, topology.address(index), folder)
-                agent.start(_agent_command(spec, spec_file, endpoint, run_id, folder),
-                            run_dir / NODES_DIR / f"node{index}.log")  # fmt: skip
-                agents.append(agent)
-            if progress:
-                tail = _NodesTail([agent.events_file(run_id) for agent in agents])
-                watcher = _Watcher(tail, progress)
-                watcher.start()
-            lost = _watch(agents)
+            try:
+                endpoint = f"{topology.address(0)}:{DEFAULT_PORT}"
+                for index, namespace in enumerate(topology.namespaces):
+                    folder = node_folder(run_dir, index)
+                    folder.mkdir(parents=True)
+                    agent = NodeAgent(index, namespace, topology.address(index), folder)
+                    agent.start(_agent_command(spec, spec_file, endpoint, run_id, folder),
+                                run_dir / NODES_DIR / f"node{index}.log")  # fmt: skip
+                    agents.append(agent)
+                if progress:
+                    tail = _NodesTail([agent.events_file(run_id) for agent in agents])
+                    watcher = _Watcher(tail, progress)
+                    watcher.start()
+                lost = _watch(agents)
+            except BaseException:
+                _stop(agents)  # inside the namespaces' lifetime: nothing outlives them
+                raise
         if lost:
             attempt.error = f"{lost}; the other nodes were stopped"
         elif all(agent.returncode == 0 for agent in agents):
             attempt.status = ""
+        elif any(agent.returncode == INTERRUPTED for agent in agents):
+            # a signal reached the agents (Ctrl-C in a terminal whose launcher ignored it)
+            named = [a.describe() for a in agents if a.returncode == INTERRUPTED]
+            attempt.status = "interrupted"
+            attempt.error = f"interrupted: {', '.join(named)} stopped on a signal"
         else:
             reported = node_error((a.describe(), a.run_dir(run_id)) for a in agents)
             attempt.error = reported or f"a node failed; see its log in {run_dir / NODES_DIR}"

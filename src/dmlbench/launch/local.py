@@ -41,6 +41,7 @@ from dmlbench.launch.watchdog import Watchdog
 from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, interface_of
 from dmlbench.netem.topology import Topology
 from dmlbench.spec import RunSpec
+from dmlbench.system import signal_handlers_kept
 from dmlbench.train.worker import run_worker
 
 
@@ -94,8 +95,11 @@ def _launcher_bug(error: Exception, run_dir: Path) -> WorkerFailed:
 def _quiet_torch_launcher() -> None:
     # The launcher logs each failure as a multi-line traceback; dmlbench reports it in
     # one line and keeps the workers' own output in the run's log folder.
-    for name in ("torch.distributed.elastic", "torch.distributed.launcher",
-                 "torch.multiprocessing"):  # fmt: skip
+    # torch sets a level on each module's own logger, so each is quietened, not the parent
+    prefixes = ("torch.distributed.elastic", "torch.distributed.launcher",
+                "torch.multiprocessing")  # fmt: skip
+    names = [n for n in logging.root.manager.loggerDict if n.startswith(prefixes)]
+    for name in {*prefixes, *names}:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
@@ -179,7 +183,7 @@ def launch_workers(
     watchdog = Watchdog(heartbeats, stall_timeout_s)
     watchdog.start()
     try:
-        with _environment(values):
+        with _environment(values), signal_handlers_kept():
             elastic_launch(config, worker_entry)(json.dumps(settings), target, *args)
     except ChildFailedError as error:
         if watchdog.verdict is not None:

@@ -22,7 +22,6 @@ the run, naming the node; ``scancel`` (SIGTERM to the batch step) stores it as
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -30,7 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch.node import NODES_DIR, job_spec, node_args, node_error, node_folder
 from dmlbench.launch.rendezvous import DEFAULT_PORT
+from dmlbench.system import sigterm_interrupts
 
 if TYPE_CHECKING:
     from dmlbench.launch.run import ProgressFn, RunOutcome
@@ -115,28 +115,6 @@ def node_address(name: str) -> str:
     return name
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """``scancel`` sends SIGTERM: treat it as Ctrl-C, so the run is stored as
-    interrupted before Slurm's KillWait runs out."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        # once: Slurm signals every process of the step, and bash passes it on too; a
-        # second one must not cut short the recording of the first
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave the default
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_slurm(
     spec: RunSpec,
     store: ResultsStore,
@@ -187,7 +165,7 @@ def run_slurm(
         _record(store, run_id, run_dir, attempt, folders, progress_done=watcher)
 
     watcher: Any = None
-    with _sigterm_interrupts(), launched(finish, stop=stop) as attempt:
+    with sigterm_interrupts(), launched(finish, stop=stop) as attempt:
         write_json(spec_file, job_spec(spec))
         log.parent.mkdir(parents=True, exist_ok=True)
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")

@@ -52,7 +52,7 @@ CLONE_NEWNET = 0x40000000
 # Names carry the creating launcher's pid (base 36), "_", and a counter: dmlb<pid>_<n>br.
 # Before, the separator was "x", itself a base-36 digit (pid 8978 is "6xe"): such
 # names are still read, splitting at the last "x".
-_NAME = re.compile(rf"^{PREFIX}([0-9a-z_]+)(?:n\d+|br)$")
+_NAME = re.compile(rf"^{PREFIX}([0-9a-z_]+)(?:n\d+|br|v[0-9a-z]+)$")
 SEPARATOR = "_"
 
 
@@ -79,13 +79,14 @@ def _run(*args: str, ns: str | None = None, check: bool = True) -> str:
 
 
 def leftovers() -> list[str]:
-    """Every namespace and bridge dmlbench created that still exists (any launcher)."""
+    """Every namespace, bridge and veth dmlbench created that still exists (any launcher)."""
     if shutil.which("ip") is None:
         return []
     names = [line.split()[0] for line in _run("ip", "netns", "list", check=False).splitlines()
              if line.strip()]  # fmt: skip
-    links = _run("ip", "-o", "link", "show", "type", "bridge", check=False)
-    names += [m.group(1) for m in re.finditer(r"^\d+: ([^:@\s]+)", links, re.M)]
+    for kind in ("bridge", "veth"):
+        links = _run("ip", "-o", "link", "show", "type", kind, check=False)
+        names += [m.group(1) for m in re.finditer(r"^\d+: ([^:@\s]+)", links, re.M)]
     return [n for n in names if _NAME.match(n)]
 
 
@@ -101,7 +102,7 @@ def remove_stale() -> list[str]:
             continue
         if pid_alive(pid):
             continue
-        if name.endswith("br"):
+        if name.endswith("br") or not re.search(r"n\d+$", name):  # a bridge or a veth
             _run("ip", "link", "del", name, check=False)
         else:
             _run("ip", "netns", "del", name, check=False)
@@ -289,6 +290,9 @@ class Topology:
             self.namespaces.append(ns)
             _run("ip", "link", "add", veth, "type", "veth", "peer", "name", WORKER_IFNAME,
                  "netns", ns)  # fmt: skip
+            # deleted by name too: a namespace whose processes (or sockets) outlive its
+            # `ip netns del` keeps its veth pair, and with it the host's end, alive
+            self._made.append(("link", veth))
             gso = str(self.gso_bytes)
             _run("ip", "link", "set", veth, "master", self.bridge, "up", "gso_max_size", gso)
             _run("ip", "addr", "add", f"{self.address(rank)}/16", "dev", WORKER_IFNAME, ns=ns)
