@@ -7,6 +7,7 @@ emulated cluster, one network namespace and one agent per node.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -173,6 +174,62 @@ def test_a_node_that_never_arrives_times_out_in_one_line(tmp_path: Path) -> None
     assert run["status"] == "failed" and "timed out after 3 s" in run["error"]
     assert "not all 2 nodes arrived" in run["error"]
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.multiprocess
+def test_a_silent_listener_at_the_endpoint_is_given_up_at_the_timeout(tmp_path: Path) -> None:
+    """Something that accepts and never answers held a node 150 s against a 20 s
+    --rdzv-timeout (issue 40): every connect honours the user's timeout."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        started = time.monotonic()
+        code, run, err = _finish(_start_node(tmp_path / "s", listener.getsockname()[1],
+                                             "--rdzv-timeout", "3"))  # fmt: skip
+        took = time.monotonic() - started
+    finally:
+        listener.close()
+        for connection in accepted:
+            connection.close()
+    assert code == 1, err
+    assert run["status"] == "failed" and "never answered as a torch rendezvous" in run["error"]
+    assert took < 3 + 30  # the timeout, and the imports of a loaded machine
+
+
+@pytest.mark.multiprocess
+def test_a_rogue_node_of_a_full_job_gives_up_at_its_own_timeout(tmp_path: Path) -> None:
+    """A third node with a two-node job's id waited for the whole job, then failed with
+    torch's message about a closed rendezvous (issue 40)."""
+    port = free_port()
+    forever = ("--set", "max_steps=1000000", "--set", "stop_at_target=false")
+    job = [_start_node(tmp_path / f"n{i}", port, *forever) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 90
+        while not any('"run_start"' in log.read_text()
+                      for log in tmp_path.glob("n*/runs/*/events.jsonl")):  # fmt: skip
+            assert time.monotonic() < deadline, "the job never trained"
+            time.sleep(0.2)
+        started = time.monotonic()
+        code, run, err = _finish(_start_node(tmp_path / "rogue", port, "--rdzv-timeout", "3",
+                                             *forever))  # fmt: skip
+        assert code == 1, err
+        assert "already has all its 2 nodes" in run["error"], run["error"]
+        assert time.monotonic() - started < 3 + 30
+        assert all(node.poll() is None for node in job)  # the job goes on
+    finally:
+        for node in job:
+            node.kill()
+            node.communicate()
 
 
 # -- an emulated cluster: a namespace and an agent per node (root) ---------------------

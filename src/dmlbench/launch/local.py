@@ -36,7 +36,7 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from dmlbench.errors import WorkerFailed
 from dmlbench.heartbeat import read_heartbeats
 from dmlbench.launch.entry import worker_entry
-from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV, Rendezvous
+from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV, Rendezvous, RendezvousFull
 from dmlbench.launch.watchdog import Watchdog
 from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, interface_of
 from dmlbench.netem.topology import Topology
@@ -211,6 +211,10 @@ def _rendezvous_failure(error: BaseException, rendezvous: Rendezvous) -> str:
     """One line for a multi-node start that failed: who did not come, and what to do."""
     text = " ".join(str(error).split())
     where = f"the rendezvous at {rendezvous.endpoint} (id {rendezvous.run_id})"
+    if isinstance(error, RendezvousFull):
+        return (f"{where} already has all its {rendezvous.nodes} nodes (waited "
+                f"{rendezvous.timeout_s} s for a place): another job uses this --rdzv-id, or "
+                "this node was started twice; give this job an id of its own")  # fmt: skip
     if isinstance(error, RendezvousTimeoutError) or "timed out" in text.lower():
         return (f"{where} timed out after {rendezvous.timeout_s} s: not all {rendezvous.nodes} "
                 "nodes arrived; start `dmlbench run` on every node with the same --nnodes, "

@@ -15,14 +15,18 @@ is this host's, and no agent here holds the port yet), as torch's own c10d decid
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from torch.distributed import Store, TCPStore
 from torch.distributed.elastic.rendezvous import (
     RendezvousConnectionError,
     RendezvousHandler,
     RendezvousParameters,
+    RendezvousTimeoutError,
     rendezvous_handler_registry,
 )
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
@@ -41,11 +45,52 @@ DEFAULT_PORT = 29400
 SHARE_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}
 
 
+class RendezvousFull(RendezvousTimeoutError):
+    """The rendezvous holds all its nodes already, and this node is not one of them."""
+
+
+class _JoinWithin:
+    """torch's rendezvous operations, with joining bounded by the join timeout.
+
+    torch keeps a node that finds the rendezvous full (its "redundancy list") waiting
+    for a later round with no timeout at all: a rogue third node of a two-node job
+    waited for the whole job, then failed with torch's message about a closed
+    rendezvous. Here it gives up at its own deadline and says why."""
+
+    def __init__(self, inner: Any, deadline: float, handler: DynamicRendezvousHandler) -> None:
+        self.inner, self.deadline, self.handler = inner, deadline, handler
+
+    def run(self, state_handler: Any, deadline: float, update_deadline: Any = None) -> None:
+        def bounded(ctx: Any, op_deadline: float) -> Any:
+            waiting = ctx.node in getattr(ctx.state, "redundancy_list", ())
+            if waiting and time.monotonic() > self.deadline:
+                settings = self.handler.settings
+                raise RendezvousFull(
+                    f"the rendezvous (id {settings.run_id}) already has all its "
+                    f"{settings.max_nodes} nodes, and this node is not one of them"
+                )
+            return state_handler(ctx, op_deadline)
+
+        if update_deadline is None:
+            return self.inner.run(bounded, deadline)
+        return self.inner.run(bounded, deadline, update_deadline)
+
+
 class BoundRendezvousHandler(DynamicRendezvousHandler):
-    """torch's handler; the store it makes for the workers listens on this node's address."""
+    """torch's handler; the store it makes for the workers listens on this node's
+    address, and a node never waits past its join timeout (see :class:`_JoinWithin`)."""
 
     def _create_tcp_store_server(self, master_addr: str, master_port: int) -> TCPStore:
         return tcp_store_server(master_addr, master_port, timeout=timedelta(seconds=300))
+
+    def next_rendezvous(self) -> Any:
+        inner = self._op_executor
+        join = self.settings.timeout.join.total_seconds()
+        self._op_executor = _JoinWithin(inner, time.monotonic() + join, self)  # type: ignore[assignment]
+        try:
+            return super().next_rendezvous()
+        finally:
+            self._op_executor = inner
 
     def get_backend(self) -> str:
         return BACKEND
@@ -54,6 +99,39 @@ class BoundRendezvousHandler(DynamicRendezvousHandler):
 def _seconds(params: RendezvousParameters, key: str) -> timedelta | None:
     value = params.get_as_int(f"{key}_timeout")
     return None if value is None else timedelta(seconds=value)
+
+
+def _connect(host: str, port: int, wait: timedelta) -> TCPStore:
+    """A client of the rendezvous store at ``host:port``, within ``wait`` whatever listens
+    there. torch's own connect honours its timeout only until the TCP connection is up:
+    a listener that accepts and never answers its handshake held a node 150 s against a
+    20 s timeout, bounded only by the other side. The connect runs in a thread (it lets
+    go of the GIL), and one that has not finished in time is given up."""
+    made: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            made["store"] = TCPStore(host, port, is_master=False, multi_tenant=True,
+                                     timeout=wait)  # fmt: skip
+        except Exception as error:  # torch's DistNetworkError, with a C++ trace in it
+            made["error"] = error
+
+    thread = threading.Thread(target=connect, name="rendezvous-connect", daemon=True)
+    thread.start()
+    thread.join(wait.total_seconds() + 1)
+    where = f"cannot reach the rendezvous store at {host}:{port} within {wait.seconds} s"
+    if thread.is_alive():  # left blocked; it ends with this process
+        raise RendezvousConnectionError(
+            f"{where}: something accepted the connection but never answered as a torch "
+            "rendezvous store (not one, or a frozen one)"
+        )
+    if "error" in made:
+        reason = str(made["error"]).split("\n")[0].rpartition("): ")[2][:200]
+        if "Ping failed" in reason:  # an answer, but not a c10d store's
+            reason = "something else listens there (not a torch rendezvous store)"
+        raise RendezvousConnectionError(f"{where}: {reason}")
+    store: TCPStore = made["store"]
+    return store
 
 
 def _create_handler(params: RendezvousParameters) -> RendezvousHandler:
@@ -70,16 +148,7 @@ def _create_handler(params: RendezvousParameters) -> RendezvousHandler:
             store = None
     if store is None:  # wait for the host's store as long as for the other nodes
         wait = timedelta(seconds=params.get_as_int("join_timeout", 600) or 600)
-        try:
-            store = TCPStore(host, port, is_master=False, multi_tenant=True, timeout=wait)
-        except Exception as error:  # torch's DistNetworkError, with a C++ trace in it
-            reason = str(error).split("\n")[0].rpartition("): ")[2][:200]
-            if "Ping failed" in reason:  # an answer, but not a c10d store's
-                reason = "something else listens there (not a torch rendezvous store)"
-            raise RendezvousConnectionError(
-                f"cannot reach the rendezvous store at {host}:{port} within {wait.seconds} s: "
-                f"{reason}"
-            ) from None
+        store = _connect(host, port, wait)
         store.set_timeout(read_timeout)
     timeout = RendezvousTimeout(*(_seconds(params, k) for k in ("join", "last_call", "close",
                                                                 "heartbeat")))  # fmt: skip
