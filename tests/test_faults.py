@@ -53,6 +53,34 @@ def test_of_stuck_workers_the_one_behind_is_named() -> None:
     assert "no progress for 20 s (at step 7, forward; the other workers waited" in stall.message
 
 
+def test_a_node_waits_longer_before_blaming_its_own_stuck_worker() -> None:
+    """Of several nodes, the stopped worker's own node names it (no heartbeat) within the
+    stall timeout; the others' waiting workers are judged stuck only later (issue 40)."""
+    waiting = [beat(0, 99.9, 7, "comm", 80.0), beat(1, 99.9, 7, "comm", 80.5)]
+    assert judge(waiting, now=100.0, timeout_s=10, stuck_s=25) is None
+    assert judge(waiting, now=100.0, timeout_s=10) is not None
+    frozen = [beat(0, 85.0, 7, "comm", 80.0)]
+    assert judge(frozen, now=100.0, timeout_s=10, stuck_s=25) is not None
+
+
+def test_of_the_nodes_errors_the_cause_is_stored(tmp_path: Path) -> None:
+    from dmlbench.launch.node import node_error
+    from dmlbench.results.rundir import write_json
+
+    said = {0: "worker rank 1 stalled: no progress for 60 s (at step 7, comm; the other "
+               "workers waited on it)",
+            1: "worker rank 3 stalled: no heartbeat for 60 s (the process is stopped or "
+               "frozen)",
+            2: "lost node 1 (10.0.0.2): worker rank 4 failed: Connection closed by peer"}  # fmt: skip
+    for index, error in said.items():
+        (tmp_path / f"n{index}").mkdir()
+        write_json(tmp_path / f"n{index}" / "outcome.json", {"status": "failed", "error": error})
+    nodes = [(f"node {i}", tmp_path / f"n{i}") for i in said]
+    assert node_error(nodes) == f"node 1: {said[1]}"
+    assert node_error([nodes[0], nodes[2]]) == f"node 0: {said[0]}"
+    assert node_error([nodes[2]]) == f"node 2: {said[2]}"
+
+
 def test_a_slow_but_live_run_is_left_alone() -> None:
     beats = [beat(0, 99.9, 3, "eval", 95.0), beat(1, 99.9, 3, "eval", 95.1)]
     assert judge(beats, now=100.0, timeout_s=10) is None

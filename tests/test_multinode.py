@@ -323,6 +323,45 @@ def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path
     assert leftovers() == [] and _agents(store) == []  # veths included
 
 
+def _pid_of(store: Path, pattern: str) -> int:
+    """The pid in the first heartbeat file of the cluster's run matching ``pattern``."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for path in store.glob(f"runs/*/nodes/{pattern}"):
+            with contextlib.suppress(OSError, ValueError):
+                return int(json.loads(path.read_text())["pid"])
+        time.sleep(0.2)
+    pytest.fail(f"no heartbeat matches {pattern}")
+
+
+@root_only
+@pytest.mark.multiprocess
+@pytest.mark.parametrize(
+    ("frozen", "named"),
+    [("node1/agent-heartbeat.json", "lost node 1 (10."),
+     ("node1/runs/*/heartbeats/rank-3.json", "node 1 (10.")],
+)  # fmt: skip
+def test_a_frozen_node_or_worker_is_named_within_the_stall_timeout(
+    tmp_path: Path, frozen: str, named: str
+) -> None:
+    """A stopped node agent held the cluster 5.6 minutes and was not named; a worker
+    stopped on node 1 was blamed on node 0's waiting rank 1 (issue 40)."""
+    store = tmp_path / "s"
+    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false",
+                    "--set", "stall_timeout_s=4")  # fmt: skip
+    _wait_for_training(store)
+    os.kill(_pid_of(store, frozen), signal.SIGSTOP)
+    stopped = time.monotonic()
+    code, run, err = _finish(proc)
+    assert code == 1, err
+    assert time.monotonic() - stopped < 4 + 10 + 10  # stall timeout + 10 s, + a busy machine
+    assert run["status"] == "failed" and run["error"].startswith(named), run["error"]
+    assert "no heartbeat" in run["error"]
+    if "rank-3" in frozen:
+        assert "worker rank 3 stalled" in run["error"]
+    assert leftovers() == [] and _agents(store) == []
+
+
 def test_the_lost_node_is_named_from_the_peer_gloo_names() -> None:
     from dmlbench.launch.run import name_lost_node
 

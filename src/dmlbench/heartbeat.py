@@ -84,6 +84,29 @@ def start_heartbeat(folder: Path, rank: int, interval: float) -> HeartbeatWriter
     return writer
 
 
+AGENT_FILE = "agent-heartbeat.json"  # in a node's own store: its agent's heartbeat
+
+
+def start_agent_heartbeat(store: Path, node: int, interval: float) -> HeartbeatWriter:
+    """The heartbeat of one node's agent (its ``dmlbench run``), by which the launcher
+    of an emulated cluster tells a frozen node from a slow one."""
+    store.mkdir(parents=True, exist_ok=True)
+    writer = HeartbeatWriter(store, node, interval)
+    writer.path = store / AGENT_FILE
+    writer.write()
+    writer.start()
+    return writer
+
+
+def read_heartbeat(path: Path) -> dict[str, Any] | None:
+    """One heartbeat file, or None when it is missing or being replaced."""
+    try:
+        beat = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return beat if isinstance(beat, dict) else None
+
+
 def read_heartbeats(folder: Path) -> list[dict[str, Any]]:
     """Every worker's latest heartbeat (files being replaced are skipped this time)."""
     beats = []

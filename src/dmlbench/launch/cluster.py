@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dmlbench.heartbeat import AGENT_FILE, read_heartbeat
 from dmlbench.launch.node import NODES_DIR, job_spec, node_args, node_error, node_folder
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.launch.run import (
@@ -60,6 +61,9 @@ NODE_SPEC_FILE = "node-spec.json"
 # peer and fail) and record the run before they are stopped.
 NODE_GRACE_S = 20.0
 STOP_WAIT_S = 15.0  # after SIGTERM, before SIGKILL
+# A node lost: the others' workers may wait on it inside a collective, where SIGTERM
+# reaches their agents only once it returns; what the run reached is in its event log.
+LOST_STOP_WAIT_S = 5.0
 INTERRUPTED = 130  # a node's `dmlbench run` stopped by SIGINT or SIGTERM
 UNSHAPED = ResolvedNetwork(name="unshaped", rate_bps=None)
 
@@ -138,13 +142,34 @@ def _agent_command(spec: RunSpec, spec_file: Path, endpoint: str, run_id: str,
             *node_args(spec, str(spec_file), endpoint, run_id, str(folder))]  # fmt: skip
 
 
-def _watch(agents: list[NodeAgent]) -> str | None:
+def _frozen(agent: NodeAgent, now: float, timeout_s: float) -> str | None:
+    """Why ``agent`` counts as lost when its heartbeat is older than ``timeout_s``."""
+    beat = read_heartbeat(agent.folder / AGENT_FILE)
+    if beat is None or agent.returncode is not None:
+        return None  # not started yet (imports), or it has exited: the exit says more
+    silent = now - float(beat.get("time", now))
+    if silent <= timeout_s:
+        return None
+    return (f"lost {agent.describe()}: its agent stalled: no heartbeat for {silent:.0f} s "
+            f"(the process is stopped or frozen); stall_timeout_s={timeout_s:g}")  # fmt: skip
+
+
+def _watch(agents: list[NodeAgent], stall_timeout_s: float = 60.0) -> str | None:
     """Wait for every agent to exit. Returns the error when a node was lost (its agent
-    died by a signal, or exited without a result); once one agent has exited, the
-    others get ``NODE_GRACE_S`` to end on their own before they are stopped."""
+    died by a signal, exited without a result, or its heartbeat stopped for
+    ``stall_timeout_s``); once one agent has exited or is lost, the others get
+    ``NODE_GRACE_S`` to end on their own before they are stopped."""
     lost: str | None = None
     deadline: float | None = None
     while any(agent.returncode is None for agent in agents):
+        if lost is None:
+            now = time.time()
+            frozen = [(a, why) for a in agents if (why := _frozen(a, now, stall_timeout_s))]
+            if frozen:  # a frozen agent never exits (nor heeds SIGTERM): stop every node now
+                frozen[0][0].signal(signal.SIGKILL)
+                lost = frozen[0][1]
+                _stop(agents, LOST_STOP_WAIT_S)
+                break
         for agent in agents:
             code = agent.returncode
             if code is None or agent.exit_seen is not None:
@@ -158,16 +183,17 @@ def _watch(agents: list[NodeAgent]) -> str | None:
             elif lost is None and code not in (0, 1, 130):
                 lost = f"lost {agent.describe()}: its agent exited with code {code}"
         if deadline is not None and time.monotonic() > deadline:
-            _stop([agent for agent in agents if agent.returncode is None])
+            _stop([agent for agent in agents if agent.returncode is None], LOST_STOP_WAIT_S)
         time.sleep(0.1)
     return lost
 
 
-def _stop(agents: list[NodeAgent]) -> None:
-    """SIGTERM (the agents stop their workers), then SIGKILL what is left."""
+def _stop(agents: list[NodeAgent], wait_s: float = STOP_WAIT_S) -> None:
+    """SIGTERM (the agents stop their workers), then SIGKILL what is left after
+    ``wait_s``."""
     for agent in agents:
         agent.signal(signal.SIGTERM)
-    end = time.monotonic() + STOP_WAIT_S
+    end = time.monotonic() + wait_s
     for agent in agents:
         if agent.process is None:
             continue
@@ -227,7 +253,7 @@ def run_cluster(
                     tail = _NodesTail([agent.events_file(run_id) for agent in agents])
                     watcher = _Watcher(tail, progress)
                     watcher.start()
-                lost = _watch(agents)
+                lost = _watch(agents, spec.stall_timeout_s)
             except BaseException:
                 _stop(agents)  # inside the namespaces' lifetime: nothing outlives them
                 raise

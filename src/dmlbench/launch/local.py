@@ -37,7 +37,7 @@ from dmlbench.errors import WorkerFailed
 from dmlbench.heartbeat import read_heartbeats
 from dmlbench.launch.entry import worker_entry
 from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV, Rendezvous, RendezvousFull
-from dmlbench.launch.watchdog import Watchdog
+from dmlbench.launch.watchdog import REMOTE_GRACE_S, Watchdog
 from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, interface_of
 from dmlbench.netem.topology import Topology
 from dmlbench.spec import RunSpec
@@ -180,7 +180,9 @@ def launch_workers(
         **SHARE_STORE_ENV,
         **(env or {}),
     }
-    watchdog = Watchdog(heartbeats, stall_timeout_s)
+    remote = rendezvous is not None and rendezvous.nodes > 1
+    watchdog = Watchdog(heartbeats, stall_timeout_s,
+                        stuck_s=stall_timeout_s + (REMOTE_GRACE_S if remote else 0.0))  # fmt: skip
     watchdog.start()
     try:
         with _environment(values), signal_handlers_kept():

@@ -45,12 +45,30 @@ def node_folder(run_dir: Path, index: int) -> Path:
 
 
 def node_error(nodes: Iterable[tuple[str, Path]]) -> str | None:
-    """The first error a node reported in its outcome file, named as given:
-    ``nodes`` is (name, that node's folder of the run)."""
+    """The error that names the cause, of those the nodes reported in their outcome
+    files, named as given: ``nodes`` is (name, that node's folder of the run).
+
+    A fault on one node shows on the others too: a worker stopped on node 1 is "no
+    heartbeat" there, while node 0's workers wait on it ("no progress") or lose it
+    ("lost node 1"). The frozen one is the cause, then a stuck one, then any failure
+    but a lost peer; of equals, the first node's."""
     from dmlbench.results.rundir import OUTCOME_FILE, read_json
 
-    for name, folder in nodes:
+    reported = []
+    for order, (name, folder) in enumerate(nodes):
         outcome = read_json(folder / OUTCOME_FILE) or {}
-        if outcome.get("error"):
-            return f"{name}: {outcome['error']}"
-    return None
+        error = outcome.get("error") if isinstance(outcome, dict) else None
+        if isinstance(error, str) and error:
+            reported.append((_as_cause(error), order, f"{name}: {error}"))
+    return min(reported)[2] if reported else None
+
+
+def _as_cause(error: str) -> int:
+    """How surely ``error`` names the cause of a multi-node failure (lower: surer)."""
+    if "no heartbeat" in error:
+        return 0
+    if "stalled" in error:
+        return 1
+    if error.startswith("lost node") or "peer" in error.lower():
+        return 3
+    return 2

@@ -254,6 +254,9 @@ def run_benchmark(
     network = spec.network.resolve() if spec.network.enabled else None
     if rendezvous is not None:
         network = None  # real hosts, or nodes of an emulated cluster: shaped outside
+        from dmlbench.heartbeat import start_agent_heartbeat
+
+        start_agent_heartbeat(store.root, 0, min(1.0, spec.stall_timeout_s / 4))
         if rendezvous.nodes != spec.nodes:
             raise SpecError(f"--nnodes {rendezvous.nodes} but the spec has nodes={spec.nodes}")
     if network:

@@ -33,13 +33,23 @@ def _position(beat: dict[str, Any]) -> tuple[int, int]:
     return beat.get("step", -1), PHASE_ORDER.index(phase) if phase in PHASE_ORDER else -1
 
 
-def judge(beats: Sequence[dict[str, Any]], now: float, timeout_s: float) -> Stall | None:
+# One node of several sees only its own workers: when they all wait, the worker they
+# wait on may be on another node, whose own watchdog names it (frozen: no heartbeat)
+# within stall_timeout_s. A node judges its workers stuck only this much later.
+REMOTE_GRACE_S = 15.0
+
+
+def judge(
+    beats: Sequence[dict[str, Any]], now: float, timeout_s: float, stuck_s: float | None = None
+) -> Stall | None:
     """Which worker, if any, has stalled (``now`` and the beats' times: ``time.time()``).
 
     A frozen worker (its heartbeat is older than ``timeout_s``) comes first. Otherwise,
-    once any training loop has not moved for ``timeout_s``, the worker furthest behind
-    (step, then phase within the step) is the one the others are waiting on.
+    once any training loop has not moved for ``stuck_s`` (default ``timeout_s``), the
+    worker furthest behind (step, then phase within the step) is the one the others are
+    waiting on.
     """
+    stuck_s = timeout_s if stuck_s is None else stuck_s
     frozen = [b for b in beats if now - b["time"] > timeout_s]
     if frozen:
         beat = min(frozen, key=lambda b: b["time"])
@@ -48,7 +58,7 @@ def judge(beats: Sequence[dict[str, Any]], now: float, timeout_s: float) -> Stal
                      f"{now - beat['time']:.0f} s (the process is stopped or frozen); "
                      f"stall_timeout_s={timeout_s:g}")  # fmt: skip
     moving = [b for b in beats if b.get("progress_at")]
-    stuck = [b for b in moving if now - b["progress_at"] > timeout_s]
+    stuck = [b for b in moving if now - b["progress_at"] > stuck_s]
     if not stuck:
         return None
     beat = min(beats, key=lambda b: (*_position(b), b.get("progress_at") or 0.0))
@@ -72,15 +82,19 @@ def _is_child(pid: int) -> bool:
 class Watchdog(threading.Thread):
     """Judges the heartbeats in ``folder`` every ``poll_s`` seconds until stopped."""
 
-    def __init__(self, folder: Path, timeout_s: float, poll_s: float = 0.5) -> None:
+    def __init__(
+        self, folder: Path, timeout_s: float, poll_s: float = 0.5, stuck_s: float | None = None
+    ) -> None:
         super().__init__(daemon=True, name="dmlbench-watchdog")
         self.folder, self.timeout_s, self.poll_s = folder, timeout_s, poll_s
+        self.stuck_s = stuck_s
         self.verdict: Stall | None = None
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.wait(self.poll_s):
-            stall = judge(read_heartbeats(self.folder), time.time(), self.timeout_s)
+            stall = judge(read_heartbeats(self.folder), time.time(), self.timeout_s,
+                          self.stuck_s)  # fmt: skip
             if stall is not None and _is_child(stall.pid):
                 self.verdict = stall
                 os.kill(stall.pid, signal.SIGKILL)  # works on a stopped process too
