@@ -67,11 +67,12 @@ def test_of_the_nodes_errors_the_cause_is_stored(tmp_path: Path) -> None:
     from dmlbench.launch.node import node_error
     from dmlbench.results.rundir import write_json
 
-    said = {0: "worker rank 1 stalled: no progress for 60 s (at step 7, comm; the other "
-               "workers waited on it)",
-            1: "worker rank 3 stalled: no heartbeat for 60 s (the process is stopped or "
-               "frozen)",
-            2: "lost node 1 (10.0.0.2): worker rank 4 failed: Connection closed by peer"}  # fmt: skip
+    said = {
+        0: "worker rank 1 stalled: no progress for 60 s (at step 7, comm; the other workers "
+        "waited on it)",
+        1: "worker rank 3 stalled: no heartbeat for 60 s (the process is stopped or frozen)",
+        2: "lost node 1 (10.0.0.2): worker rank 4 failed: Connection closed by peer",
+    }
     for index, error in said.items():
         (tmp_path / f"n{index}").mkdir()
         write_json(tmp_path / f"n{index}" / "outcome.json", {"status": "failed", "error": error})
