@@ -417,6 +417,466 @@ def dask_worker_lost(tmp: Path) -> dict[str, Any]:
                None, f"the whole fit (2 epochs in {took:.1f} s)")  # fmt: skip
 
 
+# ------------------------------------------------------- job files, outputs, recovery (issue 40)
+
+
+def _one_line(done: subprocess.CompletedProcess) -> str:
+    lines = done.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit {done.returncode}, nothing said"
+
+
+def _timed(*args: str, **kwargs: Any) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    done = subprocess.run([*DMLBENCH, *args], capture_output=True, text=True, timeout=600, **kwargs)
+    return done, time.monotonic() - start
+
+
+@attack("sbatch")
+def sbatch_injection(tmp: Path) -> dict[str, Any]:
+    """Shell in every value that reaches a generated sbatch script, run with bash."""
+    marker = tmp / "PWNED"
+    said, took = [], 0.0
+    for option in ("--partition", "--time", "--account", "--store"):
+        done, seconds = _timed("slurm", "digits-mlp", option, f"x\ntouch {marker}")
+        took = max(took, seconds)
+        if done.stdout:  # a script was written: run it as the attack did
+            subprocess.run(["bash"], input=done.stdout, capture_output=True, text=True)
+        said.append(f"{option}: exit {done.returncode}")
+    sweep = tmp / "s.yaml"
+    sweep.write_text(
+        json.dumps(
+            {
+                "name": f"../../../../{tmp}/x\ntouch {marker}",
+                "task": "synthetic-mlp",
+                "axes": {"workers": [1]},
+            }
+        )
+    )
+    done, _ = _timed("slurm", str(sweep), "--store", str(tmp / "store"))
+    script = done.stdout.replace(f"{sys.executable} -m dmlbench sweep", "echo")
+    subprocess.run(["bash"], input=script, capture_output=True, text=True)
+    refused = _one_line(_timed("slurm", "digits-mlp", "--partition", "x\ntouch y")[0])
+    return row(
+        "text with a newline in `slurm --partition/--time/--account/--store` and a sweep's "
+        "`name:`, the script then run with bash",
+        f"{'a file was created: INJECTED' if marker.exists() else 'nothing ran'}; "
+        f"{', '.join(said)}; e.g. `{refused}`; the sweep name becomes the job name "
+        f"`{next(line for line in done.stdout.splitlines() if 'job-name' in line)[:60]}…`",
+        took,
+        "—",
+    )
+
+
+@attack("outputs")
+def outputs_over_devices(tmp: Path) -> dict[str, Any]:
+    """report/export/--png/slurm --out/k8s --out aimed at a device, a folder, a symlink."""
+    needs_root()
+    from dmlbench.results import ResultsStore
+    from dmlbench.results.environment import collect_environment
+    from dmlbench.results.summary import summarize
+    from dmlbench.spec.run import deviations, resolve_spec
+
+    store = tmp / "store"
+    spec = resolve_spec("synthetic-mlp")
+    results = ResultsStore(store)
+    results.begin("r1", spec.to_json_dict(), deviations(spec), collect_environment())
+    results.finish("r1", status="failed", summary=summarize([]), evals=[], error="x")
+    device = tmp / "full"
+    os.mknod(device, 0o600 | 0o020000, os.makedev(1, 7))  # a character device, like /dev/full
+    victim = tmp / "victim"
+    victim.write_text("keep")
+    folder = tmp / "tables"
+    folder.mkdir()
+    (folder / "runs.csv").symlink_to(victim)
+    cases = [
+        ("report", "--store", str(store), "--out", str(device)),
+        ("report", "--store", str(store), "--out", str(tmp)),
+        ("report", "--store", str(store), "--out", ""),
+        ("report", "--store", str(store), "--png", str(victim)),
+        ("export", "--store", str(store), "--out", str(folder)),
+        ("export", "--store", str(store), "--out", str(victim)),
+        ("slurm", "digits-mlp", "--out", str(device)),
+        ("k8s", "digits-mlp", "--image", "i", "--out", str(device)),
+    ]
+    results_said, took = [], 0.0
+    for args in cases:
+        done, seconds = _timed(*args)
+        took = max(took, seconds)
+        results_said.append((done.returncode, "Traceback" in done.stderr, _one_line(done)))
+    intact = os.path.exists(device) and not Path(device).is_file() and victim.read_text() == "keep"
+    one_line = all(code == 2 and not trace for code, trace, _ in results_said)
+    return row(
+        "`report --out` a device node (as root), a folder or ''; `--png` a file; `export` "
+        "into a folder with a planted symlink or onto a file; `slurm/k8s --out` a device",
+        f"{len(cases)} of {len(cases)} refused in one line"
+        if one_line
+        else f"NOT ALL REFUSED: {results_said}"
+        f"; device and link target intact: {intact}; e.g. `{results_said[0][2]}`, "
+        f"`{results_said[4][2]}`",
+        took,
+        "the device, the link's target",
+    )
+
+
+@attack("paths")
+def ids_as_paths(tmp: Path) -> dict[str, Any]:
+    """--rdzv-id and sweep names that would put files outside the store."""
+    store = tmp / "store"
+    said, took = [], 0.0
+    for rdzv_id in ("../../x", str(tmp / "outside")):
+        done, seconds = _timed(
+            "run",
+            "synthetic-mlp",
+            "--nnodes",
+            "2",
+            "--rdzv-endpoint",
+            "127.0.0.1:1",
+            "--rdzv-id",
+            rdzv_id,
+            "--store",
+            str(store),
+        )
+        took = max(took, seconds)
+        said.append(_one_line(done))
+    outside = (tmp / "outside").exists() or (tmp / "x").exists()
+    return row(
+        "`--rdzv-id ../../x` or an absolute path",
+        f"{'A FOLDER WAS MADE OUTSIDE THE STORE' if outside else 'refused'}: `{said[0]}`",
+        took,
+        "—",
+    )
+
+
+@attack("import")
+def damaged_import(tmp: Path) -> dict[str, Any]:
+    """`results --import` on damaged run folders."""
+    from dmlbench.results.environment import collect_environment
+    from dmlbench.results.rundir import create_run_dir, write_json
+    from dmlbench.spec.run import resolve_spec
+
+    store = tmp / "store"
+    spec = resolve_spec("synthetic-mlp").to_json_dict()
+    evaluation = {
+        "key": "eval_accuracy",
+        "value": 0.5,
+        "time_ms": 1.0,
+        "metadata": {
+            "epoch_num": 1,
+            "step": 10,
+            "samples_count": 160,
+            "elapsed_s": 1.0,
+            "compute_elapsed_s": 0.9,
+            "eval_loss": 1.2,
+        },
+    }
+    cases = {
+        "bytes": (spec, b"\xff\xfe\x80\n[1]\n" + json.dumps(evaluation).encode()),
+        "recipe": ({k: v for k, v in spec.items() if k != "recipe"}, b""),
+        "seed": ({**spec, "seed": 10**30}, b""),
+        "task": ({**spec, "task": "no-such-task"}, b""),
+    }
+    said, took = [], 0.0
+    for name, (data, events) in cases.items():
+        _, folder = create_run_dir(store / "runs", data, name)
+        write_json(folder / "run.json", {"environment": collect_environment(), "deviations": {}})
+        (folder / "events.jsonl").write_bytes(events)
+        done, seconds = _timed("results", "--store", str(store), "--import", str(folder))
+        took = max(took, seconds)
+        trace = " TRACEBACK" if "Traceback" in done.stderr else ""
+        said.append(
+            f"{name}: exit {done.returncode}{trace}, "
+            f"`{(done.stdout.strip() or _one_line(done))[-110:]}`"
+        )
+    return row(
+        "`results --import` of folders with non-UTF-8 and non-object lines, no recipe, "
+        "seed 10**30, an unknown task",
+        "; ".join(said),
+        took,
+        "what is readable (the evaluation)",
+    )
+
+
+@attack("threads")
+def threads(tmp: Path) -> dict[str, Any]:
+    done, took = _timed(
+        "run", "synthetic-mlp", "--set", "threads_per_worker=600", "--store", str(tmp / "s")
+    )
+    return row(
+        "`threads_per_worker=600` (1,206 threads in one process before)",
+        f"exit {done.returncode}: `{_one_line(done)}`",
+        took,
+        "— (nothing starts)",
+    )
+
+
+@attack("markup")
+def markup_and_sizes(tmp: Path) -> dict[str, Any]:
+    """A sweep named x[/] [bold]y; a 120 KB --set; a seed of 2^63; an emptied store."""
+    store = tmp / "store"
+    sweep = tmp / "s.yaml"
+    sweep.write_text(
+        "name: 'x[/] [bold]y'\ntask: synthetic-mlp\nset: {max_steps: 3}\naxes: {workers: [1]}\n"
+    )
+    done, took = _timed("sweep", str(sweep), "--store", str(store))
+    hint = next((line for line in done.stdout.splitlines() if "Report:" in line), "no hint")
+    huge, _ = _timed("run", "synthetic-mlp", "--set", "exchange=" + "x" * 120_000, "--dry-run")
+    seed, _ = _timed("run", "synthetic-mlp", "--seed", str(2**63), "--dry-run")
+    (store / "dmlbench.sqlite").write_bytes(b"")
+    emptied, _ = _timed("results", "--store", str(store))
+    return row(
+        "a sweep named `x[/] [bold]y`; a 120 KB `--set` value; `--seed 2**63`; the "
+        "store's database emptied",
+        f"exit {done.returncode}, the hint printed: `{hint.strip()[-60:]}`; "
+        f"{len(huge.stderr):,} characters of error; `{_one_line(seed)[-70:]}`; "
+        f"`{_one_line(emptied)[:90]}…`",
+        took,
+        "the sweep's run",
+    )
+
+
+@attack("sweep-signals")
+def signals_between_runs(tmp: Path) -> dict[str, Any]:
+    """SIGINT at random moments of a sweep of short runs (2 of 13 leaked a traceback)."""
+    import random
+
+    sweep = tmp / "s.yaml"
+    sweep.write_text(
+        "name: quick\ntask: synthetic-mlp\nset: {max_steps: 5}\naxes: {workers: [1]}\nrepeats: 6\n"
+    )
+    chance = random.Random(0)
+    codes, tracebacks, took = [], 0, 0.0
+    for trial in range(8):
+        proc = subprocess.Popen(
+            [*DMLBENCH, "sweep", str(sweep), "--store", str(tmp / f"s{trial}"), "--quiet"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        time.sleep(chance.uniform(6.0, 20.0))
+        os.killpg(proc.pid, signal.SIGINT)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        took = max(took, time.monotonic() - start)
+        codes.append(proc.returncode)
+        tracebacks += ("Traceback" in out + err) or ("KeyboardInterrupt" in out + err)
+    return row(
+        "Ctrl-C at a random moment of a sweep of short runs (8 trials, 6–20 s in)",
+        f"exit codes {codes}; {tracebacks} of 8 printed a traceback",
+        took,
+        "every finished run",
+    )
+
+
+# ---------------------------------------------------------------- multi-node (issue 40)
+
+
+def _cluster(store: Path, *extra: str, sigint_ignored: bool = False) -> subprocess.Popen:
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
+    return subprocess.Popen(
+        [
+            *DMLBENCH,
+            "run",
+            "synthetic-mlp",
+            "--nodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--store",
+            str(store),
+            "--quiet",
+            "--json",
+            "--set",
+            "max_steps=1000000",
+            "--set",
+            "stop_at_target=false",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=ignore,
+    )
+
+
+def _cluster_training(store: Path) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        logs = list(store.glob("runs/*/nodes/*/runs/*/events.jsonl"))
+        if logs and '"run_start"' in logs[0].read_text():
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the emulated cluster never trained")
+
+
+def _cluster_end(proc: subprocess.Popen, store: Path, start: float) -> tuple[str, float, bool]:
+    _, err = proc.communicate(timeout=900)
+    took = time.monotonic() - start
+    from dmlbench.netem import leftovers
+
+    run = stored(store)[0]
+    left = leftovers()
+    return (
+        f"exit {proc.returncode}, run {run.status}: {run.error}; left in ip netns/link: "
+        f"{len(left)}",
+        took,
+        "Traceback" in err,
+    )
+
+
+def _heartbeat_pid(store: Path, pattern: str) -> int:
+    path = next(store.glob(f"runs/*/nodes/{pattern}"))
+    return int(json.loads(path.read_text())["pid"])
+
+
+@attack("cluster-frozen-agent")
+def frozen_agent(tmp: Path) -> dict[str, Any]:
+    needs_root()
+    store = tmp / "s"
+    proc = _cluster(store)
+    _cluster_training(store)
+    os.kill(_heartbeat_pid(store, "node1/agent-heartbeat.json"), signal.SIGSTOP)
+    happens, took, _ = _cluster_end(proc, store, time.monotonic())
+    return row(
+        "an emulated 2×2 cluster's node 1 agent is stopped (SIGSTOP)",
+        happens,
+        took,
+        "the event log of node 0 (rank 0)",
+    )
+
+
+@attack("cluster-remote-stall")
+def remote_stall(tmp: Path) -> dict[str, Any]:
+    needs_root()
+    store = tmp / "s"
+    proc = _cluster(store)
+    _cluster_training(store)
+    os.kill(_heartbeat_pid(store, "node1/runs/*/heartbeats/rank-3.json"), signal.SIGSTOP)
+    happens, took, _ = _cluster_end(proc, store, time.monotonic())
+    return row(
+        "rank 3, on node 1 of an emulated 2×2 cluster, is stopped (SIGSTOP)",
+        happens,
+        took,
+        "the event log of node 0 (rank 0)",
+    )
+
+
+def _cluster_signal(tmp: Path, how: str) -> dict[str, Any]:
+    needs_root()
+    store = tmp / "s"
+    proc = _cluster(store, sigint_ignored=how == "kill -INT")
+    _cluster_training(store)
+    start = time.monotonic()
+    if how == "Ctrl-C":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGINT if how == "kill -INT" else signal.SIGTERM)
+    happens, took, trace = _cluster_end(proc, store, start)
+    return row(
+        f"{how} to an emulated 2×2 cluster's launcher"
+        + (
+            " (started with SIGINT ignored, as a script's background job)"
+            if how == "kill -INT"
+            else ""
+        ),
+        happens + ("; a traceback" if trace else ""),
+        took,
+        "the event log of node 0 (rank 0)",
+    )
+
+
+@attack("cluster-ctrl-c")
+def cluster_ctrl_c(tmp: Path) -> dict[str, Any]:
+    return _cluster_signal(tmp, "Ctrl-C")
+
+
+@attack("cluster-sigint")
+def cluster_sigint(tmp: Path) -> dict[str, Any]:
+    return _cluster_signal(tmp, "kill -INT")
+
+
+@attack("cluster-sigterm")
+def cluster_sigterm(tmp: Path) -> dict[str, Any]:
+    return _cluster_signal(tmp, "kill -TERM")
+
+
+def _node(store: Path, port: int, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            *DMLBENCH,
+            "run",
+            "synthetic-mlp",
+            "--nnodes",
+            "2",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "job",
+            "--store",
+            str(store),
+            "--quiet",
+            "--json",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@attack("silent-endpoint")
+def silent_endpoint(tmp: Path) -> dict[str, Any]:
+    server, address = _silent_listener()
+    port = int(address.rsplit(":", 1)[1])
+    start = time.monotonic()
+    out, _ = _node(tmp / "s", port, "--rdzv-timeout", "20").communicate(timeout=600)
+    took = time.monotonic() - start
+    server.close()
+    run = json.loads(out)
+    return row(
+        "a node's `--rdzv-endpoint` is a listener that accepts and never answers "
+        "(`--rdzv-timeout 20`)",
+        f"run {run['status']}: {run['error']}",
+        took,
+        "— (no worker started)",
+    )
+
+
+@attack("rogue-node")
+def rogue_node(tmp: Path) -> dict[str, Any]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    forever = ("--set", "max_steps=1000000", "--set", "stop_at_target=false")
+    job = [_node(tmp / f"n{i}", port, *forever) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 180
+        while not any(
+            '"run_start"' in log.read_text() for log in tmp.glob("n*/runs/*/events.jsonl")
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the job never trained")
+            time.sleep(0.2)
+        start = time.monotonic()
+        out, _ = _node(tmp / "rogue", port, "--rdzv-timeout", "20", *forever).communicate(
+            timeout=900
+        )
+        took = time.monotonic() - start
+        alive = all(node.poll() is None for node in job)
+    finally:
+        for node in job:
+            node.kill()
+            node.communicate()
+    run = json.loads(out)
+    return row(
+        "a third, rogue node joins a training 2-node job's rendezvous id (`--rdzv-timeout 20`)",
+        f"run {run['status']}: {run['error']}; the job goes on: {alive}",
+        took,
+        "—",
+    )
+
+
 # ------------------------------------------------------------------------------ main
 
 
