@@ -422,9 +422,14 @@ def results(
         for given in import_dirs:
             # a folder of run folders (a store's runs/): each one the store lacks
             many = not (given / "spec.json").exists() and any(given.glob("*/spec.json"))
-            for folder in sorted(p.parent for p in given.glob("*/spec.json")) if many else [given]:
-                if many and target.status_of(folder.name) not in (None, "running", "interrupted"):
-                    continue
+            folders = sorted(p.parent for p in given.glob("*/spec.json")) if many else [given]
+            lacking = [
+                f for f in folders
+                if not many or target.status_of(f.name) in (None, "running", "interrupted")
+            ]  # fmt: skip
+            if many and not lacking:
+                console.print(f"{target.path} has every run in {given}", markup=False)
+            for folder in lacking:
                 try:
                     done = import_run_dir(target, folder)
                 except StoreError as error:
