@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,6 +58,33 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextmanager
+def _start_up_output(path: Path) -> Iterator[None]:
+    """Worker processes write to this process's stderr until torch redirects theirs,
+    after their imports: a Ctrl-C then printed a KeyboardInterrupt traceback per worker.
+    In this block they inherit ``path`` as their stderr instead, while this process (its
+    progress, torch's copy of the workers' output) writes to the terminal as before."""
+    try:
+        sys.stderr.flush()
+        terminal = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr to keep
+        yield
+        return
+    own = sys.stderr
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stderr = os.fdopen(terminal, "w", buffering=1, encoding=getattr(own, "encoding", None),
+                           errors="backslashreplace", closefd=False)  # fmt: skip
+    os.dup2(log, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(terminal, 2)
+        sys.stderr = own
+        os.close(terminal)
+        os.close(log)
 
 
 def _failure_message(failure: ProcessFailure, log_dir: Path) -> str:
@@ -185,7 +213,8 @@ def launch_workers(
                         stuck_s=stall_timeout_s + (REMOTE_GRACE_S if remote else 0.0))  # fmt: skip
     watchdog.start()
     try:
-        with _environment(values), signal_handlers_kept():
+        start_log = log_dir / "start-up.log"
+        with _environment(values), signal_handlers_kept(), _start_up_output(start_log):
             elastic_launch(config, worker_entry)(json.dumps(settings), target, *args)
     except ChildFailedError as error:
         if watchdog.verdict is not None:
