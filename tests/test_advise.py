@@ -198,7 +198,11 @@ def test_advise_from_a_real_store(tmp_path: Path) -> None:
                          "--workers", "4", "--json", "--store", store).stdout)  # fmt: skip
     assert out["noise_scale"] > 0  # the 2-worker run measured it
     assert "median B_simple of 1 run" in out["sources"]["noise_scale"]
-    assert "fitted b=16, 64 at 1 worker" in out["sources"]["compute"]
+    runs = json.loads(cli("results", "--json", "--store", store).stdout)
+    if len({bool(r["disturbed"]) for r in runs}) == 1:
+        assert "fitted b=16, 64 at 1 worker" in out["sources"]["compute"]
+    else:  # a busy moment disturbed some runs: advise prefers the others, by design
+        assert "b=16" in out["sources"]["compute"]
     best = out["recommended"]
     assert best["workers"] in (1, 2, 4) and best["tta_s"] > 0
     assert all(best["tta_s"] <= r["tta_s"] for r in out["runners_up"])
