@@ -689,6 +689,8 @@ def _cluster(store: Path, *extra: str, sigint_ignored: bool = False) -> subproce
             "--set",
             "max_steps=1000000",
             "--set",
+            "max_epochs=100000",
+            "--set",
             "stop_at_target=false",
             *extra,
         ],
@@ -848,7 +850,14 @@ def rogue_node(tmp: Path) -> dict[str, Any]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    forever = ("--set", "max_steps=1000000", "--set", "stop_at_target=false")
+    forever = (
+        "--set",
+        "max_steps=1000000",
+        "--set",
+        "max_epochs=100000",
+        "--set",
+        "stop_at_target=false",
+    )
     job = [_node(tmp / f"n{i}", port, *forever) for i in range(2)]
     try:
         deadline = time.monotonic() + 180

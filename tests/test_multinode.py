@@ -29,6 +29,9 @@ from dmlbench.sweep.plan import plan_sweep
 from dmlbench.train.agreement import first_differences, node_view
 
 STEPS = ["--set", "max_steps=25", "--set", "stop_at_target=false"]
+# trains until stopped: synthetic-mlp's recipe ends after 10 epochs, a few seconds
+FOREVER = ("--set", "max_epochs=100000", "--set", "max_steps=1000000", "--set",
+           "stop_at_target=false")  # fmt: skip
 
 
 def _start_node(store: Path, port: int, *extra: str, nodes: int = 2) -> subprocess.Popen:
@@ -211,7 +214,7 @@ def test_a_rogue_node_of_a_full_job_gives_up_at_its_own_timeout(tmp_path: Path) 
     """A third node with a two-node job's id waited for the whole job, then failed with
     torch's message about a closed rendezvous (issue 40)."""
     port = free_port()
-    forever = ("--set", "max_steps=1000000", "--set", "stop_at_target=false")
+    forever = FOREVER
     job = [_start_node(tmp_path / f"n{i}", port, *forever) for i in range(2)]
     try:
         deadline = time.monotonic() + 90
@@ -265,8 +268,7 @@ def _wait_for_training(store: Path, timeout: float = 90) -> None:
 
 def _training_cluster(store: Path, **options: bool) -> tuple[Path, subprocess.Popen]:
     """A 2×2 emulated cluster that trains until stopped, once its training has begun."""
-    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false",
-                    **options)  # fmt: skip
+    proc = _cluster(store, *FOREVER, **options)
     _wait_for_training(store)
     return store, proc
 
@@ -347,8 +349,7 @@ def test_a_frozen_node_or_worker_is_named_within_the_stall_timeout(
     """A stopped node agent held the cluster 5.6 minutes and was not named; a worker
     stopped on node 1 was blamed on node 0's waiting rank 1 (issue 40)."""
     store = tmp_path / "s"
-    proc = _cluster(store, "--set", "max_steps=1000000", "--set", "stop_at_target=false",
-                    "--set", "stall_timeout_s=4")  # fmt: skip
+    proc = _cluster(store, *FOREVER, "--set", "stall_timeout_s=4")
     _wait_for_training(store)
     os.kill(_pid_of(store, frozen), signal.SIGSTOP)
     stopped = time.monotonic()
