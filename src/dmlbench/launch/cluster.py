@@ -261,8 +261,9 @@ def run_cluster(
             attempt.error = f"{lost}; the other nodes were stopped"
         elif all(agent.returncode == 0 for agent in agents):
             attempt.status = ""
-        elif any(agent.returncode == INTERRUPTED for agent in agents):
-            # a signal reached the agents (Ctrl-C in a terminal whose launcher ignored it)
+        elif all(agent.returncode in (0, INTERRUPTED) for agent in agents):
+            # a signal reached the agents alone (none failed: the ones a failed node
+            # leaves behind are stopped with SIGTERM too, and that run is failed)
             named = [a.describe() for a in agents if a.returncode == INTERRUPTED]
             attempt.status = "interrupted"
             attempt.error = f"interrupted: {', '.join(named)} stopped on a signal"
