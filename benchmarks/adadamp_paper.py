@@ -121,8 +121,9 @@ def train(args: argparse.Namespace) -> tuple[dict[str, Any], float]:
 
     from dmlbench.dask import DaskClassifier, plot_histories
 
-    x_train, x_test, y_train, y_test = cifar_subset(args.data_dir, args.examples,
-                                                    args.test_examples)  # fmt: skip
+    x_train, x_test, y_train, y_test = cifar_subset(
+        args.data_dir, args.examples, args.test_examples
+    )
     dampers: dict[str, Damper] = {
         "constant batch of 128": Constant(128),
         f"GeoDamp 128 → 1,024 (×2 every {args.delay:g} epochs)": GeoDamp(
@@ -210,8 +211,13 @@ def table_lines(table: Any) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
     for row in table.to_dict("records"):
         times = [f"{row[key] / 60:,.1f} min" for key in ("compute_s", *networks)]
-        cells = [row["schedule"], f"{row['updates']:,}", str(row["epochs"]),
-                 str(row["max_workers"]), *times]  # fmt: skip
+        cells = [
+            row["schedule"],
+            f"{row['updates']:,}",
+            str(row["epochs"]),
+            str(row["max_workers"]),
+            *times,
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -244,8 +250,9 @@ def main() -> None:
     )
     fits, overhead = train(args) if args.train else ({}, 0.0)
     here = UpdateTime(overhead, 0.0, measured["seconds"], PAPER_GRADS_PER_WORKER)
-    gpu = UpdateTime(args.gpu_fixed_ms / 1e3, 0.0, args.gpu_compute_ms / 1e3,
-                     PAPER_GRADS_PER_WORKER)  # fmt: skip
+    gpu = UpdateTime(
+        args.gpu_fixed_ms / 1e3, 0.0, args.gpu_compute_ms / 1e3, PAPER_GRADS_PER_WORKER
+    )
     gradient_bytes = 4 * measured["weights"]
     tables = {
         "here": schedule_table(PAPER_SCHEDULES, CIFAR_TRAIN, PAPER_EPOCHS, here, gradient_bytes),
@@ -276,16 +283,25 @@ def main() -> None:
     summary = {
         "command": "python benchmarks/adadamp_paper.py"
         + (f" --train --examples {args.examples}" if args.train else ""),
-        "machine": {"cpu": platform.processor() or platform.machine(),
-                    "torch": torch.__version__, "python": platform.python_version()},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
         "calibration": measured,
         "short_run": {"fits": fits, "overhead_per_update_s": overhead},
         "update_time": {"here": vars(here), "gpu": vars(gpu)},
-        "networks": [{"name": n.name, "algorithm": n.algorithm,
-                      "gbit_per_s": n.link.bandwidth * 8 / 1e9,
-                      "latency_us": n.link.latency_s * 1e6} for n in PAPER_NETWORKS],
+        "networks": [
+            {
+                "name": n.name,
+                "algorithm": n.algorithm,
+                "gbit_per_s": n.link.bandwidth * 8 / 1e9,
+                "latency_us": n.link.latency_s * 1e6,
+            }
+            for n in PAPER_NETWORKS
+        ],
         "tables": {key: table.to_dict("records") for key, table in tables.items()},
-    }  # fmt: skip
+    }
     path = args.out / "paper.json"
     path.write_text(json.dumps(summary, indent=1, default=float) + "\n")
     print(f"summary: {path}")

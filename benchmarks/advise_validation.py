@@ -45,12 +45,20 @@ def measure(
     store: ResultsStore, task: str, workers: int, local: int, seed: int, overrides: list[str]
 ) -> None:
     """One run of the grid, unless the store has it already."""
-    done = [r for r in store.runs(task=task) if r.finished and not r.disturbed
-            and r.workers == workers and r.local_batch == local and r.seed == seed]  # fmt: skip
+    done = [
+        r
+        for r in store.runs(task=task)
+        if r.finished
+        and not r.disturbed
+        and r.workers == workers
+        and r.local_batch == local
+        and r.seed == seed
+    ]
     if done:
         return
-    spec = resolve_spec(task, overrides=[*overrides, f"recipe.local_batch={local}"],
-                        workers=workers, seed=seed)  # fmt: skip
+    spec = resolve_spec(
+        task, overrides=[*overrides, f"recipe.local_batch={local}"], workers=workers, seed=seed
+    )
     outcome = run_benchmark(spec, store, echo=False)
     if outcome.status == "failed":
         sys.exit(f"run {workers} × b={local} seed {seed} failed: {outcome.error}")
@@ -64,8 +72,13 @@ def main() -> int:
     parser.add_argument("--batches", default="8,16,32,64,128,256")
     parser.add_argument("--calibrate-batches", default="32,128")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--set", action="append", default=[], dest="overrides",
-                        help="a spec override for every run, e.g. recipe.target=0.6")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        help="a spec override for every run, e.g. recipe.target=0.6",
+    )
     parser.add_argument("--json", type=Path, help="write the summary here")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
@@ -79,12 +92,17 @@ def main() -> int:
         run_comm_bench(spec, calibration)
     advice = advise_from_store(calibration, args.task, max_workers=max(counts), network="none")
     best = advice.best
-    print(f"advice: {best.workers} × b={best.local_batch}, predicted {best.tta_s:.3f} s "
-          f"({advice.sources['compute']}; noise scale {advice.noise.b_simple:.0f})"
-          if advice.noise else f"advice: {best.workers} × b={best.local_batch}")  # fmt: skip
+    print(
+        f"advice: {best.workers} × b={best.local_batch}, predicted {best.tta_s:.3f} s "
+        f"({advice.sources['compute']}; noise scale {advice.noise.b_simple:.0f})"
+        if advice.noise
+        else f"advice: {best.workers} × b={best.local_batch}"
+    )
     for untried in advice.worth_measuring:
-        print(f"  worth measuring (below the measured batches): {untried.workers} × "
-              f"b={untried.local_batch}, predicted {untried.tta_s:.3f} s")  # fmt: skip
+        print(
+            f"  worth measuring (below the measured batches): {untried.workers} × "
+            f"b={untried.local_batch}, predicted {untried.tta_s:.3f} s"
+        )
 
     grid = ResultsStore(args.root / "grid")
     points = [(workers, local) for workers in counts for local in batches]
@@ -97,44 +115,65 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for workers, local in points:
         # runs other processes disturbed were measured again, and are left out
-        runs = [r for r in grid.runs(task=args.task) if r.finished and not r.disturbed
-                and r.workers == workers and r.local_batch == local]  # fmt: skip
+        runs = [
+            r
+            for r in grid.runs(task=args.task)
+            if r.finished and not r.disturbed and r.workers == workers and r.local_batch == local
+        ]
         times = [r.time_to_accuracy_s for r in runs]
         reached = [t for t in times if t is not None]
         # as `compare` ranks: the olympic mean, a seed that missed counting as ∞
         olympic = olympic_mean(math.inf if t is None else t for t in times)
-        rows.append({
-            "workers": workers, "local_batch": local, "global_batch": workers * local,
-            "predicted_tta_s": predicted.get((workers, local)),
-            "tta_s": olympic if math.isfinite(olympic) else None,
-            "tta_mean_s": statistics.mean(reached) if reached else None,
-            "tta_std_s": statistics.stdev(reached) if len(reached) > 1 else 0.0,
-            "reached": f"{len(reached)}/{len(times)}",
-        })  # fmt: skip
+        rows.append(
+            {
+                "workers": workers,
+                "local_batch": local,
+                "global_batch": workers * local,
+                "predicted_tta_s": predicted.get((workers, local)),
+                "tta_s": olympic if math.isfinite(olympic) else None,
+                "tta_mean_s": statistics.mean(reached) if reached else None,
+                "tta_std_s": statistics.stdev(reached) if len(reached) > 1 else 0.0,
+                "reached": f"{len(reached)}/{len(times)}",
+            }
+        )
     rows.sort(key=lambda r: math.inf if r["tta_s"] is None else r["tta_s"])
     fastest = rows[0]["tta_s"]
     advised = (best.workers, best.local_batch)
     mine = next(r for r in rows if (r["workers"], r["local_batch"]) == advised)
-    print("| rank | N | b / B | predicted TTA | measured TTA (olympic mean) | mean ± std | "
-          "reached |")  # fmt: skip
+    print(
+        "| rank | N | b / B | predicted TTA | measured TTA (olympic mean) | mean ± std | reached |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for rank, row in enumerate(rows, 1):
         mark = " ← advised" if row is mine else ""
         guess, got = row["predicted_tta_s"], row["tta_s"]
-        print(f"| {rank} | {row['workers']} | {row['local_batch']} / {row['global_batch']} | "
-              f"{fmt(guess)} | {fmt(got)} | {fmt(row['tta_mean_s'])} ± "
-              f"{row['tta_std_s']:.3f} s | {row['reached']}{mark} |")  # fmt: skip
+        print(
+            f"| {rank} | {row['workers']} | {row['local_batch']} / {row['global_batch']} | "
+            f"{fmt(guess)} | {fmt(got)} | {fmt(row['tta_mean_s'])} ± "
+            f"{row['tta_std_s']:.3f} s | {row['reached']}{mark} |"
+        )
     # an advised point that missed the target (in most seeds) is as far from the best as can be
     ratio = math.inf if mine["tta_s"] is None else mine["tta_s"] / fastest
     verdict = "PASS" if ratio <= 1 + WITHIN else "FAIL"
     print(f"\nadvised point: {ratio:.2f}× the measured best ({verdict}: within {WITHIN:.0%})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "task": args.task, "advice": advice.to_json(), "grid": rows,
-            "ratio_to_best": ratio if math.isfinite(ratio) else None, "verdict": verdict,
-            "repeats": args.repeats, "overrides": args.overrides,
-        }, indent=1, default=str) + "\n")  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {
+                    "task": args.task,
+                    "advice": advice.to_json(),
+                    "grid": rows,
+                    "ratio_to_best": ratio if math.isfinite(ratio) else None,
+                    "verdict": verdict,
+                    "repeats": args.repeats,
+                    "overrides": args.overrides,
+                },
+                indent=1,
+                default=str,
+            )
+            + "\n"
+        )
     return 0 if verdict == "PASS" else 1
 
 

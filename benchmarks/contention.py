@@ -26,14 +26,33 @@ CLI = [sys.executable, "-m", "dmlbench"]
 
 
 def run(store: Path, workers: int, epochs: int) -> None:
-    subprocess.run([*CLI, "run", "digits-mlp", "--workers", str(workers), "--store", str(store),
-                    "--set", f"max_epochs={epochs}", "--set", "stop_at_target=false",
-                    "--quiet"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            *CLI,
+            "run",
+            "digits-mlp",
+            "--workers",
+            str(workers),
+            "--store",
+            str(store),
+            "--set",
+            f"max_epochs={epochs}",
+            "--set",
+            "stop_at_target=false",
+            "--quiet",
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def compare(store: Path, *extra: str) -> list[dict]:
-    done = subprocess.run([*CLI, "compare", "--json", "--store", str(store), *extra],
-                          check=True, capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [*CLI, "compare", "--json", "--store", str(store), *extra],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(done.stdout)
 
 
@@ -46,8 +65,10 @@ def main() -> None:
     quiet, busy = root / "quiet", root / "busy"
     for workers in (1, 2):
         run(quiet, workers, args.epochs)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(os.cpu_count() or 1)]  # fmt: skip
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 1)
+    ]
     try:
         run(busy, 1, args.epochs)
     finally:
@@ -58,17 +79,21 @@ def main() -> None:
 
     from dmlbench.results import ResultsStore
 
-    print(f"digits-mlp, {args.epochs} epochs, {os.cpu_count()} cores; busy: "
-          f"{os.cpu_count()} busy loops beside the 1-worker run")  # fmt: skip
+    print(
+        f"digits-mlp, {args.epochs} epochs, {os.cpu_count()} cores; busy: "
+        f"{os.cpu_count()} busy loops beside the 1-worker run"
+    )
     print(f"{'store':6} {'N':>2} {'step ms':>8} {'wait':>6} {'others':>7}  verdict")
     for name, store in (("quiet", quiet), ("busy", busy)):
         for r in ResultsStore(store).runs():
             c = r.summary.get("contention") or {}
             m = (c.get("machines") or [{}])[0]
             verdict = {True: "disturbed", False: "undisturbed"}.get(r.disturbed, "not measured")
-            print(f"{name:6} {r.workers:>2} {r.summary['step_time_s'] * 1e3:8.2f} "
-                  f"{c.get('wait_share_max') or 0:6.0%} {m.get('outside_cores') or 0:7.2f}  "
-                  f"{verdict}")  # fmt: skip
+            print(
+                f"{name:6} {r.workers:>2} {r.summary['step_time_s'] * 1e3:8.2f} "
+                f"{c.get('wait_share_max') or 0:6.0%} {m.get('outside_cores') or 0:7.2f}  "
+                f"{verdict}"
+            )
     print("\nspeedup in throughput at 2 workers (step time), as `dmlbench compare` gives it")
     for name, store in (("quiet", quiet), ("busy", busy)):
         default = compare(store)[-1]["speedup_throughput"]

@@ -104,12 +104,12 @@ def train(
 def schedule_names(batch: int, factor: float, delay: float, max_batch: int | None) -> list[str]:
     """The two schedules' names, as the table, the JSON and the figure's legend give them."""
     cap = f", at most {max_batch}" if max_batch else ""
-    return [f"constant batch of {batch}",
-            f"GeoDamp: batch ×{factor:g} every {delay:g} epochs{cap}"]  # fmt: skip
+    return [f"constant batch of {batch}", f"GeoDamp: batch ×{factor:g} every {delay:g} epochs{cap}"]
 
 
-def figure_title(dataset: str, train: int, test: int, hidden: int, epochs: int, seeds: int,
-                 workers: int) -> str:  # fmt: skip
+def figure_title(
+    dataset: str, train: int, test: int, hidden: int, epochs: int, seeds: int, workers: int
+) -> str:
     return (
         f"Constant batch against GeoDamp on {dataset} ({train:,} train / {test:,} test), "
         f"MLP with {hidden} hidden units, {epochs} epochs, ≤ {workers} Dask workers; "
@@ -123,14 +123,24 @@ def replot(saved: Path) -> Path:
     args = data["args"]
     cap = None if args.get("max_batch", "None") == "None" else int(args["max_batch"])
     names = schedule_names(int(args["batch"]), float(args["factor"]), float(args["delay"]), cap)
-    histories = {name: History(runs[0]) for name, runs in
-                 zip(names, data["histories"].values(), strict=True)}  # fmt: skip
+    histories = {
+        name: History(runs[0]) for name, runs in zip(names, data["histories"].values(), strict=True)
+    }
     sizes = {"cifar10": (50_000, 10_000), "digits": (1_347, 450)}[args["dataset"]]
-    title = figure_title(args["dataset"].replace("cifar10", "CIFAR-10"), *sizes,
-                         int(args["hidden"]), int(args["epochs"]), len(json.loads(args["seeds"])),
-                         int(args["workers"]))  # fmt: skip
-    return plot_histories(histories, saved.parent / f"geodamp-{args['dataset']}.png",
-                          metric="test_accuracy", title=title)  # fmt: skip
+    title = figure_title(
+        args["dataset"].replace("cifar10", "CIFAR-10"),
+        *sizes,
+        int(args["hidden"]),
+        int(args["epochs"]),
+        len(json.loads(args["seeds"])),
+        int(args["workers"]),
+    )
+    return plot_histories(
+        histories,
+        saved.parent / f"geodamp-{args['dataset']}.png",
+        metric="test_accuracy",
+        title=title,
+    )
 
 
 def epochs_only(history: list[dict]) -> list[dict]:
@@ -201,8 +211,9 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     data = dataset(args.dataset, args.data_dir)
     geodamp = GeoDamp(args.batch, args.delay, args.factor, args.max_batch)
-    constant_name, geodamp_name = schedule_names(args.batch, args.factor, args.delay,
-                                                 args.max_batch)  # fmt: skip
+    constant_name, geodamp_name = schedule_names(
+        args.batch, args.factor, args.delay, args.max_batch
+    )
     dampers = {constant_name: Constant(args.batch), geodamp_name: geodamp}
     cluster = LocalCluster(
         n_workers=1,

@@ -42,10 +42,19 @@ from dmlbench.netem.profiles import NetworkSpec
 
 
 def overhead_ms(client: Client, x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    est = DaskClassifier(MLP, module__in_features=64, module__hidden=[128],
-                         module__num_outputs=10, optimizer__lr=0.1, batch_size=64,
-                         grads_per_worker=32, min_workers=2, max_workers=2, client=client,
-                         random_state=0)  # fmt: skip
+    est = DaskClassifier(
+        MLP,
+        module__in_features=64,
+        module__hidden=[128],
+        module__num_outputs=10,
+        optimizer__lr=0.1,
+        batch_size=64,
+        grads_per_worker=32,
+        min_workers=2,
+        max_workers=2,
+        client=client,
+        random_state=0,
+    )
     est.partial_fit(x, y)  # untimed: connections, imports, the data's first trip
     est.partial_fit(x, y)
     updates = est.history_[-1]["updates"]
@@ -83,35 +92,48 @@ def main() -> int:
     x = (x / 16).astype(np.float32)
     results: dict[str, dict[str, Any]] = {}
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
-                      dashboard_address=None) as local, Client(local) as client:  # fmt: skip
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None
+        ) as local,
+        Client(local) as client,
+    ):
         results["local"] = overhead_ms(client, x, y)
         results["local"]["join_s"] = joins(lambda: scaled_join(client, local), args.joins)
 
     link = NetworkSpec(bandwidth=args.bandwidth).resolve()
-    with dask_hosts.dask_hosts(2, link, spare=args.joins) as hosts, \
-            Client(hosts.address) as client:  # fmt: skip
+    with dask_hosts.dask_hosts(2, link, spare=args.joins) as hosts, Client(hosts.address) as client:
         results["hosts"] = overhead_ms(client, x, y)
         results["hosts"]["join_s"] = joins(lambda: hosts.add_worker(client), args.joins)
 
-    with tempfile.TemporaryDirectory() as folder, \
-            slurm_cluster.slurm_cluster(Path(folder) / "slurm") as slurm:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        slurm_cluster.slurm_cluster(Path(folder) / "slurm") as slurm,
+    ):
         os.environ["SLURM_CONF"] = str(slurm.conf)
         cluster = SLURMCluster(
-            cores=1, processes=1, memory="1GB", walltime="00:30:00", python=sys.executable,
-            job_directives_skip=["--mem"], death_timeout=60,
+            cores=1,
+            processes=1,
+            memory="1GB",
+            walltime="00:30:00",
+            python=sys.executable,
+            job_directives_skip=["--mem"],
+            death_timeout=60,
             scheduler_options={"host": slurm.control, "dashboard": False},
             log_directory=str(Path(folder) / "logs"),
-        )  # fmt: skip
+        )
         with cluster, Client(cluster) as client:
             first = joins(lambda: scaled_join(client, cluster), 2)  # the two the fit uses
             results["slurm"] = overhead_ms(client, x, y)
-            results["slurm"]["join_s"] = first + joins(lambda: scaled_join(client, cluster),
-                                                       max(0, args.joins - 2))  # fmt: skip
+            results["slurm"]["join_s"] = first + joins(
+                lambda: scaled_join(client, cluster), max(0, args.joins - 2)
+            )
 
     base = results["local"]
-    print(f"| cluster | per update | overhead | vs local | new worker joins (median of "
-          f"{args.joins}) |")  # fmt: skip
+    print(
+        f"| cluster | per update | overhead | vs local | new worker joins (median of "
+        f"{args.joins}) |"
+    )
     print("|---|---:|---:|---:|---:|")
     for name, row in results.items():
         row["join_median_s"] = statistics.median(row["join_s"])

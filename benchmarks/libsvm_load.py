@@ -55,8 +55,11 @@ def timed_load(path: Path, features: int, cache: Path) -> dict:
     env = {"DMLBENCH_CACHE": str(cache), "PATH": "", "HOME": str(cache)}
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), str(features)],
-        capture_output=True, text=True, check=True, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
     return json.loads(done.stdout)
 
 
@@ -70,8 +73,10 @@ def main() -> None:
     started = time.perf_counter()
     write_rows(path, args.rows, args.features)
     size = path.stat().st_size
-    print(f"# wrote {args.rows:,} × {args.features:,} rows, {size / 1e6:,.0f} MB of text "
-          f"in {time.perf_counter() - started:.0f} s")  # fmt: skip
+    print(
+        f"# wrote {args.rows:,} × {args.features:,} rows, {size / 1e6:,.0f} MB of text "
+        f"in {time.perf_counter() - started:.0f} s"
+    )
     print(f"# command: python benchmarks/libsvm_load.py {' '.join(sys.argv[1:])}".rstrip())
     first = timed_load(path, args.features, work / "cache")
     second = timed_load(path, args.features, work / "cache")
@@ -81,13 +86,17 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, result in (("first (parse + cache)", first), ("second (memory map)", second)):
         extra = result["peak_rss_bytes"] - result["baseline"]
-        print(f"| {name} | {result['seconds']:.2f} | {result['peak_rss_bytes'] / 1e6:,.0f} MB "
-              f"| {extra / 1e6:,.0f} MB | {result['rows']:,} |")  # fmt: skip
+        print(
+            f"| {name} | {result['seconds']:.2f} | {result['peak_rss_bytes'] / 1e6:,.0f} MB "
+            f"| {extra / 1e6:,.0f} MB | {result['rows']:,} |"
+        )
     print(f"# parse rate {rate / 1e6:.0f} MB/s of text; dense float32 array {dense / 1e6:,.0f} MB")
     full_text = size / args.rows * EPSILON_TRAIN_ROWS
     minutes = full_text / rate / 60
-    print(f"# at this rate epsilon's 400,000-row training file ({full_text / 1e9:.1f} GB of "
-          f"text) parses in about {minutes:.0f} min, once; later loads memory-map it")  # fmt: skip
+    print(
+        f"# at this rate epsilon's 400,000-row training file ({full_text / 1e9:.1f} GB of "
+        f"text) parses in about {minutes:.0f} min, once; later loads memory-map it"
+    )
 
 
 if __name__ == "__main__":

@@ -54,22 +54,40 @@ COMPUTE = ("data", "forward", "backward", "optimizer")
 
 def bench(store: ResultsStore, nodes: int, network: str | None, repeats: int) -> list[dict]:
     low, high = (4, SIZES[1]) if network is None else SIZES
-    spec = validate_bench({"workers": 4, "nodes": nodes, "min_bytes": low, "max_bytes": high,
-                           "factor": 4, "repeats": repeats, "warmup": 2,
-                           "network": {"profile": network} if network else {}})  # fmt: skip
+    spec = validate_bench(
+        {
+            "workers": 4,
+            "nodes": nodes,
+            "min_bytes": low,
+            "max_bytes": high,
+            "factor": 4,
+            "repeats": repeats,
+            "warmup": 2,
+            "network": {"profile": network} if network else {},
+        }
+    )
     outcome = run_comm_bench(spec, store)
     if outcome.status != "success":
         sys.exit(f"all-reduce benchmark failed: {outcome.error}")
     return outcome.rows
 
 
-def train(store: ResultsStore, task: str, nodes: int, network: str | None, steps: int,
-          data_dir: Path | None) -> dict[str, Any]:  # fmt: skip
-    spec = resolve_spec(task, overrides=[f"max_steps={steps}", "stop_at_target=false",
-                                         "eval_every_epochs=1000"],
-                        nodes=nodes, nproc_per_node=4 // nodes,
-                        network={"profile": network} if network else None,
-                        data_dir=str(data_dir) if data_dir else None)  # fmt: skip
+def train(
+    store: ResultsStore,
+    task: str,
+    nodes: int,
+    network: str | None,
+    steps: int,
+    data_dir: Path | None,
+) -> dict[str, Any]:
+    spec = resolve_spec(
+        task,
+        overrides=[f"max_steps={steps}", "stop_at_target=false", "eval_every_epochs=1000"],
+        nodes=nodes,
+        nproc_per_node=4 // nodes,
+        network={"profile": network} if network else None,
+        data_dir=str(data_dir) if data_dir else None,
+    )
     outcome = run_benchmark(spec, store, echo=False)
     if outcome.status == "failed":
         sys.exit(f"{task} {nodes}×{4 // nodes} failed: {outcome.error}")
@@ -87,42 +105,66 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--steps", type=int, default=60, help="digits-mlp steps per run")
     parser.add_argument("--cifar-steps", type=int, default=25)
-    parser.add_argument("--recalibrate", action=argparse.BooleanOptionalAction, default=True,
-                        help="a 1×4 run of the task right before each layout's run, for its "
-                        "compute (against the machine's drift)")  # fmt: skip
+    parser.add_argument(
+        "--recalibrate",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a 1×4 run of the task right before each layout's run, for its "
+        "compute (against the machine's drift)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/multinode.json"))
     args = parser.parse_args()
     store = ResultsStore(Path(tempfile.mkdtemp(prefix="dmlbench-multinode-")))
     bench(store, 1, None, args.repeats)  # calibration: unshaped, 4 workers, 4 B to 4 MiB
     calibration = calibrate_comm(store.comm_runs())[4]
-    print(f"calibration: alpha {calibration.alpha_s * 1e6:.0f} us, host busbw "
-          f"{calibration.host_busbw / 1e6:,.0f} MB/s (4 workers, unshaped)")  # fmt: skip
+    print(
+        f"calibration: alpha {calibration.alpha_s * 1e6:.0f} us, host busbw "
+        f"{calibration.host_busbw / 1e6:,.0f} MB/s (4 workers, unshaped)"
+    )
     tasks = {"digits-mlp": (args.steps, None)}
     if args.cifar_dir:
         tasks["cifar10-resnet20"] = (args.cifar_steps, args.cifar_dir)
     base = {task: train(store, task, 1, None, steps, data) for task, (steps, data) in tasks.items()}
-    one_host = {task: cluster_allreduce_time("ring", 4, summary["gradient_bytes"],
-                                             Link(float("inf")), Layout(1), calibration)
-                for task, summary in base.items()}  # fmt: skip
+    one_host = {
+        task: cluster_allreduce_time(
+            "ring", 4, summary["gradient_bytes"], Link(float("inf")), Layout(1), calibration
+        )
+        for task, summary in base.items()
+    }
     compute = {task: summary["step_time_s"] - one_host[task] for task, summary in base.items()}
     for task, summary in base.items():
-        print(f"{task}: {summary['gradient_bytes'] / 1e6:.3f} MB of gradients, step "
-              f"{summary['step_time_s'] * 1e3:.1f} ms at 1×4 of which compute phases "
-              f"{compute_per_step(summary) * 1e3:.1f} ms; network-independent part "
-              f"{compute[task] * 1e3:.1f} ms")  # fmt: skip
+        print(
+            f"{task}: {summary['gradient_bytes'] / 1e6:.3f} MB of gradients, step "
+            f"{summary['step_time_s'] * 1e3:.1f} ms at 1×4 of which compute phases "
+            f"{compute_per_step(summary) * 1e3:.1f} ms; network-independent part "
+            f"{compute[task] * 1e3:.1f} ms"
+        )
     model_rows: list[dict[str, Any]] = []
     training: list[dict[str, Any]] = []
     one_node = {r.bytes: r.latency_s for r in store.comm_runs()[0].results}
     for size in SIZES:
-        predicted = cluster_allreduce_time("ring", 4, size, Link(float("inf")), Layout(1),
-                                           calibration)  # fmt: skip
-        model_rows.append({"network": "-", "layout": "1×4", "what": f"all-reduce "
-                           f"{size // 2**20} MiB", "predicted_s": predicted,
-                           "measured_s": one_node[size]})  # fmt: skip
+        predicted = cluster_allreduce_time(
+            "ring", 4, size, Link(float("inf")), Layout(1), calibration
+        )
+        model_rows.append(
+            {
+                "network": "-",
+                "layout": "1×4",
+                "what": f"all-reduce {size // 2**20} MiB",
+                "predicted_s": predicted,
+                "measured_s": one_node[size],
+            }
+        )
     for task, summary in base.items():
-        training.append({"task": task, "network": "-", "layout": "1×4",
-                         "step_s": summary["step_time_s"],
-                         "comm_share": summary["phase_shares"]["comm"]["mean"]})  # fmt: skip
+        training.append(
+            {
+                "task": task,
+                "network": "-",
+                "layout": "1×4",
+                "step_s": summary["step_time_s"],
+                "comm_share": summary["phase_shares"]["comm"]["mean"],
+            }
+        )
     for network in NETWORKS:
         resolved = NetworkSpec(profile=network).resolve()
         link = Link((resolved.rate_bps or float("inf")) / 8, resolved.delay_s)
@@ -133,53 +175,84 @@ def main() -> int:
                 if row["scope"] not in ("all", "hierarchical") or row["bytes"] not in SIZES:
                     continue
                 algorithm = "ring" if row["scope"] == "all" else "hierarchical"
-                predicted = cluster_allreduce_time(algorithm, 4, row["bytes"], link, layout,
-                                                   calibration)  # fmt: skip
+                predicted = cluster_allreduce_time(
+                    algorithm, 4, row["bytes"], link, layout, calibration
+                )
                 form = "flat" if algorithm == "ring" else "hierarchical"
-                model_rows.append({
-                    "network": network, "layout": f"{nodes}×{per_node}",
-                    "what": f"all-reduce {row['bytes'] // 2**20} MiB {form}",
-                    "predicted_s": predicted, "measured_s": row["latency_s"],
-                })  # fmt: skip
+                model_rows.append(
+                    {
+                        "network": network,
+                        "layout": f"{nodes}×{per_node}",
+                        "what": f"all-reduce {row['bytes'] // 2**20} MiB {form}",
+                        "predicted_s": predicted,
+                        "measured_s": row["latency_s"],
+                    }
+                )
             for task, (steps, data) in tasks.items():
                 if args.recalibrate:  # this machine drifts by ±20% in minutes: a 1×4 run
                     fresh = train(store, task, 1, None, steps, data)  # right before
                     compute[task] = fresh["step_time_s"] - one_host[task]
                 summary = train(store, task, nodes, network, steps, data)
-                comm = cluster_allreduce_time("ring", 4, summary["gradient_bytes"], link, layout,
-                                              calibration)  # fmt: skip
-                training.append({
-                    "task": task, "network": network, "layout": f"{nodes}×{per_node}",
-                    "step_s": summary["step_time_s"],
-                    "comm_share": summary["phase_shares"]["comm"]["mean"],
-                })  # fmt: skip
-                model_rows.append({"network": network, "layout": f"{nodes}×{per_node}",
-                                   "what": f"{task} step", "predicted_s": compute[task] + comm,
-                                   "measured_s": summary["step_time_s"]})  # fmt: skip
+                comm = cluster_allreduce_time(
+                    "ring", 4, summary["gradient_bytes"], link, layout, calibration
+                )
+                training.append(
+                    {
+                        "task": task,
+                        "network": network,
+                        "layout": f"{nodes}×{per_node}",
+                        "step_s": summary["step_time_s"],
+                        "comm_share": summary["phase_shares"]["comm"]["mean"],
+                    }
+                )
+                model_rows.append(
+                    {
+                        "network": network,
+                        "layout": f"{nodes}×{per_node}",
+                        "what": f"{task} step",
+                        "predicted_s": compute[task] + comm,
+                        "measured_s": summary["step_time_s"],
+                    }
+                )
     print("\n| task | inter-node | layout | step ms | comm share |")
     print("|---|---|---|---|---|")
     for row in training:
-        print(f"| {row['task']} | {row['network']} | {row['layout']} | {row['step_s'] * 1e3:,.1f} "
-              f"| {row['comm_share']:.0%} |")  # fmt: skip
+        print(
+            f"| {row['task']} | {row['network']} | {row['layout']} | {row['step_s'] * 1e3:,.1f} "
+            f"| {row['comm_share']:.0%} |"
+        )
     print("\n| inter-node | layout | what | predicted ms | measured ms | error |")
     print("|---|---|---|---|---|---|")
     errors = []
     for row in model_rows:
         row["error"] = (row["predicted_s"] - row["measured_s"]) / row["measured_s"]
         errors.append(abs(row["error"]))
-        print(f"| {row['network']} | {row['layout']} | {row['what']} | "
-              f"{row['predicted_s'] * 1e3:,.2f} | {row['measured_s'] * 1e3:,.2f} | "
-              f"{row['error']:+.1%} |")  # fmt: skip
+        print(
+            f"| {row['network']} | {row['layout']} | {row['what']} | "
+            f"{row['predicted_s'] * 1e3:,.2f} | {row['measured_s'] * 1e3:,.2f} | "
+            f"{row['error']:+.1%} |"
+        )
     median = statistics.median(errors)
-    print(f"\nmedian absolute error: {median:.1%} over {len(errors)} comparisons "
-          "(target <= 15%)")  # fmt: skip
-    args.out.write_text(json.dumps({
-        "command": " ".join(sys.argv), "dmlbench": dmlbench.__version__,
-        "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
-        "calibration": calibration.__dict__, "compute_s": compute, "training": training,
-        "gradient_bytes": {task: summary["gradient_bytes"] for task, summary in base.items()},
-        "model": model_rows, "median_abs_error": median,
-    }, indent=1))  # fmt: skip
+    print(f"\nmedian absolute error: {median:.1%} over {len(errors)} comparisons (target <= 15%)")
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": " ".join(sys.argv),
+                "dmlbench": dmlbench.__version__,
+                "torch": torch.__version__,
+                "cpu": platform.processor() or platform.machine(),
+                "calibration": calibration.__dict__,
+                "compute_s": compute,
+                "training": training,
+                "gradient_bytes": {
+                    task: summary["gradient_bytes"] for task, summary in base.items()
+                },
+                "model": model_rows,
+                "median_abs_error": median,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

@@ -40,15 +40,33 @@ def free_port() -> int:
 
 
 def node(store: Path, port: int, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*DMLBENCH, "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                             "--rdzv-id", "check", "--store", str(store), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [
+            *DMLBENCH,
+            "--nnodes",
+            "2",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "check",
+            "--store",
+            str(store),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def equivalence(root: Path, exchange: str) -> float:
     common = [*STEPS, "--exchange", exchange, "--set", "save_model=true"]
-    one = subprocess.run([*DMLBENCH, "--workers", "4", "--store", str(root / "one"), *common],
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    one = subprocess.run(
+        [*DMLBENCH, "--workers", "4", "--store", str(root / "one"), *common],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     single = torch.load(Path(json.loads(one.stdout)["run_dir"]) / "model.pt")
     port = free_port()
     procs = [node(root / f"n{i}", port, "--nproc-per-node", "2", *common) for i in range(2)]
@@ -69,15 +87,34 @@ def status(store: Path) -> tuple[str, str] | None:
 
 def killed_node(root: Path) -> dict[str, Any]:
     store = root / "cluster"
-    proc = subprocess.Popen([*DMLBENCH, "--nodes", "2", "--nproc-per-node", "2", "--network",
-                             "1gbit", "--store", str(store), "--set", "max_steps=1000000",
-                             "--set", "stop_at_target=false", "--quiet", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            *DMLBENCH,
+            "--nodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--network",
+            "1gbit",
+            "--store",
+            str(store),
+            "--set",
+            "max_steps=1000000",
+            "--set",
+            "stop_at_target=false",
+            "--quiet",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while not list(store.glob("runs/*/nodes/*/runs/*/events.jsonl")):
         time.sleep(0.2)
     time.sleep(5)  # training
-    agents = subprocess.run(["pgrep", "-f", f"{store}/runs/.*/nodes/node1"],
-                            capture_output=True, text=True).stdout.split()  # fmt: skip
+    agents = subprocess.run(
+        ["pgrep", "-f", f"{store}/runs/.*/nodes/node1"], capture_output=True, text=True
+    ).stdout.split()
     os.kill(int(agents[0]), signal.SIGKILL)
     killed = time.monotonic()
     while (status(store) or ("running", ""))[0] == "running":

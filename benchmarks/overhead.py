@@ -131,11 +131,17 @@ def worker(workers: int, steps: int, warm: int, rounds: int, out_path: str) -> N
 def launch(workers: int, steps: int, warm: int, rounds: int) -> dict:
     out = Path(tempfile.mkdtemp()) / "result.json"
     config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=workers, run_id=str(uuid.uuid4()),
-        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
-        local_addr="127.0.0.1", start_method="spawn",
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=workers,
+        run_id=str(uuid.uuid4()),
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",
+        max_restarts=0,
+        local_addr="127.0.0.1",
+        start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=tempfile.mkdtemp(), tee=Std.ALL),
-    )  # fmt: skip
+    )
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     elastic_launch(config, worker)(workers, steps, warm, rounds, str(out))
     return json.loads(out.read_text())
@@ -149,8 +155,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds")
     args = parser.parse_args()
     env = collect_environment()
-    print(f"# {env['cpu_model']}, {env['cores']} cores, torch {env['torch']}, "
-          f"python {env['python']}, dmlbench {env['git_revision']}")  # fmt: skip
+    print(
+        f"# {env['cpu_model']}, {env['cores']} cores, torch {env['torch']}, "
+        f"python {env['python']}, dmlbench {env['git_revision']}"
+    )
     print(f"# command: python benchmarks/overhead.py {' '.join(sys.argv[1:])}".rstrip())
     print("| workers | loop | ms/step (median of all steps) | p25–p75 | ratio to minimal-ddp |")
     print("|---|---|---|---|---|")

@@ -37,8 +37,17 @@ def bench(
     store: ResultsStore, network: dict, repeats: int, sizes: tuple[int, int, int] | None = None
 ) -> dict[int, float]:
     low, high, factor = sizes or (SIZES[0], SIZES[1], SIZES[1] // SIZES[0])
-    spec = validate_bench({"workers": 2, "min_bytes": low, "max_bytes": high, "factor": factor,
-                           "repeats": repeats, "warmup": 2, "network": network})  # fmt: skip
+    spec = validate_bench(
+        {
+            "workers": 2,
+            "min_bytes": low,
+            "max_bytes": high,
+            "factor": factor,
+            "repeats": repeats,
+            "warmup": 2,
+            "network": network,
+        }
+    )
     outcome = run_comm_bench(spec, store)
     if outcome.status != "success":
         sys.exit(f"all-reduce benchmark failed: {outcome.error}")
@@ -47,8 +56,12 @@ def bench(
 
 def train(store: ResultsStore, network: dict, steps: int) -> dict:
     overrides = [f"{k}={v}" for k, v in MODEL.items()]
-    spec = resolve_spec("digits-mlp", overrides=[*overrides, f"max_steps={steps}",
-                        "stop_at_target=false"], workers=2, network=network)  # fmt: skip
+    spec = resolve_spec(
+        "digits-mlp",
+        overrides=[*overrides, f"max_steps={steps}", "stop_at_target=false"],
+        workers=2,
+        network=network,
+    )
     outcome = run_benchmark(spec, store, echo=False)
     if outcome.status == "failed":
         sys.exit(f"training run failed: {outcome.error}")
@@ -56,8 +69,10 @@ def train(store: ResultsStore, network: dict, steps: int) -> dict:
 
 
 def compute_per_step(summary: dict) -> float:
-    per_rank = [sum(r[p] for p in ("data", "forward", "backward", "optimizer"))
-                for r in summary["phases_steady"]]  # fmt: skip
+    per_rank = [
+        sum(r[p] for p in ("data", "forward", "backward", "optimizer"))
+        for r in summary["phases_steady"]
+    ]
     return statistics.mean(per_rank) / summary["steady_steps"]
 
 
@@ -72,9 +87,11 @@ def main() -> int:
     calibration = calibrate_comm(store.comm_runs())[2]
     base = train(store, {}, args.steps)
     compute, grads = compute_per_step(base), base["gradient_bytes"]
-    print(f"calibration: alpha {calibration.alpha_s * 1e6:.0f} us, host busbw "
-          f"{calibration.host_busbw / 1e6:,.0f} MB/s, compute {compute * 1e3:.2f} ms/step, "
-          f"{grads / 1e6:.3f} MB of gradients")  # fmt: skip
+    print(
+        f"calibration: alpha {calibration.alpha_s * 1e6:.0f} us, host busbw "
+        f"{calibration.host_busbw / 1e6:,.0f} MB/s, compute {compute * 1e3:.2f} ms/step, "
+        f"{grads / 1e6:.3f} MB of gradients"
+    )
     rows = []
     for bandwidth in BANDWIDTHS:
         for latency in LATENCIES:
@@ -84,23 +101,31 @@ def main() -> int:
             measured = bench(store, network, args.repeats)
             for size in SIZES:
                 predicted = allreduce_time("ring", 2, size, link, calibration)
-                rows.append((f"{bandwidth} {latency}", f"all-reduce {size // 1024} KiB",
-                             predicted, measured[size]))  # fmt: skip
+                rows.append(
+                    (
+                        f"{bandwidth} {latency}",
+                        f"all-reduce {size // 1024} KiB",
+                        predicted,
+                        measured[size],
+                    )
+                )
             summary = train(store, network, args.steps)
             predicted = compute + allreduce_time("ring", 2, grads, link, calibration)
-            rows.append((f"{bandwidth} {latency}", "training step", predicted,
-                         summary["step_time_s"]))  # fmt: skip
+            rows.append(
+                (f"{bandwidth} {latency}", "training step", predicted, summary["step_time_s"])
+            )
     print("| network | what | predicted ms | measured ms | error |")
     print("|---|---|---|---|---|")
     errors = []
     for network, what, predicted, measured in rows:
         error = (predicted - measured) / measured
         errors.append(abs(error))
-        print(f"| {network} | {what} | {predicted * 1e3:,.2f} | {measured * 1e3:,.2f} | "
-              f"{error:+.1%} |")  # fmt: skip
+        print(
+            f"| {network} | {what} | {predicted * 1e3:,.2f} | {measured * 1e3:,.2f} | "
+            f"{error:+.1%} |"
+        )
     median = statistics.median(errors)
-    print(f"\nmedian absolute error: {median:.1%} over {len(errors)} comparisons "
-          f"(target <= 15%)")  # fmt: skip
+    print(f"\nmedian absolute error: {median:.1%} over {len(errors)} comparisons (target <= 15%)")
     return 0
 
 

@@ -81,10 +81,16 @@ def _stall(tmp: Path, how: str) -> dict[str, Any]:
     """Run 2 workers until one stalls; return the stored run and the seconds from the
     stall to the launcher's exit."""
     store = tmp / how
-    task = ["crash-hang", "--plugin", "dmlbench_test_plugins", "--quiet"] if how == "hang" \
-        else ["synthetic-mlp", *LONG]  # fmt: skip
-    proc = subprocess.Popen([*DMLBENCH, "run", *task, "--workers", "2", "--store", str(store)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    task = (
+        ["crash-hang", "--plugin", "dmlbench_test_plugins", "--quiet"]
+        if how == "hang"
+        else ["synthetic-mlp", *LONG]
+    )
+    proc = subprocess.Popen(
+        [*DMLBENCH, "run", *task, "--workers", "2", "--store", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     if how == "hang":  # rank 1 sleeps in its 6th forward pass, a moment after run_start
         proc.wait(timeout=600)
         ended = time.time()
@@ -104,9 +110,12 @@ def stopped_worker(tmp: Path) -> dict[str, Any]:
     """SIGSTOP one worker of a 2-worker run (default stall_timeout_s = 60)."""
     found = _stall(tmp, "stop")
     run = found["run"]
-    return row("a worker is stopped (SIGSTOP) mid-run",
-               f"run {run.status}: {run.error}", found["detected"],
-               f"its evaluations ({len(run.evals)}), the event log, worker logs")  # fmt: skip
+    return row(
+        "a worker is stopped (SIGSTOP) mid-run",
+        f"run {run.status}: {run.error}",
+        found["detected"],
+        f"its evaluations ({len(run.evals)}), the event log, worker logs",
+    )
 
 
 @attack("hang")
@@ -114,9 +123,12 @@ def hung_worker(tmp: Path) -> dict[str, Any]:
     """Rank 1 sleeps forever in its forward pass; rank 0 waits in the all-reduce."""
     found = _stall(tmp, "hang")
     run = found["run"]
-    return row("a worker hangs in its forward pass; its peer waits in the all-reduce",
-               f"run {run.status}: {run.error}", found["detected"],
-               "the event log, worker logs")  # fmt: skip
+    return row(
+        "a worker hangs in its forward pass; its peer waits in the all-reduce",
+        f"run {run.status}: {run.error}",
+        found["detected"],
+        "the event log, worker logs",
+    )
 
 
 @attack("orphans")
@@ -124,8 +136,11 @@ def killed_launcher(tmp: Path) -> dict[str, Any]:
     """SIGKILL the launcher while its workers are importing (start-up)."""
     store = tmp / "orphans"
     with (tmp / "orphans.log").open("w") as out:
-        proc = subprocess.Popen([*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", *LONG,
-                                 "--store", str(store)], stdout=out, stderr=out)  # fmt: skip
+        proc = subprocess.Popen(
+            [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", *LONG, "--store", str(store)],
+            stdout=out,
+            stderr=out,
+        )
     while len(spawned_workers(proc.pid)) < 2:
         time.sleep(0.02)
     time.sleep(0.5)
@@ -137,12 +152,18 @@ def killed_launcher(tmp: Path) -> dict[str, Any]:
     gone = time.monotonic() - start
     from dmlbench.results import ResultsStore
 
-    status = ResultsStore(store).runs()[0].status if (store / "dmlbench.sqlite").exists() \
-        else "no row yet"  # fmt: skip
-    return row("the launcher is SIGKILLed while its workers start",
-               f"{len(workers) - len(left)} of {len(workers)} workers exit on their own "
-               f"(PR_SET_PDEATHSIG); the row reads {status} on the next open", gone,
-               "the run folder (spec, record)")  # fmt: skip
+    status = (
+        ResultsStore(store).runs()[0].status
+        if (store / "dmlbench.sqlite").exists()
+        else "no row yet"
+    )
+    return row(
+        "the launcher is SIGKILLed while its workers start",
+        f"{len(workers) - len(left)} of {len(workers)} workers exit on their own "
+        f"(PR_SET_PDEATHSIG); the row reads {status} on the next open",
+        gone,
+        "the run folder (spec, record)",
+    )
 
 
 # ------------------------------------------------------------------------------ listeners
@@ -157,9 +178,11 @@ def listeners(tmp: Path) -> dict[str, Any]:
     from test_listeners import listeners as listening
 
     store = tmp / "listen"
-    proc = subprocess.Popen([*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", *LONG,
-                             "--store", str(store)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", *LONG, "--store", str(store)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_eval(store)
         found = listening(process_tree(proc.pid))
@@ -171,9 +194,13 @@ def listeners(tmp: Path) -> dict[str, Any]:
         proc.kill()
         proc.wait()
     public = [f for f in found if not is_loopback(f[0])]
-    return row("another host connects to the run's c10d stores and gloo ports",
-               f"{len(found)} listeners, {len(public)} beyond loopback; {len(reached)} "
-               "reached from the other namespace", took, "—")  # fmt: skip
+    return row(
+        "another host connects to the run's c10d stores and gloo ports",
+        f"{len(found)} listeners, {len(public)} beyond loopback; {len(reached)} "
+        "reached from the other namespace",
+        took,
+        "—",
+    )
 
 
 # ------------------------------------------------------------------------------ input
@@ -212,8 +239,12 @@ def hostile_sweeps(tmp: Path) -> dict[str, Any]:
             outcome = f"refused: {str(error).replace(str(tmp), '…')[:80]}"
         worst = max(worst, time.monotonic() - start)
         words.append(f"{name}: {outcome}")
-    return row("hostile sweep files (10**10**10, a 1-KB billion laughs, 100,000-deep nesting)",
-               "; ".join(words), worst, "— (nothing starts)")  # fmt: skip
+    return row(
+        "hostile sweep files (10**10**10, a 1-KB billion laughs, 100,000-deep nesting)",
+        "; ".join(words),
+        worst,
+        "— (nothing starts)",
+    )
 
 
 @attack("data")
@@ -243,9 +274,12 @@ def incomplete_data(tmp: Path) -> dict[str, Any]:
         libsvm = "ACCEPTED"
     except DmlbenchError as error:
         libsvm = f"refused: {str(error).replace(str(tmp), '…')}"
-    return row("incomplete CIFAR-10 (500 images a batch); a LIBSVM row with a NaN and label 2",
-               f"CIFAR {cifar}; LIBSVM {libsvm}", took,
-               f"— ({len(store.runs())} rows: nothing recorded)")  # fmt: skip
+    return row(
+        "incomplete CIFAR-10 (500 images a batch); a LIBSVM row with a NaN and label 2",
+        f"CIFAR {cifar}; LIBSVM {libsvm}",
+        took,
+        f"— ({len(store.runs())} rows: nothing recorded)",
+    )
 
 
 # ------------------------------------------------------------------------------ disk, rows
@@ -289,11 +323,14 @@ def full_disk(tmp: Path) -> dict[str, Any]:
         evals = len(ResultsStore(disk / "store").runs(imported.run_id)[0].evals)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
-    return row("the store's disk is full when a run ends",
-               "one line: the run was not stored, where it is kept, the --import command; "
-               "the store still opens read-only", told,
-               f"events, spec, record in the run folder; imported later as "
-               f"{imported.status}, its evaluations ({evals}) included")  # fmt: skip
+    return row(
+        "the store's disk is full when a run ends",
+        "one line: the run was not stored, where it is kept, the --import command; "
+        "the store still opens read-only",
+        told,
+        f"events, spec, record in the run folder; imported later as "
+        f"{imported.status}, its evaluations ({evals}) included",
+    )
 
 
 @attack("pidns")
@@ -313,9 +350,12 @@ def pid_namespace(tmp: Path) -> dict[str, Any]:
     while ResultsStore(store).runs(run_id)[0].status == "running":
         time.sleep(0.05)
     took = time.monotonic() - start
-    return row(f"a launcher recorded as pid {pid} (its PID namespace) is killed",
-               "its row reads interrupted at the next open: the launcher's flock is free",
-               took, "the run folder")  # fmt: skip
+    return row(
+        f"a launcher recorded as pid {pid} (its PID namespace) is killed",
+        "its row reads interrupted at the next open: the launcher's flock is free",
+        took,
+        "the run folder",
+    )
 
 
 @attack("subnets")
@@ -328,9 +368,12 @@ def concurrent_networks(tmp: Path) -> dict[str, Any]:
     start = time.monotonic()
     with Topology(2, network) as first, Topology(2, network) as second:
         subnets = (first.subnet, second.subnet)
-    return row("two emulated networks at once from one pid (pid % 100 collided)",
-               f"subnets 10.{subnets[0]}/16 and 10.{subnets[1]}/16", time.monotonic() - start,
-               "—")  # fmt: skip
+    return row(
+        "two emulated networks at once from one pid (pid % 100 collided)",
+        f"subnets 10.{subnets[0]}/16 and 10.{subnets[1]}/16",
+        time.monotonic() - start,
+        "—",
+    )
 
 
 # ------------------------------------------------------------------------------ Dask
@@ -367,8 +410,9 @@ def dask_address(tmp: Path) -> dict[str, Any]:
     refused = f"tcp://127.0.0.1:{closed.getsockname()[1]}"
     closed.close()
     for name, address in (("a silent listener", silent), ("a closed port", refused)):
-        est = DaskClassifier(MLP, module__in_features=4, module__hidden=[4],
-                             module__num_outputs=2, client=address)  # fmt: skip
+        est = DaskClassifier(
+            MLP, module__in_features=4, module__hidden=[4], module__num_outputs=2, client=address
+        )
         start = time.monotonic()
         try:
             est.fit(x, y)
@@ -377,8 +421,12 @@ def dask_address(tmp: Path) -> dict[str, Any]:
             words.append(f"{name}: {str(error).split(' (')[0][:60]}")
         worst = max(worst, time.monotonic() - start)
     server.close()
-    return row("client= a silent listener, or a closed port (timeout=120 s)", "; ".join(words),
-               worst, "— (nothing starts)")  # fmt: skip
+    return row(
+        "client= a silent listener, or a closed port (timeout=120 s)",
+        "; ".join(words),
+        worst,
+        "— (nothing starts)",
+    )
 
 
 @attack("dask-worker")
@@ -395,26 +443,42 @@ def dask_worker_lost(tmp: Path) -> dict[str, Any]:
     x, y = load_digits(return_X_y=True)
     x = (x / 16).astype("float32")
     pid_file = tmp / "dask.pid"
-    with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, \
-            Client(cluster, set_as_default=False) as client:  # fmt: skip
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         pid_file.write_text(str(min(client.run(os.getpid).values())))
-        est = DaskClassifier(MLP, module__in_features=64, module__hidden=[32],
-                             module__num_outputs=10, client=client, optimizer__lr=0.3,
-                             batch_size=KillsAWorker,
-                             batch_size__initial=64, batch_size__at=4,
-                             batch_size__pid_file=str(pid_file), grads_per_worker=32,
-                             min_workers=2, max_workers=2, max_epochs=2)  # fmt: skip
+        est = DaskClassifier(
+            MLP,
+            module__in_features=64,
+            module__hidden=[32],
+            module__num_outputs=10,
+            client=client,
+            optimizer__lr=0.3,
+            batch_size=KillsAWorker,
+            batch_size__initial=64,
+            batch_size__at=4,
+            batch_size__pid_file=str(pid_file),
+            grads_per_worker=32,
+            min_workers=2,
+            max_workers=2,
+            max_epochs=2,
+        )
         start = time.monotonic()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             est.fit(x, y)
         took = time.monotonic() - start
     notes = [str(w.message) for w in caught if "lost a worker" in str(w.message)]
-    return row("a Dask worker is SIGKILLed between two updates",
-               f"the fit finishes ({len(est.history_)} epochs, score "
-               f"{est.score(x, y):.3f}); {len(notes)} warning(s): its tasks ran elsewhere",
-               None, f"the whole fit (2 epochs in {took:.1f} s)")  # fmt: skip
+    return row(
+        "a Dask worker is SIGKILLed between two updates",
+        f"the fit finishes ({len(est.history_)} epochs, score "
+        f"{est.score(x, y):.3f}); {len(notes)} warning(s): its tasks ran elsewhere",
+        None,
+        f"the whole fit (2 epochs in {took:.1f} s)",
+    )
 
 
 # ------------------------------------------------------- job files, outputs, recovery (issue 40)

@@ -130,8 +130,9 @@ def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> 
     torch.manual_seed(seed)
     model = ResNet20()
     # one worker: the recipe's warm-up from η·b to η·b·k is flat at η·b
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR_PER_SAMPLE * BATCH, momentum=0.9,
-                                nesterov=True, weight_decay=1e-4)  # fmt: skip
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=LR_PER_SAMPLE * BATCH, momentum=0.9, nesterov=True, weight_decay=1e-4
+    )
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(train_x), generator=generator)
     per_epoch = len(train_x) // BATCH
@@ -159,9 +160,15 @@ def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> 
     with FlopCounterMode(display=False) as counter:
         F.cross_entropy(model(x), train_y[:BATCH]).backward()
     flops = counter.get_total_flops()
-    return {"steps": total, "train_s": train_s, "eval_s": eval_s, "loss": loss.item(),
-            "accuracy": correct / len(test_x), "flops_per_step": flops,
-            "page_faults_per_step": faults}  # fmt: skip
+    return {
+        "steps": total,
+        "train_s": train_s,
+        "eval_s": eval_s,
+        "loss": loss.item(),
+        "accuracy": correct / len(test_x),
+        "flops_per_step": flops,
+        "page_faults_per_step": faults,
+    }
 
 
 def gemm_peaks(threads: int, size: int = 2048, repeats: int = 8) -> dict[str, float]:
@@ -214,20 +221,51 @@ def instrumentation_per_step(steps: int = 20_000) -> float:
 
 def dmlbench_run(args: argparse.Namespace, store: Path, *extra: str) -> dict[str, Any]:
     limit = ["--set", f"max_steps={args.steps}"] if args.steps else []
-    command = [sys.executable, "-m", "dmlbench", "run", "cifar10-resnet20", "--workers", "1",
-               "--set", "recipe.max_epochs=1", "--set", "stop_at_target=false",
-               "--set", f"data_dir={args.data_dir}", "--set", f"threads_per_worker={args.threads}",
-               *limit, *extra, "--store", str(store), "--json"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "dmlbench",
+        "run",
+        "cifar10-resnet20",
+        "--workers",
+        "1",
+        "--set",
+        "recipe.max_epochs=1",
+        "--set",
+        "stop_at_target=false",
+        "--set",
+        f"data_dir={args.data_dir}",
+        "--set",
+        f"threads_per_worker={args.threads}",
+        *limit,
+        *extra,
+        "--store",
+        str(store),
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         sys.exit(f"dmlbench run failed: {done.stderr.strip().splitlines()[-1:]}")
     summary = json.loads(done.stdout)["summary"]
-    keys = ("train_s", "eval_s", "elapsed_s", "steps", "flops_per_step", "flops_per_s",
-            "utilisation", "peak_flops_per_s", "compile_s", "channels_last",
-            "compiled", "cpu_allocator")  # fmt: skip
+    keys = (
+        "train_s",
+        "eval_s",
+        "elapsed_s",
+        "steps",
+        "flops_per_step",
+        "flops_per_s",
+        "utilisation",
+        "peak_flops_per_s",
+        "compile_s",
+        "channels_last",
+        "compiled",
+        "cpu_allocator",
+    )
     faults = max(summary.get("page_faults_per_step") or [None])
     return {k: summary.get(k) for k in keys} | {
-        "accuracy": summary.get("best_metric"), "page_faults_per_step": faults}  # fmt: skip
+        "accuracy": summary.get("best_metric"),
+        "page_faults_per_step": faults,
+    }
 
 
 def main() -> None:
@@ -237,15 +275,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--compile", action="store_true", help="also a compiled dmlbench run")
-    parser.add_argument("--default-allocator", action="store_true",
-                        help="also a dmlbench run with cpu_allocator=default")  # fmt: skip
+    parser.add_argument(
+        "--default-allocator",
+        action="store_true",
+        help="also a dmlbench run with cpu_allocator=default",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "single_node.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peaks = gemm_peaks(args.threads)
     peak = max(peaks.values())
-    print(f"GEMM peak: {peak / 1e9:.0f} GFLOP/s on {args.threads} threads ("
-          + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in peaks.items()) + ")")  # fmt: skip
+    print(
+        f"GEMM peak: {peak / 1e9:.0f} GFLOP/s on {args.threads} threads ("
+        + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in peaks.items())
+        + ")"
+    )
     data = read_cifar(args.data_dir)
     variants: dict[str, tuple[str, ...]] = {"dmlbench": ()}
     if args.compile:
@@ -271,19 +315,27 @@ def main() -> None:
                 ours["utilisation"] = achieved / peak
                 ours["ratio_with_eval"] = ours["elapsed_s"] / (plain["train_s"] + plain["eval_s"])
             rounds.append(row)
-            line = [f"round {number + 1}: plain {plain['train_s']:.1f} s (+{plain['eval_s']:.1f} "
-                    f"s eval, {plain['utilisation']:.0%} of peak, "
-                    f"{plain['page_faults_per_step']:,.0f} page faults a step)"]  # fmt: skip
+            line = [
+                f"round {number + 1}: plain {plain['train_s']:.1f} s (+{plain['eval_s']:.1f} "
+                f"s eval, {plain['utilisation']:.0%} of peak, "
+                f"{plain['page_faults_per_step']:,.0f} page faults a step)"
+            ]
             for name in variants:
                 ours = row[name]
-                line.append(f"{name} {ours['train_s']:.1f} s (+{ours['eval_s']:.1f} s eval, "
-                            f"{ours['utilisation']:.0%}, {ours['page_faults_per_step']:,.0f} "
-                            f"faults): {ours['ratio_train']:.2f}× training, "
-                            f"{ours['ratio_with_eval']:.2f}× with evaluation")  # fmt: skip
+                line.append(
+                    f"{name} {ours['train_s']:.1f} s (+{ours['eval_s']:.1f} s eval, "
+                    f"{ours['utilisation']:.0%}, {ours['page_faults_per_step']:,.0f} "
+                    f"faults): {ours['ratio_train']:.2f}× training, "
+                    f"{ours['ratio_with_eval']:.2f}× with evaluation"
+                )
             print("; ".join(line), flush=True)
-    medians = {name: {k: statistics.median(r[name][k] for r in rounds)
-                      for k in ("ratio_train", "ratio_with_eval", "utilisation")}
-               for name in variants}  # fmt: skip
+    medians = {
+        name: {
+            k: statistics.median(r[name][k] for r in rounds)
+            for k in ("ratio_train", "ratio_with_eval", "utilisation")
+        }
+        for name in variants
+    }
     medians["plain"] = {"utilisation": statistics.median(r["plain"]["utilisation"] for r in rounds)}
     bookkeeping = instrumentation_per_step()
     step = statistics.median(r["dmlbench"]["train_s"] / r["dmlbench"]["steps"] for r in rounds)
@@ -294,13 +346,25 @@ def main() -> None:
     for name, figures in medians.items():
         print(f"median {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({
-        "command": "python benchmarks/single_node.py " + " ".join(sys.argv[1:]),
-        "machine": {"cpu": platform.processor() or platform.machine(), "threads": args.threads,
-                    "torch": torch.__version__, "python": platform.python_version()},
-        "gemm_peak_flops_per_s": peak, "gemm_paths_flops_per_s": peaks, "rounds": rounds,
-        "medians": medians, "bookkeeping_s_per_step": bookkeeping,
-    }, indent=1))  # fmt: skip
+    args.out.write_text(
+        json.dumps(
+            {
+                "command": "python benchmarks/single_node.py " + " ".join(sys.argv[1:]),
+                "machine": {
+                    "cpu": platform.processor() or platform.machine(),
+                    "threads": args.threads,
+                    "torch": torch.__version__,
+                    "python": platform.python_version(),
+                },
+                "gemm_peak_flops_per_s": peak,
+                "gemm_paths_flops_per_s": peaks,
+                "rounds": rounds,
+                "medians": medians,
+                "bookkeeping_s_per_step": bookkeeping,
+            },
+            indent=1,
+        )
+    )
     print(f"summary: {args.out}")
 
 

@@ -37,17 +37,33 @@ def moments(store: Path, since: float) -> dict[str, float]:
     """Seconds from ``since`` to the run's init_start and run_start (rank 0's node)."""
     (run,) = ResultsStore(store).runs()
     (events_file,) = Path(run.run_dir).glob("nodes/node*/runs/*/events.jsonl")
-    times = {e["key"]: e["time_ms"] / 1e3 for e in read_events(events_file)
-             if e["key"] in ("init_start", "run_start")}  # fmt: skip
+    times = {
+        e["key"]: e["time_ms"] / 1e3
+        for e in read_events(events_file)
+        if e["key"] in ("init_start", "run_start")
+    }
     assert run.finished, run.error
-    return {"processes_up_s": times["init_start"] - since,
-            "first_step_s": times["run_start"] - since}  # fmt: skip
+    return {
+        "processes_up_s": times["init_start"] - since,
+        "first_step_s": times["run_start"] - since,
+    }
 
 
 def through_slurm(cluster: slurm_cluster.SlurmCluster, store: Path) -> dict[str, float]:
     since = time.time()
-    out = cluster.command(sys.executable, "-m", "dmlbench", "slurm", "synthetic-mlp",
-                          "--nodes", "2", *STEPS, "--store", str(store), "--submit")  # fmt: skip
+    out = cluster.command(
+        sys.executable,
+        "-m",
+        "dmlbench",
+        "slurm",
+        "synthetic-mlp",
+        "--nodes",
+        "2",
+        *STEPS,
+        "--store",
+        str(store),
+        "--submit",
+    )
     job = out.split("submitted job ", 1)[1].split()[0]
     state = cluster.wait(job)
     if state != "COMPLETED":
@@ -57,9 +73,24 @@ def through_slurm(cluster: slurm_cluster.SlurmCluster, store: Path) -> dict[str,
 
 def direct(store: Path) -> dict[str, float]:
     since = time.time()
-    subprocess.run([sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--nodes", "2",
-                    *STEPS, "--store", str(store), "--quiet", "--json"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dmlbench",
+            "run",
+            "synthetic-mlp",
+            "--nodes",
+            "2",
+            *STEPS,
+            "--store",
+            str(store),
+            "--quiet",
+            "--json",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return moments(store, since)
 
 

@@ -51,8 +51,9 @@ class DaskHosts:
             enter_namespace(namespace)
 
         with self.log.open("ab") as out:
-            self.processes.append(subprocess.Popen(command, stdout=out, stderr=out,
-                                                   preexec_fn=in_host))  # fmt: skip
+            self.processes.append(
+                subprocess.Popen(command, stdout=out, stderr=out, preexec_fn=in_host)
+            )
 
     def start_worker(self) -> None:
         index = self.used
@@ -60,9 +61,24 @@ class DaskHosts:
             raise RuntimeError("no spare namespace for another worker")
         self.used += 1
         host = self.topology.address(index)
-        self._start(index, [sys.executable, "-m", "distributed.cli.dask_worker", self.address,
-                            "--host", host, "--nthreads", "1", "--nworkers", "1",
-                            "--no-dashboard", "--name", f"host{index}"])  # fmt: skip
+        self._start(
+            index,
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                self.address,
+                "--host",
+                host,
+                "--nthreads",
+                "1",
+                "--nworkers",
+                "1",
+                "--no-dashboard",
+                "--name",
+                f"host{index}",
+            ],
+        )
 
     def add_worker(self, client: Client) -> float:
         """Start one more worker; seconds until the scheduler counts it."""
@@ -74,16 +90,27 @@ class DaskHosts:
 
 
 @contextlib.contextmanager
-def dask_hosts(workers: int, network: ResolvedNetwork, spare: int = 0,
-               log: Path | None = None) -> Iterator[DaskHosts]:  # fmt: skip
+def dask_hosts(
+    workers: int, network: ResolvedNetwork, spare: int = 0, log: Path | None = None
+) -> Iterator[DaskHosts]:
     """A scheduler host and ``workers`` worker hosts (and ``spare`` empty ones for
     :meth:`DaskHosts.add_worker`); everything stops on exit."""
     with Topology(1 + workers + spare, network) as topology:
         hosts = DaskHosts(topology, log or Path(os.devnull))
         try:
-            hosts._start(0, [sys.executable, "-m", "distributed.cli.dask_scheduler",
-                             "--host", topology.address(0), "--port", str(PORT),
-                             "--no-dashboard"])  # fmt: skip
+            hosts._start(
+                0,
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_scheduler",
+                    "--host",
+                    topology.address(0),
+                    "--port",
+                    str(PORT),
+                    "--no-dashboard",
+                ],
+            )
             for _ in range(workers):
                 hosts.start_worker()
             with Client(hosts.address, timeout=READY_S) as client:

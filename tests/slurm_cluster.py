@@ -58,8 +58,7 @@ class SlurmCluster:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
     def command(self, *args: str, check: bool = True, timeout: float = 60) -> str:
-        done = subprocess.run(args, capture_output=True, text=True, env=self.env,
-                              timeout=timeout)  # fmt: skip
+        done = subprocess.run(args, capture_output=True, text=True, env=self.env, timeout=timeout)
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
@@ -148,12 +147,23 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
         die_with_parent(here)
 
     try:
-        started.append(subprocess.Popen(
-            [str(_bin("munged")), "--foreground", "--force", f"--key-file={key}",
-             f"--socket={folder / 'munge.socket'}", f"--pid-file={folder / 'munged.pid'}",
-             f"--log-file={folder / 'munged.log'}", f"--seed-file={folder / 'munged.seed'}"],
-            stdout=log, stderr=log, preexec_fn=orphan_proof,
-        ))  # fmt: skip
+        started.append(
+            subprocess.Popen(
+                [
+                    str(_bin("munged")),
+                    "--foreground",
+                    "--force",
+                    f"--key-file={key}",
+                    f"--socket={folder / 'munge.socket'}",
+                    f"--pid-file={folder / 'munged.pid'}",
+                    f"--log-file={folder / 'munged.log'}",
+                    f"--seed-file={folder / 'munged.seed'}",
+                ],
+                stdout=log,
+                stderr=log,
+                preexec_fn=orphan_proof,
+            )
+        )
         network = ResolvedNetwork(name="unshaped", rate_bps=None)
         with Topology(nodes, network) as topology:
             names = [f"dmlbench-node{i}" for i in range(nodes)]
@@ -166,15 +176,32 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
             (folder / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
             env = {**os.environ, "SLURM_CONF": str(conf)}
             controller = [str(_bin("slurmctld")), "-D", "-f", str(conf)]
-            started.append(subprocess.Popen(controller, env=env, stdout=log, stderr=log,
-                                            preexec_fn=orphan_proof))  # fmt: skip
+            started.append(
+                subprocess.Popen(
+                    controller, env=env, stdout=log, stderr=log, preexec_fn=orphan_proof
+                )
+            )
             for name, namespace in zip(names, topology.namespaces, strict=True):
                 (folder / "spool" / name).mkdir(parents=True, exist_ok=True)
-                started.append(subprocess.Popen(
-                    ["ip", "netns", "exec", namespace, "unshare", "--uts", "sh", "-c",
-                     f"hostname {name} && exec {_bin('slurmd')} -D -f {conf}"],
-                    env=env, stdout=log, stderr=log, preexec_fn=orphan_proof,
-                ))  # fmt: skip
+                started.append(
+                    subprocess.Popen(
+                        [
+                            "ip",
+                            "netns",
+                            "exec",
+                            namespace,
+                            "unshare",
+                            "--uts",
+                            "sh",
+                            "-c",
+                            f"hostname {name} && exec {_bin('slurmd')} -D -f {conf}",
+                        ],
+                        env=env,
+                        stdout=log,
+                        stderr=log,
+                        preexec_fn=orphan_proof,
+                    )
+                )
             cluster = SlurmCluster(
                 folder, conf, names, addresses, topology.hub_address, list(topology.namespaces)
             )
@@ -204,8 +231,10 @@ def _wait_idle(cluster: SlurmCluster, started: list[subprocess.Popen[bytes]]) ->
         if len(idle) == len(cluster.nodes):
             return
         time.sleep(0.5)
-    raise RuntimeError(f"the Slurm nodes are not idle after {READY_S:.0f} s: {states.strip()}; "
-                       f"see the logs in {cluster.folder}")  # fmt: skip
+    raise RuntimeError(
+        f"the Slurm nodes are not idle after {READY_S:.0f} s: {states.strip()}; "
+        f"see the logs in {cluster.folder}"
+    )
 
 
 if __name__ == "__main__":

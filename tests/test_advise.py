@@ -30,18 +30,39 @@ def timed(run_id: str, step_s: float, workers: int = 1, local: int = 32, **extra
     """A finished, unshaped run of synthetic-mlp whose steady steps computed ``step_s``."""
     steady = [{"forward": step_s * 10 / 2, "backward": step_s * 10 / 2, "comm": 0.0}]
     return RunRecord(
-        run_id=run_id, task="synthetic-mlp", status="success", division="closed",
-        created_at="2026-11-24", workers=workers, local_batch=local,
-        global_batch=local * workers, seed=0, exchange="allreduce", spec={}, deviations={},
-        environment={}, run_dir="d", target=0.95, network="none",
-        summary={"phases_steady": steady * workers, "steady_steps": 10,
-                 "gradient_bytes": 4e6, "train_examples": 2048, **extra},
-    )  # fmt: skip
+        run_id=run_id,
+        task="synthetic-mlp",
+        status="success",
+        division="closed",
+        created_at="2026-11-24",
+        workers=workers,
+        local_batch=local,
+        global_batch=local * workers,
+        seed=0,
+        exchange="allreduce",
+        spec={},
+        deviations={},
+        environment={},
+        run_dir="d",
+        target=0.95,
+        network="none",
+        summary={
+            "phases_steady": steady * workers,
+            "steady_steps": 10,
+            "gradient_bytes": 4e6,
+            "train_examples": 2048,
+            **extra,
+        },
+    )
 
 
 def test_the_compute_line_is_fitted_through_the_measured_local_batches() -> None:
-    runs = [timed("a", 1.0e-3, local=16), timed("b", 2.5e-3, local=64),
-            timed("c", 2.6e-3, local=64), timed("d", 1.6e-3, workers=2, local=16)]  # fmt: skip
+    runs = [
+        timed("a", 1.0e-3, local=16),
+        timed("b", 2.5e-3, local=64),
+        timed("c", 2.6e-3, local=64),
+        timed("d", 1.6e-3, workers=2, local=16),
+    ]
     line = compute_model(runs, "synthetic-mlp", cores=2)
     assert line.workers == 1 and line.batches == [16, 64]
     # the median at b=64 is 2.55 ms: through (16, 1.0) and (64, 2.55)
@@ -86,29 +107,44 @@ def test_epochs_are_measured_or_modelled_through_the_noise_scale() -> None:
 
 
 def test_noise_evidence_is_the_median_of_the_runs_that_measured_one() -> None:
-    runs = [timed("a", 1e-3, noise_scale={"b_simple": 100.0}),
-            timed("b", 1e-3, noise_scale={"b_simple": 300.0}),
-            timed("c", 1e-3, noise_scale={"b_simple": 200.0}),
-            timed("d", 1e-3, noise_scale=None), timed("e", 1e-3)]  # fmt: skip
+    runs = [
+        timed("a", 1e-3, noise_scale={"b_simple": 100.0}),
+        timed("b", 1e-3, noise_scale={"b_simple": 300.0}),
+        timed("c", 1e-3, noise_scale={"b_simple": 200.0}),
+        timed("d", 1e-3, noise_scale=None),
+        timed("e", 1e-3),
+    ]
     found = noise_evidence(runs, "synthetic-mlp")
     assert found is not None and found.b_simple == 200.0 and found.runs == ["a", "b", "c"]
     assert noise_evidence(runs[3:], "synthetic-mlp") is None
 
 
 def _calibration(epochs: dict[int, float]) -> TaskCalibration:
-    return TaskCalibration(task="synthetic-mlp", workers=1, local_batch=16,
-                           compute_step_s=1e-3, gradient_bytes=4e6, train_examples=2048,
-                           eval_s_per_epoch=0.0, epochs_by_batch=epochs)  # fmt: skip
+    return TaskCalibration(
+        task="synthetic-mlp",
+        workers=1,
+        local_batch=16,
+        compute_step_s=1e-3,
+        gradient_bytes=4e6,
+        train_examples=2048,
+        eval_s_per_epoch=0.0,
+        epochs_by_batch=epochs,
+    )
 
 
 def _advise(*, step_s: float, noise: float, link: Link, **options):
     runs = [timed("a", step_s * 16 / 64, local=16), timed("b", step_s, local=64)]
     return advise(
-        get_task("synthetic-mlp"), _calibration({16: 4.0, 64: 4.0 * (1 + 64 / noise) / 1.25}),
+        get_task("synthetic-mlp"),
+        _calibration({16: 4.0, 64: 4.0 * (1 + 64 / noise) / 1.25}),
         compute_model(runs, "synthetic-mlp", cores=None),
-        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)}, NoiseEvidence(noise, ["n"]),
-        max_workers=8, network="test", link=link, **options,
-    )  # fmt: skip
+        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)},
+        NoiseEvidence(noise, ["n"]),
+        max_workers=8,
+        network="test",
+        link=link,
+        **options,
+    )
 
 
 def test_the_advice_follows_compute_network_and_noise() -> None:
@@ -139,18 +175,22 @@ def test_the_guidelines_a_plan_breaks() -> None:
     assert "too small to use a worker" in rules  # a millisecond of compute, 4 MB at 10 Mbit/s
     assert "oversubscribed" not in rules  # every worker has its own host
     on_one_host = advise(
-        get_task("synthetic-mlp"), _calibration({16: 4.0}),
+        get_task("synthetic-mlp"),
+        _calibration({16: 4.0}),
         compute_model([timed("a", 1e-3, local=16)], "synthetic-mlp", cores=2),
-        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)}, None, max_workers=4,
-        network="none", link=Link(math.inf), current=(4, 16),
-    )  # fmt: skip
+        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)},
+        None,
+        max_workers=4,
+        network="none",
+        link=Link(math.inf),
+        current=(4, 16),
+    )
     assert any("4 workers on 2 cores are oversubscribed" in r for r in on_one_host.broken)
     assert on_one_host.current is not None and "assumed: 4 share 2 cores" in (
         on_one_host.current.compute_source
     )
     assert on_one_host.sources["noise_scale"].startswith("not measured")
-    measured_b = {c.local_batch: c.compute_source for c in on_one_host.candidates
-                  if c.workers == 1}  # fmt: skip
+    measured_b = {c.local_batch: c.compute_source for c in on_one_host.candidates if c.workers == 1}
     assert measured_b[16] == "assumed ∝ b" and measured_b[32].endswith("extrapolated above b=16")
 
 
@@ -167,11 +207,15 @@ def test_local_batches_below_the_measured_ones_are_worth_measuring_not_recommend
     # measured down to b=4 (a third run), b=8 is interpolated and may be recommended
     runs = [timed("a", 0.25, local=16), timed("b", 1.0, local=64), timed("c", 0.1, local=4)]
     lower = advise(
-        get_task("synthetic-mlp"), _calibration({16: 4.0, 64: 4.0 * (1 + 64 / 16) / 1.25}),
+        get_task("synthetic-mlp"),
+        _calibration({16: 4.0, 64: 4.0 * (1 + 64 / 16) / 1.25}),
         compute_model(runs, "synthetic-mlp", cores=None),
-        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)}, NoiseEvidence(16.0, ["n"]),
-        max_workers=8, network="test", link=Link(1.25e9),
-    )  # fmt: skip
+        {2: CommCalibration(alpha_s=1e-4, host_busbw=1e9)},
+        NoiseEvidence(16.0, ["n"]),
+        max_workers=8,
+        network="test",
+        link=Link(1.25e9),
+    )
     assert lower.best.local_batch < 16 and lower.worth_measuring == []
 
 
@@ -190,12 +234,40 @@ def test_advise_from_a_real_store(tmp_path: Path) -> None:
     no_bench = cli("advise", "synthetic-mlp", "--store", store, check=False)
     assert no_bench.returncode == 2 and "bench allreduce" in no_bench.stderr
     cli("run", "synthetic-mlp", "--workers", "2", "--store", store)
-    cli("run", "synthetic-mlp", "--workers", "1", "--set", "recipe.local_batch=64",
-        "--store", store)  # fmt: skip
-    cli("bench", "allreduce", "--workers", "2", "--max-bytes", str(2**20), "--factor", "16",
-        "--repeats", "2", "--warmup", "1", "--store", store)  # fmt: skip
-    out = json.loads(cli("advise", "synthetic-mlp", "--max-workers", "4", "--network", "100mbit",
-                         "--workers", "4", "--json", "--store", store).stdout)  # fmt: skip
+    cli(
+        "run", "synthetic-mlp", "--workers", "1", "--set", "recipe.local_batch=64", "--store", store
+    )
+    cli(
+        "bench",
+        "allreduce",
+        "--workers",
+        "2",
+        "--max-bytes",
+        str(2**20),
+        "--factor",
+        "16",
+        "--repeats",
+        "2",
+        "--warmup",
+        "1",
+        "--store",
+        store,
+    )
+    out = json.loads(
+        cli(
+            "advise",
+            "synthetic-mlp",
+            "--max-workers",
+            "4",
+            "--network",
+            "100mbit",
+            "--workers",
+            "4",
+            "--json",
+            "--store",
+            store,
+        ).stdout
+    )
     assert out["noise_scale"] > 0  # the 2-worker run measured it
     assert "median B_simple of 1 run" in out["sources"]["noise_scale"]
     runs = json.loads(cli("results", "--json", "--store", store).stdout)
@@ -207,8 +279,9 @@ def test_advise_from_a_real_store(tmp_path: Path) -> None:
     assert best["workers"] in (1, 2, 4) and best["tta_s"] > 0
     assert all(best["tta_s"] <= r["tta_s"] for r in out["runners_up"])
     assert out["current"]["workers"] == 4 and out["current"]["local_batch"] == 16
-    page = cli("advise", "synthetic-mlp", "--max-workers", "2", "--network", "none",
-               "--store", store).stdout  # fmt: skip
+    page = cli(
+        "advise", "synthetic-mlp", "--max-workers", "2", "--network", "none", "--store", store
+    ).stdout
     assert "ranked by predicted time to target" in page and "from:" in page
     assert "learning rate: the recipe's rule" in page
     unknown = cli("advise", "no-such-task", "--store", store, check=False)

@@ -43,21 +43,56 @@ def stored_run(
         "global_batch": global_batch,
     }
     return RunRecord(
-        run_id=run_id, task="t", sweep=sweep, scaling=scaling, division="closed",
-        status=status, stop_reason=None, workers=workers, local_batch=global_batch // workers,
-        global_batch=global_batch, seed=seed, repeat=seed, exchange=exchange, target=0.9,
-        best_metric=0.91 if tta else 0.8, time_to_accuracy_s=tta,
-        time_to_accuracy_compute_s=tta and tta * 0.9, elapsed_s=tta or 50.0, epochs=4.0,
-        steps=400, throughput=global_batch / step_time,
-        summary={"step_time_s": step_time,
-                 "phase_shares": {"comm": {"mean": comm[0], "max": comm[1]}}},
-        cores=cores, cpu_model="cpu", host="h", torch_version="2", git_revision="r",
-        created_at="2026-11-22T00:00:00+00:00", error=None, spec=spec, deviations={},
-        environment={}, run_dir="d", disturbed=disturbed,
-        evals=[Evaluation(epoch=i + 1, step=100 * (i + 1), samples=0, elapsed_s=t,
-                          compute_elapsed_s=t, metric=m, loss=1 - m)
-               for i, (t, m) in enumerate(evals)],
-    )  # fmt: skip
+        run_id=run_id,
+        task="t",
+        sweep=sweep,
+        scaling=scaling,
+        division="closed",
+        status=status,
+        stop_reason=None,
+        workers=workers,
+        local_batch=global_batch // workers,
+        global_batch=global_batch,
+        seed=seed,
+        repeat=seed,
+        exchange=exchange,
+        target=0.9,
+        best_metric=0.91 if tta else 0.8,
+        time_to_accuracy_s=tta,
+        time_to_accuracy_compute_s=tta and tta * 0.9,
+        elapsed_s=tta or 50.0,
+        epochs=4.0,
+        steps=400,
+        throughput=global_batch / step_time,
+        summary={
+            "step_time_s": step_time,
+            "phase_shares": {"comm": {"mean": comm[0], "max": comm[1]}},
+        },
+        cores=cores,
+        cpu_model="cpu",
+        host="h",
+        torch_version="2",
+        git_revision="r",
+        created_at="2026-11-22T00:00:00+00:00",
+        error=None,
+        spec=spec,
+        deviations={},
+        environment={},
+        run_dir="d",
+        disturbed=disturbed,
+        evals=[
+            Evaluation(
+                epoch=i + 1,
+                step=100 * (i + 1),
+                samples=0,
+                elapsed_s=t,
+                compute_elapsed_s=t,
+                metric=m,
+                loss=1 - m,
+            )
+            for i, (t, m) in enumerate(evals)
+        ],
+    )
 
 
 @pytest.mark.parametrize(
@@ -94,10 +129,14 @@ def test_efficiency_formulas(t0, n0, t, n, mode, expected) -> None:
 
 
 def strong_runs() -> list[dict[str, Any]]:
-    runs = [stored_run(f"a{s}", 1, tta=t, seed=s, global_batch=64, step_time=0.010)
-            for s, t in enumerate([10.0, 12.0, 14.0])]  # fmt: skip
-    runs += [stored_run(f"b{s}", 2, tta=t, seed=s, global_batch=64, step_time=0.006)
-             for s, t in enumerate([6.0, 7.0, None])]  # fmt: skip
+    runs = [
+        stored_run(f"a{s}", 1, tta=t, seed=s, global_batch=64, step_time=0.010)
+        for s, t in enumerate([10.0, 12.0, 14.0])
+    ]
+    runs += [
+        stored_run(f"b{s}", 2, tta=t, seed=s, global_batch=64, step_time=0.006)
+        for s, t in enumerate([6.0, 7.0, None])
+    ]
     runs.append(stored_run("c0", 2, tta=None, seed=3, global_batch=64, status="failed"))
     return runs
 
@@ -107,8 +146,12 @@ def test_scaling_table_aggregates_repeats_and_computes_strong_scaling() -> None:
     one, two = table.iloc[0], table.iloc[1]
     assert list(table["workers"]) == [1, 2]
     assert (one["runs"], one["converged"], two["runs"], two["finished"], two["converged"]) == (
-        3, 3, 4, 3, 2
-    )  # fmt: skip
+        3,
+        3,
+        4,
+        3,
+        2,
+    )
     assert one["tta_mean"] == pytest.approx(12.0) and one["tta_std"] == pytest.approx(2.0)
     assert two["tta_mean"] == pytest.approx(6.5)  # converged runs only
     assert two["tta_olympic"] == pytest.approx(7.0)  # [6, 7, inf]: inf dropped as slowest
@@ -122,8 +165,11 @@ def test_scaling_table_aggregates_repeats_and_computes_strong_scaling() -> None:
 
 
 def test_weak_scaling_and_baseline_is_the_smallest_count() -> None:
-    runs = [stored_run("a", 2, tta=10.0, step_time=0.01), stored_run("b", 4, tta=8.0,
-            step_time=0.0125), stored_run("c", 8, tta=None)]  # fmt: skip
+    runs = [
+        stored_run("a", 2, tta=10.0, step_time=0.01),
+        stored_run("b", 4, tta=8.0, step_time=0.0125),
+        stored_run("c", 8, tta=None),
+    ]
     table = analysis.scaling_table(analysis.runs_frame(runs))
     assert list(table["scaling"]) == ["weak"] * 3  # local batch fixed: inferred as weak
     assert list(table["baseline_workers"]) == [2, 2, 2]
@@ -134,16 +180,21 @@ def test_weak_scaling_and_baseline_is_the_smallest_count() -> None:
 
 
 def test_recorded_scaling_mode_wins_over_inference() -> None:
-    runs = [stored_run("a", 1, tta=10.0, scaling="strong", global_batch=32),
-            stored_run("b", 2, tta=5.0, scaling="strong", global_batch=32)]  # fmt: skip
+    runs = [
+        stored_run("a", 1, tta=10.0, scaling="strong", global_batch=32),
+        stored_run("b", 2, tta=5.0, scaling="strong", global_batch=32),
+    ]
     table = analysis.scaling_table(analysis.runs_frame(runs))
     assert list(table["scaling"]) == ["strong", "strong"]
     assert table["efficiency_tta"].iloc[1] == pytest.approx(1.0)
 
 
 def test_variants_separate_what_else_differs() -> None:
-    runs = [stored_run(f"{e}{w}", w, tta=10.0 / w, exchange=e)
-            for e in ("allreduce", "ddp") for w in (1, 2)]  # fmt: skip
+    runs = [
+        stored_run(f"{e}{w}", w, tta=10.0 / w, exchange=e)
+        for e in ("allreduce", "ddp")
+        for w in (1, 2)
+    ]
     frame = analysis.runs_frame(runs)
     assert sorted(set(frame["variant"])) == ["exchange=allreduce", "exchange=ddp"]
     table = analysis.scaling_table(frame)
@@ -166,10 +217,12 @@ def test_an_option_older_runs_lack_is_no_variant_at_its_default() -> None:
 
 def test_disturbed_runs_are_left_out_of_timings_and_speedup_unless_asked() -> None:
     # the 1-worker baseline shared the machine: 5× slower steps, a fake 5× speedup
-    runs = [stored_run("a0", 1, tta=50.0, step_time=0.05, disturbed=True),
-            stored_run("b0", 2, tta=6.0, step_time=0.012),
-            stored_run("b1", 2, tta=30.0, step_time=0.06, seed=1, disturbed=True),
-            stored_run("c0", 4, tta=4.0, step_time=0.016)]  # fmt: skip
+    runs = [
+        stored_run("a0", 1, tta=50.0, step_time=0.05, disturbed=True),
+        stored_run("b0", 2, tta=6.0, step_time=0.012),
+        stored_run("b1", 2, tta=30.0, step_time=0.06, seed=1, disturbed=True),
+        stored_run("c0", 4, tta=4.0, step_time=0.016),
+    ]
     table = analysis.scaling_table(analysis.runs_frame(runs))
     one, two = table.iloc[0], table.iloc[1]
     assert (one["disturbed"], one["timed_disturbed"]) == (1, True)
@@ -193,8 +246,10 @@ def test_disturbed_runs_are_left_out_of_timings_and_speedup_unless_asked() -> No
 
 
 def test_accuracy_after_time_uses_only_evaluations_within_the_budget() -> None:
-    runs = [stored_run("a", 1, tta=3.0, evals=[(1.0, 0.5), (2.0, 0.7), (3.0, 0.91)]),
-            stored_run("b", 2, tta=None, evals=[(4.0, 0.6)])]  # fmt: skip
+    runs = [
+        stored_run("a", 1, tta=3.0, evals=[(1.0, 0.5), (2.0, 0.7), (3.0, 0.91)]),
+        stored_run("b", 2, tta=None, evals=[(4.0, 0.6)]),
+    ]
     evals = analysis.evals_frame(runs)
     aat = analysis.accuracy_after_time(evals, 2.5)
     assert aat["a"] == pytest.approx(0.7) and math.isnan(aat["b"])
@@ -236,7 +291,11 @@ def test_one_number_format_for_every_table() -> None:
     from dmlbench.report import formats
 
     assert [formats.seconds(v) for v in (0.1234, 4.567, 1234.5, math.inf)] == [
-        "0.123", "4.57", "1,234.5", "∞"]  # fmt: skip
+        "0.123",
+        "4.57",
+        "1,234.5",
+        "∞",
+    ]
     assert formats.seconds(12.34, unit=True) == "12.3 s"
     assert formats.seconds(7200, unit=True) == "2.00 h"
     for absent in (None, math.nan, pd.NA):
@@ -244,9 +303,16 @@ def test_one_number_format_for_every_table() -> None:
     assert formats.mean_std(12.0, 2.0) == "12.0 ± 2.00" and formats.mean_std(12.0, None) == "12.0"
     assert formats.milliseconds(0.00123) == "1.23" and formats.percent(0.971) == "97.1%"
     assert [formats.plural(n, "worker") for n in (1, 2, 1024)] == [
-        "1 worker", "2 workers", "1,024 workers"]  # fmt: skip
+        "1 worker",
+        "2 workers",
+        "1,024 workers",
+    ]
     assert [formats.human_bytes(n) for n in (512, 1536, 2**28, 2**40)] == [
-        "512 B", "1.5 KiB", "256 MiB", "1024 GiB"]  # fmt: skip
+        "512 B",
+        "1.5 KiB",
+        "256 MiB",
+        "1024 GiB",
+    ]
 
 
 def test_report_page_escapes_what_runs_recorded() -> None:
@@ -331,10 +397,15 @@ def _adhoc_runs() -> list[RunRecord]:
     one evaluation each (as short runs have)."""
     runs = []
     for i, (exchange, epochs) in enumerate([("allreduce", 40.0), ("ddp", 3.0)]):
-        run = stored_run(f"r{i}", 2, tta=5.0 + i, exchange=exchange, sweep=None,
-                         evals=[(5.0 + i, 0.95)])  # fmt: skip
-        spec = {**run.spec, "max_epochs": epochs, "stop_at_target": i == 0,
-                "network": {"profile": "wan-20ms" if i else None}}  # fmt: skip
+        run = stored_run(
+            f"r{i}", 2, tta=5.0 + i, exchange=exchange, sweep=None, evals=[(5.0 + i, 0.95)]
+        )
+        spec = {
+            **run.spec,
+            "max_epochs": epochs,
+            "stop_at_target": i == 0,
+            "network": {"profile": "wan-20ms" if i else None},
+        }
         network = "wan-20ms · 1gbit" if i else "none"
         runs.append(dataclasses.replace(run, spec=spec, network=network))
     return runs
@@ -348,8 +419,13 @@ def test_long_variant_labels_become_letters_with_a_legend_table() -> None:
     ]  # the network's settings are one key, named by its profile
     assert list(analysis.short_labels(frame["variant"]).values()) == ["A", "B"]
     legend = analysis.variant_legend(frame["variant"])
-    assert list(legend.columns) == ["variant", "exchange", "max_epochs", "stop_at_target",
-                                    "network"]  # fmt: skip
+    assert list(legend.columns) == [
+        "variant",
+        "exchange",
+        "max_epochs",
+        "stop_at_target",
+        "network",
+    ]
     assert list(legend["network"]) == ["none", "wan-20ms"]
     assert analysis.variant_legend(["exchange=ddp", "exchange=allreduce"]).empty  # short
 
@@ -374,7 +450,9 @@ def test_report_figures_read_at_a_glance() -> None:
         for ax in fig.axes:
             assert ax.get_ylabel(), name
     assert [t.get_text() for t in curves.legends[0].get_texts()][:2] == [
-        "A · 2 workers", "B · 2 workers"]  # fmt: skip
+        "A · 2 workers",
+        "B · 2 workers",
+    ]
     assert section.figures["cost"].axes[0].get_ylabel() == "cost to target, USD"
     assert "%" in accuracy.get_ylabel()
 
@@ -384,12 +462,16 @@ def test_an_algorithm_sweep_plots_bytes_against_step_time() -> None:
     its comm share; a report whose runs all send the same bytes has no such figure."""
     from dmlbench.report.html import build_sections
 
-    algorithms = [("allreduce", 40_000.0, 0.012, 0.6), ("topk", 800.0, 0.004, 0.2),
-                  ("signsgd", 1_300.0, 0.005, 0.3)]  # fmt: skip
+    algorithms = [
+        ("allreduce", 40_000.0, 0.012, 0.6),
+        ("topk", 800.0, 0.004, 0.2),
+        ("signsgd", 1_300.0, 0.005, 0.3),
+    ]
     runs = []
     for exchange, sent, step, share in algorithms:
-        run = stored_run(exchange, 4, tta=5.0, exchange=exchange, step_time=step,
-                         comm=(share, share))  # fmt: skip
+        run = stored_run(
+            exchange, 4, tta=5.0, exchange=exchange, step_time=step, comm=(share, share)
+        )
         runs.append(dataclasses.replace(run, summary={**run.summary, "bytes_per_step": sent}))
     (section,) = build_sections(runs, price=None)
     (ax,) = section.figures["bytes-vs-step-time"].axes
@@ -402,8 +484,12 @@ def test_an_algorithm_sweep_plots_bytes_against_step_time() -> None:
     assert "bytes-vs-step-time" not in section.figures
     # nor a weak sweep of one algorithm, whose single worker sends nothing
     weak = [stored_run(f"w{n}", n, tta=5.0) for n in (1, 2, 4)]
-    weak = [dataclasses.replace(r, summary={**r.summary, "bytes_per_step": 0.0 if r.workers == 1
-                                            else 4e4}) for r in weak]  # fmt: skip
+    weak = [
+        dataclasses.replace(
+            r, summary={**r.summary, "bytes_per_step": 0.0 if r.workers == 1 else 4e4}
+        )
+        for r in weak
+    ]
     (section,) = build_sections(weak, price=None)
     assert "speedup" in section.figures and "bytes-vs-step-time" not in section.figures
 
@@ -422,7 +508,12 @@ def test_an_algorithm_by_network_sweep_colours_algorithms_and_marks_networks() -
     fig = section.figures["bytes-vs-step-time"]
     (legend,) = fig.legends
     assert sorted(t.get_text() for t in legend.get_texts()) == [
-        "allreduce", "network=100mbit", "network=none", "signsgd", "topk"]  # fmt: skip
+        "allreduce",
+        "network=100mbit",
+        "network=none",
+        "signsgd",
+        "topk",
+    ]
     (ax,) = fig.axes
     colours = {line.get_xdata()[0]: line.get_color() for line in ax.get_lines()}
     assert len(set(map(str, colours.values()))) == 3  # one colour per algorithm
@@ -432,10 +523,17 @@ def test_an_algorithm_by_network_sweep_colours_algorithms_and_marks_networks() -
 def test_best_of_keeps_each_worker_counts_fastest_variant() -> None:
     """mlbench's protocol: per worker count, the variant (here the exchange) that reaches
     the target first; speedup is then against the best at the fewest workers."""
-    times = {("allreduce", 1): [10.0, 11.0, 12.0], ("ddp", 1): [14.0, 15.0, 16.0],
-             ("allreduce", 2): [9.0, 9.0, None], ("ddp", 2): [6.0, 7.0, 8.0]}  # fmt: skip
-    runs = [stored_run(f"{e}{w}{s}", w, tta=t, seed=s, exchange=e)
-            for (e, w), ts in times.items() for s, t in enumerate(ts)]  # fmt: skip
+    times = {
+        ("allreduce", 1): [10.0, 11.0, 12.0],
+        ("ddp", 1): [14.0, 15.0, 16.0],
+        ("allreduce", 2): [9.0, 9.0, None],
+        ("ddp", 2): [6.0, 7.0, 8.0],
+    }
+    runs = [
+        stored_run(f"{e}{w}{s}", w, tta=t, seed=s, exchange=e)
+        for (e, w), ts in times.items()
+        for s, t in enumerate(ts)
+    ]
     table = analysis.scaling_table(analysis.runs_frame(runs))
     best = analysis.best_of(table, "time_to_accuracy", ["workers"])
     assert list(best["workers"]) == [1, 2]
@@ -453,9 +551,13 @@ def test_training_accuracy_and_a_target_loss_are_drawn_where_present() -> None:
     from dmlbench.report.figures import curves
 
     run = stored_run("r", 2, tta=5.0, evals=[(2.0, 0.8), (4.0, 0.95)])
-    trained = dataclasses.replace(run, evals=[dataclasses.replace(e, train_metric=m)
-                                              for e, m in zip(run.evals, (0.85, 0.99),
-                                                              strict=True)])  # fmt: skip
+    trained = dataclasses.replace(
+        run,
+        evals=[
+            dataclasses.replace(e, train_metric=m)
+            for e, m in zip(run.evals, (0.85, 0.99), strict=True)
+        ],
+    )
     frame = analysis.runs_frame([trained])
     evals = analysis.evals_frame([trained]).merge(frame[["run_id", "variant"]], on="run_id")
     table = analysis.scaling_table(frame)

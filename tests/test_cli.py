@@ -37,8 +37,16 @@ def test_tasks_lists_every_reference_task(dmlbench) -> None:
 
 
 def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
-    code, out, _ = dmlbench("run", "cifar10-resnet20", "--workers", "4", "--dry-run", "--json",
-                            "--store", str(tmp_path / "s"))  # fmt: skip
+    code, out, _ = dmlbench(
+        "run",
+        "cifar10-resnet20",
+        "--workers",
+        "4",
+        "--dry-run",
+        "--json",
+        "--store",
+        str(tmp_path / "s"),
+    )
     plan = json.loads(out)
     assert code == 0 and plan["spec"]["workers"] == 4 and plan["derived"]["global_batch"] == 128
     assert plan["derived"]["lr_first_step"] == pytest.approx(0.1 / 256 * 32)
@@ -50,16 +58,18 @@ def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
 def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
     """One run: local = global / workers; a list of counts: strong scaling at that batch,
     also when given with --set (an inline strong sweep once ignored it)."""
-    code, out, _ = dmlbench("run", "digits-mlp", "-w", "2", "--global-batch", "128",
-                            "--dry-run", "--json")  # fmt: skip
+    code, out, _ = dmlbench(
+        "run", "digits-mlp", "-w", "2", "--global-batch", "128", "--dry-run", "--json"
+    )
     one = json.loads(out)
     assert code == 0 and one["spec"]["recipe"]["local_batch"] == 64
     for args in (["--global-batch", "128"], ["--scaling", "strong", "--set", "global_batch=128"]):
         code, out, _ = dmlbench("run", "digits-mlp", "-w", "1,2", *args, "--dry-run", "--json")
         plan = json.loads(out)
         assert code == 0 and plan["sweep"]["scaling"] == "strong"
-        assert [(r["spec"]["recipe"]["local_batch"], r["spec"]["global_batch"])
-                for r in plan["runs"]] == [(128, 128), (64, 128)]  # fmt: skip
+        assert [
+            (r["spec"]["recipe"]["local_batch"], r["spec"]["global_batch"]) for r in plan["runs"]
+        ] == [(128, 128), (64, 128)]
 
 
 @pytest.mark.parametrize(
@@ -69,23 +79,31 @@ def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
         (["run", "digits-mlp", "--workers", "0", "--dry-run"], "must be at least 1"),
         (["run", "digits-mlp", "--set", "workers=0", "--dry-run"], "workers: Input should be"),
         (["run", "digits-mlp", "--set", "global_batch=33", "--workers", "2"], "not divisible"),
-        (["run", "cifar10-resnet20", "--data-dir", "/nonexistent", "--set", "download=false"],
-         "CIFAR-10 not found under /nonexistent"),
+        (
+            ["run", "cifar10-resnet20", "--data-dir", "/nonexistent", "--set", "download=false"],
+            "CIFAR-10 not found under /nonexistent",
+        ),
         (["results", "--store", "/nonexistent/store"], "no results store"),
         (["report", "--store", "/nonexistent/store"], "no results store"),
         (["compare", "--store", "/nonexistent/store"], "no results store"),
         (["sweep", "/nonexistent/sweep.yaml"], "does not exist"),
         (["run", "--workers", "1,0"], "worker counts must be at least 1"),
-        (["run", "--workers", "1,3", "--scaling", "strong", "--dry-run"],
-         "global batch 32 does not divide among 3 workers"),
-        (["run", "--workers", "1,3", "--global-batch", "128", "--dry-run"],
-         "global batch 128 does not divide among 3 workers"),
-        (["run", "--workers", "1,2", "--scaling", "weak", "--global-batch", "64", "--dry-run"],
-         "global_batch belongs to strong scaling"),
+        (
+            ["run", "--workers", "1,3", "--scaling", "strong", "--dry-run"],
+            "global batch 32 does not divide among 3 workers",
+        ),
+        (
+            ["run", "--workers", "1,3", "--global-batch", "128", "--dry-run"],
+            "global batch 128 does not divide among 3 workers",
+        ),
+        (
+            ["run", "--workers", "1,2", "--scaling", "weak", "--global-batch", "64", "--dry-run"],
+            "global_batch belongs to strong scaling",
+        ),
         (["run", "--workers", "1,2", "--scaling", "sideways", "--dry-run"], "scaling: Input"),
         (["run", "--workers", "1,2", "--rerun", "sometimes", "--dry-run"], "--rerun 'sometimes'"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_line_and_exit_code_2(dmlbench, args: list[str], message: str) -> None:
     code, _, err = dmlbench(*args)
     assert code == 2
@@ -137,10 +155,24 @@ def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
     traceback per rank (issue 40), and the launcher's signal handlers put back."""
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--store", str(store),
-         "--set", "max_epochs=100000", "--set", "stop_at_target=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [
+            *DMLBENCH,
+            "run",
+            "synthetic-mlp",
+            "--workers",
+            "2",
+            "--store",
+            str(store),
+            "--set",
+            "max_epochs=100000",
+            "--set",
+            "stop_at_target=false",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     wait_for_evaluation(proc, store)
     os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
@@ -184,8 +216,13 @@ def test_plugins_are_not_imported_from_the_current_directory(tmp_path: Path) -> 
     (tmp_path / "planted.py").write_text("open('IMPORTED', 'w').close()\n")
     sweep = tmp_path / "s.yaml"
     sweep.write_text("task: synthetic-mlp\nplugins: [planted]\naxes: {workers: [1]}\n")
-    done = subprocess.run([*DMLBENCH, "sweep", str(sweep), "--plan"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [*DMLBENCH, "sweep", str(sweep), "--plan"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "plugin module 'planted' failed to import" in done.stderr
     assert not (tmp_path / "IMPORTED").exists()
 
@@ -205,8 +242,18 @@ def test_docs_task_page_is_generated_from_the_registry() -> None:
 
 @pytest.mark.multiprocess
 def test_example_plugin_task_runs(tmp_path: Path) -> None:
-    done = cli("run", "breast-cancer-logreg", "--plugin", "my_tasks", "--workers", "2", "--json",
-               "--store", str(tmp_path / "s"), pythonpath=str(EXAMPLES))  # fmt: skip
+    done = cli(
+        "run",
+        "breast-cancer-logreg",
+        "--plugin",
+        "my_tasks",
+        "--workers",
+        "2",
+        "--json",
+        "--store",
+        str(tmp_path / "s"),
+        pythonpath=str(EXAMPLES),
+    )
     run = json.loads(done.stdout)
     assert run["status"] == "success" and run["best_metric"] >= 0.95
 
@@ -227,20 +274,31 @@ def test_imports_stay_light() -> None:
     its task needs: nothing of scikit-learn, SciPy, pandas or matplotlib at start."""
     heavy = ("torch", "sklearn", "scipy", "pandas", "matplotlib", "dask", "pyarrow")
     probe = "import sys, {m}; print(' '.join(n for n in {heavy!r} if n in sys.modules))"
-    cases = (("dmlbench.cli.app", set()), ("dmlbench.train.worker", {"torch"}),
-             # every built-in task registers, recipe validated, without torch (`tasks`)
-             ("dmlbench.tasks; dmlbench.tasks.all_tasks()", set()))  # fmt: skip
+    cases = (
+        ("dmlbench.cli.app", set()),
+        ("dmlbench.train.worker", {"torch"}),
+        # every built-in task registers, recipe validated, without torch (`tasks`)
+        ("dmlbench.tasks; dmlbench.tasks.all_tasks()", set()),
+    )
     for module, allowed in cases:
-        done = subprocess.run([sys.executable, "-c", probe.format(m=module, heavy=heavy)],
-                              capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", probe.format(m=module, heavy=heavy)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         assert set(done.stdout.split()) == allowed, (module, done.stdout)
     # a missing store is said before the report layer (pandas, matplotlib) is imported
-    command = ("import sys\nfrom dmlbench.cli.app import main\n"
-               "sys.argv = ['dmlbench', 'results', '--store', '/nonexistent/store']\n"
-               "try:\n    main()\nexcept SystemExit:\n"
-               f"    print(' '.join(n for n in {heavy!r} if n in sys.modules))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", command], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    command = (
+        "import sys\nfrom dmlbench.cli.app import main\n"
+        "sys.argv = ['dmlbench', 'results', '--store', '/nonexistent/store']\n"
+        "try:\n    main()\nexcept SystemExit:\n"
+        f"    print(' '.join(n for n in {heavy!r} if n in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", command], capture_output=True, text=True, timeout=120
+    )
     assert "no results store" in done.stderr and done.stdout.split() == [], done.stdout
 
 

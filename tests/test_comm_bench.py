@@ -60,8 +60,21 @@ def test_impossible_benchmarks_are_refused(data: dict, message: str) -> None:
 @pytest.mark.multiprocess
 def test_allreduce_benchmark_runs_on_real_gloo_workers(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
-    done = cli("bench", "allreduce", "--workers", "2", "--max-bytes", "65536", "--repeats", "3",
-               "--warmup", "1", "--json", "--store", store)  # fmt: skip
+    done = cli(
+        "bench",
+        "allreduce",
+        "--workers",
+        "2",
+        "--max-bytes",
+        "65536",
+        "--repeats",
+        "3",
+        "--warmup",
+        "1",
+        "--json",
+        "--store",
+        store,
+    )
     (run,) = json.loads(done.stdout)
     assert run["status"] == "success" and run["workers"] == 2 and run["network"] == "none"
     sizes = [r["bytes"] for r in run["results"]]
@@ -99,8 +112,21 @@ def test_bad_benchmark_input_is_one_line(dmlbench) -> None:
 
 @pytest.mark.multiprocess
 def test_allreduce_over_mpi(tmp_path: Path) -> None:
-    done = cli("bench", "allreduce", "--backend", "mpi", "--workers", "2", "--max-bytes",
-               "4096", "--repeats", "3", "--json", "--store", str(tmp_path / "s"))  # fmt: skip
+    done = cli(
+        "bench",
+        "allreduce",
+        "--backend",
+        "mpi",
+        "--workers",
+        "2",
+        "--max-bytes",
+        "4096",
+        "--repeats",
+        "3",
+        "--json",
+        "--store",
+        str(tmp_path / "s"),
+    )
     (run,) = json.loads(done.stdout)
     assert run["status"] == "success" and run["backend"] == "mpi"
     assert [r["bytes"] for r in run["results"]] == [4, 16, 64, 256, 1024, 4096]

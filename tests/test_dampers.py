@@ -61,8 +61,9 @@ def test_hybrid_rule_decays_the_rate_past_the_cap() -> None:
     capped = GeoDamp(initial=32, delay=1, factor=2, max_batch_size=128)
     assert capped(TrainState(epoch=2)) == capped(TrainState(epoch=2.5))
     assert (capped(TrainState(epoch=2)).batch_size, capped(TrainState(epoch=2)).lr_factor) == (
-        128, 1.0
-    )  # fmt: skip
+        128,
+        1.0,
+    )
     wanted_512 = capped(TrainState(epoch=4))  # wants 512: stays 128, rate × 128/512
     assert wanted_512.batch_size == 128 and wanted_512.lr_factor == pytest.approx(0.25)
 

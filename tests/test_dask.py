@@ -406,10 +406,17 @@ def test_a_worker_lost_between_updates_is_survived(
     pid_file = tmp_path / "pid"
     with cluster(2) as local, Client(local, set_as_default=False) as client:
         pid_file.write_text(str(min(client.run(os.getpid).values())))
-        est = classifier(client, batch_size=KillsAWorker, batch_size__initial=64,
-                         batch_size__at=4, batch_size__pid_file=str(pid_file),
-                         batch_size__settle_s=settle_s, grads_per_worker=32, max_epochs=2,
-                         timeout=60)  # fmt: skip
+        est = classifier(
+            client,
+            batch_size=KillsAWorker,
+            batch_size__initial=64,
+            batch_size__at=4,
+            batch_size__pid_file=str(pid_file),
+            batch_size__settle_s=settle_s,
+            grads_per_worker=32,
+            max_epochs=2,
+            timeout=60,
+        )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             est.fit(x_train, y_train)
@@ -584,8 +591,9 @@ def test_the_readme_dask_snippet_runs_as_a_script_and_grows_its_batch(tmp_path: 
     snippet = section[section.index("```python\n") + 10 :]
     script = tmp_path / "readme_dask.py"
     script.write_text(snippet[: snippet.index("```")])
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=600, cwd=tmp_path)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] != []]
     table = [r for r in rows if len(r) == 7 and r[0].isdigit()]

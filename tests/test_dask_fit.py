@@ -62,8 +62,13 @@ def test_the_stored_spec_says_how_the_dask_fit_differs() -> None:
         16,
     )
     assert stored["exchange"] == "dask-centralised"
-    assert stored["dask"]["damper"] == {"name": "GeoDamp", "initial": 64, "delay": 1,
-                                        "factor": 2, "max_batch_size": None}  # fmt: skip
+    assert stored["dask"]["damper"] == {
+        "name": "GeoDamp",
+        "initial": 64,
+        "delay": 1,
+        "factor": 2,
+        "max_batch_size": None,
+    }
     assert first_rate(spec, 64) == pytest.approx(2 * first_rate(spec, 32))  # the recipe's scaling
 
 
@@ -82,8 +87,12 @@ def test_impossible_fits_are_refused_in_one_line_before_anything_starts(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     command = ["dask", "fit", *args, "--store", str(tmp_path / "store")]
-    done = subprocess.run([sys.executable, "-c", "from dmlbench.cli.app import main; main()",
-                           *command], capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", "from dmlbench.cli.app import main; main()", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "store" / "runs").exists() or not any(
@@ -106,9 +115,26 @@ def test_a_dask_fit_is_stored_and_compared_beside_a_torch_run(tmp_path: Path) ->
     updates, an evaluation per epoch and its deviations; a torch.distributed run in the
     same store; compare and report show both, as two variants."""
     store = str(tmp_path / "store")
-    fit = dmlbench("dask", "fit", "digits-mlp", "--damper", "geodamp", "--delay", "1",
-                   "--factor", "2", "--max-workers", "2", "--set", "recipe.max_epochs=3",
-                   "--set", "stop_at_target=false", "--store", store, "--json")  # fmt: skip
+    fit = dmlbench(
+        "dask",
+        "fit",
+        "digits-mlp",
+        "--damper",
+        "geodamp",
+        "--delay",
+        "1",
+        "--factor",
+        "2",
+        "--max-workers",
+        "2",
+        "--set",
+        "recipe.max_epochs=3",
+        "--set",
+        "stop_at_target=false",
+        "--store",
+        store,
+        "--json",
+    )
     run = json.loads(fit.stdout)
     expected = schedule(GeoDamp(32, delay=1, factor=2), DIGITS_TRAIN, 3)
     assert run["exchange"] == "dask-centralised" and run["division"] == "open"
@@ -147,8 +173,9 @@ def test_a_fit_that_fails_on_its_workers_is_stored_as_failed(tmp_path: Path) -> 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the refusal needs one without")
     store = str(tmp_path / "store")
-    done = dmlbench("dask", "fit", "digits-mlp", "--device", "cuda", "--store", store,
-                    "--json", check=False)  # fmt: skip
+    done = dmlbench(
+        "dask", "fit", "digits-mlp", "--device", "cuda", "--store", store, "--json", check=False
+    )
     assert done.returncode == 1, done.stderr
     run = json.loads(done.stdout)
     assert run["status"] == "failed"
@@ -162,11 +189,21 @@ def test_a_fit_runs_on_a_scheduler_given_by_address(tmp_path: Path) -> None:
     this process, on loopback), which it neither scales nor closes."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster:  # fmt: skip
-        fit = dmlbench("dask", "fit", "digits-mlp", "--scheduler", cluster.scheduler_address,
-                       "--set", "recipe.max_epochs=2", "--store", str(tmp_path / "store"),
-                       "--json")  # fmt: skip
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, host="127.0.0.1", dashboard_address="127.0.0.1:0"
+    ) as cluster:
+        fit = dmlbench(
+            "dask",
+            "fit",
+            "digits-mlp",
+            "--scheduler",
+            cluster.scheduler_address,
+            "--set",
+            "recipe.max_epochs=2",
+            "--store",
+            str(tmp_path / "store"),
+            "--json",
+        )
         run = json.loads(fit.stdout)
         assert run["status"] in ("success", "target_not_reached") and len(run["evals"]) == 2
         assert run["spec"]["dask"]["scheduler"] == cluster.scheduler_address

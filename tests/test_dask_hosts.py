@@ -28,8 +28,16 @@ def test_the_estimator_trains_on_workers_on_other_hosts() -> None:
     )
     link = NetworkSpec(bandwidth="1gbit").resolve()
     with dask_hosts(2, link, spare=1) as hosts:
-        est = DaskClassifier(MLP, **MLP_ARGS, optimizer__lr=0.3, max_epochs=2, random_state=0,
-                             min_workers=2, max_workers=2, client=hosts.address)  # fmt: skip
+        est = DaskClassifier(
+            MLP,
+            **MLP_ARGS,
+            optimizer__lr=0.3,
+            max_epochs=2,
+            random_state=0,
+            min_workers=2,
+            max_workers=2,
+            client=hosts.address,
+        )
         est.fit(x_train, y_train)
         assert est.score(x_test, y_test) > 0.7
         assert max(u["workers"] for u in est.history_.update_records()) == 2

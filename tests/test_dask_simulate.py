@@ -54,8 +54,13 @@ def test_the_papers_five_schedules() -> None:
     assert len(updates["128 → 128"]) == 200 * 391  # 390 of 128, then 80 joins the last
     growing = [len(updates[n]) for n in ("128 → 128", "128 → 640", "128 → 3,200", "128 → 16,000")]
     assert growing == sorted(growing, reverse=True) and len(set(growing)) == 4
-    largest = {"128 → 128": 128, "128 → 640": 640, "128 → 3,200": 3_200,
-               "128 → 16,000": 16_000, "256 → 5,120 (*2)": 5_120}  # fmt: skip
+    largest = {
+        "128 → 128": 128,
+        "128 → 640": 640,
+        "128 → 3,200": 3_200,
+        "128 → 16,000": 16_000,
+        "256 → 5,120 (*2)": 5_120,
+    }
     for name, sizes in updates.items():  # an epoch's last update takes what is left over
         assert largest[name] in sizes and max(sizes) < 1.5 * largest[name], name
 

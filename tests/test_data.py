@@ -87,8 +87,11 @@ def test_only_the_official_example_counts_pass_as_cifar10(tmp_path: Path) -> Non
     with (folder / "data_batch_4.bin").open("r+b") as out:  # cut at a record boundary
         out.truncate(100 * cifar.RECORD_BYTES)
     assert task.count(tmp_path / "full") == (40_100, 10_000)
-    with pytest.raises(DatasetError, match=r"holds 40,100 training and 10,000 test examples, "
-                       r"the official set 50,000 and 10,000.*partial_data=true"):  # fmt: skip
+    with pytest.raises(
+        DatasetError,
+        match=r"holds 40,100 training and 10,000 test examples, "
+        r"the official set 50,000 and 10,000.*partial_data=true",
+    ):
         task.check_examples(*task.count(tmp_path / "full"), tmp_path / "full")
     write_cifar_python(tmp_path / "py", protocol=4, per_batch=5)
     assert task.count(tmp_path / "py") == (25, 5)
@@ -141,15 +144,27 @@ def _entry(name: str, kind: bytes = tarfile.REGTYPE, target: str = "", size: int
     ("members", "message"),
     [
         # the data folder itself a link: it would point the cache at another folder
-        ([(_entry("cifar-10-batches-bin", tarfile.SYMTYPE, "elsewhere"), None),
-          (_entry("elsewhere", tarfile.DIRTYPE), None)], "unsafe member ('cifar-10-batches-bin'"),
-        ([(_entry("cifar-10-batches-bin", tarfile.DIRTYPE), None),
-          (_entry("cifar-10-batches-bin/data_batch_1.bin", tarfile.SYMTYPE, "/etc/passwd"), None)],
-         "unsafe member"),
+        (
+            [
+                (_entry("cifar-10-batches-bin", tarfile.SYMTYPE, "elsewhere"), None),
+                (_entry("elsewhere", tarfile.DIRTYPE), None),
+            ],
+            "unsafe member ('cifar-10-batches-bin'",
+        ),
+        (
+            [
+                (_entry("cifar-10-batches-bin", tarfile.DIRTYPE), None),
+                (
+                    _entry("cifar-10-batches-bin/data_batch_1.bin", tarfile.SYMTYPE, "/etc/passwd"),
+                    None,
+                ),
+            ],
+            "unsafe member",
+        ),
         ([(_entry("../escape.bin", size=4), b"evil")], "unsafe member"),
         ([(_entry("/abs/data.bin", size=4), b"evil")], "does not contain"),  # kept inside
     ],
-)  # fmt: skip
+)
 def test_archives_with_unsafe_members_are_refused(tmp_path: Path, members, message: str) -> None:
     archive = _archive(tmp_path / "cifar-10-binary.tar.gz", members)
     with pytest.raises(DatasetError, match=re.escape(message)) as caught:
@@ -311,8 +326,13 @@ def test_normalize_matches_the_formula() -> None:
 def test_a_validation_split_holds_out_the_same_training_examples_every_time() -> None:
     from dmlbench.data.dataset import Dataset
 
-    data = Dataset(torch.arange(100.0).unsqueeze(1), torch.arange(100),
-                   torch.full((10, 1), -1.0), torch.zeros(10, dtype=torch.long), 10)  # fmt: skip
+    data = Dataset(
+        torch.arange(100.0).unsqueeze(1),
+        torch.arange(100),
+        torch.full((10, 1), -1.0),
+        torch.zeros(10, dtype=torch.long),
+        10,
+    )
     tuned = data.hold_out(0.2)
     assert (len(tuned.train_x), len(tuned.test_x)) == (80, 20)
     seen = set(tuned.train_x.flatten().tolist()) | set(tuned.test_x.flatten().tolist())

@@ -34,8 +34,14 @@ LONG_RUN = ["--set", "max_epochs=100000", "--set", "stop_at_target=false"]
 
 
 def beat(rank: int, time: float, step: int = -1, phase: str = "start", at: float | None = None):
-    return {"rank": rank, "pid": 100 + rank, "time": time, "step": step, "phase": phase,
-            "progress_at": at}  # fmt: skip
+    return {
+        "rank": rank,
+        "pid": 100 + rank,
+        "time": time,
+        "step": step,
+        "phase": phase,
+        "progress_at": at,
+    }
 
 
 def test_a_frozen_worker_is_named_first() -> None:
@@ -94,10 +100,21 @@ def test_a_slow_but_live_run_is_left_alone() -> None:
 
 def start_run(store: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--quiet", "--store", str(store),
-         *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            *DMLBENCH,
+            "run",
+            "synthetic-mlp",
+            "--workers",
+            "2",
+            "--quiet",
+            "--store",
+            str(store),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def stored_run(store: Path) -> dict:
@@ -129,9 +146,20 @@ def test_a_stopped_worker_fails_the_run_within_the_stall_timeout(tmp_path: Path)
 def test_a_hung_worker_is_named_not_its_waiting_peer(tmp_path: Path) -> None:
     store = tmp_path / "store"
     started = time.monotonic()
-    done = cli("run", "crash-hang", "--plugin", "dmlbench_test_plugins", "--workers", "2",
-               "--set", "stall_timeout_s=4", "--quiet", "--store", str(store),
-               check=False)  # fmt: skip
+    done = cli(
+        "run",
+        "crash-hang",
+        "--plugin",
+        "dmlbench_test_plugins",
+        "--workers",
+        "2",
+        "--set",
+        "stall_timeout_s=4",
+        "--quiet",
+        "--store",
+        str(store),
+        check=False,
+    )
     assert done.returncode == 1, done.stderr
     assert time.monotonic() - started < 60
     error = stored_run(store)["error"]
@@ -144,9 +172,20 @@ def test_a_killed_launcher_leaves_no_worker_behind(tmp_path: Path, when: str) ->
     store = tmp_path / "store"
     with (tmp_path / "out.log").open("w") as out:  # orphans would hold a pipe open
         proc = subprocess.Popen(
-            [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--quiet", "--store",
-             str(store), *LONG_RUN], stdout=out, stderr=out,
-        )  # fmt: skip
+            [
+                *DMLBENCH,
+                "run",
+                "synthetic-mlp",
+                "--workers",
+                "2",
+                "--quiet",
+                "--store",
+                str(store),
+                *LONG_RUN,
+            ],
+            stdout=out,
+            stderr=out,
+        )
     if when == "training":
         wait_for_evaluation(proc, store)
     else:  # the workers are importing: next they would wait on the launcher's store
@@ -212,8 +251,9 @@ def test_a_full_disk_refuses_a_run_before_it_starts(small_disk: SmallDisk, dmlbe
 @pytest.mark.multiprocess
 def test_a_full_disk_at_the_end_keeps_the_run_for_import(small_disk: SmallDisk, dmlbench) -> None:
     store = ResultsStore(small_disk.root / "store")
-    spec = resolve_spec("synthetic-mlp", workers=2,
-                        overrides=["max_epochs=2", "stop_at_target=false"])  # fmt: skip
+    spec = resolve_spec(
+        "synthetic-mlp", workers=2, overrides=["max_epochs=2", "stop_at_target=false"]
+    )
 
     def fill_when_done(events: list[dict]) -> None:
         if any(e["key"] == "run_stop" for e in events):
@@ -256,20 +296,43 @@ def _run_folder(root: Path, name: str, spec: dict | None = None, events: bytes =
     return folder
 
 
-GOOD_EVAL = {"key": "eval_accuracy", "value": 0.5, "time_ms": 1.0,
-             "metadata": {"epoch_num": 1, "step": 10, "samples_count": 160, "elapsed_s": 1.0,
-                          "compute_elapsed_s": 0.9, "eval_loss": 1.2}}  # fmt: skip
+GOOD_EVAL = {
+    "key": "eval_accuracy",
+    "value": 0.5,
+    "time_ms": 1.0,
+    "metadata": {
+        "epoch_num": 1,
+        "step": 10,
+        "samples_count": 160,
+        "elapsed_s": 1.0,
+        "compute_elapsed_s": 0.9,
+        "eval_loss": 1.2,
+    },
+}
 
 
 def test_import_reads_what_a_damaged_run_folder_holds(tmp_path: Path, dmlbench) -> None:
     """A damaged folder is imported as far as it is readable, what was skipped named, or
     refused in one line: never a traceback (issue 40)."""
-    damaged = b"\n".join([
-        json.dumps({"key": "run_start", "value": None, "time_ms": 0.0,
-                    "metadata": {"world_size": 1, "target": 0.95}}).encode(),
-        b"\xff\xfe not utf-8 \x80", b"[1, 2, 3]", b"42", b'{"no": "key"}',
-        json.dumps(GOOD_EVAL).encode(), b'{"key": "torn', b"",
-    ])  # fmt: skip
+    damaged = b"\n".join(
+        [
+            json.dumps(
+                {
+                    "key": "run_start",
+                    "value": None,
+                    "time_ms": 0.0,
+                    "metadata": {"world_size": 1, "target": 0.95},
+                }
+            ).encode(),
+            b"\xff\xfe not utf-8 \x80",
+            b"[1, 2, 3]",
+            b"42",
+            b'{"no": "key"}',
+            json.dumps(GOOD_EVAL).encode(),
+            b'{"key": "torn',
+            b"",
+        ]
+    )
     store = tmp_path / "s"
     folder = _run_folder(store, "damaged", events=damaged)
     code, out, err = dmlbench("results", "--store", str(store), "--import", str(folder))
@@ -296,8 +359,9 @@ def test_import_reads_what_a_damaged_run_folder_holds(tmp_path: Path, dmlbench) 
 
 def test_an_emptied_store_says_which_runs_it_could_hold(tmp_path: Path, dmlbench) -> None:
     store = tmp_path / "s"
-    folders = [_run_folder(store, f"run{i}", events=json.dumps(GOOD_EVAL).encode())
-               for i in range(2)]  # fmt: skip
+    folders = [
+        _run_folder(store, f"run{i}", events=json.dumps(GOOD_EVAL).encode()) for i in range(2)
+    ]
     ResultsStore(store)
     (store / "dmlbench.sqlite").write_bytes(b"")  # the database emptied, its folders kept
     code, out, err = dmlbench("results", "--store", str(store))
@@ -328,8 +392,10 @@ def _begin_in_a_pid_namespace(store: Path) -> subprocess.Popen:
     )
     return subprocess.Popen(
         ["unshare", "--pid", "--fork", sys.executable, "-c", script, str(store)],
-        stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.slow
@@ -355,13 +421,19 @@ def test_a_killed_launcher_in_a_pid_namespace_is_not_taken_for_alive(tmp_path: P
 def test_a_killed_launcher_process_leaves_its_run_interrupted(tmp_path: Path) -> None:
     store = tmp_path / "store"
     launcher = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom pathlib import Path\n"
-         "from dmlbench.launch.run import open_run\nfrom dmlbench.results import ResultsStore\n"
-         "from dmlbench.spec import resolve_spec\nstore = ResultsStore(Path(sys.argv[1]))\n"
-         "print(open_run(store, resolve_spec('digits-mlp').to_json_dict())[0], flush=True)\n"
-         "import time; time.sleep(3600)\n", str(store)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom pathlib import Path\n"
+            "from dmlbench.launch.run import open_run\nfrom dmlbench.results import ResultsStore\n"
+            "from dmlbench.spec import resolve_spec\nstore = ResultsStore(Path(sys.argv[1]))\n"
+            "print(open_run(store, resolve_spec('digits-mlp').to_json_dict())[0], flush=True)\n"
+            "import time; time.sleep(3600)\n",
+            str(store),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert launcher.stdout is not None
     run_id = launcher.stdout.readline().strip()
     assert ResultsStore(store).runs(run_id)[0].status == "running"
@@ -378,11 +450,18 @@ def test_a_killed_launcher_process_leaves_its_run_interrupted(tmp_path: Path) ->
 def test_two_copies_of_a_sweep_share_its_points(tmp_path: Path) -> None:
     store = tmp_path / "store"
     sweep = tmp_path / "shared.yaml"
-    sweep.write_text("task: synthetic-mlp\nrepeats: 3\nset: {max_epochs: 1}\n"
-                     "axes: {workers: [1]}\n")  # fmt: skip
-    copies = [subprocess.Popen([*DMLBENCH, "sweep", str(sweep), "--store", str(store)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-              for _ in range(2)]  # fmt: skip
+    sweep.write_text(
+        "task: synthetic-mlp\nrepeats: 3\nset: {max_epochs: 1}\naxes: {workers: [1]}\n"
+    )
+    copies = [
+        subprocess.Popen(
+            [*DMLBENCH, "sweep", str(sweep), "--store", str(store)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outputs = [copy.communicate(timeout=300) for copy in copies]
     assert [copy.returncode for copy in copies] == [0, 0], outputs
     runs = json.loads(cli("results", "--json", "--store", str(store)).stdout)
@@ -432,9 +511,12 @@ def test_launchers_that_open_a_new_store_at_once_all_write_to_it(tmp_path: Path)
     failed = context.Value("i", 0)
     for trial in range(12):
         start = context.Barrier(6)
-        openers = [context.Process(target=_open_new_store,
-                                   args=(str(tmp_path / f"store{trial}"), start, failed))
-                   for _ in range(6)]  # fmt: skip
+        openers = [
+            context.Process(
+                target=_open_new_store, args=(str(tmp_path / f"store{trial}"), start, failed)
+            )
+            for _ in range(6)
+        ]
         for opener in openers:
             opener.start()
         for opener in openers:

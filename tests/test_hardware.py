@@ -56,8 +56,9 @@ def test_the_peak_is_probed_once_per_machine_and_threads_then_cached(
     again = peak_flops(torch.device("cpu"), 1)
     assert first == again and probes == [1]
     assert first.flops_per_s > 1e8
-    assert first.source in {f"GEMM probe: 2048², float32, 1 thread, {path}"
-                            for path in ("matmul", "oneDNN")}  # fmt: skip
+    assert first.source in {
+        f"GEMM probe: 2048², float32, 1 thread, {path}" for path in ("matmul", "oneDNN")
+    }
     stored = json.loads((tmp_path / hardware.CACHE_FILE).read_text())
     assert [entry["flops_per_s"] for entry in stored.values()] == [first.flops_per_s]
     configured = peak_flops(torch.device("cpu"), 1, configured_tflops=989.0)
@@ -135,8 +136,13 @@ print(in_effect, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - start) / 
 def _faults_per_cycle(setting: str) -> tuple[str, float]:
     # mallopt's thresholds last for the process, and glibc's own move with what the
     # process freed before: a fresh process for each setting
-    done = subprocess.run([sys.executable, "-c", ALLOCATION_CYCLES, setting],
-                          capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", ALLOCATION_CYCLES, setting],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     name, count = done.stdout.strip().splitlines()[-1].split("|")
     return name, float(count)
 

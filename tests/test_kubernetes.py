@@ -77,9 +77,14 @@ def _spec(**extra: Any):
 
 def test_job_service_and_config_map_are_valid_api_objects() -> None:
     objects = manifests(
-        _spec(), image="registry.example/dmlbench:0.1", name="bench", namespace="ml",
-        resources=PodResources("4", "16Gi", gpus=2), store_claim="results", data_claim="datasets",
-    )  # fmt: skip
+        _spec(),
+        image="registry.example/dmlbench:0.1",
+        name="bench",
+        namespace="ml",
+        resources=PodResources("4", "16Gi", gpus=2),
+        store_claim="results",
+        data_claim="datasets",
+    )
     assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "Job"]
     for obj in objects:
         check(obj, KINDS[obj["kind"]])
@@ -110,15 +115,20 @@ def test_job_service_and_config_map_are_valid_api_objects() -> None:
     limits = node["resources"]["limits"]
     assert limits == {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"}
     assert node["resources"]["requests"] == limits  # a guaranteed pod
-    claims = {v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
-              for v in pod["spec"]["volumes"]}  # fmt: skip
+    claims = {
+        v["name"]: v.get("persistentVolumeClaim", {}).get("claimName")
+        for v in pod["spec"]["volumes"]
+    }
     assert claims["store"] == "results" and claims["data"] == "datasets"
     # every pod trains exactly the spec resolved here, its datasets on the volume
     shipped = json.loads(config["data"]["spec.json"])
     assert shipped["data_dir"] == "/data" and "network" not in shipped
     again = resolve_spec("synthetic-mlp", config=shipped)
-    assert again.to_json_dict() == {**_spec().to_json_dict(), "data_dir": "/data",
-                                    "network": again.to_json_dict()["network"]}  # fmt: skip
+    assert again.to_json_dict() == {
+        **_spec().to_json_dict(),
+        "data_dir": "/data",
+        "network": again.to_json_dict()["network"],
+    }
 
 
 def test_the_schema_check_finds_what_the_api_would_refuse() -> None:
@@ -127,8 +137,9 @@ def test_the_schema_check_finds_what_the_api_would_refuse() -> None:
     job = manifests(_spec(), image="i", name="bench")[2]
     misspelt = json.loads(json.dumps(job))
     misspelt["spec"]["completionmode"] = misspelt["spec"].pop("completionMode")
-    assert any("completionmode: not a field of V1JobSpec" in e
-               for e in schema_errors(misspelt, "V1Job"))  # fmt: skip
+    assert any(
+        "completionmode: not a field of V1JobSpec" in e for e in schema_errors(misspelt, "V1Job")
+    )
     typed = json.loads(json.dumps(job))
     typed["spec"]["completions"] = "3"
     assert any("completions: int expected" in e for e in schema_errors(typed, "V1Job"))
@@ -203,8 +214,12 @@ def test_hostile_text_stays_data_in_the_manifests(dmlbench, tmp_path: Path) -> N
 def test_the_pods_command_trains_on_two_nodes(tmp_path: Path) -> None:
     """Each pod's command, run as kubelet would run it: the ConfigMap's spec in a file,
     $(NODE_RANK) filled in, node 0's DNS name standing for 127.0.0.1 (this host)."""
-    spec = resolve_spec("synthetic-mlp", nodes=2, nproc_per_node=1,
-                        overrides=["max_steps=20", "stop_at_target=false"])  # fmt: skip
+    spec = resolve_spec(
+        "synthetic-mlp",
+        nodes=2,
+        nproc_per_node=1,
+        overrides=["max_steps=20", "stop_at_target=false"],
+    )
     config, _, job = manifests(spec, image="i", name="pair")
     shipped = json.loads(config["data"]["spec.json"])
     spec_file = tmp_path / "spec.json"
@@ -221,8 +236,10 @@ def test_the_pods_command_trains_on_two_nodes(tmp_path: Path) -> None:
         filled[store] = str(tmp_path / filled[store].lstrip("/"))
         return [sys.executable, "-m", "dmlbench", *filled]
 
-    nodes = [subprocess.Popen(as_kubelet(r), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(2)]  # fmt: skip
+    nodes = [
+        subprocess.Popen(as_kubelet(r), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]
     outputs = [n.communicate(timeout=180) for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], [e[-2000:] for _, e in outputs]
     recorded = [json.loads(out) for out, _ in outputs if out.strip().startswith("{")]

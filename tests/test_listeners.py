@@ -82,10 +82,22 @@ class Outsider:
             "print(json.dumps(ok))\n"
         )
         done = subprocess.run(
-            ["ip", "netns", "exec", self.ns, sys.executable, "-c", probe, self.host_address,
-             json.dumps(ports)],
-            capture_output=True, text=True, timeout=60, check=True,
-        )  # fmt: skip
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.ns,
+                sys.executable,
+                "-c",
+                probe,
+                self.host_address,
+                json.dumps(ports),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return json.loads(done.stdout)
 
 
@@ -98,8 +110,10 @@ def outsider():
 @needs_root
 def test_the_outsider_reaches_a_listener_on_every_interface(outsider: Outsider) -> None:
     """The control: the attack works against a socket that listens on every interface."""
-    with socket.create_server(("0.0.0.0", 0)) as server, \
-            socket.create_server(("127.0.0.1", 0)) as private:  # fmt: skip
+    with (
+        socket.create_server(("0.0.0.0", 0)) as server,
+        socket.create_server(("127.0.0.1", 0)) as private,
+    ):
         public_port, private_port = server.getsockname()[1], private.getsockname()[1]
         assert outsider.reachable([public_port, private_port]) == [public_port]
 
@@ -109,10 +123,24 @@ def test_the_outsider_reaches_a_listener_on_every_interface(outsider: Outsider) 
 def test_a_run_listens_on_loopback_only(outsider: Outsider, tmp_path: Path) -> None:
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [*DMLBENCH, "run", "synthetic-mlp", "--workers", "2", "--quiet", "--store", str(store),
-         "--set", "max_epochs=100000", "--set", "stop_at_target=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            *DMLBENCH,
+            "run",
+            "synthetic-mlp",
+            "--workers",
+            "2",
+            "--quiet",
+            "--store",
+            str(store),
+            "--set",
+            "max_epochs=100000",
+            "--set",
+            "stop_at_target=false",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for_evaluation(proc, store)
         tree = process_tree(proc.pid)
@@ -152,15 +180,30 @@ def test_dask_ddp_fit_listens_on_loopback_only(outsider: Outsider) -> None:
             if new:
                 reached.extend(outsider.reachable(sorted({port for _, port, _ in new})))
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                      dashboard_address="127.0.0.1:0") as cluster, \
-            Client(cluster, set_as_default=False) as client:  # fmt: skip
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster, set_as_default=False) as client,
+    ):
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        est = DaskClassifier(MLP, module__in_features=8, module__hidden=[16],
-                             module__num_outputs=2, client=client, engine="ddp",
-                             batch_size=32, max_epochs=20, min_workers=2,
-                             max_workers=2)  # fmt: skip
+        est = DaskClassifier(
+            MLP,
+            module__in_features=8,
+            module__hidden=[16],
+            module__num_outputs=2,
+            client=client,
+            engine="ddp",
+            batch_size=32,
+            max_epochs=20,
+            min_workers=2,
+            max_workers=2,
+        )
         est.fit(x, y)
         stop.set()
         watcher.join()
@@ -177,16 +220,30 @@ def test_mpi_listens_nowhere_an_outsider_can_reach(outsider: Outsider, tmp_path:
     run in, so they run in one of their own: nothing of theirs is visible here."""
     pytest.importorskip("mpi4py")
     proc = subprocess.Popen(
-        [*DMLBENCH, "bench", "allreduce", "--backend", "mpi", "--workers", "2", "--max-bytes",
-         str(2**24), "--repeats", "40", "--store", str(tmp_path / "s")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            *DMLBENCH,
+            "bench",
+            "allreduce",
+            "--backend",
+            "mpi",
+            "--workers",
+            "2",
+            "--max-bytes",
+            str(2**24),
+            "--repeats",
+            "40",
+            "--store",
+            str(tmp_path / "s"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen: set[tuple[str, int, int]] = set()
     saw_mpirun = False
     while proc.poll() is None:
         tree = process_tree(proc.pid)
-        saw_mpirun |= any("prterun" in command_line(p) or "mpirun" in command_line(p)
-                          for p in tree)  # fmt: skip
+        saw_mpirun |= any("prterun" in command_line(p) or "mpirun" in command_line(p) for p in tree)
         seen.update(listeners(tree))
         time.sleep(0.1)
     assert proc.returncode == 0, proc.communicate()[1]

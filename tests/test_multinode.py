@@ -30,16 +30,42 @@ from dmlbench.train.agreement import first_differences, node_view
 
 STEPS = ["--set", "max_steps=25", "--set", "stop_at_target=false"]
 # trains until stopped: synthetic-mlp's recipe ends after 10 epochs, a few seconds
-FOREVER = ("--set", "max_epochs=100000", "--set", "max_steps=1000000", "--set",
-           "stop_at_target=false")  # fmt: skip
+FOREVER = (
+    "--set",
+    "max_epochs=100000",
+    "--set",
+    "max_steps=1000000",
+    "--set",
+    "stop_at_target=false",
+)
 
 
 def _start_node(store: Path, port: int, *extra: str, nodes: int = 2) -> subprocess.Popen:
-    command = [sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--nnodes", str(nodes),
-               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job", "--store", str(store),
-               "--quiet", "--json", *extra]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "160"})  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "dmlbench",
+        "run",
+        "synthetic-mlp",
+        "--nnodes",
+        str(nodes),
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "job",
+        "--store",
+        str(store),
+        "--quiet",
+        "--json",
+        *extra,
+    ]
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "160"},
+    )
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, dict, str]:
@@ -64,9 +90,14 @@ def test_layout_is_nodes_times_workers_per_node() -> None:
 
 
 def test_nodes_and_nproc_per_node_are_sweep_axes() -> None:
-    sweep = validate_sweep({"name": "layouts", "task": "synthetic-mlp",
-                            "axes": {"nodes": [1, 2, 4]},
-                            "derived": {"nproc_per_node": "4 // nodes"}})  # fmt: skip
+    sweep = validate_sweep(
+        {
+            "name": "layouts",
+            "task": "synthetic-mlp",
+            "axes": {"nodes": [1, 2, 4]},
+            "derived": {"nproc_per_node": "4 // nodes"},
+        }
+    )
     plan = plan_sweep(sweep)
     assert [r.spec.layout for r in plan.runs] == ["1×4", "2×2", "4×1"]
     assert {r.spec.workers for r in plan.runs} == {4}
@@ -92,8 +123,9 @@ def test_multi_node_flags_are_refused_in_one_line(dmlbench) -> None:
     assert code == 2 and "--nnodes needs --rdzv-endpoint" in err
     code, _, err = dmlbench("run", "--nnodes", "2", "--nodes", "2", "--rdzv-endpoint", "h:1")
     assert code == 2 and "not both" in err
-    code, _, err = dmlbench("run", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1",
-                            "--network", "1gbit")  # fmt: skip
+    code, _, err = dmlbench(
+        "run", "--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:1", "--network", "1gbit"
+    )
     assert code == 2 and "drop --network" in err
     code, out, _ = dmlbench("run", "--nodes", "2", "--nproc-per-node", "3", "--dry-run", "--json")
     assert code == 0 and json.loads(out)["spec"]["workers"] == 6
@@ -108,8 +140,18 @@ def test_a_rendezvous_id_names_one_folder_in_the_store(dmlbench, tmp_path: Path)
 
     store = tmp_path / "s"
     for bad in ["../../x", str(tmp_path / "outside"), "..", ".hidden", "a/b", "x\ny"]:
-        code, _, err = dmlbench("run", "synthetic-mlp", "--nnodes", "2", "--rdzv-endpoint",
-                                "127.0.0.1:1", "--rdzv-id", bad, "--store", str(store))  # fmt: skip
+        code, _, err = dmlbench(
+            "run",
+            "synthetic-mlp",
+            "--nnodes",
+            "2",
+            "--rdzv-endpoint",
+            "127.0.0.1:1",
+            "--rdzv-id",
+            bad,
+            "--store",
+            str(store),
+        )
         assert code == 2 and "--rdzv-id" in err and "becomes a folder name" in err, err
         with pytest.raises(Exception, match="becomes a folder name"):
             create_run_dir(store / "runs", {}, bad)
@@ -133,11 +175,21 @@ def test_two_nodes_reach_the_weights_of_one_node_with_as_many_workers(
 ) -> None:
     # 2×2 against 1×4 (2×1 against 1×2 for the others, to keep CI short: the same property)
     common = [*STEPS, "--exchange", exchange, "--set", "save_model=true", "--set", "seed=3"]
-    cli("run", "synthetic-mlp", "--workers", str(2 * per_node), "--store",
-        str(tmp_path / "one"), "--quiet", *common)  # fmt: skip
+    cli(
+        "run",
+        "synthetic-mlp",
+        "--workers",
+        str(2 * per_node),
+        "--store",
+        str(tmp_path / "one"),
+        "--quiet",
+        *common,
+    )
     port = free_port()
-    nodes = [_start_node(tmp_path / f"node{i}", port, "--nproc-per-node", str(per_node),
-                         *common) for i in range(2)]  # fmt: skip
+    nodes = [
+        _start_node(tmp_path / f"node{i}", port, "--nproc-per-node", str(per_node), *common)
+        for i in range(2)
+    ]
     results = [_finish(node) for node in nodes]
     assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
     recorded = [out for _, out, _ in results if out.get("recorded", True)]
@@ -160,8 +212,7 @@ def test_two_nodes_reach_the_weights_of_one_node_with_as_many_workers(
 @pytest.mark.multiprocess
 def test_nodes_with_different_specs_are_refused_before_training(tmp_path: Path) -> None:
     port = free_port()
-    nodes = [_start_node(tmp_path / f"n{i}", port, "--set", f"max_steps={5 + i}")
-             for i in range(2)]  # fmt: skip
+    nodes = [_start_node(tmp_path / f"n{i}", port, "--set", f"max_steps={5 + i}") for i in range(2)]
     results = [_finish(node) for node in nodes]
     assert [code for code, _, _ in results] == [1, 1]
     recorded = next(out for _, out, _ in results if out.get("recorded", True))
@@ -197,8 +248,9 @@ def test_a_silent_listener_at_the_endpoint_is_given_up_at_the_timeout(tmp_path: 
     threading.Thread(target=accept, daemon=True).start()
     try:
         started = time.monotonic()
-        code, run, err = _finish(_start_node(tmp_path / "s", listener.getsockname()[1],
-                                             "--rdzv-timeout", "3"))  # fmt: skip
+        code, run, err = _finish(
+            _start_node(tmp_path / "s", listener.getsockname()[1], "--rdzv-timeout", "3")
+        )
         took = time.monotonic() - started
     finally:
         listener.close()
@@ -218,13 +270,15 @@ def test_a_rogue_node_of_a_full_job_gives_up_at_its_own_timeout(tmp_path: Path) 
     job = [_start_node(tmp_path / f"n{i}", port, *forever) for i in range(2)]
     try:
         deadline = time.monotonic() + 90
-        while not any('"run_start"' in log.read_text()
-                      for log in tmp_path.glob("n*/runs/*/events.jsonl")):  # fmt: skip
+        while not any(
+            '"run_start"' in log.read_text() for log in tmp_path.glob("n*/runs/*/events.jsonl")
+        ):
             assert time.monotonic() < deadline, "the job never trained"
             time.sleep(0.2)
         started = time.monotonic()
-        code, run, err = _finish(_start_node(tmp_path / "rogue", port, "--rdzv-timeout", "3",
-                                             *forever))  # fmt: skip
+        code, run, err = _finish(
+            _start_node(tmp_path / "rogue", port, "--rdzv-timeout", "3", *forever)
+        )
         assert code == 1, err
         assert "already has all its 2 nodes" in run["error"], run["error"]
         assert time.monotonic() - started < 3 + 30
@@ -243,16 +297,34 @@ def _cluster(store: Path, *extra: str, sigint_ignored: bool = False) -> subproce
     background job is, with SIGINT ignored (``dmlbench run … &``)."""
     ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     return subprocess.Popen(
-        [sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--nodes", "2",
-         "--nproc-per-node", "2", "--store", str(store), "--quiet", "--json", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "dmlbench",
+            "run",
+            "synthetic-mlp",
+            "--nodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--store",
+            str(store),
+            "--quiet",
+            "--json",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
         preexec_fn=ignore,
-    )  # fmt: skip
+    )
 
 
 def _agents(store: Path) -> list[int]:
-    found = subprocess.run(["pgrep", "-f", f"{store}/runs/.*/nodes/node"], capture_output=True,
-                           text=True)  # fmt: skip
+    found = subprocess.run(
+        ["pgrep", "-f", f"{store}/runs/.*/nodes/node"], capture_output=True, text=True
+    )
     return [int(pid) for pid in found.stdout.split()]
 
 
@@ -306,8 +378,7 @@ def test_a_killed_node_agent_fails_the_run_naming_the_node(tmp_path: Path) -> No
 @root_only
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("how", ["ctrl-c", "kill -INT", "kill -TERM"])
-def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path,
-                                                                  how: str) -> None:  # fmt: skip
+def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path, how: str) -> None:
     """Ctrl-C signals the terminal's whole group; ``kill -INT`` reaches a launcher started
     with SIGINT ignored (it was ignored: issue 40); SIGTERM left the namespaces and veths."""
     store, proc = _training_cluster(tmp_path / "s", sigint_ignored=how == "kill -INT")
@@ -340,9 +411,11 @@ def _pid_of(store: Path, pattern: str) -> int:
 @pytest.mark.multiprocess
 @pytest.mark.parametrize(
     ("frozen", "named"),
-    [("node1/agent-heartbeat.json", "lost node 1 (10."),
-     ("node1/runs/*/heartbeats/rank-3.json", "node 1 (10.")],
-)  # fmt: skip
+    [
+        ("node1/agent-heartbeat.json", "lost node 1 (10."),
+        ("node1/runs/*/heartbeats/rank-3.json", "node 1 (10."),
+    ],
+)
 def test_a_frozen_node_or_worker_is_named_within_the_stall_timeout(
     tmp_path: Path, frozen: str, named: str
 ) -> None:

@@ -64,22 +64,39 @@ def _ours(tag: str) -> list[str]:
 def _connects(topology: Topology, source: int, target: int) -> bool:
     """Whether rank ``source``'s namespace opens a TCP connection to rank ``target``'s."""
     server = subprocess.Popen(
-        ["ip", "netns", "exec", topology.namespaces[target], sys.executable, "-c",
-         "import socket, sys\n"
-         "s = socket.create_server((sys.argv[1], 0))\n"
-         "print(s.getsockname()[1], flush=True)\n"
-         "s.settimeout(10)\n"
-         "s.accept()\n", topology.address(target)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            "ip",
+            "netns",
+            "exec",
+            topology.namespaces[target],
+            sys.executable,
+            "-c",
+            "import socket, sys\n"
+            "s = socket.create_server((sys.argv[1], 0))\n"
+            "print(s.getsockname()[1], flush=True)\n"
+            "s.settimeout(10)\n"
+            "s.accept()\n",
+            topology.address(target),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert server.stdout is not None
     port = server.stdout.readline().strip()
     client = subprocess.run(
-        ["ip", "netns", "exec", topology.namespaces[source], sys.executable, "-c",
-         "import socket, sys\nsocket.create_connection((sys.argv[1], int(sys.argv[2])), 5)\n",
-         topology.address(target), port],
+        [
+            "ip",
+            "netns",
+            "exec",
+            topology.namespaces[source],
+            sys.executable,
+            "-c",
+            "import socket, sys\nsocket.create_connection((sys.argv[1], int(sys.argv[2])), 5)\n",
+            topology.address(target),
+            port,
+        ],
         capture_output=True,
-    )  # fmt: skip
+    )
     server.wait(timeout=15)
     return client.returncode == 0
 
@@ -109,8 +126,9 @@ def test_concurrent_topologies_get_their_own_subnets() -> None:
         assert first.subnet != second.subnet
         assert 100 <= min(first.subnet, second.subnet) < max(first.subnet, second.subnet) < 200
         assert _connects(first, 0, 1) and _connects(second, 1, 0)
-        bridges = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
-                                 text=True).stdout  # fmt: skip
+        bridges = subprocess.run(
+            ["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True
+        ).stdout
         assert bridges.count(first.hub_address + "/") == 1
         assert bridges.count(second.hub_address + "/") == 1
 
@@ -143,9 +161,23 @@ def test_leftovers_of_a_killed_launcher_are_removed() -> None:
 @pytest.mark.multiprocess
 def test_latency_takes_effect_and_its_cost_is_recorded(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    done = cli("bench", "allreduce", "--workers", "2", "--set", "network.latency=5ms",
-               "--max-bytes", "4", "--repeats", "3", "--warmup", "1", "--json", "--store",
-               str(store))  # fmt: skip
+    done = cli(
+        "bench",
+        "allreduce",
+        "--workers",
+        "2",
+        "--set",
+        "network.latency=5ms",
+        "--max-bytes",
+        "4",
+        "--repeats",
+        "3",
+        "--warmup",
+        "1",
+        "--json",
+        "--store",
+        str(store),
+    )
     (run,) = json.loads(done.stdout)
     latency = run["results"][0]["latency_s"]
     # at least one round trip of 2 × 5 ms (physics, so load cannot break it); the cap is
@@ -164,8 +196,23 @@ def test_latency_takes_effect_and_its_cost_is_recorded(tmp_path: Path) -> None:
 @pytest.mark.multiprocess
 def test_shaping_caps_all_reduce_bandwidth(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
-    args = ("bench", "allreduce", "--workers", "2", "--max-bytes", str(2**20), "--factor", "16",
-            "--repeats", "3", "--warmup", "1", "--json", "--store", store)  # fmt: skip
+    args = (
+        "bench",
+        "allreduce",
+        "--workers",
+        "2",
+        "--max-bytes",
+        str(2**20),
+        "--factor",
+        "16",
+        "--repeats",
+        "3",
+        "--warmup",
+        "1",
+        "--json",
+        "--store",
+        store,
+    )
     shaped = json.loads(cli(*args, "--network", "100mbit").stdout)[0]
     free = json.loads(cli(*args).stdout)[0]
     big = {r["bytes"]: r["busbw"] for r in shaped["results"]}[2**20]
@@ -196,9 +243,22 @@ def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path, exchange: st
     """Also a parameter server: it listens on rank 0's own address in its namespace, and
     dies with rank 0."""
     since = time.time() - 1
-    done = cli("run", "crash-kill", "--plugin", "dmlbench_test_plugins", "--workers", "2",
-               "--network", "1gbit", "--exchange", exchange, "--json", "--store",
-               str(tmp_path / "s"), check=False)  # fmt: skip
+    done = cli(
+        "run",
+        "crash-kill",
+        "--plugin",
+        "dmlbench_test_plugins",
+        "--workers",
+        "2",
+        "--network",
+        "1gbit",
+        "--exchange",
+        exchange,
+        "--json",
+        "--store",
+        str(tmp_path / "s"),
+        check=False,
+    )
     assert done.returncode == 1, done.stderr
     run = json.loads(done.stdout)
     assert run["status"] == "failed" and "rank 1" in run["error"], run["error"]
@@ -215,9 +275,23 @@ def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path, exchange: st
 def test_refusals_are_one_line(tmp_path: Path) -> None:
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     if shutil.which("setpriv"):
-        done = subprocess.run([*nobody, sys.executable, "-m", "dmlbench", "bench", "allreduce",
-                               "--network", "1gbit", "--store", str(tmp_path / "n")],
-                              capture_output=True, text=True, cwd="/")  # fmt: skip
+        done = subprocess.run(
+            [
+                *nobody,
+                sys.executable,
+                "-m",
+                "dmlbench",
+                "bench",
+                "allreduce",
+                "--network",
+                "1gbit",
+                "--store",
+                str(tmp_path / "n"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd="/",
+        )
         assert done.returncode == 2 and "network emulation needs root" in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
     bad = cli("run", "--network", "10gbt", "--dry-run", check=False)
@@ -228,9 +302,25 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
 @root_only
 @pytest.mark.multiprocess
 def test_mpi_runs_under_an_emulated_network(tmp_path: Path) -> None:
-    done = cli("bench", "allreduce", "--backend", "mpi", "--workers", "2", "--network",
-               "100mbit", "--max-bytes", str(2**18), "--factor", "64", "--repeats", "3",
-               "--json", "--store", str(tmp_path / "s"))  # fmt: skip
+    done = cli(
+        "bench",
+        "allreduce",
+        "--backend",
+        "mpi",
+        "--workers",
+        "2",
+        "--network",
+        "100mbit",
+        "--max-bytes",
+        str(2**18),
+        "--factor",
+        "64",
+        "--repeats",
+        "3",
+        "--json",
+        "--store",
+        str(tmp_path / "s"),
+    )
     (run,) = json.loads(done.stdout)
     big = {r["bytes"]: r["busbw"] for r in run["results"]}[2**18]
     # the 100 Mbit/s cap applies (a cap, not a floor: a busy machine may fall far below it)
@@ -243,11 +333,28 @@ def test_mpi_runs_under_an_emulated_network(tmp_path: Path) -> None:
 def test_ctrl_c_under_an_emulated_network_leaves_nothing(tmp_path: Path) -> None:
     store = tmp_path / "store"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dmlbench", "run", "synthetic-mlp", "--workers", "2", "--quiet",
-         "--store", str(store), "--set", "max_epochs=100000", "--set", "stop_at_target=false",
-         "--set", "network.latency=1ms"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "dmlbench",
+            "run",
+            "synthetic-mlp",
+            "--workers",
+            "2",
+            "--quiet",
+            "--store",
+            str(store),
+            "--set",
+            "max_epochs=100000",
+            "--set",
+            "stop_at_target=false",
+            "--set",
+            "network.latency=1ms",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_evaluation(proc, store)
     assert _forwarders() != [] and leftovers() != []  # the emulated network is up
     proc.send_signal(signal.SIGINT)

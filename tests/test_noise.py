@@ -71,8 +71,9 @@ def test_batches_drawn_without_replacement_are_corrected_for_the_population() ->
         for start in range(0, n, b * workers):
             local = population[order[start : start + b * workers]].view(workers, b, d).mean(1)
             for meter in (corrected, plain):
-                meter.add_sums(float(local.square().sum()), workers,
-                               float(local.mean(0).square().sum()), 1)  # fmt: skip
+                meter.add_sums(
+                    float(local.square().sum()), workers, float(local.mean(0).square().sum()), 1
+                )
     fixed, biased = corrected.estimate(), plain.estimate()
     assert fixed is not None and biased is not None
     assert fixed.b_simple == pytest.approx(truth, rel=0.1)
@@ -81,9 +82,13 @@ def test_batches_drawn_without_replacement_are_corrected_for_the_population() ->
 
 @pytest.mark.parametrize(
     ("b_simple", "says"),
-    [(1000.0, "well below it"), (100.0, "near it"), (10.0, "well above it"),
-     (None, "not resolved")],
-)  # fmt: skip
+    [
+        (1000.0, "well below it"),
+        (100.0, "near it"),
+        (10.0, "well above it"),
+        (None, "not resolved"),
+    ],
+)
 def test_the_summary_line_says_where_the_batch_stands(b_simple: float | None, says: str) -> None:
     from dmlbench.report.terminal import noise_text
 

@@ -81,8 +81,9 @@ def test_every_optimizer_trains_a_small_model(name: str) -> None:
     y = (x[:, 0] > 0).long()
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     rates = {"sgd": 0.1, "lars": 5.0, "adam": 0.01, "adamw": 0.01, "lamb": 0.05}
-    optimizer = build_optimizer(OptimizerSpec(name=name, momentum=0.9 * (name in ("sgd", "lars"))),
-                                model.parameters())  # fmt: skip
+    optimizer = build_optimizer(
+        OptimizerSpec(name=name, momentum=0.9 * (name in ("sgd", "lars"))), model.parameters()
+    )
     for group in optimizer.param_groups:
         group["lr"] = rates[name]
     losses = []

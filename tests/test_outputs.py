@@ -90,27 +90,31 @@ def test_report_refuses_what_is_not_a_regular_file(dmlbench, stored: Path, tmp_p
     assert code == 0 and (tmp_path / "r.html").is_file(), err
 
 
-def test_export_writes_no_file_through_a_planted_link(dmlbench, stored: Path,
-                                                      tmp_path: Path) -> None:  # fmt: skip
+def test_export_writes_no_file_through_a_planted_link(
+    dmlbench, stored: Path, tmp_path: Path
+) -> None:
     victim = tmp_path / "victim"
     victim.write_text("keep")
     folder = tmp_path / "tables"
     folder.mkdir()
     (folder / "evals.csv").symlink_to(victim)
-    code, _, err = dmlbench("export", "--store", str(stored), "--out", str(folder),
-                            "--format", "csv")  # fmt: skip
+    code, _, err = dmlbench(
+        "export", "--store", str(stored), "--out", str(folder), "--format", "csv"
+    )
     assert code == 2 and "evals.csv is a symbolic link" in err, err
     assert victim.read_text() == "keep" and sorted(os.listdir(folder)) == ["evals.csv"]
     code, _, err = dmlbench("export", "--store", str(stored), "--out", str(victim))
     assert code == 2 and "is not a folder" in err and "Traceback" not in err, err
 
 
-def test_csv_cells_a_spreadsheet_would_run_are_quoted(dmlbench, stored: Path,
-                                                      tmp_path: Path) -> None:  # fmt: skip
+def test_csv_cells_a_spreadsheet_would_run_are_quoted(
+    dmlbench, stored: Path, tmp_path: Path
+) -> None:
     import pandas as pd
 
-    code, _, err = dmlbench("export", "--store", str(stored), "--out", str(tmp_path / "t"),
-                            "--format", "csv")  # fmt: skip
+    code, _, err = dmlbench(
+        "export", "--store", str(stored), "--out", str(tmp_path / "t"), "--format", "csv"
+    )
     assert code == 0, err
     runs = pd.read_csv(tmp_path / "t" / "runs.csv")
     assert runs.loc[0, "sweep"] == "'" + HOSTILE_SWEEP

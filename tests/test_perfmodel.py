@@ -76,10 +76,19 @@ def test_one_worker_and_the_bottleneck() -> None:
 
 def test_prediction_by_hand() -> None:
     guess = predict(
-        workers=2, algorithm="ring", local_batch=10, compute_per_example_s=0.001,
-        compute_fixed_s=0.002, gradient_bytes=1e6, train_examples=1000, epochs_to_target=2,
-        eval_s_per_epoch=0.5, link=LINK, calibration=CAL, price_per_worker_hour=3.6,
-    )  # fmt: skip
+        workers=2,
+        algorithm="ring",
+        local_batch=10,
+        compute_per_example_s=0.001,
+        compute_fixed_s=0.002,
+        gradient_bytes=1e6,
+        train_examples=1000,
+        epochs_to_target=2,
+        eval_s_per_epoch=0.5,
+        link=LINK,
+        calibration=CAL,
+        price_per_worker_hour=3.6,
+    )
     comm = 2 * 0.0021 + 1e6 / 1e8  # ring, N = 2
     assert guess.global_batch == 20 and guess.steps == 100  # 50 steps per epoch × 2
     assert guess.step_s == pytest.approx(0.012 + comm)
@@ -90,18 +99,40 @@ def test_prediction_by_hand() -> None:
 
 def comm_run(workers: int, rows: list[tuple[int, float, float, float]], **spec) -> CommRun:
     return CommRun(
-        run_id=f"c{workers}", op="allreduce", backend="gloo", workers=workers, network="none",
-        status="success", created_at="2026-11-23", spec={"network": spec.get("network", {})},
-        environment={}, run_dir="d",
-        results=[CommResult(bytes=b, repeats=1, iterations=1, latency_s=lat, latency_min_s=low,
-                            latency_max_s=lat, latency_std_s=0.0, algbw=bw, busbw=bw)
-                 for b, lat, low, bw in rows],
-    )  # fmt: skip
+        run_id=f"c{workers}",
+        op="allreduce",
+        backend="gloo",
+        workers=workers,
+        network="none",
+        status="success",
+        created_at="2026-11-23",
+        spec={"network": spec.get("network", {})},
+        environment={},
+        run_dir="d",
+        results=[
+            CommResult(
+                bytes=b,
+                repeats=1,
+                iterations=1,
+                latency_s=lat,
+                latency_min_s=low,
+                latency_max_s=lat,
+                latency_std_s=0.0,
+                algbw=bw,
+                busbw=bw,
+            )
+            for b, lat, low, bw in rows
+        ],
+    )
 
 
 def test_calibration_reads_overhead_and_host_bandwidth() -> None:
-    unshaped = [(4, 1e-4, 5e-5, 0), (64, 2e-3, 4e-4, 0), (4096, 2e-3, 3e-4, 0),
-                (2**24, 0.01, 0.009, 2e9)]  # fmt: skip
+    unshaped = [
+        (4, 1e-4, 5e-5, 0),
+        (64, 2e-3, 4e-4, 0),
+        (4096, 2e-3, 3e-4, 0),
+        (2**24, 0.01, 0.009, 2e9),
+    ]
     shaped = [(64, 1e-3, 1e-4, 0), (2**24, 0.01, 0.009, 1e9)]  # not used for calibration
     runs = [comm_run(2, unshaped), comm_run(2, shaped, network={"bandwidth": "1gbit"})]
     (only,) = calibrate_comm(runs).values()
@@ -117,11 +148,37 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     cli("run", "synthetic-mlp", "--workers", "1", "--json", "--store", store)
     no_bench = cli("simulate", "synthetic-mlp", "--store", store, check=False)
     assert no_bench.returncode == 2 and "bench allreduce" in no_bench.stderr
-    cli("bench", "allreduce", "--workers", "2", "--max-bytes", str(2**22), "--factor", "16",
-        "--repeats", "2", "--warmup", "1", "--store", store)  # fmt: skip
-    out = json.loads(cli("simulate", "synthetic-mlp", "--workers", "1,2,8", "--network",
-                         "1gbit,100mbit", "--algorithm", "ring,ps", "--json", "--store",
-                         store).stdout)  # fmt: skip
+    cli(
+        "bench",
+        "allreduce",
+        "--workers",
+        "2",
+        "--max-bytes",
+        str(2**22),
+        "--factor",
+        "16",
+        "--repeats",
+        "2",
+        "--warmup",
+        "1",
+        "--store",
+        store,
+    )
+    out = json.loads(
+        cli(
+            "simulate",
+            "synthetic-mlp",
+            "--workers",
+            "1,2,8",
+            "--network",
+            "1gbit,100mbit",
+            "--algorithm",
+            "ring,ps",
+            "--json",
+            "--store",
+            store,
+        ).stdout
+    )
     rows = out["predictions"]
     assert len(rows) == 2 * 2 * 3
     assert out["calibration"]["gradient_bytes"] > 0
@@ -139,12 +196,25 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     cli("report", "--store", store, "--out", str(page))
     assert "synthetic-mlp · predicted scaling" in page.read_text()  # saved, then drawn
-    bad = cli("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store,
-              check=False)  # fmt: skip
+    bad = cli("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store, check=False)
     assert bad.returncode == 2 and "choose ring, tree, ps or hierarchical" in bad.stderr
-    two = json.loads(cli("simulate", "synthetic-mlp", "--nodes", "1,2,4", "--nproc-per-node",
-                         "4,2,1", "--network", "100mbit", "--algorithm", "ring,hierarchical",
-                         "--json", "--store", store).stdout)["predictions"]  # fmt: skip
+    two = json.loads(
+        cli(
+            "simulate",
+            "synthetic-mlp",
+            "--nodes",
+            "1,2,4",
+            "--nproc-per-node",
+            "4,2,1",
+            "--network",
+            "100mbit",
+            "--algorithm",
+            "ring,hierarchical",
+            "--json",
+            "--store",
+            store,
+        ).stdout
+    )["predictions"]
     assert [(r["nodes"], r["workers"]) for r in two] == [(1, 4), (2, 4), (4, 4)] * 2
     flat = {r["nodes"]: r["comm_s"] for r in two if r["algorithm"] == "ring"}
     levels = {r["nodes"]: r["comm_s"] for r in two if r["algorithm"] == "hierarchical"}
@@ -164,15 +234,40 @@ def task_run(run_id: str, compute_s: float, workers: int = 1) -> RunRecord:
     """A finished, unshaped run whose steady steps took ``compute_s`` each (both phases)."""
     steady = [{"forward": compute_s * 10 / 2, "backward": compute_s * 10 / 2, "comm": 0.0}]
     return RunRecord(
-        run_id=run_id, task="t", status="success", division="closed", created_at="2026-11-23",
-        workers=workers, local_batch=32, global_batch=32 * workers, seed=0,
-        exchange="allreduce", spec={}, deviations={}, environment={}, run_dir="d",
-        target=0.9, network="none",
-        summary={"phases_steady": steady * workers, "steady_steps": 10,
-                 "gradient_bytes": 4e6, "train_examples": 3200},
-        evals=[Evaluation(epoch=3, step=300, samples=9600, elapsed_s=1.0,
-                          compute_elapsed_s=1.0, metric=0.95, loss=0.1)],
-    )  # fmt: skip
+        run_id=run_id,
+        task="t",
+        status="success",
+        division="closed",
+        created_at="2026-11-23",
+        workers=workers,
+        local_batch=32,
+        global_batch=32 * workers,
+        seed=0,
+        exchange="allreduce",
+        spec={},
+        deviations={},
+        environment={},
+        run_dir="d",
+        target=0.9,
+        network="none",
+        summary={
+            "phases_steady": steady * workers,
+            "steady_steps": 10,
+            "gradient_bytes": 4e6,
+            "train_examples": 3200,
+        },
+        evals=[
+            Evaluation(
+                epoch=3,
+                step=300,
+                samples=9600,
+                elapsed_s=1.0,
+                compute_elapsed_s=1.0,
+                metric=0.95,
+                loss=0.1,
+            )
+        ],
+    )
 
 
 def test_calibration_refuses_runs_that_disagree_and_names_its_runs() -> None:
@@ -183,8 +278,9 @@ def test_calibration_refuses_runs_that_disagree_and_names_its_runs() -> None:
         calibrate_task([quiet, busy], "t")
     assert "10.00 ms/step (quiet) against 170.00 ms/step (busy)" in str(refused.value)
     assert "--calibrate-from" in str(refused.value) and "\n" not in str(refused.value)
-    pinned = calibrate_task([quiet, busy, task_run("wide", 0.05, workers=2)], "t",
-                            calibrate_from=["qui"])  # a unique start of the id  # fmt: skip
+    pinned = calibrate_task(
+        [quiet, busy, task_run("wide", 0.05, workers=2)], "t", calibrate_from=["qui"]
+    )  # a unique start of the id
     assert pinned.compute_step_s == pytest.approx(0.010) and pinned.compute_runs == ["quiet"]
     with pytest.raises(DmlbenchError, match="--calibrate-from nope: no single"):
         calibrate_task([quiet], "t", calibrate_from=["nope"])

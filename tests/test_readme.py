@@ -97,8 +97,9 @@ def shortened(command: str, tasks_run: set[str]) -> str:
 
 
 def _run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, shell=True, cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        command, shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_readme_lists_the_commands_this_test_runs() -> None:
@@ -115,8 +116,11 @@ def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
     for shipped in SHIPPED:
         (work / shipped).symlink_to(REPO / shipped)
     write_cifar_binary(tmp_path / "shared" / "data" / "cifar10", per_batch=8)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "COLUMNS": "120"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "COLUMNS": "120",
+    }
     env.pop("DMLBENCH_STORE", None)
     root = os.geteuid() == 0
     failures, skipped, took, done_before, tasks_run = [], [], [], set(), set()
@@ -143,16 +147,23 @@ def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
         if done.returncode != 0 or "Traceback" in done.stderr:
             failures.append(f"README line {line}: {command}\n{(done.stderr or done.stdout)[-600:]}")
     for line, snippet in readme_python():
-        done = subprocess.run([sys.executable, "-c", snippet], cwd=work, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", snippet],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             failures.append(f"README line {line}: python snippet\n{done.stderr[-600:]}")
     print("slowest:", ", ".join(f"line {line} {s:.0f} s" for s, line in sorted(took)[-6:]))
     assert not failures, "\n\n".join(failures)
     written = sorted(p.name + "/" * p.is_dir() for p in work.iterdir() if p.name not in SHIPPED)
     assert {"dmlbench-results/", "report.html", "figures/", "tables/"} <= set(written)
-    ignored = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=REPO,
-                             capture_output=True, text=True).stdout.split()  # fmt: skip
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", *written], cwd=REPO, capture_output=True, text=True
+    ).stdout.split()
     assert sorted(ignored) == written, "the README's commands write files git does not ignore"
     if skipped:
         print(f"not root: README lines {skipped} (namespaces and tc) were not run")

@@ -28,8 +28,9 @@ def test_cifar_warmup_and_step_decay_follow_the_recipe() -> None:
     assert lr(109) == pytest.approx(eta * b * k * 0.01)
 
 
-@pytest.mark.parametrize(("workers", "alpha"), [(1, 200), (2, 400), (3, 400), (4, 600),
-                                                (8, 700), (16, 800), (64, 800)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("workers", "alpha"), [(1, 200), (2, 400), (3, 400), (4, 600), (8, 700), (16, 800), (64, 800)]
+)
 def test_epsilon_alpha_over_sqrt_t_by_workers(workers: int, alpha: float) -> None:
     schedule = get_task("epsilon-logreg").recipe.schedule
     rate = learning_rate(schedule, step=99, epoch=0.0, local_batch=100, world_size=workers)
@@ -62,8 +63,9 @@ def test_wrn_16_4_has_the_papers_weights_and_trains() -> None:
     says about 2.75M); 6n+4 layers; dropout between each block's convolutions."""
     model = WideResNet(16, 4, dropout=0.3)
     assert sum(p.numel() for p in model.parameters()) == 2_748_890
-    convs = [m for m in model.modules()
-             if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)]  # fmt: skip
+    convs = [
+        m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m.kernel_size == (3, 3)
+    ]
     assert len(convs) == 1 + 3 * 2 * 2  # the stem, then 3 stages of n = (16 - 4) / 6 = 2 blocks
     assert sum(isinstance(m, torch.nn.Dropout) for m in model.modules()) == 6
     x, y = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3])
@@ -83,8 +85,10 @@ def test_the_adadamp_task_carries_the_papers_recipe() -> None:
     assert (recipe.local_batch, recipe.max_epochs) == (128, 200)
     assert (recipe.optimizer.momentum, recipe.optimizer.nesterov) == (0.9, True)
     assert recipe.optimizer.weight_decay == 5e-4
-    rates = [learning_rate(recipe.schedule, step=0, epoch=e, local_batch=128, world_size=1)
-             for e in (0, 59, 60, 120, 180)]  # fmt: skip
+    rates = [
+        learning_rate(recipe.schedule, step=0, epoch=e, local_batch=128, world_size=1)
+        for e in (0, 59, 60, 120, 180)
+    ]
     assert rates == pytest.approx([0.05, 0.05, 0.01, 0.002, 0.0004])
     model = build_model(recipe.model, (3, 32, 32), 10)
     assert sum(p.numel() for p in model.parameters()) == 2_748_890
@@ -134,7 +138,10 @@ def test_scaled_schedule_says_what_it_does_and_refuses_what_it_cannot() -> None:
         _scaled(decay="step")
     from dmlbench.spec import resolve_spec
 
-    spec = resolve_spec("digits-mlp", overrides=[
-        "schedule={kind: scaled, base_lr: 0.05, scaling: sqrt, decay: exponential, gamma: 0.9}"
-    ])  # fmt: skip
+    spec = resolve_spec(
+        "digits-mlp",
+        overrides=[
+            "schedule={kind: scaled, base_lr: 0.05, scaling: sqrt, decay: exponential, gamma: 0.9}"
+        ],
+    )
     assert spec.recipe.schedule.describe() == "lr 0.05 × √N, ×0.9 per epoch"

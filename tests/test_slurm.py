@@ -20,10 +20,20 @@ import slurm_cluster
 from dmlbench.launch.slurm import SbatchOptions, SlurmJob, sbatch_script
 from dmlbench.results import ResultsStore
 
-BATCH_ENV = {"SLURM_JOB_ID": "41", "SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "0",
-             "SLURM_JOB_NODELIST": "gpu[07-08]", "SLURM_NNODES": "2"}  # fmt: skip
-STEP_ENV = {**BATCH_ENV, "SLURM_STEP_ID": "3", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "1",
-            "SLURM_STEP_NODELIST": "gpu[07-08]"}  # fmt: skip
+BATCH_ENV = {
+    "SLURM_JOB_ID": "41",
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_NODEID": "0",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+    "SLURM_NNODES": "2",
+}
+STEP_ENV = {
+    **BATCH_ENV,
+    "SLURM_STEP_ID": "3",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_NODELIST": "gpu[07-08]",
+}
 
 
 def test_the_job_is_read_from_slurms_environment() -> None:
@@ -39,17 +49,28 @@ def test_the_job_is_read_from_slurms_environment() -> None:
 
 
 def test_an_sbatch_script_embeds_the_spec_and_runs_one_task_per_node(tmp_path: Path) -> None:
-    options = SbatchOptions(nodes=4, cpus_per_task=8, partition="short", time="30",
-                            account="ml", job_name="dmlbench-x")  # fmt: skip
+    options = SbatchOptions(
+        nodes=4, cpus_per_task=8, partition="short", time="30", account="ml", job_name="dmlbench-x"
+    )
     spec = json.dumps({"task": "digits-mlp", "nodes": 4, "note": "it's $HOME `x`"})
-    text = sbatch_script([sys.executable, "-m", "dmlbench", "run", "--config", "{file}"], spec,
-                         ".json", options, tmp_path / "logs")  # fmt: skip
+    text = sbatch_script(
+        [sys.executable, "-m", "dmlbench", "run", "--config", "{file}"],
+        spec,
+        ".json",
+        options,
+        tmp_path / "logs",
+    )
     directives = [line for line in text.splitlines() if line.startswith("#SBATCH")]
-    assert directives == ["#SBATCH --job-name=dmlbench-x", "#SBATCH --nodes=4",
-                          "#SBATCH --ntasks-per-node=1", "#SBATCH --cpus-per-task=8",
-                          "#SBATCH --partition=short", "#SBATCH --time=30",
-                          "#SBATCH --account=ml",
-                          f"#SBATCH --output={tmp_path / 'logs'}/%x-%j.out"]  # fmt: skip
+    assert directives == [
+        "#SBATCH --job-name=dmlbench-x",
+        "#SBATCH --nodes=4",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH --partition=short",
+        "#SBATCH --time=30",
+        "#SBATCH --account=ml",
+        f"#SBATCH --output={tmp_path / 'logs'}/%x-%j.out",
+    ]
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
     # run it with the command swapped for `cat`: the file holds the spec, byte for byte
     shown = sbatch_script(["cat", "{file}"], spec, ".json", options, tmp_path)
@@ -59,10 +80,21 @@ def test_an_sbatch_script_embeds_the_spec_and_runs_one_task_per_node(tmp_path: P
     assert "#SBATCH --array=0-2" in arrays and any("%A_%a" in d for d in arrays)
 
 
-def test_slurm_command_writes_scripts_and_refuses_bad_input(dmlbench, tmp_path: Path,
-                                                            monkeypatch) -> None:  # fmt: skip
-    code, text, err = dmlbench("slurm", "synthetic-mlp", "--nodes", "2", "--nproc-per-node", "3",
-                               "--set", "max_steps=7", "--store", str(tmp_path / "s"))  # fmt: skip
+def test_slurm_command_writes_scripts_and_refuses_bad_input(
+    dmlbench, tmp_path: Path, monkeypatch
+) -> None:
+    code, text, err = dmlbench(
+        "slurm",
+        "synthetic-mlp",
+        "--nodes",
+        "2",
+        "--nproc-per-node",
+        "3",
+        "--set",
+        "max_steps=7",
+        "--store",
+        str(tmp_path / "s"),
+    )
     assert code == 0, err
     assert "#SBATCH --nodes=2" in text and f"--store {tmp_path / 's'}" in text
     body = text.split("<<'DMLBENCH_EOF'\n", 1)[1].split("\nDMLBENCH_EOF", 1)[0]
@@ -95,13 +127,19 @@ def test_no_value_given_to_slurm_runs_as_shell(dmlbench, tmp_path: Path, option:
     assert text == "" and not marker.exists()
 
 
-def test_hostile_names_stay_data_in_a_batch_script(dmlbench, tmp_path: Path,
-                                                   monkeypatch) -> None:  # fmt: skip
+def test_hostile_names_stay_data_in_a_batch_script(dmlbench, tmp_path: Path, monkeypatch) -> None:
     """A sweep file is hostile input: its name reaches the job name and a file name."""
     marker = tmp_path / "PWNED"
     sweep = tmp_path / "s.yaml"
-    sweep.write_text(json.dumps({"name": f"../../../../{tmp_path}/x\ntouch {marker} $(id)",
-                                 "task": "synthetic-mlp", "axes": {"workers": [1]}}))  # fmt: skip
+    sweep.write_text(
+        json.dumps(
+            {
+                "name": f"../../../../{tmp_path}/x\ntouch {marker} $(id)",
+                "task": "synthetic-mlp",
+                "axes": {"workers": [1]},
+            }
+        )
+    )
     store = tmp_path / "store"
     code, text, err = dmlbench("slurm", str(sweep), "--store", str(store))
     assert code == 0, err
@@ -124,8 +162,9 @@ def test_hostile_names_stay_data_in_a_batch_script(dmlbench, tmp_path: Path,
 
 # -- a real Slurm: two hosts, each a network namespace with a slurmd ---------------------
 
-needs_slurm = pytest.mark.skipif(bool(slurm_cluster.missing()),
-                                 reason=slurm_cluster.missing() or "")  # fmt: skip
+needs_slurm = pytest.mark.skipif(
+    bool(slurm_cluster.missing()), reason=slurm_cluster.missing() or ""
+)
 
 
 @pytest.fixture(scope="module")
@@ -151,9 +190,20 @@ def _runs(store: Path) -> list:
 @pytest.mark.multiprocess
 def test_one_sbatch_job_trains_across_two_hosts(slurm, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    job = _submit(slurm, "synthetic-mlp", "--nodes", "2", "--nproc-per-node", "1",
-                  "--set", "max_steps=20", "--set", "stop_at_target=false",
-                  "--store", str(store))  # fmt: skip
+    job = _submit(
+        slurm,
+        "synthetic-mlp",
+        "--nodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--set",
+        "max_steps=20",
+        "--set",
+        "stop_at_target=false",
+        "--store",
+        str(store),
+    )
     assert slurm.wait(job) == "COMPLETED", _output(store)
     (run,) = _runs(store)
     assert run.finished and run.workers == 2 and run.spec["nodes"] == 2, run.error
@@ -168,8 +218,18 @@ def test_one_sbatch_job_trains_across_two_hosts(slurm, tmp_path: Path) -> None:
 @pytest.mark.multiprocess
 def test_scancel_stores_the_run_as_interrupted(slurm, tmp_path: Path) -> None:
     store = tmp_path / "store"
-    job = _submit(slurm, "synthetic-mlp", "--nodes", "2", "--set", "max_steps=1000000",
-                  "--set", "stop_at_target=false", "--store", str(store))  # fmt: skip
+    job = _submit(
+        slurm,
+        "synthetic-mlp",
+        "--nodes",
+        "2",
+        "--set",
+        "max_steps=1000000",
+        "--set",
+        "stop_at_target=false",
+        "--store",
+        str(store),
+    )
     end = time.monotonic() + 120
     while time.monotonic() < end:  # until the workers have stepped
         runs = _runs(store)
@@ -198,7 +258,7 @@ def test_a_node_that_fails_fails_the_job_naming_it(slurm, tmp_path: Path) -> Non
         f"#SBATCH --output={tmp_path}/%j.out\n"
         f"srun bash -c '{sys.executable} -m dmlbench run synthetic-mlp --quiet --store {store} "
         "--set max_steps=10 --set stop_at_target=false --set seed=$SLURM_NODEID'\n"
-    )  # fmt: skip
+    )
     job = slurm.command("sbatch", "--parsable", str(script)).strip()
     assert slurm.wait(job) == "FAILED"
     output = next(tmp_path.glob(f"{job}.out")).read_text()
@@ -211,8 +271,10 @@ def test_a_sweep_as_a_job_array_runs_each_point_once(slurm, tmp_path: Path) -> N
     """Two array tasks run the same sweep file; the store's claims share its points."""
     store = tmp_path / "store"
     sweep = tmp_path / "pair.yaml"
-    sweep.write_text("name: pair\ntask: synthetic-mlp\nset: {max_steps: 10, stop_at_target: "
-                     "false}\naxes:\n  workers: [1, 2]\n")  # fmt: skip
+    sweep.write_text(
+        "name: pair\ntask: synthetic-mlp\nset: {max_steps: 10, stop_at_target: "
+        "false}\naxes:\n  workers: [1, 2]\n"
+    )
     job = _submit(slurm, str(sweep), "--array", "2", "--store", str(store))
     assert [slurm.wait(f"{job}_{task}") for task in (0, 1)] == ["COMPLETED"] * 2, _output(store)
     runs = _runs(store)
@@ -240,18 +302,34 @@ def test_a_growing_batch_submits_dask_worker_jobs(slurm, tmp_path: Path, monkeyp
     x, y = load_digits(return_X_y=True)
     x = (x / 16).astype(np.float32)
     cluster = jobqueue.SLURMCluster(
-        cores=1, processes=1, memory="1GB", walltime="00:10:00", python=sys.executable,
+        cores=1,
+        processes=1,
+        memory="1GB",
+        walltime="00:10:00",
+        python=sys.executable,
         job_directives_skip=["--mem"],  # the test nodes declare no memory
         scheduler_options={"host": slurm.control, "dashboard": False},
-        log_directory=str(tmp_path / "logs"), death_timeout=60,
-    )  # fmt: skip
+        log_directory=str(tmp_path / "logs"),
+        death_timeout=60,
+    )
     with cluster, Client(cluster, set_as_default=False) as client:
         est = DaskClassifier(
-            MLP, module__in_features=64, module__hidden=[32], module__num_outputs=10,
-            optimizer__lr=0.3, batch_size=GeoDamp, batch_size__delay=1, batch_size__factor=2,
-            grads_per_worker=32, min_workers=1, max_workers=2, max_epochs=1, client=client,
-            timeout=120, random_state=0,
-        )  # fmt: skip
+            MLP,
+            module__in_features=64,
+            module__hidden=[32],
+            module__num_outputs=10,
+            optimizer__lr=0.3,
+            batch_size=GeoDamp,
+            batch_size__delay=1,
+            batch_size__factor=2,
+            grads_per_worker=32,
+            min_workers=1,
+            max_workers=2,
+            max_epochs=1,
+            client=client,
+            timeout=120,
+            random_state=0,
+        )
         for _ in range(3):
             est.partial_fit(x, y)
         targets = [e["updates"][0]["target_workers"] for e in est.history_]
@@ -259,8 +337,9 @@ def test_a_growing_batch_submits_dask_worker_jobs(slurm, tmp_path: Path, monkeyp
         client.wait_for_workers(2, timeout=120)
         running = slurm.command("squeue", "--noheader", "--states=RUNNING", "--format=%j")
         assert running.split().count("dask-worker") == 2  # two Slurm jobs, one worker each
-        hosts = {a.split("//")[1].split(":")[0] for a in client.scheduler_info(n_workers=-1)[
-            "workers"]}  # fmt: skip
+        hosts = {
+            a.split("//")[1].split(":")[0] for a in client.scheduler_info(n_workers=-1)["workers"]
+        }
         assert hosts <= set(slurm.addresses)
         assert est.history_[-1]["updates"][-1]["workers"] >= 1
 
@@ -286,8 +365,18 @@ def test_a_node_that_dies_fails_the_run_naming_it(slurm, tmp_path: Path) -> None
     """Node 1's `dmlbench run` is killed mid-run: srun ends the step, and the launcher
     stores the run as failed, naming the node srun lost."""
     store = tmp_path / "store"
-    job = _submit(slurm, "synthetic-mlp", "--nodes", "2", "--set", "max_steps=1000000",
-                  "--set", "stop_at_target=false", "--store", str(store))  # fmt: skip
+    job = _submit(
+        slurm,
+        "synthetic-mlp",
+        "--nodes",
+        "2",
+        "--set",
+        "max_steps=1000000",
+        "--set",
+        "stop_at_target=false",
+        "--store",
+        str(store),
+    )
     end = time.monotonic() + 120
     victims: list[int] = []
     while time.monotonic() < end and not victims:

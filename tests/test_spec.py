@@ -110,10 +110,26 @@ def test_run_options_added_after_the_first_sweeps_keep_stored_sweep_keys() -> No
     from dmlbench.spec import RunSpec
     from dmlbench.sweep.plan import _KEY_DEFAULTS, _NOT_IDENTITY
 
-    first = {"task", "workers", "nodes", "nproc_per_node", "seed", "recipe", "global_batch",
-             "exchange", "exchange_options", "backend", "device", "threads_per_worker",
-             "eval_every_epochs", "stop_at_target", "max_steps", "warmup_steps_excluded",
-             "save_model", "network"}  # fmt: skip
+    first = {
+        "task",
+        "workers",
+        "nodes",
+        "nproc_per_node",
+        "seed",
+        "recipe",
+        "global_batch",
+        "exchange",
+        "exchange_options",
+        "backend",
+        "device",
+        "threads_per_worker",
+        "eval_every_epochs",
+        "stop_at_target",
+        "max_steps",
+        "warmup_steps_excluded",
+        "save_model",
+        "network",
+    }
     later = set(RunSpec.model_fields) - first - set(_NOT_IDENTITY)
     assert later <= set(_KEY_DEFAULTS), sorted(later - set(_KEY_DEFAULTS))
     for name, default in _KEY_DEFAULTS.items():
@@ -137,9 +153,8 @@ def test_numbers_the_store_cannot_hold_are_refused_in_validation(dmlbench) -> No
 
 @pytest.mark.parametrize(
     "override",
-    ["seed=" + "9" * 120_000, "x" * 120_000 + "=1", "exchange=" + "x" * 120_000,
-     "=" * 120_000],
-)  # fmt: skip
+    ["seed=" + "9" * 120_000, "x" * 120_000 + "=1", "exchange=" + "x" * 120_000, "=" * 120_000],
+)
 def test_an_error_never_echoes_a_huge_value_in_full(dmlbench, override: str) -> None:
     code, _, err = dmlbench("run", "synthetic-mlp", "--set", override, "--dry-run")
     assert code == 2 and "Traceback" not in err and len(err) < 2500, err[:300]
@@ -154,8 +169,14 @@ def test_threads_beyond_the_machine_are_refused_before_anything_starts(
 
     cores = len(os.sched_getaffinity(0))
     store = tmp_path / "s"
-    code, _, err = dmlbench("run", "synthetic-mlp", "--set", f"threads_per_worker={cores * 4 + 1}",
-                            "--store", str(store))  # fmt: skip
+    code, _, err = dmlbench(
+        "run",
+        "synthetic-mlp",
+        "--set",
+        f"threads_per_worker={cores * 4 + 1}",
+        "--store",
+        str(store),
+    )
     assert code == 2 and f"{cores * 4 + 1} threads on {cores} cores" in err, err
     assert "DMLBENCH_THREADS_PER_CORE" in err and not (store / "runs").exists()
     spec = resolve_spec("synthetic-mlp", threads_per_worker=cores * 4 + 1)

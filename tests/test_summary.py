@@ -23,8 +23,16 @@ def _event(key, value=None, **metadata):
 
 
 def _eval(step, metric, elapsed):
-    return _event("eval_accuracy", metric, epoch_num=step / 10, step=step, samples_count=step * 8,
-                  eval_loss=1.0, elapsed_s=elapsed, compute_elapsed_s=elapsed - 0.1)  # fmt: skip
+    return _event(
+        "eval_accuracy",
+        metric,
+        epoch_num=step / 10,
+        step=step,
+        samples_count=step * 8,
+        eval_loss=1.0,
+        elapsed_s=elapsed,
+        compute_elapsed_s=elapsed - 0.1,
+    )
 
 
 def test_crashed_run_keeps_what_it_reached() -> None:
@@ -69,9 +77,16 @@ def test_throughput_uses_the_slowest_rank_and_steady_steps() -> None:
 
 
 def _sample(cpu, wait, busy, *, window=10.0, machine=7.0, cores=2.0, threads=2.0, steal=0.0):
-    return {"window_s": window, "cpu_s": cpu, "wait_s": wait, "machine_busy_s": busy,
-            "machine_steal_s": steal, "machine": machine, "cores": cores,
-            "threads": threads}  # fmt: skip
+    return {
+        "window_s": window,
+        "cpu_s": cpu,
+        "wait_s": wait,
+        "machine_busy_s": busy,
+        "machine_steal_s": steal,
+        "machine": machine,
+        "cores": cores,
+        "threads": threads,
+    }
 
 
 def test_a_worker_that_waited_while_others_ran_is_disturbed() -> None:
@@ -118,9 +133,15 @@ def test_what_cannot_be_measured_gets_no_verdict() -> None:
 def test_summary_carries_the_verdict_from_the_logged_samples() -> None:
     events = [
         _event("run_start", global_batch=8, steps_per_epoch=10),
-        _event("run_stop", "success", steps=10, steady_steps=10, cpu_samples=[
-            _sample(12.0, 8.0, 20.0)], phases_steady=[{"forward": 1.0}]),
-    ]  # fmt: skip
+        _event(
+            "run_stop",
+            "success",
+            steps=10,
+            steady_steps=10,
+            cpu_samples=[_sample(12.0, 8.0, 20.0)],
+            phases_steady=[{"forward": 1.0}],
+        ),
+    ]
     assert summarize(events)["contention"]["disturbed"] is True
 
 
@@ -155,8 +176,10 @@ def test_hardware_use_is_the_step_flops_over_the_steady_step_time() -> None:
 
 def test_a_run_without_a_flop_count_has_no_utilisation() -> None:
     steady = [{"data": 0.0, "forward": 1.0, "backward": 1.0, "comm": 0.0, "optimizer": 0.0}]
-    events = [_event("run_start", global_batch=8, steps_per_epoch=10),
-              _event("run_stop", "success", steady_steps=10, phases_steady=steady)]  # fmt: skip
+    events = [
+        _event("run_start", global_batch=8, steps_per_epoch=10),
+        _event("run_stop", "success", steady_steps=10, phases_steady=steady),
+    ]
     summary = summarize(events)
     assert "utilisation" not in summary and "flops_per_s" not in summary
 
@@ -166,14 +189,23 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     from dmlbench.train import hardware
 
     source = "GEMM probe: 2048², float32, 2 threads, oneDNN"
-    summary = {"flops_per_step": 7.76e9, "flops_per_s": 25e9, "utilisation": 0.25,
-               "peak_flops_per_s": 100e9, "peak_source": source,
-               "samples_per_s_per_worker": 1600.0, "peak_memory_bytes": [1e8, 2e8],
-               "channels_last": True, "compiled": False, "page_faults_per_step": [3.0, 4.4],
-               "cpu_allocator": "default"}  # fmt: skip
+    summary = {
+        "flops_per_step": 7.76e9,
+        "flops_per_s": 25e9,
+        "utilisation": 0.25,
+        "peak_flops_per_s": 100e9,
+        "peak_source": source,
+        "samples_per_s_per_worker": 1600.0,
+        "peak_memory_bytes": [1e8, 2e8],
+        "channels_last": True,
+        "compiled": False,
+        "page_faults_per_step": [3.0, 4.4],
+        "cpu_allocator": "default",
+    }
     text = hardware_text(summary)
-    assert text.startswith("7.76 GFLOP per step per worker; 25 GFLOP/s per worker = 25.0% of "
-                           f"100 GFLOP/s ({source})")  # fmt: skip
+    assert text.startswith(
+        f"7.76 GFLOP per step per worker; 25 GFLOP/s per worker = 25.0% of 100 GFLOP/s ({source})"
+    )
     assert "1,600 samples/s per worker" in text and "peak memory 191 MiB" in text
     assert "; 4 page faults per step (the most); channels-last" in text
     assert text.endswith("; channels-last")
@@ -186,5 +218,7 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     compiled = {"compile_s": 4.2, "recompiles_in_clock": 0}
     assert compilation_text(compiled) == "4.20 s torch.compile (before the clock starts)"
     again = compilation_text(compiled | {"recompiles_in_clock": 2})
-    assert again.endswith("; recompiled 2 times inside the clock (a new input shape?): "
-                          "those steps include compile time")  # fmt: skip
+    assert again.endswith(
+        "; recompiled 2 times inside the clock (a new input shape?): "
+        "those steps include compile time"
+    )

@@ -78,8 +78,12 @@ def test_axes_expand_as_a_cartesian_product() -> None:
 
 
 def test_fixed_values_and_suffix_keys_apply_to_every_run() -> None:
-    plan = plan_sweep(sweep(set={"max_epochs": 3, "recipe": {"optimizer": {"momentum": 0.5}}},
-                            axes={"workers": [1, 2]}))  # fmt: skip
+    plan = plan_sweep(
+        sweep(
+            set={"max_epochs": 3, "recipe": {"optimizer": {"momentum": 0.5}}},
+            axes={"workers": [1, 2]},
+        )
+    )
     assert {r.spec.recipe.max_epochs for r in plan.runs} == {3}
     assert {r.spec.recipe.optimizer.momentum for r in plan.runs} == {0.5}
 
@@ -109,8 +113,10 @@ def test_rules_set_fork_and_drop() -> None:
             ],
         )
     )
-    got = [(r.spec.workers, r.spec.exchange, r.spec.local_batch, r.spec.recipe.max_epochs)
-           for r in plan.runs]  # fmt: skip
+    got = [
+        (r.spec.workers, r.spec.exchange, r.spec.local_batch, r.spec.recipe.max_epochs)
+        for r in plan.runs
+    ]
     assert got == [
         (1, "allreduce", 16, 10),
         (2, "allreduce", 16, 10),
@@ -123,8 +129,9 @@ def test_rules_set_fork_and_drop() -> None:
 
 
 def test_identical_combinations_run_once() -> None:
-    plan = plan_sweep(sweep(axes={"workers": [1, 2]},
-                            rules=[{"when": "True", "set": {"workers": 2}}]))  # fmt: skip
+    plan = plan_sweep(
+        sweep(axes={"workers": [1, 2]}, rules=[{"when": "True", "set": {"workers": 2}}])
+    )
     assert [r.spec.workers for r in plan.runs] == [2]
     assert plan.duplicates == 1
 
@@ -132,31 +139,42 @@ def test_identical_combinations_run_once() -> None:
 def test_repeats_have_distinct_recorded_seeds_and_interleave() -> None:
     plan = plan_sweep(sweep(axes={"workers": [1, 2]}, repeats=3, seed=10))
     assert [(r.repeat, r.spec.workers, r.spec.seed) for r in plan.runs] == [
-        (0, 1, 10), (0, 2, 10), (1, 1, 11), (1, 2, 11), (2, 1, 12), (2, 2, 12),
-    ]  # fmt: skip
+        (0, 1, 10),
+        (0, 2, 10),
+        (1, 1, 11),
+        (1, 2, 11),
+        (2, 1, 12),
+        (2, 2, 12),
+    ]
     assert plan_sweep(sweep(axes={"workers": [1]}), repeats=2).runs[1].spec.seed == 1
 
 
 def test_weak_scaling_keeps_the_local_batch() -> None:
     plan = plan_sweep(sweep(scaling="weak", axes={"workers": [1, 2, 4]}))
     assert [(r.spec.local_batch, r.spec.effective_global_batch) for r in plan.runs] == [
-        (16, 16), (16, 32), (16, 64),
-    ]  # fmt: skip
+        (16, 16),
+        (16, 32),
+        (16, 64),
+    ]
 
 
 def test_strong_scaling_fixes_the_global_batch() -> None:
     plan = plan_sweep(sweep(scaling="strong", axes={"workers": [2, 4, 8]}))
     # default: the recipe's local batch at the smallest worker count
     assert [(r.spec.local_batch, r.spec.effective_global_batch) for r in plan.runs] == [
-        (16, 32), (8, 32), (4, 32),
-    ]  # fmt: skip
+        (16, 32),
+        (8, 32),
+        (4, 32),
+    ]
     explicit = plan_sweep(sweep(scaling="strong", global_batch=96, axes={"workers": [1, 2]}))
     assert [r.spec.local_batch for r in explicit.runs] == [96, 48]
     overridden = plan_sweep(
         sweep(scaling="strong", axes={"workers": [1, 2]}), overrides=["global_batch=128"]
     )  # `run --set global_batch=128`
     assert [(r.spec.local_batch, r.spec.effective_global_batch) for r in overridden.runs] == [
-        (128, 128), (64, 128)]  # fmt: skip
+        (128, 128),
+        (64, 128),
+    ]
 
 
 def test_strong_scaling_refuses_a_batch_that_does_not_divide() -> None:
@@ -216,10 +234,12 @@ def test_example_sweeps_expand() -> None:
 
 BILLION_LAUGHS = "\n".join(
     ["task: synthetic-mlp", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    + [f"{chr(ord('a') + i)}: &{chr(ord('a') + i)} [{','.join(['*' + chr(ord('a') + i - 1)] * 9)}]"
-       for i in range(1, 9)]
+    + [
+        f"{chr(ord('a') + i)}: &{chr(ord('a') + i)} [{','.join(['*' + chr(ord('a') + i - 1)] * 9)}]"
+        for i in range(1, 9)
+    ]
     + ["set: {momentum: *i}"]
-)  # fmt: skip
+)
 
 
 @pytest.mark.parametrize(
@@ -297,6 +317,12 @@ def test_huge_sweeps_are_refused_before_they_are_expanded() -> None:
 
 def test_validation_errors_stay_short() -> None:
     with pytest.raises(SpecError) as error:
-        validate_sweep({"name": "t", "task": "synthetic-mlp", "repeats": "x" * 10_000,
-                        **{f"bogus{i}": i for i in range(50)}})  # fmt: skip
+        validate_sweep(
+            {
+                "name": "t",
+                "task": "synthetic-mlp",
+                "repeats": "x" * 10_000,
+                **{f"bogus{i}": i for i in range(50)},
+            }
+        )
     assert len(str(error.value)) < 1000 and "more" in str(error.value)

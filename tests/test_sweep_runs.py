@@ -23,8 +23,15 @@ pytestmark = pytest.mark.multiprocess
 def weak_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example weak-scaling sweep with 2 repeats: 4 real runs of the default task."""
     store = tmp_path_factory.mktemp("weak") / "store"
-    done = cli("sweep", str(EXAMPLES / "scaling-weak.yaml"), "--repeats", "2", "--store",
-               str(store), check=False)  # fmt: skip
+    done = cli(
+        "sweep",
+        str(EXAMPLES / "scaling-weak.yaml"),
+        "--repeats",
+        "2",
+        "--store",
+        str(store),
+        check=False,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     assert "4 to run" in done.stdout and "4 runs done, 0 skipped, 0 failed" in done.stdout
     return store
@@ -37,8 +44,11 @@ def stored(store: Path) -> list[dict]:
 def test_a_sweep_records_every_run_with_its_point(weak_store: Path) -> None:
     runs = stored(weak_store)
     assert [(r["workers"], r["seed"], r["repeat"]) for r in runs] == [
-        (1, 0, 0), (2, 0, 0), (1, 1, 1), (2, 1, 1),
-    ]  # fmt: skip
+        (1, 0, 0),
+        (2, 0, 0),
+        (1, 1, 1),
+        (2, 1, 1),
+    ]
     assert {r["status"] for r in runs} == {"success"}
     assert {(r["sweep"], r["scaling"]) for r in runs} == {("digits-weak", "weak")}
     assert [r["point"]["workers"] for r in runs] == [1, 2, 1, 2]
@@ -47,16 +57,24 @@ def test_a_sweep_records_every_run_with_its_point(weak_store: Path) -> None:
 
 
 def test_running_a_sweep_again_skips_what_is_done(weak_store: Path) -> None:
-    args = ("sweep", str(EXAMPLES / "scaling-weak.yaml"), "--repeats", "2", "--store",
-            str(weak_store))  # fmt: skip
+    args = (
+        "sweep",
+        str(EXAMPLES / "scaling-weak.yaml"),
+        "--repeats",
+        "2",
+        "--store",
+        str(weak_store),
+    )
     plan = json.loads(cli(*args, "--plan", "--json").stdout)
     assert [r["stored"] for r in plan["runs"]] == [True] * 4
     again = cli(*args)
     assert "0 to run" in again.stdout and "4 skipped" in again.stdout
     assert len(stored(weak_store)) == 4
     # a third repeat is new work; --rerun always would redo all
-    assert [r["stored"] for r in json.loads(cli(*args[:3], "3", *args[4:], "--plan",
-            "--json").stdout)["runs"]] == [True] * 4 + [False] * 2  # fmt: skip
+    assert [
+        r["stored"]
+        for r in json.loads(cli(*args[:3], "3", *args[4:], "--plan", "--json").stdout)["runs"]
+    ] == [True] * 4 + [False] * 2
     always = json.loads(cli(*args, "--plan", "--json", "--rerun", "always").stdout)
     assert [r["stored"] for r in always["runs"]] == [False] * 4
 
@@ -64,8 +82,17 @@ def test_running_a_sweep_again_skips_what_is_done(weak_store: Path) -> None:
 def test_compare_is_machine_readable(weak_store: Path) -> None:
     # --include-disturbed: on a busy CI machine these runs may be marked disturbed, which
     # would leave speedup out (tests/test_training.py checks that rule)
-    rows = json.loads(cli("compare", "--by", "workers", "--json", "--include-disturbed",
-                          "--store", str(weak_store)).stdout)  # fmt: skip
+    rows = json.loads(
+        cli(
+            "compare",
+            "--by",
+            "workers",
+            "--json",
+            "--include-disturbed",
+            "--store",
+            str(weak_store),
+        ).stdout
+    )
     assert [r["workers"] for r in rows] == [1, 2]
     assert [r["runs"] for r in rows] == [2, 2] and rows[0]["speedup_tta"] == 1.0
     assert rows[1]["scaling"] == "weak" and rows[1]["tta_mean"] > 0
@@ -88,8 +115,9 @@ def test_export_writes_csv_and_parquet(weak_store: Path, tmp_path: Path) -> None
         assert len(evals) == sum(len(r["evals"]) for r in runs)
         phases = read(out / f"phases.{fmt}")
         assert len(phases) == sum(len(r["phases"]) for r in runs) > 0
-    bad = cli("export", "--out", str(out), "--format", "xls", "--store", str(weak_store),
-              check=False)  # fmt: skip
+    bad = cli(
+        "export", "--out", str(out), "--format", "xls", "--store", str(weak_store), check=False
+    )
     assert bad.returncode == 2 and "choose csv or parquet" in bad.stderr
 
 
@@ -99,8 +127,10 @@ def chromium() -> str:
             return path
     if os.environ.get("DMLBENCH_SKIP_BROWSER") == "1":
         pytest.skip("DMLBENCH_SKIP_BROWSER=1 and no Chromium")
-    pytest.fail("Chromium not found: `make test` installs Debian's chromium (as root), or set "
-                "DMLBENCH_SKIP_BROWSER=1 to skip the browser check")  # fmt: skip
+    pytest.fail(
+        "Chromium not found: `make test` installs Debian's chromium (as root), or set "
+        "DMLBENCH_SKIP_BROWSER=1 to skip the browser check"
+    )
 
 
 # Counts the figures the browser laid out; only the test's copy of a report carries it.
@@ -115,12 +145,14 @@ document.body.setAttribute('data-rendered',ok);})();
 
 def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "report.html", tmp_path / "png"
-    done = cli("report", "--store", str(weak_store), "--out", str(out), "--png", str(png),
-               "--budget", "30")  # fmt: skip
+    done = cli(
+        "report", "--store", str(weak_store), "--out", str(out), "--png", str(png), "--budget", "30"
+    )
     assert "6 figures, 4 runs" in done.stdout
     page = out.read_text()
-    fetches = re.findall(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|url\(\s*["']?https?:|@import""",
-                         page)  # fmt: skip
+    fetches = re.findall(
+        r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|url\(\s*["']?https?:|@import""", page
+    )
     assert fetches == []  # self-contained: nothing is loaded from anywhere
     for run in stored(weak_store):
         assert f'id="run-{run["run_id"]}"' in page  # every run's spec is traceable
@@ -131,12 +163,24 @@ def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> N
     probe = tmp_path / "probe.html"
     probe.write_text(page.replace("</body>", f"<script>{RENDER_CHECK}</script></body>"))
     dom = subprocess.run(
-        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,2000", "--dump-dom",
-         probe.as_uri()],
-        capture_output=True, text=True, timeout=90,
-    ).stdout  # fmt: skip
+        [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1200,2000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    ).stdout
     body = re.search(r"<body[^>]*>", dom)
     assert body, "Chromium returned no page"
     figures = re.search(r'data-figures="(\d+)"', body.group(0))
@@ -161,8 +205,7 @@ def test_a_failed_run_does_not_stop_the_sweep(tmp_path: Path) -> None:
     assert engine_text in done.stdout.replace("\n", "")  # printed literally
     assert "sweep x[/] [bold]y:" in done.stdout and "--sweep 'x[/] [bold]y'" in done.stdout
     runs = stored(store)
-    assert [(r["workers"], r["status"]) for r in runs] == [(2, "failed"),
-                                                           (1, "target_not_reached")]  # fmt: skip
+    assert [(r["workers"], r["status"]) for r in runs] == [(2, "failed"), (1, "target_not_reached")]
     assert engine_text in runs[0]["error"]
     summary = cli("results", runs[0]["run_id"], "--store", str(store)).stdout
     assert engine_text in summary.replace("\n", "")
@@ -180,8 +223,12 @@ def test_ctrl_c_stops_the_sweep_and_keeps_finished_runs(tmp_path: Path) -> None:
         "task: synthetic-mlp\nset: {stop_at_target: false}\naxes: {workers: [1, 2]}\n"
         "derived: {max_epochs: '1 if workers == 1 else 100000'}\n"
     )
-    proc = subprocess.Popen([*DMLBENCH, "sweep", str(sweep), "--store", str(store)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*DMLBENCH, "sweep", str(sweep), "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_evaluation(proc, store, run=2, timeout=90)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
@@ -201,23 +248,32 @@ def test_an_older_store_gains_the_sweep_columns(tmp_path: Path) -> None:
     root = tmp_path / "old"
     root.mkdir()
     with sqlite3.connect(root / "dmlbench.sqlite") as db:  # the schema of release 0.1
-        db.execute("CREATE TABLE runs (run_id TEXT PRIMARY KEY, task TEXT NOT NULL, status TEXT "
-                   "NOT NULL, division TEXT NOT NULL, created_at TEXT NOT NULL, workers INTEGER, "
-                   "local_batch INTEGER, global_batch INTEGER, seed INTEGER, exchange TEXT, "
-                   "target REAL, host TEXT, cpu_model TEXT, cores INTEGER, gpus TEXT, "
-                   "torch_version TEXT, git_revision TEXT, spec_json TEXT, deviations_json TEXT, "
-                   "environment_json TEXT, run_dir TEXT, launcher_pid INTEGER, stop_reason TEXT, "
-                   "finished_at TEXT, best_metric REAL, time_to_accuracy_s REAL, "
-                   "time_to_accuracy_compute_s REAL, epochs REAL, steps INTEGER, samples INTEGER, "
-                   "elapsed_s REAL, throughput REAL, error TEXT, summary_json TEXT)")  # fmt: skip
-        db.execute("INSERT INTO runs (run_id, task, status, division, created_at, spec_json, "
-                   "deviations_json, environment_json, run_dir) VALUES ('old', 'digits-mlp', "
-                   "'success', 'closed', 'x', '{}', '{}', '{}', 'd')")  # fmt: skip
+        db.execute(
+            "CREATE TABLE runs (run_id TEXT PRIMARY KEY, task TEXT NOT NULL, status TEXT "
+            "NOT NULL, division TEXT NOT NULL, created_at TEXT NOT NULL, workers INTEGER, "
+            "local_batch INTEGER, global_batch INTEGER, seed INTEGER, exchange TEXT, "
+            "target REAL, host TEXT, cpu_model TEXT, cores INTEGER, gpus TEXT, "
+            "torch_version TEXT, git_revision TEXT, spec_json TEXT, deviations_json TEXT, "
+            "environment_json TEXT, run_dir TEXT, launcher_pid INTEGER, stop_reason TEXT, "
+            "finished_at TEXT, best_metric REAL, time_to_accuracy_s REAL, "
+            "time_to_accuracy_compute_s REAL, epochs REAL, steps INTEGER, samples INTEGER, "
+            "elapsed_s REAL, throughput REAL, error TEXT, summary_json TEXT)"
+        )
+        db.execute(
+            "INSERT INTO runs (run_id, task, status, division, created_at, spec_json, "
+            "deviations_json, environment_json, run_dir) VALUES ('old', 'digits-mlp', "
+            "'success', 'closed', 'x', '{}', '{}', '{}', 'd')"
+        )
     store = ResultsStore(root)
     assert store.runs("old")[0].sweep is None
     spec = resolve_spec("digits-mlp").to_json_dict()
-    store.begin("new", spec, {}, collect_environment(), sweep={"name": "s", "key": "k",
-                "scaling": "weak", "repeat": 0, "point": {"workers": 1}})  # fmt: skip
+    store.begin(
+        "new",
+        spec,
+        {},
+        collect_environment(),
+        sweep={"name": "s", "key": "k", "scaling": "weak", "repeat": 0, "point": {"workers": 1}},
+    )
     assert store.runs("new")[0].point == {"workers": 1}
     assert store.sweep_status("s") == {"k": "running"}
 
@@ -248,8 +304,18 @@ def test_mlbench_tuning_protocol_picks_per_worker_count_on_a_validation_split(
     assert trained and all(0.0 <= m <= 1.0 for m in trained)
     every = json.loads(cli("compare", "--store", store, "--json").stdout)
     assert len(every) == 4 and len({row["variant"] for row in every}) == 2
-    best = json.loads(cli("compare", "--store", store, "--best-by", "time_to_accuracy",
-                          "--group", "workers", "--json").stdout)  # fmt: skip
+    best = json.loads(
+        cli(
+            "compare",
+            "--store",
+            store,
+            "--best-by",
+            "time_to_accuracy",
+            "--group",
+            "workers",
+            "--json",
+        ).stdout
+    )
     assert [row["workers"] for row in best] == [1, 2]
     for row in best:  # the fastest to the target on the validation split, per count
         rivals = [r["tta_olympic"] or math.inf for r in every if r["workers"] == row["workers"]]

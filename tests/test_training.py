@@ -103,9 +103,14 @@ def test_run_reaches_target_and_is_stored_with_history(store: ResultsStore) -> N
 @pytest.mark.parametrize("exchange", ["allreduce", "ddp"])
 def test_time_budget_stops_every_rank_together(store: ResultsStore, exchange: str) -> None:
     _, row = _run(
-        store, "synthetic-mlp", 2, "time_budget_s=0.3", "max_epochs=100000", "stop_at_target=false",
+        store,
+        "synthetic-mlp",
+        2,
+        "time_budget_s=0.3",
+        "max_epochs=100000",
+        "stop_at_target=false",
         f"exchange={exchange}",
-    )  # fmt: skip
+    )
     assert row.stop_reason == "time_budget"
     # Each rank starts its clock when it leaves the same barrier, a few ms apart at most;
     # the run stops at the first step on which any rank is past the budget.
@@ -135,10 +140,13 @@ def test_logistic_task_learns(store: ResultsStore) -> None:
     assert outcome.status == "success" and row.best_metric >= 0.9
 
 
-@pytest.mark.parametrize(("task", "reason"), [
-    ("crash-kill", "Signal 9 (SIGKILL)"),
-    ("crash-raise", "ValueError: deliberate failure in the user's model"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("task", "reason"),
+    [
+        ("crash-kill", "Signal 9 (SIGKILL)"),
+        ("crash-raise", "ValueError: deliberate failure in the user's model"),
+    ],
+)
 def test_a_dying_worker_fails_the_run_fast(store: ResultsStore, task: str, reason: str) -> None:
     started = time.monotonic()
     outcome, row = _run(store, task, 2, plugins=["dmlbench_test_plugins"])
@@ -171,8 +179,10 @@ def test_ddp_reports_the_communication_it_could_not_hide(store: ResultsStore) ->
 @pytest.fixture
 def cpu_hogs():
     """A busy loop per core: other work on a shared machine."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            for _ in range(os.cpu_count() or 1)]  # fmt: skip
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 1)
+    ]
     yield hogs
     for hog in hogs:
         hog.kill()
@@ -184,8 +194,14 @@ def test_a_run_beside_a_cpu_hog_is_marked_disturbed(
 ) -> None:
     """The busy baseline of a fake 35× speedup: its workers wait for cores the hogs hold."""
     # two seconds of steps whatever the machine's speed (the judge needs half a second)
-    _, row = _run(store, "synthetic-mlp", 1, "max_steps=1000000", "recipe.time_budget_s=2",
-                  "stop_at_target=false")  # fmt: skip
+    _, row = _run(
+        store,
+        "synthetic-mlp",
+        1,
+        "max_steps=1000000",
+        "recipe.time_budget_s=2",
+        "stop_at_target=false",
+    )
     contention = row.summary["contention"]
     assert row.disturbed is True, contention
     assert contention["wait_share_max"] >= WAIT_SHARE
@@ -213,8 +229,9 @@ def test_local_sgd_averaging_every_step_is_synchronous_sgd(
 ) -> None:
     """Averaging is linear, and so is each replica's SGD step (momentum, Nesterov and
     weight decay included): H = 1 gives synchronous SGD's weights."""
-    local, row = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=local-sgd",
-                      "exchange_options={period: 1}")  # fmt: skip
+    local, row = _run(
+        store, "synthetic-mlp", 2, *EXACT, "exchange=local-sgd", "exchange_options={period: 1}"
+    )
     _assert_same_weights(_weights(local), sync_weights)
     assert row.division == "open" and row.deviations["exchange"]["actual"] == "local-sgd"
 
@@ -251,8 +268,15 @@ def _powersgd_numel(rank: int, min_rate: float) -> int:
 def test_bytes_per_step_follow_each_algorithm(
     store: ResultsStore, exchange: str, options: str, bytes_per_step: int, bytes_per_eval: int
 ) -> None:
-    _, row = _run(store, "synthetic-mlp", 2, "max_steps=24", "stop_at_target=false",
-                  f"exchange={exchange}", f"exchange_options={options}")  # fmt: skip
+    _, row = _run(
+        store,
+        "synthetic-mlp",
+        2,
+        "max_steps=24",
+        "stop_at_target=false",
+        f"exchange={exchange}",
+        f"exchange_options={options}",
+    )
     summary = row.summary
     assert summary["parameters"] == P
     steps = row.steps
@@ -267,10 +291,22 @@ def test_powersgd_at_full_rank_is_the_all_reduce(store: ResultsStore) -> None:
     """Rank min(n, m) spans every gradient matrix: P Qᵀ is the summed gradient itself."""
     ddp, _ = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=ddp")
     every = "min_compression_rate: 0, start_step: 2"  # compress every tensor from step 2
-    full, _ = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=powersgd",
-                   f"exchange_options={{rank: 64, {every}}}")  # fmt: skip
-    low, _ = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=powersgd",
-                  f"exchange_options={{rank: 1, {every}}}")  # fmt: skip
+    full, _ = _run(
+        store,
+        "synthetic-mlp",
+        2,
+        *EXACT,
+        "exchange=powersgd",
+        f"exchange_options={{rank: 64, {every}}}",
+    )
+    low, _ = _run(
+        store,
+        "synthetic-mlp",
+        2,
+        *EXACT,
+        "exchange=powersgd",
+        f"exchange_options={{rank: 1, {every}}}",
+    )
     w_ddp = _weights(ddp)
     _assert_same_weights(_weights(full), w_ddp, rtol=1e-3, atol=1e-4)
     # and the comparison can fail: rank 1 is another update
@@ -280,9 +316,16 @@ def test_powersgd_at_full_rank_is_the_all_reduce(store: ResultsStore) -> None:
 def test_powersgd_on_a_model_of_several_buckets(store: ResultsStore) -> None:
     """2.2 MB of gradients fill two DDP buckets; the hook's chained collectives must keep
     one order on every rank (they once raced: a gloo "collective mismatch" abort)."""
-    outcome, row = _run(store, "synthetic-mlp", 2, "recipe.model.options.hidden=[1024, 512]",
-                        "exchange=powersgd", "exchange_options={start_step: 2}",
-                        "max_steps=40", "stop_at_target=false")  # fmt: skip
+    outcome, row = _run(
+        store,
+        "synthetic-mlp",
+        2,
+        "recipe.model.options.hidden=[1024, 512]",
+        "exchange=powersgd",
+        "exchange_options={start_step: 2}",
+        "max_steps=40",
+        "stop_at_target=false",
+    )
     assert outcome.status in ("success", "target_not_reached") and row.steps == 40, row.error
 
 
@@ -291,10 +334,17 @@ def test_gossip_on_the_complete_graph_is_the_all_reduce_average(store: ResultsSt
     On a ring of 4 a worker hears only two of three others, so the replicas differ."""
     common = ("max_steps=20", "save_model=true", "stop_at_target=false")
     sync, _ = _run(store, "synthetic-mlp", 4, *common)
-    complete, row = _run(store, "synthetic-mlp", 4, *common, "exchange=gossip",
-                         "exchange_options={topology: complete}")  # fmt: skip
-    ring, _ = _run(store, "synthetic-mlp", 4, *common, "exchange=gossip",
-                   "exchange_options={topology: ring}")  # fmt: skip
+    complete, row = _run(
+        store,
+        "synthetic-mlp",
+        4,
+        *common,
+        "exchange=gossip",
+        "exchange_options={topology: complete}",
+    )
+    ring, _ = _run(
+        store, "synthetic-mlp", 4, *common, "exchange=gossip", "exchange_options={topology: ring}"
+    )
     w_sync = _weights(sync)
     _assert_same_weights(_weights(complete), w_sync)
     assert _differ(_weights(ring), w_sync)
@@ -308,8 +358,9 @@ def test_a_parameter_server_with_no_staleness_is_synchronous_sgd(
     """With staleness 0 every worker pulls only once all have pushed: each pull holds the
     average of the workers' optimizer steps from the same weights, which is synchronous
     SGD's step (momentum included: both are linear)."""
-    ssp, row = _run(store, "synthetic-mlp", 2, *EXACT, "exchange=ssp",
-                    "exchange_options={staleness: 0}")  # fmt: skip
+    ssp, row = _run(
+        store, "synthetic-mlp", 2, *EXACT, "exchange=ssp", "exchange_options={staleness: 0}"
+    )
     _assert_same_weights(_weights(ssp), sync_weights)
     assert row.division == "open" and row.summary["phase_shares"]["comm"]["mean"] > 0
     # the change and a 16-byte header per step, a header per evaluation's pull
@@ -364,10 +415,18 @@ def test_the_noise_scale_of_a_run_is_the_exact_one(
     from half batches), is within 15% of the exact one from all 4,000 examples (about
     196; over 2,000 steps the estimate's spread across seeds is about ±6%)."""
     outcome, row = _run(
-        store, "synthetic-logreg", workers, "recipe.schedule.alpha_by_workers={1: 1e-9, 2: 1e-9}",
-        f"local_batch={local_batch}", f"exchange={exchange}", "noise_scale=true",
-        "max_epochs=100", "eval_every_epochs=100", "stop_at_target=false", "save_model=true",
-    )  # fmt: skip
+        store,
+        "synthetic-logreg",
+        workers,
+        "recipe.schedule.alpha_by_workers={1: 1e-9, 2: 1e-9}",
+        f"local_batch={local_batch}",
+        f"exchange={exchange}",
+        "noise_scale=true",
+        "max_epochs=100",
+        "eval_every_epochs=100",
+        "stop_at_target=false",
+        "save_model=true",
+    )
     measured = row.summary["noise_scale"]
     assert measured["big_batch"] == 200 and measured["small_batch"] == 100
     assert measured["steps"] == row.steps == 2000
@@ -398,13 +457,21 @@ def test_channels_last_compiled_and_default_allocator_runs_follow_the_eager_loss
     store: ResultsStore, tmp_path
 ) -> None:
     write_cifar_binary(tmp_path / "data", per_batch=40)  # 200 images: 6 steps an epoch
-    common = [f"data_dir={tmp_path / 'data'}", "partial_data=true", "max_steps=50",
-              "recipe.model.options.depth=8", "stop_at_target=false"]  # fmt: skip
+    common = [
+        f"data_dir={tmp_path / 'data'}",
+        "partial_data=true",
+        "max_steps=50",
+        "recipe.model.options.depth=8",
+        "stop_at_target=false",
+    ]
     eager, eager_row = _run(store, "cifar10-resnet20", 1, *common, "channels_last=false")
     losses = {"eager": _epoch_losses(eager)}
     rows = {"eager": eager_row}
-    variants = {"channels_last": "channels_last=true", "compiled": "compile=true",
-                "default_allocator": "cpu_allocator=default"}  # fmt: skip
+    variants = {
+        "channels_last": "channels_last=true",
+        "compiled": "compile=true",
+        "default_allocator": "cpu_allocator=default",
+    }
     for name, option in variants.items():
         outcome, rows[name] = _run(store, "cifar10-resnet20", 1, *common, option)
         losses[name] = _epoch_losses(outcome)

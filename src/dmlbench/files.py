@@ -103,8 +103,10 @@ def check_output_file(path: Path, what: str = "output file") -> Path:
     if found is not None:
         kind = _not_regular(found.st_mode)
         if kind:
-            raise DmlbenchError(f"the {what} {path} is {kind}; dmlbench writes only over "
-                                "regular files: give a new file's path")  # fmt: skip
+            raise DmlbenchError(
+                f"the {what} {path} is {kind}; dmlbench writes only over "
+                "regular files: give a new file's path"
+            )
     parent = path.parent
     if parent.exists() and not parent.is_dir():
         raise DmlbenchError(f"cannot write the {what} {path}: {parent} is not a folder")
@@ -149,8 +151,9 @@ def write_file(
     try:
         if make_folder:
             path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
-                                             suffix=".tmp")  # fmt: skip
+        handle, temporary = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+        )
         with os.fdopen(handle, "wb") as out:
             out.write(payload)
         check_output_file(path, what)  # again: something may have taken the name since

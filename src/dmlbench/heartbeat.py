@@ -58,9 +58,14 @@ class HeartbeatWriter(threading.Thread):
 
     def snapshot(self) -> dict[str, Any]:
         progress = _progress
-        return {"rank": self.rank, "pid": os.getpid(), "time": time.time(),
-                "step": progress.step, "phase": progress.phase,
-                "progress_at": progress.at or None}  # fmt: skip
+        return {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "time": time.time(),
+            "step": progress.step,
+            "phase": progress.phase,
+            "progress_at": progress.at or None,
+        }
 
     def write(self) -> None:
         temporary = self.path.with_suffix(".tmp")

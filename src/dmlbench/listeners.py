@@ -41,8 +41,9 @@ def tcp_store_server(host: str, port: int = 0, *, timeout: timedelta) -> Any:
     sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
     fd = sock.detach()
-    return TCPStore(host, bound_port, is_master=True, multi_tenant=True,
-                    master_listen_fd=fd, timeout=timeout)  # fmt: skip
+    return TCPStore(
+        host, bound_port, is_master=True, multi_tenant=True, master_listen_fd=fd, timeout=timeout
+    )
 
 
 def interface_of(address: str) -> str | None:

@@ -26,9 +26,11 @@ ECHO_LIMIT = 120
 def path_component(value: str, what: str) -> str:
     """``value`` if it is a safe single path component; otherwise one line saying so."""
     if not SAFE_ID.fullmatch(value):
-        raise DmlbenchError(f"{what} {shorten(value)!r} becomes a folder name: use letters, "
-                            f"digits, '.', '_' and '-', starting with a letter or digit, "
-                            f"at most {MAX_ID} characters")  # fmt: skip
+        raise DmlbenchError(
+            f"{what} {shorten(value)!r} becomes a folder name: use letters, "
+            f"digits, '.', '_' and '-', starting with a letter or digit, "
+            f"at most {MAX_ID} characters"
+        )
     return value
 
 
@@ -41,8 +43,10 @@ def file_stem(name: str, fallback: str = "dmlbench") -> str:
 def one_line(value: str, what: str) -> str:
     """``value`` if it holds no line break or other control character."""
     if CONTROL.search(value):
-        raise DmlbenchError(f"{what} {shorten(value)!r} holds a line break or another "
-                            "control character; give it on one line")  # fmt: skip
+        raise DmlbenchError(
+            f"{what} {shorten(value)!r} holds a line break or another "
+            "control character; give it on one line"
+        )
     return value
 
 

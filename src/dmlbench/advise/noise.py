@@ -57,8 +57,7 @@ class NoiseScale:
     steps: int
 
     def as_dict(self) -> dict[str, float | int | None]:
-        return {"b_simple": self.b_simple, "g2": self.g2, "trace": self.trace,
-                "steps": self.steps}  # fmt: skip
+        return {"b_simple": self.b_simple, "g2": self.g2, "trace": self.trace, "steps": self.steps}
 
 
 @dataclass(slots=True)

@@ -62,9 +62,11 @@ class NoiseEvidence:
 
 
 def noise_evidence(runs: Sequence[RunRecord], task: str) -> NoiseEvidence | None:
-    measured = [(r.summary["noise_scale"]["b_simple"], r.run_id) for r in runs
-                if r.task == task and r.finished
-                and (r.summary.get("noise_scale") or {}).get("b_simple")]  # fmt: skip
+    measured = [
+        (r.summary["noise_scale"]["b_simple"], r.run_id)
+        for r in runs
+        if r.task == task and r.finished and (r.summary.get("noise_scale") or {}).get("b_simple")
+    ]
     if not measured:
         return None
     return NoiseEvidence(statistics.median(v for v, _ in measured), [i for _, i in measured])
@@ -102,8 +104,10 @@ class ComputeModel:
     def line(self) -> str:
         points = ", ".join(str(b) for b in self.batches)
         fit = "fitted" if len(self.batches) > 1 else "assumed proportional to b from"
-        return (f"{1e3 * self.fixed_s:.3f} ms + {1e6 * self.per_example_s:.2f} µs × b per step "
-                f"({fit} b={points} at {self.workers} worker(s))")  # fmt: skip
+        return (
+            f"{1e3 * self.fixed_s:.3f} ms + {1e6 * self.per_example_s:.2f} µs × b per step "
+            f"({fit} b={points} at {self.workers} worker(s))"
+        )
 
 
 def compute_model(runs: Sequence[RunRecord], task: str, cores: int | None) -> ComputeModel:
@@ -128,8 +132,11 @@ def compute_model(runs: Sequence[RunRecord], task: str, cores: int | None) -> Co
     if len(batches) > 1:
         slope, fixed = statistics.linear_regression(batches, [line[b] for b in batches])
         if fixed < 0 or slope < 0:  # noise: through the origin, or flat
-            slope, fixed = (sum(b * line[b] for b in batches) / sum(b * b for b in batches), 0.0) \
-                if slope > 0 else (0.0, statistics.mean(line.values()))  # fmt: skip
+            slope, fixed = (
+                (sum(b * line[b] for b in batches) / sum(b * b for b in batches), 0.0)
+                if slope > 0
+                else (0.0, statistics.mean(line.values()))
+            )
     else:
         (only,) = batches
         slope, fixed = line[only] / only, 0.0
@@ -228,15 +235,17 @@ class Advice:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "task": self.task, "network": self.network,
+            "task": self.task,
+            "network": self.network,
             "recommended": asdict(self.best),
             "runners_up": [asdict(c) for c in self.candidates[1:5]],
             "current": asdict(self.current) if self.current else None,
             "broken_guidelines": self.broken,
             "worth_measuring": [asdict(c) for c in self.worth_measuring],
             "noise_scale": self.noise.b_simple if self.noise else None,
-            "learning_rate": self.learning_rate, "sources": self.sources,
-        }  # fmt: skip
+            "learning_rate": self.learning_rate,
+            "sources": self.sources,
+        }
 
 
 def worker_counts(maximum: int) -> list[int]:
@@ -279,26 +288,44 @@ def advise(
         elif local > highest:
             shared += f", extrapolated above b={highest}"
         guess = predict(
-            workers=workers, algorithm="ring", local_batch=local,
+            workers=workers,
+            algorithm="ring",
+            local_batch=local,
             compute_per_example_s=compute.per_example_s * factor,
             compute_fixed_s=compute.fixed_s * factor,
-            gradient_bytes=calibration.gradient_bytes, train_examples=examples,
+            gradient_bytes=calibration.gradient_bytes,
+            train_examples=examples,
             epochs_to_target=assumed,
             # evaluation is sharded over the workers, and as slow as their compute
-            eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / workers
-            * factor,
-            link=link, calibration=comm_for(comm, max(2, workers)),
+            eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / workers * factor,
+            link=link,
+            calibration=comm_for(comm, max(2, workers)),
             price_per_worker_hour=price_per_worker_hour,
-        )  # fmt: skip
-        return Candidate(workers, local, batch, assumed, source, guess.step_s, guess.compute_s,
-                         shared, guess.comm_ratio, guess.tta_s, guess.cost,
-                         below_measured=local < lowest)  # fmt: skip
+        )
+        return Candidate(
+            workers,
+            local,
+            batch,
+            assumed,
+            source,
+            guess.step_s,
+            guess.compute_s,
+            shared,
+            guess.comm_ratio,
+            guess.tta_s,
+            guess.cost,
+            below_measured=local < lowest,
+        )
 
     base = task.recipe.local_batch
     # the recipe's batch scaled, and every batch measured (so one is always trusted)
     locals_ = sorted({max(1, round(base * f)) for f in BATCH_FACTORS} | set(compute.batches))
-    grid = [candidate(n, b) for n in worker_counts(max_workers) for b in locals_
-            if not examples or n * b <= examples]  # fmt: skip
+    grid = [
+        candidate(n, b)
+        for n in worker_counts(max_workers)
+        for b in locals_
+        if not examples or n * b <= examples
+    ]
     if not grid:
         raise DmlbenchError(f"no configuration fits {examples} training examples")
     grid.sort(key=lambda c: (c.tta_s, c.workers))
@@ -311,8 +338,15 @@ def advise(
         "epochs": _epochs_text(epochs),
         "noise_scale": noise.source if noise else "not measured (run with 2+ workers)",
     }
-    advice = Advice(task.name, network, trusted, noise, sources, _rate_text(task, trusted[0]),
-                    worth_measuring=untried)  # fmt: skip
+    advice = Advice(
+        task.name,
+        network,
+        trusted,
+        noise,
+        sources,
+        _rate_text(task, trusted[0]),
+        worth_measuring=untried,
+    )
     if current is not None:
         advice.current = candidate(*current)
         advice.broken = broken_guidelines(advice.current, noise, examples, compute.cores)
@@ -343,13 +377,18 @@ def advise_from_store(
     links, _ = resolve_links([network])
     cores = len(os.sched_getaffinity(0)) if network == "none" else None
     return advise(
-        definition, calibrate_task(runs, task), compute_model(runs, task, cores),
-        calibrate_comm(store.comm_runs()), noise_evidence(runs, task),
-        max_workers=max_workers, network=network, link=links[network],
+        definition,
+        calibrate_task(runs, task),
+        compute_model(runs, task, cores),
+        calibrate_comm(store.comm_runs()),
+        noise_evidence(runs, task),
+        max_workers=max_workers,
+        network=network,
+        link=links[network],
         price_per_worker_hour=price_per_worker_hour,
         current=(workers or max_workers, local_batch or definition.recipe.local_batch),
         assume_epochs=assume_epochs,
-    )  # fmt: skip
+    )
 
 
 def _epochs_text(epochs: EpochModel) -> str:
@@ -358,8 +397,10 @@ def _epochs_text(epochs: EpochModel) -> str:
     if fitted is None:
         return f"{epochs.kind} at B={points}; elsewhere the nearest one's, assumed"
     least, critical, source = fitted
-    return (f"{epochs.kind} at B={points}; elsewhere E_min·(1 + B/B_crit) with E_min ≈ "
-            f"{least:.1f}, B_crit ≈ {critical:,.0f} from {source}")  # fmt: skip
+    return (
+        f"{epochs.kind} at B={points}; elsewhere E_min·(1 + B/B_crit) with E_min ≈ "
+        f"{least:.1f}, B_crit ≈ {critical:,.0f} from {source}"
+    )
 
 
 def broken_guidelines(
@@ -369,19 +410,27 @@ def broken_guidelines(
     broken = []
     batch = plan.global_batch
     if noise is not None and batch > noise.b_simple:
-        broken.append(f"global batch {batch} is above the critical batch ≈ "
-                      f"{noise.b_simple:,.0f} (the measured noise scale): expect more "
-                      "epochs, not fewer steps")  # fmt: skip
+        broken.append(
+            f"global batch {batch} is above the critical batch ≈ "
+            f"{noise.b_simple:,.0f} (the measured noise scale): expect more "
+            "epochs, not fewer steps"
+        )
     if examples and batch > math.sqrt(examples):
-        broken.append(f"global batch {batch} is above √(training examples) ≈ "
-                      f"{math.sqrt(examples):,.0f}, where large-batch recipes start to need "
-                      "rate warm-up and tuning")  # fmt: skip
+        broken.append(
+            f"global batch {batch} is above √(training examples) ≈ "
+            f"{math.sqrt(examples):,.0f}, where large-batch recipes start to need "
+            "rate warm-up and tuning"
+        )
     if plan.workers > 1 and plan.comm_ratio > BUSY_WORKER:
-        broken.append(f"local batch {plan.local_batch} is too small to use a worker: "
-                      f"{plan.comm_ratio:.0%} of each step waits on the network")  # fmt: skip
+        broken.append(
+            f"local batch {plan.local_batch} is too small to use a worker: "
+            f"{plan.comm_ratio:.0%} of each step waits on the network"
+        )
     if cores is not None and plan.workers > cores:
-        broken.append(f"{plan.workers} workers on {cores} cores are oversubscribed: they "
-                      "share cores instead of adding them")  # fmt: skip
+        broken.append(
+            f"{plan.workers} workers on {cores} cores are oversubscribed: they "
+            "share cores instead of adding them"
+        )
     return broken
 
 
@@ -390,13 +439,19 @@ def _rate_text(task: TaskDefinition, best: Candidate) -> str:
     from dmlbench.optim import learning_rate
 
     schedule = task.recipe.schedule
-    steps_per_epoch = max(1, math.ceil((task.train_examples or best.global_batch)
-                                       / best.global_batch))  # fmt: skip
+    steps_per_epoch = max(
+        1, math.ceil((task.train_examples or best.global_batch) / best.global_batch)
+    )
     warmup = float(getattr(schedule, "warmup_epochs", 0) or 0)
 
     def rate(epoch: float) -> float:
-        return learning_rate(schedule, step=round(epoch * steps_per_epoch), epoch=epoch,
-                             local_batch=best.local_batch, world_size=best.workers)  # fmt: skip
+        return learning_rate(
+            schedule,
+            step=round(epoch * steps_per_epoch),
+            epoch=epoch,
+            local_batch=best.local_batch,
+            world_size=best.workers,
+        )
 
     text = f"the recipe's rule ({schedule.describe()}): {rate(0):.3g} at the start"
     if warmup:

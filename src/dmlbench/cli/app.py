@@ -262,8 +262,10 @@ def run(
             "node; for an emulated cluster on this machine use --nodes"
         )
     if nnodes is not None and nodes is not None:
-        raise DmlbenchError("give --nnodes (this is one node of a real job) or --nodes (an "
-                            "emulated cluster), not both")  # fmt: skip
+        raise DmlbenchError(
+            "give --nnodes (this is one node of a real job) or --nodes (an "
+            "emulated cluster), not both"
+        )
     if rdzv_endpoint is not None:
         from dmlbench.names import path_component
 
@@ -297,11 +299,21 @@ def run(
             }
         )
         _run_sweep(
-            sweep, overrides=overrides or [], plugins=plugins or [],
-            fields={"exchange": exchange, "data_dir": str(data_dir) if data_dir else None,
-                "network": {"profile": network} if network else None, **layout},
-            store=store, rerun=rerun, plan_only=dry_run, json_out=json_out, quiet=quiet,
-        )  # fmt: skip
+            sweep,
+            overrides=overrides or [],
+            plugins=plugins or [],
+            fields={
+                "exchange": exchange,
+                "data_dir": str(data_dir) if data_dir else None,
+                "network": {"profile": network} if network else None,
+                **layout,
+            },
+            store=store,
+            rerun=rerun,
+            plan_only=dry_run,
+            json_out=json_out,
+            quiet=quiet,
+        )
         return
     spec = resolve_spec(
         task_name,
@@ -340,8 +352,9 @@ def run(
             outcome = run_benchmark(spec, results, echo=False, rendezvous=rendezvous)
         else:
             with RunProgress(out_console, title) as progress:
-                outcome = run_benchmark(spec, results, echo=not quiet, progress=progress,
-                                        rendezvous=rendezvous)  # fmt: skip
+                outcome = run_benchmark(
+                    spec, results, echo=not quiet, progress=progress, rendezvous=rendezvous
+                )
     except KeyboardInterrupt:
         err_console.print("interrupted: the run is stored as interrupted")
         raise typer.Exit(130) from None
@@ -373,9 +386,11 @@ def _node_outcome(outcome: Any, json_out: bool) -> None:
             }
         )
     else:
-        console.print(f"run {escape(outcome.run_id)}: this node ran ranks {ranks[0]}-{ranks[-1]} "
-                      f"({outcome.status}); the node that held rank 0 stores the run. Worker "
-                      f"logs: {escape(outcome.run_dir)}/logs")  # fmt: skip
+        console.print(
+            f"run {escape(outcome.run_id)}: this node ran ranks {ranks[0]}-{ranks[-1]} "
+            f"({outcome.status}); the node that held rank 0 stores the run. Worker "
+            f"logs: {escape(outcome.run_dir)}/logs"
+        )
         if outcome.error:
             err_console.print(f"error: {escape(outcome.error)}")
     if outcome.status != "finished":
@@ -424,9 +439,10 @@ def results(
             many = not (given / "spec.json").exists() and any(given.glob("*/spec.json"))
             folders = sorted(p.parent for p in given.glob("*/spec.json")) if many else [given]
             lacking = [
-                f for f in folders
+                f
+                for f in folders
                 if not many or target.status_of(f.name) in (None, "running", "interrupted")
-            ]  # fmt: skip
+            ]
             if many and not lacking:
                 console.print(f"{target.path} has every run in {given}", markup=False)
             for folder in lacking:
@@ -541,9 +557,13 @@ def _run_sweep(
         out.print(f"  [{colour}]{result.status}[/{colour}] {result.run_id}: {escape(detail)}")
 
     outcome = run_sweep(
-        plan, results, rerun=rerun, echo=not quiet and not json_out,  # type: ignore[arg-type]
-        progress=progress, on_done=done,
-    )  # fmt: skip
+        plan,
+        results,
+        rerun=rerun,  # type: ignore[arg-type]
+        echo=not quiet and not json_out,
+        progress=progress,
+        on_done=done,
+    )
     while active:
         active.pop().__exit__(None, None, None)
     runs = results.runs(sweep=plan.sweep.name)
@@ -618,10 +638,17 @@ def sweep(
 
     spec = load_sweep_file(file)
     _run_sweep(
-        spec, overrides=overrides or [], plugins=plugins or [],
-        fields={"data_dir": str(data_dir) if data_dir else None}, store=store, rerun=rerun,
-        plan_only=plan, json_out=json_out, quiet=quiet, repeats=repeats,
-    )  # fmt: skip
+        spec,
+        overrides=overrides or [],
+        plugins=plugins or [],
+        fields={"data_dir": str(data_dir) if data_dir else None},
+        store=store,
+        rerun=rerun,
+        plan_only=plan,
+        json_out=json_out,
+        quiet=quiet,
+        repeats=repeats,
+    )
 
 
 SweepFilter = Annotated[str | None, typer.Option(help="only this sweep's runs")]
@@ -632,9 +659,11 @@ BudgetOption = Annotated[
 ]
 PriceOption = Annotated[
     str | None,
-    typer.Option(help="price per worker-hour: a number or a name in the price table "
-                 "(default gcp-n1-standard-4, an example)"),
-]  # fmt: skip
+    typer.Option(
+        help="price per worker-hour: a number or a name in the price table "
+        "(default gcp-n1-standard-4, an example)"
+    ),
+]
 PricesOption = Annotated[
     Path | None, typer.Option(help="your own price table (YAML, like report/prices.yaml)")
 ]
@@ -689,16 +718,23 @@ def report(
     comm_runs = results.comm_runs() if not (sweep or task) else []
     from dmlbench.report.predictions import load_predictions
 
-    predictions = [] if sweep else [
-        p for p in load_predictions(store) if not task or p["task"] == task
-    ]  # fmt: skip
+    predictions = (
+        [] if sweep else [p for p in load_predictions(store) if not task or p["task"] == task]
+    )
     if not runs and not comm_runs and not predictions:
         raise DmlbenchError(f"no stored runs in {store} to report on")
     chosen = choose_price(price, prices)
     sections, pngs = write_report(
-        runs, target, store=str(store), budget_s=budget, price=chosen, png_dir=png,
-        comm_runs=comm_runs, predictions=predictions, include_disturbed=include_disturbed,
-    )  # fmt: skip
+        runs,
+        target,
+        store=str(store),
+        budget_s=budget,
+        price=chosen,
+        png_dir=png,
+        comm_runs=comm_runs,
+        predictions=predictions,
+        include_disturbed=include_disturbed,
+    )
     training = [s.table for s in sections if s.kind == "training"]
     if training:  # the report's own tables, in the order scaling_table sorts them
         table = pd.concat(training).sort_values(
@@ -771,16 +807,23 @@ def compare(
         )
     chosen = choose_price(price, prices)
     table = analysis.scaling_table(
-        frame, by=columns, budget_s=budget, evals=analysis.evals_frame(runs),
-        price_per_worker_hour=chosen.per_worker_hour, include_disturbed=include_disturbed,
+        frame,
+        by=columns,
+        budget_s=budget,
+        evals=analysis.evals_frame(runs),
+        price_per_worker_hour=chosen.per_worker_hour,
+        include_disturbed=include_disturbed,
         currency=chosen.currency,
-    )  # fmt: skip
+    )
     if best_by is not None:
         table = analysis.best_of(table, best_by, within)
         if not json_out and not csv_out:
             column, less = analysis.BEST_BY[best_by]
-            console.print(f"best variant per {', '.join(within)} by {best_by} ({column}, "
-                          f"{'least' if less else 'most'})", markup=False)  # fmt: skip
+            console.print(
+                f"best variant per {', '.join(within)} by {best_by} ({column}, "
+                f"{'least' if less else 'most'})",
+                markup=False,
+            )
     if json_out:
         sys.stdout.write(table.to_json(orient="records", indent=2) + "\n")
     elif csv_out:
@@ -875,10 +918,15 @@ def bench_allreduce(
     counts = [nodes * nproc_per_node] if nproc_per_node else _worker_counts(workers)
     for count in counts:
         tree: dict[str, Any] = {
-            "workers": count, "nodes": nodes, "backend": backend, "max_bytes": max_bytes,
-            "factor": factor, "repeats": repeats, "warmup": warmup,
+            "workers": count,
+            "nodes": nodes,
+            "backend": backend,
+            "max_bytes": max_bytes,
+            "factor": factor,
+            "repeats": repeats,
+            "warmup": warmup,
             "network": {"profile": network} if network else {},
-        }  # fmt: skip
+        }
         full = deep_merge(CommBenchSpec().to_json_dict(), tree)
         apply_overrides(full, overrides or [])
         specs.append(validate_bench(full))
@@ -887,9 +935,12 @@ def bench_allreduce(
     for spec in specs:
         out = err_console if json_out else console
         layout = f" ({spec.nodes} nodes × {spec.per_node})" if spec.nodes > 1 else ""
-        out.print(f"all-reduce · {spec.backend} · {spec.workers} workers{layout} · network "
-                  f"{spec.network.label()} · {len(spec.sizes())} sizes up to "
-                  f"{spec.max_bytes:,} bytes …", markup=False)  # fmt: skip
+        out.print(
+            f"all-reduce · {spec.backend} · {spec.workers} workers{layout} · network "
+            f"{spec.network.label()} · {len(spec.sizes())} sizes up to "
+            f"{spec.max_bytes:,} bytes …",
+            markup=False,
+        )
         try:
             outcome = run_comm_bench(spec, results)
         except KeyboardInterrupt:
@@ -912,11 +963,13 @@ def _layouts(nodes: str | None, per_node: str | None) -> list[tuple[int, int]]:
     if nodes is None and per_node is None:
         return []
     node_counts = _worker_counts(nodes or "1", "--nodes", "node counts", unique=False)
-    per_counts = _worker_counts(per_node or "1", "--nproc-per-node", "workers per node",
-                                unique=False)  # fmt: skip
+    per_counts = _worker_counts(
+        per_node or "1", "--nproc-per-node", "workers per node", unique=False
+    )
     if len(node_counts) > 1 and len(per_counts) > 1 and len(node_counts) != len(per_counts):
-        raise DmlbenchError("--nodes and --nproc-per-node: give one value of either, or as "
-                            "many of each")  # fmt: skip
+        raise DmlbenchError(
+            "--nodes and --nproc-per-node: give one value of either, or as many of each"
+        )
     if len(node_counts) == 1:
         node_counts = node_counts * len(per_counts)
     if len(per_counts) == 1:
@@ -1050,10 +1103,15 @@ def advise(
 
     chosen = choose_price(price, prices)
     advice = advise_from_store(
-        _require_store(store), task, max_workers=max_workers, network=network,
-        price_per_worker_hour=chosen.per_worker_hour, workers=workers, local_batch=local_batch,
+        _require_store(store),
+        task,
+        max_workers=max_workers,
+        network=network,
+        price_per_worker_hour=chosen.per_worker_hour,
+        workers=workers,
+        local_batch=local_batch,
         assume_epochs=epochs,
-    )  # fmt: skip
+    )
     if json_out:
         _print_json({**advice.to_json(), "price": chosen.label})
         return
@@ -1062,8 +1120,14 @@ def advise(
     console.print(advice_table(advice, chosen.label))
 
 
-def _cluster_spec(task: str | None, config: Path | None, overrides: list[str] | None,
-                  nodes: int, per_node: int, engine: str) -> Any:  # fmt: skip
+def _cluster_spec(
+    task: str | None,
+    config: Path | None,
+    overrides: list[str] | None,
+    nodes: int,
+    per_node: int,
+    engine: str,
+) -> Any:
     """The spec a scheduler's job runs: resolved here, so mistakes are refused before
     anything is submitted; the hosts' own network, never an emulated one."""
     from dmlbench.spec.run import load_config_file, resolve_spec
@@ -1071,11 +1135,18 @@ def _cluster_spec(task: str | None, config: Path | None, overrides: list[str] | 
     config_data = load_config_file(config) if config else {}
     task_name = task or config_data.pop("task", None) or DEFAULT_TASK
     config_data.pop("task", None)
-    spec = resolve_spec(task_name, config=config_data, overrides=overrides or [], nodes=nodes,
-                        nproc_per_node=per_node)  # fmt: skip
+    spec = resolve_spec(
+        task_name,
+        config=config_data,
+        overrides=overrides or [],
+        nodes=nodes,
+        nproc_per_node=per_node,
+    )
     if spec.network.enabled:
-        raise DmlbenchError(f"--network emulates a cluster on one machine; on {engine} the "
-                            "hosts' own network is measured: drop it")  # fmt: skip
+        raise DmlbenchError(
+            f"--network emulates a cluster on one machine; on {engine} the "
+            "hosts' own network is measured: drop it"
+        )
     return spec
 
 
@@ -1133,16 +1204,22 @@ def slurm(
             raise DmlbenchError("--array shares a sweep's points among tasks; give a sweep file")
         from dmlbench.launch.node import job_spec
 
-        spec = _cluster_spec(target, config, overrides, nodes,
-                             nproc_per_node or max(1, gpus_per_node), "Slurm")  # fmt: skip
+        spec = _cluster_spec(
+            target, config, overrides, nodes, nproc_per_node or max(1, gpus_per_node), "Slurm"
+        )
         embedded = json.dumps(job_spec(spec), indent=1) + "\n"
         suffix, name = ".json", spec.task
         command = [*program, "run", "--config", "{file}", "--store", str(root), "--quiet"]
     options = SbatchOptions(
-        nodes=nodes, cpus_per_task=cpus_per_task, gpus_per_node=gpus_per_node,
-        partition=partition, time=time, account=account, array=array,
+        nodes=nodes,
+        cpus_per_task=cpus_per_task,
+        gpus_per_node=gpus_per_node,
+        partition=partition,
+        time=time,
+        account=account,
+        array=array,
         job_name=file_stem(f"dmlbench-{name}"),
-    )  # fmt: skip
+    )
     logs = root / "slurm"
     text = sbatch_script(command, embedded, suffix, options, logs)
     if out is None and not submit:
@@ -1155,12 +1232,15 @@ def slurm(
         raise DmlbenchError(f"cannot make {logs}: {error.strerror}") from None
     write_file(script, text, "batch script")
     if not submit:
-        console.print(f"wrote {script}; submit with: sbatch {script}", markup=False,
-                      soft_wrap=True)  # fmt: skip
+        console.print(f"wrote {script}; submit with: sbatch {script}", markup=False, soft_wrap=True)
         return
     job_id = submit_script(script)
-    console.print(f"submitted job {job_id} ({script}); its output: {logs}; its runs: "
-                  f"dmlbench results --store {root}", markup=False, soft_wrap=True)  # fmt: skip
+    console.print(
+        f"submitted job {job_id} ({script}); its output: {logs}; its runs: "
+        f"dmlbench results --store {root}",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -1201,15 +1281,23 @@ def k8s(
     from dmlbench.launch.kubernetes import PodResources, default_name, manifests, to_yaml
 
     if not image:
-        raise DmlbenchError("give --image: a container image with dmlbench installed "
-                            "(build one from the repository's Dockerfile)")  # fmt: skip
-    spec = _cluster_spec(task, config, overrides, nodes, nproc_per_node or max(1, gpus),
-                         "Kubernetes")  # fmt: skip
+        raise DmlbenchError(
+            "give --image: a container image with dmlbench installed "
+            "(build one from the repository's Dockerfile)"
+        )
+    spec = _cluster_spec(
+        task, config, overrides, nodes, nproc_per_node or max(1, gpus), "Kubernetes"
+    )
     objects = manifests(
-        spec, image=image, name=name or default_name(spec.task), namespace=namespace,
-        resources=PodResources(cpus, memory, gpus), store_claim=store_claim,
-        data_claim=data_claim, pytorchjob=pytorchjob,
-    )  # fmt: skip
+        spec,
+        image=image,
+        name=name or default_name(spec.task),
+        namespace=namespace,
+        resources=PodResources(cpus, memory, gpus),
+        store_claim=store_claim,
+        data_claim=data_claim,
+        pytorchjob=pytorchjob,
+    )
     text = to_yaml(objects)
     if out is None:
         sys.stdout.write(text)
@@ -1218,8 +1306,9 @@ def k8s(
 
     write_file(out, text, "manifest file", make_folder=False)
     kinds = ", ".join(o["kind"] for o in objects)
-    console.print(f"wrote {kinds} to {out}; apply with: kubectl apply -f {out}", markup=False,
-                  soft_wrap=True)  # fmt: skip
+    console.print(
+        f"wrote {kinds} to {out}; apply with: kubectl apply -f {out}", markup=False, soft_wrap=True
+    )
 
 
 dask_app = typer.Typer(
@@ -1283,19 +1372,37 @@ def dask_fit(
     config_data = load_config_file(config) if config else {}
     task_name = task or config_data.pop("task", None) or DEFAULT_TASK
     config_data.pop("task", None)
-    spec = resolve_spec(task_name, config=config_data, overrides=overrides or [], seed=seed,
-                        data_dir=str(data_dir) if data_dir else None)  # fmt: skip
+    spec = resolve_spec(
+        task_name,
+        config=config_data,
+        overrides=overrides or [],
+        seed=seed,
+        data_dir=str(data_dir) if data_dir else None,
+    )
     if spec.network.enabled or spec.workers > 1:
-        raise DmlbenchError("dask fit sizes its cluster with --min-workers/--max-workers and "
-                            "runs on the hosts' network: drop workers= and network=")  # fmt: skip
+        raise DmlbenchError(
+            "dask fit sizes its cluster with --min-workers/--max-workers and "
+            "runs on the hosts' network: drop workers= and network="
+        )
     if min_workers > max_workers:
         raise DmlbenchError(f"--min-workers {min_workers} is above --max-workers {max_workers}")
     first = batch or spec.recipe.local_batch
-    options = {"delay": delay, "factor": factor, "rate": rate, "scale": scale,
-               "max_batch_size": max_batch}  # fmt: skip
-    fit = DaskFit(make_damper(damper, first, options), engine=engine,
-                  grads_per_worker=grads_per_worker or first, min_workers=min_workers,
-                  max_workers=max_workers, scheduler=scheduler, device=device)  # fmt: skip
+    options = {
+        "delay": delay,
+        "factor": factor,
+        "rate": rate,
+        "scale": scale,
+        "max_batch_size": max_batch,
+    }
+    fit = DaskFit(
+        make_damper(damper, first, options),
+        engine=engine,
+        grads_per_worker=grads_per_worker or first,
+        min_workers=min_workers,
+        max_workers=max_workers,
+        scheduler=scheduler,
+        device=device,
+    )
     from dmlbench.dask.estimator import DaskClassifier
 
     try:  # the estimator's own checks, before any data is read
@@ -1309,7 +1416,10 @@ def dask_fit(
         err_console.print(
             f"epoch {epoch['epoch']}: {epoch['n_updates']:,} updates so far, batch "
             f"{epoch['batch_size']}, {plural(epoch['workers'], 'worker')}, training loss "
-            f"{epoch['train_loss']:.4f}{shown}", highlight=False, soft_wrap=True)  # fmt: skip
+            f"{epoch['train_loss']:.4f}{shown}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
     from dmlbench.dask.cluster import close_local
 

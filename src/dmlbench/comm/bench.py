@@ -80,8 +80,9 @@ class Scope:
             dist.broadcast(tensor, src=self.leader, group=self.node_group)
 
 
-def _iterations(spec: CommBenchSpec, tensor: torch.Tensor, device: torch.device,
-                cuda: bool, scope: Scope) -> int:  # fmt: skip
+def _iterations(
+    spec: CommBenchSpec, tensor: torch.Tensor, device: torch.device, cuda: bool, scope: Scope
+) -> int:
     """All-reduces per timed repeat, so that a repeat lasts about ``spec.repeat_s``.
 
     One small all-reduce lasts less than the skew with which ranks leave a barrier;

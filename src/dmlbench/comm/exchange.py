@@ -65,9 +65,11 @@ EXCHANGES: dict[str, Callable[..., GradientExchange]] = {
 
 
 def make_exchange(
-    name: str, device: torch.device, options: Mapping[str, Any] | None = None,
+    name: str,
+    device: torch.device,
+    options: Mapping[str, Any] | None = None,
     steps_per_epoch: int = 1,
-) -> GradientExchange:  # fmt: skip
+) -> GradientExchange:
     return EXCHANGES[name](device, options, steps_per_epoch)
 
 

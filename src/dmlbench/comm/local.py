@@ -103,8 +103,10 @@ def gossip_peers(topology: str, rank: int, world: int) -> tuple[list[int], list[
     if topology == "torus":
         rows, cols = torus_shape(world)
         row, col = divmod(rank, cols)
-        around = [((row + dr) % rows) * cols + (col + dc) % cols
-                  for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))]  # fmt: skip
+        around = [
+            ((row + dr) % rows) * cols + (col + dc) % cols
+            for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1))
+        ]
         peers = sorted(set(around) - {rank})
         return peers, peers
     if topology == "ring":

@@ -106,8 +106,10 @@ class DDPExchange(GradientExchange):
     def exchange(self, stop: bool | None) -> bool:
         # gradients were averaged during backward
         if self.measure_norms:
-            self._norms = (self._local_norm2,
-                           squared_norm(p.grad for p in self.wrapped.parameters()))  # fmt: skip
+            self._norms = (
+                self._local_norm2,
+                squared_norm(p.grad for p in self.wrapped.parameters()),
+            )
         return self._vote_alone(stop)
 
     def gradient_norms(self) -> tuple[torch.Tensor, torch.Tensor] | None:

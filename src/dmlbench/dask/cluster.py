@@ -113,8 +113,9 @@ def probe_scheduler(address: str, timeout: float) -> None:
     except ValueError:
         raise ConnectionError(f"{address!r} is not a scheduler address: {hint}") from None
     except ConnectionRefusedError:
-        raise ConnectionError(f"nothing listens at {address}: is the scheduler running? "
-                              f"({hint})") from None  # fmt: skip
+        raise ConnectionError(
+            f"nothing listens at {address}: is the scheduler running? ({hint})"
+        ) from None
     except OSError as error:
         raise ConnectionError(f"cannot reach {address} in {wait:g} s ({error}); {hint}") from None
     with sock:

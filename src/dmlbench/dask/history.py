@@ -98,12 +98,12 @@ def plot_histories(
         left.yaxis.set_major_formatter(PercentFormatter(1.0))
     if not metric:
         left.set_yscale("log")
-    middle.set(xlabel="model updates (log scale)", ylabel="batch size, examples (log scale)",
-               xscale="log")  # fmt: skip
+    middle.set(
+        xlabel="model updates (log scale)", ylabel="batch size, examples (log scale)", xscale="log"
+    )
     middle.set_yscale("log", base=2)
     middle.yaxis.set_major_formatter(ScalarFormatter())  # 32, 64, 128: every doubling named
-    right.set(xlabel="model updates (log scale)", ylabel="Dask workers in an update",
-              xscale="log")  # fmt: skip
+    right.set(xlabel="model updates (log scale)", ylabel="Dask workers in an update", xscale="log")
     right.yaxis.set_major_locator(MaxNLocator(integer=True))
     right.set_ylim(bottom=0)
     for axes in (left, middle, right):

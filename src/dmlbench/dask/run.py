@@ -165,8 +165,10 @@ def fit_task(
     """Train ``spec.task`` with the Dask estimator as ``fit`` says; store it as a run."""
     task = get_task(spec.task)
     if task.loss != "cross_entropy":
-        raise SpecError(f"dask fit trains classification tasks with cross-entropy; "
-                        f"{spec.task} uses the {task.loss} loss")  # fmt: skip
+        raise SpecError(
+            f"dask fit trains classification tasks with cross-entropy; "
+            f"{spec.task} uses the {task.loss} loss"
+        )
     prepare_data(spec)
     data = task.load(spec.data_dir)
     if spec.validation_split:
@@ -215,8 +217,9 @@ def fit_task(
         finally:
             est._close_engine()
         attempt.status = ""  # the event log says how it ended
-    return RunOutcome(run_id, attempt.status, attempt.summary, attempt.evals, attempt.error,
-                      str(run_dir))  # fmt: skip
+    return RunOutcome(
+        run_id, attempt.status, attempt.summary, attempt.evals, attempt.error, str(run_dir)
+    )
 
 
 def _train(
@@ -246,15 +249,22 @@ def _train(
     for epoch in range(1, epochs + 1):
         est.partial_fit(x_train, y_train)
         record = est.history_[-1]
-        log.log("epoch_stop", epoch, step=est.n_updates_, train_loss=record["train_loss"],
-                batch_size=record["batch_size"], workers=record["workers"],
-                lr=record["lr"])  # fmt: skip
+        log.log(
+            "epoch_stop",
+            epoch,
+            step=est.n_updates_,
+            train_loss=record["train_loss"],
+            batch_size=record["batch_size"],
+            workers=record["workers"],
+            lr=record["lr"],
+        )
         last = epoch == epochs or (spec.max_steps and est.n_updates_ >= spec.max_steps)
         if epoch % spec.eval_every_epochs == 0 or last:
             _evaluate_and_log(spec, est, log, state, start, x_test, y_test)
         if progress is not None:
-            progress({**{k: v for k, v in record.items() if k != "updates"},
-                      "test_accuracy": state.best})  # fmt: skip
+            progress(
+                {**{k: v for k, v in record.items() if k != "updates"}, "test_accuracy": state.best}
+            )
         if state.reason is not None:
             break
         if spec.max_steps and est.n_updates_ >= spec.max_steps:
@@ -301,9 +311,16 @@ def _evaluate_and_log(
     elapsed = time.perf_counter() - start
     compute = elapsed - state.eval_s
     est.history_[-1]["test_accuracy"] = accuracy
-    log.log("eval_accuracy", accuracy, epoch_num=round(est.examples_seen_ / est.n_train_, 4),
-            step=est.n_updates_, samples_count=est.examples_seen_, eval_loss=loss,
-            elapsed_s=elapsed, compute_elapsed_s=compute)  # fmt: skip
+    log.log(
+        "eval_accuracy",
+        accuracy,
+        epoch_num=round(est.examples_seen_ / est.n_train_, 4),
+        step=est.n_updates_,
+        samples_count=est.examples_seen_,
+        eval_loss=loss,
+        elapsed_s=elapsed,
+        compute_elapsed_s=compute,
+    )
     state.best = accuracy if state.best is None else max(state.best, accuracy)
     if state.tta is None and accuracy >= spec.recipe.target:
         state.tta, state.tta_compute = elapsed, compute

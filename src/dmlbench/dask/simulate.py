@@ -157,8 +157,9 @@ class Network:
     link: Link
 
 
-IDEAL_STACK = CommCalibration(alpha_s=0.0, host_busbw=math.inf, link_efficiency=1.0,
-                              latencies_per_step=1.0)  # fmt: skip
+IDEAL_STACK = CommCalibration(
+    alpha_s=0.0, host_busbw=math.inf, link_efficiency=1.0, latencies_per_step=1.0
+)
 """The paper's networks are bandwidth and latency alone: no software overhead per
 message, hosts that keep up, one latency per message."""
 

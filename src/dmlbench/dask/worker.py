@@ -69,8 +69,9 @@ DEVICES = "'cpu', 'cuda', 'cuda:N' or 'auto'"
 
 def check_device_name(name: Any) -> None:
     """Refuse a device name no worker could use, before anything starts."""
-    valid = isinstance(name, str) and (name in ("auto", "cpu", "cuda") or (
-        name.startswith("cuda:") and name[5:].isdigit()))  # fmt: skip
+    valid = isinstance(name, str) and (
+        name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())
+    )
     if not valid:
         raise ValueError(f"device must be {DEVICES}, not {name!r}")
 
@@ -350,8 +351,14 @@ def _join(
     if interface:  # gloo listens there, not on whatever the host name resolves to
         os.environ["GLOO_SOCKET_IFNAME"] = interface
     backend = "nccl" if device.type == "cuda" else "gloo"
-    join_group(backend, rank=rank, world_size=generation.world_size,
-               threads=recipe.torch_threads, store=store, timeout=timeout)  # fmt: skip
+    join_group(
+        backend,
+        rank=rank,
+        world_size=generation.world_size,
+        threads=recipe.torch_threads,
+        store=store,
+        timeout=timeout,
+    )
     module = recipe.build_module().to(device)
     load_flat_state(module, start.weights)
     opt = optimizer(module.parameters(), **optimizer_kwargs)

@@ -65,14 +65,19 @@ class Dataset:
         the test set is left out altogether."""
         count = round(len(self.train_x) * share)
         if not 0 < count < len(self.train_x):
-            raise ValueError(f"validation_split={share} of {len(self.train_x)} training "
-                             "examples leaves no validation or no training examples")  # fmt: skip
+            raise ValueError(
+                f"validation_split={share} of {len(self.train_x)} training "
+                "examples leaves no validation or no training examples"
+            )
         order = torch.randperm(len(self.train_x), generator=torch.Generator().manual_seed(seed))
         held, kept = order[:count], order[count:]
         return dataclasses.replace(
-            self, train_x=self.train_x[kept], train_y=self.train_y[kept],
-            test_x=self.train_x[held], test_y=self.train_y[held],
-        )  # fmt: skip
+            self,
+            train_x=self.train_x[kept],
+            train_y=self.train_y[kept],
+            test_x=self.train_x[held],
+            test_y=self.train_y[held],
+        )
 
     def preprocess(self, augment: bool) -> Preprocess:
         return self.augment if augment else self.plain

@@ -32,8 +32,9 @@ CACHE_VERSION = 2  # 2: values and labels validated
 
 def _cache_dir(path: Path, n_features: int, labels: tuple[float, ...] | None) -> Path:
     stat = path.stat()
-    key = (f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{n_features}|{labels}|"
-           f"{CACHE_VERSION}")  # fmt: skip
+    key = (
+        f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{n_features}|{labels}|{CACHE_VERSION}"
+    )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_root() / "libsvm" / f"{path.name}-{digest}"
 
@@ -57,14 +58,18 @@ def _check_values(
     """Refuse non-finite values and unexpected labels; ``first`` numbers the chunk's rows."""
     if not np.isfinite(x.data).all():
         row = int(np.searchsorted(x.indptr, np.flatnonzero(~np.isfinite(x.data))[0], "right"))
-        raise DatasetError(f"{origin}: example {first + row:,} has a feature value that is "
-                           "not finite (nan or inf); the file is corrupt")  # fmt: skip
+        raise DatasetError(
+            f"{origin}: example {first + row:,} has a feature value that is "
+            "not finite (nan or inf); the file is corrupt"
+        )
     bad = ~np.isfinite(y) if labels is None else ~np.isin(y, labels)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         wanted = "finite" if labels is None else " or ".join(f"{v:+g}" for v in labels)
-        raise DatasetError(f"{origin}: example {first + row + 1:,} has label {y[row]:g}; this "
-                           f"task needs labels {wanted}")  # fmt: skip
+        raise DatasetError(
+            f"{origin}: example {first + row + 1:,} has label {y[row]:g}; this "
+            f"task needs labels {wanted}"
+        )
 
 
 def _convert(

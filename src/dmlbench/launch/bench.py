@@ -51,9 +51,24 @@ def _launch_mpi(
         prefix = ["ip", "netns", "exec", topology.namespaces[0]]
     elif spec.mpi_isolate:
         prefix = private_network_prefix()
-    command = [*prefix, mpirun, "-np", str(spec.workers), "--oversubscribe", "--mca", "pml",
-               "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", interface,
-               "--bind-to", "none"]  # fmt: skip
+    command = [
+        *prefix,
+        mpirun,
+        "-np",
+        str(spec.workers),
+        "--oversubscribe",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "tcp,self",
+        "--mca",
+        "btl_tcp_if_include",
+        interface,
+        "--bind-to",
+        "none",
+    ]
     env = dict(os.environ)
     if topology is not None:
         env[NAMESPACES_ENV] = json.dumps(topology.namespaces)
@@ -65,8 +80,7 @@ def _launch_mpi(
     log = run_dir / "logs" / "mpirun.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                              timeout=3600)  # fmt: skip
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=3600)
     if done.returncode != 0:
         lines = [ln for ln in log.read_text().splitlines() if ln.strip() and "---" not in ln]
         last = lines[-1].strip() if lines else f"exit code {done.returncode}"
@@ -90,15 +104,22 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
         close_run(store, run_dir, attempt.status, attempt.error, complete)
 
     with launched(finish) as attempt:
-        with emulated(spec.nodes if spec.nodes > 1 else spec.workers, network,
-                      record_to=run_dir) as topology:  # fmt: skip
+        with emulated(
+            spec.nodes if spec.nodes > 1 else spec.workers, network, record_to=run_dir
+        ) as topology:
             if spec.backend == "mpi":
                 _launch_mpi(spec, json.dumps(spec_dict), run_dir, topology)
             else:
-                launch_workers(comm_bench_worker, (json.dumps(spec_dict), str(run_dir)),
-                               workers=spec.workers, run_dir=run_dir, echo=echo,
-                               topology=topology, stall_timeout_s=spec.stall_timeout_s,
-                               per_namespace=spec.per_node if spec.nodes > 1 else 1)  # fmt: skip
+                launch_workers(
+                    comm_bench_worker,
+                    (json.dumps(spec_dict), str(run_dir)),
+                    workers=spec.workers,
+                    run_dir=run_dir,
+                    echo=echo,
+                    topology=topology,
+                    stall_timeout_s=spec.stall_timeout_s,
+                    per_namespace=spec.per_node if spec.nodes > 1 else 1,
+                )
         results = run_dir / RESULTS_FILE
         if results.is_file():
             rows, attempt.status = json.loads(results.read_text()), "success"

@@ -136,10 +136,15 @@ class _NodesTail:
         return [event for tail in self.tails for event in tail.new_events()]
 
 
-def _agent_command(spec: RunSpec, spec_file: Path, endpoint: str, run_id: str,
-                   folder: Path) -> list[str]:  # fmt: skip
-    return [sys.executable, "-m", "dmlbench",
-            *node_args(spec, str(spec_file), endpoint, run_id, str(folder))]  # fmt: skip
+def _agent_command(
+    spec: RunSpec, spec_file: Path, endpoint: str, run_id: str, folder: Path
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "dmlbench",
+        *node_args(spec, str(spec_file), endpoint, run_id, str(folder)),
+    ]
 
 
 def _frozen(agent: NodeAgent, now: float, timeout_s: float) -> str | None:
@@ -150,8 +155,10 @@ def _frozen(agent: NodeAgent, now: float, timeout_s: float) -> str | None:
     silent = now - float(beat.get("time", now))
     if silent <= timeout_s:
         return None
-    return (f"lost {agent.describe()}: its agent stalled: no heartbeat for {silent:.0f} s "
-            f"(the process is stopped or frozen); stall_timeout_s={timeout_s:g}")  # fmt: skip
+    return (
+        f"lost {agent.describe()}: its agent stalled: no heartbeat for {silent:.0f} s "
+        f"(the process is stopped or frozen); stall_timeout_s={timeout_s:g}"
+    )
 
 
 def _watch(agents: list[NodeAgent], stall_timeout_s: float = 60.0) -> str | None:
@@ -219,8 +226,9 @@ def run_cluster(
     network = spec.network.resolve() if spec.network.enabled else UNSHAPED
     preflight(network)
     prepare_data(spec)
-    run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
-                               sweep=sweep, claim=claim)  # fmt: skip
+    run_id, run_dir = open_run(
+        store, spec.to_json_dict(), deviations=deviations(spec), sweep=sweep, claim=claim
+    )
     spec_file = run_dir / NODE_SPEC_FILE
     agents: list[NodeAgent] = []
     watcher = None
@@ -246,8 +254,10 @@ def run_cluster(
                     folder = node_folder(run_dir, index)
                     folder.mkdir(parents=True)
                     agent = NodeAgent(index, namespace, topology.address(index), folder)
-                    agent.start(_agent_command(spec, spec_file, endpoint, run_id, folder),
-                                run_dir / NODES_DIR / f"node{index}.log")  # fmt: skip
+                    agent.start(
+                        _agent_command(spec, spec_file, endpoint, run_id, folder),
+                        run_dir / NODES_DIR / f"node{index}.log",
+                    )
                     agents.append(agent)
                 if progress:
                     tail = _NodesTail([agent.events_file(run_id) for agent in agents])
@@ -270,5 +280,6 @@ def run_cluster(
         else:
             reported = node_error((a.describe(), a.run_dir(run_id)) for a in agents)
             attempt.error = reported or f"a node failed; see its log in {run_dir / NODES_DIR}"
-    return RunOutcome(run_id, attempt.status, attempt.summary, attempt.evals, attempt.error,
-                      str(run_dir))  # fmt: skip
+    return RunOutcome(
+        run_id, attempt.status, attempt.summary, attempt.evals, attempt.error, str(run_dir)
+    )

@@ -40,7 +40,8 @@ def worker_entry(settings_json: str, target: str, *args: Any) -> Any:
 
         enter_namespace(namespaces[int(os.environ["LOCAL_RANK"])])
         os.environ["GLOO_SOCKET_IFNAME"] = WORKER_IFNAME
-    start_heartbeat(Path(settings["heartbeat_dir"]), int(os.environ.get("RANK", 0)),
-                    settings["heartbeat_s"])  # fmt: skip
+    start_heartbeat(
+        Path(settings["heartbeat_dir"]), int(os.environ.get("RANK", 0)), settings["heartbeat_s"]
+    )
     module, _, function = target.partition(":")
     return getattr(importlib.import_module(module), function)(*args)

@@ -70,8 +70,9 @@ class PodResources:
     def __post_init__(self) -> None:
         for what, value in (("--cpus", self.cpus), ("--memory", self.memory)):
             if value is not None and not QUANTITY.fullmatch(value):
-                raise DmlbenchError(f"{what} {shorten(value)!r} is not a Kubernetes quantity "
-                                    "(e.g. 4, 3500m, 16Gi)")  # fmt: skip
+                raise DmlbenchError(
+                    f"{what} {shorten(value)!r} is not a Kubernetes quantity (e.g. 4, 3500m, 16Gi)"
+                )
         if self.gpus < 0:
             raise DmlbenchError("--gpus must be 0 or more")
 
@@ -84,6 +85,10 @@ class PodResources:
         if self.gpus:
             wanted["nvidia.com/gpu"] = str(self.gpus)
         return {"requests": dict(wanted), "limits": dict(wanted)} if wanted else {}
+
+
+# the annotation that holds an Indexed Job's pod's index (its node rank)
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def check_name(name: str) -> str:
@@ -112,80 +117,131 @@ def manifests(
 ) -> list[dict[str, Any]]:
     """The objects to apply, in order, for ``spec`` on ``spec.nodes`` pods."""
     check_name(name)
-    for what, claim in (("--store-claim", store_claim), ("--data-claim", data_claim),
-                        ("--namespace", namespace)):  # fmt: skip
+    for what, claim in (
+        ("--store-claim", store_claim),
+        ("--data-claim", data_claim),
+        ("--namespace", namespace),
+    ):
         if claim is not None and not LABEL.fullmatch(claim):
             raise DmlbenchError(
                 f"{what} {shorten(claim)!r} is not a Kubernetes name: "
                 "lower-case letters, digits and '-' (a DNS-1123 label)"
             )
     if not IMAGE.fullmatch(image):
-        raise DmlbenchError(f"--image {shorten(image)!r} is not an image reference: no spaces "
-                            "or control characters")  # fmt: skip
+        raise DmlbenchError(
+            f"--image {shorten(image)!r} is not an image reference: no spaces or control characters"
+        )
     if spec.network.enabled:
-        raise DmlbenchError("--network emulates a cluster on one machine; on Kubernetes the "
-                            "pods' own network is measured: drop it")  # fmt: skip
+        raise DmlbenchError(
+            "--network emulates a cluster on one machine; on Kubernetes the "
+            "pods' own network is measured: drop it"
+        )
     resources = resources or PodResources()
     meta = {"name": name, **({"namespace": namespace} if namespace else {})}
     labels = {"app.kubernetes.io/name": "dmlbench", "dmlbench/run": name}
     data = {**job_spec(spec), "data_dir": DATA_DIR}  # the claim, or downloaded there
     config_map = {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {**meta, "labels": labels},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {**meta, "labels": labels},
         "data": {SPEC_FILE: json.dumps(data, indent=1, sort_keys=True) + "\n"},
-    }  # fmt: skip
+    }
     endpoint_host = f"{name}-0.{name}"
-    args = node_args(spec, f"{SPEC_DIR}/{SPEC_FILE}", f"{endpoint_host}:{DEFAULT_PORT}", name,
-                     f"{STORE_DIR}/node-$(NODE_RANK)")  # fmt: skip
+    args = node_args(
+        spec,
+        f"{SPEC_DIR}/{SPEC_FILE}",
+        f"{endpoint_host}:{DEFAULT_PORT}",
+        name,
+        f"{STORE_DIR}/node-$(NODE_RANK)",
+    )
     container: dict[str, Any] = {
-        "name": "node", "image": image, "command": ["dmlbench"], "args": args,
+        "name": "node",
+        "image": image,
+        "command": ["dmlbench"],
+        "args": args,
         "env": [
-            {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
-                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-            }}},
+            {
+                "name": "NODE_RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}
+                },
+            },
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ],
         "ports": [{"name": "rendezvous", "containerPort": DEFAULT_PORT}],
-        "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
-                         {"name": "store", "mountPath": STORE_DIR},
-                         # torch's workers share tensors through /dev/shm: 64 MiB by default
-                         {"name": "shm", "mountPath": "/dev/shm"}],
-    }  # fmt: skip
+        "volumeMounts": [
+            {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+            {"name": "store", "mountPath": STORE_DIR},
+            # torch's workers share tensors through /dev/shm: 64 MiB by default
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+    }
     if resources.to_manifest():
         container["resources"] = resources.to_manifest()
     volumes: list[dict[str, Any]] = [
         {"name": "spec", "configMap": {"name": name}},
-        {"name": "store", **({"persistentVolumeClaim": {"claimName": store_claim}}
-                             if store_claim else {"emptyDir": {}})},
+        {
+            "name": "store",
+            **(
+                {"persistentVolumeClaim": {"claimName": store_claim}}
+                if store_claim
+                else {"emptyDir": {}}
+            ),
+        },
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
-    ]  # fmt: skip
+    ]
     # the datasets: a claim that holds them, or an emptyDir each pod downloads into
-    container["volumeMounts"].append({"name": "data", "mountPath": DATA_DIR,
-                                      "readOnly": bool(data_claim)})  # fmt: skip
-    volumes.append({"name": "data", **({"persistentVolumeClaim": {"claimName": data_claim,
-                                                                  "readOnly": True}}
-                                       if data_claim else {"emptyDir": {}})})  # fmt: skip
+    container["volumeMounts"].append(
+        {"name": "data", "mountPath": DATA_DIR, "readOnly": bool(data_claim)}
+    )
+    volumes.append(
+        {
+            "name": "data",
+            **(
+                {"persistentVolumeClaim": {"claimName": data_claim, "readOnly": True}}
+                if data_claim
+                else {"emptyDir": {}}
+            ),
+        }
+    )
     tries = max(1, int(spec.stall_timeout_s * 2) // 2)
     waiting = ["python", "-c", WAIT_FOR_NAME.format(tries=tries), endpoint_host]
     wait = {"name": "wait-for-rendezvous", "image": image, "command": waiting}
     pod: dict[str, Any] = {
         "metadata": {"labels": labels},
-        "spec": {"restartPolicy": "Never", "initContainers": [wait], "containers": [container],
-                 "volumes": volumes},
-    }  # fmt: skip
+        "spec": {
+            "restartPolicy": "Never",
+            "initContainers": [wait],
+            "containers": [container],
+            "volumes": volumes,
+        },
+    }
     if pytorchjob:
         return [config_map, _pytorchjob(meta, labels, pod, spec.nodes)]
     pod["spec"]["subdomain"] = name  # with the Service: <name>-<index>.<name> resolves
     service = {
-        "apiVersion": "v1", "kind": "Service", "metadata": {**meta, "labels": labels},
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                 "selector": {"dmlbench/run": name},
-                 "ports": [{"name": "rendezvous", "port": DEFAULT_PORT}]},
-    }  # fmt: skip
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {**meta, "labels": labels},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"dmlbench/run": name},
+            "ports": [{"name": "rendezvous", "port": DEFAULT_PORT}],
+        },
+    }
     job = {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {**meta, "labels": labels},
-        "spec": {"completionMode": "Indexed", "completions": spec.nodes,
-                 "parallelism": spec.nodes, "backoffLimit": 0, "template": pod},
-    }  # fmt: skip
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {**meta, "labels": labels},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": spec.nodes,
+            "parallelism": spec.nodes,
+            "backoffLimit": 0,
+            "template": pod,
+        },
+    }
     return [config_map, service, job]
 
 
@@ -200,18 +256,22 @@ def _pytorchjob(
     args = container["args"]
     args[args.index("--rdzv-endpoint") + 1] = f"{master_host}:{DEFAULT_PORT}"
     args[args.index("--store") + 1] = f"{STORE_DIR}/$(POD_NAME)"
-    container["env"][0] = {"name": "POD_NAME",
-                           "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}  # fmt: skip
+    container["env"][0] = {
+        "name": "POD_NAME",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+    }
     pod["spec"]["initContainers"][0]["command"][-1] = master_host
-    replicas: dict[str, Any] = {"Master": {"replicas": 1, "restartPolicy": "Never",
-                                           "template": pod}}  # fmt: skip
+    replicas: dict[str, Any] = {
+        "Master": {"replicas": 1, "restartPolicy": "Never", "template": pod}
+    }
     if nodes > 1:
         replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never", "template": pod}
     return {
-        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
         "metadata": {**meta, "labels": labels},
         "spec": {"runPolicy": {"backoffLimit": 0}, "pytorchReplicaSpecs": replicas},
-    }  # fmt: skip
+    }
 
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
@@ -227,5 +287,6 @@ def to_yaml(objects: list[dict[str, Any]]) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, text)
-    return "".join("---\n" + yaml.dump(o, Dumper=Dumper, sort_keys=False, width=100)
-                   for o in objects)  # fmt: skip
+    return "".join(
+        "---\n" + yaml.dump(o, Dumper=Dumper, sort_keys=False, width=100) for o in objects
+    )

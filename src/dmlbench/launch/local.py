@@ -74,8 +74,14 @@ def _start_up_output(path: Path) -> Iterator[None]:
         return
     own = sys.stderr
     log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sys.stderr = os.fdopen(terminal, "w", buffering=1, encoding=getattr(own, "encoding", None),
-                           errors="backslashreplace", closefd=False)  # fmt: skip
+    sys.stderr = os.fdopen(
+        terminal,
+        "w",
+        buffering=1,
+        encoding=getattr(own, "encoding", None),
+        errors="backslashreplace",
+        closefd=False,
+    )
     os.dup2(log, 2)
     try:
         yield
@@ -124,8 +130,7 @@ def _quiet_torch_launcher() -> None:
     # The launcher logs each failure as a multi-line traceback; dmlbench reports it in
     # one line and keeps the workers' own output in the run's log folder.
     # torch sets a level on each module's own logger, so each is quietened, not the parent
-    prefixes = ("torch.distributed.elastic", "torch.distributed.launcher",
-                "torch.multiprocessing")  # fmt: skip
+    prefixes = ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing")
     names = [n for n in logging.root.manager.loggerDict if n.startswith(prefixes)]
     for name in {*prefixes, *names}:
         logging.getLogger(name).setLevel(logging.CRITICAL)
@@ -209,8 +214,9 @@ def launch_workers(
         **(env or {}),
     }
     remote = rendezvous is not None and rendezvous.nodes > 1
-    watchdog = Watchdog(heartbeats, stall_timeout_s,
-                        stuck_s=stall_timeout_s + (REMOTE_GRACE_S if remote else 0.0))  # fmt: skip
+    watchdog = Watchdog(
+        heartbeats, stall_timeout_s, stuck_s=stall_timeout_s + (REMOTE_GRACE_S if remote else 0.0)
+    )
     watchdog.start()
     try:
         start_log = log_dir / "start-up.log"
@@ -243,13 +249,17 @@ def _rendezvous_failure(error: BaseException, rendezvous: Rendezvous) -> str:
     text = " ".join(str(error).split())
     where = f"the rendezvous at {rendezvous.endpoint} (id {rendezvous.run_id})"
     if isinstance(error, RendezvousFull):
-        return (f"{where} already has all its {rendezvous.nodes} nodes (waited "
-                f"{rendezvous.timeout_s} s for a place): another job uses this --rdzv-id, or "
-                "this node was started twice; give this job an id of its own")  # fmt: skip
+        return (
+            f"{where} already has all its {rendezvous.nodes} nodes (waited "
+            f"{rendezvous.timeout_s} s for a place): another job uses this --rdzv-id, or "
+            "this node was started twice; give this job an id of its own"
+        )
     if isinstance(error, RendezvousTimeoutError) or "timed out" in text.lower():
-        return (f"{where} timed out after {rendezvous.timeout_s} s: not all {rendezvous.nodes} "
-                "nodes arrived; start `dmlbench run` on every node with the same --nnodes, "
-                "--rdzv-endpoint and --rdzv-id (or raise --rdzv-timeout)")  # fmt: skip
+        return (
+            f"{where} timed out after {rendezvous.timeout_s} s: not all {rendezvous.nodes} "
+            "nodes arrived; start `dmlbench run` on every node with the same --nnodes, "
+            "--rdzv-endpoint and --rdzv-id (or raise --rdzv-timeout)"
+        )
     if isinstance(error, RendezvousClosedError):
         return f"{where} was closed: another node of the job ended it"
     if isinstance(error, RendezvousConnectionError):
@@ -270,7 +280,14 @@ def launch_local(
     ``spec.workers`` on one host, ``spec.per_node`` of a multi-node job."""
     spec_json = json.dumps(spec.to_json_dict())
     workers = spec.per_node if rendezvous is not None else spec.workers
-    launch_workers(run_worker, (spec_json, str(run_dir)), workers=workers,
-                   run_dir=run_dir, echo=echo, topology=topology,
-                   stall_timeout_s=spec.stall_timeout_s, rendezvous=rendezvous,
-                   placed=placed)  # fmt: skip
+    launch_workers(
+        run_worker,
+        (spec_json, str(run_dir)),
+        workers=workers,
+        run_dir=run_dir,
+        echo=echo,
+        topology=topology,
+        stall_timeout_s=spec.stall_timeout_s,
+        rendezvous=rendezvous,
+        placed=placed,
+    )

@@ -19,10 +19,26 @@ NODES_DIR = "nodes"  # in a multi-node run's folder: node<i>/, each node's own s
 
 def node_args(spec: RunSpec, spec_file: str, endpoint: str, run_id: str, store: str) -> list[str]:
     """``dmlbench``'s arguments (after the program) for one node of ``spec``'s job."""
-    return ["run", spec.task, "--config", spec_file, "--nnodes", str(spec.nodes),
-            "--nproc-per-node", str(spec.per_node), "--rdzv-endpoint", endpoint,
-            "--rdzv-id", run_id, "--rdzv-timeout", str(rendezvous_timeout_s(spec)),
-            "--store", store, "--quiet", "--json"]  # fmt: skip
+    return [
+        "run",
+        spec.task,
+        "--config",
+        spec_file,
+        "--nnodes",
+        str(spec.nodes),
+        "--nproc-per-node",
+        str(spec.per_node),
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        run_id,
+        "--rdzv-timeout",
+        str(rendezvous_timeout_s(spec)),
+        "--store",
+        store,
+        "--quiet",
+        "--json",
+    ]
 
 
 def rendezvous_timeout_s(spec: RunSpec) -> int:

@@ -111,8 +111,7 @@ def _connect(host: str, port: int, wait: timedelta) -> TCPStore:
 
     def connect() -> None:
         try:
-            made["store"] = TCPStore(host, port, is_master=False, multi_tenant=True,
-                                     timeout=wait)  # fmt: skip
+            made["store"] = TCPStore(host, port, is_master=False, multi_tenant=True, timeout=wait)
         except Exception as error:  # torch's DistNetworkError, with a C++ trace in it
             made["error"] = error
 
@@ -150,8 +149,9 @@ def _create_handler(params: RendezvousParameters) -> RendezvousHandler:
         wait = timedelta(seconds=params.get_as_int("join_timeout", 600) or 600)
         store = _connect(host, port, wait)
         store.set_timeout(read_timeout)
-    timeout = RendezvousTimeout(*(_seconds(params, k) for k in ("join", "last_call", "close",
-                                                                "heartbeat")))  # fmt: skip
+    timeout = RendezvousTimeout(
+        *(_seconds(params, k) for k in ("join", "last_call", "close", "heartbeat"))
+    )
     return BoundRendezvousHandler.from_backend(
         params.run_id,
         store,
@@ -201,13 +201,16 @@ def address_towards(host: str, port: int = DEFAULT_PORT) -> str:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
     except socket.gaierror as error:
-        raise DmlbenchError(f"rendezvous host {host!r} does not resolve: {error.strerror}; "
-                            "give its address in --rdzv-endpoint") from None  # fmt: skip
+        raise DmlbenchError(
+            f"rendezvous host {host!r} does not resolve: {error.strerror}; "
+            "give its address in --rdzv-endpoint"
+        ) from None
     family, _, _, _, where = infos[0]
     with socket.socket(family, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect(where)
         except OSError as error:
-            raise DmlbenchError(f"no route from this host to the rendezvous host {host}: "
-                                f"{error.strerror}") from None  # fmt: skip
+            raise DmlbenchError(
+                f"no route from this host to the rendezvous host {host}: {error.strerror}"
+            ) from None
         return str(probe.getsockname()[0])

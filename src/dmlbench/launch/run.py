@@ -74,12 +74,21 @@ def open_run(
         if "op" in spec:
             store.begin_comm(run_id, spec, environment, run_dir=run_dir)
         else:
-            store.begin(run_id, spec, deviations or {}, environment, sweep=sweep, claim=claim,
-                        run_dir=run_dir)  # fmt: skip
+            store.begin(
+                run_id,
+                spec,
+                deviations or {},
+                environment,
+                sweep=sweep,
+                claim=claim,
+                run_dir=run_dir,
+            )
     except OSError as error:
         remove_run_dir(run_dir)
-        raise StoreError(f"cannot record the run in {run_dir}: {error}; free space there "
-                         "(or pass another --store); nothing was started") from None  # fmt: skip
+        raise StoreError(
+            f"cannot record the run in {run_dir}: {error}; free space there "
+            "(or pass another --store); nothing was started"
+        ) from None
     except BaseException:
         remove_run_dir(run_dir)
         raise
@@ -162,8 +171,7 @@ def machine_peak(spec: RunSpec) -> dict[str, Any] | None:
 
     if spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available()):
         return None
-    peak = peak_for(torch.device("cpu"), spec.threads(), spec.recipe.precision,
-                    spec.peak_tflops)  # fmt: skip
+    peak = peak_for(torch.device("cpu"), spec.threads(), spec.recipe.precision, spec.peak_tflops)
     return {"flops_per_s": peak.flops_per_s, "source": peak.source}
 
 
@@ -182,16 +190,24 @@ def store_end(store: ResultsStore, run_id: str, run_dir: Path, attempt: Attempt)
     """Complete the run's row (see :func:`close_run`)."""
 
     def complete() -> None:
-        store.finish(run_id, status=attempt.status, summary=attempt.summary,
-                     evals=attempt.evals, error=attempt.error)  # fmt: skip
+        store.finish(
+            run_id,
+            status=attempt.status,
+            summary=attempt.summary,
+            evals=attempt.evals,
+            error=attempt.error,
+        )
 
     close_run(store, run_dir, attempt.status, attempt.error, complete)
 
 
 def name_lost_node(error: str, hosts: list[str], here: str) -> str:
     """Prefix a worker's error with the node it lost: gloo names the peer's address."""
-    lost = [i for i, host in enumerate(hosts)
-            if host != here and hosts.count(host) == 1 and f"[{host}]" in error]  # fmt: skip
+    lost = [
+        i
+        for i, host in enumerate(hosts)
+        if host != here and hosts.count(host) == 1 and f"[{host}]" in error
+    ]
     return f"lost node {lost[0]} ({hosts[lost[0]]}): {error}" if len(lost) == 1 else error
 
 
@@ -246,8 +262,9 @@ def run_benchmark(
 
         job = SlurmJob.from_env()
         if job is not None and not job.in_step:  # the batch script of a Slurm job
-            return run_slurm(spec, store, job, echo=echo, progress=progress, sweep=sweep,
-                             claim=claim)  # fmt: skip
+            return run_slurm(
+                spec, store, job, echo=echo, progress=progress, sweep=sweep, claim=claim
+            )
         from dmlbench.launch.cluster import run_cluster
 
         return run_cluster(spec, store, echo=echo, progress=progress, sweep=sweep, claim=claim)
@@ -263,10 +280,15 @@ def run_benchmark(
         preflight(network)  # not root, or no way to emulate it: refused before recording
     prepare_data(spec)
     peak = machine_peak(spec)
-    run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
-                               sweep=sweep, claim=claim,
-                               name=rendezvous.run_id if rendezvous else None,
-                               environment_extra={"peak_flops": peak})  # fmt: skip
+    run_id, run_dir = open_run(
+        store,
+        spec.to_json_dict(),
+        deviations=deviations(spec),
+        sweep=sweep,
+        claim=claim,
+        name=rendezvous.run_id if rendezvous else None,
+        environment_extra={"peak_flops": peak},
+    )
     placed: list[int] = []
     watcher = _Watcher(EventTail(run_dir / EVENTS_FILE), progress) if progress else None
     if watcher:
@@ -279,8 +301,12 @@ def run_benchmark(
         if placed and 0 not in placed:  # another node held rank 0: it records the run
             attempt.status = attempt.status or "finished"
             with contextlib.suppress(OSError):
-                outcome = {"status": attempt.status, "error": attempt.error, "ranks": placed,
-                           "recorded": False}  # fmt: skip
+                outcome = {
+                    "status": attempt.status,
+                    "error": attempt.error,
+                    "ranks": placed,
+                    "recorded": False,
+                }
                 write_json(run_dir / OUTCOME_FILE, outcome)
             store.withdraw(run_id)
             return
@@ -294,8 +320,9 @@ def run_benchmark(
 
     with launched(finish) as attempt:
         with emulated(spec.workers, network, record_to=run_dir) as topology:
-            launch_local(spec, run_dir, echo=echo, topology=topology, rendezvous=rendezvous,
-                         placed=placed)  # fmt: skip
+            launch_local(
+                spec, run_dir, echo=echo, topology=topology, rendezvous=rendezvous, placed=placed
+            )
         attempt.status = ""
     return RunOutcome(
         run_id,

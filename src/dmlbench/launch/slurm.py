@@ -134,16 +134,21 @@ def run_slurm(
     from dmlbench.spec.run import deviations
 
     if spec.network.enabled:
-        raise DmlbenchError("--network emulates a cluster on one machine; in a Slurm job "
-                            "the nodes' own network is measured: drop it")  # fmt: skip
+        raise DmlbenchError(
+            "--network emulates a cluster on one machine; in a Slurm job "
+            "the nodes' own network is measured: drop it"
+        )
     hosts = job.hosts()
     if spec.nodes > len(hosts):
-        raise DmlbenchError(f"the spec asks for {spec.nodes} nodes but this Slurm job has "
-                            f"{len(hosts)}: sbatch --nodes {spec.nodes}")  # fmt: skip
+        raise DmlbenchError(
+            f"the spec asks for {spec.nodes} nodes but this Slurm job has "
+            f"{len(hosts)}: sbatch --nodes {spec.nodes}"
+        )
     hosts = hosts[: spec.nodes]
     prepare_data(spec)
-    run_id, run_dir = open_run(store, spec.to_json_dict(), deviations=deviations(spec),
-                               sweep=sweep, claim=claim)  # fmt: skip
+    run_id, run_dir = open_run(
+        store, spec.to_json_dict(), deviations=deviations(spec), sweep=sweep, claim=claim
+    )
     spec_file = run_dir / NODE_SPEC_FILE
     log = run_dir / NODES_DIR / "srun.log"
     # each node's folder of this run, in SLURM_NODEID order (srun's --nodelist order)
@@ -169,14 +174,25 @@ def run_slurm(
         write_json(spec_file, job_spec(spec))
         log.parent.mkdir(parents=True, exist_ok=True)
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
-        command = ["srun", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}",
-                   "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}", "--kill-on-bad-exit=1",
-                   *([f"--cpus-per-task={cpus}"] if cpus else []),
-                   sys.executable, "-m", "dmlbench",
-                   *node_args(spec, str(spec_file), endpoint, run_id, str(run_dir))]  # fmt: skip
+        command = [
+            "srun",
+            f"--nodes={spec.nodes}",
+            f"--ntasks={spec.nodes}",
+            "--ntasks-per-node=1",
+            f"--nodelist={','.join(hosts)}",
+            "--kill-on-bad-exit=1",
+            *([f"--cpus-per-task={cpus}"] if cpus else []),
+            sys.executable,
+            "-m",
+            "dmlbench",
+            *node_args(spec, str(spec_file), endpoint, run_id, str(run_dir)),
+        ]
         with log.open("ab") as out:
-            step.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT))  # fmt: skip
+            step.append(
+                subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                )
+            )
         if progress:
             from dmlbench.launch.cluster import _NodesTail
             from dmlbench.launch.run import _Watcher
@@ -192,12 +208,19 @@ def run_slurm(
             attempt.error = "; ".join(s for s in said if s) or (
                 f"srun exited with status {code}; see {log}"
             )
-    return RunOutcome(run_id, attempt.status, attempt.summary, attempt.evals, attempt.error,
-                      str(run_dir))  # fmt: skip
+    return RunOutcome(
+        run_id, attempt.status, attempt.summary, attempt.evals, attempt.error, str(run_dir)
+    )
 
 
-def _record(store: ResultsStore, run_id: str, run_dir: Path, attempt: Any, folders: list[Path],
-            progress_done: Any) -> None:  # fmt: skip
+def _record(
+    store: ResultsStore,
+    run_id: str,
+    run_dir: Path,
+    attempt: Any,
+    folders: list[Path],
+    progress_done: Any,
+) -> None:
     """Complete the run from the node that held rank 0 (the one with an event log)."""
     from dmlbench.launch.run import settle, store_end
     from dmlbench.results import EVENTS_FILE, read_events
@@ -240,8 +263,9 @@ ACCOUNT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 JOB_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,128}")
 # sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
 # days-hours:minutes, days-hours:minutes:seconds; or no limit
-TIME = re.compile(r"\d{1,9}(:\d{1,2}){0,2}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE",
-                  re.IGNORECASE)  # fmt: skip
+TIME = re.compile(
+    r"\d{1,9}(:\d{1,2}){0,2}|\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|INFINITE", re.IGNORECASE
+)
 LOG_PATH = re.compile(r"[^\s\"'\\\x00-\x1f\x7f]+")
 
 
@@ -263,19 +287,31 @@ class SbatchOptions:
         from dmlbench.names import shorten
 
         checks = [
-            ("--partition", self.partition, PARTITIONS, "letters, digits, '_', '.' and '-' "
-             "(several partitions: a,b)"),
-            ("--time", self.time, TIME, "Slurm's forms: minutes, MM:SS, HH:MM:SS, D-HH, "
-             "D-HH:MM or D-HH:MM:SS"),
+            (
+                "--partition",
+                self.partition,
+                PARTITIONS,
+                "letters, digits, '_', '.' and '-' (several partitions: a,b)",
+            ),
+            (
+                "--time",
+                self.time,
+                TIME,
+                "Slurm's forms: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS",
+            ),
             ("--account", self.account, ACCOUNT, "letters, digits, '_', '.' and '-'"),
             ("the job name", self.job_name, JOB_NAME, "letters, digits, '_', '.', '+' and '-'"),
-        ]  # fmt: skip
+        ]
         for what, value, pattern, allowed in checks:
             if value is not None and not pattern.fullmatch(value):
-                raise DmlbenchError(f"{what} {shorten(value)!r} is not what sbatch accepts: "
-                                    f"{allowed}")  # fmt: skip
-        for what, count in (("--nodes", self.nodes), ("--array", self.array),
-                            ("--cpus-per-task", self.cpus_per_task)):  # fmt: skip
+                raise DmlbenchError(
+                    f"{what} {shorten(value)!r} is not what sbatch accepts: {allowed}"
+                )
+        for what, count in (
+            ("--nodes", self.nodes),
+            ("--array", self.array),
+            ("--cpus-per-task", self.cpus_per_task),
+        ):
             if count is not None and count < 1:
                 raise DmlbenchError(f"{what} must be at least 1")
 
@@ -283,17 +319,23 @@ class SbatchOptions:
         from dmlbench.names import shorten
 
         if not LOG_PATH.fullmatch(str(log_dir)):
-            raise DmlbenchError(f"the store path {shorten(str(log_dir))!r} holds a space, a "
-                                "quote or a control character, which an #SBATCH --output "
-                                "line cannot carry: choose another --store")  # fmt: skip
+            raise DmlbenchError(
+                f"the store path {shorten(str(log_dir))!r} holds a space, a "
+                "quote or a control character, which an #SBATCH --output "
+                "line cannot carry: choose another --store"
+            )
         wanted: list[tuple[str, Any]] = [
-            ("job-name", self.job_name), ("nodes", self.nodes), ("ntasks-per-node", 1),
+            ("job-name", self.job_name),
+            ("nodes", self.nodes),
+            ("ntasks-per-node", 1),
             ("cpus-per-task", self.cpus_per_task),
-            ("gpus-per-node", self.gpus_per_node or None), ("partition", self.partition),
-            ("time", self.time), ("account", self.account),
+            ("gpus-per-node", self.gpus_per_node or None),
+            ("partition", self.partition),
+            ("time", self.time),
+            ("account", self.account),
             ("array", f"0-{self.array - 1}" if self.array else None),
             ("output", str(log_dir / ("%x-%A_%a.out" if self.array else "%x-%j.out"))),
-        ]  # fmt: skip
+        ]
         return [f"#SBATCH --{key}={value}" for key, value in wanted if value is not None]
 
 
@@ -309,33 +351,38 @@ def sbatch_script(
     if marker in embedded:
         raise DmlbenchError(f"the spec holds the text {marker}; rename what holds it")
     words = " ".join('"$spec"' if w == "{file}" else shlex.quote(w) for w in command)
-    return "\n".join([
-        "#!/bin/bash",
-        "# Written by `dmlbench slurm`; submit with sbatch. One task per node: the",
-        "# launcher on the first node starts the others with srun (dmlbench.launch.slurm).",
-        *options.directives(log_dir),
-        "set -euo pipefail",
-        f'spec="$(mktemp --suffix={suffix})"',
-        "trap 'rm -f \"$spec\"' EXIT",
-        f"cat > \"$spec\" <<'{marker}'",
-        embedded.rstrip("\n"),
-        marker,
-        # not exec: the trap removes the file; bash passes scancel's SIGTERM on to it
-        f"{words} &",
-        "child=$!",
-        "trap 'kill -TERM $child 2>/dev/null; wait $child' TERM",
-        "wait $child",
-        "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "# Written by `dmlbench slurm`; submit with sbatch. One task per node: the",
+            "# launcher on the first node starts the others with srun (dmlbench.launch.slurm).",
+            *options.directives(log_dir),
+            "set -euo pipefail",
+            f'spec="$(mktemp --suffix={suffix})"',
+            "trap 'rm -f \"$spec\"' EXIT",
+            f"cat > \"$spec\" <<'{marker}'",
+            embedded.rstrip("\n"),
+            marker,
+            # not exec: the trap removes the file; bash passes scancel's SIGTERM on to it
+            f"{words} &",
+            "child=$!",
+            "trap 'kill -TERM $child 2>/dev/null; wait $child' TERM",
+            "wait $child",
+            "",
+        ]
+    )
 
 
 def submit(script: Path) -> str:
     """``sbatch --parsable script``: the job id."""
     if shutil.which("sbatch") is None:
-        raise DmlbenchError("sbatch is not on PATH: submit from a Slurm login node, or "
-                            f"copy {script} there and run: sbatch {script}")  # fmt: skip
-    done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+        raise DmlbenchError(
+            "sbatch is not on PATH: submit from a Slurm login node, or "
+            f"copy {script} there and run: sbatch {script}"
+        )
+    done = subprocess.run(
+        ["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60
+    )
     if done.returncode != 0:
         raise DmlbenchError(f"sbatch refused {script}: {done.stderr.strip()[:300]}")
     return done.stdout.strip().split(";")[0]

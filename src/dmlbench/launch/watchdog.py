@@ -53,10 +53,13 @@ def judge(
     frozen = [b for b in beats if now - b["time"] > timeout_s]
     if frozen:
         beat = min(frozen, key=lambda b: b["time"])
-        return Stall(beat["rank"], beat["pid"],
-                     f"worker rank {beat['rank']} stalled: no heartbeat for "
-                     f"{now - beat['time']:.0f} s (the process is stopped or frozen); "
-                     f"stall_timeout_s={timeout_s:g}")  # fmt: skip
+        return Stall(
+            beat["rank"],
+            beat["pid"],
+            f"worker rank {beat['rank']} stalled: no heartbeat for "
+            f"{now - beat['time']:.0f} s (the process is stopped or frozen); "
+            f"stall_timeout_s={timeout_s:g}",
+        )
     moving = [b for b in beats if b.get("progress_at")]
     stuck = [b for b in moving if now - b["progress_at"] > stuck_s]
     if not stuck:
@@ -65,9 +68,12 @@ def judge(
     since = now - (beat.get("progress_at") or min(b["progress_at"] for b in stuck))
     where = f"step {beat['step']}, {beat['phase']}" if beat.get("step", -1) >= 0 else "set-up"
     others = "; the other workers waited on it" if len(beats) > 1 else ""
-    return Stall(beat["rank"], beat["pid"],
-                 f"worker rank {beat['rank']} stalled: no progress for {since:.0f} s (at "
-                 f"{where}{others}); stall_timeout_s={timeout_s:g}")  # fmt: skip
+    return Stall(
+        beat["rank"],
+        beat["pid"],
+        f"worker rank {beat['rank']} stalled: no progress for {since:.0f} s (at "
+        f"{where}{others}); stall_timeout_s={timeout_s:g}",
+    )
 
 
 def _is_child(pid: int) -> bool:
@@ -93,8 +99,7 @@ class Watchdog(threading.Thread):
 
     def run(self) -> None:
         while not self._stop_event.wait(self.poll_s):
-            stall = judge(read_heartbeats(self.folder), time.time(), self.timeout_s,
-                          self.stuck_s)  # fmt: skip
+            stall = judge(read_heartbeats(self.folder), time.time(), self.timeout_s, self.stuck_s)
             if stall is not None and _is_child(stall.pid):
                 self.verdict = stall
                 os.kill(stall.pid, signal.SIGKILL)  # works on a stopped process too

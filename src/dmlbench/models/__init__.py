@@ -61,8 +61,7 @@ def _build_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) ->
 
 def _build_wide_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
     assert isinstance(options, WideResNetOptions)
-    return WideResNet(options.depth, options.widen, options.dropout, outputs,
-                      in_channels=shape[0])  # fmt: skip
+    return WideResNet(options.depth, options.widen, options.dropout, outputs, in_channels=shape[0])
 
 
 def _build_mlp(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:

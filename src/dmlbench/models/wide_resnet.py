@@ -38,8 +38,14 @@ class WideBlock(nn.Module):
 class WideResNet(nn.Module):
     """WRN-``depth``-``widen``; ``depth`` is 6n+4 (10, 16, 22, 28, 40)."""
 
-    def __init__(self, depth: int = 16, widen: int = 4, dropout: float = 0.3,
-                 num_classes: int = 10, in_channels: int = 3) -> None:  # fmt: skip
+    def __init__(
+        self,
+        depth: int = 16,
+        widen: int = 4,
+        dropout: float = 0.3,
+        num_classes: int = 10,
+        in_channels: int = 3,
+    ) -> None:
         super().__init__()
         if (depth - 4) % 6 or depth < 10:
             raise ValueError(f"Wide ResNet depth must be 6n+4 with n ≥ 1, got {depth}")

@@ -69,9 +69,9 @@ class NetworkSpec(StrictModel):
     @property
     def enabled(self) -> bool:
         return self.profile != "none" or any(
-            value is not None for value in (self.bandwidth, self.latency,
-                                            self.intra_bandwidth, self.intra_latency)
-        )  # fmt: skip
+            value is not None
+            for value in (self.bandwidth, self.latency, self.intra_bandwidth, self.intra_latency)
+        )
 
     def resolve(self) -> ResolvedNetwork:
         """The profile's values with inline ones on top; refuses unknown names."""
@@ -94,9 +94,13 @@ class NetworkSpec(StrictModel):
         name = self.profile if self.profile != "none" else "custom"
         if self.profile != "none" and inline:
             name += "+custom"
-        return ResolvedNetwork(name=name, rate_bps=rate("bandwidth"), delay_s=delay("latency"),
-                               intra_rate_bps=rate("intra_bandwidth"),
-                               intra_delay_s=delay("intra_latency"))  # fmt: skip
+        return ResolvedNetwork(
+            name=name,
+            rate_bps=rate("bandwidth"),
+            delay_s=delay("latency"),
+            intra_rate_bps=rate("intra_bandwidth"),
+            intra_delay_s=delay("intra_latency"),
+        )
 
     def label(self) -> str:
         return self.resolve().describe() if self.enabled else "none"

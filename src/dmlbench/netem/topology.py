@@ -82,8 +82,11 @@ def leftovers() -> list[str]:
     """Every namespace, bridge and veth dmlbench created that still exists (any launcher)."""
     if shutil.which("ip") is None:
         return []
-    names = [line.split()[0] for line in _run("ip", "netns", "list", check=False).splitlines()
-             if line.strip()]  # fmt: skip
+    names = [
+        line.split()[0]
+        for line in _run("ip", "netns", "list", check=False).splitlines()
+        if line.strip()
+    ]
     for kind in ("bridge", "veth"):
         links = _run("ip", "-o", "link", "show", "type", kind, check=False)
         names += [m.group(1) for m in re.finditer(r"^\d+: ([^:@\s]+)", links, re.M)]
@@ -152,8 +155,9 @@ def private_network_prefix() -> list[str]:
     ``unshare --net``; otherwise inside a user namespace, where the kernel allows it.
     Raises :class:`NetworkError` when neither works here."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
-        raise NetworkError("a private network namespace needs `unshare` (util-linux) and `ip` "
-                           "(iproute2)")  # fmt: skip
+        raise NetworkError(
+            "a private network namespace needs `unshare` (util-linux) and `ip` (iproute2)"
+        )
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     prefix = ["unshare", "--net", *user, *_PRIVATE_NETWORK]
     done = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30)
@@ -170,8 +174,24 @@ def netem_available() -> bool:
     _run("ip", "netns", "add", probe, check=False)
     try:
         _run("ip", "link", "set", "lo", "up", ns=probe, check=False)
-        done = subprocess.run(["ip", "netns", "exec", probe, "tc", "qdisc", "add", "dev", "lo",
-                               "root", "netem", "delay", "1ms"], capture_output=True)  # fmt: skip
+        done = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                probe,
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "netem",
+                "delay",
+                "1ms",
+            ],
+            capture_output=True,
+        )
         return done.returncode == 0
     finally:
         _run("ip", "netns", "del", probe, check=False)
@@ -185,8 +205,9 @@ def check_can_emulate() -> None:
         )
     for tool in ("ip", "tc"):
         if shutil.which(tool) is None:
-            raise NetworkError(f"network emulation needs `{tool}` (Debian: apt-get install "
-                               "iproute2)")  # fmt: skip
+            raise NetworkError(
+                f"network emulation needs `{tool}` (Debian: apt-get install iproute2)"
+            )
 
 
 def preflight(network: ResolvedNetwork) -> None:
@@ -259,10 +280,24 @@ class Topology:
         largest = TUN_MTU if device == TUN_DEVICE else self.gso_bytes
         burst = int(max(2 * largest + 1024, rate_bytes * 0.001))
         under_netem = device == WORKER_IFNAME and ns is not None and self.delay_by == "netem"
-        return ["tc", "qdisc", "add", "dev", device, "parent" if under_netem else "root",
-                *(["2:1"] if under_netem else []), "handle", "20:",
-                "tbf", "rate", f"{int(self.network.rate_bps)}bit", "burst", str(burst),
-                "latency", "100ms"]  # fmt: skip
+        return [
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            device,
+            "parent" if under_netem else "root",
+            *(["2:1"] if under_netem else []),
+            "handle",
+            "20:",
+            "tbf",
+            "rate",
+            f"{int(self.network.rate_bps)}bit",
+            "burst",
+            str(burst),
+            "latency",
+            "100ms",
+        ]
 
     def __enter__(self) -> Topology:
         preflight(self.network)
@@ -288,8 +323,19 @@ class Topology:
             _run("ip", "netns", "add", ns)
             self._made.append(("netns", ns))
             self.namespaces.append(ns)
-            _run("ip", "link", "add", veth, "type", "veth", "peer", "name", WORKER_IFNAME,
-                 "netns", ns)  # fmt: skip
+            _run(
+                "ip",
+                "link",
+                "add",
+                veth,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                WORKER_IFNAME,
+                "netns",
+                ns,
+            )
             # deleted by name too: a namespace whose processes (or sockets) outlive its
             # `ip netns del` keeps its veth pair, and with it the host's end, alive
             self._made.append(("link", veth))
@@ -300,8 +346,22 @@ class Topology:
             _run("ip", "link", "set", "lo", "up", ns=ns)
             if self.delay_by == "netem":
                 delay = f"{self.network.delay_s * 1e6:.0f}us"
-                _run("tc", "qdisc", "add", "dev", WORKER_IFNAME, "root", "handle", "2:",
-                     "netem", "delay", delay, "limit", "100000", ns=ns)  # fmt: skip
+                _run(
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    WORKER_IFNAME,
+                    "root",
+                    "handle",
+                    "2:",
+                    "netem",
+                    "delay",
+                    delay,
+                    "limit",
+                    "100000",
+                    ns=ns,
+                )
             if self.network.rate_bps:
                 _run(*self._tbf(WORKER_IFNAME, ns), ns=ns)  # this worker's egress
                 _run(*self._tbf(veth, None))  # its ingress
@@ -316,15 +376,44 @@ class Topology:
         parent = ["root"]
         if self.network.intra_delay_s:
             delay = f"{self.network.intra_delay_s * 1e6:.0f}us"
-            _run("tc", "qdisc", "add", "dev", "lo", "root", "handle", "2:", "netem", "delay",
-                 delay, "limit", "100000", ns=ns)  # fmt: skip
+            _run(
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "handle",
+                "2:",
+                "netem",
+                "delay",
+                delay,
+                "limit",
+                "100000",
+                ns=ns,
+            )
             parent = ["parent", "2:1"]
         if self.network.intra_rate_bps:
             rate_bytes = self.network.intra_rate_bps / 8
             burst = int(max(2 * 65536 + 1024, rate_bytes * 0.001))  # lo sends 64 KiB packets
-            _run("tc", "qdisc", "add", "dev", "lo", *parent, "handle", "20:", "tbf", "rate",
-                 f"{int(self.network.intra_rate_bps)}bit", "burst", str(burst), "latency",
-                 "100ms", ns=ns)  # fmt: skip
+            _run(
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                *parent,
+                "handle",
+                "20:",
+                "tbf",
+                "rate",
+                f"{int(self.network.intra_rate_bps)}bit",
+                "burst",
+                str(burst),
+                "latency",
+                "100ms",
+                ns=ns,
+            )
 
     def _start_forwarder(self) -> None:
         """Route worker-to-worker traffic through TUN devices and the delay forwarder."""
@@ -338,10 +427,20 @@ class Topology:
         os.close(handle)
         endpoints = [f"{ns}={self.address(i)}" for i, ns in enumerate(self.namespaces)]
         self._forwarder = subprocess.Popen(
-            [sys.executable, "-m", "dmlbench.netem.forwarder", "--delay-us",
-             f"{self.network.delay_s * 1e6:.1f}", "--stats", self._stats_path, *endpoints],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "dmlbench.netem.forwarder",
+                "--delay-us",
+                f"{self.network.delay_s * 1e6:.1f}",
+                "--stats",
+                self._stats_path,
+                *endpoints,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self._forwarder.stdout is not None
         ready, _, _ = select.select([self._forwarder.stdout], [], [], 20)
         if not ready or self._forwarder.stdout.readline().strip() != "ready":
@@ -351,12 +450,26 @@ class Topology:
             raise NetworkError(f"the delay forwarder did not start: {last}")
         for rank, ns in enumerate(self.namespaces):
             _run("ip", "link", "set", TUN_NAME, "up", "mtu", str(TUN_MTU), ns=ns)
-            _run("sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0",
-                 f"net.ipv4.conf.{TUN_NAME}.rp_filter=0", ns=ns)  # fmt: skip
+            _run(
+                "sysctl",
+                "-qw",
+                "net.ipv4.conf.all.rp_filter=0",
+                f"net.ipv4.conf.{TUN_NAME}.rp_filter=0",
+                ns=ns,
+            )
             for peer in range(self.workers):
                 if peer != rank:
-                    _run("ip", "route", "add", f"{self.address(peer)}/32", "dev", TUN_NAME,
-                         "src", self.address(rank), ns=ns)  # fmt: skip
+                    _run(
+                        "ip",
+                        "route",
+                        "add",
+                        f"{self.address(peer)}/32",
+                        "dev",
+                        TUN_NAME,
+                        "src",
+                        self.address(rank),
+                        ns=ns,
+                    )
             if self.network.rate_bps:
                 _run(*self._tbf(TUN_NAME, None), ns=ns)
 
@@ -379,8 +492,12 @@ class Topology:
 
     def describe(self) -> dict[str, Any]:
         """What was emulated and how, with the forwarder's own cost when there was one."""
-        return {"network": self.network.model_dump(), "delay_by": self.delay_by,
-                "workers": self.workers, "forwarder": self.forwarder_stats}  # fmt: skip
+        return {
+            "network": self.network.model_dump(),
+            "delay_by": self.delay_by,
+            "workers": self.workers,
+            "forwarder": self.forwarder_stats,
+        }
 
     def __exit__(self, *exc: object) -> None:
         self._stop_forwarder()

@@ -16,32 +16,42 @@ def _sgd(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Opt
     import torch
 
     return torch.optim.SGD(
-        params, lr=0.0, momentum=spec.momentum, nesterov=spec.nesterov,
-        weight_decay=spec.weight_decay, foreach=True,
-    )  # fmt: skip
+        params,
+        lr=0.0,
+        momentum=spec.momentum,
+        nesterov=spec.nesterov,
+        weight_decay=spec.weight_decay,
+        foreach=True,
+    )
 
 
 def _adam(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     import torch
 
-    return torch.optim.Adam(params, lr=0.0, betas=spec.betas, eps=spec.eps,
-                            weight_decay=spec.weight_decay, foreach=True)  # fmt: skip
+    return torch.optim.Adam(
+        params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay, foreach=True
+    )
 
 
 def _adamw(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     import torch
 
-    return torch.optim.AdamW(params, lr=0.0, betas=spec.betas, eps=spec.eps,
-                             weight_decay=spec.weight_decay, foreach=True)  # fmt: skip
+    return torch.optim.AdamW(
+        params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay, foreach=True
+    )
 
 
 def _lars(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     from dmlbench.optim.layerwise import LARS
 
     return LARS(
-        params, momentum=spec.momentum, nesterov=spec.nesterov, eps=spec.eps,
-        weight_decay=spec.weight_decay, trust_coefficient=spec.trust_coefficient,
-    )  # fmt: skip
+        params,
+        momentum=spec.momentum,
+        nesterov=spec.nesterov,
+        eps=spec.eps,
+        weight_decay=spec.weight_decay,
+        trust_coefficient=spec.trust_coefficient,
+    )
 
 
 def _lamb(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
@@ -76,8 +86,9 @@ USES = {
 def describe_optimizer(spec: OptimizerSpec) -> str:
     """The optimizer in words, naming only the settings it reads (``dmlbench tasks``,
     docs/tasks.md)."""
-    uses = USES.get(spec.name, ("momentum", "nesterov", "weight_decay", "betas", "eps",
-                                "trust_coefficient"))  # fmt: skip
+    uses = USES.get(
+        spec.name, ("momentum", "nesterov", "weight_decay", "betas", "eps", "trust_coefficient")
+    )
     words = {
         "momentum": f"momentum {spec.momentum:g}" + (" (Nesterov)" if spec.nesterov else ""),
         "nesterov": "",  # said with the momentum

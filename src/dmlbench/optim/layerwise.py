@@ -51,9 +51,14 @@ class LARS(torch.optim.Optimizer):
         eps: float = 1e-8,
         nesterov: bool = False,
     ) -> None:
-        defaults = {"lr": lr, "momentum": momentum, "weight_decay": weight_decay,
-                    "trust_coefficient": trust_coefficient, "eps": eps,
-                    "nesterov": nesterov}  # fmt: skip
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+            "trust_coefficient": trust_coefficient,
+            "eps": eps,
+            "nesterov": nesterov,
+        }
         super().__init__(params, defaults)
 
     @torch.no_grad()
@@ -68,8 +73,9 @@ class LARS(torch.optim.Optimizer):
                 if _adapted(p):
                     decay = group["weight_decay"]
                     w_norm, g_norm = p.norm(), update.norm()
-                    trust = _ratio(group["trust_coefficient"] * w_norm,
-                                   g_norm + decay * w_norm + group["eps"])  # fmt: skip
+                    trust = _ratio(
+                        group["trust_coefficient"] * w_norm, g_norm + decay * w_norm + group["eps"]
+                    )
                     update = (update + decay * p) * trust
                 update = update * lr
                 if momentum:
@@ -101,8 +107,9 @@ class LAMB(torch.optim.Optimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.0,
     ) -> None:
-        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps,
-                                  "weight_decay": weight_decay})  # fmt: skip
+        super().__init__(
+            params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        )
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:

@@ -37,8 +37,7 @@ def calibrate_comm(comm_runs: Sequence[CommRun]) -> dict[int, CommCalibration]:
     by_workers: dict[int, list[CommRun]] = {}
     for run in comm_runs:
         one_host = run.nodes == 1  # not an emulated cluster
-        if run.status == "success" and _network_of(run) == (None, 0.0) and one_host \
-                and run.results:  # fmt: skip
+        if run.status == "success" and _network_of(run) == (None, 0.0) and one_host and run.results:
             by_workers.setdefault(run.workers, []).append(run)
     if not by_workers:
         raise DmlbenchError(
@@ -50,8 +49,9 @@ def calibrate_comm(comm_runs: Sequence[CommRun]) -> dict[int, CommCalibration]:
         steps = 2 * (workers - 1)
         # The fastest repeat, not the median: on loopback, gloo's small messages carry a
         # 1-2 ms scheduling artifact (see BENCHMARKS.md) that real links do not.
-        small = [r.latency_min_s for run in runs for r in run.results
-                 if SMALL[0] <= r.bytes <= SMALL[1]]  # fmt: skip
+        small = [
+            r.latency_min_s for run in runs for r in run.results if SMALL[0] <= r.bytes <= SMALL[1]
+        ]
         alpha = min(small) / steps if small else 0.0
         largest = [max(run.results, key=lambda r: r.bytes) for run in runs]
         busbw = statistics.median(r.busbw for r in largest)
@@ -108,8 +108,10 @@ def _pick(runs: Sequence[RunRecord], wanted: Sequence[str], task: str) -> list[R
     for fragment in wanted:
         found = match_id(fragment, by_id)
         if found is None:
-            raise DmlbenchError(f"--calibrate-from {fragment}: no single finished, unshaped run "
-                                f"of {task} with that id in the store")  # fmt: skip
+            raise DmlbenchError(
+                f"--calibrate-from {fragment}: no single finished, unshaped run "
+                f"of {task} with that id in the store"
+            )
         picked.append(by_id[found])
     return picked
 
@@ -117,15 +119,23 @@ def _pick(runs: Sequence[RunRecord], wanted: Sequence[str], task: str) -> list[R
 def timed_runs(runs: Sequence[RunRecord], task: str) -> list[RunRecord]:
     """``task``'s finished runs on the unshaped host network with steady-state phases:
     the runs compute can be calibrated from."""
-    return [r for r in runs if r.task == task and r.finished
-            and (r.network or "none") == "none" and r.summary.get("phases_steady")
-            and r.summary.get("steady_steps")]  # fmt: skip
+    return [
+        r
+        for r in runs
+        if r.task == task
+        and r.finished
+        and (r.network or "none") == "none"
+        and r.summary.get("phases_steady")
+        and r.summary.get("steady_steps")
+    ]
 
 
 def compute_step_s(run: RunRecord) -> float:
     """Mean over ranks of data + forward + backward + optimizer seconds per steady step."""
-    per_rank = [sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
-                for rank in run.summary["phases_steady"]]  # fmt: skip
+    per_rank = [
+        sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
+        for rank in run.summary["phases_steady"]
+    ]
     return statistics.mean(per_rank) / run.summary["steady_steps"]
 
 

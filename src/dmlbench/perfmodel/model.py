@@ -104,8 +104,10 @@ def cluster_allreduce_time(
         inner = 0.0
         if per_node > 1:
             beta = effective_bandwidth(layout.intra, calibration)
-            inner = 2 * ((per_node - 1) * _step(layout.intra, calibration)
-                         + (per_node - 1) / per_node * size / beta)  # fmt: skip
+            inner = 2 * (
+                (per_node - 1) * _step(layout.intra, calibration)
+                + (per_node - 1) / per_node * size / beta
+            )
         return inner + allreduce_time("ring", nodes, size, inter, calibration)
     if algorithm != "ring":
         raise ValueError(f"on several nodes choose ring or hierarchical, not {algorithm!r}")
@@ -188,13 +190,13 @@ def predict(
     global_batch = local_batch * workers
     compute = compute_fixed_s + compute_per_example_s * local_batch
     if layout is not None:
-        comm = cluster_allreduce_time(algorithm, workers, gradient_bytes, link, layout,
-                                      calibration)  # fmt: skip
+        comm = cluster_allreduce_time(algorithm, workers, gradient_bytes, link, layout, calibration)
     else:
         comm = allreduce_time(algorithm, workers, gradient_bytes, link, calibration)
     steps_per_epoch = math.ceil(train_examples / global_batch)
     steps = math.ceil(epochs_to_target * steps_per_epoch)
     tta = steps * (compute + comm) + math.ceil(epochs_to_target) * eval_s_per_epoch
     cost = tta / 3600 * workers * price_per_worker_hour if price_per_worker_hour else None
-    return Prediction(workers, algorithm, global_batch, compute, comm, epochs_to_target, steps,
-                      tta, cost)  # fmt: skip
+    return Prediction(
+        workers, algorithm, global_batch, compute, comm, epochs_to_target, steps, tta, cost
+    )

@@ -102,8 +102,9 @@ def simulate(
         for algorithm in algorithms:
             base_tta = None
             for index, count in enumerate(counts):
-                layout = Layout(layouts[index][0], intra.get(name, Link(math.inf))) \
-                    if layouts else None  # fmt: skip
+                layout = (
+                    Layout(layouts[index][0], intra.get(name, Link(math.inf))) if layouts else None
+                )
                 if epochs is not None and not calibration.epochs_by_batch:
                     assumed, measured = epochs, False
                 else:
@@ -111,23 +112,38 @@ def simulate(
                         calibration.local_batch * count
                     )
                 guess = predict(
-                    workers=count, algorithm=algorithm, local_batch=calibration.local_batch,  # type: ignore[arg-type]
-                    compute_per_example_s=0.0, compute_fixed_s=calibration.compute_step_s,
+                    workers=count,
+                    algorithm=algorithm,  # type: ignore[arg-type]
+                    local_batch=calibration.local_batch,
+                    compute_per_example_s=0.0,
+                    compute_fixed_s=calibration.compute_step_s,
                     gradient_bytes=calibration.gradient_bytes,
-                    train_examples=calibration.train_examples, epochs_to_target=assumed,
+                    train_examples=calibration.train_examples,
+                    epochs_to_target=assumed,
                     # evaluation is sharded over the workers, as dmlbench's trainer does
                     eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / count,
-                    link=link, calibration=comm_for(comm, max(2, count)),
-                    price_per_worker_hour=price.per_worker_hour, layout=layout,
-                )  # fmt: skip
+                    link=link,
+                    calibration=comm_for(comm, max(2, count)),
+                    price_per_worker_hour=price.per_worker_hour,
+                    layout=layout,
+                )
                 base_tta = base_tta or guess.tta_s
-                rows.append({
-                    "network": name, "algorithm": algorithm, "workers": count,
-                    "nodes": layout.nodes if layout else None,
-                    "global_batch": guess.global_batch, "step_s": guess.step_s,
-                    "compute_s": guess.compute_s, "comm_s": guess.comm_s,
-                    "comm_ratio": guess.comm_ratio, "epochs": assumed,
-                    "epochs_measured": measured, "tta_s": guess.tta_s,
-                    "speedup": base_tta / guess.tta_s, "cost": guess.cost,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "network": name,
+                        "algorithm": algorithm,
+                        "workers": count,
+                        "nodes": layout.nodes if layout else None,
+                        "global_batch": guess.global_batch,
+                        "step_s": guess.step_s,
+                        "compute_s": guess.compute_s,
+                        "comm_s": guess.comm_s,
+                        "comm_ratio": guess.comm_ratio,
+                        "epochs": assumed,
+                        "epochs_measured": measured,
+                        "tta_s": guess.tta_s,
+                        "speedup": base_tta / guess.tta_s,
+                        "cost": guess.cost,
+                    }
+                )
     return Simulation(task, calibration, comm, rows, price.label)

@@ -140,11 +140,28 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
-    for column in ["tta_s", "tta_compute_s", "best_metric", "elapsed_s", "step_time_s",
-                   "epoch_time_s", "throughput", "comm_ratio_mean", "comm_ratio_max",
-                   "bytes_per_step", "noise_scale", "flops_per_step", "flops_per_s",
-                   "utilisation", "samples_per_s_per_worker", "peak_memory_bytes", "train_s",
-                   "eval_s", "compile_s", "page_faults_per_step"]:  # fmt: skip
+    for column in [
+        "tta_s",
+        "tta_compute_s",
+        "best_metric",
+        "elapsed_s",
+        "step_time_s",
+        "epoch_time_s",
+        "throughput",
+        "comm_ratio_mean",
+        "comm_ratio_max",
+        "bytes_per_step",
+        "noise_scale",
+        "flops_per_step",
+        "flops_per_s",
+        "utilisation",
+        "samples_per_s_per_worker",
+        "peak_memory_bytes",
+        "train_s",
+        "eval_s",
+        "compile_s",
+        "page_faults_per_step",
+    ]:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["variant"] = _variants(frame)
     return frame
@@ -167,11 +184,16 @@ def _variants(frame: pd.DataFrame) -> pd.Series:
     labels = pd.Series("", index=frame.index, dtype=object)
     for _, group in frame.groupby(GROUP, sort=False):
         flat = pd.DataFrame(
-            [{k: json.dumps(v, sort_keys=True) for k, v in flatten(json.loads(s)).items()
-              if not k.startswith("network.")}
-             for s in group["spec"]],
+            [
+                {
+                    k: json.dumps(v, sort_keys=True)
+                    for k, v in flatten(json.loads(s)).items()
+                    if not k.startswith("network.")
+                }
+                for s in group["spec"]
+            ],
             index=group.index,
-        )  # fmt: skip
+        )
         flat["network"] = group["network"].map(json.dumps)
         flat["workers"] = group["workers"]
         keys = []
@@ -208,9 +230,11 @@ def _newer_defaults() -> dict[str, str]:
     """Run options' defaults as the flattened spec writes them (JSON)."""
     from dmlbench.spec import RunSpec
 
-    return {name: json.dumps(field.get_default(call_default_factory=True), sort_keys=True,
-                             default=str)
-            for name, field in RunSpec.model_fields.items() if not field.is_required()}  # fmt: skip
+    return {
+        name: json.dumps(field.get_default(call_default_factory=True), sort_keys=True, default=str)
+        for name, field in RunSpec.model_fields.items()
+        if not field.is_required()
+    }
 
 
 def _value_text(value: Any) -> str:
@@ -254,13 +278,32 @@ def variant_legend(variants: Iterable[str]) -> pd.DataFrame:
 def evals_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     """Every evaluation of every run, with the run's identifying columns."""
     rows = [
-        {"run_id": r.run_id, "task": r.task, "sweep": r.sweep or "single runs",
-         "workers": r.workers, "seed": r.seed, **dataclasses.asdict(e)}
+        {
+            "run_id": r.run_id,
+            "task": r.task,
+            "sweep": r.sweep or "single runs",
+            "workers": r.workers,
+            "seed": r.seed,
+            **dataclasses.asdict(e),
+        }
         for r in runs
         for e in r.evals
-    ]  # fmt: skip
-    columns = ["run_id", "task", "sweep", "workers", "seed", "epoch", "step", "samples",
-               "elapsed_s", "compute_elapsed_s", "metric", "loss", "train_metric"]  # fmt: skip
+    ]
+    columns = [
+        "run_id",
+        "task",
+        "sweep",
+        "workers",
+        "seed",
+        "epoch",
+        "step",
+        "samples",
+        "elapsed_s",
+        "compute_elapsed_s",
+        "metric",
+        "loss",
+        "train_metric",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -272,11 +315,29 @@ def phases_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
         nodes = r.summary.get("rank_nodes") or []
         for p in r.phases:
             node = nodes[p.rank] if p.rank < len(nodes) else 0
-            rows.append({"run_id": r.run_id, "task": r.task, "layout": _layout(r)["layout"],
-                         "sweep": r.sweep or "single runs", "workers": r.workers,
-                         "node": node, **dataclasses.asdict(p)})  # fmt: skip
-    columns = ["run_id", "task", "sweep", "workers", "layout", "node", "rank", "phase", "seconds",
-               "steady_seconds"]  # fmt: skip
+            rows.append(
+                {
+                    "run_id": r.run_id,
+                    "task": r.task,
+                    "layout": _layout(r)["layout"],
+                    "sweep": r.sweep or "single runs",
+                    "workers": r.workers,
+                    "node": node,
+                    **dataclasses.asdict(p),
+                }
+            )
+    columns = [
+        "run_id",
+        "task",
+        "sweep",
+        "workers",
+        "layout",
+        "node",
+        "rank",
+        "phase",
+        "seconds",
+        "steady_seconds",
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -428,8 +489,13 @@ def best_of(table: pd.DataFrame, criterion: str, group: Sequence[str]) -> pd.Dat
 def _add_scaling(
     table: pd.DataFrame, frame: pd.DataFrame, keys: list[str], include_disturbed: bool
 ) -> pd.DataFrame:
-    for column in ("baseline_workers", "speedup_tta", "speedup_throughput",
-                   "efficiency_tta", "efficiency_step"):  # fmt: skip
+    for column in (
+        "baseline_workers",
+        "speedup_tta",
+        "speedup_throughput",
+        "efficiency_tta",
+        "efficiency_step",
+    ):
         table[column] = math.nan
     table["scaling"] = "none"
     if "workers" not in keys:
@@ -465,13 +531,40 @@ def _scale(table: pd.DataFrame, index: Any, row: pd.Series, base: pd.Series, mod
 def comm_frame(comm_runs: Sequence[CommRun]) -> pd.DataFrame:
     """One row per (micro-benchmark run, message size), with the run's identity."""
     rows = [
-        {"run_id": r.run_id, "op": r.op, "backend": r.backend, "workers": r.workers,
-         "nodes": r.nodes, "network": r.network, "status": r.status, "cores": r.cores,
-         "created_at": r.created_at, **dataclasses.asdict(row)}
+        {
+            "run_id": r.run_id,
+            "op": r.op,
+            "backend": r.backend,
+            "workers": r.workers,
+            "nodes": r.nodes,
+            "network": r.network,
+            "status": r.status,
+            "cores": r.cores,
+            "created_at": r.created_at,
+            **dataclasses.asdict(row),
+        }
         for r in comm_runs
         for row in r.results
-    ]  # fmt: skip
-    columns = ["run_id", "op", "backend", "workers", "nodes", "network", "status", "cores",
-               "created_at", "scope", "bytes", "repeats", "iterations", "latency_s",
-               "latency_min_s", "latency_max_s", "latency_std_s", "algbw", "busbw"]  # fmt: skip
+    ]
+    columns = [
+        "run_id",
+        "op",
+        "backend",
+        "workers",
+        "nodes",
+        "network",
+        "status",
+        "cores",
+        "created_at",
+        "scope",
+        "bytes",
+        "repeats",
+        "iterations",
+        "latency_s",
+        "latency_min_s",
+        "latency_max_s",
+        "latency_std_s",
+        "algbw",
+        "busbw",
+    ]
     return pd.DataFrame(rows, columns=columns)

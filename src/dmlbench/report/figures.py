@@ -87,9 +87,16 @@ def _legend(fig: Figure, ax, title: str | None = None) -> None:
         unique.setdefault(label, handle)
     if unique:
         columns = min(3, len(unique))
-        fig.legend(list(unique.values()), list(unique), loc="outside lower center",
-                   ncols=columns, fontsize=9, frameon=False, title=title,
-                   title_fontsize=8)  # fmt: skip
+        fig.legend(
+            list(unique.values()),
+            list(unique),
+            loc="outside lower center",
+            ncols=columns,
+            fontsize=9,
+            frameon=False,
+            title=title,
+            title_fontsize=8,
+        )
         rows = math.ceil(len(unique) / columns)
         if rows > 2:  # a long legend gets room of its own instead of squashing the plot
             width, height = fig.get_size_inches()
@@ -107,8 +114,12 @@ def _oversubscription_caption(fig: Figure, table: pd.DataFrame) -> None:
         cores = int(over["cores"].max())
         counts = ", ".join(str(n) for n in sorted(set(over["workers"])))
         title = fig.get_suptitle()
-        fig.suptitle(f"{title}\n* oversubscribed: {counts} workers on {cores} cores share them",
-                     fontsize=10, x=0.01, ha="left")  # fmt: skip
+        fig.suptitle(
+            f"{title}\n* oversubscribed: {counts} workers on {cores} cores share them",
+            fontsize=10,
+            x=0.01,
+            ha="left",
+        )
 
 
 def speedup(table: pd.DataFrame, title: str) -> Figure:
@@ -121,16 +132,30 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
     for i, (variant, rows) in enumerate(_variants(table)):
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
         suffix = f" · {variant}" if variant else ""
-        ax.plot(rows["workers"], rows["speedup_throughput"], "o-", color=colour,
-                label=f"throughput{suffix}")  # fmt: skip
+        ax.plot(
+            rows["workers"],
+            rows["speedup_throughput"],
+            "o-",
+            color=colour,
+            label=f"throughput{suffix}",
+        )
         if rows["speedup_tta"].notna().any():
             base = rows.iloc[0]
-            rel = np.sqrt((base["tta_std"] / base["tta_mean"]) ** 2
-                          + (rows["tta_std"] / rows["tta_mean"]) ** 2)  # fmt: skip
+            rel = np.sqrt(
+                (base["tta_std"] / base["tta_mean"]) ** 2
+                + (rows["tta_std"] / rows["tta_mean"]) ** 2
+            )
             error = (rows["speedup_tta"] * rel).fillna(0).to_numpy(copy=True)
             error[0] = 0.0  # the baseline against itself is exactly 1
-            ax.errorbar(rows["workers"], rows["speedup_tta"], yerr=error, fmt="s:",
-                        color=colour, capsize=3, label=f"time to accuracy{suffix}")  # fmt: skip
+            ax.errorbar(
+                rows["workers"],
+                rows["speedup_tta"],
+                yerr=error,
+                fmt="s:",
+                color=colour,
+                capsize=3,
+                label=f"time to accuracy{suffix}",
+            )
     _log2_workers(ax, workers)
     ax.set_ylabel(f"speedup over {plural(n0, 'worker')} (×)")
     _legend(fig, ax)
@@ -147,11 +172,21 @@ def efficiency(table: pd.DataFrame, title: str) -> Figure:
     for i, (variant, rows) in enumerate(_variants(table)):
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
         suffix = f" · {variant}" if variant else ""
-        ax.plot(rows["workers"], rows["efficiency_step"], "o-", color=colour,
-                label=f"time per step{suffix}")  # fmt: skip
+        ax.plot(
+            rows["workers"],
+            rows["efficiency_step"],
+            "o-",
+            color=colour,
+            label=f"time per step{suffix}",
+        )
         if rows["efficiency_tta"].notna().any():
-            ax.plot(rows["workers"], rows["efficiency_tta"], "s:", color=colour,
-                    label=f"time to accuracy{suffix}")  # fmt: skip
+            ax.plot(
+                rows["workers"],
+                rows["efficiency_tta"],
+                "s:",
+                color=colour,
+                label=f"time to accuracy{suffix}",
+            )
     _log2_workers(ax, workers)
     ax.set_ylabel("efficiency (1 = ideal)")
     ax.set_ylim(bottom=0)
@@ -179,14 +214,24 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
     fig, (ax,) = _figure(title, "Time to accuracy (evaluation included)")
     workers, offsets, width = _bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
-    top = float(np.nanmax(table["tta_mean"] + table["tta_std"].fillna(0))) if \
-        table["tta_mean"].notna().any() else 1.0  # fmt: skip
+    top = (
+        float(np.nanmax(table["tta_mean"] + table["tta_std"].fillna(0)))
+        if table["tta_mean"].notna().any()
+        else 1.0
+    )
     for i, (variant, rows) in enumerate(_variants(table)):
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
         x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
         heights = rows["tta_mean"].fillna(0)
-        bars = ax.bar(x, heights, width, yerr=rows["tta_std"].fillna(0), capsize=4,
-                      color=colour, label=variant or None)  # fmt: skip
+        bars = ax.bar(
+            x,
+            heights,
+            width,
+            yerr=rows["tta_std"].fillna(0),
+            capsize=4,
+            color=colour,
+            label=variant or None,
+        )
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
             if row["oversubscribed"]:
                 bar.set_hatch("//")
@@ -194,8 +239,14 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
             if not row["converged"]:
                 text = f"not reached\n0/{int(row['runs'])}"
             above = bar.get_height() + (0 if pd.isna(row["tta_std"]) else row["tta_std"])
-            ax.text(bar.get_x() + bar.get_width() / 2, above + 0.02 * top, text,
-                    ha="center", va="bottom", fontsize=8)  # fmt: skip
+            ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                above + 0.02 * top,
+                text,
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(_tick_labels(table, workers))
     ax.set_xlabel("workers")
@@ -216,18 +267,33 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     position = {w: i for i, w in enumerate(workers)}
     for i, (variant, rows) in enumerate(_variants(table)):
         x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
-        bars = ax.bar(x, rows[column].fillna(0), width, label=variant or None,
-                      color=VARIANT_COLOURS[i % len(VARIANT_COLOURS)])  # fmt: skip
+        bars = ax.bar(
+            x,
+            rows[column].fillna(0),
+            width,
+            label=variant or None,
+            color=VARIANT_COLOURS[i % len(VARIANT_COLOURS)],
+        )
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
             if row["oversubscribed"]:
                 bar.set_hatch("//")
-            ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(),
-                    f"{row[column]:.1%}\n0/{int(row['runs'])} reached", ha="center",
-                    va="bottom", fontsize=8)  # fmt: skip
+            ax.text(
+                bar.get_x() + bar.get_width() / 2,
+                bar.get_height(),
+                f"{row[column]:.1%}\n0/{int(row['runs'])} reached",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
     target = table["target"].dropna() if "target" in table else pd.Series(dtype=float)
     if len(target):
-        ax.axhline(float(target.iloc[0]), color="k", ls="--", lw=1,
-                   label=f"target {float(target.iloc[0]):.0%}")  # fmt: skip
+        ax.axhline(
+            float(target.iloc[0]),
+            color="k",
+            ls="--",
+            lw=1,
+            label=f"target {float(target.iloc[0]):.0%}",
+        )
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(_tick_labels(table, workers))
     ax.set_xlabel("workers")
@@ -274,17 +340,40 @@ def curves(
         else:
             colour, style = by_count[n], "-"
         for ax, column in ((acc, "metric"), (loss, "loss")):
-            ax.plot(run["elapsed_s"], run[column], style, marker="o", ms=3, color=colour,
-                    lw=1.2, alpha=0.85, label=label)  # fmt: skip
+            ax.plot(
+                run["elapsed_s"],
+                run[column],
+                style,
+                marker="o",
+                ms=3,
+                color=colour,
+                lw=1.2,
+                alpha=0.85,
+                label=label,
+            )
         if "train_metric" in run and run["train_metric"].notna().any():
-            acc.plot(run["elapsed_s"], run["train_metric"], ":", color=colour, lw=1,
-                     alpha=0.85, label=f"{label} (training set)")  # fmt: skip
+            acc.plot(
+                run["elapsed_s"],
+                run["train_metric"],
+                ":",
+                color=colour,
+                lw=1,
+                alpha=0.85,
+                label=f"{label} (training set)",
+            )
     if target is not None:
         acc.axhline(target, color="k", ls="--", lw=1, label=f"target {target:.0%}")
     if target_loss is not None:
         loss.axhline(target_loss, color="k", ls="--", lw=1)
-        loss.text(0.99, target_loss, f"target loss {target_loss:g}", ha="right", va="bottom",
-                  fontsize="small", transform=loss.get_yaxis_transform())  # fmt: skip
+        loss.text(
+            0.99,
+            target_loss,
+            f"target loss {target_loss:g}",
+            ha="right",
+            va="bottom",
+            fontsize="small",
+            transform=loss.get_yaxis_transform(),
+        )
     acc.set_xlabel("wall-clock seconds since run start")
     loss.set_xlabel("wall-clock seconds since run start")
     acc.set_ylabel("accuracy, %")
@@ -309,17 +398,31 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
         bottom = np.zeros(len(rows))
         for phase in PHASES:
             values = rows[f"{phase}_s"].fillna(0).to_numpy() * 1000
-            ax.bar(x, values, width, bottom=bottom, color=PHASE_COLOURS[phase],
-                   label=phase if not drawn else None, edgecolor="white", lw=0.5)  # fmt: skip
+            ax.bar(
+                x,
+                values,
+                width,
+                bottom=bottom,
+                color=PHASE_COLOURS[phase],
+                label=phase if not drawn else None,
+                edgecolor="white",
+                lw=0.5,
+            )
             bottom += values
         drawn = True
         for xi, total, (_, row) in zip(x, bottom, rows.iterrows(), strict=True):
             if crowded:  # the comm ratios would overlap: they are in the scaling table
                 ax.text(xi, total, names[variant], ha="center", va="bottom", fontsize=7)
             elif not math.isnan(row["comm_ratio_mean"]):
-                ax.text(xi, total, f"comm {row['comm_ratio_mean']:.0%}/{row['comm_ratio_max']:.0%}"
-                        + (f"\n{names[variant]}" if variant else ""), ha="center",
-                        va="bottom", fontsize=7)  # fmt: skip
+                ax.text(
+                    xi,
+                    total,
+                    f"comm {row['comm_ratio_mean']:.0%}/{row['comm_ratio_max']:.0%}"
+                    + (f"\n{names[variant]}" if variant else ""),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(_tick_labels(table, workers))
     ax.set_xlabel("workers" + ("" if crowded else " (labels: comm ratio mean/max over ranks)"))
@@ -371,13 +474,23 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
             parts += [] if pd.isna(share) else [f"{share:.0%}"]
             # alternate above and below: algorithms with the same bytes sit side by side
             point = (row["bytes_per_step_mean"], row["step_time_mean"] * 1000)
-            ax.annotate(", ".join(parts), point,
-                        textcoords="offset points", xytext=(5, 5 if i % 2 == 0 else -11),
-                        fontsize=8, color=colour)  # fmt: skip
-    handles = [Line2D([], [], color=c, marker="o", linestyle="none", label=k or "run")
-               for k, c in colours.items()]  # fmt: skip
-    handles += [Line2D([], [], color="#444", marker=m, linestyle="none", fillstyle="none",
-                       label=k) for k, m in markers.items() if k]  # fmt: skip
+            ax.annotate(
+                ", ".join(parts),
+                point,
+                textcoords="offset points",
+                xytext=(5, 5 if i % 2 == 0 else -11),
+                fontsize=8,
+                color=colour,
+            )
+    handles = [
+        Line2D([], [], color=c, marker="o", linestyle="none", label=k or "run")
+        for k, c in colours.items()
+    ]
+    handles += [
+        Line2D([], [], color="#444", marker=m, linestyle="none", fillstyle="none", label=k)
+        for k, m in markers.items()
+        if k
+    ]
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(base=4))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -388,8 +501,9 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
     ax.margins(x=0.2, y=0.15)
     columns = 4 if len(handles) > 6 else 3
     fig.set_size_inches(WIDTH, HEIGHT + 0.22 * math.ceil(len(handles) / columns))
-    fig.legend(handles=handles, loc="outside lower center", ncols=columns, fontsize=8,
-               frameon=False)  # fmt: skip
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=columns, fontsize=8, frameon=False
+    )
     _oversubscription_caption(fig, table)
     return fig
 
@@ -404,8 +518,13 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
         ax.plot(rows[x_col], rows[y_col], "o-", color=colour, label=variant or None)
         for _, row in rows.iterrows():
             if not (pd.isna(row[x_col]) or pd.isna(row[y_col])):
-                ax.annotate(f"N={_worker_label(row)}", (row[x_col], row[y_col]),
-                            textcoords="offset points", xytext=(5, 5), fontsize=8)  # fmt: skip
+                ax.annotate(
+                    f"N={_worker_label(row)}",
+                    (row[x_col], row[y_col]),
+                    textcoords="offset points",
+                    xytext=(5, 5),
+                    fontsize=8,
+                )
     if not table[y_col].notna().any():
         _note(ax, "no cost to show: no run finished")
     what = "time to accuracy" if reached else "run time (no run reached the target)"
@@ -421,13 +540,15 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
 
 def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
     """All-reduce latency and bus bandwidth against message size, a line per run."""
-    fig, (lat, bus) = _figure(title, "All-reduce: latency and bus bandwidth vs message size",
-                              ncols=2)  # fmt: skip
+    fig, (lat, bus) = _figure(
+        title, "All-reduce: latency and bus bandwidth vs message size", ncols=2
+    )
     labels: dict[str, str] = {}
     for run_id, rows in frame.groupby("run_id", sort=False):
         first = rows.iloc[0]
-        labels[str(run_id)] = (f"{first['backend']} · {plural(int(first['workers']), 'worker')}"
-                               f" · {first['network']}")  # fmt: skip
+        labels[str(run_id)] = (
+            f"{first['backend']} · {plural(int(first['workers']), 'worker')} · {first['network']}"
+        )
     repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
     for i, (run_id, rows) in enumerate(frame.groupby("run_id", sort=False)):
         label = labels[str(run_id)]
@@ -435,10 +556,19 @@ def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
             label += f" · run …{str(run_id)[-6:]}"
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
         rows = rows.sort_values("bytes")
-        lat.errorbar(rows["bytes"], rows["latency_s"] * 1e6,
-                     yerr=[(rows["latency_s"] - rows["latency_min_s"]) * 1e6,
-                           (rows["latency_max_s"] - rows["latency_s"]) * 1e6],
-                     fmt="o-", ms=3, capsize=2, color=colour, label=label)  # fmt: skip
+        lat.errorbar(
+            rows["bytes"],
+            rows["latency_s"] * 1e6,
+            yerr=[
+                (rows["latency_s"] - rows["latency_min_s"]) * 1e6,
+                (rows["latency_max_s"] - rows["latency_s"]) * 1e6,
+            ],
+            fmt="o-",
+            ms=3,
+            capsize=2,
+            color=colour,
+            label=label,
+        )
         bus.plot(rows["bytes"], rows["busbw"] / 1e6, "o-", ms=3, color=colour, label=label)
     for ax in (lat, bus):
         ax.set_xscale("log", base=2)
@@ -458,12 +588,18 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
     n0 = min(workers)
     ax.plot(workers, [w / n0 for w in workers], "k--", lw=1, label="ideal (linear)")
     styles = {"ring": "o-", "tree": "s:", "ps": "^-."}
-    for i, ((network, algo), group) in enumerate(frame.groupby(["network", "algorithm"],
-                                                               sort=False)):  # fmt: skip
+    for i, ((network, algo), group) in enumerate(
+        frame.groupby(["network", "algorithm"], sort=False)
+    ):
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
         group = group.sort_values("workers")
-        ax.plot(group["workers"], group["speedup"], styles.get(str(algo), "o-"), color=colour,
-                label=f"{network} · {algo}")  # fmt: skip
+        ax.plot(
+            group["workers"],
+            group["speedup"],
+            styles.get(str(algo), "o-"),
+            color=colour,
+            label=f"{network} · {algo}",
+        )
     _log2_workers(ax, workers)
     ax.set_yscale("log", base=2)
     ax.set_ylabel(f"speedup in time to accuracy over {plural(n0, 'worker')} (×)")

@@ -36,8 +36,9 @@ def money(value: Any) -> str:
         return f"{value:,.0f}"
     import numpy as np
 
-    return str(np.format_float_positional(value, precision=2, unique=True, fractional=False,
-                                          trim="-"))  # fmt: skip
+    return str(
+        np.format_float_positional(value, precision=2, unique=True, fractional=False, trim="-")
+    )
 
 
 def seconds(value: Any, *, unit: bool = False) -> str:

@@ -155,9 +155,12 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
         target = section.runs["target"].dropna()
         evals = section.evals.merge(section.runs[["run_id", "variant"]], on="run_id")
         made["curves"] = figures.curves(
-            evals, finished, float(target.iloc[0]) if len(target) else None, title,
+            evals,
+            finished,
+            float(target.iloc[0]) if len(target) else None,
+            title,
             target_loss=_target_loss(section.runs["task"].iloc[0]),
-        )  # fmt: skip
+        )
     made["phases"] = figures.phases(finished, title)
     # variants that send different amounts at one worker count: e.g. an algorithm sweep
     if finished.groupby("workers")["bytes_per_step_mean"].nunique().max() > 1:
@@ -196,8 +199,9 @@ def save_pngs(sections: Sequence[Section], folder: Path, dpi: int = 200) -> list
         for name, fig in section.figures.items():
             image = io.BytesIO()
             fig.savefig(image, format="png", dpi=dpi)
-            paths.append(write_file(folder / f"{section.slug}-{name}.png", image.getvalue(),
-                                    "figure"))  # fmt: skip
+            paths.append(
+                write_file(folder / f"{section.slug}-{name}.png", image.getvalue(), "figure")
+            )
     return paths
 
 
@@ -241,27 +245,48 @@ def _variant_legend(table: pd.DataFrame) -> list[dict[str, Any]]:
     if legend.empty:
         return []
     rows = [Row([str(cell) for cell in row]) for row in legend.itertuples(index=False)]
-    view = TableView(list(legend.columns), rows, "What differs between the variants the "
-                     "figures name by letter.")  # fmt: skip
+    view = TableView(
+        list(legend.columns), rows, "What differs between the variants the figures name by letter."
+    )
     return [{"title": "Variants", "table": view}]
 
 
 def _runs_table(runs: pd.DataFrame) -> TableView:
     names = analysis.short_labels(runs["variant"])
     varied = len(names) > 1
-    head = ["run", "N", *(["variant"] if varied else []), "seed", "status", "TTA s", "best",
-            "epochs", "step ms", "comm max", "started"]  # fmt: skip
+    head = [
+        "run",
+        "N",
+        *(["variant"] if varied else []),
+        "seed",
+        "status",
+        "TTA s",
+        "best",
+        "epochs",
+        "step ms",
+        "comm max",
+        "started",
+    ]
     rows = []
     for _, run in runs.sort_values(["workers", "seed", "created_at"]).iterrows():
         cells: list[str | Link] = [Link(run["run_id"], f"#run-{run['run_id']}")]
         cells += [str(run["workers"]), *([names[run["variant"]]] if varied else [])]
-        cells += [str(run["seed"]), run["status"] + ("†" if run["disturbed"] else ""),
-                  seconds(run["tta_s"]), fmt(run["best_metric"], ".2%"), fmt(run["epochs"], ".1f"),
-                  milliseconds(run["step_time_s"]), fmt(run["comm_ratio_max"], ".1%"),
-                  str(run["created_at"])]  # fmt: skip
+        cells += [
+            str(run["seed"]),
+            run["status"] + ("†" if run["disturbed"] else ""),
+            seconds(run["tta_s"]),
+            fmt(run["best_metric"], ".2%"),
+            fmt(run["epochs"], ".1f"),
+            milliseconds(run["step_time_s"]),
+            fmt(run["comm_ratio_max"], ".1%"),
+            str(run["created_at"]),
+        ]
         rows.append(Row(cells, css=f"status-{run['status']}"))
-    caption = "† disturbed: other processes took CPU its workers asked for." \
-        if runs["disturbed"].any() else ""  # fmt: skip
+    caption = (
+        "† disturbed: other processes took CPU its workers asked for."
+        if runs["disturbed"].any()
+        else ""
+    )
     return TableView(head, rows, caption)
 
 
@@ -271,25 +296,39 @@ def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
     if frame.empty:
         return None
     first = comm_runs[0]
-    hosts = pd.DataFrame([{"host": r.host, "cpu_model": r.cpu_model, "cores": r.cores}
-                          for r in comm_runs])  # fmt: skip
-    title = (f"{first.op} micro-benchmark · {_hardware(hosts)} · "
-             f"{max(r.created_at for r in comm_runs)[:10]}")  # fmt: skip
-    section = Section("communication", "micro-benchmarks", title, frame, frame, pd.DataFrame(),
-                      kind="comm")  # fmt: skip
+    hosts = pd.DataFrame(
+        [{"host": r.host, "cpu_model": r.cpu_model, "cores": r.cores} for r in comm_runs]
+    )
+    title = (
+        f"{first.op} micro-benchmark · {_hardware(hosts)} · "
+        f"{max(r.created_at for r in comm_runs)[:10]}"
+    )
+    section = Section(
+        "communication", "micro-benchmarks", title, frame, frame, pd.DataFrame(), kind="comm"
+    )
     section.figures = {"allreduce": figures.comm_bandwidth(frame, title)}
     return section
 
 
 def _comm_table(section: Section) -> TableView:
-    head = ["run", "backend", "N", "network", "size B", "iter", "latency µs", "min µs",
-            "max µs", "algbw MB/s", "busbw MB/s"]  # fmt: skip
+    head = [
+        "run",
+        "backend",
+        "N",
+        "network",
+        "size B",
+        "iter",
+        "latency µs",
+        "min µs",
+        "max µs",
+        "algbw MB/s",
+        "busbw MB/s",
+    ]
     rows = []
     for _, r in section.runs.iterrows():
         cells: list[str | Link] = [r["run_id"], r["backend"], str(r["workers"]), r["network"]]
         cells += [f"{r['bytes']:,}", str(r["iterations"])]
-        cells += [f"{r[key] * 1e6:,.1f}" for key in ("latency_s", "latency_min_s",
-                                                     "latency_max_s")]  # fmt: skip
+        cells += [f"{r[key] * 1e6:,.1f}" for key in ("latency_s", "latency_min_s", "latency_max_s")]
         cells += [f"{r['algbw'] / 1e6:,.2f}", f"{r['busbw'] / 1e6:,.2f}"]
         rows.append(Row(cells))
     return TableView(head, rows)
@@ -307,8 +346,9 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
             f"{result['task']} · predicted by the performance model · calibrated on "
             f"{plural(calibration['runs'], 'run')} · {str(result.get('created_at', ''))[:10]}"
         )
-        section = Section(result["task"], "predicted", title, rows, rows, pd.DataFrame(),
-                          kind="predicted")  # fmt: skip
+        section = Section(
+            result["task"], "predicted", title, rows, rows, pd.DataFrame(), kind="predicted"
+        )
         section.figures = {
             "predicted-speedup": figures.predicted_speedup(result["predictions"], title)
         }
@@ -327,14 +367,19 @@ def _prediction_table(section: Section) -> TableView:
 
 
 def _figures_view(section: Section, wide: Sequence[str] = ()) -> list[dict[str, Any]]:
-    return [{"name": name, "svg": svg_of(fig), "wide": name in wide}
-            for name, fig in section.figures.items()]  # fmt: skip
+    return [
+        {"name": name, "svg": svg_of(fig), "wide": name in wide}
+        for name, fig in section.figures.items()
+    ]
 
 
 def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
     """What the template needs of a section: headings, notes, figures, tables."""
-    view: dict[str, Any] = {"slug": section.slug, "notes": section.notes,
-                            "count": len(section.runs)}  # fmt: skip
+    view: dict[str, Any] = {
+        "slug": section.slug,
+        "notes": section.notes,
+        "count": len(section.runs),
+    }
     if section.kind == "comm":
         view.update(
             heading="Communication micro-benchmarks",
@@ -418,9 +463,14 @@ def write_report(
     comm = comm_section(comm_runs)
     predicted = prediction_sections(predictions)
     page = render_html(
-        sections, runs, store=store, budget_s=budget_s, price=price, comm=comm,
+        sections,
+        runs,
+        store=store,
+        budget_s=budget_s,
+        price=price,
+        comm=comm,
         predicted=predicted,
-    )  # fmt: skip
+    )
     sections = [*sections, *([comm] if comm else []), *predicted]
     write_file(out, page, "report")
     pngs = save_pngs(sections, png_dir) if png_dir else []

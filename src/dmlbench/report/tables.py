@@ -38,11 +38,14 @@ def disturbed_note(table: pd.DataFrame) -> str | None:
     """What the dagger means, for the rows of ``table`` that carry one (None: none do)."""
     if "timed_disturbed" not in table or not table["timed_disturbed"].any():
         return None
-    counts = ", ".join(str(int(n)) for n in sorted(set(table.loc[table["timed_disturbed"],
-                                                                  "workers"])))  # fmt: skip
+    counts = ", ".join(
+        str(int(n)) for n in sorted(set(table.loc[table["timed_disturbed"], "workers"]))
+    )
     left_out = table["speedup_tta"].isna() & table["speedup_throughput"].isna()
-    note = (f"† disturbed: at {counts} workers only runs whose workers waited for cores other "
-            "processes took were timed")  # fmt: skip
+    note = (
+        f"† disturbed: at {counts} workers only runs whose workers waited for cores other "
+        "processes took were timed"
+    )
     if left_out.any():
         note += "; no speedup or efficiency is given against them (--include-disturbed counts them)"
     return note
@@ -61,18 +64,27 @@ SCALING_COLUMNS: list[Column] = [
     ("best", "best", lambda r: fmt(r["best_metric_mean"], ".2%")),
     ("step", "step ms", lambda r: milliseconds(r["step_time_mean"])),
     ("thr", "samples/s", lambda r: fmt(r["throughput_mean"], ",.0f")),
-    ("sp", "speedup TTA / thr",
-     lambda r: f"{fmt(r['speedup_tta'])} / {fmt(r['speedup_throughput'])}"),
-    ("eff", "efficiency TTA / step",
-     lambda r: f"{fmt(r['efficiency_tta'])} / {fmt(r['efficiency_step'])}"),
+    (
+        "sp",
+        "speedup TTA / thr",
+        lambda r: f"{fmt(r['speedup_tta'])} / {fmt(r['speedup_throughput'])}",
+    ),
+    (
+        "eff",
+        "efficiency TTA / step",
+        lambda r: f"{fmt(r['efficiency_tta'])} / {fmt(r['efficiency_step'])}",
+    ),
     ("bytes", "sent per step", lambda r: _bytes(r.get("bytes_per_step_mean"))),
     ("noise", "noise scale B_simple", lambda r: fmt(r.get("noise_scale_mean"), ",.0f")),
     ("util", "utilisation", lambda r: fmt(r.get("utilisation_mean"), ".0%")),
     ("mem", "peak memory", lambda r: _bytes(r.get("peak_memory_max"))),
-    ("comm", "comm mean / max",
-     lambda r: f"{fmt(r['comm_ratio_mean'], '.1%')} / {fmt(r['comm_ratio_max'], '.1%')}"),
+    (
+        "comm",
+        "comm mean / max",
+        lambda r: f"{fmt(r['comm_ratio_mean'], '.1%')} / {fmt(r['comm_ratio_max'], '.1%')}",
+    ),
     ("cost", "cost to target", lambda r: money(r.get("cost_to_target"))),
-]  # fmt: skip
+]
 
 
 # The terminal shows these, under short titles, to fit 80 columns.
@@ -107,8 +119,11 @@ def scaling_columns(
             "batch": lambda r: f"{int(r['local_batch'])}/{int(r['global_batch'])}",
             "variant": lambda r: names[r["variant"]],
         }
-        return [(TERMINAL_COLUMNS[key], short.get(key, fn)) for key, _, fn in chosen
-                if key in TERMINAL_COLUMNS]  # fmt: skip
+        return [
+            (TERMINAL_COLUMNS[key], short.get(key, fn))
+            for key, _, fn in chosen
+            if key in TERMINAL_COLUMNS
+        ]
     currency = table["currency"].iloc[0] if "currency" in table and len(table) else "USD"
     return [(f"{title}, {currency}" if key == "cost" else title, fn) for key, title, fn in chosen]
 
@@ -139,8 +154,9 @@ def calibration_text(calibration: Mapping[str, Any]) -> str:
     """What a prediction was calibrated on (a saved ``calibration``), as the terminal
     and the report both say it."""
     measured = calibration.get("compute_runs")  # absent in predictions saved before
-    source = f" ({'run' if len(measured) == 1 else 'runs'} {', '.join(measured)})" \
-        if measured else ""  # fmt: skip
+    source = (
+        f" ({'run' if len(measured) == 1 else 'runs'} {', '.join(measured)})" if measured else ""
+    )
     disturbed = calibration.get("disturbed_runs") or []
     if calibration.get("compute_disturbed"):
         source += " — disturbed by other processes, so compute is overstated"

@@ -72,8 +72,10 @@ class RunClock(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         elapsed = int(task.elapsed or 0)
-        return Text(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
-                    style="progress.elapsed")  # fmt: skip
+        return Text(
+            f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
+            style="progress.elapsed",
+        )
 
 
 class RunProgress:
@@ -216,31 +218,41 @@ def run_summary(run: RunRecord) -> Table:
             if summary.get("comm_overlapped")
             else ""
         )
-        table.add_row(f"phases mean/max over {len(summary['phases_steady'])} ranks",
-                      "  ".join(cells) + note)  # fmt: skip
+        table.add_row(
+            f"phases mean/max over {len(summary['phases_steady'])} ranks", "  ".join(cells) + note
+        )
     if summary.get("noise_scale"):
         table.add_row("noise scale", escape(noise_text(summary["noise_scale"])))
     cores = run.cores
     emulated = summary.get("emulated_nodes") or nodes == 1  # every worker on this host
     here = run.workers if emulated else summary.get("nproc_per_node") or run.workers
     if cores and here > cores:
-        table.add_row("[yellow]note[/yellow]", f"{here} workers on {cores} cores: "
-                      "oversubscribed, so times include workers sharing cores")  # fmt: skip
+        table.add_row(
+            "[yellow]note[/yellow]",
+            f"{here} workers on {cores} cores: "
+            "oversubscribed, so times include workers sharing cores",
+        )
     contention = summary.get("contention")
     if contention:
         table.add_row(*_contention_row(contention, run.disturbed))
     if summary.get("emulated_nodes"):
         network = run.network if run.network not in (None, "none") else "unshaped"
-        table.add_row("network", escape(f"{network} (emulated cluster: a namespace per node, "
-                                        "its workers share its link)"))  # fmt: skip
+        table.add_row(
+            "network",
+            escape(
+                f"{network} (emulated cluster: a namespace per node, its workers share its link)"
+            ),
+        )
     elif run.network and run.network != "none":
         table.add_row("network", escape(f"{run.network} (emulated: a namespace per worker)"))
         cost = _forwarder_cost(run)
         if cost:
             table.add_row("delay forwarder", cost)
     if run.deviations:
-        table.add_row("differs from recipe", escape(", ".join(
-            f"{k}={v['actual']}" for k, v in run.deviations.items())))  # fmt: skip
+        table.add_row(
+            "differs from recipe",
+            escape(", ".join(f"{k}={v['actual']}" for k, v in run.deviations.items())),
+        )
     table.add_row("run folder", escape(run.run_dir))
     return table
 
@@ -249,8 +261,10 @@ def time_split(summary: dict[str, Any]) -> str:
     """ ": training T s, evaluation E s": where the clock's time went."""
     if summary.get("train_s") is None or not summary.get("eval_s"):
         return ""
-    return (f": training {seconds(summary['train_s'], unit=True)}, evaluation "
-            f"{seconds(summary['eval_s'], unit=True)}")  # fmt: skip
+    return (
+        f": training {seconds(summary['train_s'], unit=True)}, evaluation "
+        f"{seconds(summary['eval_s'], unit=True)}"
+    )
 
 
 def compilation_text(summary: dict[str, Any]) -> str:
@@ -258,8 +272,10 @@ def compilation_text(summary: dict[str, Any]) -> str:
     text = f"{seconds(summary['compile_s'], unit=True)} torch.compile (before the clock starts)"
     again = summary.get("recompiles_in_clock") or 0
     if again:
-        text += (f"; recompiled {again} time{'s' * (again > 1)} inside the clock (a new input "
-                 "shape?): those steps include compile time")  # fmt: skip
+        text += (
+            f"; recompiled {again} time{'s' * (again > 1)} inside the clock (a new input "
+            "shape?): those steps include compile time"
+        )
     return text
 
 
@@ -272,9 +288,11 @@ def hardware_text(summary: dict[str, Any]) -> str:
     if summary.get("flops_per_s"):
         achieved = f"{flops(summary['flops_per_s'], per_second=True)} per worker"
         if summary.get("utilisation") is not None:
-            achieved += (f" = {percent(summary['utilisation'])} of "
-                         f"{flops(summary['peak_flops_per_s'], per_second=True)} "
-                         f"({summary.get('peak_source')})")  # fmt: skip
+            achieved += (
+                f" = {percent(summary['utilisation'])} of "
+                f"{flops(summary['peak_flops_per_s'], per_second=True)} "
+                f"({summary.get('peak_source')})"
+            )
         parts.append(achieved)
     if summary.get("samples_per_s_per_worker"):
         parts.append(f"{summary['samples_per_s_per_worker']:,.0f} samples/s per worker")
@@ -284,8 +302,11 @@ def hardware_text(summary: dict[str, Any]) -> str:
     faults = summary.get("page_faults_per_step")
     if faults:
         parts.append(f"{max(faults):,.0f} page faults per step (the most)")
-    on = [name for name, key in (("channels-last", "channels_last"), ("compiled", "compiled"))
-          if summary.get(key)]  # fmt: skip
+    on = [
+        name
+        for name, key in (("channels-last", "channels_last"), ("compiled", "compiled"))
+        if summary.get(key)
+    ]
     if str(summary.get("cpu_allocator", "")).startswith("tuned"):
         on.append("tuned allocator")
     if parts and on:
@@ -317,16 +338,20 @@ def noise_text(noise: dict[str, Any]) -> str:
 def _contention_row(contention: dict[str, Any], disturbed: bool | None) -> tuple[str, str]:
     """The summary's CPU line: what the workers waited for and who else ran."""
     if disturbed:
-        text = (f"{contention['reason']}. Its times are not the machine's: compare and "
-                "report leave it out of speedup and efficiency (--include-disturbed counts "
-                "it); run it again on a quiet machine")  # fmt: skip
+        text = (
+            f"{contention['reason']}. Its times are not the machine's: compare and "
+            "report leave it out of speedup and efficiency (--include-disturbed counts "
+            "it); run it again on a quiet machine"
+        )
         return "[yellow]disturbed[/yellow]", escape(text)
     machines = [m for m in contention.get("machines") or [] if m.get("outside_cores") is not None]
     if contention.get("wait_share_max") is None or not machines:
         return "CPU", escape(str(contention.get("reason") or "not measured"))
     outside = max(m["outside_cores"] + (m.get("steal_cores") or 0.0) for m in machines)
-    text = (f"workers waited for a core {percent(contention['wait_share_max'])} of the CPU time "
-            f"they asked for; other processes used {outside:.2f} cores: undisturbed")  # fmt: skip
+    text = (
+        f"workers waited for a core {percent(contention['wait_share_max'])} of the CPU time "
+        f"they asked for; other processes used {outside:.2f} cores: undisturbed"
+    )
     if contention.get("reason"):  # oversubscribed by its own layout
         text = str(contention["reason"])
     return "CPU", escape(text)
@@ -346,8 +371,11 @@ def _forwarder_cost(run: RunRecord) -> str | None:
         return None
     elapsed = run.elapsed_s or 0.0
     share = f", {stats['cpu_s'] / elapsed:.0%} of one core over the run" if elapsed else ""
-    warn = " — it shares the cores with the workers" if elapsed and \
-        stats["cpu_s"] / elapsed > 0.05 else ""  # fmt: skip
+    warn = (
+        " — it shares the cores with the workers"
+        if elapsed and stats["cpu_s"] / elapsed > 0.05
+        else ""
+    )
     return (
         f"{stats['packets']:,} packets, {stats['cpu_s']:.2f} s CPU{share}; released "
         f"{stats['late_mean_s'] * 1e6:.0f} µs late on average (max "
@@ -365,8 +393,10 @@ def runs_table(runs: list[RunRecord]) -> Table:
     if any(run.division == "open" for run in runs):
         captions.append("* open division (differs from the reference recipe)")
     if any(run.disturbed for run in runs):
-        captions.append("† disturbed: other processes took CPU its workers asked for "
-                        "(dmlbench results RUN says how much)")  # fmt: skip
+        captions.append(
+            "† disturbed: other processes took CPU its workers asked for "
+            "(dmlbench results RUN says how much)"
+        )
     table = Table(
         title=f"{len(runs)} stored runs",
         title_justify="left",
@@ -434,8 +464,11 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             + ("speedup and effic.: TTA/step time; " if scaled else "")
             + "comm: max over ranks"
         )
-        spelt = [f"{short}: {label}" for label, short in short_labels(rows["variant"]).items()
-                 if short != label]  # fmt: skip
+        spelt = [
+            f"{short}: {label}"
+            for label, short in short_labels(rows["variant"]).items()
+            if short != label
+        ]
         notes = [legend, *spelt, *(n for n in (caption, disturbed_note(rows)) if n)]
         rich_table = Table(
             title=escape(f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else "")),
@@ -448,8 +481,12 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
         )
         for title, fn in columns:
             widest = max(len(fn(row)) for _, row in rows.iterrows())
-            rich_table.add_column(title, justify="right", no_wrap=True,
-                                  min_width=widest if title == "variant" else None)  # fmt: skip
+            rich_table.add_column(
+                title,
+                justify="right",
+                no_wrap=True,
+                min_width=widest if title == "variant" else None,
+            )
         for _, row in rows.iterrows():
             rich_table.add_row(*(escape(fn(row)) for _, fn in columns))
         tables.append(rich_table)
@@ -481,13 +518,25 @@ def comm_table(run: CommRun) -> Table:
     for row in run.results:
         table.add_row(
             *([SCOPES.get(row.scope or "", "")] if scoped else []),
-            human_bytes(row.bytes), str(row.iterations), microseconds(row.latency_s),
-            microseconds(row.latency_min_s), microseconds(row.latency_max_s),
-            f"{row.algbw / 1e6:,.2f}", f"{row.busbw / 1e6:,.2f}",
-        )  # fmt: skip
+            human_bytes(row.bytes),
+            str(row.iterations),
+            microseconds(row.latency_s),
+            microseconds(row.latency_min_s),
+            microseconds(row.latency_max_s),
+            f"{row.algbw / 1e6:,.2f}",
+            f"{row.busbw / 1e6:,.2f}",
+        )
     if run.error:
-        table.add_row(f"[red]{run.status}[/red]", escape(run.error), "", "", "", "", "",
-                      *([""] if scoped else []))  # fmt: skip
+        table.add_row(
+            f"[red]{run.status}[/red]",
+            escape(run.error),
+            "",
+            "",
+            "",
+            "",
+            "",
+            *([""] if scoped else []),
+        )
     return table
 
 
@@ -508,11 +557,17 @@ def advice_table(advice: Any, price: str) -> Group:
 
     def row(mark: str, c: Any) -> None:
         table.add_row(
-            mark, str(c.workers), f"{c.local_batch} / {c.global_batch}", f"{c.epochs:.1f}",
-            escape(c.epochs_source.split(":")[0]), f"{1e3 * c.step_s:.2f} ms",
-            escape(c.compute_source), percent(c.comm_ratio),
-            seconds(c.tta_s, unit=True), money(c.cost),
-        )  # fmt: skip
+            mark,
+            str(c.workers),
+            f"{c.local_batch} / {c.global_batch}",
+            f"{c.epochs:.1f}",
+            escape(c.epochs_source.split(":")[0]),
+            f"{1e3 * c.step_s:.2f} ms",
+            escape(c.compute_source),
+            percent(c.comm_ratio),
+            seconds(c.tta_s, unit=True),
+            money(c.cost),
+        )
 
     row("best", advice.best)
     for runner_up in advice.candidates[1:5]:
@@ -580,8 +635,12 @@ def plan_table(plan: Any, stored: set[str]) -> Table:
     for index, run in enumerate(plan.runs, 1):
         spec = run.spec
         table.add_row(
-            str(index), escape(plan.describe(run)), str(spec.workers),
-            f"{spec.local_batch} / {spec.effective_global_batch}", str(spec.seed),
-            "open" if deviations(spec) else "closed", "yes" if run.key in stored else "",
-        )  # fmt: skip
+            str(index),
+            escape(plan.describe(run)),
+            str(spec.workers),
+            f"{spec.local_batch} / {spec.effective_global_batch}",
+            str(spec.seed),
+            "open" if deviations(spec) else "closed",
+            "yes" if run.key in stored else "",
+        )
     return table

@@ -32,8 +32,16 @@ from collections.abc import Sequence
 from typing import Any
 
 # The numbers each worker gathers, in this order (floats; NaN where the OS has none).
-FIELDS = ("window_s", "cpu_s", "wait_s", "machine_busy_s", "machine_steal_s", "machine",
-          "cores", "threads")  # fmt: skip
+FIELDS = (
+    "window_s",
+    "cpu_s",
+    "wait_s",
+    "machine_busy_s",
+    "machine_steal_s",
+    "machine",
+    "cores",
+    "threads",
+)
 
 # A worker that waited for a core during at least this share of the CPU time it asked
 # for got clearly less than it asked for ...
@@ -98,8 +106,9 @@ def judge(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if judged:
             outside = max(0.0, machine["busy_s"] - machine["own_cpu_s"]) / window
             steal = max(0.0, machine["steal_s"]) / window
-        worst = max((waits[r] for r in machine["ranks"] if not math.isnan(waits[r])),
-                    default=math.nan)  # fmt: skip
+        worst = max(
+            (waits[r] for r in machine["ranks"] if not math.isnan(waits[r])), default=math.nan
+        )
         verdicts.append(
             {
                 "ranks": machine["ranks"],
@@ -123,8 +132,11 @@ def _verdict(machines: list[dict[str, Any]], waits: list[float]) -> dict[str, An
         "wait_share_max": None,
         "machines": [{k: _rounded(v) for k, v in m.items()} for m in machines],
     }
-    measured = [m for m in machines if not math.isnan(m["wait_share_max"])
-                and not math.isnan(m["outside_cores"])]  # fmt: skip
+    measured = [
+        m
+        for m in machines
+        if not math.isnan(m["wait_share_max"]) and not math.isnan(m["outside_cores"])
+    ]
     if not measured:
         result["reason"] = "not measured (too short, or no Linux schedstat)"
         return result
@@ -135,11 +147,16 @@ def _verdict(machines: list[dict[str, Any]], waits: list[float]) -> dict[str, An
             continue
         others = m["outside_cores"] + m["steal_cores"]
         where = f" on the machine of ranks {_ranks(m['ranks'])}" if len(machines) > 1 else ""
-        waited = f"workers{where} waited for a core {m['wait_share_max']:.0%} of the CPU time " \
-            "they asked for"  # fmt: skip
+        waited = (
+            f"workers{where} waited for a core {m['wait_share_max']:.0%} of the CPU time "
+            "they asked for"
+        )
         if others >= OUTSIDE_CORES:
-            stolen = f" and a hypervisor stole {m['steal_cores']:.2f}" \
-                if m["steal_cores"] >= 0.05 else ""  # fmt: skip
+            stolen = (
+                f" and a hypervisor stole {m['steal_cores']:.2f}"
+                if m["steal_cores"] >= 0.05
+                else ""
+            )
             result["disturbed"] = True
             result["reason"] = (
                 f"{waited} while other processes used {m['outside_cores']:.2f} of "

@@ -182,6 +182,5 @@ def _import_comm(
         store.begin_comm(run_id, spec, _environment(record, run_dir), run_dir=run_dir)
     else:
         store.hold(run_id, run_dir)
-    store.finish_comm(run_id, status=status, rows=rows if status == "success" else [],
-                      error=error)  # fmt: skip
+    store.finish_comm(run_id, status=status, rows=rows if status == "success" else [], error=error)
     return Imported(run_id, "comm", status)

@@ -303,8 +303,9 @@ class ResultsStore:
             run_dir.mkdir(parents=True, exist_ok=True)
             self._locks[run_id] = LauncherLock(run_dir)
         except BlockingIOError:
-            raise StoreError(f"run {run_id} is still running: its launcher holds "
-                             f"{run_dir}") from None  # fmt: skip
+            raise StoreError(
+                f"run {run_id} is still running: its launcher holds {run_dir}"
+            ) from None
         except OSError as error:
             raise StoreError(f"cannot lock the run folder {run_dir}: {error}") from None
 
@@ -355,18 +356,35 @@ class ResultsStore:
                 VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
                 ?, ?, ?, ?, ?, ?, ?)""",
                 (
-                    run_id, spec["task"], "open" if deviations else "closed", now_iso(),
-                    spec["workers"], recipe["local_batch"], global_batch,
-                    spec["seed"], spec["exchange"], recipe["target"], environment["host"],
-                    environment["cpu_model"], environment["cores"], json.dumps(environment["gpus"]),
-                    environment["torch"], environment["git_revision"], json.dumps(spec),
-                    json.dumps(deviations), json.dumps(environment),
-                    str(run_dir), os.getpid(), tag.get("name"),
-                    tag.get("scaling"), tag.get("repeat"), tag.get("key"),
+                    run_id,
+                    spec["task"],
+                    "open" if deviations else "closed",
+                    now_iso(),
+                    spec["workers"],
+                    recipe["local_batch"],
+                    global_batch,
+                    spec["seed"],
+                    spec["exchange"],
+                    recipe["target"],
+                    environment["host"],
+                    environment["cpu_model"],
+                    environment["cores"],
+                    json.dumps(environment["gpus"]),
+                    environment["torch"],
+                    environment["git_revision"],
+                    json.dumps(spec),
+                    json.dumps(deviations),
+                    json.dumps(environment),
+                    str(run_dir),
+                    os.getpid(),
+                    tag.get("name"),
+                    tag.get("scaling"),
+                    tag.get("repeat"),
+                    tag.get("key"),
                     json.dumps(tag["point"], default=str) if "point" in tag else None,
                     _network_label(spec),
                 ),
-            )  # fmt: skip
+            )
 
     def finish(
         self,
@@ -403,24 +421,40 @@ class ResultsStore:
                 samples=?, elapsed_s=?, throughput=?, error=?, summary_json=?, disturbed=?
                 WHERE run_id=?""",
                 (
-                    status, summary.get("stop_reason"), now_iso(), summary.get("best_metric"),
-                    summary.get("time_to_accuracy_s"), summary.get("time_to_accuracy_compute_s"),
-                    summary.get("epochs"), summary.get("steps"), summary.get("samples"),
-                    summary.get("elapsed_s"), summary.get("throughput"), error,
-                    json.dumps(summary), (summary.get("contention") or {}).get("disturbed"),
+                    status,
+                    summary.get("stop_reason"),
+                    now_iso(),
+                    summary.get("best_metric"),
+                    summary.get("time_to_accuracy_s"),
+                    summary.get("time_to_accuracy_compute_s"),
+                    summary.get("epochs"),
+                    summary.get("steps"),
+                    summary.get("samples"),
+                    summary.get("elapsed_s"),
+                    summary.get("throughput"),
+                    error,
+                    json.dumps(summary),
+                    (summary.get("contention") or {}).get("disturbed"),
                     run_id,
                 ),
-            )  # fmt: skip
+            )
             db.executemany(
                 "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
-                        run_id, e["epoch"], e["step"], e["samples"], e["elapsed_s"],
-                        e["compute_elapsed_s"], e["metric"], e["loss"], e.get("train_metric"),
+                        run_id,
+                        e["epoch"],
+                        e["step"],
+                        e["samples"],
+                        e["elapsed_s"],
+                        e["compute_elapsed_s"],
+                        e["metric"],
+                        e["loss"],
+                        e.get("train_metric"),
                     )
                     for e in evals
                 ],
-            )  # fmt: skip
+            )
             db.executemany(
                 "INSERT INTO phases VALUES (?, ?, ?, ?, ?)",
                 [
@@ -450,9 +484,11 @@ class ResultsStore:
                     if not _launcher_alive(row):
                         db.execute(
                             f"UPDATE {table} SET status='interrupted', error=? WHERE run_id=?",
-                            ("the launching process ended without finishing the run",
-                             row["run_id"]),
-                        )  # fmt: skip
+                            (
+                                "the launching process ended without finishing the run",
+                                row["run_id"],
+                            ),
+                        )
 
     def begin_comm(
         self,
@@ -482,12 +518,23 @@ class ResultsStore:
                 environment_json, run_dir, launcher_pid)
                 VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (
-                    run_id, spec["op"], spec["backend"], spec["workers"], _network_label(spec),
-                    now_iso(), environment["host"], environment["cpu_model"],
-                    environment["cores"], environment["torch"], environment["git_revision"],
-                    json.dumps(spec), json.dumps(environment), str(run_dir), os.getpid(),
+                    run_id,
+                    spec["op"],
+                    spec["backend"],
+                    spec["workers"],
+                    _network_label(spec),
+                    now_iso(),
+                    environment["host"],
+                    environment["cpu_model"],
+                    environment["cores"],
+                    environment["torch"],
+                    environment["git_revision"],
+                    json.dumps(spec),
+                    json.dumps(environment),
+                    str(run_dir),
+                    os.getpid(),
                 ),
-            )  # fmt: skip
+            )
 
     def finish_comm(
         self, run_id: str, *, status: str, rows: list[dict[str, Any]], error: str | None
@@ -513,12 +560,22 @@ class ResultsStore:
                 latency_min_s, latency_max_s, latency_std_s, algbw, busbw, scope)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 [
-                    (run_id, r["bytes"], r["repeats"], r.get("iterations", 1), r["latency_s"],
-                     r["latency_min_s"], r["latency_max_s"], r["latency_std_s"], r["algbw"],
-                     r["busbw"], r.get("scope"))
+                    (
+                        run_id,
+                        r["bytes"],
+                        r["repeats"],
+                        r.get("iterations", 1),
+                        r["latency_s"],
+                        r["latency_min_s"],
+                        r["latency_max_s"],
+                        r["latency_std_s"],
+                        r["algbw"],
+                        r["busbw"],
+                        r.get("scope"),
+                    )
                     for r in rows
                 ],
-            )  # fmt: skip
+            )
 
     def comm_runs(self, run_id: str | None = None) -> list[CommRun]:
         """Communication micro-benchmarks, oldest first, each with its per-size results."""
@@ -574,10 +631,12 @@ class ResultsStore:
                     fields["disturbed"] = bool(fields["disturbed"])
                 if self.read_only and row["status"] == "running" and not _launcher_alive(row):
                     fields["status"] = "interrupted"  # as the next writable open will store it
-                evals = db.execute("SELECT * FROM evals WHERE run_id=? ORDER BY step",
-                                   (row["run_id"],))  # fmt: skip
-                phases = db.execute("SELECT * FROM phases WHERE run_id=? ORDER BY rank",
-                                    (row["run_id"],))  # fmt: skip
+                evals = db.execute(
+                    "SELECT * FROM evals WHERE run_id=? ORDER BY step", (row["run_id"],)
+                )
+                phases = db.execute(
+                    "SELECT * FROM phases WHERE run_id=? ORDER BY rank", (row["run_id"],)
+                )
                 fields["evals"] = [Evaluation(**_without_run_id(r)) for r in evals]
                 fields["phases"] = [PhaseTotal(**_without_run_id(r)) for r in phases]
                 found.append(RunRecord(**fields))

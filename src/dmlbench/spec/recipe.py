@@ -32,9 +32,11 @@ class OptimizerSpec(StrictModel):
     momentum: float = Field(0.0, ge=0.0, lt=1.0, description="sgd, lars")
     nesterov: bool = Field(False, description="sgd, lars")
     weight_decay: float = Field(
-        0.0, ge=0.0, description="λ: added to the gradient (sgd, adam, lars, lamb) or to the "
-        "step, decoupled (adamw)"
-    )  # fmt: skip
+        0.0,
+        ge=0.0,
+        description="λ: added to the gradient (sgd, adam, lars, lamb) or to the "
+        "step, decoupled (adamw)",
+    )
     betas: tuple[float, float] = Field((0.9, 0.999), description="adam, adamw, lamb: moment decays")
     eps: float = Field(1e-8, gt=0.0, description="adam, adamw, lamb, lars: added to denominators")
     trust_coefficient: float = Field(0.001, gt=0.0, description="lars: η of the trust ratio")
@@ -142,9 +144,11 @@ class ScaledSchedule(StrictModel):
     decay: Literal["none", "step", "exponential", "inverse", "polynomial", "cosine"] = "none"
     milestones: list[float] = Field(default_factory=list, description="step: epochs")
     gamma: float = Field(
-        0.1, gt=0.0, description="step: factor per milestone; exponential: per epoch; "
-        "inverse: rate of 1/(1 + gamma·epochs)"
-    )  # fmt: skip
+        0.1,
+        gt=0.0,
+        description="step: factor per milestone; exponential: per epoch; "
+        "inverse: rate of 1/(1 + gamma·epochs)",
+    )
     power: float = Field(1.0, gt=0.0, description="polynomial: exponent")
     decay_epochs: float | None = Field(
         None, gt=0.0, description="polynomial, cosine: epochs after warm-up to reach 0"
@@ -218,9 +222,10 @@ class Recipe(StrictModel):
     schedule: Schedule
     l2: float = Field(0.0, ge=0.0, description="adds l2/2·‖w‖² to the loss")
     precision: Literal["fp32", "bf16"] = Field(
-        "fp32", description="bf16: forward and loss under torch.autocast (weights, gradients "
-        "and the exchange stay fp32)"
-    )  # fmt: skip
+        "fp32",
+        description="bf16: forward and loss under torch.autocast (weights, gradients "
+        "and the exchange stay fp32)",
+    )
     augment: bool = Field(False, description="the task's random training augmentation")
     target: float = Field(
         gt=0.0,

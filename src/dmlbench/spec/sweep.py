@@ -65,9 +65,11 @@ class SweepSpec(StrictModel):
         "strong: global batch fixed, local = global / workers",
     )
     global_batch: int | None = Field(
-        None, gt=0, description="strong scaling's fixed global batch (default: recipe's "
-        "local batch × the smallest worker count)"
-    )  # fmt: skip
+        None,
+        gt=0,
+        description="strong scaling's fixed global batch (default: recipe's "
+        "local batch × the smallest worker count)",
+    )
     repeats: int = Field(1, ge=1, le=1000, description="runs per point, seeds seed, seed+1, ...")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="first seed")
     set: dict[str, Any] = Field(default_factory=dict, description="fixed spec values")
@@ -91,8 +93,9 @@ class SweepSpec(StrictModel):
             if not values:
                 raise ValueError(f"axis '{key}' has no values")
             if key in ("seed", "task"):
-                raise ValueError(f"'{key}' cannot be an axis: use repeats (seeds) or one sweep "
-                                 "file per task")  # fmt: skip
+                raise ValueError(
+                    f"'{key}' cannot be an axis: use repeats (seeds) or one sweep file per task"
+                )
         return value
 
     @model_validator(mode="after")

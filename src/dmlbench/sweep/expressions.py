@@ -116,14 +116,27 @@ class Expression:
                 f"sweep expression {_clip(self.text)} is nested more than {MAX_DEPTH} deep"
             )
         allowed = (
-            ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Constant,
-            ast.Name, ast.Attribute, ast.List, ast.Tuple, ast.Call, ast.Load, ast.boolop,
-        )  # fmt: skip
+            ast.BinOp,
+            ast.UnaryOp,
+            ast.BoolOp,
+            ast.Compare,
+            ast.IfExp,
+            ast.Constant,
+            ast.Name,
+            ast.Attribute,
+            ast.List,
+            ast.Tuple,
+            ast.Call,
+            ast.Load,
+            ast.boolop,
+        )
         operator_ = (
-            type(node.op) if isinstance(node, ast.BinOp | ast.UnaryOp)
+            type(node.op)
+            if isinstance(node, ast.BinOp | ast.UnaryOp)
             else next((type(op) for op in node.ops if type(op) not in _COMPARE), None)
-            if isinstance(node, ast.Compare) else None
-        )  # fmt: skip
+            if isinstance(node, ast.Compare)
+            else None
+        )
         if operator_ is not None and operator_ not in {**_BINARY, **_UNARY, **_COMPARE}:
             raise SpecError(
                 f"sweep expression {self.text!r} uses the operator {operator_.__name__}, "

@@ -88,11 +88,16 @@ class SweepPlan:
             "dropped": self.dropped,
             "duplicates": self.duplicates,
             "runs": [
-                {"key": r.key, "repeat": r.repeat, "point": r.point, "stored": r.key in stored,
-                 "spec": r.spec.to_json_dict()}
+                {
+                    "key": r.key,
+                    "repeat": r.repeat,
+                    "point": r.point,
+                    "stored": r.key in stored,
+                    "spec": r.spec.to_json_dict(),
+                }
                 for r in self.runs
             ],
-        }  # fmt: skip
+        }
 
 
 def _short(key: str) -> str:
@@ -212,7 +217,8 @@ def plan_sweep(
             seen.add(key)
             runs.append(PlannedRun(spec, point, repeat, key))
     varying = [
-        k for k in dict.fromkeys(k for r in runs for k in r.point)
+        k
+        for k in dict.fromkeys(k for r in runs for k in r.point)
         if len({json.dumps(r.point.get(k), default=str) for r in runs}) > 1
-    ]  # fmt: skip
+    ]
     return SweepPlan(sweep, runs, dropped, duplicates, varying)

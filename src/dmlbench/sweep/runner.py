@@ -85,8 +85,9 @@ def run_sweep(
         }
         callback = progress(run, index, len(to_run)) if progress else None
         try:
-            result = run_benchmark(run.spec, store, echo=echo, progress=callback, sweep=tag,
-                                   claim=rerun)  # fmt: skip
+            result = run_benchmark(
+                run.spec, store, echo=echo, progress=callback, sweep=tag, claim=rerun
+            )
         except KeyboardInterrupt:
             outcome.interrupted = True
             break

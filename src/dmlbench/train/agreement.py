@@ -35,8 +35,10 @@ def first_differences(views: list[dict[str, Any]]) -> str | None:
     reference = views[0]
     for node, view in enumerate(views[1:], start=1):
         if view["version"] != reference["version"]:
-            return (f"node {node} runs dmlbench {view['version']}, node 0 runs "
-                    f"{reference['version']}; install one version on every node")  # fmt: skip
+            return (
+                f"node {node} runs dmlbench {view['version']}, node 0 runs "
+                f"{reference['version']}; install one version on every node"
+            )
         mine, theirs = flatten(view["spec"]), flatten(reference["spec"])
         differ = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
         if differ:

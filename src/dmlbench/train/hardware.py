@@ -135,8 +135,10 @@ def _machine_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
     from dmlbench.results.environment import cpu_model
 
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
-    return (f"{where} · {_name(dtype)} · {threads} threads · torch {torch.__version__} · "
-            f"GEMM probe {PROBE_VERSION}")  # fmt: skip
+    return (
+        f"{where} · {_name(dtype)} · {threads} threads · torch {torch.__version__} · "
+        f"GEMM probe {PROBE_VERSION}"
+    )
 
 
 def peak_flops(
@@ -190,8 +192,10 @@ def tune_allocator(setting: str) -> str:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return "default (the C library is not glibc)"
     libc = ctypes.CDLL(None)
-    answers = [libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-               libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)]  # fmt: skip
+    answers = [
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+    ]
     return TUNED if answers == [1, 1] else "default (glibc refused the thresholds)"
 
 

@@ -68,8 +68,10 @@ def _autocast(precision: str, device: torch.device) -> Callable[[], AbstractCont
     if precision == "fp32":
         return contextlib.nullcontext
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise SpecError(f"precision {precision}: {torch.cuda.get_device_name(device)} has no "
-                        "bfloat16; use precision=fp32")  # fmt: skip
+        raise SpecError(
+            f"precision {precision}: {torch.cuda.get_device_name(device)} has no "
+            "bfloat16; use precision=fp32"
+        )
     return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
@@ -95,8 +97,9 @@ class Trainer:
         self.sharding = EpochSharding(
             len(data.train_x), ctx.world_size, ctx.rank, spec.local_batch, spec.seed
         )
-        self.exchange = make_exchange(spec.exchange, self.device, spec.exchange_options,
-                                      self.sharding.steps_per_epoch)  # fmt: skip
+        self.exchange = make_exchange(
+            spec.exchange, self.device, spec.exchange_options, self.sharding.steps_per_epoch
+        )
         self.noise = self._noise_meter()
         self.exchange.measure_norms = self.noise is not None and ctx.world_size > 1
         self.net = self.exchange.prepare(self.model)
@@ -105,9 +108,13 @@ class Trainer:
         self.preprocess = data.preprocess(spec.recipe.augment)
         # training accuracy's examples: one fixed draw, the same on every rank and run
         wanted = min(spec.train_metric_examples, len(data.train_x))
-        self.train_subset = torch.randperm(
-            len(data.train_x), generator=torch.Generator().manual_seed(TRAIN_SUBSET_SEED)
-        )[:wanted] if wanted else None  # fmt: skip
+        self.train_subset = (
+            torch.randperm(
+                len(data.train_x), generator=torch.Generator().manual_seed(TRAIN_SUBSET_SEED)
+            )[:wanted]
+            if wanted
+            else None
+        )
         self.generator = torch.Generator().manual_seed(spec.seed * 7919 + ctx.rank)
         self.timer = PhaseTimer(ctx.synchronize if self.device.type == "cuda" else None)
         self.autocast = _autocast(spec.recipe.precision, self.device)
@@ -230,8 +237,7 @@ class Trainer:
     def _note_norms(self) -> None:
         """Add this step's squared gradient norms at the small and the big batch."""
         if self.split_batch:
-            norms: tuple[torch.Tensor, torch.Tensor] | None = (self._half_norm2,
-                                                               self._grad_norm2())  # fmt: skip
+            norms: tuple[torch.Tensor, torch.Tensor] | None = (self._half_norm2, self._grad_norm2())
         else:
             norms = self.exchange.gradient_norms()
         if norms is not None:
@@ -248,8 +254,9 @@ class Trainer:
         self.model.eval()
         sums = self._metric_sums(self.data.test_x, self.data.test_y)
         if self.train_subset is not None:
-            sums += self._metric_sums(self.data.train_x[self.train_subset],
-                                      self.data.train_y[self.train_subset])  # fmt: skip
+            sums += self._metric_sums(
+                self.data.train_x[self.train_subset], self.data.train_y[self.train_subset]
+            )
         self.model.train()
         self.exchange.after_evaluate(self.model)
         totals = all_reduce_sum(sums, self.device)
@@ -312,8 +319,10 @@ class Trainer:
                 loss.backward()
         except Exception as error:  # inductor's errors are pages long: the first line
             first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            raise SpecError(f"compile=true: torch.compile failed on this machine: {first}; "
-                            "run with compile=false") from None  # fmt: skip
+            raise SpecError(
+                f"compile=true: torch.compile failed on this machine: {first}; "
+                "run with compile=false"
+            ) from None
         self.exchange.zero_grad()
         with torch.no_grad():
             self.model.load_state_dict(state)
@@ -327,8 +336,9 @@ class Trainer:
         """Epochs until a stop rule fires; returns the summary logged as ``run_stop``."""
         spec, sharding = self.spec, self.sharding
         flops = self._count_flops()
-        peak = peak_for(self.device, torch.get_num_threads(), spec.recipe.precision,
-                        spec.peak_tflops)  # fmt: skip
+        peak = peak_for(
+            self.device, torch.get_num_threads(), spec.recipe.precision, spec.peak_tflops
+        )
         compile_s = self._compile() if spec.compile else None
         self.events.log(
             "run_start",
@@ -426,8 +436,9 @@ class Trainer:
         totals = self.timer.vector()
         mine = [now - before for now, before in zip(totals, previous, strict=True)]
         norms = self._norm_sums.tolist()
-        gathered = all_gather_floats([*mine, *norms, self._loss_sum.item(), float(steps)],
-                                     self.device)  # fmt: skip
+        gathered = all_gather_floats(
+            [*mine, *norms, self._loss_sum.item(), float(steps)], self.device
+        )
         self._loss_sum.zero_()
         self._norm_sums.zero_()
         losses = sum(row[-2] for row in gathered)
@@ -447,10 +458,13 @@ class Trainer:
         into the run's meter too. Each rank's average gradient is the same: rank 0's."""
         if self.noise is None:
             return None
-        epoch = NoiseScaleMeter(self.noise.small_batch, self.noise.big_batch,
-                                self.noise.population)  # fmt: skip
-        epoch.add_sums(sum(row[0] for row in sums), round(sum(row[2] for row in sums)),
-                       sums[0][1], round(sums[0][2]))  # fmt: skip
+        epoch = NoiseScaleMeter(self.noise.small_batch, self.noise.big_batch, self.noise.population)
+        epoch.add_sums(
+            sum(row[0] for row in sums),
+            round(sum(row[2] for row in sums)),
+            sums[0][1],
+            round(sums[0][2]),
+        )
         self.noise.add_sums(epoch.small_sum, epoch.small_count, epoch.big_sum, epoch.big_count)
         estimate = epoch.estimate()
         return estimate.as_dict() if estimate else None
@@ -459,8 +473,11 @@ class Trainer:
         """The noise scale over every step of the run, with the batch sizes it compared."""
         if self.noise is None or (estimate := self.noise.estimate()) is None:
             return None
-        return {**estimate.as_dict(), "small_batch": self.noise.small_batch,
-                "big_batch": self.noise.big_batch}  # fmt: skip
+        return {
+            **estimate.as_dict(),
+            "small_batch": self.noise.small_batch,
+            "big_batch": self.noise.big_batch,
+        }
 
     def _finish(
         self,
@@ -479,11 +496,11 @@ class Trainer:
         sent = float(self.exchange.bytes_sent)
         memory = float(peak_memory_bytes(self.device))
         faults = self.faults.count / max(1, self.step - excluded)
-        gathered = all_gather_floats([*totals, *steady, *mine, faults, memory, sent],
-                                     self.device)  # fmt: skip
+        gathered = all_gather_floats([*totals, *steady, *mine, faults, memory, sent], self.device)
         count = len(ALL_PHASES)
-        samples = [dict(zip(CONTENTION_FIELDS, row[2 * count : -3], strict=True))
-                   for row in gathered]  # fmt: skip
+        samples = [
+            dict(zip(CONTENTION_FIELDS, row[2 * count : -3], strict=True)) for row in gathered
+        ]
         summary = {
             "status": "success" if tta is not None else "target_not_reached",
             "stop_reason": reason,

@@ -50,8 +50,13 @@ def run_worker(spec_json: str, run_dir: str) -> None:
             views = agree(json.loads(spec_json), store, address, AGREEMENT_TIMEOUT_S)
             hosts = [view["address"] for view in views]
         task = get_task(spec.task)
-        events.log("init_start", rank_count=ctx.world_size, nodes=ctx.nodes,
-                   nproc_per_node=ctx.world_size // ctx.nodes, hosts=hosts)  # fmt: skip
+        events.log(
+            "init_start",
+            rank_count=ctx.world_size,
+            nodes=ctx.nodes,
+            nproc_per_node=ctx.world_size // ctx.nodes,
+            hosts=hosts,
+        )
         data = task.load(spec.data_dir)
         if not spec.partial_data:  # the data may have changed since the launcher looked
             task.check_examples(len(data.train_x), len(data.test_x), spec.data_dir)
