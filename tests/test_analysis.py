@@ -334,7 +334,7 @@ def test_results_table_shows_the_network_when_a_run_had_one() -> None:
 
     from rich.console import Console
 
-    from dmlbench.report.terminal import runs_table
+    from dmlbench.cli.views.tables import runs_table
 
     def text(runs: list[RunRecord]) -> str:
         console = Console(width=100, record=True)
@@ -355,7 +355,7 @@ def test_progress_counts_steps_before_the_first_epoch_ends() -> None:
 
     from rich.console import Console
 
-    from dmlbench.report.terminal import RunProgress
+    from dmlbench.cli.views.progress import RunProgress
 
     bar = RunProgress(Console(file=io.StringIO()), "t")
     bar([{"key": "run_start", "value": None, "metadata": {"step_limit": 300}}])
@@ -374,7 +374,7 @@ def test_progress_clock_runs_from_run_start_to_run_stop() -> None:
 
     from rich.console import Console
 
-    from dmlbench.report.terminal import RunProgress
+    from dmlbench.cli.views.progress import RunProgress
 
     bar = RunProgress(Console(file=io.StringIO()), "t")
     time.sleep(0.3)  # start-up: data loading, workers starting

@@ -306,3 +306,10 @@ def test_help_shows_no_value_beside_a_flag(dmlbench) -> None:
     code, out, _ = dmlbench("results", "--help")
     assert code == 0 and "--json" in out and "--help" in out
     assert "<bool>" not in out  # typer's default: as if a flag took a value
+
+
+def test_version_comes_from_the_package_metadata(dmlbench) -> None:
+    from importlib.metadata import version
+
+    code, out, _ = dmlbench("--version")
+    assert code == 0 and out.strip() == f"dmlbench {version('dmlbench')}"

@@ -446,8 +446,8 @@ def test_the_lost_node_is_named_from_the_peer_gloo_names() -> None:
 
 
 def test_simulate_layouts_pair_by_position_and_name_their_option() -> None:
-    from dmlbench.cli.app import _layouts
     from dmlbench.errors import DmlbenchError
+    from dmlbench.launch.request import layouts as _layouts
 
     assert _layouts("1,2", "2,2") == [(1, 2), (2, 2)]  # a repeated count is a layout too
     assert _layouts("1,2,4", "4") == [(1, 4), (2, 4), (4, 4)]

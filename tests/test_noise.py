@@ -90,7 +90,7 @@ def test_batches_drawn_without_replacement_are_corrected_for_the_population() ->
     ],
 )
 def test_the_summary_line_says_where_the_batch_stands(b_simple: float | None, says: str) -> None:
-    from dmlbench.report.terminal import noise_text
+    from dmlbench.cli.views.summary import noise_text
 
     noise = {"b_simple": b_simple, "steps": 2000, "small_batch": 32, "big_batch": 64}
     text = noise_text(noise)

@@ -7,4 +7,9 @@ Run the built-in default benchmark on two local worker processes::
 See ``dmlbench --help`` and the README for the rest.
 """
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+try:  # one source: pyproject.toml's version, as installed
+    __version__ = metadata.version("dmlbench")
+except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "0+unknown"

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from dmlbench.optim.build import describe_optimizer
-from dmlbench.report.terminal import AUGMENTATION, describe_schedule
+from dmlbench.spec.recipe import Schedule
 from dmlbench.tasks import TaskDefinition
+
+AUGMENTATION = "pad 4 + random 32×32 crop, horizontal flip"
+
+
+def describe_schedule(schedule: Schedule) -> str:
+    """The schedule in words, as it says itself (one description for the terminal, the
+    docs and the report)."""
+    return schedule.describe()
 
 
 def tasks_markdown(tasks: list[TaskDefinition]) -> str:

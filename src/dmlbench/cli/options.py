@@ -1,0 +1,167 @@
+"""What the commands share: each repeated option defined once, the consoles, the store
+and JSON helpers. Light imports only: `dmlbench --help` must not wait for torch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from dmlbench.errors import DmlbenchError
+from dmlbench.report.formats import plural
+from dmlbench.results.records import RunRecord
+
+console = Console()
+err_console = Console(stderr=True)
+
+DEFAULT_TASK = "digits-mlp"
+
+
+def _flag_type(display: Any) -> Any:
+    """typer (0.29) writes ``<bool>`` beside every flag in --help, as if it took a value;
+    a flag's help row shows none."""
+
+    def display_type(self: Any, ctx: Any) -> Any:
+        return None if getattr(self, "is_flag", False) else display(self, ctx)
+
+    return display_type
+
+
+if hasattr(typer.core, "TyperOption") and hasattr(typer.core.TyperOption, "display_type_rich"):
+    typer.core.TyperOption.display_type_rich = _flag_type(  # type: ignore[method-assign]
+        typer.core.TyperOption.display_type_rich
+    )
+
+StoreOption = Annotated[
+    Path,
+    typer.Option("--store", help="results folder (SQLite + run logs); env DMLBENCH_STORE"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+TaskArgument = Annotated[
+    str | None, typer.Argument(help=f"task name (default {DEFAULT_TASK})", show_default=False)
+]
+SeedOption = Annotated[int | None, typer.Option(help="random seed")]
+DataDirOption = Annotated[Path | None, typer.Option(help="where datasets are found")]
+ConfigOption = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML run spec")]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", help="override any spec key: key=value (repeatable)"),
+]
+PluginOption = Annotated[
+    list[str] | None, typer.Option("--plugin", help="module that registers tasks")
+]
+RerunOption = Annotated[
+    str,
+    typer.Option(
+        help="runs the store already has: never (skip all), failed (redo failed/interrupted), "
+        "always (run everything again)"
+    ),
+]
+NetworkOption = Annotated[
+    str | None,
+    typer.Option(
+        help="network profile (see src/dmlbench/netem/profiles.yaml): each worker in its own "
+        "namespace, shaped (root)"
+    ),
+]
+NprocPerNodeOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        help="workers per node (torchrun's meaning; default 1, or one per GPU where a "
+        "job asks for GPUs)",
+    ),
+]
+QuietOption = Annotated[bool, typer.Option(help="keep worker output in the run folders only")]
+SweepFilter = Annotated[str | None, typer.Option(help="only this sweep's runs")]
+TaskFilter = Annotated[str | None, typer.Option(help="only this task's runs")]
+BudgetOption = Annotated[
+    float | None,
+    typer.Option(help="accuracy after time: best accuracy within this many seconds", min=0),
+]
+PriceOption = Annotated[
+    str | None,
+    typer.Option(
+        help="price per worker-hour: a number or a name in the price table "
+        "(default gcp-n1-standard-4, an example)"
+    ),
+]
+PricesOption = Annotated[
+    Path | None, typer.Option(help="your own price table (YAML, like report/prices.yaml)")
+]
+IncludeDisturbedOption = Annotated[
+    bool,
+    typer.Option(
+        "--include-disturbed",
+        help="count runs disturbed by other processes in timings, speedup and efficiency",
+    ),
+]
+EpochsOption = Annotated[
+    float | None,
+    typer.Option(
+        help="epochs to the target at the recipe's batch, assumed until a run reaches it",
+        min=0.01,
+    ),
+]
+
+
+def print_json(data: Any) -> None:
+    """``data`` as JSON on stdout; stored records in their ``as_dict()`` form."""
+    sys.stdout.write(json.dumps(data, indent=2, default=_jsonable) + "\n")
+
+
+def _jsonable(value: Any) -> Any:
+    return value.as_dict() if hasattr(value, "as_dict") else str(value)
+
+
+def open_store(store: Path) -> Any:
+    """The store at ``store``, made if it is not there yet (commands that add runs)."""
+    from dmlbench.results import ResultsStore
+
+    return ResultsStore(store)
+
+
+def require_store(store: Path) -> Any:
+    """The store at ``store`` for commands that read it: refused in one line where there
+    is none, with a note where it is read-only or its run folders were never stored."""
+    from dmlbench.results import ResultsStore
+
+    if not (store / "dmlbench.sqlite").is_file():
+        raise DmlbenchError(f"no results store at {store}; run a benchmark first or pass --store")
+    opened = ResultsStore(store)
+    if opened.read_only:
+        err_console.print(f"[yellow]note[/yellow]: read-only: {escape(opened.read_only)}")
+    unlisted = opened.unlisted_run_dirs()
+    if unlisted:
+        err_console.print(
+            f"[yellow]note[/yellow]: {escape(str(opened.path))} holds no runs, but "
+            f"{plural(len(unlisted), 'run folder')} in {escape(str(store / 'runs'))} could be "
+            f"stored: dmlbench results --store {escape(str(store))} --import "
+            f"{escape(str(store / 'runs'))}",
+            soft_wrap=True,
+        )
+    return opened
+
+
+def selected_runs(
+    store: Path, sweep: str | None, task: str | None, opened: Any = None
+) -> list[RunRecord]:
+    """The stored runs of a sweep and/or task; refused in one line where there are none."""
+    runs = (opened or require_store(store)).runs(sweep=sweep, task=task)
+    if not runs:
+        what = " and ".join(f"{k} '{v}'" for k, v in (("sweep", sweep), ("task", task)) if v)
+        raise DmlbenchError(f"no stored runs in {store}" + (f" for {what}" if what else ""))
+    return list(runs)
+
+
+def load_config(config: Path | None) -> tuple[str | None, dict[str, Any]]:
+    """A run spec file's task (if it names one) and the rest of its keys."""
+    from dmlbench.spec.run import load_config_file
+
+    data = load_config_file(config) if config else {}
+    return data.pop("task", None), data

@@ -1,0 +1,153 @@
+"""`dmlbench simulate` and `dmlbench advise`: predictions and advice for clusters
+calibrated from the store's runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dmlbench.cli.options import (
+    EpochsOption,
+    JsonOption,
+    PriceOption,
+    PricesOption,
+    StoreOption,
+    console,
+    print_json,
+    require_store,
+)
+from dmlbench.report.formats import plural
+from dmlbench.results.store import default_store
+
+
+def simulate(
+    task: Annotated[str, typer.Argument(help="task to predict (calibrated from its runs)")],
+    workers: Annotated[str, typer.Option("--workers", "-w", help="e.g. 1,8,64,512")] = "1,2,4,8",
+    network: Annotated[
+        str, typer.Option(help="profiles, comma-separated (none = the measured host network)")
+    ] = "10gbit",
+    algorithm: Annotated[
+        str, typer.Option(help="ring, tree, ps and/or hierarchical (comma-separated)")
+    ] = "ring",
+    nodes: Annotated[
+        str | None,
+        typer.Option(
+            help="nodes, e.g. 1,2,4: workers = nodes × --nproc-per-node, --network "
+            "between nodes, the profile's intra_* inside one (two-level model)"
+        ),
+    ] = None,
+    nproc_per_node: Annotated[
+        str | None, typer.Option(help="workers per node: one count, or one per --nodes value")
+    ] = None,
+    store: StoreOption = default_store(),
+    price: PriceOption = None,
+    prices: PricesOption = None,
+    png: Annotated[Path | None, typer.Option(help="write the predicted speedup plot here")] = None,
+    epochs: EpochsOption = None,
+    host_bandwidth: Annotated[
+        str | None,
+        typer.Option(
+            help="assume hosts that move this much (e.g. 400gbit) instead of the "
+            "calibrated host bandwidth: for machines faster than this one"
+        ),
+    ] = None,
+    calibrate_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--calibrate-from",
+            help="take compute from this run (id, or a unique start or end of it; "
+            "repeatable) instead of every run at the fewest workers",
+        ),
+    ] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Predict step time, time to accuracy and cost at N workers on a network.
+
+    Calibrated from the store: compute from the task's runs, communication from
+    `dmlbench bench allreduce`; epochs to the target from runs that reached it (at the
+    nearest measured global batch otherwise, and said so).
+    """
+    from dmlbench.launch.request import layouts, worker_counts
+    from dmlbench.perfmodel.simulate import simulate as predict_scaling
+    from dmlbench.report.predictions import save_predictions
+    from dmlbench.report.prices import choose_price
+
+    counts = worker_counts(workers)
+    simulation = predict_scaling(
+        require_store(store),
+        task,
+        counts,
+        [n.strip() for n in network.split(",") if n.strip()],
+        [a.strip() for a in algorithm.split(",") if a.strip()],
+        price=choose_price(price, prices),
+        layouts=layouts(nodes, nproc_per_node),
+        epochs=epochs,
+        host_bandwidth=host_bandwidth,
+        calibrate_from=calibrate_from or [],
+    )
+    result = simulation.to_json()
+    saved = save_predictions(store, task, result)
+    if json_out:
+        print_json(result)
+    else:
+        from dmlbench.cli.views.predictions import prediction_table
+
+        console.print(prediction_table(result))
+        console.print(f"saved to {saved}; `dmlbench report` draws it", markup=False)
+    if png:
+        from dmlbench.report.figures import predicted_speedup
+
+        runs = plural(simulation.calibration.runs, "run")
+        title = f"{task} · predicted · calibrated on {runs}"
+        predicted_speedup(simulation.rows, title).savefig(png, dpi=200)
+        console.print(f"speedup plot: {png}", markup=False)
+
+
+def advise(
+    task: Annotated[str, typer.Argument(help="task to advise on (calibrated from its runs)")],
+    max_workers: Annotated[int, typer.Option(help="the most workers to consider", min=1)] = 8,
+    network: Annotated[
+        str, typer.Option(help="a profile or a rate (none = the measured host network)")
+    ] = "10gbit",
+    workers: Annotated[
+        int | None,
+        typer.Option(help="the worker count you plan (checked against guidelines)", min=1),
+    ] = None,
+    local_batch: Annotated[
+        int | None, typer.Option(help="the local batch you plan (default: the recipe's)", min=1)
+    ] = None,
+    epochs: EpochsOption = None,
+    store: StoreOption = default_store(),
+    price: PriceOption = None,
+    prices: PricesOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Recommend workers, local batch and learning-rate rule for a task.
+
+    Joins the gradient noise scale the task's runs measured, the store's epochs to the
+    target by global batch, and the performance model's step time on the network;
+    every number says where it came from. Needs runs of the task (one with 2+ workers
+    for the noise scale) and `dmlbench bench allreduce` in the same store.
+    """
+    from dmlbench.advise.recommend import advise_from_store
+    from dmlbench.report.prices import choose_price
+
+    chosen = choose_price(price, prices)
+    advice = advise_from_store(
+        require_store(store),
+        task,
+        max_workers=max_workers,
+        network=network,
+        price_per_worker_hour=chosen.per_worker_hour,
+        workers=workers,
+        local_batch=local_batch,
+        assume_epochs=epochs,
+    )
+    if json_out:
+        print_json({**advice.to_json(), "price": chosen.label})
+        return
+    from dmlbench.cli.views.predictions import advice_table
+
+    console.print(advice_table(advice, chosen.label))

@@ -1,0 +1,204 @@
+"""`dmlbench report`, `compare` and `export`: the store's runs as tables in the terminal,
+one HTML report with plots, aggregated side by side, or as CSV/Parquet files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from dmlbench.cli.options import (
+    BudgetOption,
+    IncludeDisturbedOption,
+    JsonOption,
+    PriceOption,
+    PricesOption,
+    StoreOption,
+    SweepFilter,
+    TaskFilter,
+    console,
+    require_store,
+    selected_runs,
+)
+from dmlbench.errors import DmlbenchError
+from dmlbench.report.formats import plural
+from dmlbench.results.store import default_store
+
+
+def report(
+    store: StoreOption = default_store(),
+    out: Annotated[
+        Path | None, typer.Option(help="HTML file to write (default: STORE/report.html)")
+    ] = None,
+    sweep: SweepFilter = None,
+    task: TaskFilter = None,
+    budget: BudgetOption = None,
+    price: PriceOption = None,
+    prices: PricesOption = None,
+    png: Annotated[Path | None, typer.Option(help="also write every figure as PNG here")] = None,
+    include_disturbed: IncludeDisturbedOption = False,
+) -> None:
+    """Scaling tables in the terminal and one self-contained HTML report with plots."""
+    from dmlbench.files import check_output_file, check_output_folder
+
+    results = require_store(store)  # before the report's imports (pandas: seconds)
+    target = out or store / "report.html"
+    check_output_file(target, "report")  # before any work: --out /dev/full, --out DIR
+    if png is not None:
+        check_output_folder(png, "--png folder")
+    import pandas as pd
+
+    from dmlbench.cli.views.tables import scaling_tables
+    from dmlbench.report.html import write_report
+    from dmlbench.report.prices import choose_price
+
+    runs = results.runs(sweep=sweep, task=task)
+    comm_runs = results.comm_runs() if not (sweep or task) else []
+    from dmlbench.report.predictions import load_predictions
+
+    predictions = (
+        [] if sweep else [p for p in load_predictions(store) if not task or p["task"] == task]
+    )
+    if not runs and not comm_runs and not predictions:
+        raise DmlbenchError(f"no stored runs in {store} to report on")
+    chosen = choose_price(price, prices)
+    sections, pngs = write_report(
+        runs,
+        target,
+        store=str(store),
+        budget_s=budget,
+        price=chosen,
+        png_dir=png,
+        comm_runs=comm_runs,
+        predictions=predictions,
+        include_disturbed=include_disturbed,
+    )
+    training = [s.table for s in sections if s.kind == "training"]
+    if training:  # the report's own tables, in the order scaling_table sorts them
+        table = pd.concat(training).sort_values(
+            ["task", "sweep", "variant", "workers"], kind="stable"
+        )
+        for rich_table in scaling_tables(table, budget):
+            console.print(rich_table)
+    for section in sections:
+        for note in section.notes:
+            where = escape(f"({section.task} · {section.sweep}): {note}")
+            console.print(f"[yellow]note[/yellow] {where}")
+    figures = sum(len(s.figures) for s in sections)
+    console.print(
+        f"report: {target} ({plural(figures, 'figure')}, {plural(len(runs), 'run')}; cost at "
+        f"{chosen.label})",
+        markup=False,
+    )
+    if pngs:
+        console.print(f"{len(pngs)} PNG files in {png}", markup=False)
+
+
+def compare(
+    by: Annotated[
+        str, typer.Option(help="columns to group by, comma-separated (e.g. workers,exchange)")
+    ] = "workers",
+    store: StoreOption = default_store(),
+    sweep: SweepFilter = None,
+    task: TaskFilter = None,
+    budget: BudgetOption = None,
+    price: PriceOption = None,
+    prices: PricesOption = None,
+    json_out: JsonOption = False,
+    csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
+    include_disturbed: IncludeDisturbedOption = False,
+    best_by: Annotated[
+        str | None,
+        typer.Option(
+            help="keep only the best variant per --group: time_to_accuracy, "
+            "accuracy_after_time (with --budget), best_metric, throughput or cost_to_target "
+            "(a tuning protocol's pick; mlbench's: time_to_accuracy per workers)"
+        ),
+    ] = None,
+    group: Annotated[
+        str | None, typer.Option(help="columns --best-by picks within (default: --by's)")
+    ] = None,
+) -> None:
+    """Aggregated runs side by side: repeats as mean ± std and olympic mean, speedup,
+    efficiency, comm ratio and cost."""
+    runs = selected_runs(store, sweep, task)  # before the report's imports
+    from dmlbench.cli.views.tables import scaling_tables
+    from dmlbench.report import analysis
+    from dmlbench.report.prices import choose_price
+
+    if best_by is not None and best_by not in analysis.BEST_BY:
+        raise DmlbenchError(f"--best-by {best_by}: choose {', '.join(analysis.BEST_BY)}")
+    if best_by == "accuracy_after_time" and budget is None:
+        raise DmlbenchError("--best-by accuracy_after_time needs --budget SECONDS")
+    if group is not None and best_by is None:
+        raise DmlbenchError("--group picks the best within groups: give --best-by too")
+    frame = analysis.runs_frame(runs)
+    columns = [c.strip() for c in by.split(",") if c.strip()]
+    within = [c.strip() for c in group.split(",") if c.strip()] if group else columns
+    columns += [c for c in within if c not in columns]
+    unknown = [c for c in columns if c not in frame.columns]
+    if unknown:
+        raise DmlbenchError(
+            f"cannot group by {', '.join(unknown)}; choose from workers, layout, nodes, "
+            "nproc_per_node, exchange, local_batch, global_batch, variant, status, division"
+        )
+    chosen = choose_price(price, prices)
+    table = analysis.scaling_table(
+        frame,
+        by=columns,
+        budget_s=budget,
+        evals=analysis.evals_frame(runs),
+        price_per_worker_hour=chosen.per_worker_hour,
+        include_disturbed=include_disturbed,
+        currency=chosen.currency,
+    )
+    if best_by is not None:
+        table = analysis.best_of(table, best_by, within)
+        if not json_out and not csv_out:
+            column, less = analysis.BEST_BY[best_by]
+            console.print(
+                f"best variant per {', '.join(within)} by {best_by} ({column}, "
+                f"{'least' if less else 'most'})",
+                markup=False,
+            )
+    if json_out:
+        sys.stdout.write(table.to_json(orient="records", indent=2) + "\n")
+    elif csv_out:
+        from dmlbench.report.export import to_csv
+
+        sys.stdout.write(to_csv(table))
+    elif "workers" in columns:
+        for rich_table in scaling_tables(table, budget):
+            console.print(rich_table)
+    else:
+        console.print(table.to_string(index=False))
+
+
+def export(
+    out: Annotated[Path, typer.Option(help="folder for runs/evals/phases files")],
+    store: StoreOption = default_store(),
+    formats: Annotated[
+        list[str] | None,
+        typer.Option("--format", help="csv and/or parquet (default: both, where pyarrow is there)"),
+    ] = None,
+    sweep: SweepFilter = None,
+    task: TaskFilter = None,
+) -> None:
+    """Write runs, evaluations, phases (and communication micro-benchmarks, unless
+    filtered by sweep or task) as CSV and/or Parquet files."""
+    from dmlbench.files import check_output_folder
+    from dmlbench.report.export import check_formats, default_formats
+    from dmlbench.report.export import export as export_tables
+
+    chosen = formats or default_formats()
+    check_formats(chosen)
+    opened = require_store(store)
+    check_output_folder(out, "export folder")
+    comm = [] if sweep or task else opened.comm_runs()
+    runs = opened.runs() if comm else selected_runs(store, sweep, task, opened)
+    written = export_tables(runs, out, chosen, comm)  # type: ignore[arg-type]
+    names = ", ".join(p.name for p in written)
+    console.print(f"{len(written)} files in {out}: {names}", markup=False)

@@ -1,0 +1,118 @@
+"""`dmlbench results`: stored runs as a table, one run's summary or JSON; `--import`
+stores run folders a store could not take when they ended."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from dmlbench.cli.options import (
+    JsonOption,
+    StoreOption,
+    console,
+    err_console,
+    print_json,
+    require_store,
+)
+from dmlbench.errors import DmlbenchError
+from dmlbench.report.formats import plural
+from dmlbench.results.records import match_id
+from dmlbench.results.store import default_store
+
+
+def results(
+    run_id: Annotated[
+        str | None, typer.Argument(help="one run: its id, or a unique start or end of it")
+    ] = None,
+    store: StoreOption = default_store(),
+    json_out: JsonOption = False,
+    import_dirs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--import",
+            help="store the run in this run folder (one the store could not take when it "
+            "ended, e.g. on a full disk); repeatable",
+        ),
+    ] = None,
+) -> None:
+    """Show stored runs: a table, one run's summary, or everything as JSON.
+
+    Communication micro-benchmarks (`dmlbench bench`) are listed after training runs;
+    `--json` gives training runs, or the one benchmark asked for.
+    """
+    if import_dirs:
+        _import(store, import_dirs)
+        return
+    results_store = require_store(store)  # before the report's imports (pandas: seconds)
+    from dmlbench.cli.views.summary import run_summary
+    from dmlbench.cli.views.tables import comm_table, runs_table
+
+    if run_id:
+        resolved = results_store.resolve_id(run_id)
+        if resolved is None:
+            comm = {r.run_id: r for r in results_store.comm_runs()}
+            found = match_id(run_id, comm)
+            if found is not None:
+                print_json(comm[found]) if json_out else console.print(comm_table(comm[found]))
+                return
+            raise DmlbenchError(f"no single run matches '{run_id}' in {store}")
+        run_id = resolved
+    runs = results_store.runs(run_id)
+    if json_out:
+        print_json(runs)
+    elif run_id:
+        console.print(run_summary(runs[0]))
+    else:
+        console.print(runs_table(runs))
+        comm_runs = results_store.comm_runs()
+        if comm_runs:
+            console.print(f"{len(comm_runs)} communication micro-benchmarks:")
+            for run in comm_runs:
+                console.print(
+                    escape(
+                        f"  {run.run_id}  {run.op} {run.backend} × {run.workers}  "
+                        f"network {run.network}  {run.status}"
+                    )
+                )
+
+
+def _import(store: Path, import_dirs: list[Path]) -> None:
+    """Store each run folder given, or each of a folder of run folders the store lacks."""
+    from dmlbench.errors import StoreError
+    from dmlbench.results import ResultsStore
+    from dmlbench.results.recover import import_run_dir
+
+    target = ResultsStore(store)
+    for given in import_dirs:
+        # a folder of run folders (a store's runs/): each one the store lacks
+        many = not (given / "spec.json").exists() and any(given.glob("*/spec.json"))
+        folders = sorted(p.parent for p in given.glob("*/spec.json")) if many else [given]
+        lacking = [
+            f
+            for f in folders
+            if not many or target.status_of(f.name) in (None, "running", "interrupted")
+        ]
+        if many and not lacking:
+            console.print(f"{target.path} has every run in {given}", markup=False)
+        for folder in lacking:
+            try:
+                done = import_run_dir(target, folder)
+            except StoreError as error:
+                if not many:
+                    raise
+                err_console.print(f"skipped {folder}: {error}", markup=False, soft_wrap=True)
+                continue
+            skipped = (
+                f"; {plural(done.skipped, 'line')} of its event log could not be read "
+                "and were skipped"
+                if done.skipped
+                else ""
+            )
+            console.print(
+                f"imported {done.kind} {done.run_id} ({done.status}) from {folder}{skipped}",
+                markup=False,
+                soft_wrap=True,
+            )

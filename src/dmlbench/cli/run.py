@@ -1,0 +1,270 @@
+"""`dmlbench run`: one benchmark run (or an inline sweep) on local workers, an emulated
+cluster, or one node of a job across hosts. What to do is decided by
+:func:`dmlbench.launch.request.plan_run`; this module parses and prints."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from dmlbench.cli.options import (
+    DEFAULT_TASK,
+    ConfigOption,
+    DataDirOption,
+    JsonOption,
+    NetworkOption,
+    NprocPerNodeOption,
+    PluginOption,
+    QuietOption,
+    RerunOption,
+    SeedOption,
+    SetOption,
+    StoreOption,
+    TaskArgument,
+    console,
+    err_console,
+    load_config,
+    print_json,
+)
+from dmlbench.errors import DmlbenchError
+from dmlbench.results.store import default_store
+
+
+def run(
+    task: TaskArgument = None,
+    workers: Annotated[
+        str | None,
+        typer.Option("--workers", "-w", help="worker processes; a list (1,2,4) makes a sweep"),
+    ] = None,
+    seed: SeedOption = None,
+    config: ConfigOption = None,
+    overrides: SetOption = None,
+    plugins: PluginOption = None,
+    exchange: Annotated[
+        str | None, typer.Option(help="gradient exchange: allreduce (reference) or ddp")
+    ] = None,
+    data_dir: DataDirOption = None,
+    network: NetworkOption = None,
+    store: StoreOption = default_store(),
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="resolve the spec, start nothing")
+    ] = False,
+    json_out: JsonOption = False,
+    quiet: QuietOption = False,
+    scaling: Annotated[
+        str | None, typer.Option(help="weak (local batch fixed) or strong (global batch fixed)")
+    ] = None,
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="fixed global batch, local = global / workers; with a list of worker "
+            "counts: strong scaling at this batch",
+        ),
+    ] = None,
+    repeats: Annotated[
+        int | None, typer.Option(min=1, help="runs per worker count (seeds seed, seed+1, ...)")
+    ] = None,
+    rerun: RerunOption = "failed",
+    name: Annotated[
+        str | None, typer.Option(help="sweep name runs are stored under (resume key)")
+    ] = None,
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="emulated cluster on this machine: nodes, each a network "
+            "namespace with its own agent (root)",
+        ),
+    ] = None,
+    nproc_per_node: NprocPerNodeOption = None,
+    nnodes: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="this is one node of a job on NNODES hosts: run the same "
+            "command on each (needs --rdzv-endpoint)",
+        ),
+    ] = None,
+    rdzv_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="HOST[:PORT] where the nodes meet (torch's c10d rendezvous); the "
+            "node whose address it is hosts it"
+        ),
+    ] = None,
+    rdzv_id: Annotated[
+        str, typer.Option(help="the job's id, the same on every node; its run id here")
+    ] = "dmlbench",
+    rdzv_timeout: Annotated[
+        int, typer.Option(min=1, help="seconds to wait for every node to arrive")
+    ] = 600,
+    local_addr: Annotated[
+        str | None,
+        typer.Option(
+            help="this node's address for its listeners (default: the one facing the endpoint)"
+        ),
+    ] = None,
+) -> None:
+    """Run one benchmark task on worker processes and store the result.
+
+    A list of worker counts, --scaling or --repeats turns the run into a sweep.
+    --nnodes with --rdzv-endpoint makes this one node of a job over several hosts;
+    --nodes emulates such a cluster on this machine.
+    """
+    from dmlbench.launch.request import RunFlags, plan_run
+    from dmlbench.spec.run import deviations, resolve_spec
+
+    config_task, config_data = load_config(config)
+    flags = RunFlags(
+        store=store,
+        task=task or config_task,
+        workers=workers,
+        scaling=scaling,
+        repeats=repeats,
+        global_batch=global_batch,
+        name=name,
+        nodes=nodes,
+        nproc_per_node=nproc_per_node,
+        nnodes=nnodes,
+        rdzv_endpoint=rdzv_endpoint,
+        rdzv_id=rdzv_id,
+    )
+    request = plan_run(flags, config_data, os.environ, DEFAULT_TASK)
+    if request.sweep is not None:
+        from dmlbench.cli.sweeps import run_sweep
+        from dmlbench.spec.sweep import validate_sweep
+
+        sweep = validate_sweep(
+            {
+                "name": request.sweep.name,
+                "task": request.task,
+                "scaling": request.sweep.scaling,
+                "global_batch": global_batch,
+                "repeats": request.sweep.repeats,
+                "seed": seed or 0,
+                "set": {k: v for k, v in config_data.items() if k != "plugins"},
+                "axes": {"workers": request.sweep.workers},
+                "plugins": config_data.get("plugins", []),
+            }
+        )
+        run_sweep(
+            sweep,
+            overrides=overrides or [],
+            plugins=plugins or [],
+            fields={
+                "exchange": exchange,
+                "data_dir": str(data_dir) if data_dir else None,
+                "network": {"profile": network} if network else None,
+                **request.layout,
+            },
+            store=request.store,
+            rerun=rerun,
+            plan_only=dry_run,
+            json_out=json_out,
+            quiet=quiet,
+        )
+        return
+    spec = resolve_spec(
+        request.task,
+        config=config_data,
+        overrides=overrides or [],
+        plugins=plugins or [],
+        workers=request.workers,
+        seed=seed,
+        exchange=exchange,
+        global_batch=global_batch,
+        data_dir=str(data_dir) if data_dir else None,
+        network={"profile": network} if network else None,
+        **request.layout,
+    )
+    if dry_run:
+        _dry_run(spec, deviations(spec), json_out)
+        return
+    _start(spec, request, rdzv_timeout, local_addr, json_out, quiet)
+
+
+def _start(
+    spec: Any, request: Any, rdzv_timeout: int, local_addr: str | None, json_out: bool, quiet: bool
+) -> None:
+    from dmlbench.cli.views.progress import RunProgress
+    from dmlbench.cli.views.summary import run_summary
+    from dmlbench.launch import run_benchmark
+    from dmlbench.launch.rendezvous import Rendezvous
+    from dmlbench.results import ResultsStore
+
+    rendezvous = None
+    if request.rdzv_endpoint is not None:
+        if spec.network.enabled:
+            raise DmlbenchError(
+                "--network emulates a cluster on this machine; with "
+                "--rdzv-endpoint the nodes are real hosts: drop --network"
+            )
+        rendezvous = Rendezvous(
+            request.rdzv_endpoint, request.rdzv_id, spec.nodes, rdzv_timeout, local_addr
+        )
+    results = ResultsStore(request.store)
+    out_console = err_console if json_out else console
+    title = escape(f"{spec.task} × {spec.layout if spec.nodes > 1 else spec.workers}")
+    try:
+        if json_out:
+            outcome = run_benchmark(spec, results, echo=False, rendezvous=rendezvous)
+        else:
+            with RunProgress(out_console, title) as progress:
+                outcome = run_benchmark(
+                    spec, results, echo=not quiet, progress=progress, rendezvous=rendezvous
+                )
+    except KeyboardInterrupt:
+        err_console.print("interrupted: the run is stored as interrupted")
+        raise typer.Exit(130) from None
+    if not outcome.recorded:
+        _node_outcome(outcome, json_out)
+        return
+    stored = results.runs(outcome.run_id)[0]
+    if json_out:
+        print_json(stored)
+    else:
+        console.print(run_summary(stored))
+    if outcome.status == "failed":
+        raise typer.Exit(1)
+
+
+def _node_outcome(outcome: Any, json_out: bool) -> None:
+    """A node of a multi-node job whose rank 0 ran elsewhere: say where its part is kept
+    and exit with the run's status."""
+    ranks = outcome.ranks
+    if json_out:
+        print_json(
+            {
+                "run_id": outcome.run_id,
+                "status": outcome.status,
+                "error": outcome.error,
+                "ranks": list(ranks),
+                "run_dir": outcome.run_dir,
+                "recorded": False,
+            }
+        )
+    else:
+        console.print(
+            f"run {escape(outcome.run_id)}: this node ran ranks {ranks[0]}-{ranks[-1]} "
+            f"({outcome.status}); the node that held rank 0 stores the run. Worker "
+            f"logs: {escape(outcome.run_dir)}/logs"
+        )
+        if outcome.error:
+            err_console.print(f"error: {escape(outcome.error)}")
+    if outcome.status != "finished":
+        raise typer.Exit(130 if outcome.status == "interrupted" else 1)
+
+
+def _dry_run(spec: Any, differ: dict[str, Any], json_out: bool) -> None:
+    from dmlbench.spec.run import derived
+
+    plan = {"spec": spec.to_json_dict(), "derived": derived(spec), "deviations": differ}
+    if json_out:
+        print_json(plan)
+    else:
+        console.print_json(json.dumps(plan, default=str))

@@ -1,0 +1,182 @@
+"""`dmlbench sweep`, and the sweep loop `dmlbench run` uses for a list of worker counts:
+plan, skip what the store has, run the rest with a bar each, print the scaling table."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from dmlbench.cli.options import (
+    DataDirOption,
+    JsonOption,
+    PluginOption,
+    QuietOption,
+    RerunOption,
+    StoreOption,
+    console,
+    err_console,
+    open_store,
+    print_json,
+)
+from dmlbench.errors import DmlbenchError
+from dmlbench.report.formats import plural
+from dmlbench.results.store import default_store
+
+
+def sweep(
+    file: Annotated[Path, typer.Argument(help="sweep file (YAML or TOML)")],
+    plan: Annotated[
+        bool, typer.Option("--plan", help="print the expanded runs, start nothing")
+    ] = False,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", "-s", help="override a key in every run")
+    ] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="override the file's repeats")] = None,
+    rerun: RerunOption = "failed",
+    plugins: PluginOption = None,
+    data_dir: DataDirOption = None,
+    store: StoreOption = default_store(),
+    json_out: JsonOption = False,
+    quiet: QuietOption = True,
+) -> None:
+    """Run a sweep file: every combination of its axes, each stored as it finishes.
+
+    Running it again skips what the store already has (see --rerun); Ctrl-C keeps
+    every finished run.
+    """
+    from dmlbench.spec.sweep import load_sweep_file
+
+    spec = load_sweep_file(file)
+    run_sweep(
+        spec,
+        overrides=overrides or [],
+        plugins=plugins or [],
+        fields={"data_dir": str(data_dir) if data_dir else None},
+        store=store,
+        rerun=rerun,
+        plan_only=plan,
+        json_out=json_out,
+        quiet=quiet,
+        repeats=repeats,
+    )
+
+
+def run_sweep(
+    sweep: Any,
+    *,
+    overrides: list[str],
+    plugins: list[str],
+    fields: dict[str, Any],
+    store: Path,
+    rerun: str,
+    plan_only: bool,
+    json_out: bool,
+    quiet: bool,
+    repeats: int | None = None,
+) -> None:
+    """Plan a sweep, then (unless ``plan_only``) run what the store does not have yet."""
+    from dmlbench.sweep import pending, plan_sweep
+    from dmlbench.sweep import run_sweep as run_planned
+
+    if rerun not in ("never", "failed", "always"):
+        raise DmlbenchError(f"--rerun {rerun!r}: choose never, failed or always")
+    plan = plan_sweep(sweep, overrides=overrides, plugins=plugins, fields=fields, repeats=repeats)
+    results = open_store(store)
+    to_run, skipped = pending(plan, results, rerun)  # type: ignore[arg-type]
+    if plan_only:
+        _print_plan(plan, {r.key for r in skipped}, json_out)
+        return
+    out = err_console if json_out else console
+    out.print(
+        f"sweep [bold]{escape(plan.sweep.name)}[/bold]: {plural(len(plan.runs), 'run')} planned, "
+        f"{len(skipped)} already in {escape(str(store))} (--rerun {rerun}), {len(to_run)} to run"
+    )
+    bars = _Bars(out, plan, json_out)
+    outcome = run_planned(
+        plan,
+        results,
+        rerun=rerun,  # type: ignore[arg-type]
+        echo=not quiet and not json_out,
+        progress=bars.start,
+        on_done=bars.done,
+    )
+    bars.close()
+    runs = results.runs(sweep=plan.sweep.name)
+    if json_out:
+        print_json(runs)
+    else:
+        from dmlbench.cli.views.tables import scaling_tables
+        from dmlbench.report import analysis
+
+        table = analysis.scaling_table(analysis.runs_frame(runs))
+        for rich_table in scaling_tables(table):
+            console.print(rich_table)
+        console.print(
+            f"{plural(len(outcome.finished), 'run')} done, {len(outcome.skipped)} skipped, "
+            + (f"{len(outcome.elsewhere)} run by another launcher, " if outcome.elsewhere else "")
+            + f"{outcome.failed} failed. Report: dmlbench report --store "
+            f"{shlex.quote(str(store))} --sweep {shlex.quote(plan.sweep.name)}",
+            markup=False,
+            soft_wrap=True,
+        )
+    if outcome.interrupted:
+        err_console.print(
+            "interrupted: finished runs are stored; run the same command again to resume"
+        )
+        raise typer.Exit(130)
+    if outcome.failed:
+        raise typer.Exit(1)
+
+
+class _Bars:
+    """A progress bar per run of a sweep (a title line where output is not a terminal),
+    and a line for each run's end."""
+
+    def __init__(self, out: Any, plan: Any, json_out: bool) -> None:
+        self.out, self.plan, self.json_out = out, plan, json_out
+        self.active: list[Any] = []
+
+    def start(self, run: Any, index: int, total: int) -> Any:
+        from dmlbench.cli.views.progress import RunProgress
+
+        title = escape(f"[{index + 1}/{total}] {self.plan.describe(run)}")
+        if self.json_out or not self.out.is_terminal:
+            self.out.print(title)
+            return None
+        bar = RunProgress(self.out, title)
+        bar.__enter__()
+        self.active.append(bar)
+        return bar
+
+    def close(self) -> None:
+        while self.active:
+            self.active.pop().__exit__(None, None, None)
+
+    def done(self, run: Any, result: Any, error: str | None) -> None:
+        self.close()
+        out = self.out
+        if result is None and str(error).startswith("skipped"):
+            out.print(f"  [yellow]{escape(str(error))}[/yellow]")
+            return
+        if result is None:
+            out.print(f"  [red]error[/red]: {escape(str(error))}")
+            return
+        colour = {"success": "green", "failed": "red"}.get(result.status, "yellow")
+        tta = result.summary.get("time_to_accuracy_s")
+        detail = f"TTA {tta:.1f} s" if tta is not None else "target not reached"
+        if result.status in ("failed", "interrupted"):
+            detail = result.error or ""
+        out.print(f"  [{colour}]{result.status}[/{colour}] {result.run_id}: {escape(detail)}")
+
+
+def _print_plan(plan: Any, stored: set[str], json_out: bool) -> None:
+    if json_out:
+        print_json(plan.to_json(stored))
+    else:
+        from dmlbench.cli.views.tables import plan_table
+
+        console.print(plan_table(plan, stored))

@@ -1,0 +1,1 @@
+"""The terminal views of the `dmlbench` commands (rich tables, progress bars)."""

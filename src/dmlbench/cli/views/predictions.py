@@ -1,0 +1,89 @@
+"""What `dmlbench advise` and `dmlbench simulate` print."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from dmlbench.report.formats import (
+    money,
+    percent,
+    seconds,
+)
+
+
+def advice_table(advice: Any, price: str) -> Group:
+    """`dmlbench advise` for a person: the recommendation and the runners-up in a table,
+    the plan's broken guidelines, and where every number came from."""
+    table = Table(
+        title=escape(f"{advice.task} on {advice.network}: ranked by predicted time to target"),
+        title_justify="left",
+        caption=escape(f"cost at {price}; epochs and compute: where they came from below"),
+        caption_justify="left",
+    )
+    for column in ("", "N", "b / B", "epochs", "from", "step", "compute", "comm", "TTA", "cost"):
+        table.add_column(column, justify="left" if column in ("", "from", "compute") else "right")
+
+    def row(mark: str, c: Any) -> None:
+        table.add_row(
+            mark,
+            str(c.workers),
+            f"{c.local_batch} / {c.global_batch}",
+            f"{c.epochs:.1f}",
+            escape(c.epochs_source.split(":")[0]),
+            f"{1e3 * c.step_s:.2f} ms",
+            escape(c.compute_source),
+            percent(c.comm_ratio),
+            seconds(c.tta_s, unit=True),
+            money(c.cost),
+        )
+
+    row("best", advice.best)
+    for runner_up in advice.candidates[1:5]:
+        row("", runner_up)
+    if advice.current is not None:
+        row("yours", advice.current)
+    for untried in advice.worth_measuring[:3]:
+        row("measure?", untried)
+    lines = [f"learning rate: {advice.learning_rate}"]
+    if advice.worth_measuring:
+        smallest = min(c.local_batch for c in advice.worth_measuring)
+        lines.append(
+            "measure? = predicted faster, but below the local batches measured, where the "
+            "compute line is optimistic; not recommended until measured: `dmlbench run "
+            f"{advice.task} --set recipe.local_batch={smallest}` (same --store)"
+        )
+    if advice.current is not None:
+        lines.append("your plan breaks:" if advice.broken else "your plan breaks no guideline")
+        lines += [f"  - {rule}" for rule in advice.broken]
+    lines.append("from:")
+    lines += [f"  {name}: {text}" for name, text in advice.sources.items()]
+    return Group(table, Text("\n".join(lines)))
+
+
+def prediction_table(result: dict[str, Any]) -> Table:
+    """`dmlbench simulate`'s predictions, in the form the store keeps them."""
+    from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text
+
+    calibration = result["calibration"]
+    table = Table(
+        title=escape(
+            f"{result['task']}: predicted (weak scaling, b = {calibration['local_batch']}; "
+            f"{calibration_text(calibration)})"
+        ),
+        title_justify="left",
+        caption=escape(
+            "* epochs to the target assumed (--epochs, or the nearest measured global "
+            f"batch's); evaluation sharded over the workers; cost at {result['price']}"
+        ),
+        caption_justify="left",
+    )
+    for title, _ in PREDICTION_COLUMNS:
+        table.add_column("algo" if title == "algorithm" else title, justify="right")
+    for row in result["predictions"]:
+        table.add_row(*(escape(cell(row)) for _, cell in PREDICTION_COLUMNS))
+    return table

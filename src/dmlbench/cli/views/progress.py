@@ -1,0 +1,82 @@
+"""The live progress bar of a run, fed with its events as rank 0 logs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
+from rich.text import Text
+
+from dmlbench.report.formats import (
+    percent,
+)
+
+
+class RunClock(ProgressColumn):
+    """Elapsed time that keeps running after the last step (rich's own column stops when
+    the bar is full, though the final evaluation still runs); frozen at ``run_stop``."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = int(task.elapsed or 0)
+        return Text(
+            f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}",
+            style="progress.elapsed",
+        )
+
+
+class RunProgress:
+    """A progress bar fed with the run's events as rank 0 logs them. Its clock starts
+    with the run's (after start-up) and stops at the run's end, so it shows the time the
+    summary reports."""
+
+    def __init__(self, console: Console, title: str) -> None:
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[steps]}"),  # done/limit: a short run moves here too
+            TextColumn("{task.fields[status]}"),
+            RunClock(),
+            console=console,
+            transient=False,
+        )
+        self.bar = self.progress.add_task(
+            title, total=None, status="preparing data, starting workers", steps=""
+        )
+        self.best: float | None = None
+        self.limit: int | None = None
+
+    def _steps(self, done: int, limit: int | None = None) -> None:
+        self.limit = limit or self.limit
+        steps = f"{done:,}/{self.limit:,} steps" if self.limit else ""
+        self.progress.update(self.bar, completed=done, total=self.limit, steps=steps)
+
+    def __enter__(self) -> RunProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def __call__(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            key, meta = event["key"], event["metadata"]
+            if key == "init_start":
+                self.progress.update(self.bar, status="loading data")
+            elif key == "run_start":  # the run's clock starts: the bar's too, so they agree
+                self.progress.reset(self.bar, total=meta["step_limit"], status="training", steps="")
+                self._steps(0, meta["step_limit"])
+            elif key == "train_progress":
+                self._steps(event["value"])
+            elif key == "epoch_stop":
+                self._steps(meta["step"])
+            elif key == "eval_accuracy":
+                self.best = event["value"] if self.best is None else max(self.best, event["value"])
+                self.progress.update(
+                    self.bar,
+                    status=f"epoch {meta['epoch_num']:g}: {percent(event['value'])} "
+                    f"(best {percent(self.best)})",
+                )
+            elif key == "run_stop":
+                self._steps(meta["steps"], meta["steps"])
+                self.progress.stop_task(self.bar)

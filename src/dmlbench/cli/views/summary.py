@@ -1,0 +1,269 @@
+"""One stored run in the terminal: its summary table and the texts it is made of."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from dmlbench.report.formats import (
+    flops,
+    human_bytes,
+    percent,
+    plural,
+    seconds,
+)
+from dmlbench.results.records import RunRecord
+from dmlbench.results.schema import PHASES
+
+STATUS_WORDS = {"target_not_reached": "no target"}
+STATUS_STYLE = {"success": "green", "failed": "red", "interrupted": "yellow"}
+
+
+REASONS = {
+    "target_reached": "target reached",
+    "time_budget": "time budget spent",
+    "max_epochs": "max epochs reached",
+    "max_steps": "max steps reached",
+}
+
+
+def run_summary(run: RunRecord) -> Table:
+    """Summary of one stored run (a record of ``ResultsStore.runs``)."""
+    summary = run.summary
+    nodes = summary.get("nodes") or 1
+    layout = f" ({nodes} nodes × {summary.get('nproc_per_node')})" if nodes > 1 else ""
+    title = escape(
+        f"{run.task} · {plural(run.workers, 'worker')}{layout} · "
+        f"{run.division} division · run {run.run_id}"
+    )
+    table = Table(title=title, title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    status = run.status
+    reason = REASONS.get(run.stop_reason or "", run.stop_reason or "")
+    colour = STATUS_STYLE.get(status, "yellow")
+    table.add_row("status", f"[{colour}]{status}[/{colour}]" + (f" ({reason})" if reason else ""))
+    if run.error:
+        table.add_row("error", escape(run.error))
+    target = run.target
+    tta = run.time_to_accuracy_s
+    if tta is not None:
+        table.add_row(
+            f"time to {percent(target)}",
+            f"{seconds(tta, unit=True)} wall-clock, evaluation included "
+            f"({seconds(run.time_to_accuracy_compute_s, unit=True)} without evaluation)",
+        )
+    else:
+        table.add_row(f"time to {percent(target)}", "not reached")
+    if run.evals:
+        best = max(run.evals, key=lambda e: e.metric)
+        table.add_row("best accuracy", f"{percent(best.metric)} at epoch {best.epoch:g}")
+    if run.epochs is not None:
+        table.add_row(
+            "trained",
+            f"{run.epochs:.2f} epochs, {run.steps or 0:,} steps, "
+            f"{run.samples or 0:,} samples in {seconds(run.elapsed_s, unit=True)}"
+            + time_split(summary),
+        )
+    if summary.get("engine") == "dask" and summary.get("throughput"):
+        per_update = (run.elapsed_s or 0) - (summary.get("eval_s") or 0)
+        workers = plural(summary.get("most_workers") or 0, "worker")
+        table.add_row(
+            "throughput",
+            f"{summary['throughput']:,.0f} samples/s, "
+            f"{1000 * per_update / max(run.steps or 1, 1):.2f} ms per update on average "
+            f"(Dask, {run.exchange.removeprefix('dask-')} engine: batch {run.global_batch} → "
+            f"{summary.get('largest_batch')}, up to {workers})",
+        )
+    elif summary.get("throughput"):
+        table.add_row(
+            "throughput",
+            f"{summary['throughput']:,.0f} samples/s, {1000 * summary['step_time_s']:.2f} ms "
+            f"per step (global batch {run.global_batch}; first "
+            f"{summary.get('warmup_steps_excluded', 0)} steps excluded as warm-up)",
+        )
+    hardware = hardware_text(summary)
+    if hardware:
+        table.add_row("hardware", hardware)
+    if summary.get("init_s") is not None:
+        startup = seconds(summary["init_s"], unit=True)
+        table.add_row("start-up", f"{startup} data load + model build (before the clock starts)")
+    if summary.get("compile_s") is not None:
+        table.add_row("compilation", compilation_text(summary))
+    shares = summary.get("phase_shares")
+    if shares:
+        cells = [
+            f"{p} {percent(shares[p]['mean'])}/{percent(shares[p]['max'])}"
+            for p in PHASES
+            if p in shares
+        ]
+        note = (
+            " (ddp: comm is the part not hidden behind backward)"
+            if summary.get("comm_overlapped")
+            else ""
+        )
+        table.add_row(
+            f"phases mean/max over {len(summary['phases_steady'])} ranks", "  ".join(cells) + note
+        )
+    if summary.get("noise_scale"):
+        table.add_row("noise scale", escape(noise_text(summary["noise_scale"])))
+    cores = run.cores
+    emulated = summary.get("emulated_nodes") or nodes == 1  # every worker on this host
+    here = run.workers if emulated else summary.get("nproc_per_node") or run.workers
+    if cores and here > cores:
+        table.add_row(
+            "[yellow]note[/yellow]",
+            f"{here} workers on {cores} cores: "
+            "oversubscribed, so times include workers sharing cores",
+        )
+    contention = summary.get("contention")
+    if contention:
+        table.add_row(*_contention_row(contention, run.disturbed))
+    if summary.get("emulated_nodes"):
+        network = run.network if run.network not in (None, "none") else "unshaped"
+        table.add_row(
+            "network",
+            escape(
+                f"{network} (emulated cluster: a namespace per node, its workers share its link)"
+            ),
+        )
+    elif run.network and run.network != "none":
+        table.add_row("network", escape(f"{run.network} (emulated: a namespace per worker)"))
+        cost = _forwarder_cost(run)
+        if cost:
+            table.add_row("delay forwarder", cost)
+    if run.deviations:
+        table.add_row(
+            "differs from recipe",
+            escape(", ".join(f"{k}={v['actual']}" for k, v in run.deviations.items())),
+        )
+    table.add_row("run folder", escape(run.run_dir))
+    return table
+
+
+def time_split(summary: dict[str, Any]) -> str:
+    """ ": training T s, evaluation E s": where the clock's time went."""
+    if summary.get("train_s") is None or not summary.get("eval_s"):
+        return ""
+    return (
+        f": training {seconds(summary['train_s'], unit=True)}, evaluation "
+        f"{seconds(summary['eval_s'], unit=True)}"
+    )
+
+
+def compilation_text(summary: dict[str, Any]) -> str:
+    """The compile time, apart from the clock, and any recompilation that was not."""
+    text = f"{seconds(summary['compile_s'], unit=True)} torch.compile (before the clock starts)"
+    again = summary.get("recompiles_in_clock") or 0
+    if again:
+        text += (
+            f"; recompiled {again} time{'s' * (again > 1)} inside the clock (a new input "
+            "shape?): those steps include compile time"
+        )
+    return text
+
+
+def hardware_text(summary: dict[str, Any]) -> str:
+    """The summary's hardware line: FLOPs per step, FLOP/s and utilisation per worker,
+    samples/s per worker, peak memory and page faults, and the speed-ups that were on."""
+    parts = []
+    if summary.get("flops_per_step"):
+        parts.append(f"{flops(summary['flops_per_step'])} per step per worker")
+    if summary.get("flops_per_s"):
+        achieved = f"{flops(summary['flops_per_s'], per_second=True)} per worker"
+        if summary.get("utilisation") is not None:
+            achieved += (
+                f" = {percent(summary['utilisation'])} of "
+                f"{flops(summary['peak_flops_per_s'], per_second=True)} "
+                f"({summary.get('peak_source')})"
+            )
+        parts.append(achieved)
+    if summary.get("samples_per_s_per_worker"):
+        parts.append(f"{summary['samples_per_s_per_worker']:,.0f} samples/s per worker")
+    memory = [m for m in summary.get("peak_memory_bytes") or [] if m]
+    if memory:
+        parts.append(f"peak memory {human_bytes(max(memory))} per worker (the most)")
+    faults = summary.get("page_faults_per_step")
+    if faults:
+        parts.append(f"{max(faults):,.0f} page faults per step (the most)")
+    on = [
+        name
+        for name, key in (("channels-last", "channels_last"), ("compiled", "compiled"))
+        if summary.get(key)
+    ]
+    if str(summary.get("cpu_allocator", "")).startswith("tuned"):
+        on.append("tuned allocator")
+    if parts and on:
+        parts.append(" and ".join(on))
+    return "; ".join(parts)
+
+
+def noise_text(noise: dict[str, Any]) -> str:
+    """The summary's noise-scale line: B_simple, what it was measured from, and what it
+    says about the batch (McCandlish et al. 2018: steps fall almost in proportion to the
+    batch below B_simple; far above it, a larger batch mostly adds epochs)."""
+    small, big = int(noise["small_batch"]), int(noise["big_batch"])
+    source = f"over {noise['steps']:,} steps, from batches of {small} and {big}"
+    if noise.get("b_simple") is None:
+        return f"not resolved {source}: the gradient is smaller than its noise"
+    scale = noise["b_simple"]
+    if big < scale / 2:
+        advice = "well below it, so a larger batch would still save steps almost in proportion"
+    elif big > 2 * scale:
+        advice = "well above it, so a larger batch would mostly cost more epochs"
+    else:
+        advice = "near it"
+    return (
+        f"B_simple ≈ {scale:,.0f}, the batch beyond which a larger one mostly costs "
+        f"epochs ({source}); this run's batch of {big} is {advice}"
+    )
+
+
+def _contention_row(contention: dict[str, Any], disturbed: bool | None) -> tuple[str, str]:
+    """The summary's CPU line: what the workers waited for and who else ran."""
+    if disturbed:
+        text = (
+            f"{contention['reason']}. Its times are not the machine's: compare and "
+            "report leave it out of speedup and efficiency (--include-disturbed counts "
+            "it); run it again on a quiet machine"
+        )
+        return "[yellow]disturbed[/yellow]", escape(text)
+    machines = [m for m in contention.get("machines") or [] if m.get("outside_cores") is not None]
+    if contention.get("wait_share_max") is None or not machines:
+        return "CPU", escape(str(contention.get("reason") or "not measured"))
+    outside = max(m["outside_cores"] + (m.get("steal_cores") or 0.0) for m in machines)
+    text = (
+        f"workers waited for a core {percent(contention['wait_share_max'])} of the CPU time "
+        f"they asked for; other processes used {outside:.2f} cores: undisturbed"
+    )
+    if contention.get("reason"):  # oversubscribed by its own layout
+        text = str(contention["reason"])
+    return "CPU", escape(text)
+
+
+def _forwarder_cost(run: RunRecord) -> str | None:
+    """The TUN delay forwarder's own cost, from the run folder's network.json."""
+    import json
+    from pathlib import Path
+
+    path = Path(run.run_dir) / "network.json"
+    try:
+        stats = json.loads(path.read_text()).get("forwarder") or {}
+    except (OSError, ValueError):
+        return None
+    if not stats.get("packets"):
+        return None
+    elapsed = run.elapsed_s or 0.0
+    share = f", {stats['cpu_s'] / elapsed:.0%} of one core over the run" if elapsed else ""
+    warn = (
+        " — it shares the cores with the workers"
+        if elapsed and stats["cpu_s"] / elapsed > 0.05
+        else ""
+    )
+    return (
+        f"{stats['packets']:,} packets, {stats['cpu_s']:.2f} s CPU{share}; released "
+        f"{stats['late_mean_s'] * 1e6:.0f} µs late on average (max "
+        f"{stats['late_max_s'] * 1e3:.1f} ms){warn}"
+    )

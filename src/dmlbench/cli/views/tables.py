@@ -1,0 +1,239 @@
+"""Tables for the terminal: tasks, stored runs, scaling, communication and sweep plans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+from dmlbench.cli.views.summary import STATUS_STYLE, STATUS_WORDS
+from dmlbench.optim.build import describe_optimizer
+from dmlbench.report.docs import AUGMENTATION, describe_schedule
+from dmlbench.report.formats import (
+    fmt,
+    human_bytes,
+    microseconds,
+    percent,
+    plural,
+    seconds,
+)
+from dmlbench.results.records import CommRun, RunRecord
+from dmlbench.tasks import TaskDefinition
+
+# how far a communication benchmark's collective reached
+SCOPES = {"all": "all", "node": "node", "hierarchical": "2-level"}
+
+
+def tasks_table(tasks: list[TaskDefinition]) -> Table:
+    table = Table(title="dmlbench tasks", title_justify="left", show_lines=True, expand=True)
+    table.add_column("task", no_wrap=True)
+    table.add_column("data · model · goal", ratio=2)
+    table.add_column("reference recipe", ratio=3)
+    for task in tasks:
+        recipe = task.recipe
+        options = ", ".join(f"{k}={v}" for k, v in recipe.model.options.items())
+        opt = recipe.optimizer
+        lines = [
+            f"local batch b={recipe.local_batch}, at most {recipe.max_epochs:g} epochs",
+            describe_schedule(recipe.schedule),
+            describe_optimizer(opt) + (f", L2 {recipe.l2:g} in loss" if recipe.l2 else ""),
+        ]
+        if recipe.augment:
+            lines.append(f"augmentation: {AUGMENTATION}")
+        if recipe.time_budget_s:
+            lines.append(f"accuracy-after-time budget {seconds(recipe.time_budget_s, unit=True)}")
+        for key, values in task.free_choices.items():
+            lines.append(f"free choice: {key.rpartition('.')[2]} in {', '.join(map(str, values))}")
+        name = escape(task.name) + ("\n[dim](for tests)[/dim]" if task.builtin_for_tests else "")
+        model = f"{recipe.model.name} ({options})" if options else recipe.model.name
+        table.add_row(
+            name,
+            escape(f"{task.dataset}\n{model}\ngoal: {percent(recipe.target)} {task.metric}"),
+            escape("\n".join(lines)),
+        )
+    return table
+
+
+def runs_table(runs: list[RunRecord]) -> Table:
+    """One line per run, narrow enough for an 80-column terminal."""
+    captions = []
+    if any(run.division == "open" for run in runs):
+        captions.append("* open division (differs from the reference recipe)")
+    if any(run.disturbed for run in runs):
+        captions.append(
+            "† disturbed: other processes took CPU its workers asked for "
+            "(dmlbench results RUN says how much)"
+        )
+    table = Table(
+        title=f"{len(runs)} stored runs",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=0,  # the box draws one space between columns
+        pad_edge=False,
+        caption="\n".join(captions) or None,
+        caption_justify="left",
+    )
+    shaped = any(_network(run) for run in runs)
+    table.add_column("run", no_wrap=True, min_width=22)
+    widest = max((len(run.task) + (run.division == "open") for run in runs), default=4)
+    table.add_column("task", overflow="fold", min_width=min(widest, 16))  # "name*" unbroken
+    table.add_column("N", justify="right", min_width=1)
+    table.add_column("b/B", no_wrap=True, min_width=5)
+    table.add_column("status", no_wrap=True, min_width=7)
+    table.add_column("TTA", justify="right", no_wrap=True, min_width=6)
+    table.add_column("best", justify="right", no_wrap=True, min_width=5)
+    table.add_column("epochs", justify="right", no_wrap=True, min_width=6)
+    if shaped:  # only where some run had an emulated network: a WAN run stands out
+        table.add_column("network", overflow="fold", min_width=8)
+    for run in runs:
+        status = run.status
+        style = STATUS_STYLE.get(status, "")
+        word = STATUS_WORDS.get(status, status) + ("†" if run.disturbed else "")
+        table.add_row(
+            run.run_id,
+            escape(run.task) + ("*" if run.division == "open" else ""),
+            str(run.workers),
+            f"{run.local_batch}/{run.global_batch}",
+            f"[{style}]{word}[/{style}]" if style else word,
+            seconds(run.time_to_accuracy_s, unit=True),
+            percent(run.best_metric),
+            fmt(run.epochs, ".1f"),
+            *([escape(_network(run) or "—")] if shaped else []),
+        )
+    return table
+
+
+def _network(run: RunRecord) -> str:
+    """The emulated network's name (a profile's, or the rate given), "" when unshaped."""
+    label = run.network or "none"
+    return "" if label == "none" else label.split(" · ")[0]
+
+
+def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
+    """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows."""
+    from dmlbench.report.analysis import short_labels
+    from dmlbench.report.tables import disturbed_note, scaling_columns
+
+    tables = []
+    for (task, sweep), rows in table.groupby(["task", "sweep"], sort=False):
+        modes = ", ".join(sorted(set(rows["scaling"]) - {"none"}))
+        over = rows[rows["oversubscribed"]]
+        caption = (
+            f"* oversubscribed: {', '.join(str(int(n)) for n in sorted(set(over['workers'])))}"
+            f" workers on {int(over['cores'].max())} cores"
+            if not over.empty
+            else None
+        )
+        columns = scaling_columns(rows, budget_s, terminal=True)
+        scaled = any(title == "speedup" for title, _ in columns)
+        legend = (
+            "conv: runs that reached the target; TTA mean±std over them; "
+            + ("speedup and effic.: TTA/step time; " if scaled else "")
+            + "comm: max over ranks"
+        )
+        spelt = [
+            f"{short}: {label}"
+            for label, short in short_labels(rows["variant"]).items()
+            if short != label
+        ]
+        notes = [legend, *spelt, *(n for n in (caption, disturbed_note(rows)) if n)]
+        rich_table = Table(
+            title=escape(f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else "")),
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            caption=escape("\n".join(notes)),
+            caption_justify="left",
+            padding=0,  # the box draws one space between columns
+            pad_edge=False,
+        )
+        for title, fn in columns:
+            widest = max(len(fn(row)) for _, row in rows.iterrows())
+            rich_table.add_column(
+                title,
+                justify="right",
+                no_wrap=True,
+                min_width=widest if title == "variant" else None,
+            )
+        for _, row in rows.iterrows():
+            rich_table.add_row(*(escape(fn(row)) for _, fn in columns))
+        tables.append(rich_table)
+    return tables
+
+
+def comm_table(run: CommRun) -> Table:
+    """One all-reduce micro-benchmark: latency and bandwidth per message size."""
+    spec = run.spec
+    nodes = run.nodes
+    layout = f" ({nodes} nodes × {run.workers // nodes})" if nodes > 1 else ""
+    table = Table(
+        title=escape(
+            f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}{layout} · network "
+            f"{run.network} · run {run.run_id}"
+        ),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        caption=f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "
+        "each after a barrier; a repeat is `iter` back-to-back all-reduces and lasts as long "
+        "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)",
+        caption_justify="left",
+    )
+    scoped = any(row.scope for row in run.results)
+    if scoped:  # an emulated cluster: across nodes, within each node, two levels
+        table.add_column("scope")
+    for column in ("size", "iter", "latency µs", "min µs", "max µs", "algbw MB/s", "busbw MB/s"):
+        table.add_column(column, justify="right")
+    for row in run.results:
+        table.add_row(
+            *([SCOPES.get(row.scope or "", "")] if scoped else []),
+            human_bytes(row.bytes),
+            str(row.iterations),
+            microseconds(row.latency_s),
+            microseconds(row.latency_min_s),
+            microseconds(row.latency_max_s),
+            f"{row.algbw / 1e6:,.2f}",
+            f"{row.busbw / 1e6:,.2f}",
+        )
+    if run.error:
+        table.add_row(
+            f"[red]{run.status}[/red]",
+            escape(run.error),
+            "",
+            "",
+            "",
+            "",
+            "",
+            *([""] if scoped else []),
+        )
+    return table
+
+
+def plan_table(plan: Any, stored: set[str]) -> Table:
+    """A sweep's planned runs (a ``SweepPlan``); ``stored``: keys the store has."""
+    from dmlbench.spec.run import deviations
+
+    table = Table(
+        title=escape(
+            f"sweep {plan.sweep.name}: {plural(len(plan.runs), 'run')} "
+            f"({plan.sweep.scaling} scaling)"
+        ),
+        title_justify="left",
+        caption=f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
+        "stored = already in the store",
+        caption_justify="left",
+    )
+    for column in ("#", "run", "N", "b / B", "seed", "division", "stored"):
+        table.add_column(column)
+    for index, run in enumerate(plan.runs, 1):
+        spec = run.spec
+        table.add_row(
+            str(index),
+            escape(plan.describe(run)),
+            str(spec.workers),
+            f"{spec.local_batch} / {spec.effective_global_batch}",
+            str(spec.seed),
+            "open" if deviations(spec) else "closed",
+            "yes" if run.key in stored else "",
+        )
+    return table

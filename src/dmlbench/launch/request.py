@@ -1,0 +1,163 @@
+"""What `dmlbench run` is asked to do, decided from its flags and the environment alone.
+
+Like torchrun's ``config_from_args``: the CLI parses, this module decides (one run or a
+sweep; an emulated cluster, one node of a job across hosts, a Slurm job's launcher or
+one of its steps; where the node's part is stored), and the launch paths act. It reads
+no file and starts nothing, so every rule is tested in-process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dmlbench.errors import DmlbenchError
+
+DEFAULT_RDZV_ID = "dmlbench"
+Scaling = Literal["weak", "strong", "none"]
+
+
+def worker_counts(
+    text: str | None, option: str = "--workers", noun: str = "worker counts", unique: bool = True
+) -> list[int]:
+    """``"1,2,4"`` → [1, 2, 4]; refused with one line when it is not a list of counts.
+    ``unique``: repeats dropped (a sweep's axis); otherwise kept (values paired by
+    position, as --nodes with --nproc-per-node)."""
+    if text is None:
+        return []
+    try:
+        counts = [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError:
+        raise DmlbenchError(f"{option} {text!r}: give a count or a list like 1,2,4") from None
+    if not counts or min(counts) < 1:
+        raise DmlbenchError(f"{option} {text!r}: {noun} must be at least 1")
+    return list(dict.fromkeys(counts)) if unique else counts
+
+
+def layouts(nodes: str | None, per_node: str | None) -> list[tuple[int, int]]:
+    """``--nodes 1,2,4 --nproc-per-node 4,2,1`` → [(1, 4), (2, 2), (4, 1)]; one value of
+    either applies to every value of the other."""
+    if nodes is None and per_node is None:
+        return []
+    node_counts = worker_counts(nodes or "1", "--nodes", "node counts", unique=False)
+    per_counts = worker_counts(per_node or "1", "--nproc-per-node", "workers per node", False)
+    if len(node_counts) > 1 and len(per_counts) > 1 and len(node_counts) != len(per_counts):
+        raise DmlbenchError(
+            "--nodes and --nproc-per-node: give one value of either, or as many of each"
+        )
+    if len(node_counts) == 1:
+        node_counts = node_counts * len(per_counts)
+    if len(per_counts) == 1:
+        per_counts = per_counts * len(node_counts)
+    return list(zip(node_counts, per_counts, strict=True))
+
+
+@dataclass(frozen=True)
+class RunFlags:
+    """`dmlbench run`'s flags as given (``None``: not given)."""
+
+    store: Path
+    task: str | None = None
+    workers: str | None = None
+    scaling: str | None = None
+    repeats: int | None = None
+    global_batch: int | None = None
+    name: str | None = None
+    nodes: int | None = None
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str = DEFAULT_RDZV_ID
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """A sweep of worker counts (or repeats) the flags asked for."""
+
+    name: str
+    scaling: Scaling
+    workers: list[int]
+    repeats: int
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What to run, where, and where this process stores it."""
+
+    task: str
+    store: Path
+    workers: int | None  # one run's count, None: the spec's
+    nodes: int | None
+    nproc_per_node: int | None
+    rdzv_endpoint: str | None = None  # one node of a job across hosts
+    rdzv_id: str = DEFAULT_RDZV_ID
+    sweep: SweepRequest | None = None
+
+    @property
+    def layout(self) -> dict[str, int | None]:
+        return {"nodes": self.nodes, "nproc_per_node": self.nproc_per_node}
+
+
+def plan_run(
+    flags: RunFlags, config: Mapping[str, Any], env: Mapping[str, str], default_task: str
+) -> RunRequest:
+    """Decide what `dmlbench run` does. ``config``: the keys of the run spec file (its
+    ``task`` included), ``env``: the process's environment (Slurm's variables)."""
+    from dmlbench.launch.node import node_folder
+    from dmlbench.launch.slurm import SlurmJob
+
+    task = flags.task or config.get("task") or default_task  # the argument wins
+    counts = worker_counts(flags.workers)
+    repeats = flags.repeats or 1
+    is_sweep = len(counts) > 1 or bool(flags.scaling) or repeats > 1
+    store, nodes, nnodes = flags.store, flags.nodes, flags.nnodes
+    endpoint, rdzv_id, per_node = flags.rdzv_endpoint, flags.rdzv_id, flags.nproc_per_node
+    slurm = SlurmJob.from_env(env)
+    if slurm is not None and slurm.nodes > 1 and nodes is None:
+        if slurm.in_step:  # one task of `srun` across nodes: one node of the job
+            if endpoint is None:
+                nnodes, endpoint = nnodes or slurm.nodes, slurm.endpoint()
+                rdzv_id = slurm.rendezvous_id if rdzv_id == DEFAULT_RDZV_ID else rdzv_id
+            store = node_folder(store, slurm.node_id)
+        elif not is_sweep and nnodes is None and "nodes" not in config:
+            nodes = slurm.nodes  # the batch script: the job's launcher, on all its nodes
+    if nnodes is not None and endpoint is None:
+        raise DmlbenchError(
+            "--nnodes needs --rdzv-endpoint HOST:PORT, the same on every "
+            "node; for an emulated cluster on this machine use --nodes"
+        )
+    if nnodes is not None and nodes is not None:
+        raise DmlbenchError(
+            "give --nnodes (this is one node of a real job) or --nodes (an "
+            "emulated cluster), not both"
+        )
+    if endpoint is not None:
+        from dmlbench.names import path_component
+
+        path_component(rdzv_id, "--rdzv-id")  # it names the run's folder on every node
+        nodes = nnodes or 1
+    given = counts or "workers" in config or "nproc_per_node" in config
+    if nodes and per_node is None and not given:
+        per_node = 1  # torchrun's default
+    sweep = None
+    if is_sweep:
+        if endpoint is not None:
+            raise DmlbenchError(
+                "--rdzv-endpoint runs one job across hosts, not a sweep: start "
+                "one job at a time (or sweep an emulated cluster, --nodes)"
+            )
+        mode = flags.scaling or ("strong" if flags.global_batch is not None else "none")
+        name = flags.name or f"{task}-{mode if mode != 'none' else 'workers'}"
+        sweep = SweepRequest(name, mode, counts or [1], repeats)  # type: ignore[arg-type]
+    return RunRequest(
+        task=task,
+        store=store,
+        workers=counts[0] if counts else None,
+        nodes=nodes,
+        nproc_per_node=per_node,
+        rdzv_endpoint=endpoint,
+        rdzv_id=rdzv_id,
+        sweep=sweep,
+    )

@@ -1,0 +1,91 @@
+"""`dmlbench run`'s decisions, made in-process from flags, the spec file's keys and the
+environment: one run or a sweep, which cluster path, where this node stores its part."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dmlbench.errors import DmlbenchError
+from dmlbench.launch.request import RunFlags, plan_run, worker_counts
+
+STORE = Path("/tmp/store")
+BATCH = {"SLURM_JOB_ID": "41", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+STEP = {
+    **BATCH,
+    "SLURM_STEP_ID": "3",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_NODELIST": "gpu[07-08]",
+    "SLURM_NODEID": "1",
+}
+
+
+def plan(config: dict | None = None, env: dict | None = None, **flags):
+    return plan_run(RunFlags(store=STORE, **flags), config or {}, env or {}, "digits-mlp")
+
+
+def test_one_run_takes_the_task_from_the_argument_then_the_file_then_the_default() -> None:
+    assert plan().task == "digits-mlp"
+    assert plan({"task": "breast-cancer-logreg"}).task == "breast-cancer-logreg"
+    request = plan({"task": "breast-cancer-logreg"}, task="digits-mlp", workers="2")
+    assert (request.task, request.workers, request.sweep) == ("digits-mlp", 2, None)
+    assert request.layout == {"nodes": None, "nproc_per_node": None}
+    assert request.store == STORE and request.rdzv_endpoint is None
+
+
+def test_a_list_scaling_or_repeats_make_a_sweep_named_after_its_mode() -> None:
+    assert plan(workers="1,2,4").sweep.name == "digits-mlp-workers"
+    assert plan(workers="1,2,4").sweep.workers == [1, 2, 4]
+    strong = plan(workers="1,2", global_batch=64).sweep
+    assert (strong.scaling, strong.name) == ("strong", "digits-mlp-strong")
+    weak = plan(scaling="weak", name="mine").sweep
+    assert (weak.scaling, weak.name, weak.workers) == ("weak", "mine", [1])
+    assert plan(repeats=3).sweep.repeats == 3
+    assert plan(repeats=1).sweep is None
+
+
+def test_worker_lists_are_refused_in_one_line() -> None:
+    assert worker_counts("1, 2,2,4") == [1, 2, 4]
+    for text in ("two", "0,2", ","):
+        with pytest.raises(DmlbenchError, match="--workers"):
+            worker_counts(text)
+
+
+def test_one_node_of_a_job_across_hosts() -> None:
+    request = plan(nnodes=2, rdzv_endpoint="10.0.0.1:29400", rdzv_id="job-7")
+    assert request.layout == {"nodes": 2, "nproc_per_node": 1}  # torchrun's default
+    assert (request.rdzv_endpoint, request.rdzv_id) == ("10.0.0.1:29400", "job-7")
+    # workers given (flag or file): the count per node is left to the spec
+    assert plan({"workers": 4}, rdzv_endpoint="h:1").nproc_per_node is None
+    with pytest.raises(DmlbenchError, match="--nnodes needs --rdzv-endpoint"):
+        plan(nnodes=2)
+    with pytest.raises(DmlbenchError, match="not both"):
+        plan(nnodes=2, nodes=2, rdzv_endpoint="h:1")
+    with pytest.raises(DmlbenchError, match="not a sweep"):
+        plan(rdzv_endpoint="h:1", workers="1,2")
+    with pytest.raises(DmlbenchError, match="--rdzv-id"):  # it names a folder on each node
+        plan(rdzv_endpoint="h:1", rdzv_id="../x")
+
+
+def test_an_emulated_cluster_defaults_to_one_worker_per_node() -> None:
+    assert plan(nodes=2).layout == {"nodes": 2, "nproc_per_node": 1}
+    assert plan(nodes=2, workers="4").layout == {"nodes": 2, "nproc_per_node": None}
+
+
+def test_a_slurm_batch_script_launches_on_all_the_jobs_nodes() -> None:
+    request = plan(env=BATCH)
+    assert request.layout == {"nodes": 2, "nproc_per_node": 1}
+    assert request.store == STORE and request.rdzv_endpoint is None
+    # the file's or the flag's layout wins; a sweep stays on the launcher's node
+    assert plan({"nodes": 1}, env=BATCH).nodes is None
+    assert plan(env=BATCH, nodes=1).nodes == 1
+    assert plan(env=BATCH, workers="1,2").nodes is None
+
+
+def test_a_slurm_step_is_one_node_that_keeps_its_part_apart() -> None:
+    # (the endpoint Slurm's node list gives is tested against a real Slurm, test_slurm.py)
+    request = plan(env=STEP, rdzv_endpoint="gpu07:29400", nnodes=2)
+    assert request.store == STORE / "nodes" / "node1"
+    assert request.layout == {"nodes": 2, "nproc_per_node": 1}
+    assert request.rdzv_id == "dmlbench"  # an endpoint given: the id given too
