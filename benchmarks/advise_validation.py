@@ -28,11 +28,10 @@ from typing import Any
 
 from dmlbench.advise.recommend import advise_from_store
 from dmlbench.launch import run_benchmark
-from dmlbench.launch.bench import run_comm_bench
+from dmlbench.launch.bench import resolve_bench, run_comm_bench
 from dmlbench.report.analysis import olympic_mean
+from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
-from dmlbench.spec import resolve_spec
-from dmlbench.spec.bench import validate_bench
 
 WITHIN = 0.10
 
@@ -88,7 +87,7 @@ def main() -> int:
     for workers, local in ((1, first), (1, second), (2, first)):
         measure(calibration, args.task, workers, local, 0, args.overrides)
     if not calibration.comm_runs():
-        spec = validate_bench({"workers": 2, "max_bytes": 2**22, "repeats": 5, "warmup": 2})
+        spec = resolve_bench({"workers": 2, "max_bytes": 2**22, "repeats": 5, "warmup": 2})
         run_comm_bench(spec, calibration)
     advice = advise_from_store(calibration, args.task, max_workers=max(counts), network="none")
     best = advice.best

@@ -39,12 +39,11 @@ import torch
 
 import dmlbench
 from dmlbench.launch import run_benchmark
-from dmlbench.launch.bench import run_comm_bench
+from dmlbench.launch.bench import resolve_bench, run_comm_bench
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel import Layout, Link, calibrate_comm, cluster_allreduce_time
+from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
-from dmlbench.spec import resolve_spec
-from dmlbench.spec.bench import validate_bench
 
 LAYOUTS = ((1, 4), (2, 2), (4, 1))
 NETWORKS = ("10gbit", "1gbit")
@@ -54,7 +53,7 @@ COMPUTE = ("data", "forward", "backward", "optimizer")
 
 def bench(store: ResultsStore, nodes: int, network: str | None, repeats: int) -> list[dict]:
     low, high = (4, SIZES[1]) if network is None else SIZES
-    spec = validate_bench(
+    spec = resolve_bench(
         {
             "workers": 4,
             "nodes": nodes,

@@ -39,8 +39,8 @@ from dmlbench.data import Dataset, Preprocess
 from dmlbench.data.augment import ChannelNormalize
 from dmlbench.data.cifar10 import MEAN, STD
 from dmlbench.models.resnet import CifarResNet
+from dmlbench.resolve import resolve_spec
 from dmlbench.results.environment import collect_environment
-from dmlbench.spec import resolve_spec
 from dmlbench.tasks import get_task
 from dmlbench.train.context import DistContext
 from dmlbench.train.trainer import Trainer

@@ -20,12 +20,11 @@ import sys
 from pathlib import Path
 
 from dmlbench.launch import run_benchmark
-from dmlbench.launch.bench import run_comm_bench
+from dmlbench.launch.bench import resolve_bench, run_comm_bench
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel import Link, allreduce_time, calibrate_comm
+from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
-from dmlbench.spec import resolve_spec
-from dmlbench.spec.bench import validate_bench
 
 BANDWIDTHS = ("50mbit", "200mbit", "1gbit")
 LATENCIES = ("1ms", "5ms")
@@ -37,7 +36,7 @@ def bench(
     store: ResultsStore, network: dict, repeats: int, sizes: tuple[int, int, int] | None = None
 ) -> dict[int, float]:
     low, high, factor = sizes or (SIZES[0], SIZES[1], SIZES[1] // SIZES[0])
-    spec = validate_bench(
+    spec = resolve_bench(
         {
             "workers": 2,
             "min_bytes": low,

@@ -253,8 +253,8 @@ def incomplete_data(tmp: Path) -> dict[str, Any]:
 
     from dmlbench.data.libsvm import load_libsvm
     from dmlbench.launch import run_benchmark
+    from dmlbench.resolve import resolve_spec
     from dmlbench.results import ResultsStore
-    from dmlbench.spec import resolve_spec
 
     write_cifar_binary(tmp / "cifar", per_batch=100)  # whole records, far too few
     store = ResultsStore(tmp / "data-store")
@@ -290,9 +290,9 @@ def full_disk(tmp: Path) -> dict[str, Any]:
     needs_root()
     from dmlbench.errors import ResultsNotStored
     from dmlbench.launch import run_benchmark
+    from dmlbench.resolve import resolve_spec
     from dmlbench.results import ResultsStore
     from dmlbench.results.recover import import_run_dir
-    from dmlbench.spec import resolve_spec
 
     disk = tmp / "disk"
     disk.mkdir()
@@ -535,10 +535,10 @@ def sbatch_injection(tmp: Path) -> dict[str, Any]:
 def outputs_over_devices(tmp: Path) -> dict[str, Any]:
     """report/export/--png/slurm --out/k8s --out aimed at a device, a folder, a symlink."""
     needs_root()
+    from dmlbench.resolve import deviations, resolve_spec
     from dmlbench.results import ResultsStore
     from dmlbench.results.environment import collect_environment
     from dmlbench.results.summary import summarize
-    from dmlbench.spec.run import deviations, resolve_spec
 
     store = tmp / "store"
     spec = resolve_spec("synthetic-mlp")
@@ -614,9 +614,9 @@ def ids_as_paths(tmp: Path) -> dict[str, Any]:
 @attack("import")
 def damaged_import(tmp: Path) -> dict[str, Any]:
     """`results --import` on damaged run folders."""
+    from dmlbench.resolve import resolve_spec
     from dmlbench.results.environment import collect_environment
     from dmlbench.results.rundir import create_run_dir, write_json
-    from dmlbench.spec.run import resolve_spec
 
     store = tmp / "store"
     spec = resolve_spec("synthetic-mlp").to_json_dict()

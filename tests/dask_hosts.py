@@ -24,8 +24,9 @@ from pathlib import Path
 
 from distributed import Client
 
+from dmlbench.netem.namespaces import enter_namespace
 from dmlbench.netem.profiles import ResolvedNetwork
-from dmlbench.netem.topology import Topology, enter_namespace
+from dmlbench.netem.topology import Topology
 from dmlbench.system import die_with_parent
 
 PORT = 8786

@@ -272,7 +272,7 @@ def test_worker_counts_sort_as_numbers() -> None:
 
 def test_price_table_is_data_and_refuses_bad_entries(tmp_path) -> None:
     from dmlbench.errors import SpecError
-    from dmlbench.report.prices import choose_price
+    from dmlbench.prices import choose_price
 
     assert choose_price().name == "gcp-n1-standard-4"
     assert choose_price("0.5").per_worker_hour == 0.5
@@ -435,8 +435,8 @@ def test_report_figures_read_at_a_glance() -> None:
     colour per variant, legends outside the plot area, units on the axes."""
     from matplotlib.colors import to_hex
 
+    from dmlbench.prices import choose_price
     from dmlbench.report.html import build_sections
-    from dmlbench.report.prices import choose_price
 
     (section,) = build_sections(_adhoc_runs(), price=choose_price(None, None))
     assert "speedup" not in section.figures and "efficiency" not in section.figures

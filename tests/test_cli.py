@@ -188,8 +188,8 @@ def test_a_launch_puts_the_signal_handlers_back(tmp_path: Path) -> None:
     """torch's launcher left its own SIGINT/SIGTERM handlers set: a signal between two
     runs of a sweep raised its SignalException, a traceback and exit 1 (issue 40)."""
     from dmlbench.launch import run_benchmark
+    from dmlbench.resolve import resolve_spec
     from dmlbench.results import ResultsStore
-    from dmlbench.spec import resolve_spec
 
     names = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
     before = {n: signal.getsignal(getattr(signal, n)) for n in names}

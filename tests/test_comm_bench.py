@@ -11,7 +11,8 @@ from test_cli import cli
 
 from dmlbench.comm.bench import bus_factor, summarize_size
 from dmlbench.errors import SpecError
-from dmlbench.spec.bench import CommBenchSpec, validate_bench
+from dmlbench.launch.bench import resolve_bench
+from dmlbench.spec.bench import CommBenchSpec
 
 
 def test_sizes_are_a_log_scale_of_whole_elements_ending_at_the_cap() -> None:
@@ -54,7 +55,7 @@ def test_impossible_benchmarks_are_refused(data: dict, message: str) -> None:
     if data.get("backend") == "nccl" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(SpecError, match=message):
-        validate_bench(data)
+        resolve_bench(data)
 
 
 @pytest.mark.multiprocess

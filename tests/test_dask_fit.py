@@ -18,7 +18,7 @@ from dmlbench.dask.dampers import Constant, GeoDamp
 from dmlbench.dask.run import DaskFit, first_rate, make_damper, stored_spec
 from dmlbench.dask.simulate import schedule
 from dmlbench.errors import SpecError
-from dmlbench.spec.run import resolve_spec
+from dmlbench.resolve import resolve_spec
 
 DIGITS_TRAIN = 1_437  # digits-mlp's training split
 

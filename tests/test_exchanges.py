@@ -11,8 +11,7 @@ from dmlbench.comm.compressed import pack_signs, unpack_signs
 from dmlbench.comm.exchange import EXCHANGES, check_options, is_exact, make_exchange
 from dmlbench.comm.local import gossip_peers, mixing_matrix, torus_shape
 from dmlbench.errors import SpecError
-from dmlbench.spec import resolve_spec
-from dmlbench.spec.run import deviations
+from dmlbench.resolve import deviations, resolve_spec
 
 CPU = torch.device("cpu")
 

@@ -24,8 +24,8 @@ from dmlbench.errors import ResultsNotStored
 from dmlbench.heartbeat import read_heartbeats
 from dmlbench.launch import run_benchmark
 from dmlbench.launch.watchdog import judge
+from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
-from dmlbench.spec import resolve_spec
 
 LONG_RUN = ["--set", "max_epochs=100000", "--set", "stop_at_target=false"]
 
@@ -382,9 +382,9 @@ def _begin_in_a_pid_namespace(store: Path) -> subprocess.Popen:
     script = (
         "import os, sys, time\n"
         "from pathlib import Path\n"
-        "from dmlbench.launch.run import open_run\n"
+        "from dmlbench.launch.lifecycle import open_run\n"
         "from dmlbench.results import ResultsStore\n"
-        "from dmlbench.spec import resolve_spec\n"
+        "from dmlbench.resolve import resolve_spec\n"
         "store = ResultsStore(Path(sys.argv[1]))\n"
         "run_id, _ = open_run(store, resolve_spec('digits-mlp').to_json_dict())\n"
         "print(os.getpid(), run_id, flush=True)\n"
@@ -425,8 +425,9 @@ def test_a_killed_launcher_process_leaves_its_run_interrupted(tmp_path: Path) ->
             sys.executable,
             "-c",
             "import sys\nfrom pathlib import Path\n"
-            "from dmlbench.launch.run import open_run\nfrom dmlbench.results import ResultsStore\n"
-            "from dmlbench.spec import resolve_spec\nstore = ResultsStore(Path(sys.argv[1]))\n"
+            "from dmlbench.launch.lifecycle import open_run\n"
+            "from dmlbench.results import ResultsStore\n"
+            "from dmlbench.resolve import resolve_spec\nstore = ResultsStore(Path(sys.argv[1]))\n"
             "print(open_run(store, resolve_spec('digits-mlp').to_json_dict())[0], flush=True)\n"
             "import time; time.sleep(3600)\n",
             str(store),

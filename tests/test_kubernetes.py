@@ -15,7 +15,7 @@ import yaml
 from processes import free_port
 
 from dmlbench.launch.kubernetes import PodResources, manifests, to_yaml
-from dmlbench.spec.run import resolve_spec
+from dmlbench.resolve import resolve_spec
 
 models = pytest.importorskip("kubernetes.client.models", reason="pip install kubernetes")
 from kubernetes.client import ApiClient  # noqa: E402

@@ -23,7 +23,7 @@ from test_cli import cli
 from test_netem import root_only
 
 from dmlbench.netem import leftovers
-from dmlbench.spec.run import resolve_spec
+from dmlbench.resolve import resolve_spec
 from dmlbench.spec.sweep import validate_sweep
 from dmlbench.sweep.plan import plan_sweep
 from dmlbench.train.agreement import first_differences, node_view
@@ -437,7 +437,7 @@ def test_a_frozen_node_or_worker_is_named_within_the_stall_timeout(
 
 
 def test_the_lost_node_is_named_from_the_peer_gloo_names() -> None:
-    from dmlbench.launch.run import name_lost_node
+    from dmlbench.launch.lifecycle import name_lost_node
 
     error = "worker rank 0 failed: [pair.cc:553] Connection closed by peer [10.0.0.2]:16608."
     hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]

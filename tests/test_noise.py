@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dmlbench.advise.noise import (
+from dmlbench.noise import (
     NoiseScaleMeter,
     exact_noise_scale,
     noise_scale_estimate,

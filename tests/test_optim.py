@@ -8,7 +8,7 @@ from torch import nn
 
 from dmlbench.errors import SpecError
 from dmlbench.optim.build import OPTIMIZERS, build_optimizer, describe_optimizer
-from dmlbench.spec import resolve_spec
+from dmlbench.resolve import resolve_spec
 from dmlbench.spec.recipe import OptimizerSpec
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from dmlbench.files import write_file
+from dmlbench.resolve import deviations, resolve_spec
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
 from dmlbench.results.summary import summarize
-from dmlbench.spec.run import deviations, resolve_spec
 
 HOSTILE_SWEEP = '=HYPERLINK("http://x","y") [bold]b[/] x[/]'
 

@@ -136,7 +136,7 @@ def test_scaled_schedule_says_what_it_does_and_refuses_what_it_cannot() -> None:
         _scaled(decay="cosine")
     with pytest.raises(ValidationError, match="decay step needs milestones"):
         _scaled(decay="step")
-    from dmlbench.spec import resolve_spec
+    from dmlbench.resolve import resolve_spec
 
     spec = resolve_spec(
         "digits-mlp",

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dmlbench.errors import SpecError
-from dmlbench.spec import resolve_spec
-from dmlbench.spec.run import deviations, load_config_file
+from dmlbench.resolve import deviations, resolve_spec
+from dmlbench.spec.run import load_config_file
 
 
 def test_reference_recipe_is_closed_division() -> None:

@@ -241,9 +241,9 @@ def test_ctrl_c_stops_the_sweep_and_keeps_finished_runs(tmp_path: Path) -> None:
 
 
 def test_an_older_store_gains_the_sweep_columns(tmp_path: Path) -> None:
+    from dmlbench.resolve import resolve_spec
     from dmlbench.results import ResultsStore
     from dmlbench.results.environment import collect_environment
-    from dmlbench.spec import resolve_spec
 
     root = tmp_path / "old"
     root.mkdir()

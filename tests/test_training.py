@@ -15,9 +15,9 @@ from datafiles import write_cifar_binary
 
 from dmlbench.errors import DatasetError
 from dmlbench.launch import run_benchmark
+from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
 from dmlbench.results.contention import OUTSIDE_CORES, WAIT_SHARE
-from dmlbench.spec import resolve_spec
 from dmlbench.train.worker import MODEL_FILE
 
 pytestmark = pytest.mark.multiprocess
@@ -381,8 +381,8 @@ def _exact_noise_scale(task_name: str, weights: dict[str, torch.Tensor]) -> floa
     gradient is the same ~1e-12 for every example."""
     from torch.func import functional_call, grad, vmap
 
-    from dmlbench.advise.noise import exact_noise_scale
     from dmlbench.models import build_model
+    from dmlbench.noise import exact_noise_scale
     from dmlbench.tasks import get_task
     from dmlbench.train.losses import LOSSES
 

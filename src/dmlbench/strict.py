@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict
 
-from dmlbench.errors import SpecError, registered
+from dmlbench.errors import SpecError
 
 # Bounds of the numbers a spec holds: what SQLite's INTEGER (signed 64 bits) stores, and
 # far beyond any real run, so a value of 10**30 is refused in validation, not by SQLite.
@@ -61,13 +60,3 @@ class WorkersSpec(StrictModel):
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
-
-
-def in_registry(kind: str, module: str, attribute: str) -> AfterValidator:
-    """A field's validator: the value must name an entry of the registry
-    ``module.attribute``, imported when a spec is validated (registries import torch)."""
-
-    def check(name: str) -> str:
-        return registered(kind, name, getattr(importlib.import_module(module), attribute))
-
-    return AfterValidator(check)

@@ -1,7 +1,7 @@
 """``dmlbench advise``: how many workers and what batch, joined from three measurements.
 
 - **The statistics**: the gradient noise scale ``B_noise`` measured in the task's runs
-  (:mod:`dmlbench.advise.noise`). McCandlish et al. (2018) model the epochs a target
+  (:mod:`dmlbench.noise`). McCandlish et al. (2018) model the epochs a target
   takes at global batch ``B`` as ``E(B) = E_min·(1 + B / B_noise)``: below ``B_noise``
   a larger batch costs few extra epochs, far above it each doubling costs about twice
   the epochs.

@@ -54,9 +54,9 @@ def allreduce(
 ) -> None:
     """Latency, algorithm and bus bandwidth of all-reduce over message sizes."""
     from dmlbench.cli.views.tables import comm_table
-    from dmlbench.launch.bench import run_comm_bench
+    from dmlbench.launch.bench import resolve_bench, run_comm_bench
     from dmlbench.launch.request import worker_counts
-    from dmlbench.spec.bench import CommBenchSpec, validate_bench
+    from dmlbench.spec.bench import CommBenchSpec
     from dmlbench.spec.overrides import apply_overrides, deep_merge
 
     specs = []
@@ -74,7 +74,7 @@ def allreduce(
         }
         full = deep_merge(CommBenchSpec().to_json_dict(), tree)
         apply_overrides(full, overrides or [])
-        specs.append(validate_bench(full))
+        specs.append(resolve_bench(full))
     results = open_store(store)
     runs, failed = [], False
     for spec in specs:

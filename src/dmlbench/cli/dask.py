@@ -79,8 +79,8 @@ def fit(
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
     from dmlbench.cli.views.summary import run_summary
     from dmlbench.dask.run import DaskFit, fit_task, make_damper
+    from dmlbench.resolve import resolve_spec
     from dmlbench.results import ResultsStore
-    from dmlbench.spec.run import resolve_spec
 
     config_task, config_data = load_config(config)
     task_name = task or config_task or DEFAULT_TASK

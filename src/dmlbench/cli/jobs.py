@@ -34,7 +34,7 @@ def _cluster_spec(
 ) -> Any:
     """The spec a scheduler's job runs: resolved here, so mistakes are refused before
     anything is submitted; the hosts' own network, never an emulated one."""
-    from dmlbench.spec.run import resolve_spec
+    from dmlbench.resolve import resolve_spec
 
     config_task, config_data = load_config(config)
     task_name = task or config_task or DEFAULT_TASK

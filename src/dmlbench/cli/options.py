@@ -92,7 +92,7 @@ PriceOption = Annotated[
     ),
 ]
 PricesOption = Annotated[
-    Path | None, typer.Option(help="your own price table (YAML, like report/prices.yaml)")
+    Path | None, typer.Option(help="your own price table (YAML, like prices.yaml)")
 ]
 IncludeDisturbedOption = Annotated[
     bool,

@@ -71,8 +71,8 @@ def simulate(
     """
     from dmlbench.launch.request import layouts, worker_counts
     from dmlbench.perfmodel.simulate import simulate as predict_scaling
+    from dmlbench.prices import choose_price
     from dmlbench.report.predictions import save_predictions
-    from dmlbench.report.prices import choose_price
 
     counts = worker_counts(workers)
     simulation = predict_scaling(
@@ -132,7 +132,7 @@ def advise(
     for the noise scale) and `dmlbench bench allreduce` in the same store.
     """
     from dmlbench.advise.recommend import advise_from_store
-    from dmlbench.report.prices import choose_price
+    from dmlbench.prices import choose_price
 
     chosen = choose_price(price, prices)
     advice = advise_from_store(

@@ -52,8 +52,8 @@ def report(
     import pandas as pd
 
     from dmlbench.cli.views.tables import scaling_tables
+    from dmlbench.prices import choose_price
     from dmlbench.report.html import write_report
-    from dmlbench.report.prices import choose_price
 
     runs = results.runs(sweep=sweep, task=task)
     comm_runs = results.comm_runs() if not (sweep or task) else []
@@ -126,8 +126,8 @@ def compare(
     efficiency, comm ratio and cost."""
     runs = selected_runs(store, sweep, task)  # before the report's imports
     from dmlbench.cli.views.tables import scaling_tables
+    from dmlbench.prices import choose_price
     from dmlbench.report import analysis
-    from dmlbench.report.prices import choose_price
 
     if best_by is not None and best_by not in analysis.BEST_BY:
         raise DmlbenchError(f"--best-by {best_by}: choose {', '.join(analysis.BEST_BY)}")

@@ -117,7 +117,7 @@ def run(
     --nodes emulates such a cluster on this machine.
     """
     from dmlbench.launch.request import RunFlags, plan_run
-    from dmlbench.spec.run import deviations, resolve_spec
+    from dmlbench.resolve import deviations, resolve_spec
 
     config_task, config_data = load_config(config)
     flags = RunFlags(
@@ -261,7 +261,7 @@ def _node_outcome(outcome: Any, json_out: bool) -> None:
 
 
 def _dry_run(spec: Any, differ: dict[str, Any], json_out: bool) -> None:
-    from dmlbench.spec.run import derived
+    from dmlbench.resolve import derived
 
     plan = {"spec": spec.to_json_dict(), "derived": derived(spec), "deviations": differ}
     if json_out:

@@ -26,7 +26,6 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from dmlbench.comm.collectives import all_gather_floats
 from dmlbench.comm.group import Member, join_group
-from dmlbench.results.rundir import COMM_RESULTS_FILE as RESULTS_FILE
 from dmlbench.spec.bench import ELEMENT_BYTES, CommBenchSpec
 
 
@@ -131,8 +130,9 @@ def _measure(
 
 
 @record
-def comm_bench_worker(spec_json: str, run_dir: str) -> None:
-    """Time all-reduces of every size; rank 0 writes the per-size summary."""
+def comm_bench_worker(spec_json: str, results_file: str) -> None:
+    """Time all-reduces of every size; rank 0 writes the per-size summary to
+    ``results_file`` (in the run's folder)."""
     spec = CommBenchSpec.model_validate(json.loads(spec_json))
     cuda = spec.device == "cuda" or (spec.device == "auto" and spec.backend == "nccl")
     me = Member.from_env(cuda)
@@ -147,7 +147,6 @@ def comm_bench_worker(spec_json: str, run_dir: str) -> None:
                 row = _measure(spec, scope, size, device, cuda)
                 rows.append({**row, "scope": name} if spec.nodes > 1 else row)
         if rank == 0:
-            path = Path(run_dir) / RESULTS_FILE
-            path.write_text(json.dumps(rows, indent=1))
+            Path(results_file).write_text(json.dumps(rows, indent=1))
     finally:
         dist.destroy_process_group()

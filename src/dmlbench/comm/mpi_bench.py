@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlbench.comm.bench import RESULTS_FILE, summarize_size
+from dmlbench.comm.bench import summarize_size
 from dmlbench.spec.bench import ELEMENT_BYTES, CommBenchSpec
 
 
@@ -35,12 +35,12 @@ def mpirun_path() -> str | None:
 NAMESPACES_ENV = "DMLBENCH_MPI_NAMESPACES"
 
 
-def main(spec_json: str, run_dir: str) -> int:
+def main(spec_json: str, results_file: str) -> int:
     import mpi4py
 
     namespaces = os.environ.get(NAMESPACES_ENV)
     if namespaces:  # an emulated network: join this rank's namespace before MPI starts
-        from dmlbench.netem.topology import enter_namespace
+        from dmlbench.netem.namespaces import enter_namespace
 
         enter_namespace(json.loads(namespaces)[int(os.environ["OMPI_COMM_WORLD_RANK"])])
     mpi4py.rc.initialize = False
@@ -48,12 +48,12 @@ def main(spec_json: str, run_dir: str) -> int:
 
     MPI.Init()
     try:
-        return _measure(MPI, json.loads(spec_json), run_dir)
+        return _measure(MPI, json.loads(spec_json), results_file)
     finally:
         MPI.Finalize()
 
 
-def _measure(MPI: Any, spec_data: dict[str, Any], run_dir: str) -> int:
+def _measure(MPI: Any, spec_data: dict[str, Any], results_file: str) -> int:
     spec = CommBenchSpec.model_validate(spec_data)
     comm = MPI.COMM_WORLD
     rank, world = comm.Get_rank(), comm.Get_size()
@@ -80,7 +80,7 @@ def _measure(MPI: Any, spec_data: dict[str, Any], run_dir: str) -> int:
         if rank == 0 and gathered is not None:
             rows.append({**summarize_size(size, gathered, world), "iterations": inner})
     if rank == 0:
-        (Path(run_dir) / RESULTS_FILE).write_text(json.dumps(rows, indent=1))
+        Path(results_file).write_text(json.dumps(rows, indent=1))
     return 0
 
 

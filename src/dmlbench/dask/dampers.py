@@ -17,7 +17,7 @@ increase the batch size").
 - :class:`AdaDamp`: ``initial × loss₀ / loss`` (the batch grows as the loss falls).
 - :class:`NoiseScaleDamp`: the batch from a running estimate of McCandlish et al.'s
   simple gradient noise scale ``B_simple = tr(Σ) / |G|²``, see
-  :func:`dmlbench.advise.noise.noise_scale_estimate`.
+  :func:`dmlbench.noise.noise_scale_estimate`.
 
 :data:`PAPER_SCHEDULES` holds the adadamp paper's five schedules, ready to use.
 """

@@ -19,20 +19,58 @@ import concurrent.futures
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 from distributed import Client, Future
 from distributed.actor import Actor
 from distributed.scheduler import KilledWorker
+from torch import nn
 
 from dmlbench.dask import worker as remote
 from dmlbench.dask.cluster import WorkerLost, Workers, connect, gather, tasks_for
-from dmlbench.dask.history import Record
+from dmlbench.dask.dampers import Damping
+from dmlbench.dask.history import History, Record
 
-if TYPE_CHECKING:
-    from dmlbench.dask.estimator import DaskEstimator
+
+class DaskEstimator(Protocol):
+    """What an engine uses of the estimator it trains for (``DaskEstimator`` has it all):
+    its settings, its fitted state, and the steps it takes between gradients."""
+
+    client: Any
+    min_workers: int
+    max_workers: int
+    timeout: float
+    grads_per_worker: int
+    optimizer: Any
+    module_: nn.Module
+    optimizer_: torch.optim.Optimizer
+    recipe_: remote.Recipe
+    rng_: np.random.Generator
+    history_: History
+    n_updates_: int
+    examples_seen_: int
+
+    def routed(self, route: str) -> dict[str, Any]: ...
+    def damping(self, updates: int | None = None, examples: int | None = None) -> Damping: ...
+    def step(self, lr_factor: float) -> None: ...
+    def restore_base_lrs(self) -> None: ...
+    def observe_noise(
+        self, small: float, small_batch: float, big: float, big_batch: int, decay: float = 0.9
+    ) -> None: ...
+    def record_update(
+        self,
+        record: Record,
+        summary: dict[str, Any],
+        damping: Damping,
+        *,
+        tasks: int,
+        target: int | None,
+        wall: float,
+    ) -> None: ...
+    def finish_epoch(self, record: Record, wall: float) -> Record: ...
+    def note(self, message: str) -> None: ...
 
 
 def _lost_work(error: BaseException) -> bool:

@@ -29,11 +29,11 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
 from sklearn.utils.validation import check_array, check_is_fitted, check_X_y
 from torch import nn
 
-from dmlbench.advise.noise import noise_scale_estimate, simple_noise_scale
 from dmlbench.dask import worker as remote
 from dmlbench.dask.dampers import Constant, Damper, Damping, TrainState
 from dmlbench.dask.engines import ENGINES, Engine
 from dmlbench.dask.history import History, Record
+from dmlbench.noise import noise_scale_estimate, simple_noise_scale
 
 ROUTES = ("module", "optimizer", "loss", "batch_size")
 PREFIXES = tuple(f"{route}__" for route in ROUTES)

@@ -29,7 +29,7 @@ from dmlbench.dask.cluster import connect
 from dmlbench.dask.dampers import DAMPERS, Damper
 from dmlbench.dask.estimator import DaskClassifier
 from dmlbench.errors import SpecError, WorkerFailed
-from dmlbench.launch.run import (
+from dmlbench.launch.lifecycle import (
     RunOutcome,
     launched,
     open_run,
@@ -37,11 +37,11 @@ from dmlbench.launch.run import (
     settle,
     store_end,
 )
+from dmlbench.resolve import deviations
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
 from dmlbench.results.events import EventLog
 from dmlbench.spec import RunSpec
 from dmlbench.spec.recipe import OptimizerSpec
-from dmlbench.spec.run import deviations
 from dmlbench.tasks import get_task
 
 DAMPER_NAMES = {name.lower(): cls for name, cls in DAMPERS.items()}

@@ -10,19 +10,62 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmlbench.comm.bench import RESULTS_FILE, comm_bench_worker
-from dmlbench.errors import WorkerFailed
+from dmlbench.comm.bench import comm_bench_worker
+from dmlbench.comm.mpi_bench import mpirun_path
+from dmlbench.errors import SpecError, WorkerFailed
+from dmlbench.launch.lifecycle import Attempt, close_run, launched, open_run
 from dmlbench.launch.local import launch_workers
-from dmlbench.launch.run import Attempt, close_run, launched, open_run
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import (
     WORKER_IFNAME,
+    NetworkError,
     Topology,
+    check_can_emulate,
     emulated,
+    preflight,
     private_network_prefix,
 )
 from dmlbench.results import ResultsStore
-from dmlbench.spec.bench import CommBenchSpec
+from dmlbench.results.rundir import COMM_RESULTS_FILE
+from dmlbench.spec.bench import CommBenchSpec, validate_bench
+
+
+def resolve_bench(data: dict[str, Any]) -> CommBenchSpec:
+    """:func:`validate_bench`, then what this machine must have to run it: mpi4py and
+    mpirun for MPI, a private network for Open MPI's listeners, root for namespaces,
+    CUDA for NCCL. Refused now, before anything is recorded."""
+    spec = validate_bench(data)
+    if spec.backend == "mpi":
+        try:
+            import mpi4py  # noqa: F401
+        except ImportError:
+            mpi4py_missing = True
+        else:
+            mpi4py_missing = False
+        if mpi4py_missing or mpirun_path() is None:
+            raise SpecError(
+                "--backend mpi needs mpi4py and Open MPI's mpirun: pip install "
+                "'dmlbench[mpi]' (or Debian's openmpi-bin plus mpi4py)"
+            )
+        if spec.mpi_isolate and not spec.network.enabled:
+            try:
+                private_network_prefix()
+            except NetworkError as error:
+                raise SpecError(
+                    f"--backend mpi: Open MPI listens on every interface, and {error}; run "
+                    "as root, or --set mpi_isolate=false to accept that"
+                ) from None
+
+    if spec.network.enabled or spec.nodes > 1:
+        check_can_emulate()
+        if spec.network.enabled:
+            preflight(spec.network.resolve())  # refused now, not after the run is recorded
+    if spec.backend == "nccl":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecError("--backend nccl needs CUDA GPUs; this machine has none: use gloo")
+    return spec
 
 
 @dataclass(frozen=True)
@@ -37,10 +80,10 @@ def _launch_mpi(
     spec: CommBenchSpec, spec_json: str, run_dir: Path, topology: Topology | None
 ) -> None:
     """``mpirun`` the MPI version, TCP transport only; its output goes to a log."""
-    from dmlbench.comm.mpi_bench import NAMESPACES_ENV, mpirun_path
+    from dmlbench.comm.mpi_bench import NAMESPACES_ENV
 
     mpirun = mpirun_path()
-    assert mpirun is not None  # validate_bench checked
+    assert mpirun is not None  # resolve_bench checked
     interface = WORKER_IFNAME if topology else "lo"
     # Open MPI's runtime and TCP transport listen on every interface, whatever
     # *_if_include says; so mpirun runs where "every interface" is private: rank 0's
@@ -76,7 +119,8 @@ def _launch_mpi(
         command += ["--prtemca", "ptl_tcp_if_include", WORKER_IFNAME, "-x", NAMESPACES_ENV]
     if os.geteuid() == 0 or (prefix and "--map-root-user" in prefix):
         command.append("--allow-run-as-root")
-    command += [sys.executable, "-m", "dmlbench.comm.mpi_bench", spec_json, str(run_dir)]
+    results = str(run_dir / COMM_RESULTS_FILE)
+    command += [sys.executable, "-m", "dmlbench.comm.mpi_bench", spec_json, results]
     log = run_dir / "logs" / "mpirun.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
@@ -112,7 +156,7 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
             else:
                 launch_workers(
                     comm_bench_worker,
-                    (json.dumps(spec_dict), str(run_dir)),
+                    (json.dumps(spec_dict), str(run_dir / COMM_RESULTS_FILE)),
                     workers=spec.workers,
                     run_dir=run_dir,
                     echo=echo,
@@ -120,7 +164,7 @@ def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = Fal
                     stall_timeout_s=spec.stall_timeout_s,
                     per_namespace=spec.per_node if spec.nodes > 1 else 1,
                 )
-        results = run_dir / RESULTS_FILE
+        results = run_dir / COMM_RESULTS_FILE
         if results.is_file():
             rows, attempt.status = json.loads(results.read_text()), "success"
         else:

@@ -33,30 +33,36 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.heartbeat import AGENT_FILE, read_heartbeat
-from dmlbench.launch.node import NODES_DIR, job_spec, node_args, node_error, node_folder
-from dmlbench.launch.rendezvous import DEFAULT_PORT
-from dmlbench.launch.run import (
+from dmlbench.launch.lifecycle import (
     Attempt,
+    NodesTail,
     ProgressFn,
     RunOutcome,
-    _Watcher,
+    Watcher,
     launched,
     open_run,
     prepare_data,
     settle,
     store_end,
 )
+from dmlbench.launch.node import (
+    NODE_SPEC_FILE,
+    NODES_DIR,
+    job_spec,
+    node_args,
+    node_error,
+    node_folder,
+)
+from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import Topology, check_can_emulate, preflight
+from dmlbench.resolve import deviations
 from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
-from dmlbench.results.events import EventTail
 from dmlbench.results.rundir import write_json
 from dmlbench.results.store import Rerun
 from dmlbench.spec import RunSpec
-from dmlbench.spec.run import deviations
 from dmlbench.system import sigterm_interrupts
 
-NODE_SPEC_FILE = "node-spec.json"
 # After one node's agent dies, how long the others get to notice (their workers lose a
 # peer and fail) and record the run before they are stopped.
 NODE_GRACE_S = 20.0
@@ -93,7 +99,7 @@ class NodeAgent:
         namespace = self.namespace
 
         def in_node() -> None:  # runs in the child, before exec
-            from dmlbench.netem.topology import enter_namespace
+            from dmlbench.netem.namespaces import enter_namespace
             from dmlbench.system import die_with_parent
 
             die_with_parent(launcher)
@@ -124,16 +130,6 @@ class NodeAgent:
 
     def describe(self) -> str:
         return f"node {self.index} ({self.address})"
-
-
-class _NodesTail:
-    """Progress from whichever node turns out to hold rank 0 (only it logs events)."""
-
-    def __init__(self, paths: list[Path]) -> None:
-        self.tails = [EventTail(path) for path in paths]
-
-    def new_events(self) -> list[dict[str, Any]]:
-        return [event for tail in self.tails for event in tail.new_events()]
 
 
 def _agent_command(
@@ -260,8 +256,8 @@ def run_cluster(
                     )
                     agents.append(agent)
                 if progress:
-                    tail = _NodesTail([agent.events_file(run_id) for agent in agents])
-                    watcher = _Watcher(tail, progress)
+                    tail = NodesTail([agent.events_file(run_id) for agent in agents])
+                    watcher = Watcher(tail, progress)
                     watcher.start()
                 lost = _watch(agents, spec.stall_timeout_s)
             except BaseException:

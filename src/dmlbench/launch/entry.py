@@ -36,7 +36,8 @@ def worker_entry(settings_json: str, target: str, *args: Any) -> Any:
     die_with_parent(settings["launcher_pid"])
     namespaces = settings.get("namespaces")
     if namespaces:
-        from dmlbench.netem.topology import WORKER_IFNAME, enter_namespace
+        from dmlbench.netem.namespaces import enter_namespace
+        from dmlbench.netem.topology import WORKER_IFNAME
 
         enter_namespace(namespaces[int(os.environ["LOCAL_RANK"])])
         os.environ["GLOO_SOCKET_IFNAME"] = WORKER_IFNAME

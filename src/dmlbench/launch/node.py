@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dmlbench.spec import RunSpec
 
+NODE_SPEC_FILE = "node-spec.json"  # the spec every node of a job runs, in its folder
 NODES_DIR = "nodes"  # in a multi-node run's folder: node<i>/, each node's own store
 
 

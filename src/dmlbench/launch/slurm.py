@@ -35,12 +35,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import DmlbenchError
-from dmlbench.launch.node import NODES_DIR, job_spec, node_args, node_error, node_folder
+from dmlbench.launch.node import (
+    NODE_SPEC_FILE,
+    NODES_DIR,
+    job_spec,
+    node_args,
+    node_error,
+    node_folder,
+)
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.system import sigterm_interrupts
 
 if TYPE_CHECKING:
-    from dmlbench.launch.run import ProgressFn, RunOutcome
+    from dmlbench.launch.lifecycle import ProgressFn, RunOutcome
     from dmlbench.results import ResultsStore
     from dmlbench.results.store import Rerun
     from dmlbench.spec import RunSpec
@@ -127,11 +134,10 @@ def run_slurm(
 ) -> RunOutcome:
     """Run ``spec`` on the first ``spec.nodes`` nodes of this allocation, one srun task
     per node, and store it (see the module's docstring)."""
-    from dmlbench.launch.cluster import NODE_SPEC_FILE
-    from dmlbench.launch.run import RunOutcome, launched, open_run, prepare_data
+    from dmlbench.launch.lifecycle import RunOutcome, launched, open_run, prepare_data
+    from dmlbench.resolve import deviations
     from dmlbench.results import EVENTS_FILE
     from dmlbench.results.rundir import write_json
-    from dmlbench.spec.run import deviations
 
     if spec.network.enabled:
         raise DmlbenchError(
@@ -194,10 +200,9 @@ def run_slurm(
                 )
             )
         if progress:
-            from dmlbench.launch.cluster import _NodesTail
-            from dmlbench.launch.run import _Watcher
+            from dmlbench.launch.lifecycle import NodesTail, Watcher
 
-            watcher = _Watcher(_NodesTail([f / EVENTS_FILE for f in folders]), progress)
+            watcher = Watcher(NodesTail([f / EVENTS_FILE for f in folders]), progress)
             watcher.start()
         code = step[0].wait()
         if code == 0:
@@ -222,7 +227,7 @@ def _record(
     progress_done: Any,
 ) -> None:
     """Complete the run from the node that held rank 0 (the one with an event log)."""
-    from dmlbench.launch.run import settle, store_end
+    from dmlbench.launch.lifecycle import settle, store_end
     from dmlbench.results import EVENTS_FILE, read_events
 
     if progress_done is not None:

@@ -30,8 +30,7 @@ import struct
 import sys
 import time
 
-from dmlbench.netem.topology import TUN_DEVICE as TUN_NAME
-from dmlbench.netem.topology import enter_namespace
+from dmlbench.netem.namespaces import TUN_DEVICE, enter_namespace, set_namespace
 
 TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
@@ -43,18 +42,10 @@ def open_tun(namespace: str, home: int) -> int:
     enter_namespace(namespace)
     try:
         fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
-        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", TUN_NAME.encode(), IFF_TUN | IFF_NO_PI))
+        fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", TUN_DEVICE.encode(), IFF_TUN | IFF_NO_PI))
         return fd
     finally:
-        _setns(home)
-
-
-def _setns(fd: int) -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, 0x40000000) != 0:
-        raise OSError(ctypes.get_errno(), "setns back to the launcher's namespace failed")
+        set_namespace(home, "the launcher's namespace")
 
 
 def main(argv: list[str] | None = None) -> int:

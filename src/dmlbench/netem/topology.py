@@ -25,7 +25,6 @@ concurrent runs never share a subnet.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import json
 import os
@@ -40,15 +39,14 @@ from typing import Any
 import numpy as np
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.netem.namespaces import TUN_DEVICE
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.system import pid_alive
 
 PREFIX = "dmlb"
-TUN_DEVICE = "dmlbt"  # the delay forwarder's device in each worker namespace
 TUN_MTU = 9000  # fewer, larger packets for the forwarder; small enough for a tight tbf
 NETWORK_FILE = "network.json"
 WORKER_IFNAME = "eth0"
-CLONE_NEWNET = 0x40000000
 # Names carry the creating launcher's pid (base 36), "_", and a counter: dmlb<pid>_<n>br.
 # Before, the separator was "x", itself a base-36 digit (pid 8978 is "6xe"): such
 # names are still read, splitting at the last "x".
@@ -421,8 +419,6 @@ class Topology:
         import sys
         import tempfile
 
-        from dmlbench.netem.forwarder import TUN_NAME
-
         handle, self._stats_path = tempfile.mkstemp(prefix="dmlb-forwarder-")
         os.close(handle)
         endpoints = [f"{ns}={self.address(i)}" for i, ns in enumerate(self.namespaces)]
@@ -449,12 +445,12 @@ class Topology:
             last = err.strip().splitlines()[-1] if err.strip() else "no output"
             raise NetworkError(f"the delay forwarder did not start: {last}")
         for rank, ns in enumerate(self.namespaces):
-            _run("ip", "link", "set", TUN_NAME, "up", "mtu", str(TUN_MTU), ns=ns)
+            _run("ip", "link", "set", TUN_DEVICE, "up", "mtu", str(TUN_MTU), ns=ns)
             _run(
                 "sysctl",
                 "-qw",
                 "net.ipv4.conf.all.rp_filter=0",
-                f"net.ipv4.conf.{TUN_NAME}.rp_filter=0",
+                f"net.ipv4.conf.{TUN_DEVICE}.rp_filter=0",
                 ns=ns,
             )
             for peer in range(self.workers):
@@ -465,13 +461,13 @@ class Topology:
                         "add",
                         f"{self.address(peer)}/32",
                         "dev",
-                        TUN_NAME,
+                        TUN_DEVICE,
                         "src",
                         self.address(rank),
                         ns=ns,
                     )
             if self.network.rate_bps:
-                _run(*self._tbf(TUN_NAME, None), ns=ns)
+                _run(*self._tbf(TUN_DEVICE, None), ns=ns)
 
     def _stop_forwarder(self) -> None:
         if self._forwarder is None:
@@ -520,15 +516,3 @@ def emulated(
     if network is None:
         return nullcontext()
     return Topology(workers, network, record_to=record_to)
-
-
-def enter_namespace(name: str) -> None:
-    """Move the calling process into network namespace ``name`` (before any socket)."""
-    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            error = ctypes.get_errno()
-            raise OSError(error, f"setns into {name} failed: {os.strerror(error)}")
-    finally:
-        os.close(fd)

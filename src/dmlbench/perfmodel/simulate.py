@@ -19,7 +19,7 @@ from dmlbench.perfmodel.calibrate import TaskCalibration, calibrate_comm, calibr
 from dmlbench.perfmodel.model import ALGORITHMS, CommCalibration, Layout, Link, predict
 
 if TYPE_CHECKING:
-    from dmlbench.report.prices import Price
+    from dmlbench.prices import Price
     from dmlbench.results.store import ResultsStore
 
 TWO_LEVEL = ("ring", "hierarchical")  # the algorithms the two-level (nodes) model has

@@ -23,9 +23,9 @@ from matplotlib.figure import Figure
 
 import dmlbench
 from dmlbench.files import check_output_folder, write_file
+from dmlbench.prices import Price
 from dmlbench.report import analysis, figures
 from dmlbench.report.formats import fmt, milliseconds, plural, seconds
-from dmlbench.report.prices import Price
 from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
 from dmlbench.results.records import FINISHED, CommRun, RunRecord
 

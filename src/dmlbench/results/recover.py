@@ -53,12 +53,15 @@ def _environment(record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 
 def _deviations(spec: dict[str, Any]) -> dict[str, Any]:
-    from dmlbench.spec.run import RunSpec, deviations
+    from dmlbench.resolve import check_names, deviations
+    from dmlbench.spec.run import RunSpec
     from dmlbench.tasks import import_plugins
 
     try:
         import_plugins(spec.get("plugins", []))
-        return deviations(RunSpec.model_validate(spec))
+        validated = RunSpec.model_validate(spec)
+        check_names(validated)
+        return deviations(validated)
     except (DmlbenchError, ValueError) as error:
         raise StoreError(f"cannot tell the run's division: {error}") from None
 

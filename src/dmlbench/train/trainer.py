@@ -21,13 +21,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dmlbench.advise.noise import NoiseScaleMeter
 from dmlbench.comm import make_exchange
 from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum, squared_norm
 from dmlbench.data import Dataset, EpochSharding, eval_shard
 from dmlbench.errors import SpecError
 from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
+from dmlbench.noise import NoiseScaleMeter
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
 from dmlbench.results.contention import FIELDS as CONTENTION_FIELDS
 from dmlbench.results.events import EventLog

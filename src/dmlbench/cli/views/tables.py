@@ -211,7 +211,7 @@ def comm_table(run: CommRun) -> Table:
 
 def plan_table(plan: Any, stored: set[str]) -> Table:
     """A sweep's planned runs (a ``SweepPlan``); ``stored``: keys the store has."""
-    from dmlbench.spec.run import deviations
+    from dmlbench.resolve import deviations
 
     table = Table(
         title=escape(

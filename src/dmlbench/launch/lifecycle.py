@@ -1,0 +1,242 @@
+"""The life of a run that every launch path shares (local, emulated cluster, Slurm, one
+node of a job, communication benchmarks, Dask): open its folder and store row, mark the
+launch, settle its outcome from the event log, store its end, show its progress.
+
+It imports none of the launch paths; they import it."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from dmlbench.errors import ResultsNotStored, StoreError, WorkerFailed
+from dmlbench.netem.topology import NetworkError
+from dmlbench.results import ResultsStore
+from dmlbench.results.environment import collect_environment
+from dmlbench.results.events import EventTail
+from dmlbench.results.rundir import (
+    OUTCOME_FILE,
+    RECORD_FILE,
+    create_run_dir,
+    remove_run_dir,
+    write_json,
+)
+from dmlbench.results.store import Rerun
+from dmlbench.results.summary import eval_history, summarize
+from dmlbench.spec import RunSpec
+from dmlbench.tasks import get_task
+
+ProgressFn = Callable[[list[dict[str, Any]]], None]
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    status: str
+    summary: dict[str, Any]
+    evals: list[dict[str, Any]]
+    error: str | None
+    run_dir: str
+    recorded: bool = True  # False: a node of a multi-node job whose rank 0 ran elsewhere
+    ranks: tuple[int, ...] = ()  # the global ranks that ran on this node
+
+
+def new_run_dir(
+    store: ResultsStore, spec: dict[str, Any], name: str | None = None
+) -> tuple[str, Path]:
+    """A fresh run id (``name`` if free) and its folder, holding ``spec.json``."""
+    return create_run_dir(store.root / "runs", spec, name)
+
+
+def open_run(
+    store: ResultsStore,
+    spec: dict[str, Any],
+    *,
+    deviations: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
+    claim: Rerun | None = None,
+    name: str | None = None,
+    environment_extra: dict[str, Any] | None = None,
+) -> tuple[str, Path]:
+    """Create the run's folder (spec, environment, deviations, sweep tag) and its row.
+
+    A run that cannot be recorded (a full disk, a sweep point claimed by another
+    launcher) leaves nothing behind: no folder, no row, no process started.
+    """
+    run_id, run_dir = new_run_dir(store, spec, name)
+    environment = collect_environment() | (environment_extra or {})
+    try:
+        record = {"environment": environment, "deviations": deviations, "sweep": sweep}
+        write_json(run_dir / RECORD_FILE, record)
+        if "op" in spec:
+            store.begin_comm(run_id, spec, environment, run_dir=run_dir)
+        else:
+            store.begin(
+                run_id,
+                spec,
+                deviations or {},
+                environment,
+                sweep=sweep,
+                claim=claim,
+                run_dir=run_dir,
+            )
+    except OSError as error:
+        remove_run_dir(run_dir)
+        raise StoreError(
+            f"cannot record the run in {run_dir}: {error}; free space there "
+            "(or pass another --store); nothing was started"
+        ) from None
+    except BaseException:
+        remove_run_dir(run_dir)
+        raise
+    return run_id, run_dir
+
+
+def close_run(
+    store: ResultsStore, run_dir: Path, status: str, error: str | None, complete: Callable[[], None]
+) -> None:
+    """Write ``outcome.json``, then complete the row with ``complete()``. When the store
+    cannot take it, the folder keeps everything and the error says how to import it."""
+    with contextlib.suppress(OSError):  # a full disk: the event log is enough to import
+        write_json(run_dir / OUTCOME_FILE, {"status": status, "error": error})
+    try:
+        complete()
+    except StoreError as failure:
+        raise ResultsNotStored(
+            f"the run ended ({status}) but was not stored: {failure}. Its results are kept "
+            f"in {run_dir}; once the store can be written, run: dmlbench results --store "
+            f"{store.root} --import {run_dir}"
+        ) from None
+
+
+@dataclass
+class Attempt:
+    """How a launch ended, as :func:`launched` classifies it. ``status`` "" means the
+    workers exited cleanly (their event log says how the run ended); the finisher may
+    fill in what it read back."""
+
+    status: str = "failed"
+    error: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def launched(
+    finish: Callable[[Attempt], None], *, stop: Callable[[], None] = lambda: None
+) -> Iterator[Attempt]:
+    """The one lifecycle of every launch, after :func:`open_run`: the block starts and
+    waits for the processes, and ``finish`` completes the run's row whatever happens.
+
+    A worker failure or a broken network (one-line errors) fails the run; Ctrl-C
+    stores it as interrupted; anything else is a dmlbench bug, stored as a launcher
+    error; the last two call ``stop`` (what the block started) and are re-raised.
+    """
+    attempt = Attempt()
+    try:
+        yield attempt
+    except (WorkerFailed, NetworkError) as failure:
+        attempt.status, attempt.error = "failed", str(failure)
+    except KeyboardInterrupt:
+        attempt.status, attempt.error = "interrupted", "interrupted by the user"
+        stop()
+        raise
+    except BaseException as unexpected:
+        attempt.status, attempt.error = "failed", f"launcher error: {unexpected!r}"
+        stop()
+        raise
+    finally:
+        finish(attempt)
+
+
+def prepare_data(spec: RunSpec) -> None:
+    """Find (or download) the task's data and check its example counts, before anything
+    is recorded: a data problem is refused, not stored as a failed run."""
+    task = get_task(spec.task)
+    task.prepare(spec.data_dir, spec.download)
+    if task.count is not None and not spec.partial_data:
+        task.check_examples(*task.count(spec.data_dir), spec.data_dir)
+
+
+def machine_peak(spec: RunSpec) -> dict[str, Any] | None:
+    """The peak FLOP/s a CPU worker of ``spec`` is measured against, probed here before
+    any worker starts (workers probing at once would each see the others as load) and
+    cached for them; None for GPU workers, which probe their own device."""
+    import torch
+
+    from dmlbench.train.hardware import peak_for
+
+    if spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available()):
+        return None
+    peak = peak_for(torch.device("cpu"), spec.threads(), spec.recipe.precision, spec.peak_tflops)
+    return {"flops_per_s": peak.flops_per_s, "source": peak.source}
+
+
+def settle(attempt: Attempt, events: list[dict[str, Any]], unfinished: str) -> None:
+    """Fill in the attempt's summary and evaluations from the run's event log. Workers
+    that exited cleanly (status "") leave the status to the log; a log without its end
+    gets ``unfinished`` as the error."""
+    attempt.summary, attempt.evals = summarize(events), eval_history(events)
+    if not attempt.status:
+        attempt.status = attempt.summary.get("status") or "failed"
+        if not attempt.summary["finished"]:
+            attempt.error = unfinished
+
+
+def store_end(store: ResultsStore, run_id: str, run_dir: Path, attempt: Attempt) -> None:
+    """Complete the run's row (see :func:`close_run`)."""
+
+    def complete() -> None:
+        store.finish(
+            run_id,
+            status=attempt.status,
+            summary=attempt.summary,
+            evals=attempt.evals,
+            error=attempt.error,
+        )
+
+    close_run(store, run_dir, attempt.status, attempt.error, complete)
+
+
+def name_lost_node(error: str, hosts: list[str], here: str) -> str:
+    """Prefix a worker's error with the node it lost: gloo names the peer's address."""
+    lost = [
+        i
+        for i, host in enumerate(hosts)
+        if host != here and hosts.count(host) == 1 and f"[{host}]" in error
+    ]
+    return f"lost node {lost[0]} ({hosts[lost[0]]}): {error}" if len(lost) == 1 else error
+
+
+class Tail(Protocol):
+    """Where new events come from: one event log, or several nodes' logs."""
+
+    def new_events(self) -> list[dict[str, Any]]: ...
+
+
+class Watcher(threading.Thread):
+    """Feeds newly logged events to a progress callback while workers run."""
+
+    def __init__(self, tail: Tail, callback: ProgressFn) -> None:
+        super().__init__(daemon=True)
+        self.tail, self.callback = tail, callback
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            self.callback(self.tail.new_events())
+        self.callback(self.tail.new_events())
+
+
+class NodesTail:
+    """Progress from whichever node turns out to hold rank 0 (only it logs events)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.tails = [EventTail(path) for path in paths]
+
+    def new_events(self) -> list[dict[str, Any]]:
+        return [event for tail in self.tails for event in tail.new_events()]
