@@ -11,7 +11,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast install browser slurm clean
+.PHONY: run test test-fast lint install browser slurm clean
 
 $(BIN)/dmlbench: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,18 +45,20 @@ slurm:
 	    echo "the Slurm tests need root and Debian's slurm-wlm and munge; they skip without"; \
 	  fi
 
-test: install browser slurm
+# Two lanes: the unit lane (in-process, under a minute) first; a failure stops there.
+# Then the integration lane (real processes, clusters, Slurm, a browser). Each writes its
+# tests' durations to test-durations/LANE.csv, slowest first.
+test: install browser slurm lint test-fast
+	$(BIN)/python -m pytest tests/integration --durations-file=test-durations/integration.csv
+
+lint: install
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
 
-# The unit tier alone (in-process, under a minute): lint, types and the tests not marked
-# slow. `make test` runs both tiers.
+# The unit lane alone.
 test-fast: install
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/mypy
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest tests/unit --durations-file=test-durations/unit.csv
 
 clean:
 	rm -rf $(VENV) dmlbench-results .pytest_cache .mypy_cache .ruff_cache

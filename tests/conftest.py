@@ -22,6 +22,36 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 
+# the fixtures more than one test module uses
+pytest_plugins = ["helpers"]
+DURATIONS: dict[str, float] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--durations-file",
+        metavar="PATH",
+        help="write every test's seconds (setup + call + teardown) here as CSV, slowest first",
+    )
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    DURATIONS[report.nodeid] = DURATIONS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = session.config.getoption("--durations-file")
+    if not target or not DURATIONS:
+        return
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = sorted(DURATIONS.items(), key=lambda item: -item[1])
+    total = sum(DURATIONS.values())
+    lines = ["seconds,test", f"{total:.2f},TOTAL ({len(rows)} tests)"]
+    lines += [f"{seconds:.2f},{test}" for test, seconds in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test that starts worker processes belongs to the slow tier."""
     for item in items:

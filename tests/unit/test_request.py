@@ -11,7 +11,11 @@ from dmlbench.errors import DmlbenchError
 from dmlbench.launch.request import RunFlags, plan_run, worker_counts
 
 STORE = Path("/tmp/store")
+
+
 BATCH = {"SLURM_JOB_ID": "41", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+
+
 STEP = {
     **BATCH,
     "SLURM_STEP_ID": "3",

@@ -3,25 +3,15 @@ another network namespace (a second host on this machine), as an outsider would.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import shutil
-import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from processes import command_line, process_tree
-from test_cli import DMLBENCH, wait_for_evaluation
-
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("ss") is None,
-    reason="needs root, ip and ss (a second network namespace)",
-)
+from helpers import DMLBENCH, Outsider, command_line, needs_root, process_tree, wait_for_evaluation
 
 
 def listeners(pids: set[int]) -> list[tuple[str, int, int]]:
@@ -39,83 +29,6 @@ def listeners(pids: set[int]) -> list[tuple[str, int, int]]:
 
 def is_loopback(address: str) -> bool:
     return address.startswith("127.") or address == "::1"
-
-
-class Outsider:
-    """A second host: a network namespace joined to this one by a veth pair."""
-
-    def __init__(self) -> None:
-        tag = os.getpid() % 250
-        self.ns, self.veth = f"dmlbtout{tag}", f"dmlbtoh{tag}"
-        self.host_address, self.address = f"10.253.{tag}.1", f"10.253.{tag}.2"
-
-    def __enter__(self) -> Outsider:
-        def ip(*args: str) -> None:
-            subprocess.run(["ip", *args], check=True, capture_output=True)
-
-        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
-        subprocess.run(["ip", "link", "del", self.veth], capture_output=True)
-        ip("netns", "add", self.ns)
-        ip("link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.ns)
-        ip("addr", "add", f"{self.host_address}/30", "dev", self.veth)
-        ip("link", "set", self.veth, "up")
-        ip("-n", self.ns, "addr", "add", f"{self.address}/30", "dev", "eth0")
-        ip("-n", self.ns, "link", "set", "eth0", "up")
-        ip("-n", self.ns, "link", "set", "lo", "up")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
-        subprocess.run(["ip", "link", "del", self.veth], capture_output=True)
-
-    def reachable(self, ports: list[int]) -> list[int]:
-        """The ports of this host the outsider can open a TCP connection to."""
-        probe = (
-            "import json, socket, sys\n"
-            "ok = []\n"
-            "for port in json.loads(sys.argv[2]):\n"
-            "    try:\n"
-            "        socket.create_connection((sys.argv[1], port), timeout=2).close()\n"
-            "        ok.append(port)\n"
-            "    except OSError:\n"
-            "        pass\n"
-            "print(json.dumps(ok))\n"
-        )
-        done = subprocess.run(
-            [
-                "ip",
-                "netns",
-                "exec",
-                self.ns,
-                sys.executable,
-                "-c",
-                probe,
-                self.host_address,
-                json.dumps(ports),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return json.loads(done.stdout)
-
-
-@pytest.fixture
-def outsider():
-    with Outsider() as host:
-        yield host
-
-
-@needs_root
-def test_the_outsider_reaches_a_listener_on_every_interface(outsider: Outsider) -> None:
-    """The control: the attack works against a socket that listens on every interface."""
-    with (
-        socket.create_server(("0.0.0.0", 0)) as server,
-        socket.create_server(("127.0.0.1", 0)) as private,
-    ):
-        public_port, private_port = server.getsockname()[1], private.getsockname()[1]
-        assert outsider.reachable([public_port, private_port]) == [public_port]
 
 
 @needs_root

@@ -11,14 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from dmlbench.cli.app import app
-from dmlbench.dask.dampers import Constant, GeoDamp
-from dmlbench.dask.run import DaskFit, first_rate, make_damper, stored_spec
+from dmlbench.dask.dampers import GeoDamp
 from dmlbench.dask.simulate import schedule
-from dmlbench.errors import SpecError
-from dmlbench.resolve import resolve_spec
 
 DIGITS_TRAIN = 1_437  # digits-mlp's training split
 
@@ -34,79 +29,6 @@ def dmlbench(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]
     if check and done.returncode != 0:
         raise AssertionError(f"dmlbench {' '.join(args)} failed:\n{done.stderr}")
     return done
-
-
-# ---------------------------------------------------------------- no cluster
-
-
-def test_dampers_are_built_from_their_name_and_the_options_given() -> None:
-    assert make_damper("GeoDamp", 64, {"delay": 2, "factor": 3, "rate": None}) == GeoDamp(
-        64, delay=2, factor=3
-    )
-    assert make_damper("constant", 16, {"max_batch_size": None}) == Constant(16)
-    with pytest.raises(SpecError, match=r"PadaDamp does not take --delay \(it takes "):
-        make_damper("padadamp", 32, {"delay": 2.0})
-    with pytest.raises(SpecError, match="unknown damper 'geo': choose constant, geodamp"):
-        make_damper("geo", 32, {})
-    with pytest.raises(SpecError, match="factor ≥ 1"):
-        make_damper("geodamp", 32, {"factor": 0.5})
-
-
-def test_the_stored_spec_says_how_the_dask_fit_differs() -> None:
-    spec = resolve_spec("digits-mlp", config={}, overrides=[])
-    fit = DaskFit(GeoDamp(64, delay=1, factor=2), grads_per_worker=16, max_workers=3)
-    stored = stored_spec(spec, fit)
-    assert (stored["workers"], stored["global_batch"], stored["recipe"]["local_batch"]) == (
-        3,
-        64,
-        16,
-    )
-    assert stored["exchange"] == "dask-centralised"
-    assert stored["dask"]["damper"] == {
-        "name": "GeoDamp",
-        "initial": 64,
-        "delay": 1,
-        "factor": 2,
-        "max_batch_size": None,
-    }
-    assert first_rate(spec, 64) == pytest.approx(2 * first_rate(spec, 32))  # the recipe's scaling
-
-
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["synthetic-logreg"], "classification tasks with cross-entropy; synthetic-logreg uses"),
-        (["--damper", "geodamp", "--rate", "3"], "GeoDamp does not take --rate"),
-        (["--device", "gpu"], "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
-        (["--engine", "gossip"], "engine must be one of centralised, ddp"),
-        (["--min-workers", "3", "--max-workers", "2"], "--min-workers 3 is above --max-workers"),
-        (["--set", "workers=2"], "sizes its cluster with --min-workers/--max-workers"),
-    ],
-)
-def test_impossible_fits_are_refused_in_one_line_before_anything_starts(
-    tmp_path: Path, args: list[str], message: str
-) -> None:
-    command = ["dask", "fit", *args, "--store", str(tmp_path / "store")]
-    done = subprocess.run(
-        [sys.executable, "-c", "from dmlbench.cli.app import main; main()", *command],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2, done.stderr
-    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert not (tmp_path / "store" / "runs").exists() or not any(
-        (tmp_path / "store" / "runs").iterdir()
-    )
-
-
-def test_dask_fit_is_listed_in_the_help() -> None:
-    result = CliRunner().invoke(app, ["dask", "fit", "--help"])
-    assert result.exit_code == 0
-    assert "--damper" in result.output and "--scheduler" in result.output
-
-
-# ---------------------------------------------------------------- on a real LocalCluster
 
 
 @pytest.mark.slow

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_cli import DMLBENCH, EXAMPLES, cli, wait_for_evaluation
-
-pytestmark = pytest.mark.multiprocess
+from helpers import DMLBENCH, EXAMPLES, cli, wait_for_evaluation
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +79,7 @@ def test_running_a_sweep_again_skips_what_is_done(weak_store: Path) -> None:
 
 def test_compare_is_machine_readable(weak_store: Path) -> None:
     # --include-disturbed: on a busy CI machine these runs may be marked disturbed, which
-    # would leave speedup out (tests/test_training.py checks that rule)
+    # would leave speedup out (tests/integration/test_training.py checks that rule)
     rows = json.loads(
         cli(
             "compare",

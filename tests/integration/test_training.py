@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from datafiles import write_cifar_binary
+from helpers import write_cifar_binary
 
 from dmlbench.errors import DatasetError
 from dmlbench.launch import run_benchmark
@@ -19,8 +19,6 @@ from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
 from dmlbench.results.contention import OUTSIDE_CORES, WAIT_SHARE
 from dmlbench.train.worker import MODEL_FILE
-
-pytestmark = pytest.mark.multiprocess
 
 
 def _run(store: ResultsStore, task: str, workers: int, *overrides: str, plugins=()):
@@ -238,6 +236,8 @@ def test_local_sgd_averaging_every_step_is_synchronous_sgd(
 
 # synthetic-mlp's parameters: a 32 → 64 → 8 MLP, as (rows, columns) of each tensor
 SYNTHETIC_MLP = [(64, 32), (64, 1), (8, 64), (8, 1)]
+
+
 P = sum(n * m for n, m in SYNTHETIC_MLP)
 
 
@@ -480,7 +480,7 @@ def test_channels_last_compiled_and_default_allocator_runs_follow_the_eager_loss
         assert losses[name] == pytest.approx(losses["eager"], rel=SAME_MATHS_RTOL), name
     # the tuned allocator keeps a step's freed memory: no more than a few page faults a
     # step (glibc's own thresholds depend on the process's history, and on a busy
-    # machine on timing too: 0 to 2,600 a step here; tests/test_hardware.py shows the
+    # machine on timing too: 0 to 2,600 a step here; tests/unit/test_hardware.py shows the
     # difference in a process of its own)
     for name in ("eager", "channels_last", "compiled"):
         assert rows[name].summary["page_faults_per_step"][0] < 200, name

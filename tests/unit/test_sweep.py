@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from dmlbench.errors import SpecError
 from dmlbench.spec.sweep import load_sweep_file, validate_sweep
@@ -15,9 +16,6 @@ from dmlbench.sweep.expressions import Expression
 
 def sweep(**fields):
     return validate_sweep({"name": "t", "task": "synthetic-mlp", **fields})
-
-
-# --- expressions --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -64,9 +62,6 @@ def test_expression_names_must_exist_and_be_unambiguous() -> None:
         Expression("momentum").evaluate({"a.momentum": 1, "b.momentum": 2})
     with pytest.raises(SpecError, match=r"failed: .*by zero"):
         Expression("1 // (workers - 1)").evaluate({"workers": 1})
-
-
-# --- expansion ----------------------------------------------------------------------
 
 
 def test_axes_expand_as_a_cartesian_product() -> None:
@@ -220,7 +215,7 @@ def test_sweep_file_name_defaults_to_its_stem(tmp_path: Path) -> None:
 
 
 def test_example_sweeps_expand() -> None:
-    examples = Path(__file__).parent.parent / "examples"
+    examples = REPO / "examples"
     weak = plan_sweep(load_sweep_file(examples / "scaling-weak.yaml"))
     strong = plan_sweep(load_sweep_file(examples / "scaling-strong.yaml"))
     full = plan_sweep(load_sweep_file(examples / "scaling.yaml"))
@@ -229,8 +224,6 @@ def test_example_sweeps_expand() -> None:
     assert weak.sweep.scaling == "weak" and strong.sweep.scaling == "strong"
     assert len({r.spec.effective_global_batch for r in strong.runs}) == 1
 
-
-# --- hostile sweep files: every one refused in one line, in well under a second --------
 
 BILLION_LAUGHS = "\n".join(
     ["task: synthetic-mlp", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']

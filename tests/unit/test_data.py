@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from datafiles import tar_folder, write_cifar_binary, write_cifar_python, write_libsvm
+from helpers import tar_folder, write_cifar_binary, write_cifar_python, write_libsvm
 
 from dmlbench.data import EpochSharding, eval_shard
 from dmlbench.data import cifar10 as cifar
@@ -20,8 +20,6 @@ from dmlbench.data.download import download
 from dmlbench.data.libsvm import load_libsvm
 from dmlbench.errors import DatasetError, SpecError
 from dmlbench.tasks import get_task
-
-# -- CIFAR-10 ---------------------------------------------------------------------------
 
 
 def test_binary_layout_round_trips(tmp_path: Path) -> None:
@@ -177,9 +175,6 @@ def test_archives_with_unsafe_members_are_refused(tmp_path: Path, members, messa
     assert archive.exists()
 
 
-# -- download ---------------------------------------------------------------------------
-
-
 def test_download_verifies_checksum(tmp_path: Path) -> None:
     source = tmp_path / "remote.bin"
     source.write_bytes(b"dataset bytes" * 1000)
@@ -197,9 +192,6 @@ def test_failed_download_says_what_to_do(tmp_path: Path) -> None:
     missing = (tmp_path / "nowhere.tar.gz").as_uri()
     with pytest.raises(DatasetError, match=r"could not download .*--data-dir"):
         download(missing, tmp_path / "x.tar.gz", checksum="0" * 64)
-
-
-# -- LIBSVM -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["small.svm", "small.svm.bz2"])
@@ -267,9 +259,6 @@ def test_epsilon_with_wrong_row_count_is_called_truncated(tmp_path: Path) -> Non
     write_libsvm(folder / "epsilon_normalized.t", rows=20, features=2000)
     with pytest.raises(DatasetError, match=r"has 50 examples, epsilon's has 400,000.*truncated"):
         get_task("epsilon-logreg").prepare(tmp_path, False)
-
-
-# -- sharding and augmentation --------------------------------------------------------------
 
 
 def test_shards_are_disjoint_equal_and_seeded() -> None:

@@ -12,180 +12,30 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from dask_modules import Broken, DiesOnce, HiddenLayer, KillsAWorker
-from distributed import Client, LocalCluster
-from processes import free_port
+from dask_modules import DiesOnce, HiddenLayer, KillsAWorker
+from distributed import Client
+from helpers import MLP_ARGS, REPO, classifier, cluster
 from sklearn.base import clone
 from sklearn.datasets import load_digits
 from sklearn.model_selection import GridSearchCV, train_test_split
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from dmlbench.dask import DaskClassifier, DaskRegressor, worker
+from dmlbench.dask import DaskClassifier, DaskRegressor
 from dmlbench.dask.dampers import GeoDamp, NoiseScaleDamp, PadaDamp
-from dmlbench.dask.worker import flat_state, resolve_device
+from dmlbench.dask.worker import flat_state
 from dmlbench.models.mlp import MLP
-
-MLP_ARGS = {"module__in_features": 64, "module__hidden": [32], "module__num_outputs": 10}
-
-
-def cluster(workers: int, processes: bool = True) -> LocalCluster:
-    """Worker processes listen on loopback; threaded workers talk in-process."""
-    if not processes:
-        return LocalCluster(
-            n_workers=workers,
-            threads_per_worker=1,
-            processes=False,
-            dashboard_address="127.0.0.1:0",
-            worker_dashboard_address="127.0.0.1:0",
-        )
-    return LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-        env={"OMP_NUM_THREADS": "1"},
-    )
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    """Two worker processes, shared by the tests that do not scale the cluster."""
-    with cluster(2) as local, Client(local, set_as_default=False) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
 def digits() -> tuple[np.ndarray, ...]:
     x, y = load_digits(return_X_y=True)
     return tuple(train_test_split((x / 16).astype(np.float32), y, test_size=0.25, random_state=0))
-
-
-def classifier(client: Client | None = None, **params: object) -> DaskClassifier:
-    base = {
-        **MLP_ARGS,
-        "optimizer__lr": 0.3,
-        "max_epochs": 3,
-        "random_state": 0,
-        "min_workers": 2,
-        "max_workers": 2,
-        "client": client,
-    }
-    return DaskClassifier(MLP, **{**base, **params})
-
-
-# ---------------------------------------------------------------- the contract (no cluster)
-
-
-def test_constructor_stores_arguments_and_routes_prefixed_ones() -> None:
-    lr = 0.05
-    est = DaskRegressor(
-        module=HiddenLayer,
-        module__features=10,
-        optimizer=torch.optim.Adadelta,
-        optimizer__weight_decay=1e-7,
-        optimizer__lr=lr,
-        max_epochs=10,
-    )
-    params = est.get_params()
-    assert params["module"] is HiddenLayer and params["optimizer"] is torch.optim.Adadelta
-    assert params["module__features"] == 10 and params["optimizer__lr"] is lr
-    assert est.routed("optimizer") == {"weight_decay": 1e-7, "lr": lr}
-    est.set_params(batch_size=GeoDamp, batch_size__delay=60, batch_size__factor=5)
-    assert est.get_params()["batch_size__factor"] == 5
-    assert est._damper() == GeoDamp(delay=60, factor=5)
-    twin = clone(est)
-    assert twin is not est and twin.get_params() == est.get_params()
-    assert not any(k.endswith("_") for k in vars(twin))  # nothing fitted before fit
-
-
-def test_unknown_parameters_are_refused_with_a_suggestion() -> None:
-    with pytest.raises(TypeError, match="did you mean 'max_epochs'"):
-        DaskClassifier(MLP, max_epoch=3)
-    est = DaskClassifier(MLP)
-    with pytest.raises(ValueError, match="did you mean 'grads_per_worker'"):
-        est.set_params(grad_per_worker=8)
-    est.set_params(module__hiden=[8], module__in_features=64, module__num_outputs=10)
-    x, y = np.zeros((8, 64), np.float32), np.arange(8) % 2
-    with pytest.raises(ValueError, match="did you mean 'hidden'"):
-        est.fit(x, y)
-
-
-@pytest.mark.parametrize(
-    ("x", "y", "message"),
-    [
-        ([["a", "b"], ["c", "d"], ["e", "f"]], [0, 1, 0], "X must be numeric"),
-        (np.zeros((10, 64)), np.zeros(9), "inconsistent numbers of samples"),
-        (np.zeros((10, 64)), np.zeros(10), "single class"),
-    ],
-)
-def test_bad_input_is_refused_before_any_cluster_work(x: object, y: object, message: str) -> None:
-    with pytest.raises(ValueError, match=message) as caught:
-        DaskClassifier(MLP, **MLP_ARGS, client="tcp://127.0.0.1:9").fit(x, y)
-    assert "\n" not in str(caught.value)
-
-
-def test_a_module_that_fails_to_build_says_so() -> None:
-    x, y = np.zeros((10, 10), np.float32), np.zeros(10, np.float32)
-    with pytest.raises(
-        ValueError,
-        match=r"module Broken\(features=10\) failed to build: "
-        "RuntimeError: this module cannot be built",
-    ):
-        DaskRegressor(Broken, module__features=10, client="tcp://127.0.0.1:9").fit(x, y)
-    with pytest.raises(ValueError, match="module outputs shape \\(1,\\) per example but y has 2"):
-        DaskClassifier(HiddenLayer, module__features=10).fit(x, np.arange(10) % 2)
-
-
-@pytest.mark.parametrize("device", ["gpu", "cuda:x", "cuda:-1", 0])
-def test_a_device_no_worker_could_use_is_refused_before_any_cluster_work(device: object) -> None:
-    x, y = np.zeros((10, 64), np.float32), np.arange(10) % 2
-    with pytest.raises(ValueError, match="device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"):
-        classifier("tcp://127.0.0.1:9", device=device).fit(x, y)  # type: ignore[arg-type]
-
-
-def test_devices_resolve_to_a_gpu_only_where_there_is_one() -> None:
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_device("auto") == torch.device("cuda:0" if gpus else "cpu")
-    with pytest.raises(RuntimeError, match=rf"device='cuda:{gpus}', but this machine has {gpus}"):
-        resolve_device(f"cuda:{gpus}")
-
-
-def gone_generation(timeout_s: float) -> worker.Generation:
-    """A generation whose store has closed: the driver abandoned it."""
-    return worker.Generation(1, "fit", "127.0.0.1", free_port(), 2, timeout_s)
-
-
-def test_a_rank_whose_generation_was_abandoned_gives_up_before_the_group_timeout(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A rank task that starts after its generation's store closed (a peer failed first)
-    must not hold its worker for the group timeout: the next fit's rank waits behind it."""
-    monkeypatch.setattr(worker, "CONNECT_S", 1.0)
-    start = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"generation 1's store at 127\.0\.0\.1:\d+ is gone"):
-        worker._connect(gone_generation(timeout_s=120.0), timedelta(seconds=120))
-    assert time.monotonic() - start < 60  # about 3 s; the group timeout is 120 s
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal needs a machine without a GPU")
-def test_a_rank_that_cannot_use_the_device_says_so_before_waiting_for_its_peers() -> None:
-    recipe = worker.Recipe("fit", MLP, {}, torch.nn.CrossEntropyLoss, {}, device="cuda")
-    start = time.monotonic()
-    with pytest.raises(RuntimeError, match="device='cuda', but Dask worker local-"):
-        worker._join(recipe, gone_generation(timeout_s=120.0), 1, None, None, {})  # type: ignore[arg-type]
-    assert time.monotonic() - start < 30  # at once: the store is never asked
-
-
-# ---------------------------------------------------------------- on a real LocalCluster
 
 
 @pytest.mark.slow
@@ -586,7 +436,7 @@ def test_the_readme_dask_snippet_runs_as_a_script_and_grows_its_batch(tmp_path: 
     import subprocess
     import sys
 
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     section = readme[readme.index("## Elastic training on Dask") :]
     snippet = section[section.index("```python\n") + 10 :]
     script = tmp_path / "readme_dask.py"

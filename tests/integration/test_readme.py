@@ -18,16 +18,20 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-from datafiles import write_cifar_binary
+from helpers import REPO, write_cifar_binary
 
-pytestmark = pytest.mark.multiprocess
-
-REPO = Path(__file__).parent.parent
 README = REPO / "README.md"
+
+
 ROOT_OPTIONS = ("--network", "--nodes")  # namespaces and tc need root
+
+
 MULTI_HOST = "--rdzv-endpoint"  # a job across real hosts: planned, not started, here
+
+
 SHIPPED = ("examples", "benchmarks")  # folders of the repository the README's lines name
+
+
 CLUSTER_VERBS = ("slurm", "k8s")  # job files for a scheduler: written, not submitted, here
 
 
@@ -57,7 +61,7 @@ def readme_commands() -> list[tuple[int, str]]:
 
 
 def readme_python() -> list[tuple[int, str]]:
-    """The README's Python snippets but the Dask one (tests/test_dask.py runs that)."""
+    """The README's Python snippets but the Dask one (tests/integration/test_dask.py runs that)."""
     text = README.read_text()
     snippets = []
     for match in re.finditer(r"```python\n(.*?)```", text, flags=re.S):

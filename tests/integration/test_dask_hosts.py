@@ -1,6 +1,6 @@
 """The Dask estimator across emulated hosts (root): `dask scheduler` and each `dask
 worker` in a network namespace of its own, over a shaped link, as on separate machines.
-(On a dask-jobqueue SLURMCluster: tests/test_slurm.py.)"""
+(On a dask-jobqueue SLURMCluster: tests/integration/test_slurm.py.)"""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from dask_hosts import dask_hosts
 from distributed import Client
+from helpers import root_only
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
-from test_netem import root_only
 
 from dmlbench.dask import DaskClassifier
 from dmlbench.models.mlp import MLP

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import pytest
-from test_cli import cli
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.perfmodel import (
@@ -23,6 +20,8 @@ from dmlbench.perfmodel import (
 from dmlbench.results.records import CommResult, CommRun, Evaluation, RunRecord
 
 CAL = CommCalibration(alpha_s=1e-4, host_busbw=math.inf, link_efficiency=1.0)
+
+
 LINK = Link(bandwidth=1e8, latency_s=1e-3)  # 100 MB/s, 1 ms one way
 
 
@@ -138,96 +137,6 @@ def test_calibration_reads_overhead_and_host_bandwidth() -> None:
     (only,) = calibrate_comm(runs).values()
     assert only.alpha_s == pytest.approx(3e-4 / 2)  # fastest small message over 2 steps
     assert only.host_busbw == 2e9
-
-
-@pytest.mark.multiprocess
-def test_simulate_from_a_real_store(tmp_path: Path) -> None:
-    store = str(tmp_path / "store")
-    missing = cli("simulate", "synthetic-mlp", "--store", store, check=False)
-    assert missing.returncode == 2 and "no results store" in missing.stderr
-    cli("run", "synthetic-mlp", "--workers", "1", "--json", "--store", store)
-    no_bench = cli("simulate", "synthetic-mlp", "--store", store, check=False)
-    assert no_bench.returncode == 2 and "bench allreduce" in no_bench.stderr
-    cli(
-        "bench",
-        "allreduce",
-        "--workers",
-        "2",
-        "--max-bytes",
-        str(2**22),
-        "--factor",
-        "16",
-        "--repeats",
-        "2",
-        "--warmup",
-        "1",
-        "--store",
-        store,
-    )
-    out = json.loads(
-        cli(
-            "simulate",
-            "synthetic-mlp",
-            "--workers",
-            "1,2,8",
-            "--network",
-            "1gbit,100mbit",
-            "--algorithm",
-            "ring,ps",
-            "--json",
-            "--store",
-            store,
-        ).stdout
-    )
-    rows = out["predictions"]
-    assert len(rows) == 2 * 2 * 3
-    assert out["calibration"]["gradient_bytes"] > 0
-    for group in _groups(rows).values():
-        assert [r["workers"] for r in group] == [1, 2, 8]
-        assert group[0]["speedup"] == 1.0 and group[0]["comm_s"] == 0.0
-        assert group[1]["comm_s"] < group[2]["comm_s"]
-        assert group[0]["epochs_measured"] is True  # the 1-worker run reached the target
-    slow = _groups(rows)[("100mbit", "ring")][2]["comm_s"]
-    fast = _groups(rows)[("1gbit", "ring")][2]["comm_s"]
-    size = out["calibration"]["gradient_bytes"]  # only the bandwidth term differs:
-    hosts = out["calibration"]["comm"]["2"]["host_busbw"]
-    slow_bw, fast_bw = min(11.875e6, hosts), min(118.75e6, hosts)  # 95% of each link
-    assert slow - fast == pytest.approx(14 / 8 * size * (1 / slow_bw - 1 / fast_bw))
-    page = tmp_path / "report.html"
-    cli("report", "--store", store, "--out", str(page))
-    assert "synthetic-mlp · predicted scaling" in page.read_text()  # saved, then drawn
-    bad = cli("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store, check=False)
-    assert bad.returncode == 2 and "choose ring, tree, ps or hierarchical" in bad.stderr
-    two = json.loads(
-        cli(
-            "simulate",
-            "synthetic-mlp",
-            "--nodes",
-            "1,2,4",
-            "--nproc-per-node",
-            "4,2,1",
-            "--network",
-            "100mbit",
-            "--algorithm",
-            "ring,hierarchical",
-            "--json",
-            "--store",
-            store,
-        ).stdout
-    )["predictions"]
-    assert [(r["nodes"], r["workers"]) for r in two] == [(1, 4), (2, 4), (4, 4)] * 2
-    flat = {r["nodes"]: r["comm_s"] for r in two if r["algorithm"] == "ring"}
-    levels = {r["nodes"]: r["comm_s"] for r in two if r["algorithm"] == "hierarchical"}
-    # a flat ring is as slow as its slowest hop: from 2 nodes on, every step crosses one
-    assert flat[1] < flat[2] == pytest.approx(flat[4])
-    assert levels[2] < flat[2]  # two levels: one stream per node crosses, fewer times
-
-
-def _groups(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    groups: dict[tuple[str, str], list[dict]] = {}
-    for row in rows:
-        groups.setdefault((row["network"], row["algorithm"]), []).append(row)
-    return groups
 
 
 def task_run(run_id: str, compute_s: float, workers: int = 1) -> RunRecord:

@@ -1,0 +1,141 @@
+"""The `dmlbench` command as a user runs it (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import EXAMPLES, REPO, cli
+
+
+def test_tasks_lists_every_reference_task(dmlbench) -> None:
+    names = {t["name"] for t in json.loads(dmlbench("tasks", "--json")[1])}
+    expected = {"digits-mlp", "epsilon-logreg"} | {f"cifar10-resnet{d}" for d in (20, 32, 44, 56)}
+    assert expected <= names
+    table = dmlbench("tasks")[1]
+    assert "cifar10-resnet56" in table and "α/√t" in table
+
+
+def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
+    code, out, _ = dmlbench(
+        "run",
+        "cifar10-resnet20",
+        "--workers",
+        "4",
+        "--dry-run",
+        "--json",
+        "--store",
+        str(tmp_path / "s"),
+    )
+    plan = json.loads(out)
+    assert code == 0 and plan["spec"]["workers"] == 4 and plan["derived"]["global_batch"] == 128
+    assert plan["derived"]["lr_first_step"] == pytest.approx(0.1 / 256 * 32)
+    assert plan["derived"]["lr_after_warmup"] == pytest.approx(0.1 / 256 * 128)
+    assert plan["derived"]["division"] == "closed" and plan["deviations"] == {}
+    assert not (tmp_path / "s").exists()
+
+
+def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
+    """One run: local = global / workers; a list of counts: strong scaling at that batch,
+    also when given with --set (an inline strong sweep once ignored it)."""
+    code, out, _ = dmlbench(
+        "run", "digits-mlp", "-w", "2", "--global-batch", "128", "--dry-run", "--json"
+    )
+    one = json.loads(out)
+    assert code == 0 and one["spec"]["recipe"]["local_batch"] == 64
+    for args in (["--global-batch", "128"], ["--scaling", "strong", "--set", "global_batch=128"]):
+        code, out, _ = dmlbench("run", "digits-mlp", "-w", "1,2", *args, "--dry-run", "--json")
+        plan = json.loads(out)
+        assert code == 0 and plan["sweep"]["scaling"] == "strong"
+        assert [
+            (r["spec"]["recipe"]["local_batch"], r["spec"]["global_batch"]) for r in plan["runs"]
+        ] == [(128, 128), (64, 128)]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "no-such-task"], "unknown task 'no-such-task'"),
+        (["run", "digits-mlp", "--workers", "0", "--dry-run"], "must be at least 1"),
+        (["run", "digits-mlp", "--set", "workers=0", "--dry-run"], "workers: Input should be"),
+        (["run", "digits-mlp", "--set", "global_batch=33", "--workers", "2"], "not divisible"),
+        (
+            ["run", "cifar10-resnet20", "--data-dir", "/nonexistent", "--set", "download=false"],
+            "CIFAR-10 not found under /nonexistent",
+        ),
+        (["results", "--store", "/nonexistent/store"], "no results store"),
+        (["report", "--store", "/nonexistent/store"], "no results store"),
+        (["compare", "--store", "/nonexistent/store"], "no results store"),
+        (["sweep", "/nonexistent/sweep.yaml"], "does not exist"),
+        (["run", "--workers", "1,0"], "worker counts must be at least 1"),
+        (
+            ["run", "--workers", "1,3", "--scaling", "strong", "--dry-run"],
+            "global batch 32 does not divide among 3 workers",
+        ),
+        (
+            ["run", "--workers", "1,3", "--global-batch", "128", "--dry-run"],
+            "global batch 128 does not divide among 3 workers",
+        ),
+        (
+            ["run", "--workers", "1,2", "--scaling", "weak", "--global-batch", "64", "--dry-run"],
+            "global_batch belongs to strong scaling",
+        ),
+        (["run", "--workers", "1,2", "--scaling", "sideways", "--dry-run"], "scaling: Input"),
+        (["run", "--workers", "1,2", "--rerun", "sometimes", "--dry-run"], "--rerun 'sometimes'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(dmlbench, args: list[str], message: str) -> None:
+    code, _, err = dmlbench(*args)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> None:
+    from dmlbench.results import ResultsStore
+
+    store = str(tmp_path / "store")
+    ResultsStore(Path(store))
+    code, _, err = dmlbench("results", "abc[/x]", "--store", store)
+    assert code == 2 and "no single run matches 'abc[/x]'" in err
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = dmlbench("run", "digits-mlp", "--set", "max_epochs=[red]x", "--dry-run")
+    assert code == 2 and "(got '[red]x')" in err
+
+
+def test_help_lists_the_commands(dmlbench) -> None:
+    help_text = dmlbench("--help")[1]
+    assert all(command in help_text for command in ("tasks", "run", "results"))
+
+
+def test_docs_task_page_is_generated_from_the_registry() -> None:
+    page = REPO / "docs" / "tasks.md"
+    # A process of its own: tests before this one may have registered plugin tasks here.
+    assert page.read_text() == cli("tasks", "--markdown").stdout, (
+        "docs/tasks.md is stale: run `dmlbench tasks --markdown > docs/tasks.md`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "task"),
+    [("digits.yaml", "digits-mlp"), ("cifar10-resnet20.toml", "cifar10-resnet20")],
+)
+def test_example_spec_files_resolve(dmlbench, name: str, task: str) -> None:
+    code, out, err = dmlbench("run", "--config", str(EXAMPLES / name), "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["spec"]["task"] == task
+
+
+def test_help_shows_no_value_beside_a_flag(dmlbench) -> None:
+    code, out, _ = dmlbench("results", "--help")
+    assert code == 0 and "--json" in out and "--help" in out
+    assert "<bool>" not in out  # typer's default: as if a flag took a value
+
+
+def test_version_comes_from_the_package_metadata(dmlbench) -> None:
+    from importlib.metadata import version
+
+    code, out, _ = dmlbench("--version")
+    assert code == 0 and out.strip() == f"dmlbench {version('dmlbench')}"

@@ -1,0 +1,65 @@
+"""The all-reduce micro-benchmark: sizes, definitions, a real gloo run, refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from dmlbench.comm.bench import bus_factor, summarize_size
+from dmlbench.errors import SpecError
+from dmlbench.launch.bench import resolve_bench
+from dmlbench.spec.bench import CommBenchSpec
+
+
+def test_sizes_are_a_log_scale_of_whole_elements_ending_at_the_cap() -> None:
+    assert CommBenchSpec(max_bytes=4096).sizes() == [4, 16, 64, 256, 1024, 4096]
+    assert CommBenchSpec(max_bytes=1000, factor=10).sizes() == [4, 40, 400, 1000]
+    assert CommBenchSpec(max_bytes=10**8).sizes()[-1] == 10**8
+    assert CommBenchSpec(min_bytes=4, max_bytes=4).sizes() == [4]
+
+
+def test_bus_bandwidth_factor_follows_nccl_tests() -> None:
+    assert bus_factor(1) == 0.0
+    assert bus_factor(2) == 1.0
+    assert bus_factor(4) == pytest.approx(1.5)
+    assert bus_factor(64) == pytest.approx(2 * 63 / 64)
+
+
+def test_a_repeat_lasts_as_long_as_its_slowest_rank() -> None:
+    per_rank = [[0.010, 0.030, 0.020], [0.012, 0.010, 0.040]]  # 2 ranks × 3 repeats
+    row = summarize_size(1_000_000, per_rank, workers=4)
+    assert row["latency_min_s"] == 0.012 and row["latency_max_s"] == 0.040
+    assert row["latency_s"] == pytest.approx(0.030)  # median of 0.012, 0.030, 0.040
+    assert row["algbw"] == pytest.approx(1_000_000 / 0.030)
+    assert row["busbw"] == pytest.approx(row["algbw"] * 1.5)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"max_bytes": 2}, "max_bytes"),
+        ({"min_bytes": 64, "max_bytes": 16}, "below min_bytes"),
+        ({"backend": "nccl"}, "needs CUDA"),
+        ({"backend": "tcp"}, "backend"),
+        ({"repeats": 0}, "repeats"),
+        ({"max_bytes": 2**34, "workers": 4096}, "lower --max-bytes"),
+    ],
+)
+def test_impossible_benchmarks_are_refused(data: dict, message: str) -> None:
+    import torch
+
+    if data.get("backend") == "nccl" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SpecError, match=message):
+        resolve_bench(data)
+
+
+def test_bad_benchmark_input_is_one_line(dmlbench) -> None:
+    for args, message in (
+        (["bench", "allreduce", "--max-bytes", "2"], "max_bytes"),
+        (["bench", "allreduce", "--backend", "tcp"], "backend"),
+        (["bench", "allreduce", "--set", "bogus=1"], "unknown spec key 'bogus'"),
+        (["bench", "allreduce", "--workers", "0"], "at least 1"),
+    ):
+        code, _, err = dmlbench(*args)
+        assert code == 2 and message in err, err
+        assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,47 @@
+"""Emulated networks: profiles, namespaces and tc for real (as root), nothing left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dmlbench.errors import SpecError
+from dmlbench.netem import NetworkSpec, Topology, load_profiles
+from dmlbench.netem.profiles import ResolvedNetwork, parse_rate, parse_time
+
+
+def test_units_parse_like_tc() -> None:
+    assert parse_rate("100mbit") == 1e8
+    assert parse_rate("2.5gbit") == 2.5e9
+    assert parse_time("5ms") == pytest.approx(0.005)
+    assert parse_time("50us") == pytest.approx(5e-5)
+    for bad in ("fast", "0mbit", "-1gbit", "100"):
+        with pytest.raises(SpecError, match="not a positive rate"):
+            parse_rate(bad)
+    with pytest.raises(SpecError, match="not a time"):
+        parse_time("soon")
+
+
+def test_profiles_are_data_and_inline_values_override_them(tmp_path: Path) -> None:
+    profiles = load_profiles()
+    assert {"1gbit", "10gbit", "25gbit-cloud", "100gbit-ib", "wan-20ms"} <= set(profiles)
+    wan = NetworkSpec(profile="wan-20ms").resolve()
+    assert (wan.rate_bps, wan.delay_s) == (1e9, pytest.approx(0.02))
+    mixed = NetworkSpec(profile="wan-20ms", latency="5ms").resolve()
+    assert mixed.delay_s == pytest.approx(0.005) and mixed.name == "wan-20ms+custom"
+    assert NetworkSpec(bandwidth="100mbit").resolve().describe() == "custom · 100 Mbit/s"
+    with pytest.raises(SpecError, match="did you mean '10gbit'"):
+        NetworkSpec(profile="10gbt").resolve()
+    mine = tmp_path / "nets.yaml"
+    mine.write_text("lab: {bandwidth: 40gbit}\nbroken: {description: nothing}\n")
+    with pytest.raises(SpecError, match=r"'broken'.*needs a bandwidth or latency"):
+        NetworkSpec(profile="lab", profiles_file=str(mine)).resolve()
+
+
+def test_names_say_which_launcher_made_them() -> None:
+    from dmlbench.netem.topology import _creator
+
+    # pid 8978 is "6xe" in base 36: an "x" that once cut it to pid 6, alive forever
+    assert _creator("6xe_1") == 8978 and _creator("6xex1") == 8978  # new, and old names
+    assert Topology(2, ResolvedNetwork(name="t", rate_bps=None)).tag.count("_") == 1
