@@ -109,7 +109,7 @@ def killed_node(root: Path) -> dict[str, Any]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    while not list(store.glob("runs/*/nodes/*/runs/*/events.jsonl")):
+    while not list(store.glob("runs/*/nodes/*/runs/*/events.log")):
         time.sleep(0.2)
     time.sleep(5)  # training
     agents = subprocess.run(

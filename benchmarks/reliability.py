@@ -34,6 +34,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), os.environ.get(
 from processes import process_tree, spawned_workers, wait_until_gone  # noqa: E402
 
 from dmlbench.errors import DmlbenchError  # noqa: E402
+from dmlbench.results.events import parse_line  # noqa: E402
 
 DMLBENCH = [sys.executable, "-m", "dmlbench"]
 LONG = ["--set", "max_epochs=100000", "--set", "stop_at_target=false", "--quiet"]
@@ -62,7 +63,7 @@ def stored(store: Path) -> list[Any]:  # RunRecord, imported late (the worker's 
 def wait_for_eval(store: Path, timeout: float = 120) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for log in store.glob("runs/*/events.jsonl"):
+        for log in store.glob("runs/*/events.log"):
             if '"eval_accuracy"' in log.read_text():
                 return log.parent
         time.sleep(0.1)
@@ -94,8 +95,8 @@ def _stall(tmp: Path, how: str) -> dict[str, Any]:
     if how == "hang":  # rank 1 sleeps in its 6th forward pass, a moment after run_start
         proc.wait(timeout=600)
         ended = time.time()
-        events = next(store.glob("runs/*/events.jsonl")).read_text().splitlines()
-        started = next(json.loads(e)["time_ms"] for e in events if '"run_start"' in e) / 1e3
+        events = next(store.glob("runs/*/events.log")).read_text().splitlines()
+        started = next(parse_line(e)["time_ms"] for e in events if '"run_start"' in e) / 1e3
         return {"run": stored(store)[0], "detected": ended - started}
     run_dir = wait_for_eval(store)
     beat = json.loads((run_dir / "heartbeats" / "rank-1.json").read_text())

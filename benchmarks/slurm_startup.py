@@ -36,7 +36,7 @@ STEPS = ["--set", "max_steps=20", "--set", "stop_at_target=false"]
 def moments(store: Path, since: float) -> dict[str, float]:
     """Seconds from ``since`` to the run's init_start and run_start (rank 0's node)."""
     (run,) = ResultsStore(store).runs()
-    (events_file,) = Path(run.run_dir).glob("nodes/node*/runs/*/events.jsonl")
+    (events_file,) = Path(run.run_dir).glob("nodes/node*/runs/*/events.log")
     times = {
         e["key"]: e["time_ms"] / 1e3
         for e in read_events(events_file)

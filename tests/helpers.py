@@ -179,7 +179,7 @@ def wait_for_evaluation(
     """Wait until the ``run``-th run in ``store`` has logged an evaluation (or fail)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        logs = sorted(store.glob("runs/*/events.jsonl"))
+        logs = sorted(store.glob("runs/*/events.log"))
         if len(logs) >= run and '"eval_accuracy"' in logs[run - 1].read_text():
             return
         time.sleep(0.2)

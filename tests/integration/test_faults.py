@@ -155,7 +155,7 @@ def test_a_full_disk_at_the_end_keeps_the_run_for_import(small_disk: SmallDisk, 
     message = str(caught.value)
     assert "\n" not in message and "--import" in message and "is full" in message
     run_dir = Path(message.rsplit("--import ", 1)[1])
-    assert '"run_stop"' in (run_dir / "events.jsonl").read_text()
+    assert '"run_stop"' in (run_dir / "events.log").read_text()
     # the store can still be read while the disk is full
     code, out, err = dmlbench("results", "--store", str(store.root))
     assert code == 0 and run_dir.name in out and "read-only" in err

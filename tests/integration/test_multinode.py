@@ -181,7 +181,7 @@ def test_a_rogue_node_of_a_full_job_gives_up_at_its_own_timeout(tmp_path: Path) 
     try:
         deadline = time.monotonic() + 90
         while not any(
-            '"run_start"' in log.read_text() for log in tmp_path.glob("n*/runs/*/events.jsonl")
+            '"run_start"' in log.read_text() for log in tmp_path.glob("n*/runs/*/events.log")
         ):
             assert time.monotonic() < deadline, "the job never trained"
             time.sleep(0.2)
@@ -238,7 +238,7 @@ def _agents(store: Path) -> list[int]:
 def _wait_for_training(store: Path, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        logs = list(store.glob("runs/*/nodes/*/runs/*/events.jsonl"))
+        logs = list(store.glob("runs/*/nodes/*/runs/*/events.log"))
         if logs and '"run_start"' in logs[0].read_text():
             return
         time.sleep(0.2)

@@ -82,7 +82,7 @@ def test_scancel_stores_the_run_as_interrupted(slurm, tmp_path: Path) -> None:
     end = time.monotonic() + 120
     while time.monotonic() < end:  # until the workers have stepped
         runs = _runs(store)
-        if runs and list(Path(runs[0].run_dir).glob("nodes/node*/runs/*/events.jsonl")):
+        if runs and list(Path(runs[0].run_dir).glob("nodes/node*/runs/*/events.log")):
             break
         time.sleep(0.5)
     slurm.command("scancel", job)
@@ -230,7 +230,7 @@ def test_a_node_that_dies_fails_the_run_naming_it(slurm, tmp_path: Path) -> None
     victims: list[int] = []
     while time.monotonic() < end and not victims:
         runs = _runs(store)
-        if runs and list(Path(runs[0].run_dir).glob("nodes/node*/runs/*/events.jsonl")):
+        if runs and list(Path(runs[0].run_dir).glob("nodes/node*/runs/*/events.log")):
             victims = _in_namespace(slurm.namespaces[1], f"--rdzv-id {runs[0].run_id}")
         time.sleep(0.5)
     assert victims, _output(store)

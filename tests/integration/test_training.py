@@ -18,6 +18,7 @@ from dmlbench.launch import run_benchmark
 from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
 from dmlbench.results.contention import OUTSIDE_CORES, WAIT_SHARE
+from dmlbench.results.events import EVENTS_FILE, read_events
 from dmlbench.train.worker import MODEL_FILE
 
 
@@ -32,8 +33,7 @@ def _weights(outcome) -> dict[str, torch.Tensor]:
 
 
 def _events(outcome) -> list[dict]:
-    lines = (Path(outcome.run_dir) / "events.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    return read_events(Path(outcome.run_dir) / EVENTS_FILE)
 
 
 def _assert_same_weights(got: dict, want: dict, rtol: float = 1e-4, atol: float = 1e-5) -> None:
@@ -66,7 +66,7 @@ def test_two_workers_of_b_equal_one_worker_of_2b(store: ResultsStore, exchange: 
     assert row_one.steps == row_two.steps == 25
     _assert_same_weights(_weights(two), _weights(one))
     # and training did move the weights: the comparison is not between two initial models
-    assert one.evals[-1]["metric"] > 0.5
+    assert one.evals[-1].metric > 0.5
 
 
 def test_same_seed_same_result_and_other_seed_differs(store: ResultsStore) -> None:
@@ -74,8 +74,8 @@ def test_same_seed_same_result_and_other_seed_differs(store: ResultsStore) -> No
         _run(store, "synthetic-mlp", 2, f"seed={seed}", "max_epochs=2", "save_model=true")[0]
         for seed in (5, 5, 6)
     ]
-    assert [e["metric"] for e in runs[0].evals] == [e["metric"] for e in runs[1].evals]
-    assert [e["loss"] for e in runs[0].evals] == [e["loss"] for e in runs[1].evals]
+    assert [e.metric for e in runs[0].evals] == [e.metric for e in runs[1].evals]
+    assert [e.loss for e in runs[0].evals] == [e.loss for e in runs[1].evals]
     first, again, other = (_weights(r) for r in runs)
     assert all(torch.equal(first[k], again[k]) for k in first)
     assert not all(torch.equal(first[k], other[k]) for k in first)
@@ -93,9 +93,18 @@ def test_run_reaches_target_and_is_stored_with_history(store: ResultsStore) -> N
     assert row.environment["cores"] >= 1 and row.environment["torch"] == torch.__version__
     assert row.spec["workers"] == 2 and row.seed == 0
     # events on disk, MLPerf-style keys
-    events = (Path(row.run_dir) / "events.jsonl").read_text()
+    events = (Path(row.run_dir) / "events.log").read_text()
     for key in ("run_start", "eval_accuracy", "epoch_stop", "run_stop"):
         assert f'"key": "{key}"' in events
+    # in MLPerf's MLLOG lines: mlperf-logging's own parser reads every line, as ours does
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    lines, errors = parse_file(str(Path(row.run_dir) / "events.log"), ruleset="5.1.0")
+    ours = read_events(Path(row.run_dir) / EVENTS_FILE)
+    assert errors == [] and len(lines) == len(ours) == len(events.splitlines())
+    assert [line.key for line in lines] == [event["key"] for event in ours]
+    assert [line.value["value"] for line in lines] == [event["value"] for event in ours]
+    assert lines[0].timestamp == ours[0]["time_ms"]
 
 
 @pytest.mark.parametrize("exchange", ["allreduce", "ddp"])

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from dmlbench.results.contention import judge
+from dmlbench.results.events import EVENTS_FILE, LEGACY_EVENTS_FILE
 from dmlbench.results.summary import phase_shares, summarize
 
 
@@ -222,3 +226,38 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
         "; recompiled 2 times inside the clock (a new input shape?): "
         "those steps include compile time"
     )
+
+
+def test_the_event_log_is_written_in_mlperfs_mllog_lines_and_older_logs_still_read(
+    tmp_path: Path,
+) -> None:
+    from mlperf_logging.compliance_checker.mlp_parser import parse_file
+
+    from dmlbench.results.events import EventLog, events_file, read_events, read_events_counted
+
+    log = EventLog(tmp_path / EVENTS_FILE)
+    log.log("run_start", None, world_size=2)
+    log.log("eval_accuracy", 0.5, epoch_num=1.0)
+    log.log("run_stop", None, status="success")
+    log.close()
+    text = (tmp_path / EVENTS_FILE).read_text()
+    assert all(line.startswith(":::MLLOG {") for line in text.splitlines())
+    first = json.loads(text.splitlines()[0].removeprefix(":::MLLOG "))
+    assert list(first) == ["namespace", "time_ms", "event_type", "key", "value", "metadata"]
+    assert first["event_type"] == "INTERVAL_START" and first["namespace"] == ""
+    lines, errors = parse_file(str(tmp_path / EVENTS_FILE), ruleset="5.1.0")
+    assert errors == [] and [line.key for line in lines] == [
+        "run_start",
+        "eval_accuracy",
+        "run_stop",
+    ]
+    assert lines[1].value == {"value": 0.5, "metadata": {"epoch_num": 1.0}}
+    assert [e["key"] for e in read_events(events_file(tmp_path))] == [line.key for line in lines]
+    # a run folder from before MLLOG: bare JSON lines in events.jsonl, read the same way
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / LEGACY_EVENTS_FILE).write_text(
+        json.dumps({"key": "run_start", "value": None, "time_ms": 1.0, "metadata": {}}) + "\n{torn"
+    )
+    events, skipped = read_events_counted(events_file(old))
+    assert [e["key"] for e in events] == ["run_start"] and skipped == 1

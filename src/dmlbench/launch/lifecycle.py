@@ -17,7 +17,8 @@ from dmlbench.errors import ResultsNotStored, StoreError, WorkerFailed
 from dmlbench.netem.topology import NetworkError
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
-from dmlbench.results.events import EventTail
+from dmlbench.results.events import Event, EventTail
+from dmlbench.results.records import Evaluation
 from dmlbench.results.rundir import (
     OUTCOME_FILE,
     RECORD_FILE,
@@ -30,7 +31,7 @@ from dmlbench.results.summary import eval_history, summarize
 from dmlbench.spec import RunSpec
 from dmlbench.tasks import get_task
 
-ProgressFn = Callable[[list[dict[str, Any]]], None]
+ProgressFn = Callable[[list[Event]], None]
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class RunOutcome:
     run_id: str
     status: str
     summary: dict[str, Any]
-    evals: list[dict[str, Any]]
+    evals: list[Evaluation]
     error: str | None
     run_dir: str
     recorded: bool = True  # False: a node of a multi-node job whose rank 0 ran elsewhere
@@ -122,7 +123,7 @@ class Attempt:
     status: str = "failed"
     error: str | None = None
     summary: dict[str, Any] = field(default_factory=dict)
-    evals: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[Evaluation] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -176,7 +177,7 @@ def machine_peak(spec: RunSpec) -> dict[str, Any] | None:
     return {"flops_per_s": peak.flops_per_s, "source": peak.source}
 
 
-def settle(attempt: Attempt, events: list[dict[str, Any]], unfinished: str) -> None:
+def settle(attempt: Attempt, events: list[Event], unfinished: str) -> None:
     """Fill in the attempt's summary and evaluations from the run's event log. Workers
     that exited cleanly (status "") leave the status to the log; a log without its end
     gets ``unfinished`` as the error."""
@@ -215,7 +216,7 @@ def name_lost_node(error: str, hosts: list[str], here: str) -> str:
 class Tail(Protocol):
     """Where new events come from: one event log, or several nodes' logs."""
 
-    def new_events(self) -> list[dict[str, Any]]: ...
+    def new_events(self) -> list[Event]: ...
 
 
 class Watcher(threading.Thread):
@@ -238,5 +239,5 @@ class NodesTail:
     def __init__(self, paths: list[Path]) -> None:
         self.tails = [EventTail(path) for path in paths]
 
-    def new_events(self) -> list[dict[str, Any]]:
+    def new_events(self) -> list[Event]:
         return [event for tail in self.tails for event in tail.new_events()]

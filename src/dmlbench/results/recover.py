@@ -17,7 +17,7 @@ from typing import Any
 
 from dmlbench.errors import DmlbenchError, StoreError
 from dmlbench.names import shorten
-from dmlbench.results.events import EVENTS_FILE, read_events_counted
+from dmlbench.results.events import events_file, read_events_counted
 from dmlbench.results.rundir import (
     COMM_RESULTS_FILE,
     OUTCOME_FILE,
@@ -124,13 +124,13 @@ def import_run_dir(store: ResultsStore, run_dir: Path) -> Imported:
     if "op" in spec:
         return _import_comm(store, run_dir, run_id, spec, record, outcome, stored)
     _check_spec(spec, run_dir / SPEC_FILE)
-    events, skipped = read_events_counted(run_dir / EVENTS_FILE)
+    log = events_file(run_dir)
+    events, skipped = read_events_counted(log)
     try:
         summary, evals = summarize(events), eval_history(events)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError):
         raise StoreError(
-            f"the event log {run_dir / EVENTS_FILE} is damaged beyond reading its summary; "
-            "nothing was imported"
+            f"the event log {log} is damaged beyond reading its summary; nothing was imported"
         ) from None
     status = outcome.get("status") if isinstance(outcome.get("status"), str) else None
     status = status or (summary.get("status") or "failed")

@@ -17,7 +17,7 @@ import json
 import os
 import socket
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -392,7 +392,7 @@ class ResultsStore:
         *,
         status: str,
         summary: dict[str, Any],
-        evals: list[dict[str, Any]],
+        evals: Sequence[Evaluation],
         error: str | None = None,
     ) -> None:
         """Complete the run in one transaction and release its lock (also on failure)."""
@@ -409,7 +409,7 @@ class ResultsStore:
         run_id: str,
         status: str,
         summary: dict[str, Any],
-        evals: list[dict[str, Any]],
+        evals: Sequence[Evaluation],
         error: str | None,
     ) -> None:
         phases = summary.get("phases") or []
@@ -443,14 +443,14 @@ class ResultsStore:
                 [
                     (
                         run_id,
-                        e["epoch"],
-                        e["step"],
-                        e["samples"],
-                        e["elapsed_s"],
-                        e["compute_elapsed_s"],
-                        e["metric"],
-                        e["loss"],
-                        e.get("train_metric"),
+                        e.epoch,
+                        e.step,
+                        e.samples,
+                        e.elapsed_s,
+                        e.compute_elapsed_s,
+                        e.metric,
+                        e.loss,
+                        e.train_metric,
                     )
                     for e in evals
                 ],

@@ -5,24 +5,28 @@ Pure functions of the events, so every figure can be recomputed from the log.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dmlbench.results.contention import judge
+from dmlbench.results.events import Event
+from dmlbench.results.records import Evaluation
 from dmlbench.results.schema import PHASES
 
 
-def eval_history(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def eval_history(events: Sequence[Event]) -> list[Evaluation]:
+    """The run's evaluations, in the order it made them."""
     return [
-        {
-            "epoch": e["metadata"]["epoch_num"],
-            "step": e["metadata"]["step"],
-            "samples": e["metadata"]["samples_count"],
-            "elapsed_s": e["metadata"]["elapsed_s"],
-            "compute_elapsed_s": e["metadata"]["compute_elapsed_s"],
-            "metric": e["value"],
-            "loss": e["metadata"]["eval_loss"],
-            "train_metric": e["metadata"].get("train_accuracy"),
-        }
+        Evaluation(
+            epoch=e["metadata"]["epoch_num"],
+            step=e["metadata"]["step"],
+            samples=e["metadata"]["samples_count"],
+            elapsed_s=e["metadata"]["elapsed_s"],
+            compute_elapsed_s=e["metadata"]["compute_elapsed_s"],
+            metric=e["value"],
+            loss=e["metadata"]["eval_loss"],
+            train_metric=e["metadata"].get("train_accuracy"),
+        )
         for e in events
         if e["key"] == "eval_accuracy"
     ]
@@ -57,7 +61,7 @@ def hardware_use(summary: dict[str, Any]) -> dict[str, Any]:
     return use
 
 
-def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(events: Sequence[Event]) -> dict[str, Any]:
     """Summary of a run from its events; a run that never logged ``run_stop`` is partial."""
     first = {e["key"]: e for e in reversed(events)}  # first occurrence of each key
     evals = eval_history(events)
@@ -72,16 +76,16 @@ def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     if "init_start" in first and "init_stop" in first:
         summary["init_s"] = (first["init_stop"]["time_ms"] - first["init_start"]["time_ms"]) / 1e3
     if stop is None:  # crashed or interrupted: keep what was reached, the target included
-        metrics = [e["metric"] for e in evals]
+        metrics = [e.metric for e in evals]
         steps = [e["metadata"].get("step", 0) for e in events if e["key"] == "epoch_stop"]
         target = start.get("target")
-        reached = next((e for e in evals if target is not None and e["metric"] >= target), None)
+        reached = next((e for e in evals if target is not None and e.metric >= target), None)
         summary.update(
             best_metric=max(metrics) if metrics else None,
             steps=steps[-1] if steps else 0,
-            epochs=evals[-1]["epoch"] if evals else None,
-            time_to_accuracy_s=reached["elapsed_s"] if reached else None,
-            time_to_accuracy_compute_s=reached["compute_elapsed_s"] if reached else None,
+            epochs=evals[-1].epoch if evals else None,
+            time_to_accuracy_s=reached.elapsed_s if reached else None,
+            time_to_accuracy_compute_s=reached.compute_elapsed_s if reached else None,
         )
         return summary
     summary.update(stop["metadata"])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
@@ -11,6 +9,7 @@ from rich.text import Text
 from dmlbench.report.formats import (
     percent,
 )
+from dmlbench.results.events import Event
 
 
 class RunClock(ProgressColumn):
@@ -58,7 +57,7 @@ class RunProgress:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def __call__(self, events: list[dict[str, Any]]) -> None:
+    def __call__(self, events: list[Event]) -> None:
         for event in events:
             key, meta = event["key"], event["metadata"]
             if key == "init_start":
