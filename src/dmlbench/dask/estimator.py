@@ -18,7 +18,9 @@ import contextlib
 import copy
 import difflib
 import inspect
+import logging
 import math
+import sys
 import uuid
 import warnings
 from typing import Any, ClassVar
@@ -37,6 +39,20 @@ from dmlbench.noise import noise_scale_estimate, simple_noise_scale
 
 ROUTES = ("module", "optimizer", "loss", "batch_size")
 PREFIXES = tuple(f"{route}__" for route in ROUTES)
+
+LOG = logging.getLogger(__name__)
+
+
+def _verbose_log() -> logging.Logger:
+    """The estimator's logger; ``verbose`` without logging set up shows its lines on
+    stdout, as scikit-learn's estimators print theirs."""
+    if not LOG.hasHandlers():
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        LOG.addHandler(handler)
+    if not LOG.isEnabledFor(logging.INFO):
+        LOG.setLevel(logging.INFO)
+    return LOG
 
 
 def _suggest(name: str, known: list[str]) -> str:
@@ -365,10 +381,14 @@ class DaskEstimator(BaseEstimator):
             engine = self._engine = ENGINES[self.engine](self, data)
         record = engine.run_epoch()
         if self.verbose:
-            print(
-                f"epoch {record['epoch']}: loss {record['train_loss']:.4f}, batch "
-                f"{record['batch_size']}, workers {record['workers']}, "
-                f"{record['n_updates']} updates, {record['wall_s']:.2f} s"
+            _verbose_log().info(
+                "epoch %s: loss %.4f, batch %s, workers %s, %s updates, %.2f s",
+                record["epoch"],
+                record["train_loss"],
+                record["batch_size"],
+                record["workers"],
+                record["n_updates"],
+                record["wall_s"],
             )
         return record
 

@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher decides when we stop
-    print("ready", flush=True)
+    sys.stdout.write("ready\n")  # the launcher waits for this line: the devices are up
+    sys.stdout.flush()
     delay = args.delay_us / 1e6
     queue: collections.deque[tuple[float, int, bytes]] = collections.deque()
     packets = dropped = sent_bytes = 0
