@@ -18,7 +18,7 @@ from dmlbench.netem.topology import NetworkError
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
 from dmlbench.results.events import Event, EventTail
-from dmlbench.results.records import Evaluation
+from dmlbench.results.records import Evaluation, RunSummary
 from dmlbench.results.rundir import (
     OUTCOME_FILE,
     RECORD_FILE,
@@ -38,7 +38,7 @@ ProgressFn = Callable[[list[Event]], None]
 class RunOutcome:
     run_id: str
     status: str
-    summary: dict[str, Any]
+    summary: RunSummary
     evals: list[Evaluation]
     error: str | None
     run_dir: str
@@ -122,7 +122,7 @@ class Attempt:
 
     status: str = "failed"
     error: str | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=lambda: RunSummary())
     evals: list[Evaluation] = field(default_factory=list)
 
 

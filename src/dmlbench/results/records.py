@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 FINISHED = ("success", "target_not_reached")  # a run that ended as planned
 
@@ -39,6 +39,84 @@ class _Stored:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+class RunSummary(TypedDict, total=False):
+    """A run's summary, as :func:`dmlbench.results.summary.summarize` makes it from the
+    run's event log (``run_start``, ``init_start`` and ``run_stop``'s metadata, and what
+    follows from them) and the launch paths complete it. Stored as JSON: a field the
+    trainer starts to log is one line here, and old stores lack new fields (read them
+    with ``.get``)."""
+
+    finished: bool  # run_stop was logged; False: the run crashed or was stopped
+    status: str
+    stop_reason: str  # target_reached, time_budget, max_epochs, max_steps
+    # run_start
+    world_size: int
+    local_batch: int
+    global_batch: int
+    steps_per_epoch: int
+    step_limit: int
+    target: float
+    train_examples: int
+    test_examples: int
+    threads_per_worker: int
+    device: str
+    backend: str
+    exchange: str
+    comm_overlapped: bool
+    parameters: int
+    gradient_bytes: int
+    flops_per_step: float | None
+    peak_flops_per_s: float | None
+    peak_source: str
+    channels_last: bool
+    compiled: bool
+    compile_s: float | None
+    cpu_allocator: str
+    engine: str  # "dask" for a Dask fit
+    # init_start: where the ranks ran
+    nodes: int
+    nproc_per_node: int | None
+    hosts: list[str]
+    init_s: float  # data load + model build, before the clock starts
+    # run_stop
+    steps: int
+    epochs: float | None
+    samples: int
+    elapsed_s: float
+    eval_s: float
+    train_s: float
+    time_to_accuracy_s: float | None
+    time_to_accuracy_compute_s: float | None
+    best_metric: float | None
+    warmup_steps_excluded: int
+    steady_steps: int
+    phases: list[dict[str, float]]  # per rank, seconds per phase
+    phases_steady: list[dict[str, float]]
+    bytes_sent: list[float]
+    bytes_per_step: float
+    peak_memory_bytes: list[float]
+    page_faults_per_step: list[float]
+    noise_scale: dict[str, Any] | None
+    recompiles_in_clock: int | None
+    cpu_samples: list[dict[str, Any]]
+    largest_batch: int  # Dask: the batch grows
+    most_workers: int
+    notes: list[str]
+    # derived from the above
+    rank_nodes: list[int]
+    step_time_s: float
+    throughput: float
+    phase_shares: dict[str, dict[str, float]]
+    samples_per_s_per_worker: float
+    flops_per_s: float
+    utilisation: float
+    contention: dict[str, Any]
+    # the launch paths
+    emulated_nodes: bool
+    rank0_node: int
+    slurm_job: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +179,7 @@ class RunRecord(_Stored):
     gpus: list[str] = field(default_factory=list)
     torch_version: str | None = None
     git_revision: str | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=lambda: RunSummary())
     launcher_pid: int | None = None
     sweep: str | None = None  # the sweep it belongs to; None for a single run
     scaling: str | None = None

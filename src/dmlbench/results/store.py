@@ -31,6 +31,7 @@ from dmlbench.results.records import (
     Evaluation,
     PhaseTotal,
     RunRecord,
+    RunSummary,
     match_id,
 )
 from dmlbench.results.rundir import OUTCOME_FILE, LauncherLock, launcher_holds, read_json
@@ -391,7 +392,7 @@ class ResultsStore:
         run_id: str,
         *,
         status: str,
-        summary: dict[str, Any],
+        summary: RunSummary,
         evals: Sequence[Evaluation],
         error: str | None = None,
     ) -> None:
@@ -408,7 +409,7 @@ class ResultsStore:
         self,
         run_id: str,
         status: str,
-        summary: dict[str, Any],
+        summary: RunSummary,
         evals: Sequence[Evaluation],
         error: str | None,
     ) -> None:

@@ -6,11 +6,11 @@ Pure functions of the events, so every figure can be recomputed from the log.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import cast
 
 from dmlbench.results.contention import judge
 from dmlbench.results.events import Event
-from dmlbench.results.records import Evaluation
+from dmlbench.results.records import Evaluation, RunSummary
 from dmlbench.results.schema import PHASES
 
 
@@ -45,29 +45,29 @@ def phase_shares(per_rank: list[dict[str, float]]) -> dict[str, dict[str, float]
     return {p: {"mean": sum(v) / len(v), "max": max(v)} for p, v in shares.items() if v}
 
 
-def hardware_use(summary: dict[str, Any]) -> dict[str, Any]:
+def hardware_use(summary: RunSummary) -> RunSummary:
     """What a worker made of its hardware in the steady steps: FLOP/s achieved (its
     step's FLOPs over the step time, communication included), the share of its peak,
     and samples per second."""
-    use: dict[str, Any] = {}
+    use = RunSummary()
     workers = summary.get("world_size") or 1
     if summary.get("throughput"):
         use["samples_per_s_per_worker"] = summary["throughput"] / workers
     flops, step_time = summary.get("flops_per_step"), summary.get("step_time_s")
     if flops and step_time:
         use["flops_per_s"] = flops / step_time
-        if summary.get("peak_flops_per_s"):
-            use["utilisation"] = use["flops_per_s"] / summary["peak_flops_per_s"]
+        if peak := summary.get("peak_flops_per_s"):
+            use["utilisation"] = use["flops_per_s"] / peak
     return use
 
 
-def summarize(events: Sequence[Event]) -> dict[str, Any]:
+def summarize(events: Sequence[Event]) -> RunSummary:
     """Summary of a run from its events; a run that never logged ``run_stop`` is partial."""
     first = {e["key"]: e for e in reversed(events)}  # first occurrence of each key
     evals = eval_history(events)
     start = first.get("run_start", {}).get("metadata", {})
     stop = first.get("run_stop")
-    summary: dict[str, Any] = {"finished": stop is not None, **start}
+    summary = cast(RunSummary, {"finished": stop is not None, **start})
     init = first.get("init_start", {}).get("metadata", {})
     summary["nodes"] = init.get("nodes") or 1
     summary["nproc_per_node"] = init.get("nproc_per_node") or start.get("world_size")
@@ -80,15 +80,13 @@ def summarize(events: Sequence[Event]) -> dict[str, Any]:
         steps = [e["metadata"].get("step", 0) for e in events if e["key"] == "epoch_stop"]
         target = start.get("target")
         reached = next((e for e in evals if target is not None and e.metric >= target), None)
-        summary.update(
-            best_metric=max(metrics) if metrics else None,
-            steps=steps[-1] if steps else 0,
-            epochs=evals[-1].epoch if evals else None,
-            time_to_accuracy_s=reached.elapsed_s if reached else None,
-            time_to_accuracy_compute_s=reached.compute_elapsed_s if reached else None,
-        )
+        summary["best_metric"] = max(metrics) if metrics else None
+        summary["steps"] = steps[-1] if steps else 0
+        summary["epochs"] = evals[-1].epoch if evals else None
+        summary["time_to_accuracy_s"] = reached.elapsed_s if reached else None
+        summary["time_to_accuracy_compute_s"] = reached.compute_elapsed_s if reached else None
         return summary
-    summary.update(stop["metadata"])
+    summary.update(cast(RunSummary, stop["metadata"]))
     per_node = summary.get("nproc_per_node") or 0
     if per_node and summary.get("phases"):  # torch's agents number ranks node by node
         summary["rank_nodes"] = [rank // per_node for rank in range(len(summary["phases"]))]

@@ -14,7 +14,7 @@ from dmlbench.report.formats import (
     plural,
     seconds,
 )
-from dmlbench.results.records import RunRecord
+from dmlbench.results.records import RunRecord, RunSummary
 from dmlbench.results.schema import PHASES
 
 STATUS_WORDS = {"target_not_reached": "no target"}
@@ -107,8 +107,8 @@ def run_summary(run: RunRecord) -> Table:
         table.add_row(
             f"phases mean/max over {len(summary['phases_steady'])} ranks", "  ".join(cells) + note
         )
-    if summary.get("noise_scale"):
-        table.add_row("noise scale", escape(noise_text(summary["noise_scale"])))
+    if noise := summary.get("noise_scale"):
+        table.add_row("noise scale", escape(noise_text(noise)))
     cores = run.cores
     emulated = summary.get("emulated_nodes") or nodes == 1  # every worker on this host
     here = run.workers if emulated else summary.get("nproc_per_node") or run.workers
@@ -143,7 +143,7 @@ def run_summary(run: RunRecord) -> Table:
     return table
 
 
-def time_split(summary: dict[str, Any]) -> str:
+def time_split(summary: RunSummary) -> str:
     """ ": training T s, evaluation E s": where the clock's time went."""
     if summary.get("train_s") is None or not summary.get("eval_s"):
         return ""
@@ -153,7 +153,7 @@ def time_split(summary: dict[str, Any]) -> str:
     )
 
 
-def compilation_text(summary: dict[str, Any]) -> str:
+def compilation_text(summary: RunSummary) -> str:
     """The compile time, apart from the clock, and any recompilation that was not."""
     text = f"{seconds(summary['compile_s'], unit=True)} torch.compile (before the clock starts)"
     again = summary.get("recompiles_in_clock") or 0
@@ -165,18 +165,18 @@ def compilation_text(summary: dict[str, Any]) -> str:
     return text
 
 
-def hardware_text(summary: dict[str, Any]) -> str:
+def hardware_text(summary: RunSummary) -> str:
     """The summary's hardware line: FLOPs per step, FLOP/s and utilisation per worker,
     samples/s per worker, peak memory and page faults, and the speed-ups that were on."""
     parts = []
-    if summary.get("flops_per_step"):
-        parts.append(f"{flops(summary['flops_per_step'])} per step per worker")
+    if step_flops := summary.get("flops_per_step"):
+        parts.append(f"{flops(step_flops)} per step per worker")
     if summary.get("flops_per_s"):
         achieved = f"{flops(summary['flops_per_s'], per_second=True)} per worker"
         if summary.get("utilisation") is not None:
             achieved += (
                 f" = {percent(summary['utilisation'])} of "
-                f"{flops(summary['peak_flops_per_s'], per_second=True)} "
+                f"{flops(summary.get('peak_flops_per_s') or 0.0, per_second=True)} "
                 f"({summary.get('peak_source')})"
             )
         parts.append(achieved)
