@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine:
 #   make run    creates .venv, installs dmlbench, runs the built-in default benchmark
-#   make test   creates .venv, installs dmlbench with dev tools, runs lint, types and tests
+#   make test   creates .venv, installs dmlbench with dev tools, runs lint and types, the
+#               unit lane, the integration lane and the docs build
 #
 # TORCH is what gets installed when the venv has no torch yet. The default is the CPU
 # build of 2.13.0 (a local file on our machines); any torch 2.x works:
@@ -11,7 +12,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast lint install browser slurm clean
+.PHONY: run test test-fast lint docs install browser slurm clean
 
 $(BIN)/dmlbench: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,14 +52,19 @@ slurm:
 test: install browser slurm lint test-fast
 	$(BIN)/python -m pytest tests/integration --durations-file=test-durations/integration.csv
 
+# The docs as a site, into site/ (every page under docs/, nav in mkdocs.yml).
+docs: install
+	$(BIN)/mkdocs build --strict
+
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings strict fails on
 
 # The unit lane alone.
 test-fast: install
 	$(BIN)/python -m pytest tests/unit --durations-file=test-durations/unit.csv
 
 clean:
-	rm -rf $(VENV) dmlbench-results .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) dmlbench-results .pytest_cache .mypy_cache .ruff_cache site test-durations

@@ -4,7 +4,7 @@ Run the built-in default benchmark on two local worker processes::
 
     dmlbench run digits-mlp --workers 2
 
-See ``dmlbench --help`` and the README for the rest.
+See ``dmlbench --help``, the README and the pages under docs/ for the rest.
 """
 
 from importlib import metadata

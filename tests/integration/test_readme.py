@@ -1,7 +1,9 @@
-"""The README's commands, run as printed, so the docs cannot drift from the tool.
+"""The commands of the README and of every docs page, run as printed, so the docs cannot
+drift from the tool.
 
-Every ``dmlbench`` line of the README's bash blocks and its Python analysis snippet run
-in document order, in a fresh folder, against one store. Only the length of a run is
+Every ``dmlbench`` line of their bash blocks and their Python analysis snippets run in
+order (the README, then the pages in the site's navigation), in a fresh folder, against
+one store. Only the length of a run is
 cut (``--set max_steps=...``, smaller messages), which the rules in :func:`shortened`
 spell out; the options, tasks, files and order are the README's. Commands that need
 root (namespaces and tc) run when the tests run as root. The files they leave in the
@@ -18,9 +20,24 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from helpers import REPO, write_cifar_binary
 
 README = REPO / "README.md"
+
+
+def pages() -> list[Path]:
+    """The README, then every page of the docs site in its navigation's order."""
+
+    def walk(items: list) -> list[str]:
+        found = []
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            found += walk(value) if isinstance(value, list) else [value]
+        return found
+
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    return [README, *(REPO / "docs" / name for name in walk(nav))]
 
 
 ROOT_OPTIONS = ("--network", "--nodes")  # namespaces and tc need root
@@ -35,12 +52,17 @@ SHIPPED = ("examples", "benchmarks")  # folders of the repository the README's l
 CLUSTER_VERBS = ("slurm", "k8s")  # job files for a scheduler: written, not submitted, here
 
 
-def readme_commands() -> list[tuple[int, str]]:
-    """(line, command) for each ``dmlbench`` command of the README's bash blocks, with
+def readme_commands() -> list[tuple[str, str]]:
+    """(page:line, command) for each ``dmlbench`` command of the pages' bash blocks, with
     ``\\`` continuations joined, comments dropped and ``&&`` chains split."""
-    found: list[tuple[int, str]] = []
+    return [found for page in pages() for found in page_commands(page)]
+
+
+def page_commands(page: Path) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
     inside, pending, start = False, "", 0
-    for number, line in enumerate(README.read_text().splitlines(), 1):
+    where = page.relative_to(REPO)
+    for number, line in enumerate(page.read_text().splitlines(), 1):
         if line.startswith("```"):
             inside = line.strip() == "```bash"
             continue
@@ -55,18 +77,21 @@ def readme_commands() -> list[tuple[int, str]]:
         for part in (pending + text).split("&&"):
             command = " ".join(part.split())
             if re.match(r"^(\w+=\S+ )*dmlbench ", command):
-                found.append((start, command))
+                found.append((f"{where}:{start}", command))
         pending = ""
     return found
 
 
-def readme_python() -> list[tuple[int, str]]:
-    """The README's Python snippets but the Dask one (tests/integration/test_dask.py runs that)."""
-    text = README.read_text()
+def readme_python() -> list[tuple[str, str]]:
+    """The pages' Python snippets but the Dask one (tests/integration/test_dask.py runs
+    that)."""
     snippets = []
-    for match in re.finditer(r"```python\n(.*?)```", text, flags=re.S):
-        if "dmlbench.dask" not in match.group(1):
-            snippets.append((text[: match.start()].count("\n") + 1, match.group(1)))
+    for page in pages():
+        text = page.read_text()
+        for match in re.finditer(r"```python\n(.*?)```", text, flags=re.S):
+            if "dmlbench.dask" not in match.group(1):
+                line = text[: match.start()].count("\n") + 1
+                snippets.append((f"{page.relative_to(REPO)}:{line}", match.group(1)))
     return snippets
 
 
@@ -107,6 +132,7 @@ def _run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedPr
 
 
 def test_the_readme_lists_the_commands_this_test_runs() -> None:
+    assert len(pages()) == len(list((REPO / "docs").glob("*.md"))) + 1  # every page
     commands = [c for _, c in readme_commands()]
     assert "dmlbench tasks" in commands and len(commands) >= 25
     assert any(c.startswith("PYTHONPATH=examples dmlbench run") for c in commands)
@@ -149,7 +175,7 @@ def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
         done = _run(command, work, here)
         took.append((time.monotonic() - started, line))
         if done.returncode != 0 or "Traceback" in done.stderr:
-            failures.append(f"README line {line}: {command}\n{(done.stderr or done.stdout)[-600:]}")
+            failures.append(f"{line}: {command}\n{(done.stderr or done.stdout)[-600:]}")
     for line, snippet in readme_python():
         done = subprocess.run(
             [sys.executable, "-c", snippet],
@@ -160,8 +186,8 @@ def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
             timeout=120,
         )
         if done.returncode != 0:
-            failures.append(f"README line {line}: python snippet\n{done.stderr[-600:]}")
-    print("slowest:", ", ".join(f"line {line} {s:.0f} s" for s, line in sorted(took)[-6:]))
+            failures.append(f"{line}: python snippet\n{done.stderr[-600:]}")
+    print("slowest:", ", ".join(f"{line} {s:.0f} s" for s, line in sorted(took)[-6:]))
     assert not failures, "\n\n".join(failures)
     written = sorted(p.name + "/" * p.is_dir() for p in work.iterdir() if p.name not in SHIPPED)
     assert {"dmlbench-results/", "report.html", "figures/", "tables/"} <= set(written)
@@ -170,4 +196,4 @@ def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
     ).stdout.split()
     assert sorted(ignored) == written, "the README's commands write files git does not ignore"
     if skipped:
-        print(f"not root: README lines {skipped} (namespaces and tc) were not run")
+        print(f"not root: {skipped} (namespaces and tc) were not run")

@@ -118,6 +118,18 @@ def test_docs_task_page_is_generated_from_the_registry() -> None:
     )
 
 
+def test_docs_spec_page_is_generated_from_the_run_spec(dmlbench) -> None:
+    code, out, _ = dmlbench("spec", "--markdown")
+    assert code == 0 and (REPO / "docs" / "spec.md").read_text() == out, (
+        "docs/spec.md is stale: run `dmlbench spec --markdown > docs/spec.md`"
+    )
+    from dmlbench.spec.run import RunSpec
+
+    keys = [f"`{name}`" for name in RunSpec.model_fields] + ["`recipe.optimizer.momentum`"]
+    assert all(f"| {key} |" in out for key in keys)  # every field has its row
+    assert "`kind: warmup_step`" in out and "| `network.bandwidth` |" in out
+
+
 @pytest.mark.parametrize(
     ("name", "task"),
     [("digits.yaml", "digits-mlp"), ("cifar10-resnet20.toml", "cifar10-resnet20")],

@@ -34,6 +34,7 @@ app = typer.Typer(
 )
 COMMANDS = (
     tasks.tasks,
+    tasks.spec,
     run.run,
     results.results,
     sweeps.sweep,

@@ -1,4 +1,5 @@
-"""`dmlbench tasks`: the task registry, as a table, JSON or the docs page."""
+"""`dmlbench tasks` and `dmlbench spec`: the task registry and the run-spec keys, as a
+table, JSON or the docs pages."""
 
 from __future__ import annotations
 
@@ -25,3 +26,23 @@ def tasks(
         sys.stdout.write(tasks_markdown(all_tasks()))
     else:
         console.print(tasks_table(all_tasks()))
+
+
+def spec(
+    json_out: JsonOption = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="the docs page")] = False,
+) -> None:
+    """Every key of a run spec: type, default and meaning (what --set and spec files take)."""
+    from dmlbench.report.docs import spec_markdown
+    from dmlbench.spec.run import RunSpec
+
+    if json_out:
+        print_json(RunSpec.model_json_schema())
+    else:
+        text = spec_markdown()
+        if markdown:
+            sys.stdout.write(text + "\n")
+        else:
+            from rich.markdown import Markdown
+
+            console.print(Markdown(text))

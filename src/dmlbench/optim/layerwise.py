@@ -3,7 +3,7 @@
 torch has neither; the libraries that do are not usable here (timm needs torchvision,
 which does not import beside this torch; torch-optimizer has not been released since
 2021), and each is a few lines, so they are written here, each checked against its
-paper's formula in ``tests/test_optim.py``.
+paper's formula in ``tests/unit/test_optim.py``.
 
 Both scale each layer's update by a *trust ratio* ``‖w‖ / ‖update‖``, so that a layer
 moves by a set fraction of its own norm whatever its gradient's scale. As in the

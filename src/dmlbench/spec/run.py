@@ -114,7 +114,11 @@ class RunSpec(WorkersSpec):
     warmup_steps_excluded: int = Field(
         5, ge=0, description="first updates left out of throughput and phase shares"
     )
-    data_dir: Path = Field(DEFAULT_DATA_DIR, description="where datasets are found or downloaded")
+    data_dir: Path = Field(
+        DEFAULT_DATA_DIR,
+        description="where datasets are found or downloaded",
+        json_schema_extra={"shown_default": "`~/.cache/dmlbench`, env `DMLBENCH_DATA`"},
+    )
     download: bool = Field(True, description="download a missing dataset (checksum verified)")
     partial_data: bool = Field(
         False,
