@@ -15,8 +15,8 @@ from dmlbench.cli.options import (
     err_console,
     open_store,
     print_json,
+    store_path,
 )
-from dmlbench.results.store import default_store
 
 bench_app = typer.Typer(
     help="Micro-benchmarks of the communication layer (mlbench's task 0).",
@@ -49,10 +49,11 @@ def allreduce(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", "-s", help="any benchmark key: key=value")
     ] = None,
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Latency, algorithm and bus bandwidth of all-reduce over message sizes."""
+    store = store_path(store)
     from dmlbench.cli.views.tables import comm_table
     from dmlbench.launch.bench import resolve_bench, run_comm_bench
     from dmlbench.launch.request import worker_counts

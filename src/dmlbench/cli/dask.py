@@ -20,10 +20,10 @@ from dmlbench.cli.options import (
     err_console,
     load_config,
     print_json,
+    store_path,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
-from dmlbench.results.store import default_store
 
 dask_app = typer.Typer(
     help="Elastic training on Dask: the scikit-learn estimator whose batch grows.",
@@ -66,7 +66,7 @@ def fit(
         str | None,
         typer.Option(help="a Dask scheduler's address (default: a LocalCluster on loopback)"),
     ] = None,
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Train a registered task with the Dask estimator and store it like any run.
@@ -74,6 +74,7 @@ def fit(
     The task gives the data, model, optimizer and target; --damper gives the batch
     schedule in place of the recipe's learning-rate schedule. Stops between epochs.
     """
+    store = store_path(store)
     # Dask's own logs (a worker's traceback, its chatter at shutdown) stay out of the
     # terminal: what failed is the run's one-line error, kept in the store too
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")

@@ -19,9 +19,9 @@ from dmlbench.cli.options import (
     TaskArgument,
     console,
     load_config,
+    store_path,
 )
 from dmlbench.errors import DmlbenchError
-from dmlbench.results.store import default_store
 
 
 def _cluster_spec(
@@ -72,7 +72,7 @@ def slurm(
     ] = None,
     config: ConfigOption = None,
     overrides: SetOption = None,
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     out: Annotated[Path | None, typer.Option(help="write the script here, not stdout")] = None,
     submit: Annotated[bool, typer.Option("--submit", help="submit it with sbatch")] = False,
 ) -> None:
@@ -82,6 +82,7 @@ def slurm(
     shares. In the job, `dmlbench run` on the first node starts one srun task per node
     and records the run in the store; scancel stores it as interrupted.
     """
+    store = store_path(store)
     from dmlbench.files import write_file
     from dmlbench.launch.slurm import SbatchOptions, sbatch_script
     from dmlbench.launch.slurm import submit as submit_script

@@ -38,8 +38,13 @@ if hasattr(typer.core, "TyperOption") and hasattr(typer.core.TyperOption, "displ
     )
 
 StoreOption = Annotated[
-    Path,
-    typer.Option("--store", help="results folder (SQLite + run logs); env DMLBENCH_STORE"),
+    Path | None,
+    typer.Option(
+        "--store",
+        help="results folder (SQLite + run logs); default ./dmlbench-results, or env "
+        "DMLBENCH_STORE",
+        show_default=False,
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
 TaskArgument = Annotated[
@@ -108,6 +113,13 @@ EpochsOption = Annotated[
         min=0.01,
     ),
 ]
+
+
+def store_path(given: Path | None) -> Path:
+    """--store, or the default store read now: ``DMLBENCH_STORE`` as the command runs."""
+    from dmlbench.results.store import default_store
+
+    return given if given is not None else default_store()
 
 
 def print_json(data: Any) -> None:

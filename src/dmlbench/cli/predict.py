@@ -17,9 +17,9 @@ from dmlbench.cli.options import (
     console,
     print_json,
     require_store,
+    store_path,
 )
 from dmlbench.report.formats import plural
-from dmlbench.results.store import default_store
 
 
 def simulate(
@@ -41,7 +41,7 @@ def simulate(
     nproc_per_node: Annotated[
         str | None, typer.Option(help="workers per node: one count, or one per --nodes value")
     ] = None,
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     price: PriceOption = None,
     prices: PricesOption = None,
     png: Annotated[Path | None, typer.Option(help="write the predicted speedup plot here")] = None,
@@ -69,6 +69,7 @@ def simulate(
     `dmlbench bench allreduce`; epochs to the target from runs that reached it (at the
     nearest measured global batch otherwise, and said so).
     """
+    store = store_path(store)
     from dmlbench.launch.request import layouts, worker_counts
     from dmlbench.perfmodel.simulate import simulate as predict_scaling
     from dmlbench.prices import choose_price
@@ -119,7 +120,7 @@ def advise(
         int | None, typer.Option(help="the local batch you plan (default: the recipe's)", min=1)
     ] = None,
     epochs: EpochsOption = None,
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     price: PriceOption = None,
     prices: PricesOption = None,
     json_out: JsonOption = False,
@@ -131,6 +132,7 @@ def advise(
     every number says where it came from. Needs runs of the task (one with 2+ workers
     for the noise scale) and `dmlbench bench allreduce` in the same store.
     """
+    store = store_path(store)
     from dmlbench.advise.recommend import advise_from_store
     from dmlbench.prices import choose_price
 

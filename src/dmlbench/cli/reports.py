@@ -22,14 +22,14 @@ from dmlbench.cli.options import (
     console,
     require_store,
     selected_runs,
+    store_path,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
-from dmlbench.results.store import default_store
 
 
 def report(
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     out: Annotated[
         Path | None, typer.Option(help="HTML file to write (default: STORE/report.html)")
     ] = None,
@@ -42,6 +42,7 @@ def report(
     include_disturbed: IncludeDisturbedOption = False,
 ) -> None:
     """Scaling tables in the terminal and one self-contained HTML report with plots."""
+    store = store_path(store)
     from dmlbench.files import check_output_file, check_output_folder
 
     results = require_store(store)  # before the report's imports (pandas: seconds)
@@ -101,7 +102,7 @@ def compare(
     by: Annotated[
         str, typer.Option(help="columns to group by, comma-separated (e.g. workers,exchange)")
     ] = "workers",
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     sweep: SweepFilter = None,
     task: TaskFilter = None,
     budget: BudgetOption = None,
@@ -124,6 +125,7 @@ def compare(
 ) -> None:
     """Aggregated runs side by side: repeats as mean ± std and olympic mean, speedup,
     efficiency, comm ratio and cost."""
+    store = store_path(store)
     runs = selected_runs(store, sweep, task)  # before the report's imports
     from dmlbench.cli.views.tables import scaling_tables
     from dmlbench.prices import choose_price
@@ -179,7 +181,7 @@ def compare(
 
 def export(
     out: Annotated[Path, typer.Option(help="folder for runs/evals/phases files")],
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     formats: Annotated[
         list[str] | None,
         typer.Option("--format", help="csv and/or parquet (default: both, where pyarrow is there)"),
@@ -189,6 +191,7 @@ def export(
 ) -> None:
     """Write runs, evaluations, phases (and communication micro-benchmarks, unless
     filtered by sweep or task) as CSV and/or Parquet files."""
+    store = store_path(store)
     from dmlbench.files import check_output_folder
     from dmlbench.report.export import check_formats, default_formats
     from dmlbench.report.export import export as export_tables

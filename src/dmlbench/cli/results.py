@@ -16,18 +16,18 @@ from dmlbench.cli.options import (
     err_console,
     print_json,
     require_store,
+    store_path,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
 from dmlbench.results.records import match_id
-from dmlbench.results.store import default_store
 
 
 def results(
     run_id: Annotated[
         str | None, typer.Argument(help="one run: its id, or a unique start or end of it")
     ] = None,
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     json_out: JsonOption = False,
     import_dirs: Annotated[
         list[Path] | None,
@@ -43,6 +43,7 @@ def results(
     Communication micro-benchmarks (`dmlbench bench`) are listed after training runs;
     `--json` gives training runs, or the one benchmark asked for.
     """
+    store = store_path(store)
     if import_dirs:
         _import(store, import_dirs)
         return

@@ -29,9 +29,9 @@ from dmlbench.cli.options import (
     err_console,
     load_config,
     print_json,
+    store_path,
 )
 from dmlbench.errors import DmlbenchError
-from dmlbench.results.store import default_store
 
 
 def run(
@@ -49,7 +49,7 @@ def run(
     ] = None,
     data_dir: DataDirOption = None,
     network: NetworkOption = None,
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="resolve the spec, start nothing")
     ] = False,
@@ -116,6 +116,7 @@ def run(
     --nnodes with --rdzv-endpoint makes this one node of a job over several hosts;
     --nodes emulates such a cluster on this machine.
     """
+    store = store_path(store)
     from dmlbench.launch.request import RunFlags, plan_run
     from dmlbench.resolve import deviations, resolve_spec
 

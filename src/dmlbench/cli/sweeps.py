@@ -21,10 +21,10 @@ from dmlbench.cli.options import (
     err_console,
     open_store,
     print_json,
+    store_path,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
-from dmlbench.results.store import default_store
 
 
 def sweep(
@@ -39,7 +39,7 @@ def sweep(
     rerun: RerunOption = "failed",
     plugins: PluginOption = None,
     data_dir: DataDirOption = None,
-    store: StoreOption = default_store(),
+    store: StoreOption = None,
     json_out: JsonOption = False,
     quiet: QuietOption = True,
 ) -> None:
@@ -48,6 +48,7 @@ def sweep(
     Running it again skips what the store already has (see --rerun); Ctrl-C keeps
     every finished run.
     """
+    store = store_path(store)
     from dmlbench.spec.sweep import load_sweep_file
 
     spec = load_sweep_file(file)
