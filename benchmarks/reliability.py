@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the test plugin tasks (crash-hang) and helpers
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
 
-from processes import process_tree, spawned_workers, wait_until_gone  # noqa: E402
+from helpers import process_tree, spawned_workers, wait_until_gone  # noqa: E402
 
 from dmlbench.errors import DmlbenchError  # noqa: E402
 from dmlbench.results.events import parse_line  # noqa: E402
@@ -250,7 +250,7 @@ def hostile_sweeps(tmp: Path) -> dict[str, Any]:
 
 @attack("data")
 def incomplete_data(tmp: Path) -> dict[str, Any]:
-    from datafiles import write_cifar_binary, write_libsvm
+    from helpers import write_cifar_binary, write_libsvm
 
     from dmlbench.data.libsvm import load_libsvm
     from dmlbench.launch import run_benchmark

@@ -404,7 +404,7 @@ def test_an_address_that_is_no_scheduler_is_refused_within_the_timeout(
 @pytest.mark.slow
 def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
     """The nanny fails the whole start when a worker dies during it: start again."""
-    from processes import command_line, process_tree
+    from helpers import command_line, process_tree
 
     from dmlbench.dask.cluster import _start_local_cluster
 
@@ -430,14 +430,13 @@ def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_dask_snippet_runs_as_a_script_and_grows_its_batch(tmp_path: Path) -> None:
-    """The README's example, as printed: a script of its own (Dask's worker processes
+def test_the_docs_dask_snippet_runs_as_a_script_and_grows_its_batch(tmp_path: Path) -> None:
+    """The Dask page's example, as printed: a script of its own (Dask's worker processes
     import it) whose batch grows within its 10 epochs."""
     import subprocess
     import sys
 
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Elastic training on Dask") :]
+    section = (REPO / "docs" / "dask.md").read_text()
     snippet = section[section.index("```python\n") + 10 :]
     script = tmp_path / "readme_dask.py"
     script.write_text(snippet[: snippet.index("```")])
