@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -32,6 +32,10 @@ from dmlbench.cli.options import (
     store_path,
 )
 from dmlbench.errors import DmlbenchError
+
+if TYPE_CHECKING:
+    from dmlbench.launch.request import RunRequest
+    from dmlbench.spec.run import RunSpec
 
 
 def run(
@@ -190,8 +194,15 @@ def run(
 
 
 def _start(
-    spec: Any, request: Any, rdzv_timeout: int, local_addr: str | None, json_out: bool, quiet: bool
+    spec: RunSpec,
+    request: RunRequest,
+    rdzv_timeout: int,
+    local_addr: str | None,
+    json_out: bool,
+    quiet: bool,
 ) -> None:
+    """Launch the resolved run (one node of a job when the request names an endpoint),
+    with a progress bar, then print its summary or this node's part."""
     from dmlbench.cli.views.progress import RunProgress
     from dmlbench.cli.views.summary import run_summary
     from dmlbench.launch import run_benchmark
