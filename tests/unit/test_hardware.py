@@ -57,3 +57,30 @@ def test_peak_memory_is_the_processes_resident_peak_on_a_cpu() -> None:
     block = torch.ones(64 * 2**20, dtype=torch.uint8)  # 64 MiB touched
     assert peak_memory_bytes(torch.device("cpu")) >= before
     assert peak_memory_bytes(torch.device("cpu")) >= 64 * 2**20 and block.sum() > 0
+
+
+def test_a_worker_takes_the_launchers_peak_for_its_own_threads_and_precision_only(
+    monkeypatch, tmp_path
+) -> None:
+    """Workers that probed at once would each see the others as load: the launcher's
+    figure reaches them, and only a worker it was measured for uses it."""
+    monkeypatch.setenv("DMLBENCH_CACHE", str(tmp_path))
+    probed: list[int] = []
+
+    def probe(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool, str]:
+        probed.append(threads)
+        return 1e9, True, "matmul"  # a busy machine: not cached
+
+    monkeypatch.setattr(hardware, "_probe", probe)
+    cpu = torch.device("cpu")
+    launcher = hardware.peak_for(cpu, 2, "fp32", None)
+    assert probed == [2] and launcher.source.endswith("on a busy machine")
+    for name, value in hardware.hand_down(launcher, cpu, 2, "fp32").items():
+        monkeypatch.setenv(name, value)
+    assert hardware.peak_for(cpu, 2, "fp32", None) == launcher and probed == [2]
+    hardware.peak_for(cpu, 1, "fp32", None)  # other threads: a figure of its own
+    hardware.peak_for(cpu, 2, "bf16", None)  # another precision too
+    assert probed == [2, 1, 2]
+    monkeypatch.setenv(hardware.PEAK_ENV, "{not json")
+    hardware.peak_for(cpu, 2, "fp32", None)
+    assert probed == [2, 1, 2, 2]

@@ -163,18 +163,22 @@ def prepare_data(spec: RunSpec) -> None:
         task.check_examples(*task.count(spec.data_dir), spec.data_dir)
 
 
-def machine_peak(spec: RunSpec) -> dict[str, Any] | None:
+def machine_peak(spec: RunSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
     """The peak FLOP/s a CPU worker of ``spec`` is measured against, probed here before
-    any worker starts (workers probing at once would each see the others as load) and
-    cached for them; None for GPU workers, which probe their own device."""
+    any worker starts (workers probing at once would each see the others as load), and
+    the environment that hands it to them (cached or not: a probe on a busy machine is
+    not kept, but the workers use it rather than probe again); None and no environment
+    for GPU workers, which probe their own device."""
     import torch
 
-    from dmlbench.train.hardware import peak_for
+    from dmlbench.train.hardware import hand_down, peak_for
 
     if spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available()):
-        return None
-    peak = peak_for(torch.device("cpu"), spec.threads(), spec.recipe.precision, spec.peak_tflops)
-    return {"flops_per_s": peak.flops_per_s, "source": peak.source}
+        return None, {}
+    cpu, threads, precision = torch.device("cpu"), spec.threads(), spec.recipe.precision
+    peak = peak_for(cpu, threads, precision, spec.peak_tflops)
+    record = {"flops_per_s": peak.flops_per_s, "source": peak.source}
+    return record, hand_down(peak, cpu, threads, precision)
 
 
 def settle(attempt: Attempt, events: list[Event], unfinished: str) -> None:

@@ -275,6 +275,7 @@ def launch_local(
     topology: Topology | None = None,
     rendezvous: Rendezvous | None = None,
     placed: list[int] | None = None,
+    env: dict[str, str] | None = None,
 ) -> None:
     """Run this node's training workers to completion (see :func:`launch_workers`):
     ``spec.workers`` on one host, ``spec.per_node`` of a multi-node job."""
@@ -290,4 +291,5 @@ def launch_local(
         stall_timeout_s=spec.stall_timeout_s,
         rendezvous=rendezvous,
         placed=placed,
+        env=env,
     )

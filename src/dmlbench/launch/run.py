@@ -84,7 +84,7 @@ def run_benchmark(
     if network:
         preflight(network)  # not root, or no way to emulate it: refused before recording
     prepare_data(spec)
-    peak = machine_peak(spec)
+    peak, peak_env = machine_peak(spec)
     run_id, run_dir = open_run(
         store,
         spec.to_json_dict(),
@@ -126,7 +126,13 @@ def run_benchmark(
     with launched(finish) as attempt:
         with emulated(spec.workers, network, record_to=run_dir) as topology:
             launch_local(
-                spec, run_dir, echo=echo, topology=topology, rendezvous=rendezvous, placed=placed
+                spec,
+                run_dir,
+                echo=echo,
+                topology=topology,
+                rendezvous=rendezvous,
+                placed=placed,
+                env=peak_env,
             )
         attempt.status = ""
     return RunOutcome(

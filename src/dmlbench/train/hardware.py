@@ -45,6 +45,10 @@ PROBE_SIZE = 2048  # a square GEMM this size keeps every core busy
 PROBE_REPEATS = 8
 PROBE_VERSION = 2  # in the cache's key: 1 timed torch.matmul alone
 CACHE_FILE = "peak-flops.json"
+# The launcher's figure, handed to its workers ({"key", "flops_per_s", "source"} as JSON):
+# workers that probed at once would each see the others as load, probe for nothing on a
+# busy machine, and start seconds later.
+PEAK_ENV = "DMLBENCH_PEAK"
 # glibc's mallopt parameters (malloc.h) and the values a tuned allocator sets: blocks up
 # to glibc's largest mmap threshold come from the heap, and up to 1 GiB freed at its top
 # stays there instead of going back to the kernel
@@ -141,6 +145,26 @@ def _machine_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
     )
 
 
+def _handed_down(key: str) -> Peak | None:
+    """The launcher's figure for ``key`` (see ``PEAK_ENV``), if it measured this one."""
+    with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+        entry = json.loads(os.environ.get(PEAK_ENV, "{}"))
+        if entry.get("key") == key:
+            return Peak(float(entry["flops_per_s"]), str(entry["source"]))
+    return None
+
+
+def hand_down(peak: Peak, device: torch.device, threads: int, precision: str) -> dict[str, str]:
+    """The environment that gives a worker with ``threads`` threads on ``device`` this
+    peak instead of a probe of its own."""
+    key = _machine_key(device, _dtype(precision), threads)
+    return {PEAK_ENV: json.dumps({"key": key, **asdict(peak)})}
+
+
+def _dtype(precision: str) -> torch.dtype:
+    return torch.bfloat16 if precision == "bf16" else torch.float32
+
+
 def peak_flops(
     device: torch.device,
     threads: int,
@@ -152,6 +176,8 @@ def peak_flops(
     if configured_tflops:
         return Peak(configured_tflops * 1e12, "configured")
     key = _machine_key(device, dtype, threads)
+    if handed := _handed_down(key):
+        return handed
     path = cache_dir() / CACHE_FILE
     cached: dict[str, dict[str, object]] = {}
     with contextlib.suppress(OSError, ValueError):
@@ -177,8 +203,7 @@ def peak_for(
     device: torch.device, threads: int, precision: str, configured_tflops: float | None
 ) -> Peak:
     """The peak for a worker of a recipe with ``precision`` (``fp32`` or ``bf16``)."""
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    return peak_flops(device, threads, dtype=dtype, configured_tflops=configured_tflops)
+    return peak_flops(device, threads, dtype=_dtype(precision), configured_tflops=configured_tflops)
 
 
 def tune_allocator(setting: str) -> str:
