@@ -69,9 +69,21 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+def is_worker(pid: int) -> bool:
+    """Whether ``pid`` is a worker multiprocessing started: spawned, or forked by a fork
+    server (a child of the server, with the server's command line)."""
+    line = command_line(pid)
+    if "spawn_main" in line:
+        return True
+    fields = _stat(pid)
+    return (
+        "forkserver" in line and fields is not None and "forkserver" in command_line(int(fields[1]))
+    )
+
+
 def spawned_workers(launcher: int) -> set[int]:
-    """The worker processes torch's elastic agent spawned under ``launcher``."""
-    return {p for p in process_tree(launcher) - {launcher} if "spawn_main" in command_line(p)}
+    """The worker processes torch's elastic agent started under ``launcher``."""
+    return {p for p in process_tree(launcher) - {launcher} if is_worker(p)}
 
 
 def wait_until_gone(pids: set[int], timeout: float) -> set[int]:

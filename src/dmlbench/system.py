@@ -74,14 +74,28 @@ def interruptible() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def die_with_parent(parent: int) -> None:
-    """Have the kernel SIGKILL this process when ``parent`` exits (Linux); if it already
-    has (this process is an orphan), exit now."""
+def die_with_parent(parent: int, *, via_server: bool = False) -> None:
+    """Have the kernel SIGKILL this process when its parent exits (Linux); if ``parent``
+    already has (this process is an orphan), exit now.
+
+    With ``via_server`` this process may instead be a child of a fork server that
+    ``parent`` started (multiprocessing's forkserver, which exits when ``parent`` does):
+    it then dies with the server, and so with ``parent``."""
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
+    mine = os.getppid()
+    if mine != parent and not (via_server and parent_pid(mine) in (parent, None)):
         os._exit(1)
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of process ``pid`` (Linux's /proc); None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:  # "pid (comm) state ppid ...": comm may
+            return int(handle.read().rsplit(")", 1)[1].split()[1])  # hold spaces, ")"
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 # -- how much CPU a process got, and what else ran beside it -------------------------------

@@ -185,13 +185,15 @@ def test_shaping_caps_all_reduce_bandwidth(tmp_path: Path) -> None:
 
 
 def _processes_started_since(since: float) -> list[str]:
-    """Python processes started by multiprocessing (workers, a parameter server) since."""
+    """Python processes started by multiprocessing (workers, a parameter server, the fork
+    server the workers are forked from) since."""
     import psutil
 
     found = []
     for process in psutil.process_iter(["cmdline", "create_time"]):
         line = " ".join(process.info["cmdline"] or [])
-        if process.info["create_time"] >= since and "spawn_main" in line:
+        started_here = "spawn_main" in line or "forkserver" in line
+        if process.info["create_time"] >= since and started_here:
             found.append(line)
     return found
 

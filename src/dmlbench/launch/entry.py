@@ -4,14 +4,20 @@
 
 0. ends on Ctrl-C without a traceback (the launcher says it in one line);
 1. asks the kernel to kill this worker when the launcher dies (``PR_SET_PDEATHSIG``),
-   so a killed launcher leaves no orphan waiting 20 minutes on a store that is gone;
-2. joins the rank's network namespace when the network is emulated (before any socket);
-3. starts the heartbeat the launcher's watchdog reads (:mod:`dmlbench.heartbeat`);
-4. runs ``module:function`` with the given arguments.
+   so a killed launcher leaves no orphan waiting 20 minutes on a store that is gone; a
+   worker forked by the launcher's fork server lets go of the server's liveness pipe and
+   dies with the server, which exits with the launcher;
+2. takes the launcher's environment at launch: a forked worker inherits the fork
+   server's, as it was when the server started (an earlier run's, or an earlier
+   test's), and torch's agent adds only the rank's own variables;
+3. joins the rank's network namespace when the network is emulated (before any socket);
+4. starts the heartbeat the launcher's watchdog reads (:mod:`dmlbench.heartbeat`);
+5. runs ``module:function`` with the given arguments.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -21,6 +27,37 @@ from typing import Any
 
 from dmlbench.heartbeat import start_heartbeat
 from dmlbench.system import die_with_parent
+
+# The environment this module was imported in: the fork server's, which its workers
+# inherit, or a spawned worker's own before torch's agent adds the rank's variables.
+_IMPORTED_IN = dict(os.environ)
+
+
+def take_environment(launcher: dict[str, str]) -> None:
+    """Make this process's environment the ``launcher``'s, keeping what torch's agent set
+    for this rank since this module was imported (``RANK``, ``MASTER_PORT``...)."""
+    agent = {k: v for k, v in os.environ.items() if _IMPORTED_IN.get(k) != v}
+    os.environ.clear()
+    os.environ.update({**launcher, **agent})
+
+
+def leave_the_server() -> None:
+    """Close the fork server's liveness pipe, which a forked worker inherits.
+
+    The server exits when the last copy of that pipe's write end closes: it is the
+    launcher's, and so tells the server the launcher is gone. Every worker forked from
+    the server receives a copy (multiprocessing's forkserver passes it on, for workers
+    that start processes of their own), so a killed launcher left a server waiting on
+    its workers and workers (who die with the server) waiting on a store that was gone.
+    A spawned worker has none."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if server is not None and fd is not None and getattr(server, "_forkserver_pid", 0) is None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = server._forkserver_address = None
 
 
 def _end_quietly(signum: int, frame: Any) -> None:
@@ -33,7 +70,10 @@ def worker_entry(settings_json: str, target: str, *args: Any) -> Any:
     # KeyboardInterrupt printed a traceback per rank).
     signal.signal(signal.SIGINT, _end_quietly)
     settings = json.loads(settings_json)
-    die_with_parent(settings["launcher_pid"])
+    leave_the_server()
+    die_with_parent(settings["launcher_pid"], via_server=True)
+    if "environment" in settings:
+        take_environment(settings["environment"])
     namespaces = settings.get("namespaces")
     if namespaces:
         from dmlbench.netem.namespaces import enter_namespace

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.heartbeat import PHASE_ORDER, read_heartbeats
+from dmlbench.system import parent_pid
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,10 @@ def judge(
 
 
 def _is_child(pid: int) -> bool:
-    """Whether ``pid`` is a process this launcher started (never signal a reused pid)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return int(fields[1]) == os.getpid()
+    """Whether ``pid`` is a worker this launcher started, itself or through its fork
+    server (never signal a reused pid)."""
+    parent = parent_pid(pid)
+    return parent is not None and os.getpid() in (parent, parent_pid(parent))
 
 
 class Watchdog(threading.Thread):
