@@ -1,4 +1,4 @@
-"""What the tests share: the `dmlbench` command in a subprocess, marks for what a test
+"""What the tests share: the `dmlbench` command in a subprocess or in-process, marks for what a test
 needs (root, Slurm), processes and ports, small files in the real dataset formats, and the
 fixtures more than one test module uses (registered by conftest.py).
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import io
 import json
 import os
 import pickle
@@ -180,6 +181,36 @@ def cli(*args: str, check: bool = True, pythonpath: str = "") -> subprocess.Comp
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join((pythonpath, env.get("PYTHONPATH", "")))
     done = subprocess.run([*DMLBENCH, *args], capture_output=True, text=True, timeout=120, env=env)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
+def inside(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``dmlbench ARGS`` run in this process through the console script's entry point,
+    returned as :func:`cli` returns it: for a test of what a command prints or stores.
+    The runs it launches fork their workers from this process's fork server, instead of
+    paying a new process's imports and a new server's. A test of a process's own life
+    (signals, exit codes of a killed launcher, what it leaves behind) uses :func:`cli`."""
+    from dmlbench.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    argv, columns = sys.argv, os.environ.get("COLUMNS")
+    sys.argv, os.environ["COLUMNS"] = ["dmlbench", *args], "160"
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as leaving:
+                code = leaving.code if isinstance(leaving.code, int) else int(bool(leaving.code))
+    finally:
+        sys.argv = argv
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
+    done = subprocess.CompletedProcess(["dmlbench", *args], code, out.getvalue(), err.getvalue())
     if check:
         assert done.returncode == 0, done.stderr
     return done

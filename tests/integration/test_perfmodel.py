@@ -6,18 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import cli
+from helpers import inside
 
 
 @pytest.mark.multiprocess
 def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
-    missing = cli("simulate", "synthetic-mlp", "--store", store, check=False)
+    missing = inside("simulate", "synthetic-mlp", "--store", store, check=False)
     assert missing.returncode == 2 and "no results store" in missing.stderr
-    cli("run", "synthetic-mlp", "--workers", "1", "--json", "--store", store)
-    no_bench = cli("simulate", "synthetic-mlp", "--store", store, check=False)
+    inside("run", "synthetic-mlp", "--workers", "1", "--json", "--store", store)
+    no_bench = inside("simulate", "synthetic-mlp", "--store", store, check=False)
     assert no_bench.returncode == 2 and "bench allreduce" in no_bench.stderr
-    cli(
+    inside(
         "bench",
         "allreduce",
         "--workers",
@@ -34,7 +34,7 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
         store,
     )
     out = json.loads(
-        cli(
+        inside(
             "simulate",
             "synthetic-mlp",
             "--workers",
@@ -63,12 +63,12 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     slow_bw, fast_bw = min(11.875e6, hosts), min(118.75e6, hosts)  # 95% of each link
     assert slow - fast == pytest.approx(14 / 8 * size * (1 / slow_bw - 1 / fast_bw))
     page = tmp_path / "report.html"
-    cli("report", "--store", store, "--out", str(page))
+    inside("report", "--store", store, "--out", str(page))
     assert "synthetic-mlp · predicted scaling" in page.read_text()  # saved, then drawn
-    bad = cli("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store, check=False)
+    bad = inside("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store, check=False)
     assert bad.returncode == 2 and "choose ring, tree, ps or hierarchical" in bad.stderr
     two = json.loads(
-        cli(
+        inside(
             "simulate",
             "synthetic-mlp",
             "--nodes",

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import DMLBENCH, EXAMPLES, cli, wait_for_evaluation
+from helpers import DMLBENCH, EXAMPLES, inside, wait_for_evaluation
 
 
 @pytest.fixture(scope="module")
 def weak_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example weak-scaling sweep with 2 repeats: 4 real runs of the default task."""
     store = tmp_path_factory.mktemp("weak") / "store"
-    done = cli(
+    done = inside(
         "sweep",
         str(EXAMPLES / "scaling-weak.yaml"),
         "--repeats",
@@ -36,7 +36,7 @@ def weak_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def stored(store: Path) -> list[dict]:
-    return json.loads(cli("results", "--json", "--store", str(store)).stdout)
+    return json.loads(inside("results", "--json", "--store", str(store)).stdout)
 
 
 def test_a_sweep_records_every_run_with_its_point(weak_store: Path) -> None:
@@ -63,17 +63,17 @@ def test_running_a_sweep_again_skips_what_is_done(weak_store: Path) -> None:
         "--store",
         str(weak_store),
     )
-    plan = json.loads(cli(*args, "--plan", "--json").stdout)
+    plan = json.loads(inside(*args, "--plan", "--json").stdout)
     assert [r["stored"] for r in plan["runs"]] == [True] * 4
-    again = cli(*args)
+    again = inside(*args)
     assert "0 to run" in again.stdout and "4 skipped" in again.stdout
     assert len(stored(weak_store)) == 4
     # a third repeat is new work; --rerun always would redo all
     assert [
         r["stored"]
-        for r in json.loads(cli(*args[:3], "3", *args[4:], "--plan", "--json").stdout)["runs"]
+        for r in json.loads(inside(*args[:3], "3", *args[4:], "--plan", "--json").stdout)["runs"]
     ] == [True] * 4 + [False] * 2
-    always = json.loads(cli(*args, "--plan", "--json", "--rerun", "always").stdout)
+    always = json.loads(inside(*args, "--plan", "--json", "--rerun", "always").stdout)
     assert [r["stored"] for r in always["runs"]] == [False] * 4
 
 
@@ -81,7 +81,7 @@ def test_compare_is_machine_readable(weak_store: Path) -> None:
     # --include-disturbed: on a busy CI machine these runs may be marked disturbed, which
     # would leave speedup out (tests/integration/test_training.py checks that rule)
     rows = json.loads(
-        cli(
+        inside(
             "compare",
             "--by",
             "workers",
@@ -94,17 +94,17 @@ def test_compare_is_machine_readable(weak_store: Path) -> None:
     assert [r["workers"] for r in rows] == [1, 2]
     assert [r["runs"] for r in rows] == [2, 2] and rows[0]["speedup_tta"] == 1.0
     assert rows[1]["scaling"] == "weak" and rows[1]["tta_mean"] > 0
-    csv = cli("compare", "--csv", "--store", str(weak_store)).stdout
+    csv = inside("compare", "--csv", "--store", str(weak_store)).stdout
     assert csv.splitlines()[0].startswith("task,sweep,variant,workers")
-    table = cli("compare", "--store", str(weak_store)).stdout
+    table = inside("compare", "--store", str(weak_store)).stdout
     assert "digits-mlp · sweep digits-weak · weak scaling" in table
-    bad = cli("compare", "--by", "colour", "--store", str(weak_store), check=False)
+    bad = inside("compare", "--by", "colour", "--store", str(weak_store), check=False)
     assert bad.returncode == 2 and "cannot group by colour" in bad.stderr
 
 
 def test_export_writes_csv_and_parquet(weak_store: Path, tmp_path: Path) -> None:
     out = tmp_path / "tables"
-    cli("export", "--out", str(out), "--store", str(weak_store))
+    inside("export", "--out", str(out), "--store", str(weak_store))
     runs = stored(weak_store)
     for fmt, read in (("csv", pd.read_csv), ("parquet", pd.read_parquet)):
         frame = read(out / f"runs.{fmt}")
@@ -113,7 +113,7 @@ def test_export_writes_csv_and_parquet(weak_store: Path, tmp_path: Path) -> None
         assert len(evals) == sum(len(r["evals"]) for r in runs)
         phases = read(out / f"phases.{fmt}")
         assert len(phases) == sum(len(r["phases"]) for r in runs) > 0
-    bad = cli(
+    bad = inside(
         "export", "--out", str(out), "--format", "xls", "--store", str(weak_store), check=False
     )
     assert bad.returncode == 2 and "choose csv or parquet" in bad.stderr
@@ -143,7 +143,7 @@ document.body.setAttribute('data-rendered',ok);})();
 
 def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "report.html", tmp_path / "png"
-    done = cli(
+    done = inside(
         "report", "--store", str(weak_store), "--out", str(out), "--png", str(png), "--budget", "30"
     )
     assert "6 figures, 4 runs" in done.stdout
@@ -197,7 +197,7 @@ def test_a_failed_run_does_not_stop_the_sweep(tmp_path: Path) -> None:
         f'set: {{max_epochs: 1, recipe.model.options.message: "{engine_text}"}}\n'
         "axes: {workers: [2, 1]}\n"  # rank 1 raises: the 2-worker run fails, 1 worker runs
     )
-    done = cli("sweep", str(sweep), "--store", str(store), check=False)
+    done = inside("sweep", str(sweep), "--store", str(store), check=False)
     assert done.returncode == 1, done.stderr
     assert "1 failed" in done.stdout and "Traceback" not in done.stderr
     assert engine_text in done.stdout.replace("\n", "")  # printed literally
@@ -205,12 +205,12 @@ def test_a_failed_run_does_not_stop_the_sweep(tmp_path: Path) -> None:
     runs = stored(store)
     assert [(r["workers"], r["status"]) for r in runs] == [(2, "failed"), (1, "target_not_reached")]
     assert engine_text in runs[0]["error"]
-    summary = cli("results", runs[0]["run_id"], "--store", str(store)).stdout
+    summary = inside("results", runs[0]["run_id"], "--store", str(store)).stdout
     assert engine_text in summary.replace("\n", "")
-    assert runs[0]["run_id"] in cli("results", "--store", str(store)).stdout
-    plan = json.loads(cli("sweep", str(sweep), "--plan", "--json", "--store", str(store)).stdout)
+    assert runs[0]["run_id"] in inside("results", "--store", str(store)).stdout
+    plan = json.loads(inside("sweep", str(sweep), "--plan", "--json", "--store", str(store)).stdout)
     assert [r["stored"] for r in plan["runs"]] == [False, True]  # --rerun failed redoes it
-    never = cli("sweep", str(sweep), "--rerun", "never", "--store", str(store))
+    never = inside("sweep", str(sweep), "--rerun", "never", "--store", str(store))
     assert "0 to run" in never.stdout and len(stored(store)) == 2
 
 
@@ -234,7 +234,7 @@ def test_ctrl_c_stops_the_sweep_and_keeps_finished_runs(tmp_path: Path) -> None:
     assert "run the same command again to resume" in stderr
     first, second = (r["status"] for r in stored(store))
     assert first in ("success", "target_not_reached") and second == "interrupted"
-    plan = json.loads(cli("sweep", str(sweep), "--plan", "--json", "--store", str(store)).stdout)
+    plan = json.loads(inside("sweep", str(sweep), "--plan", "--json", "--store", str(store)).stdout)
     assert [r["stored"] for r in plan["runs"]] == [True, False]
 
 
@@ -289,7 +289,7 @@ def test_mlbench_tuning_protocol_picks_per_worker_count_on_a_validation_split(
         "  recipe.schedule.alpha_by_workers: [{1: 25}, {1: 200}]\n"
     )
     store = str(tmp_path / "store")
-    done = cli("sweep", str(sweep), "--store", store, check=False)
+    done = inside("sweep", str(sweep), "--store", store, check=False)
     assert done.returncode == 0, done.stderr + done.stdout
     runs = stored(Path(store))
     assert len(runs) == 4
@@ -300,10 +300,10 @@ def test_mlbench_tuning_protocol_picks_per_worker_count_on_a_validation_split(
     # training accuracy on 300 training examples at every evaluation, beside the metric
     trained = [e["train_metric"] for r in runs for e in r["evals"]]
     assert trained and all(0.0 <= m <= 1.0 for m in trained)
-    every = json.loads(cli("compare", "--store", store, "--json").stdout)
+    every = json.loads(inside("compare", "--store", store, "--json").stdout)
     assert len(every) == 4 and len({row["variant"] for row in every}) == 2
     best = json.loads(
-        cli(
+        inside(
             "compare",
             "--store",
             store,
@@ -318,7 +318,7 @@ def test_mlbench_tuning_protocol_picks_per_worker_count_on_a_validation_split(
     for row in best:  # the fastest to the target on the validation split, per count
         rivals = [r["tta_olympic"] or math.inf for r in every if r["workers"] == row["workers"]]
         assert (row["tta_olympic"] or math.inf) == min(rivals)
-    shown = cli("compare", "--store", store, "--best-by", "time_to_accuracy").stdout
+    shown = inside("compare", "--store", store, "--best-by", "time_to_accuracy").stdout
     assert "best variant per workers by time_to_accuracy" in shown
-    bad = cli("compare", "--store", store, "--best-by", "speed", check=False)
+    bad = inside("compare", "--store", store, "--best-by", "speed", check=False)
     assert bad.returncode == 2 and "choose time_to_accuracy" in bad.stderr

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import EXAMPLES, REPO, cli
 
+from dmlbench.results import ResultsStore
+
 
 def test_tasks_lists_every_reference_task(dmlbench) -> None:
     names = {t["name"] for t in json.loads(dmlbench("tasks", "--json")[1])}
@@ -91,6 +93,17 @@ def test_bad_input_is_one_line_and_exit_code_2(dmlbench, args: list[str], messag
     assert message in err
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_start_method_that_is_none_is_refused_before_anything_is_stored(
+    dmlbench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DMLBENCH_START_METHOD", "fork")
+    code, _, err = dmlbench("run", "--workers", "1", "--store", str(tmp_path / "store"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "DMLBENCH_START_METHOD='fork' is not a way to start workers" in err
+    assert "forkserver or spawn" in err
+    assert ResultsStore(tmp_path / "store").runs() == []
 
 
 def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from dmlbench.errors import WorkerFailed
+from dmlbench.errors import SpecError, WorkerFailed
 from dmlbench.heartbeat import read_heartbeats
 from dmlbench.launch.entry import worker_entry
 from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV, Rendezvous, RendezvousFull
@@ -150,17 +150,35 @@ def _quiet_torch_launcher() -> None:
 PRELOAD = ("dmlbench.launch.entry", "dmlbench.train.worker", "torch._dynamo")
 
 
-def start_method() -> str:
-    """``forkserver`` where the platform has it, with the server started now (it keeps
-    this process's stderr, the terminal, for good: not a run's start-up log); else
-    ``spawn``."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return "spawn"
-    from multiprocessing import forkserver
+START_METHOD_ENV = "DMLBENCH_START_METHOD"  # forkserver (the default) or spawn
+START_METHODS = ("forkserver", "spawn")
 
-    forkserver.set_forkserver_preload(list(PRELOAD))
-    forkserver.ensure_running()
-    return "forkserver"
+
+def chosen_start_method() -> str:
+    """How workers start: ``DMLBENCH_START_METHOD`` (``spawn`` starts each one afresh:
+    for a plugin that cannot live in a forked process, or to compare), else
+    ``forkserver`` where the platform has it."""
+    chosen = os.environ.get(START_METHOD_ENV, "").strip() or "forkserver"
+    if chosen not in START_METHODS:
+        raise SpecError(
+            f"{START_METHOD_ENV}={chosen!r} is not a way to start workers: use "
+            f"{' or '.join(START_METHODS)}, or unset it"
+        )
+    if chosen not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    return chosen
+
+
+def start_method() -> str:
+    """The chosen start method, with the fork server started now if that is the one (it
+    keeps this process's stderr, the terminal, for good: not a run's start-up log)."""
+    chosen = chosen_start_method()
+    if chosen == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.set_forkserver_preload(list(PRELOAD))
+        forkserver.ensure_running()
+    return chosen
 
 
 def launch_workers(

@@ -21,7 +21,7 @@ from dmlbench.launch.lifecycle import (
     settle,
     store_end,
 )
-from dmlbench.launch.local import launch_local
+from dmlbench.launch.local import chosen_start_method, launch_local
 from dmlbench.launch.rendezvous import Rendezvous
 from dmlbench.netem.topology import emulated, preflight
 from dmlbench.resolve import deviations
@@ -62,6 +62,7 @@ def run_benchmark(
     cannot be written, raises ``ResultsNotStored`` naming the folder that keeps it.
     """
     spec.check_threads()  # before the peak probe or a worker runs with them
+    chosen_start_method()  # a bad DMLBENCH_START_METHOD is refused before anything runs
     if spec.nodes > 1 and rendezvous is None:
         from dmlbench.launch.slurm import SlurmJob, run_slurm
 
