@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import DMLBENCH, EXAMPLES, cli, wait_for_evaluation
+from helpers import DMLBENCH, EXAMPLES, cli, inside, wait_for_evaluation
 
 
 @pytest.mark.slow
@@ -25,14 +25,14 @@ def test_run_then_results(tmp_path: Path) -> None:
     store = str(tmp_path / "store")
     run = json.loads(cli("run", "digits-mlp", "--workers", "2", "--json", "--store", store).stdout)
     assert run["status"] == "success"
-    stored = json.loads(cli("results", "--json", "--store", store).stdout)
+    stored = json.loads(inside("results", "--json", "--store", store).stdout)
     assert [r["run_id"] for r in stored] == [run["run_id"]]
     assert stored[0]["evals"] == run["evals"]
-    table = cli("results", "--store", store).stdout
+    table = inside("results", "--store", store).stdout
     assert "digits-mlp" in table
-    summary = cli("results", run["run_id"][-6:], "--store", store).stdout  # unique end of id
+    summary = inside("results", run["run_id"][-6:], "--store", store).stdout  # unique end of id
     assert "time to 97.0%" in summary and "phases" in summary and run["run_id"] in summary
-    missing = cli("results", "no-such-run", "--store", store, check=False)
+    missing = inside("results", "no-such-run", "--store", store, check=False)
     assert missing.returncode == 2 and "no single run matches 'no-such-run'" in missing.stderr
 
 
@@ -65,7 +65,7 @@ def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stdout + stderr and "KeyboardInterrupt" not in stdout + stderr
-    row = json.loads(cli("results", "--json", "--store", str(store)).stdout)[0]
+    row = json.loads(inside("results", "--json", "--store", str(store)).stdout)[0]
     assert row["status"] == "interrupted"
     assert len(row["evals"]) >= 1  # what was reached is kept
 

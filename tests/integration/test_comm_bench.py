@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import cli
+from helpers import cli, inside
 
 
 @pytest.mark.multiprocess
@@ -37,15 +37,15 @@ def test_allreduce_benchmark_runs_on_real_gloo_workers(tmp_path: Path) -> None:
         assert row["busbw"] == pytest.approx(row["algbw"])  # 2(n-1)/n = 1 at 2 workers
         assert row["algbw"] == pytest.approx(row["bytes"] / row["latency_s"])
         assert row["repeats"] == 3 and row["iterations"] >= 1
-    listed = cli("results", "--store", store).stdout
+    listed = inside("results", "--store", store).stdout
     assert run["run_id"] in listed and "allreduce gloo × 2" in listed
-    one = json.loads(cli("results", run["run_id"][-6:], "--json", "--store", store).stdout)
+    one = json.loads(inside("results", run["run_id"][-6:], "--json", "--store", store).stdout)
     assert one["results"] == run["results"]
-    report = cli("report", "--store", store, "--out", str(tmp_path / "r.html")).stdout
+    report = inside("report", "--store", store, "--out", str(tmp_path / "r.html")).stdout
     assert "1 figure," in report
     page = (tmp_path / "r.html").read_text()
     assert "Communication micro-benchmarks" in page and run["run_id"] in page
-    cli("export", "--out", str(tmp_path / "tables"), "--format", "csv", "--store", store)
+    inside("export", "--out", str(tmp_path / "tables"), "--format", "csv", "--store", store)
     comm = pd.read_csv(tmp_path / "tables" / "comm.csv")
     assert list(comm["bytes"]) == sizes and set(comm["run_id"]) == {run["run_id"]}
     assert (tmp_path / "tables" / "runs.csv").is_file()  # no training runs: an empty table

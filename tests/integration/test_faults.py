@@ -20,6 +20,7 @@ from helpers import (
     DMLBENCH,
     SmallDisk,
     cli,
+    inside,
     process_tree,
     spawned_workers,
     wait_for_evaluation,
@@ -55,7 +56,7 @@ def start_run(store: Path, *args: str) -> subprocess.Popen:
 
 
 def stored_run(store: Path) -> dict:
-    return json.loads(cli("results", "--json", "--store", str(store)).stdout)[0]
+    return json.loads(inside("results", "--json", "--store", str(store)).stdout)[0]
 
 
 @pytest.mark.multiprocess
@@ -254,7 +255,7 @@ def test_two_copies_of_a_sweep_share_its_points(tmp_path: Path) -> None:
     ]
     outputs = [copy.communicate(timeout=300) for copy in copies]
     assert [copy.returncode for copy in copies] == [0, 0], outputs
-    runs = json.loads(cli("results", "--json", "--store", str(store)).stdout)
+    runs = json.loads(inside("results", "--json", "--store", str(store)).stdout)
     keys = [r["run_key"] for r in runs]
     assert len(keys) == 3 and len(set(keys)) == 3  # each point once, not twice
     assert all(r["status"] in ("success", "target_not_reached") for r in runs)

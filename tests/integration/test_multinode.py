@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli, free_port, root_only
+from helpers import cli, free_port, inside, root_only
 
 from dmlbench.netem import leftovers
 
@@ -297,7 +297,7 @@ def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert time.monotonic() - signalled < 30
-    (run,) = json.loads(cli("results", "--json", "--store", str(store)).stdout)
+    (run,) = json.loads(inside("results", "--json", "--store", str(store)).stdout)
     assert run["status"] == "interrupted", run["error"]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert leftovers() == [] and _agents(store) == []  # veths included

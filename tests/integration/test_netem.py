@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import cli, root_only, wait_for_evaluation
+from helpers import cli, inside, root_only, wait_for_evaluation
 
 from dmlbench.netem import Topology, leftovers, remove_stale
 from dmlbench.netem.profiles import ResolvedNetwork
@@ -256,7 +256,7 @@ def test_refusals_are_one_line(tmp_path: Path) -> None:
         )
         assert done.returncode == 2 and "network emulation needs root" in done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
-    bad = cli("run", "--network", "10gbt", "--dry-run", check=False)
+    bad = inside("run", "--network", "10gbt", "--dry-run", check=False)
     assert bad.returncode == 2 and "did you mean '10gbit'" in bad.stderr
     assert leftovers() == []
 

@@ -65,7 +65,9 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     inside("report", "--store", store, "--out", str(page))
     assert "synthetic-mlp · predicted scaling" in page.read_text()  # saved, then drawn
-    bad = inside("simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store, check=False)
+    bad = inside(
+        "simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store, check=False
+    )
     assert bad.returncode == 2 and "choose ring, tree, ps or hierarchical" in bad.stderr
     two = json.loads(
         inside(
