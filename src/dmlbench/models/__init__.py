@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError
 from torch import nn
 
 from dmlbench.errors import SpecError, unknown
+from dmlbench.models.imagenet import VGG16, AlexNet, ImageNetResNet, VisionTransformer
 from dmlbench.models.mlp import MLP, Linear
 from dmlbench.models.resnet import CifarResNet
 from dmlbench.models.wide_resnet import WideResNet
@@ -30,6 +31,26 @@ class WideResNetOptions(StrictModel):
     depth: int = Field(16, ge=10, description="6n+4 layers: 10, 16, 22, 28, 40")
     widen: int = Field(4, ge=1, le=20, description="width multiplier k")
     dropout: float = Field(0.3, ge=0.0, lt=1.0, description="between each block's convs")
+
+
+class ImageNetResNetOptions(StrictModel):
+    depth: Literal[18, 34, 50, 101, 152] = Field(50, description="ResNet-18 to ResNet-152")
+    zero_init_residual: bool = Field(
+        False, description="each block's last batch-norm γ starts at 0 (Goyal et al.)"
+    )
+
+
+class NoOptions(StrictModel):
+    pass
+
+
+class ViTOptions(StrictModel):
+    patch: int = Field(16, ge=1, description="patch side in pixels")
+    width: int = Field(768, ge=1, description="embedding width")
+    depth: int = Field(12, ge=1, description="transformer blocks")
+    heads: int = Field(12, ge=1, description="attention heads (divide the width)")
+    mlp: int = Field(3072, ge=1, description="hidden width of each block's MLP")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
 
 
 class MLPOptions(StrictModel):
@@ -64,6 +85,42 @@ def _build_wide_resnet(options: StrictModel, shape: tuple[int, ...], outputs: in
     return WideResNet(options.depth, options.widen, options.dropout, outputs, in_channels=shape[0])
 
 
+def _build_imagenet_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    assert isinstance(options, ImageNetResNetOptions)
+    return ImageNetResNet(
+        options.depth,
+        outputs,
+        in_channels=shape[0],
+        zero_init_residual=options.zero_init_residual,
+    )
+
+
+def _build_vgg16(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    return VGG16(outputs, in_channels=shape[0])
+
+
+def _build_alexnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    return AlexNet(outputs, in_channels=shape[0])
+
+
+def _build_vit(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    assert isinstance(options, ViTOptions)
+    try:
+        return VisionTransformer(
+            outputs,
+            image=shape[-1],
+            patch=options.patch,
+            width=options.width,
+            depth=options.depth,
+            heads=options.heads,
+            mlp=options.mlp,
+            dropout=options.dropout,
+            in_channels=shape[0],
+        )
+    except ValueError as error:
+        raise SpecError(str(error)) from None
+
+
 def _build_mlp(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
     assert isinstance(options, MLPOptions)
     return MLP(math.prod(shape), options.hidden, outputs)
@@ -76,6 +133,10 @@ def _build_linear(options: StrictModel, shape: tuple[int, ...], outputs: int) ->
 
 register_model("resnet", ModelEntry(ResNetOptions, _build_resnet))
 register_model("wide-resnet", ModelEntry(WideResNetOptions, _build_wide_resnet))
+register_model("imagenet-resnet", ModelEntry(ImageNetResNetOptions, _build_imagenet_resnet))
+register_model("vgg16", ModelEntry(NoOptions, _build_vgg16))
+register_model("alexnet", ModelEntry(NoOptions, _build_alexnet))
+register_model("vit", ModelEntry(ViTOptions, _build_vit))
 register_model("mlp", ModelEntry(MLPOptions, _build_mlp))
 register_model("linear", ModelEntry(LinearOptions, _build_linear))
 
