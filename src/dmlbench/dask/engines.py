@@ -291,8 +291,9 @@ class ActorPool:
                 if future.status == "error" and not _lost_work(future.exception()):
                     future.result()  # the module failed on the worker: say so
 
-    def ready(self) -> list[Any]:
-        """The ready actors; waits (up to the session timeout) for one when there is none."""
+    def ready(self) -> list[tuple[str, Any]]:
+        """The ready actors with their workers' addresses; waits (up to the session
+        timeout) for one when there is none."""
         self.refresh()
         deadline = time.monotonic() + self.session.timeout
         while not self.actors:
@@ -304,7 +305,7 @@ class ActorPool:
             self.session.workers.await_some(1, self.session.timeout)
             time.sleep(0.02)
             self.refresh(force=True)
-        return list(self.actors.values())
+        return list(self.actors.items())
 
     def run(self, weights: np.ndarray, chunks: list[np.ndarray]) -> list[remote.GradientResult]:
         """Every chunk's gradient; a chunk whose worker is lost runs again elsewhere."""
@@ -317,24 +318,37 @@ class ActorPool:
             calls = {}
             for a, share in shares.items():
                 try:  # a worker lost since the last update fails here, before any call
-                    calls[a] = actors[a].gradients(weights, [chunks[i] for i in share])
+                    calls[a] = actors[a][1].gradients(weights, [chunks[i] for i in share])
                 except Exception as error:
-                    self._lost(error, actors[a], share, failures)
+                    self._lost(error, actors[a][1], share, failures)
             for a, call in calls.items():
+                address, actor = actors[a]
                 try:
-                    for i, result in zip(
-                        shares[a], call.result(timeout=self.session.timeout), strict=True
-                    ):
+                    for i, result in zip(shares[a], self._outcome(call, address), strict=True):
                         results[i] = result
                 except TimeoutError:
+                    raise  # no result at all, not a lost worker (though an OSError, too)
+                except Exception as error:
+                    self._lost(error, actor, shares[a], failures)
+        return [results[i] for i in range(len(chunks))]
+
+    def _outcome(self, call: Any, address: str) -> Any:
+        """The call's result, or ``OSError`` as soon as the scheduler knows its worker is
+        gone: a call to a dead worker's address otherwise retries its connection until
+        Dask's connect timeout (30 s by default) before it fails."""
+        deadline = time.monotonic() + self.session.timeout
+        while True:
+            try:
+                return call.result(timeout=min(self.refresh_s, self.session.timeout))
+            except TimeoutError:
+                if time.monotonic() > deadline:
                     raise TimeoutError(
                         f"gradient tasks gave no result in "
                         f"{self.session.timeout:g} s (a worker stuck?): raise "
                         "timeout= or check the cluster"
                     ) from None
-                except Exception as error:
-                    self._lost(error, actors[a], shares[a], failures)
-        return [results[i] for i in range(len(chunks))]
+                if address not in self.session.workers.current():
+                    raise OSError(f"worker {address} left the cluster") from None
 
     def _lost(
         self, error: Exception, actor: Any, share: list[int], failures: dict[int, int]
