@@ -152,6 +152,58 @@ def tar_folder(folder: Path, member: str, archive: Path) -> Path:
     return archive
 
 
+def write_imagenet_archives(folders: Path, out: Path) -> dict[str, str]:
+    """ILSVRC2012's three archives, in their official layouts, made from a folder-layout
+    sample: the training tar of per-class tars, the validation tar of flat files (named
+    and numbered as the official ones) and the devkit with ``meta.mat`` and the ground
+    truth. Returns each archive's MD5."""
+    import hashlib
+
+    from scipy.io import savemat
+
+    out.mkdir(parents=True, exist_ok=True)
+    classes = sorted(p.name for p in (folders / "train").iterdir())
+    with tarfile.open(out / "ILSVRC2012_img_train.tar", "w") as outer:
+        for wnid in classes:
+            inner = io.BytesIO()
+            with tarfile.open(fileobj=inner, mode="w") as tar:
+                for image in sorted((folders / "train" / wnid).iterdir()):
+                    tar.add(image, arcname=image.name)
+            info = tarfile.TarInfo(f"{wnid}.tar")
+            info.size = inner.tell()
+            inner.seek(0)
+            outer.addfile(info, inner)
+    truth = []
+    with tarfile.open(out / "ILSVRC2012_img_val.tar", "w") as tar:
+        images = sorted((folders / "val").glob("*/*.JPEG"), key=lambda p: p.name)
+        for number, image in enumerate(images, start=1):
+            tar.add(image, arcname=f"ILSVRC2012_val_{number:08d}.JPEG")
+            truth.append(classes.index(image.parent.name) + 1)
+    # meta.mat: leaf synsets first (ids 1..n), then a parent (num_children > 0)
+    dtype = [("ILSVRC2012_ID", "O"), ("WNID", "O"), ("num_children", "O")]
+    synsets = np.array(
+        [(i + 1, wnid, 0) for i, wnid in enumerate(classes)] + [(len(classes) + 1, "n00001740", 2)],
+        dtype=dtype,
+    )
+    meta = io.BytesIO()
+    savemat(meta, {"synsets": synsets})
+    with tarfile.open(out / "ILSVRC2012_devkit_t12.tar.gz", "w:gz") as tar:
+        for name, data in (
+            ("ILSVRC2012_devkit_t12/data/meta.mat", meta.getvalue()),
+            (
+                "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt",
+                "".join(f"{t}\n" for t in truth).encode(),
+            ),
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return {
+        p.name: hashlib.md5(p.read_bytes(), usedforsecurity=False).hexdigest()
+        for p in out.iterdir()
+    }
+
+
 def write_libsvm(path: Path, rows: int, features: int, seed: int = 0) -> tuple:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, features)).astype(np.float32)

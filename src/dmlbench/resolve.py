@@ -64,6 +64,11 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
         check_options(spec.exchange, spec.exchange_options)
     except ValidationError as error:
         raise SpecError(f"exchange_options for {spec.exchange}: {one_line(error)}") from None
+    if spec.synthetic_data and task.input_shape is None:
+        raise SpecError(
+            f"synthetic_data=true: {task.name} declares no input shape (an image task does, "
+            "e.g. imagenet-resnet50 or cifar10-resnet20)"
+        )
     if spec.network.enabled:
         spec.network.resolve()  # unknown profiles and units are refused here
     if task.train_examples is not None and spec.effective_global_batch > task.train_examples:
@@ -135,6 +140,8 @@ def deviations(spec: RunSpec) -> dict[str, dict[str, Any]]:
             differ[f"recipe.{key}"] = {"reference": ref, "actual": got}
     if spec.partial_data:  # not the official data: not the reference experiment
         differ["partial_data"] = {"reference": False, "actual": True}
+    if spec.synthetic_data:  # a throughput measurement: no data, no accuracy
+        differ["synthetic_data"] = {"reference": False, "actual": True}
     if spec.validation_split:  # a tuning run: evaluated on held-out training examples
         differ["validation_split"] = {"reference": 0.0, "actual": spec.validation_split}
     if not is_exact(spec.exchange):  # another algorithm than synchronous SGD

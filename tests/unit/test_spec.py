@@ -108,7 +108,14 @@ def test_run_options_added_after_the_first_sweeps_keep_stored_sweep_keys() -> No
     """A RunSpec field added later must be left out of a run's key at its default
     (sweep.plan._KEY_DEFAULTS), or every stored sweep would run again."""
     from dmlbench.spec import RunSpec
-    from dmlbench.sweep.plan import _KEY_DEFAULTS, _NOT_IDENTITY
+    from dmlbench.sweep.plan import (
+        _KEY_DEFAULTS,
+        _NOT_IDENTITY,
+        _RECIPE_KEY_DEFAULTS,
+        key_data,
+        run_key,
+    )
+    from dmlbench.tasks import get_task
 
     first = {
         "task",
@@ -134,6 +141,19 @@ def test_run_options_added_after_the_first_sweeps_keep_stored_sweep_keys() -> No
     assert later <= set(_KEY_DEFAULTS), sorted(later - set(_KEY_DEFAULTS))
     for name, default in _KEY_DEFAULTS.items():
         assert RunSpec.model_fields[name].get_default(call_default_factory=True) == default
+    # so are recipe fields added later: at their defaults they are not in a run's key
+    spec = RunSpec.model_validate({"task": "digits-mlp", "recipe": get_task("digits-mlp").recipe})
+    for path, default in _RECIPE_KEY_DEFAULTS.items():
+        holder, data = spec.recipe, key_data(spec)["recipe"]
+        for name in path[:-1]:
+            holder, data = getattr(holder, name), data[name]
+        assert getattr(holder, path[-1]) == default and path[-1] not in data
+        other = spec.model_copy(deep=True)
+        target = other.recipe
+        for name in path[:-1]:
+            target = getattr(target, name)
+        setattr(target, path[-1], not default)
+        assert run_key(other) != run_key(spec)  # another value is part of the identity
 
 
 def test_numbers_the_store_cannot_hold_are_refused_in_validation(dmlbench) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -33,6 +34,25 @@ class Preprocess:
         if self.normalize is not None:
             return self.normalize(x)
         return x if x.is_floating_point() else x.float()
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Stands where a split's images would be when none are read (synthetic data): a
+    count and an example's shape; indexing gives the subset's."""
+
+    count: int
+    item: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return self.count
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.count, *self.item)
+
+    def __getitem__(self, index: Any) -> Shapes:
+        return Shapes(len(torch.arange(self.count)[index].reshape(-1)), self.item)
 
 
 @dataclass(frozen=True)
@@ -81,3 +101,15 @@ class Dataset:
 
     def preprocess(self, augment: bool) -> Preprocess:
         return self.augment if augment else self.plain
+
+    @classmethod
+    def synthetic(cls, item: tuple[int, ...], num_outputs: int, train: int, test: int) -> Dataset:
+        """A dataset of ``train`` and ``test`` examples shaped ``item`` whose images are
+        never read: the feed makes one random batch (DLBS's synthetic data)."""
+        return cls(
+            Shapes(train, item),  # type: ignore[arg-type]
+            torch.zeros(train, dtype=torch.int64),
+            Shapes(test, item),  # type: ignore[arg-type]
+            torch.zeros(test, dtype=torch.int64),
+            num_outputs=num_outputs,
+        )

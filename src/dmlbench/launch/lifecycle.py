@@ -158,6 +158,8 @@ def prepare_data(spec: RunSpec) -> None:
     """Find (or download) the task's data and check its example counts, before anything
     is recorded: a data problem is refused, not stored as a failed run."""
     task = get_task(spec.task)
+    if spec.synthetic_data:
+        return  # nothing is read
     task.prepare(spec.data_dir, spec.download)
     if task.count is not None and not spec.partial_data:
         task.check_examples(*task.count(spec.data_dir), spec.data_dir)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dmlbench.spec.recipe import OptimizerSpec
 
@@ -93,7 +93,8 @@ def describe_optimizer(spec: OptimizerSpec) -> str:
         "momentum": f"momentum {spec.momentum:g}" + (" (Nesterov)" if spec.nesterov else ""),
         "nesterov": "",  # said with the momentum
         "weight_decay": f"weight decay {spec.weight_decay:g}"
-        + (" (decoupled)" if spec.name == "adamw" else ""),
+        + (" (decoupled)" if spec.name == "adamw" else "")
+        + ("" if spec.decay_norms else ", none on norm layers"),
         "betas": f"betas {spec.betas[0]:g}/{spec.betas[1]:g}",
         "eps": f"ε {spec.eps:g}",
         "trust_coefficient": f"trust coefficient {spec.trust_coefficient:g}",
@@ -101,9 +102,33 @@ def describe_optimizer(spec: OptimizerSpec) -> str:
     return ", ".join([spec.name, *(words[key] for key in uses if words[key])])
 
 
-def build_optimizer(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+def build_optimizer(
+    spec: OptimizerSpec, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]]
+) -> torch.optim.Optimizer:
     """The rate is set every step by the schedule; 0 here is a placeholder."""
-    return OPTIMIZERS[spec.name](spec, params)
+    return OPTIMIZERS[spec.name](spec, params)  # type: ignore[arg-type]
+
+
+NORMS = ("BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm")
+
+
+def parameter_groups(spec: OptimizerSpec, model: nn.Module) -> list[dict[str, Any]]:
+    """The model's parameters as the optimizer takes them: one group, or with
+    ``decay_norms=false`` a second group, without weight decay, of normalisation layers'
+    scales and shifts."""
+    if spec.decay_norms or not spec.weight_decay:
+        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
+    norms = {
+        id(p)
+        for m in model.modules()
+        if type(m).__name__.startswith(NORMS)
+        for p in m.parameters(recurse=False)
+    }
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if id(p) not in norms]},
+        {"params": [p for p in params if id(p) in norms], "weight_decay": 0.0},
+    ]
 
 
 def l2_penalty(model: nn.Module, coefficient: float) -> torch.Tensor:

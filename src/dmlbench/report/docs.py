@@ -13,8 +13,6 @@ from dmlbench.optim.build import describe_optimizer
 from dmlbench.spec.recipe import Schedule
 from dmlbench.tasks import TaskDefinition
 
-AUGMENTATION = "pad 4 + random 32×32 crop, horizontal flip"
-
 
 def describe_schedule(schedule: Schedule) -> str:
     """The schedule in words, as it says itself (one description for the terminal, the
@@ -49,7 +47,7 @@ def tasks_markdown(tasks: list[TaskDefinition]) -> str:
             f"| epochs | at most {recipe.max_epochs:g} |",
             f"| learning rate | {describe_schedule(recipe.schedule)} |",
             f"| optimizer | {describe_optimizer(opt)} |",
-            f"| augmentation | {AUGMENTATION if recipe.augment else 'none'} |",
+            f"| augmentation | {task.augmentation if recipe.augment else 'none'} |",
         ]
         if recipe.time_budget_s:
             lines.append(f"| accuracy-after-time budget | {recipe.time_budget_s:g} s |")

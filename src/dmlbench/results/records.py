@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-FINISHED = ("success", "target_not_reached")  # a run that ended as planned
+FINISHED = ("success", "target_not_reached", "throughput")  # a run that ended as planned
 
 
 def match_id(fragment: str, ids: Iterable[str]) -> str | None:
@@ -149,7 +149,7 @@ class RunRecord(_Stored):
 
     run_id: str
     task: str
-    status: str  # running | success | target_not_reached | failed | interrupted
+    status: str  # running | success | target_not_reached | throughput | failed | interrupted
     division: str  # closed: the reference recipe; open: it differs (see deviations)
     created_at: str
     workers: int

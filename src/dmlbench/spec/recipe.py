@@ -35,6 +35,11 @@ class OptimizerSpec(StrictModel):
         description="λ: added to the gradient (sgd, adam, lars, lamb) or to the "
         "step, decoupled (adamw)",
     )
+    decay_norms: bool = Field(
+        True,
+        description="weight decay on normalisation layers' scale and shift too (false: "
+        "Goyal et al.'s ResNet-50 leaves BatchNorm's γ and β undecayed)",
+    )
     betas: tuple[float, float] = Field((0.9, 0.999), description="adam, adamw, lamb: moment decays")
     eps: float = Field(1e-8, gt=0.0, description="adam, adamw, lamb, lars: added to denominators")
     trust_coefficient: float = Field(0.001, gt=0.0, description="lars: η of the trust ratio")

@@ -125,6 +125,17 @@ class RunSpec(WorkersSpec):
         description="accept data whose example counts differ from the official dataset's "
         "(a subset for quick checks); the run is open division",
     )
+    synthetic_data: bool = Field(
+        False,
+        description="DLBS's throughput mode: random images of the task's shape, made once on "
+        "the device, instead of its data (nothing is read or decoded, nothing evaluated); "
+        "run warmup_steps_excluded + the timed steps with max_steps",
+    )
+    loader_processes: int | Literal["auto"] = Field(
+        "auto",
+        description="processes per worker that decode file-backed images (ImageNet) ahead of "
+        "the step; 0: in the worker itself; auto: the worker's share of the cores, 1 to 4",
+    )
     validation_split: float = Field(
         0.0,
         ge=0.0,
@@ -191,6 +202,24 @@ class RunSpec(WorkersSpec):
                 "channels_last=auto"
             )
         return self
+
+    @model_validator(mode="after")
+    def _check_synthetic(self) -> RunSpec:
+        if self.synthetic_data and self.max_steps is None:
+            raise ValueError(
+                "synthetic_data=true needs max_steps (DLBS's warm-up plus timed batches): "
+                "e.g. --set max_steps=25 with warmup_steps_excluded=5"
+            )
+        if isinstance(self.loader_processes, int) and not 0 <= self.loader_processes <= 64:
+            raise ValueError(f"loader_processes {self.loader_processes}: 0 to 64, or auto")
+        return self
+
+    def loader_processes_per_worker(self, cores: int | None = None) -> int:
+        """Decoding processes per worker: as set, or its share of this node's cores."""
+        if isinstance(self.loader_processes, int):
+            return self.loader_processes
+        cores = cores or os.cpu_count() or 1
+        return max(1, min(4, cores // max(1, self.per_node)))
 
     @property
     def local_batch(self) -> int:

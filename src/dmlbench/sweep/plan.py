@@ -35,7 +35,11 @@ _KEY_DEFAULTS = {
     "compile": False,
     "cpu_allocator": "tuned",
     "peak_tflops": None,
+    "synthetic_data": False,
+    "loader_processes": "auto",
 }
+# Recipe fields added later, by their path in the recipe: the same at their default
+_RECIPE_KEY_DEFAULTS: dict[tuple[str, ...], object] = {("optimizer", "decay_norms"): True}
 MAX_RUNS = 10_000  # a sweep larger than this is a typo (or an attack), not an experiment
 
 
@@ -49,16 +53,29 @@ def _bounded(sweep: SweepSpec, combinations: int, repeats: int, stage: str) -> N
 
 def run_key(spec: RunSpec) -> str:
     """Identity of a run for resuming: a hash of its resolved spec (seed included)."""
+    canonical = json.dumps(key_data(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def key_data(spec: RunSpec) -> dict[str, Any]:
+    """What :func:`run_key` hashes: the spec less what is not its identity, and less
+    fields added later at their defaults (a stored sweep's keys stay the same)."""
     data = {
         k: v
         for k, v in spec.to_json_dict().items()
         if k not in _NOT_IDENTITY and not (k in _KEY_DEFAULTS and v == _KEY_DEFAULTS[k])
     }
+    for path, default in _RECIPE_KEY_DEFAULTS.items():
+        *parents, name = path
+        holder = data["recipe"]
+        for parent in parents:
+            holder = holder[parent]
+        if holder.get(name) == default:
+            del holder[name]
     if spec.nodes == 1:  # one host: the layout is the worker count (keys of older sweeps)
         data.pop("nodes", None)
         data.pop("nproc_per_node", None)
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return data
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,27 @@ class TaskDefinition:
     """(training, test) examples of the data found under a data folder, cheaply; with
     ``train_examples`` and ``test_examples`` the launcher refuses incomplete data."""
     builtin_for_tests: bool = False
+    input_shape: tuple[int, ...] | None = None
+    """One example's shape, for image tasks: with it, ``synthetic_data=true`` runs the
+    task's model on random images of that shape (DLBS's throughput mode)."""
+    num_outputs: int | None = None
+    augmentation: str = "pad 4 + random 32×32 crop, horizontal flip"
+    """What ``recipe.augment`` does to this task's images, in words (``dmlbench tasks``)."""
+
+    def synthetic(self) -> Dataset:
+        """The task's shapes and counts, no images: see ``synthetic_data``."""
+        from dmlbench.data import Dataset
+
+        if self.input_shape is None or self.num_outputs is None:
+            raise DatasetError(
+                f"{self.name} declares no input shape: synthetic_data needs an image task"
+            )
+        return Dataset.synthetic(
+            self.input_shape,
+            self.num_outputs,
+            self.train_examples or 50_000,
+            self.test_examples or 10_000,
+        )
 
     def check_examples(self, train: int, test: int, data_dir: Path) -> None:
         """Refuse data whose example counts are not the official ones (incomplete, or

@@ -73,6 +73,8 @@ for _depth in DEPTHS:
             train_examples=cifar10.TRAIN_EXAMPLES,
             test_examples=cifar10.TEST_EXAMPLES,
             count=cifar10.count,
+            input_shape=(3, 32, 32),
+            num_outputs=cifar10.NUM_CLASSES,
         )
     )
 
@@ -108,5 +110,7 @@ register_task(
         train_examples=cifar10.TRAIN_EXAMPLES,
         test_examples=cifar10.TEST_EXAMPLES,
         count=cifar10.count,
+        input_shape=(3, 32, 32),
+        num_outputs=cifar10.NUM_CLASSES,
     )
 )

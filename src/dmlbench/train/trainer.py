@@ -24,11 +24,14 @@ from torch import nn
 from dmlbench.comm import make_exchange
 from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum, squared_norm
 from dmlbench.data import Dataset, EpochSharding, eval_shard
+from dmlbench.data.feed import Feed
+from dmlbench.data.images import batches
 from dmlbench.errors import SpecError
 from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
 from dmlbench.noise import NoiseScaleMeter
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
+from dmlbench.optim.build import parameter_groups
 from dmlbench.results.contention import FIELDS as CONTENTION_FIELDS
 from dmlbench.results.events import EventLog
 from dmlbench.results.schema import ALL_PHASES
@@ -103,7 +106,9 @@ class Trainer:
         self.noise = self._noise_meter()
         self.exchange.measure_norms = self.noise is not None and ctx.world_size > 1
         self.net = self.exchange.prepare(self.model)
-        self.optimizer = build_optimizer(spec.recipe.optimizer, self.model.parameters())
+        self.optimizer = build_optimizer(
+            spec.recipe.optimizer, parameter_groups(spec.recipe.optimizer, self.model)
+        )
         self.loss_fn, self.correct_fn = LOSSES[task.loss]
         self.preprocess = data.preprocess(spec.recipe.augment)
         # training accuracy's examples: one fixed draw, the same on every rank and run
@@ -116,6 +121,16 @@ class Trainer:
             else None
         )
         self.generator = torch.Generator().manual_seed(spec.seed * 7919 + ctx.rank)
+        self.loader_processes = spec.loader_processes_per_worker()
+        self.feed = Feed(
+            data,
+            augment=spec.recipe.augment,
+            device=self.device,
+            generator=self.generator,
+            seed=spec.seed,
+            processes=self.loader_processes,
+            synthetic=spec.synthetic_data,
+        )
         self.timer = PhaseTimer(ctx.synchronize if self.device.type == "cuda" else None)
         self.autocast = _autocast(spec.recipe.precision, self.device)
         self.step = 0
@@ -145,7 +160,7 @@ class Trainer:
         return x
 
     def _cpu_now(self) -> list[float]:
-        return _cpu_sample(self.exchange.helper_cpu_s())
+        return _cpu_sample(self.exchange.helper_cpu_s() + self.feed.cpu_s())
 
     def _noise_meter(self) -> NoiseScaleMeter | None:
         """The run's gradient noise scale meter, where it is measured (see ``noise_scale``):
@@ -177,9 +192,8 @@ class Trainer:
         timer, step = self.timer, self.step
         beat(step, "data")  # progress for the launcher's watchdog, a few attribute writes
         timer.start()
-        x = self.data.train_x[indices].to(self.device, non_blocking=True)
-        y = self.data.train_y[indices].to(self.device, non_blocking=True)
-        x = self._layout(self.preprocess.train(x, self.generator))
+        x, y = self.feed.take(indices)
+        x = self._layout(x)
         timer.lap("data")
         beat(step, "forward")
         self.exchange.zero_grad()
@@ -271,11 +285,10 @@ class Trainer:
         shard = eval_shard(len(xs), self.ctx.world_size, self.ctx.rank)
         correct = torch.zeros((), device=self.device)
         loss_sum = torch.zeros((), device=self.device)
-        for start in range(shard.start, shard.stop, self.task.eval_batch):
-            stop = min(start + self.task.eval_batch, shard.stop)
+        for x_part, y_part in self.feed.batches(xs, ys, shard, self.task.eval_batch):
             beat(self.step, "eval")
-            x = xs[start:stop].to(self.device, non_blocking=True)
-            y = ys[start:stop].to(self.device, non_blocking=True)
+            x = x_part.to(self.device, non_blocking=True)
+            y = y_part.to(self.device, non_blocking=True)
             with self.autocast():
                 out = self.model(self._layout(self.preprocess.eval(x)))
             correct += self.correct_fn(out, y)
@@ -288,8 +301,11 @@ class Trainer:
         """A batch of the shape every step's forward sees (half a batch when split)."""
         size = self.spec.local_batch // 2 if self.split_batch else self.spec.local_batch
         size = min(size, len(self.data.train_x))
-        x = self.data.train_x[:size].to(self.device)
-        return self._layout(self.preprocess.eval(x)), self.data.train_y[:size].to(self.device)
+        if self.spec.synthetic_data:
+            x, y = self.feed.take(torch.arange(size))
+            return self._layout(x), y
+        x, y = next(batches(self.data.train_x, self.data.train_y, range(size), size, 0))
+        return self._layout(self.preprocess.eval(x.to(self.device))), y.to(self.device)
 
     def _count_flops(self) -> int:
         """FLOPs of one training step of this worker (forward and backward of its
@@ -385,6 +401,8 @@ class Trainer:
             previous = self._log_epoch(epoch, self.step - first_step, previous)
             if reason == "time_budget":
                 break  # an evaluation now would end after the budget: it could not count
+            if spec.synthetic_data:
+                continue  # random images: nothing to evaluate
             if epoch % spec.eval_every_epochs == 0 or reason is not None:
                 accuracy, elapsed, compute_elapsed = self._evaluate_and_log()
                 best = accuracy if best is None else max(best, accuracy)
@@ -399,7 +417,9 @@ class Trainer:
         """Run ``epoch``'s steps; return why training must stop, or None to go on."""
         budget, limit = self.spec.recipe.time_budget_s, self.step_limit()
         last_progress = time.perf_counter()
-        for row in self.sharding.indices(epoch):
+        rows = self.sharding.indices(epoch)
+        self.feed.start_epoch(rows, epoch)
+        for row in rows:
             vote = None
             if budget is not None and self.step % self.exchange.vote_every == 0:
                 vote = time.perf_counter() - self._start >= budget
@@ -502,7 +522,11 @@ class Trainer:
             dict(zip(CONTENTION_FIELDS, row[2 * count : -3], strict=True)) for row in gathered
         ]
         summary = {
-            "status": "success" if tta is not None else "target_not_reached",
+            "status": "throughput"
+            if self.spec.synthetic_data
+            else "success"
+            if tta is not None
+            else "target_not_reached",
             "stop_reason": reason,
             "steps": self.step,
             "epochs": self.step / self.sharding.steps_per_epoch,

@@ -17,7 +17,7 @@ from dmlbench.report.formats import (
 from dmlbench.results.records import RunRecord, RunSummary
 from dmlbench.results.schema import PHASES
 
-STATUS_WORDS = {"target_not_reached": "no target"}
+STATUS_WORDS = {"target_not_reached": "no target", "throughput": "throughput only"}
 STATUS_STYLE = {"success": "green", "failed": "red", "interrupted": "yellow"}
 
 
@@ -55,6 +55,8 @@ def run_summary(run: RunRecord) -> Table:
             f"{seconds(tta, unit=True)} wall-clock, evaluation included "
             f"({seconds(run.time_to_accuracy_compute_s, unit=True)} without evaluation)",
         )
+    elif status == "throughput":
+        table.add_row("accuracy", "not measured: synthetic data (DLBS's throughput mode)")
     else:
         table.add_row(f"time to {percent(target)}", "not reached")
     if run.evals:

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from dmlbench.cli.views.summary import STATUS_STYLE, STATUS_WORDS
 from dmlbench.optim.build import describe_optimizer
-from dmlbench.report.docs import AUGMENTATION, describe_schedule
+from dmlbench.report.docs import describe_schedule
 from dmlbench.report.formats import (
     fmt,
     human_bytes,
@@ -41,7 +41,7 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
             describe_optimizer(opt) + (f", L2 {recipe.l2:g} in loss" if recipe.l2 else ""),
         ]
         if recipe.augment:
-            lines.append(f"augmentation: {AUGMENTATION}")
+            lines.append(f"augmentation: {task.augmentation}")
         if recipe.time_budget_s:
             lines.append(f"accuracy-after-time budget {seconds(recipe.time_budget_s, unit=True)}")
         for key, values in task.free_choices.items():
