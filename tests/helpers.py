@@ -228,8 +228,10 @@ REPO = Path(__file__).parent.parent  # the repository
 EXAMPLES = REPO / "examples"
 
 
-def cli(*args: str, check: bool = True, pythonpath: str = "") -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "160"}
+def cli(
+    *args: str, check: bool = True, pythonpath: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "160", **(env or {})}
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join((pythonpath, env.get("PYTHONPATH", "")))
     done = subprocess.run([*DMLBENCH, *args], capture_output=True, text=True, timeout=120, env=env)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -184,17 +185,19 @@ def test_shaping_caps_all_reduce_bandwidth(tmp_path: Path) -> None:
     assert leftovers() == []
 
 
-def _processes_started_since(since: float) -> list[str]:
-    """Python processes started by multiprocessing (workers, a parameter server, the fork
-    server the workers are forked from) since."""
+def _processes_marked(mark: str) -> list[str]:
+    """Processes that inherited the environment variable ``DMLBENCH_TEST_MARK=mark``:
+    the run's launcher, its fork server, workers and parameter server (and nothing that
+    other runs on this machine started)."""
     import psutil
 
     found = []
-    for process in psutil.process_iter(["cmdline", "create_time"]):
-        line = " ".join(process.info["cmdline"] or [])
-        started_here = "spawn_main" in line or "forkserver" in line
-        if process.info["create_time"] >= since and started_here:
-            found.append(line)
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if process.environ().get("DMLBENCH_TEST_MARK") == mark:
+                found.append(" ".join(process.info["cmdline"] or []))
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
     return found
 
 
@@ -204,7 +207,13 @@ def _processes_started_since(since: float) -> list[str]:
 def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path, exchange: str) -> None:
     """Also a parameter server: it listens on rank 0's own address in its namespace, and
     dies with rank 0."""
-    since = time.time() - 1
+    mark = uuid.uuid4().hex
+    probe = subprocess.Popen(["sleep", "30"], env={"DMLBENCH_TEST_MARK": mark})
+    try:  # the scan sees what carries the mark
+        assert [line for line in _processes_marked(mark) if line == "sleep 30"]
+    finally:
+        probe.kill()
+        probe.wait()
     done = cli(
         "run",
         "crash-kill",
@@ -220,6 +229,7 @@ def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path, exchange: st
         "--store",
         str(tmp_path / "s"),
         check=False,
+        env={"DMLBENCH_TEST_MARK": mark},
     )
     assert done.returncode == 1, done.stderr
     run = json.loads(done.stdout)
@@ -227,9 +237,9 @@ def test_a_killed_worker_leaves_no_namespace_behind(tmp_path: Path, exchange: st
     assert run["network"] == "1gbit · 1000 Mbit/s"
     assert leftovers() == []
     deadline = time.monotonic() + 10
-    while _processes_started_since(since) and time.monotonic() < deadline:
+    while _processes_marked(mark) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _processes_started_since(since) == []
+    assert _processes_marked(mark) == []
 
 
 @pytest.mark.slow

@@ -1,0 +1,212 @@
+"""ResNet-50's training step: dmlbench against a plain PyTorch loop, side by side.
+
+    python benchmarks/imagenet_step.py                   # 3 rounds, batch 32, 1 worker
+    python benchmarks/imagenet_step.py --rounds 5 --steps 10 --model-depth 18
+
+Each round runs, in rotating order, one fresh process per contender:
+
+- ``plain``: a loop written here with no dmlbench import at all: its own ResNet-50
+  (torchvision's layout), SGD with momentum 0.9 and weight decay 1e-4, one random batch
+  of 224² images made once, forward, cross-entropy, backward, step; ``torch`` threads
+  as many as dmlbench gives its worker. Timed with ``perf_counter`` after warm-up steps.
+- ``dmlbench``: ``imagenet-resnet50`` with ``synthetic_data=true`` (DLBS's throughput
+  mode) through ``run_benchmark``, its fast defaults on (channels-last, tuned
+  allocator); the step time is the steady phases' sum over the steady steps.
+
+Reported: mean ms per step of each round and overall, the ratio dmlbench / plain
+(≤ 1.0 is the goal, ≤ 0.9 the aim) and dmlbench's utilisation of the GEMM probe's
+peak. Results go to ``benchmarks/results/imagenet_step.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+
+PLAIN = r"""
+import json, sys, time
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+class Bottleneck(nn.Module):
+    def __init__(self, inplanes, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.down = None
+        if stride != 1 or inplanes != planes * 4:
+            self.down = nn.Sequential(
+                nn.Conv2d(inplanes, planes * 4, 1, stride, bias=False), nn.BatchNorm2d(planes * 4)
+            )
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return F.relu(out + (x if self.down is None else self.down(x)))
+
+def resnet(blocks, classes=1000):
+    layers, inplanes = [], 64
+    for i, (planes, count) in enumerate(zip((64, 128, 256, 512), blocks)):
+        for j in range(count):
+            layers.append(Bottleneck(inplanes, planes, 2 if (i > 0 and j == 0) else 1))
+            inplanes = planes * 4
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True),
+        nn.MaxPool2d(3, 2, 1), *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(inplanes, classes),
+    )
+
+threads, batch, warmup, steps = (int(a) for a in sys.argv[1:5])
+blocks = json.loads(sys.argv[5])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+model = resnet(blocks)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+x = torch.randn(batch, 3, 224, 224)
+y = torch.randint(0, 1000, (batch,))
+times = []
+for step in range(warmup + steps):
+    start = time.perf_counter()
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    if step >= warmup:
+        times.append(time.perf_counter() - start)
+print(json.dumps({"step_s": sum(times) / len(times)}))
+"""
+
+DMLBENCH = r"""
+import json, sys
+from pathlib import Path
+
+def main():
+    from dmlbench.launch import run_benchmark
+    from dmlbench.resolve import resolve_spec
+    from dmlbench.results import ResultsStore
+
+    store_dir, batch, warmup, steps, depth = sys.argv[1], *(int(a) for a in sys.argv[2:6])
+    overrides = [
+        "synthetic_data=true", f"recipe.local_batch={batch}", f"max_steps={warmup + steps}",
+        f"warmup_steps_excluded={warmup}", f"recipe.model.options.depth={depth}",
+    ]
+    spec = resolve_spec("imagenet-resnet50", workers=1, overrides=overrides)
+    store = ResultsStore(Path(store_dir))
+    outcome = run_benchmark(spec, store, echo=False)
+    row = store.runs(outcome.run_id)[0]
+    summary = row.summary
+    steady = summary["phases_steady"][0]
+    step_s = sum(v for k, v in steady.items() if k != "eval") / summary["steady_steps"]
+    print(json.dumps({
+        "status": outcome.status, "step_s": step_s,
+        "flops_per_step": summary["flops_per_step"], "peak": summary["peak_flops_per_s"],
+        "peak_source": summary["peak_source"], "threads": summary["threads_per_worker"],
+        "channels_last": summary["channels_last"], "disturbed": row.disturbed,
+    }))
+
+if __name__ == "__main__":
+    main()
+"""
+
+BLOCKS = {18: None, 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
+
+
+def _last_json(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def run_plain(threads: int, batch: int, warmup: int, steps: int, depth: int) -> dict:
+    blocks = BLOCKS[depth]
+    if blocks is None:
+        raise SystemExit("the plain loop has bottleneck ResNets only: --model-depth 50, 101, 152")
+    args = [str(threads), str(batch), str(warmup), str(steps), json.dumps(blocks)]
+    out = subprocess.run(
+        [sys.executable, "-c", PLAIN, *args], capture_output=True, text=True, check=True
+    )
+    return _last_json(out.stdout)
+
+
+def run_dmlbench(store: Path, batch: int, warmup: int, steps: int, depth: int) -> dict:
+    args = [str(store), str(batch), str(warmup), str(steps), str(depth)]
+    out = subprocess.run(
+        [sys.executable, "-c", DMLBENCH, *args], capture_output=True, text=True, check=True
+    )
+    return _last_json(out.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--model-depth", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "imagenet_step.json")
+    args = parser.parse_args()
+    rows: list[dict] = []
+    threads = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            order = ["dmlbench", "plain"] if r % 2 == 0 else ["plain", "dmlbench"]
+            for who in order:
+                if who == "dmlbench":
+                    got = run_dmlbench(
+                        Path(tmp) / "store", args.batch, args.warmup, args.steps, args.model_depth
+                    )
+                    threads = got["threads"]
+                else:
+                    got = run_plain(
+                        threads or torch.get_num_threads(),
+                        args.batch,
+                        args.warmup,
+                        args.steps,
+                        args.model_depth,
+                    )
+                rows.append({"round": r, "who": who, **got})
+                print(f"round {r} {who:9s} {got['step_s'] * 1000:8.0f} ms per step", flush=True)
+    mine = [row["step_s"] for row in rows if row["who"] == "dmlbench"]
+    plain = [row["step_s"] for row in rows if row["who"] == "plain"]
+    ratio = statistics.mean(mine) / statistics.mean(plain)
+    last = next(row for row in reversed(rows) if row["who"] == "dmlbench")
+    utilisation = last["flops_per_step"] / statistics.mean(mine) / last["peak"]
+    print(
+        f"ResNet-{args.model_depth}, batch {args.batch}: dmlbench {statistics.mean(mine) * 1000:.0f} ms, "
+        f"plain {statistics.mean(plain) * 1000:.0f} ms per step: ratio {ratio:.3f}; "
+        f"utilisation {utilisation:.1%} of {last['peak'] / 1e9:.0f} GFLOP/s ({last['peak_source']})"
+    )
+    result = {
+        "command": "python benchmarks/" + Path(__file__).name + " " + " ".join(sys.argv[1:]),
+        "model": f"ResNet-{args.model_depth}",
+        "batch": args.batch,
+        "warmup_steps": args.warmup,
+        "timed_steps": args.steps,
+        "rounds": rows,
+        "dmlbench_ms": statistics.mean(mine) * 1000,
+        "plain_ms": statistics.mean(plain) * 1000,
+        "ratio": ratio,
+        "utilisation": utilisation,
+        "hardware": {"cpus": os.cpu_count(), "machine": platform.processor() or platform.machine()},
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
