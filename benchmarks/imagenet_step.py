@@ -9,13 +9,15 @@ Each round runs, in rotating order, one fresh process per contender:
   (torchvision's layout), SGD with momentum 0.9 and weight decay 1e-4, one random batch
   of 224² images made once, forward, cross-entropy, backward, step; ``torch`` threads
   as many as dmlbench gives its worker. Timed with ``perf_counter`` after warm-up steps.
+- ``plain-channels-last``: the same loop with the model and batch in channels-last
+  memory layout (a line an expert adds; dmlbench's default for convolutional models).
 - ``dmlbench``: ``imagenet-resnet50`` with ``synthetic_data=true`` (DLBS's throughput
   mode) through ``run_benchmark``, its fast defaults on (channels-last, tuned
   allocator); the step time is the steady phases' sum over the steady steps.
 
-Reported: mean ms per step of each round and overall, the ratio dmlbench / plain
-(≤ 1.0 is the goal, ≤ 0.9 the aim) and dmlbench's utilisation of the GEMM probe's
-peak. Results go to ``benchmarks/results/imagenet_step.json``.
+Reported: mean ms per step of each round and overall, the ratios dmlbench / plain
+(≤ 1.0 is the goal, ≤ 0.9 the aim) and dmlbench / plain-channels-last, and dmlbench's
+utilisation of the GEMM probe's peak. Results go to ``benchmarks/results/imagenet_step.json``.
 """
 
 from __future__ import annotations
@@ -74,12 +76,15 @@ def resnet(blocks, classes=1000):
     )
 
 threads, batch, warmup, steps = (int(a) for a in sys.argv[1:5])
-blocks = json.loads(sys.argv[5])
+blocks, channels_last = json.loads(sys.argv[5]), sys.argv[6] == "1"
 torch.set_num_threads(threads)
 torch.manual_seed(0)
 model = resnet(blocks)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
 x = torch.randn(batch, 3, 224, 224)
+if channels_last:
+    model = model.to(memory_format=torch.channels_last)
+    x = x.contiguous(memory_format=torch.channels_last)
 y = torch.randint(0, 1000, (batch,))
 times = []
 for step in range(warmup + steps):
@@ -125,6 +130,7 @@ if __name__ == "__main__":
     main()
 """
 
+CONTENDERS = ["dmlbench", "plain", "plain-channels-last"]
 BLOCKS = {18: None, 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
 
 
@@ -132,11 +138,14 @@ def _last_json(text: str) -> dict:
     return json.loads(text.strip().splitlines()[-1])
 
 
-def run_plain(threads: int, batch: int, warmup: int, steps: int, depth: int) -> dict:
+def run_plain(
+    threads: int, batch: int, warmup: int, steps: int, depth: int, channels_last: bool
+) -> dict:
     blocks = BLOCKS[depth]
     if blocks is None:
         raise SystemExit("the plain loop has bottleneck ResNets only: --model-depth 50, 101, 152")
     args = [str(threads), str(batch), str(warmup), str(steps), json.dumps(blocks)]
+    args.append("1" if channels_last else "0")
     out = subprocess.run(
         [sys.executable, "-c", PLAIN, *args], capture_output=True, text=True, check=True
     )
@@ -157,15 +166,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--model-depth", type=int, default=50)
+    parser.add_argument("--model-depth", type=int, default=50, choices=[50, 101, 152])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "imagenet_step.json")
     args = parser.parse_args()
     rows: list[dict] = []
     threads = None
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            order = ["dmlbench", "plain"] if r % 2 == 0 else ["plain", "dmlbench"]
-            for who in order:
+            for who in CONTENDERS[r % 3 :] + CONTENDERS[: r % 3]:  # rotating order
                 if who == "dmlbench":
                     got = run_dmlbench(
                         Path(tmp) / "store", args.batch, args.warmup, args.steps, args.model_depth
@@ -178,18 +186,24 @@ def main() -> None:
                         args.warmup,
                         args.steps,
                         args.model_depth,
+                        channels_last=who == "plain-channels-last",
                     )
                 rows.append({"round": r, "who": who, **got})
-                print(f"round {r} {who:9s} {got['step_s'] * 1000:8.0f} ms per step", flush=True)
-    mine = [row["step_s"] for row in rows if row["who"] == "dmlbench"]
-    plain = [row["step_s"] for row in rows if row["who"] == "plain"]
-    ratio = statistics.mean(mine) / statistics.mean(plain)
+                print(f"round {r} {who:20s} {got['step_s'] * 1000:8.0f} ms per step", flush=True)
+    means = {
+        who: statistics.mean(row["step_s"] for row in rows if row["who"] == who)
+        for who in CONTENDERS
+    }
+    ratio = means["dmlbench"] / means["plain"]
+    ratio_cl = means["dmlbench"] / means["plain-channels-last"]
     last = next(row for row in reversed(rows) if row["who"] == "dmlbench")
-    utilisation = last["flops_per_step"] / statistics.mean(mine) / last["peak"]
+    utilisation = last["flops_per_step"] / means["dmlbench"] / last["peak"]
     print(
-        f"ResNet-{args.model_depth}, batch {args.batch}: dmlbench {statistics.mean(mine) * 1000:.0f} ms, "
-        f"plain {statistics.mean(plain) * 1000:.0f} ms per step: ratio {ratio:.3f}; "
-        f"utilisation {utilisation:.1%} of {last['peak'] / 1e9:.0f} GFLOP/s ({last['peak_source']})"
+        f"ResNet-{args.model_depth}, batch {args.batch}, ms per step: "
+        + ", ".join(f"{who} {t * 1000:.0f}" for who, t in means.items())
+        + f"; dmlbench / plain {ratio:.3f}, / plain-channels-last {ratio_cl:.3f}; "
+        f"utilisation {utilisation:.1%} of {last['peak'] / 1e9:.0f} GFLOP/s "
+        f"({last['peak_source']})"
     )
     result = {
         "command": "python benchmarks/" + Path(__file__).name + " " + " ".join(sys.argv[1:]),
@@ -198,9 +212,9 @@ def main() -> None:
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
         "rounds": rows,
-        "dmlbench_ms": statistics.mean(mine) * 1000,
-        "plain_ms": statistics.mean(plain) * 1000,
+        "ms_per_step": {who: t * 1000 for who, t in means.items()},
         "ratio": ratio,
+        "ratio_to_channels_last": ratio_cl,
         "utilisation": utilisation,
         "hardware": {"cpus": os.cpu_count(), "machine": platform.processor() or platform.machine()},
         "versions": {"torch": torch.__version__, "python": platform.python_version()},

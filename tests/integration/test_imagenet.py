@@ -3,16 +3,20 @@ ResNet-18 and 4 images a worker, to stay quick), and DLBS's synthetic-data mode.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
+from helpers import inside
 
 from dmlbench.data import imagenet
 from dmlbench.launch import run_benchmark
+from dmlbench.models import build_model
 from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
 from dmlbench.results.events import EVENTS_FILE, read_events
+from dmlbench.tasks import get_task
 
 QUICK = (
     "partial_data=true",
@@ -82,3 +86,43 @@ def test_synthetic_data_measures_throughput_and_reads_nothing(
     events = read_events(Path(outcome.run_dir) / EVENTS_FILE)
     assert not [e for e in events if e["key"] == "eval_accuracy"]  # nothing to evaluate
     assert row.deviations["synthetic_data"] == {"reference": False, "actual": True}
+    # a synthetic run calibrates a prediction: FLOPs and gradient bytes are the model's
+    inside(
+        "bench",
+        "allreduce",
+        "--workers",
+        "2",
+        "--max-bytes",
+        str(2**20),
+        "--factor",
+        "16",
+        "--repeats",
+        "2",
+        "--warmup",
+        "1",
+        "--store",
+        str(store.root),
+    )
+    out = json.loads(
+        inside(
+            "simulate",
+            "cifar10-resnet20",
+            "--workers",
+            "1,8,64",
+            "--network",
+            "25gbit-cloud",
+            "--epochs",
+            "164",
+            "--json",
+            "--store",
+            str(store.root),
+        ).stdout
+    )
+    model = build_model(get_task("cifar10-resnet20").recipe.model, (3, 32, 32), 10)
+    assert out["calibration"]["gradient_bytes"] == 4 * sum(p.numel() for p in model.parameters())
+    steps = [row["step_s"] for row in out["predictions"]]
+    assert steps[0] < steps[1] < steps[2]  # the same compute, more to exchange
+    # the report draws throughput, DLBS's view, for runs on synthetic data
+    page = tmp_path / "report.html"
+    inside("report", "--store", str(store.root), "--out", str(page))
+    assert "Throughput (samples/s)" in page.read_text()

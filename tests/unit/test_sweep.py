@@ -170,6 +170,27 @@ def test_strong_scaling_fixes_the_global_batch() -> None:
         (128, 128),
         (64, 128),
     ]
+    # the command line overrides the file's global batch
+    both = plan_sweep(
+        sweep(scaling="strong", global_batch=96, axes={"workers": [1, 2]}),
+        overrides=["global_batch=64"],
+    )
+    assert [r.spec.effective_global_batch for r in both.runs] == [64, 64]
+
+
+def test_weak_scaling_takes_the_sweep_s_local_batch() -> None:
+    plan = plan_sweep(sweep(scaling="weak", local_batch=128, axes={"workers": [1, 2]}))
+    assert [(r.spec.local_batch, r.spec.effective_global_batch) for r in plan.runs] == [
+        (128, 128),
+        (128, 256),
+    ]
+    smaller = plan_sweep(
+        sweep(scaling="weak", local_batch=128, axes={"workers": [1, 2]}),
+        overrides=["recipe.local_batch=16"],
+    )  # the command line overrides the file
+    assert [r.spec.local_batch for r in smaller.runs] == [16, 16]
+    with pytest.raises(SpecError, match="local_batch belongs to weak scaling"):
+        sweep(scaling="strong", local_batch=16, axes={"workers": [1, 2]})
 
 
 def test_strong_scaling_refuses_a_batch_that_does_not_divide() -> None:

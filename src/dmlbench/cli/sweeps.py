@@ -169,6 +169,9 @@ class _Bars:
         colour = {"success": "green", "failed": "red"}.get(result.status, "yellow")
         tta = result.summary.get("time_to_accuracy_s")
         detail = f"TTA {tta:.1f} s" if tta is not None else "target not reached"
+        if result.status == "throughput":
+            throughput = result.summary.get("throughput")
+            detail = f"{throughput:,.1f} samples/s" if throughput else "synthetic data"
         if result.status in ("failed", "interrupted"):
             detail = result.error or ""
         out.print(f"  [{colour}]{result.status}[/{colour}] {result.run_id}: {escape(detail)}")

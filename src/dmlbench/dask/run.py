@@ -169,8 +169,15 @@ def fit_task(
             f"dask fit trains classification tasks with cross-entropy; "
             f"{spec.task} uses the {task.loss} loss"
         )
+    if spec.synthetic_data:
+        raise SpecError("dask fit trains on a task's data: synthetic_data is for `dmlbench run`")
     prepare_data(spec)
     data = task.load(spec.data_dir)
+    if not isinstance(data.train_x, torch.Tensor):
+        raise SpecError(
+            f"dask fit holds a task's data in memory; {spec.task}'s images stay files "
+            "(decoded as it trains): run it with `dmlbench run`"
+        )
     if spec.validation_split:
         data = data.hold_out(spec.validation_split)
     x_train = np.ascontiguousarray(data.plain.eval(data.train_x).numpy(), dtype=np.float32)

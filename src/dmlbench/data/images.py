@@ -179,6 +179,7 @@ class _Rows:
 
 def _one_thread(_: int) -> None:
     torch.set_num_threads(1)  # each loader process decodes one image at a time
+    os.nice(10)  # and yields the core to the model's threads, which wait for each other
 
 
 def _one_line(error: Exception) -> DatasetError:

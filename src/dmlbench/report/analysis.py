@@ -413,6 +413,9 @@ def scaling_table(
             converged=int(group.loc[done, "converged"].sum()),
             disturbed=int(group.loc[done, "disturbed"].sum()),
             timed_disturbed=bool(finished["disturbed"].any()),
+            # synthetic data (DLBS's throughput mode): no accuracy was measured
+            throughput_only=bool(len(finished))
+            and bool((finished["status"] == "throughput").all()),
             tta_mean=converged.mean() if len(converged) else math.nan,
             tta_std=converged.std(ddof=1) if len(converged) > 1 else math.nan,
             tta_olympic=olympic_mean(tta) if len(tta) else math.nan,

@@ -163,6 +163,35 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
     return fig
 
 
+def throughput(table: pd.DataFrame, title: str) -> Figure:
+    """DLBS's view: images (samples) per second in total and per worker against the
+    worker count, one line per variant (e.g. the replica batch)."""
+    fig, (total, each) = _figure(title, "Throughput (samples/s)", ncols=2)
+    workers = sorted(int(w) for w in table["workers"].unique())
+    for i, (variant, rows) in enumerate(_variants(table)):
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        batch = (
+            f"b = {int(rows['local_batch'].iloc[0])}" if rows["local_batch"].nunique() == 1 else ""
+        )
+        label = variant or batch or f"B = {int(rows['global_batch'].iloc[0])}"
+        total.plot(rows["workers"], rows["throughput_mean"], "o-", color=colour, label=label)
+        each.plot(
+            rows["workers"],
+            rows["throughput_mean"] / rows["workers"],
+            "o-",
+            color=colour,
+            label=label,
+        )
+    for ax, what in ((total, "samples/s, all workers"), (each, "samples/s per worker")):
+        _log2_workers(ax, workers)
+        ax.set_xticklabels(_tick_labels(table, workers))
+        ax.set_ylabel(what)
+        ax.set_ylim(bottom=0)
+    _legend(fig, total)
+    _oversubscription_caption(fig, table)
+    return fig
+
+
 def efficiency(table: pd.DataFrame, title: str) -> Figure:
     modes = ", ".join(sorted(set(table["scaling"])))
     formula = {"strong": "n0·t0 / (N·tN)", "weak": "t0 / tN"}.get(modes, "t0 / tN")

@@ -150,7 +150,10 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     if finished["workers"].nunique() > 1:  # a speedup needs two worker counts
         made["speedup"] = figures.speedup(finished, title)
         made["efficiency"] = figures.efficiency(finished, title)
-    made["time-to-accuracy"] = figures.time_to_accuracy(finished, title)
+    if (section.runs["status"] == "throughput").any():  # synthetic data: DLBS's tables
+        made["throughput"] = figures.throughput(finished, title)
+    else:
+        made["time-to-accuracy"] = figures.time_to_accuracy(finished, title)
     if not section.evals.empty:
         target = section.runs["target"].dropna()
         evals = section.evals.merge(section.runs[["run_id", "variant"]], on="run_id")

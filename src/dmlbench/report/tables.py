@@ -145,6 +145,8 @@ def _chosen_columns(table: pd.DataFrame, budget_s: float | None) -> list[Column]
             skip.add(key)  # runs from before hardware use was measured
     if not (table["variant"] != "").any():
         skip.add("variant")
+    if "throughput_only" in table and len(table) and table["throughput_only"].all():
+        skip.update(("runs", "tta", "olympic", "compute", "aat", "best"))  # no accuracy
     if table.empty or table.groupby("variant")["workers"].nunique().max() < 2:
         skip.update(("sp", "eff"))  # a speedup needs two worker counts
     return [column for column in SCALING_COLUMNS if column[0] not in skip]

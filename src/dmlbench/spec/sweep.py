@@ -70,6 +70,11 @@ class SweepSpec(StrictModel):
         description="strong scaling's fixed global batch (default: recipe's "
         "local batch × the smallest worker count)",
     )
+    local_batch: int | None = Field(
+        None,
+        gt=0,
+        description="weak scaling's local batch, every worker's (default: the recipe's)",
+    )
     repeats: int = Field(1, ge=1, le=1000, description="runs per point, seeds seed, seed+1, ...")
     seed: int = Field(0, ge=0, le=MAX_SEED, description="first seed")
     set: dict[str, Any] = Field(default_factory=dict, description="fixed spec values")
@@ -102,6 +107,8 @@ class SweepSpec(StrictModel):
     def _scaling_batch(self) -> SweepSpec:
         if self.global_batch is not None and self.scaling != "strong":
             raise ValueError("global_batch belongs to strong scaling: set scaling: strong")
+        if self.local_batch is not None and self.scaling != "weak":
+            raise ValueError("local_batch belongs to weak scaling: set scaling: weak")
         if self.scaling != "none" and any(
             k.rpartition(".")[2] in ("local_batch", "global_batch")
             for k in [*self.axes, *self.set, *self.derived]

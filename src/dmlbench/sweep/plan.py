@@ -153,13 +153,14 @@ def _world(tree: dict[str, Any]) -> int:
 
 
 def _strong_global_batch(sweep: SweepSpec, trees: list[dict[str, Any]]) -> int:
-    """The sweep's ``global_batch``; else one every run was given (``--set
-    global_batch=…``); else the smallest run's local batch × its workers."""
-    if sweep.global_batch is not None:
-        return sweep.global_batch
+    """One every run was given on the command line (``--set global_batch=…``: it
+    overrides the file); else the sweep's ``global_batch``; else the smallest run's local
+    batch × its workers."""
     given = {tree.get("global_batch") for tree in trees}
     if len(given) == 1 and (batch := given.pop()) is not None:
         return int(batch)
+    if sweep.global_batch is not None:
+        return sweep.global_batch
     smallest = min(trees, key=_world)
     return int(smallest["recipe"]["local_batch"]) * _world(smallest)
 
@@ -178,6 +179,8 @@ def plan_sweep(
     )
     for key, value in sweep.set.items():
         assign(base, key, value)
+    if sweep.local_batch is not None:  # weak scaling's, below what the command line sets
+        base["recipe"]["local_batch"] = sweep.local_batch
     apply_overrides(base, overrides)
     axis_paths = [resolve_key(base, key) for key in sweep.axes]
     repeat_count = repeats or sweep.repeats

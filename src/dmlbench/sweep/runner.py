@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dmlbench.errors import AlreadyClaimed, DmlbenchError, StoreError
+from dmlbench.launch.lifecycle import prepare_data
 from dmlbench.launch.run import ProgressFn, RunOutcome, run_benchmark
 from dmlbench.results import ResultsStore
 from dmlbench.results.store import FINISHED, Rerun
 from dmlbench.sweep.plan import PlannedRun, SweepPlan
-from dmlbench.tasks import get_task
 
 __all__ = ["FINISHED", "Rerun", "SweepOutcome", "pending", "run_sweep"]
 
@@ -69,12 +69,9 @@ def run_sweep(
     """Run what ``pending`` leaves; ``progress(run, i, n)`` may return a per-run callback."""
     to_run, skipped = pending(plan, store, rerun)
     outcome = SweepOutcome(skipped=skipped)
-    for task in {run.spec.task for run in to_run}:  # a missing dataset stops us up front
-        first = next(r.spec for r in to_run if r.spec.task == task)
-        definition = get_task(task)
-        definition.prepare(first.data_dir, first.download)
-        if definition.count is not None and not first.partial_data:
-            definition.check_examples(*definition.count(first.data_dir), first.data_dir)
+    reading = {run.spec.task: run.spec for run in reversed(to_run) if not run.spec.synthetic_data}
+    for spec in reading.values():  # a missing dataset stops us up front
+        prepare_data(spec)
     for index, run in enumerate(to_run):
         tag = {
             "name": plan.sweep.name,

@@ -128,8 +128,9 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
         )
         columns = scaling_columns(rows, budget_s, terminal=True)
         scaled = any(title == "speedup" for title, _ in columns)
+        accuracy = not ("throughput_only" in rows and rows["throughput_only"].all())
         legend = (
-            "conv: runs that reached the target; TTA mean±std over them; "
+            ("conv: runs that reached the target; TTA mean±std over them; " if accuracy else "")
             + ("speedup and effic.: TTA/step time; " if scaled else "")
             + "comm: max over ranks"
         )
