@@ -64,6 +64,11 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
         check_options(spec.exchange, spec.exchange_options)
     except ValidationError as error:
         raise SpecError(f"exchange_options for {spec.exchange}: {one_line(error)}") from None
+    if spec.synthetic_data and spec.noise_scale is True:
+        raise SpecError(
+            "synthetic_data=true trains on one fixed random batch: there is no gradient "
+            "noise of the data to measure; leave noise_scale at auto"
+        )
     if spec.synthetic_data and task.input_shape is None:
         raise SpecError(
             f"synthetic_data=true: {task.name} declares no input shape (an image task does, "

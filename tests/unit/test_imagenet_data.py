@@ -229,6 +229,16 @@ def test_synthetic_data_is_for_image_tasks_with_a_step_count() -> None:
                 "max_steps": 5,
             }
         )
+    with pytest.raises(SpecError, match="no gradient noise of the data"):
+        validate_spec(
+            {
+                "task": "cifar10-resnet20",
+                "recipe": get_task("cifar10-resnet20").recipe.model_dump(),
+                "synthetic_data": True,
+                "max_steps": 5,
+                "noise_scale": True,
+            }
+        )
     spec = validate_spec(
         {
             "task": "imagenet-resnet50",

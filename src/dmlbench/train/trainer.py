@@ -178,6 +178,8 @@ class Trainer:
         mode, batch, workers = self.spec.noise_scale, self.spec.local_batch, self.ctx.world_size
         if mode is False or not self.exchange.exact or (workers == 1 and mode == "auto"):
             return None
+        if self.spec.synthetic_data:
+            return None  # one fixed random batch a worker: no noise of the data to measure
         examples = len(self.data.train_x)  # an epoch draws batches without replacement
         if workers == 1:
             return NoiseScaleMeter(batch // 2, batch, population=examples)
