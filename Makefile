@@ -48,9 +48,13 @@ slurm:
 
 # Two lanes: the unit lane (in-process, under a minute) first; a failure stops there.
 # Then the integration lane (real processes, clusters, Slurm, a browser). Each writes its
-# tests' durations to test-durations/LANE.csv, slowest first.
+# tests' durations to test-durations/LANE.csv, slowest first. The integration lane runs
+# on two xdist workers: its tests wait on processes, networks and daemons about a third
+# of the time, which the other worker fills. Tests that act on the whole machine
+# (namespaces, Slurm) run in one worker, one at a time (tests/conftest.py).
 test: install browser slurm lint test-fast
-	$(BIN)/python -m pytest tests/integration --durations-file=test-durations/integration.csv
+	$(BIN)/python -m pytest tests/integration -n 2 \
+	  --durations-file=test-durations/integration.csv
 
 # The docs as a site, into site/ (every page under docs/, nav in mkdocs.yml).
 docs: install

@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,8 +42,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     target = session.config.getoption("--durations-file")
-    if not target or not DURATIONS:
-        return
+    if not target or not DURATIONS or hasattr(session.config, "workerinput"):
+        return  # an xdist worker's share: the controller writes the whole file
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = sorted(DURATIONS.items(), key=lambda item: -item[1])
@@ -57,6 +58,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("multiprocess") and not item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.slow)
+
+
+# Modules whose tests act on the whole machine: they make network namespaces, bridges and
+# veths (emulated networks and hosts, a test Slurm on fixed ports) or assert that none
+# are left on it. Under xdist (`make test` runs the integration lane on two workers) they
+# run in one worker, one at a time.
+MACHINE_WIDE = {
+    "test_multinode.py",
+    "test_netem.py",
+    "test_slurm.py",
+    "test_dask_hosts.py",
+    "test_readme.py",
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, when it is installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole modules to a worker (their module-scoped fixtures, a Dask cluster or a
+    trained run, start once), the MACHINE_WIDE ones as one unit; the unit with the most
+    tests first. (Not xdist_group marks: pytest 9 ignores the ids xdist 3.8 rewrites.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "machine-wide" if Path(module).name in MACHINE_WIDE else module
+
+    return ByModule(config, log)
 
 
 @pytest.fixture(scope="session")
