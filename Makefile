@@ -12,7 +12,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast lint docs install browser slurm clean
+.PHONY: run test test-fast lint docs install browser slurm corpus clean
 
 $(BIN)/dmlbench: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,13 +46,23 @@ slurm:
 	    echo "the Slurm tests need root and Debian's slurm-wlm and munge; they skip without"; \
 	  fi
 
+# The language-model tasks train on the King James Bible as Debian's bible-kjv exports it.
+corpus:
+	@command -v bible >/dev/null || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the King James Bible for the language-model tasks (apt-get install bible-kjv)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bible-kjv >/dev/null; \
+	  else \
+	    echo "the language-model tasks need Debian's bible-kjv: sudo apt-get install bible-kjv"; \
+	  fi
+
 # Two lanes: the unit lane (in-process, under a minute) first; a failure stops there.
 # Then the integration lane (real processes, clusters, Slurm, a browser). Each writes its
 # tests' durations to test-durations/LANE.csv, slowest first. The integration lane runs
 # on two xdist workers: its tests wait on processes, networks and daemons about a third
 # of the time, which the other worker fills. Tests that act on the whole machine
 # (namespaces, Slurm) run in one worker, one at a time (tests/conftest.py).
-test: install browser slurm lint test-fast
+test: install browser slurm corpus lint test-fast
 	$(BIN)/python -m pytest tests/integration -n 2 \
 	  --durations-file=test-durations/integration.csv
 

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError
 from torch import nn
 
 from dmlbench.errors import SpecError, unknown
+from dmlbench.models.gpt import GPT
 from dmlbench.models.imagenet import VGG16, AlexNet, ImageNetResNet, VisionTransformer
 from dmlbench.models.mlp import MLP, Linear
 from dmlbench.models.resnet import CifarResNet
@@ -51,6 +52,16 @@ class ViTOptions(StrictModel):
     heads: int = Field(12, ge=1, description="attention heads (divide the width)")
     mlp: int = Field(3072, ge=1, description="hidden width of each block's MLP")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class GPTOptions(StrictModel):
+    width: int = Field(768, ge=1, description="embedding width (GPT-2 small: 768)")
+    depth: int = Field(12, ge=1, description="decoder blocks")
+    heads: int = Field(12, ge=1, description="attention heads (divide the width)")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    checkpoint_activations: bool = Field(
+        False, description="recompute each block in backward: less memory, more compute"
+    )
 
 
 class MLPOptions(StrictModel):
@@ -121,6 +132,23 @@ def _build_vit(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn
         raise SpecError(str(error)) from None
 
 
+def _build_gpt(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
+    """``shape`` is (context,): tokens a sequence holds; ``outputs`` the vocabulary."""
+    assert isinstance(options, GPTOptions)
+    try:
+        return GPT(
+            outputs,
+            shape[0],
+            width=options.width,
+            depth=options.depth,
+            heads=options.heads,
+            dropout=options.dropout,
+            checkpoint_activations=options.checkpoint_activations,
+        )
+    except ValueError as error:
+        raise SpecError(str(error)) from None
+
+
 def _build_mlp(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
     assert isinstance(options, MLPOptions)
     return MLP(math.prod(shape), options.hidden, outputs)
@@ -137,6 +165,7 @@ register_model("imagenet-resnet", ModelEntry(ImageNetResNetOptions, _build_image
 register_model("vgg16", ModelEntry(NoOptions, _build_vgg16))
 register_model("alexnet", ModelEntry(NoOptions, _build_alexnet))
 register_model("vit", ModelEntry(ViTOptions, _build_vit))
+register_model("gpt", ModelEntry(GPTOptions, _build_gpt))
 register_model("mlp", ModelEntry(MLPOptions, _build_mlp))
 register_model("linear", ModelEntry(LinearOptions, _build_linear))
 

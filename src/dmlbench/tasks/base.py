@@ -13,7 +13,7 @@ from dmlbench.spec.recipe import Recipe
 if TYPE_CHECKING:  # tasks register without torch; their loaders import it
     from dmlbench.data import Dataset
 
-Loss = Literal["cross_entropy", "logistic"]
+Loss = Literal["cross_entropy", "logistic", "next_token"]
 
 
 def _nothing_to_prepare(data_dir: Path, download: bool) -> None:

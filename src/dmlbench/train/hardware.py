@@ -2,7 +2,9 @@
 
 - :func:`step_flops` counts one training step's FLOPs (forward and backward) with torch's
   flop counter, on a copy of the model so the run's weights, statistics and random
-  streams are untouched.
+  streams are untouched. The counter knows the GPU kernels of
+  ``scaled_dot_product_attention`` but not the CPU one; its formulas are registered for
+  that kernel here, so attention counts on every device.
 - :func:`peak_flops` is the peak a worker is measured against: a configured figure
   (an accelerator's data sheet), or a short GEMM probe on this machine with the
   worker's threads (the faster of torch's BLAS matmul and oneDNN: :func:`gemm_paths`),
@@ -35,7 +37,13 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    flop_registry,
+    register_flop_formula,
+    sdpa_backward_flop,
+    sdpa_flop,
+)
 
 from dmlbench.results.contention import OUTSIDE_CORES
 from dmlbench.results.rundir import write_json
@@ -75,6 +83,22 @@ def forked_rng(device: torch.device) -> Iterator[None]:
     """Random draws inside leave the CPU's (and ``device``'s) random streams as they were."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         yield
+
+
+def _count_cpu_attention() -> None:
+    """Count the CPU's fused attention kernel as torch counts the GPU's (forward: the
+    scores and the weighted sum; backward: both again and their gradients)."""
+    aten = torch.ops.aten
+    for name, formula in (
+        ("_scaled_dot_product_flash_attention_for_cpu", sdpa_flop),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward", sdpa_backward_flop),
+    ):
+        op = getattr(aten, name, None)
+        if op is not None and op not in flop_registry and op.default not in flop_registry:
+            register_flop_formula(op, get_raw=True)(formula)  # torch's, already shape-wrapped
+
+
+_count_cpu_attention()
 
 
 def step_flops(

@@ -1,0 +1,156 @@
+"""The transformer and its text: GPT-2's parameter count, FLOPs against torch's counter,
+corpora checked, tokenised once and memory-mapped as shifted windows."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import dmlbench.train.hardware  # noqa: F401  (registers the CPU attention kernel's FLOPs)
+from dmlbench.data import text
+from dmlbench.errors import DatasetError
+from dmlbench.models import build_model
+from dmlbench.models.gpt import GPT
+from dmlbench.spec.recipe import ModelSpec
+from dmlbench.train.losses import LOSSES
+
+
+def test_gpt2_small_has_gpt2s_parameter_count() -> None:
+    with torch.device("meta"):
+        model = GPT(50257, 1024)
+    assert sum(p.numel() for p in model.parameters()) == 124_439_808
+    assert model.head.weight is model.tokens.weight  # tied
+
+
+def test_the_tiny_model_predicts_per_position_and_is_causal() -> None:
+    torch.manual_seed(0)
+    model = build_model(
+        ModelSpec(name="gpt", options={"width": 32, "depth": 2, "heads": 4}), (16,), 50
+    )
+    ids = torch.randint(0, 50, (2, 16), dtype=torch.int32)
+    out = model(ids)
+    assert out.shape == (2, 16, 50)
+    changed = ids.clone()
+    changed[:, 10:] = (changed[:, 10:] + 1) % 50  # the future does not reach the past
+    assert torch.allclose(model(changed)[:, :10], out[:, :10], atol=1e-6)
+    assert not torch.allclose(model(changed)[:, 10:], out[:, 10:])
+    with pytest.raises(ValueError, match="context holds 16"):
+        model(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_torchtitans_flop_count_against_torchs_counter() -> None:
+    """torch's counter (with the CPU attention kernel registered) sees 6 × the weight
+    matrices' parameters per token, plus attention: 4 units forward, 10 backward (the
+    scores recomputed), where torchtitan's formula counts 12; the two agree within 1%."""
+    model = GPT(256, 64, width=64, depth=2, heads=4)
+    batch, tokens = 3, 64
+    ids = torch.randint(0, 256, (batch, tokens))
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = LOSSES["next_token"]
+        loss(model(ids), ids).mean().backward()
+    matrices = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    attention = 14 * model.depth * model.width * tokens
+    counted = counter.get_total_flops()
+    assert counted == (6 * matrices + attention) * batch * tokens
+    assert abs(model.flops_per_token() * batch * tokens / counted - 1) < 0.01
+
+
+def test_activation_checkpointing_gives_the_same_gradients() -> None:
+    ids = torch.randint(0, 64, (2, 8))
+    grads = []
+    for checkpointed in (False, True):
+        torch.manual_seed(1)
+        model = GPT(64, 8, width=16, depth=2, heads=2, checkpoint_activations=checkpointed)
+        LOSSES["next_token"][0](model(ids), ids).mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def _bible_export(chapters: int) -> bytes:
+    """Text in the layout of `bible -l100000 Gen1:1-Rev22:21`."""
+    lines = []
+    for chapter in range(1, chapters + 1):
+        lines += ["", f"Genesis {chapter}", ""]
+        lines += [f"  {v} And verse {v} of chapter {chapter} was said." for v in (1, 2)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_the_bible_export_becomes_chapters_and_only_the_real_one_is_accepted() -> None:
+    raw = _bible_export(3)
+    chapters = text.kjv_chapters(raw.decode())
+    assert chapters[0] == (
+        "Genesis 1\nAnd verse 1 of chapter 1 was said.\nAnd verse 2 of chapter 1 was said.\n"
+    )
+    assert len(chapters) == 3
+    with pytest.raises(DatasetError, match="expected 6f74f5589333c56c"):
+        text.verified_kjv(raw)
+
+
+def test_a_wikitext_archive_is_held_to_the_published_checksum(tmp_path: Path) -> None:
+    folder = tmp_path / "wikitext-103"
+    folder.mkdir()
+    with zipfile.ZipFile(folder / text.WIKITEXT_ARCHIVE, "w") as archive:
+        for name in text.WIKITEXT_FILES.values():
+            archive.writestr(f"{text.WIKITEXT_DIR}/{name}", " = Title = \n words \n")
+    with pytest.raises(DatasetError, match="not the official WikiText-103 archive"):
+        text.wikitext_texts(tmp_path, False)
+    with pytest.raises(DatasetError, match="WikiText-103 not found under"):
+        text.wikitext_texts(tmp_path / "empty", False)
+    unpacked = tmp_path / "unpacked" / text.WIKITEXT_DIR
+    unpacked.mkdir(parents=True)
+    for split, name in text.WIKITEXT_FILES.items():
+        (unpacked / name).write_text(f"the {split} split\n")
+    assert text.wikitext_texts(tmp_path / "unpacked", False)["valid"] == "the valid split\n"
+
+
+@pytest.fixture
+def small_corpus(monkeypatch: pytest.MonkeyPatch) -> str:
+    verses = [f"And the {w} went unto the {v} of the land.\n" for w in "abcdef" for v in "xyz"]
+    texts = {"train": "".join(verses * 30), "valid": "".join(verses[:6] * 3)}
+    monkeypatch.setitem(
+        text.CORPORA, "verses", text.Corpus("verses", "test verses", lambda d, dl: texts)
+    )
+    return "verses"
+
+
+def test_a_corpus_is_tokenised_once_and_read_as_shifted_windows(
+    small_corpus: str, tmp_path: Path
+) -> None:
+    folder = text.prepare(tmp_path, small_corpus, 300, False)
+    assert folder == tmp_path / "text-cache" / "verses-bpe300"
+    meta = json.loads((folder / "meta.json").read_text())
+    assert 256 < meta["vocab"] <= 300  # the 256 bytes and the merges learnt
+    made = (folder / "train.bin").stat().st_mtime_ns
+    assert text.prepare(tmp_path, small_corpus, 300, False) == folder
+    assert (folder / "train.bin").stat().st_mtime_ns == made  # not tokenised again
+    splits = text.load(folder, 16)
+    x, y = splits.train
+    assert x.shape == ((meta["tokens"]["train"] - 1) // 16, 16) and x.dtype == torch.int32
+    assert torch.equal(x[1:, 0], y[:-1, -1])  # y is x one token on, across windows too
+    assert torch.equal(x[3, 1:], y[3, :-1])
+    from tokenizers import Tokenizer
+
+    decoded = Tokenizer.from_file(str(folder / "tokenizer.json")).decode(x[0].tolist())
+    assert decoded.startswith("And the a went unto the x")
+    (folder / "valid.bin").write_bytes(b"\0" * 12)
+    with pytest.raises(DatasetError, match="missing or torn"):
+        text.load(folder, 16)
+
+
+def test_gpt2s_own_vocabulary_is_used_when_its_files_are_there(
+    small_corpus: str, tmp_path: Path
+) -> None:
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    vocab = {token: i for i, token in enumerate(sorted(ByteLevel.alphabet()))}
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "vocab.json").write_text(json.dumps(vocab))
+    (tmp_path / "gpt2" / "merges.txt").write_text("#version: 0.2\n")
+    folder = text.prepare(tmp_path, small_corpus, 300, False)
+    assert folder.name == "verses-gpt2"
+    assert json.loads((folder / "meta.json").read_text())["vocab"] == 256
