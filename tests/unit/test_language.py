@@ -154,3 +154,42 @@ def test_gpt2s_own_vocabulary_is_used_when_its_files_are_there(
     folder = text.prepare(tmp_path, small_corpus, 300, False)
     assert folder.name == "verses-gpt2"
     assert json.loads((folder / "meta.json").read_text())["vocab"] == 256
+
+
+def test_a_goal_is_an_accuracy_or_a_loss() -> None:
+    from pydantic import ValidationError
+
+    from dmlbench.spec.recipe import Recipe, goal_reached, target_text
+    from dmlbench.tasks import get_task
+
+    recipe = get_task("kjv-gpt").recipe
+    assert recipe.goal == "loss" and recipe.reached(accuracy=0.0, loss=recipe.target)
+    assert not recipe.reached(accuracy=1.0, loss=recipe.target + 0.01)
+    assert goal_reached("accuracy", 0.9, 0.9, 99.0) and not goal_reached("accuracy", 0.9, 0.8, 0)
+    assert target_text("loss", 4.5) == "loss 4.5" and target_text("accuracy", 0.9) == "90.0%"
+    as_dict = recipe.model_dump()
+    with pytest.raises(ValidationError, match="target 5 is an accuracy"):
+        Recipe.model_validate({**as_dict, "goal": "accuracy"})
+
+
+def test_the_language_recipe_warms_up_from_zero_then_decays_to_zero() -> None:
+    from dmlbench.tasks import get_task
+
+    schedule = get_task("kjv-gpt").recipe.schedule
+    rate = lambda epoch, workers=1: schedule.rate(  # noqa: E731
+        step=0, epoch=epoch, local_batch=16, world_size=workers
+    )
+    assert rate(0.0) == 0.0 and rate(0.05) == pytest.approx(0.5e-3)
+    assert rate(0.1, workers=4) == pytest.approx(2e-3)  # √N scaling
+    assert rate(4.0) == pytest.approx(0.0, abs=1e-12)
+    assert "warm-up from 0" in schedule.describe()
+
+
+def test_token_losses_and_accuracy_are_per_sequence() -> None:
+    loss, correct = LOSSES["next_token"]
+    y = torch.tensor([[1, 2], [0, 0]])
+    out = torch.full((2, 2, 3), -10.0)
+    out[0, 0, 1] = out[0, 1, 0] = out[1, 0, 0] = out[1, 1, 0] = 10.0  # 3 of 4 right
+    assert correct(out, y).item() == pytest.approx(0.5 + 1.0)
+    per_sequence = loss(out, y)
+    assert per_sequence.shape == (2,) and per_sequence[1] < 1e-6 < per_sequence[0]

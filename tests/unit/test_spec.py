@@ -57,7 +57,7 @@ def test_global_batch_derives_local_batch() -> None:
         ({"workers": 64, "overrides": ["local_batch=1024"]}, "larger than the 50,000 training"),
         ({"overrides": ["lr_per_sample=.inf"]}, "lr_per_sample: Input should be a finite number"),
         ({"overrides": ["momentum=.nan"]}, "momentum: Input should be a finite number"),
-        ({"overrides": ["target=2.0"]}, "target: Input should be less than or equal to 1"),
+        ({"overrides": ["target=2.0"]}, "target 2 is an accuracy, a fraction at most 1"),
         ({"overrides": ["target=0"]}, "target: Input should be greater than 0"),
         ({"overrides": ["stall_timeout_s=0"]}, "stall_timeout_s: Input should be greater than 0"),
         ({"overrides": ["exchange=ps-sync", "channels_last=true"]}, "channels_last=true works"),

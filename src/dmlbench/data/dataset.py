@@ -24,6 +24,7 @@ class Preprocess:
     normalize: ChannelNormalize | None = None
     crop_padding: int = 0
     flip: bool = False
+    ids: bool = False  # token ids: passed as they are
 
     def train(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         if self.crop_padding or self.flip:
@@ -31,6 +32,8 @@ class Preprocess:
         return self.eval(x)
 
     def eval(self, x: torch.Tensor) -> torch.Tensor:
+        if self.ids:
+            return x
         if self.normalize is not None:
             return self.normalize(x)
         return x if x.is_floating_point() else x.float()

@@ -20,6 +20,7 @@ from dmlbench.errors import DmlbenchError
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel.model import CommCalibration
 from dmlbench.results.records import CommRun, RunRecord, match_id
+from dmlbench.spec.recipe import goal_reached
 
 SMALL = (64, 4096)  # bytes: messages small enough that only the overhead counts
 
@@ -190,7 +191,10 @@ def calibrate_task(
     for run in mine:
         if run.status != "success" or run.target is None:
             continue
-        first = next((e.epoch for e in run.evals if e.metric >= run.target), None)
+        goal = run.goal
+        first = next(
+            (e.epoch for e in run.evals if goal_reached(goal, run.target, e.metric, e.loss)), None
+        )
         if first is not None:
             epochs.setdefault(run.global_batch, []).append(first)
     return TaskCalibration(

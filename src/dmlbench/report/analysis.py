@@ -99,6 +99,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "exchange": run.exchange,
                 "network": (run.network or "none").split(" · ")[0],
                 "target": run.target,
+                "goal": run.goal,
                 "best_metric": run.best_metric,
                 "tta_s": run.time_to_accuracy_s,
                 "tta_compute_s": run.time_to_accuracy_compute_s,

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from dmlbench.optim.build import describe_optimizer
-from dmlbench.spec.recipe import Schedule
+from dmlbench.spec.recipe import Schedule, target_text
 from dmlbench.tasks import TaskDefinition
 
 
@@ -41,7 +41,7 @@ def tasks_markdown(tasks: list[TaskDefinition]) -> str:
             "|---|---|",
             f"| dataset | {task.dataset} |",
             f"| model | `{recipe.model.name}` ({options}) |",
-            f"| goal | {recipe.target:.0%} {task.metric} (time to accuracy) |",
+            f"| goal | {target_text(recipe.goal, recipe.target)} {task.metric} (time to target) |",
             f"| loss | {task.loss}" + (f" + L2 {recipe.l2:g}/2·‖w‖²" if recipe.l2 else "") + " |",
             f"| local batch | {recipe.local_batch} examples per worker per step |",
             f"| epochs | at most {recipe.max_epochs:g} |",

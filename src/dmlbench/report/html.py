@@ -156,13 +156,17 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
         made["time-to-accuracy"] = figures.time_to_accuracy(finished, title)
     if not section.evals.empty:
         target = section.runs["target"].dropna()
+        value = target.iloc[0] if len(target) else None
+        by_loss = "goal" in section.runs and (section.runs["goal"] == "loss").any()
         evals = section.evals.merge(section.runs[["run_id", "variant"]], on="run_id")
         made["curves"] = figures.curves(
             evals,
             finished,
-            float(target.iloc[0]) if len(target) else None,
+            None if by_loss or value is None else float(value),
             title,
-            target_loss=_target_loss(section.runs["task"].iloc[0]),
+            target_loss=float(value)
+            if by_loss and value is not None
+            else _target_loss(section.runs["task"].iloc[0]),
         )
     made["phases"] = figures.phases(finished, title)
     # variants that send different amounts at one worker count: e.g. an algorithm sweep

@@ -58,6 +58,7 @@ class RunSummary(TypedDict, total=False):
     steps_per_epoch: int
     step_limit: int
     target: float
+    goal: str  # accuracy or loss: see Recipe.goal (absent before: accuracy)
     train_examples: int
     test_examples: int
     threads_per_worker: int
@@ -196,6 +197,12 @@ class RunRecord(_Stored):
     def finished(self) -> bool:
         """Whether it ended as planned (target reached or its limit hit)."""
         return self.status in FINISHED
+
+    @property
+    def goal(self) -> str:
+        """What ``target`` is: ``accuracy`` or ``loss`` (see ``Recipe.goal``)."""
+        recipe = self.spec.get("recipe") or {}
+        return str(self.summary.get("goal") or recipe.get("goal") or "accuracy")
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from dmlbench.results.contention import judge
 from dmlbench.results.events import Event
 from dmlbench.results.records import Evaluation, RunSummary
 from dmlbench.results.schema import PHASES
+from dmlbench.spec.recipe import goal_reached
 
 
 def eval_history(events: Sequence[Event]) -> list[Evaluation]:
@@ -79,7 +80,15 @@ def summarize(events: Sequence[Event]) -> RunSummary:
         metrics = [e.metric for e in evals]
         steps = [e["metadata"].get("step", 0) for e in events if e["key"] == "epoch_stop"]
         target = start.get("target")
-        reached = next((e for e in evals if target is not None and e.metric >= target), None)
+        goal = start.get("goal", "accuracy")
+        reached = next(
+            (
+                e
+                for e in evals
+                if target is not None and goal_reached(goal, target, e.metric, e.loss)
+            ),
+            None,
+        )
         summary["best_metric"] = max(metrics) if metrics else None
         summary["steps"] = steps[-1] if steps else 0
         summary["epochs"] = evals[-1].epoch if evals else None

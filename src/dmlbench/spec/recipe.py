@@ -144,6 +144,9 @@ class ScaledSchedule(StrictModel):
     base_lr: float = Field(gt=0.0, description="one worker's rate at the recipe's local batch")
     scaling: Literal["linear", "sqrt", "none"] = "linear"
     warmup_epochs: float = Field(0.0, ge=0.0)
+    warmup_from: Literal["base", "zero"] = Field(
+        "base", description="warm-up starts at base_lr (Goyal et al.) or at 0 (transformers)"
+    )
     decay: Literal["none", "step", "exponential", "inverse", "polynomial", "cosine"] = "none"
     milestones: list[float] = Field(default_factory=list, description="step: epochs")
     gamma: float = Field(
@@ -172,7 +175,8 @@ class ScaledSchedule(StrictModel):
     def rate(self, *, step: int, epoch: float, local_batch: int, world_size: int) -> float:
         peak = self.base_lr * SCALINGS[self.scaling](world_size)
         if epoch < self.warmup_epochs:
-            return self.base_lr + (peak - self.base_lr) * epoch / self.warmup_epochs
+            start = self.base_lr if self.warmup_from == "base" else 0.0
+            return start + (peak - start) * epoch / self.warmup_epochs
         since = epoch - self.warmup_epochs
         if self.decay == "step":
             return peak * self.gamma ** bisect.bisect_right(self.milestones, epoch)
@@ -191,7 +195,8 @@ class ScaledSchedule(StrictModel):
         scaled = {"linear": " × N", "sqrt": " × √N", "none": ""}[self.scaling]
         text = f"lr {self.base_lr:g}{scaled}"
         if self.warmup_epochs:
-            text += f", warm-up from {self.base_lr:g} over {self.warmup_epochs:g} epochs"
+            start = f"{self.base_lr:g}" if self.warmup_from == "base" else "0"
+            text += f", warm-up from {start} over {self.warmup_epochs:g} epochs"
         if self.decay == "step":
             text += f", ×{self.gamma:g} at epochs " + ", ".join(f"{m:g}" for m in self.milestones)
         elif self.decay == "exponential":
@@ -230,12 +235,44 @@ class Recipe(StrictModel):
         "and the exchange stay fp32)",
     )
     augment: bool = Field(False, description="the task's random training augmentation")
+    goal: Literal["accuracy", "loss"] = Field(
+        "accuracy",
+        description="what target is: a test accuracy to reach (or pass), or a test loss "
+        "to reach (or go under), as language models are judged",
+    )
     target: float = Field(
         gt=0.0,
-        le=1.0,
-        description="goal on the task's metric, an accuracy: a fraction of the test set "
-        "(time to accuracy); to never stop at it, set stop_at_target=false",
+        description="goal on the task's metric: an accuracy, a fraction of the test set "
+        "(time to accuracy), or with goal=loss a test loss in nats; to never stop at it, "
+        "set stop_at_target=false",
+    )
+    clip_grad_norm: float | None = Field(
+        None, gt=0.0, description="scale the averaged gradient down to this norm at most"
     )
     time_budget_s: float | None = Field(
         None, gt=0.0, description="seconds for accuracy after time; the run stops there"
     )
+
+    @model_validator(mode="after")
+    def _an_accuracy_is_a_fraction(self) -> Recipe:
+        if self.goal == "accuracy" and self.target > 1:
+            raise ValueError(
+                f"target {self.target:g} is an accuracy, a fraction at most 1 "
+                "(a test-loss goal is goal=loss)"
+            )
+        return self
+
+    def reached(self, accuracy: float, loss: float) -> bool:
+        return goal_reached(self.goal, self.target, accuracy, loss)
+
+
+def goal_reached(goal: str, target: float, accuracy: float, loss: float) -> bool:
+    """Whether an evaluation's accuracy and loss meet a goal (see ``Recipe.goal``)."""
+    return loss <= target if goal == "loss" else accuracy >= target
+
+
+def target_text(goal: str, target: float | None) -> str:
+    """``76.0%`` for an accuracy goal, ``loss 4.2`` for a loss goal."""
+    if target is None:
+        return "—"
+    return f"loss {target:g}" if goal == "loss" else f"{100 * target:.1f}%"

@@ -1,3 +1,3 @@
 """Importing this module registers every built-in task."""
 
-from dmlbench.tasks import cifar10, epsilon, imagenet, small  # noqa: F401
+from dmlbench.tasks import cifar10, epsilon, imagenet, language, small  # noqa: F401

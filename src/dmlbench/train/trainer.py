@@ -214,6 +214,8 @@ class Trainer:
         beat(step, "comm")
         stop = self.exchange.exchange(stop_vote)
         timer.lap("comm")
+        if self.spec.recipe.clip_grad_norm is not None:  # every rank holds the same average
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.recipe.clip_grad_norm)
         if self.noise is not None:
             self._note_norms()
         beat(step, "optimizer")
@@ -384,6 +386,7 @@ class Trainer:
             steps_per_epoch=sharding.steps_per_epoch,
             step_limit=self.step_limit(),
             target=spec.recipe.target,
+            goal=spec.recipe.goal,
             train_examples=len(self.data.train_x),
             test_examples=len(self.data.test_x),
             threads_per_worker=torch.get_num_threads(),
@@ -424,9 +427,10 @@ class Trainer:
             if spec.synthetic_data:
                 continue  # random images: nothing to evaluate
             if epoch % spec.eval_every_epochs == 0 or reason is not None:
-                accuracy, elapsed, compute_elapsed = self._evaluate_and_log()
+                metrics, elapsed, compute_elapsed = self._evaluate_and_log()
+                accuracy = metrics["accuracy"]
                 best = accuracy if best is None else max(best, accuracy)
-                if tta is None and accuracy >= spec.recipe.target:
+                if tta is None and spec.recipe.reached(accuracy, metrics["loss"]):
                     tta, tta_compute = elapsed, compute_elapsed
                     if spec.stop_at_target:
                         reason = "target_reached"
@@ -452,8 +456,8 @@ class Trainer:
                 self.events.log("train_progress", self.step, epoch_num=epoch + 1)
         return None
 
-    def _evaluate_and_log(self) -> tuple[float, float, float]:
-        """Evaluate; log ``eval_accuracy``; return (accuracy, elapsed, elapsed without eval)."""
+    def _evaluate_and_log(self) -> tuple[dict[str, float], float, float]:
+        """Evaluate; log ``eval_accuracy``; return (metrics, elapsed, elapsed without eval)."""
         metrics = self.evaluate()
         elapsed = time.perf_counter() - self._start
         compute_elapsed = elapsed - self.timer.seconds["eval"]
@@ -469,7 +473,7 @@ class Trainer:
             elapsed_s=elapsed,
             compute_elapsed_s=compute_elapsed,
         )
-        return metrics["accuracy"], elapsed, compute_elapsed
+        return metrics, elapsed, compute_elapsed
 
     def _log_epoch(self, epoch: int, steps: int, previous: list[float]) -> list[float]:
         """Gather this epoch's per-rank phase seconds and mean train loss; rank 0 logs them."""

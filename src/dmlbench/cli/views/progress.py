@@ -44,6 +44,7 @@ class RunProgress:
         )
         self.best: float | None = None
         self.limit: int | None = None
+        self.by_loss = False  # the goal is a test loss: show it, and the lowest so far
 
     def _steps(self, done: int, limit: int | None = None) -> None:
         self.limit = limit or self.limit
@@ -64,17 +65,20 @@ class RunProgress:
                 self.progress.update(self.bar, status="loading data")
             elif key == "run_start":  # the run's clock starts: the bar's too, so they agree
                 self.progress.reset(self.bar, total=meta["step_limit"], status="training", steps="")
+                self.by_loss = meta.get("goal") == "loss"
                 self._steps(0, meta["step_limit"])
             elif key == "train_progress":
                 self._steps(event["value"])
             elif key == "epoch_stop":
                 self._steps(meta["step"])
             elif key == "eval_accuracy":
-                self.best = event["value"] if self.best is None else max(self.best, event["value"])
+                value = meta["eval_loss"] if self.by_loss else event["value"]
+                better = min if self.by_loss else max
+                self.best = value if self.best is None else better(self.best, value)
+                shown = (lambda v: f"loss {v:.3f}") if self.by_loss else percent
                 self.progress.update(
                     self.bar,
-                    status=f"epoch {meta['epoch_num']:g}: {percent(event['value'])} "
-                    f"(best {percent(self.best)})",
+                    status=f"epoch {meta['epoch_num']:g}: {shown(value)} (best {shown(self.best)})",
                 )
             elif key == "run_stop":
                 self._steps(meta["steps"], meta["steps"])

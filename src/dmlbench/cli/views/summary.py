@@ -16,6 +16,7 @@ from dmlbench.report.formats import (
 )
 from dmlbench.results.records import RunRecord, RunSummary
 from dmlbench.results.schema import PHASES
+from dmlbench.spec.recipe import target_text
 
 STATUS_WORDS = {"target_not_reached": "no target", "throughput": "throughput only"}
 STATUS_STYLE = {"success": "green", "failed": "red", "interrupted": "yellow"}
@@ -47,19 +48,25 @@ def run_summary(run: RunRecord) -> Table:
     table.add_row("status", f"[{colour}]{status}[/{colour}]" + (f" ({reason})" if reason else ""))
     if run.error:
         table.add_row("error", escape(run.error))
-    target = run.target
+    target = target_text(run.goal, run.target)
     tta = run.time_to_accuracy_s
     if tta is not None:
         table.add_row(
-            f"time to {percent(target)}",
+            f"time to {target}",
             f"{seconds(tta, unit=True)} wall-clock, evaluation included "
             f"({seconds(run.time_to_accuracy_compute_s, unit=True)} without evaluation)",
         )
     elif status == "throughput":
         table.add_row("accuracy", "not measured: synthetic data (DLBS's throughput mode)")
     else:
-        table.add_row(f"time to {percent(target)}", "not reached")
-    if run.evals:
+        table.add_row(f"time to {target}", "not reached")
+    if run.evals and run.goal == "loss":
+        best = min(run.evals, key=lambda e: e.loss)
+        table.add_row(
+            "best loss",
+            f"{best.loss:.3f} at epoch {best.epoch:g} (accuracy {percent(best.metric)})",
+        )
+    elif run.evals:
         best = max(run.evals, key=lambda e: e.metric)
         table.add_row("best accuracy", f"{percent(best.metric)} at epoch {best.epoch:g}")
     if run.epochs is not None:

@@ -20,6 +20,7 @@ from dmlbench.report.formats import (
     seconds,
 )
 from dmlbench.results.records import CommRun, RunRecord
+from dmlbench.spec.recipe import target_text
 from dmlbench.tasks import TaskDefinition
 
 # how far a communication benchmark's collective reached
@@ -48,9 +49,10 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
             lines.append(f"free choice: {key.rpartition('.')[2]} in {', '.join(map(str, values))}")
         name = escape(task.name) + ("\n[dim](for tests)[/dim]" if task.builtin_for_tests else "")
         model = f"{recipe.model.name} ({options})" if options else recipe.model.name
+        goal = target_text(recipe.goal, recipe.target)
         table.add_row(
             name,
-            escape(f"{task.dataset}\n{model}\ngoal: {percent(recipe.target)} {task.metric}"),
+            escape(f"{task.dataset}\n{model}\ngoal: {goal} {task.metric}"),
             escape("\n".join(lines)),
         )
     return table

@@ -1,0 +1,48 @@
+"""kjv-gpt end to end on the real King James Bible (Debian's bible-kjv): tokenised once,
+trained on two workers, judged by its validation loss."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import inside
+
+from dmlbench.data import text
+from dmlbench.launch import run_benchmark
+from dmlbench.resolve import resolve_spec
+from dmlbench.results import ResultsStore
+from dmlbench.tasks.language import CORPUS, VOCAB
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bible", path="/usr/bin:/usr/games") is None,
+    reason="no bible-kjv: apt-get install bible-kjv (make test does)",
+)
+
+
+@pytest.fixture(scope="module")
+def kjv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data folder with the corpus tokenised (once for the module)."""
+    folder = tmp_path_factory.mktemp("kjv")
+    text.prepare(folder, CORPUS, VOCAB, False)
+    return folder
+
+
+@pytest.mark.multiprocess
+def test_two_workers_train_the_language_model_to_a_loss_target(
+    store: ResultsStore, kjv: Path
+) -> None:
+    quick = [f"data_dir={kjv}", "max_steps=3", "warmup_steps_excluded=1"]
+    spec = resolve_spec(
+        "kjv-gpt", workers=2, overrides=[*quick, "recipe.model.options.depth=1", "recipe.target=50"]
+    )
+    outcome = run_benchmark(spec, store, echo=False)
+    run = store.runs(outcome.run_id)[0]
+    assert outcome.status == "success" and run.goal == "loss"  # any model's loss is < 50
+    assert run.time_to_accuracy_s is not None and run.division == "open"
+    evaluation = run.evals[-1]
+    assert 0 < evaluation.loss < 50 and 0 <= evaluation.metric <= 1
+    summary = inside("results", outcome.run_id, "--store", str(store.root)).stdout
+    assert "time to loss 50" in summary and "best loss" in summary
+    assert (run.summary.get("flops_per_step") or 0) > 0  # attention included (unit tests)
