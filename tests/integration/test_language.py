@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import inside
 
 from dmlbench.data import text
@@ -46,3 +47,42 @@ def test_two_workers_train_the_language_model_to_a_loss_target(
     summary = inside("results", outcome.run_id, "--store", str(store.root)).stdout
     assert "time to loss 50" in summary and "best loss" in summary
     assert (run.summary.get("flops_per_step") or 0) > 0  # attention included (unit tests)
+
+
+def _weights(store: ResultsStore, kjv: Path, exchange: str, *extra: str) -> dict:
+    overrides = [
+        f"data_dir={kjv}",
+        "max_steps=3",
+        "warmup_steps_excluded=1",
+        "save_model=true",
+        "recipe.model.options.depth=2",
+        "recipe.model.options.width=64",
+        *extra,
+    ]
+    spec = resolve_spec("kjv-gpt", workers=2, exchange=exchange, overrides=overrides)
+    outcome = run_benchmark(spec, store, echo=False)
+    assert outcome.status == "target_not_reached", store.runs(outcome.run_id)[0].error
+    return torch.load(Path(outcome.run_dir) / "model.pt")
+
+
+@pytest.mark.multiprocess
+def test_sharded_strategies_reach_ddps_weights(store: ResultsStore, kjv: Path) -> None:
+    """ZeRO-1 and FSDP (full sharding; parameters kept from forward to backward, with
+    activation checkpointing) compute synchronous SGD's update: after three AdamW steps
+    with clipping their weights are DDP's."""
+    reference = _weights(store, kjv, "ddp")
+    for exchange, extra in [
+        ("zero1", ()),
+        ("fsdp", ()),
+        (
+            "fsdp",
+            (
+                "exchange_options={reshard_after_forward: false}",
+                "recipe.model.options.checkpoint_activations=true",
+            ),
+        ),
+    ]:
+        weights = _weights(store, kjv, exchange, *extra)
+        assert weights.keys() == reference.keys()
+        for name, value in reference.items():
+            torch.testing.assert_close(weights[name], value, rtol=0, atol=1e-6, msg=exchange)

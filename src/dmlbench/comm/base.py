@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import torch
@@ -40,6 +40,19 @@ class GradientExchange(ABC):
         # Set by the trainer before ``prepare``: note the gradient norms of each step
         # (see ``gradient_norms``) for the gradient noise scale.
         self.measure_norms = False
+
+    def wrap_optimizer(
+        self,
+        make: Callable[[list[dict[str, Any]]], torch.optim.Optimizer],
+        groups: list[dict[str, Any]],
+    ) -> torch.optim.Optimizer:
+        """The optimizer over ``groups`` (``make`` builds the recipe's); ZeRO shards it."""
+        return make(groups)
+
+    def full_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's weights on this rank (a collective where they are sharded:
+        every rank calls it)."""
+        return model.state_dict()
 
     def after_step(self) -> bool:
         """After the optimizer step (local SGD averages here); True if it communicated."""

@@ -2,7 +2,9 @@
 
 Closed division (synchronous SGD's update), in ``comm.sync``: ``allreduce``, the
 reference form (one flat all-reduce after backward, comm timed alone), and ``ddp``
-(DistributedDataParallel's buckets, overlapped with backward).
+(DistributedDataParallel's buckets, overlapped with backward); sharded, in
+``comm.sharded``: ``zero1`` (DDP with the optimizer state split) and ``fsdp``
+(parameters, gradients and optimizer state split: torch's ``fully_shard``).
 
 Open division (each changes the update): compressed exchanges in ``comm.compressed``
 (``fp16``, ``bf16``, ``powersgd`` through torch's DDP hooks; ``signsgd``,
@@ -33,6 +35,7 @@ from dmlbench.comm.compressed import (
 )
 from dmlbench.comm.local import GossipExchange, LocalSGDExchange
 from dmlbench.comm.ps import AsyncParameterServerExchange, ParameterServerExchange, SSPExchange
+from dmlbench.comm.sharded import FSDPExchange, ZeroOneExchange
 from dmlbench.comm.sync import DDP_NO_BUFFER_SYNC, AllReduceExchange, DDPExchange
 from dmlbench.strict import StrictModel
 
@@ -50,6 +53,8 @@ __all__ = [
 EXCHANGES: dict[str, Callable[..., GradientExchange]] = {
     "allreduce": AllReduceExchange,
     "ddp": DDPExchange,
+    "zero1": ZeroOneExchange,
+    "fsdp": FSDPExchange,
     "fp16": Fp16Exchange,
     "bf16": Bf16Exchange,
     "powersgd": PowerSGDExchange,

@@ -90,6 +90,11 @@ class GPT(nn.Module):
                 assert isinstance(projection, nn.Linear)
                 nn.init.normal_(projection.weight, std=0.02 / math.sqrt(2 * depth))
 
+    def shard_units(self) -> list[nn.Module]:
+        """What FSDP shards as units: the blocks (the embeddings, the last norm and the
+        tied head stay with the root)."""
+        return list(self.blocks)
+
     @staticmethod
     def _init(module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):

@@ -131,6 +131,19 @@ def parameter_groups(spec: OptimizerSpec, model: nn.Module) -> list[dict[str, An
     ]
 
 
+def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> None:
+    """Scale the gradients down to a total norm of ``max_norm`` at most; the norm of a
+    sharded model's gradients (DTensors) is the whole model's."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    params = [p for p in params if p.grad is not None]
+    total = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+
+
 def l2_penalty(model: nn.Module, coefficient: float) -> torch.Tensor:
     """``coefficient/2 · ‖w‖²`` over weight matrices and kernels (biases and norms excluded)."""
     weights = [p for p in model.parameters() if p.ndim > 1]

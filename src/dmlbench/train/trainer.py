@@ -32,7 +32,7 @@ from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
 from dmlbench.noise import NoiseScaleMeter
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
-from dmlbench.optim.build import parameter_groups
+from dmlbench.optim.build import clip_gradients, parameter_groups
 from dmlbench.results.contention import FIELDS as CONTENTION_FIELDS
 from dmlbench.results.events import EventLog
 from dmlbench.results.schema import ALL_PHASES
@@ -114,8 +114,9 @@ class Trainer:
         self.noise = self._noise_meter()
         self.exchange.measure_norms = self.noise is not None and ctx.world_size > 1
         self.net = self.exchange.prepare(self.model)
-        self.optimizer = build_optimizer(
-            spec.recipe.optimizer, parameter_groups(spec.recipe.optimizer, self.model)
+        self.optimizer = self.exchange.wrap_optimizer(
+            lambda groups: build_optimizer(spec.recipe.optimizer, groups),
+            parameter_groups(spec.recipe.optimizer, self.model),
         )
         self.loss_fn, self.correct_fn = LOSSES[task.loss]
         self.preprocess = data.preprocess(spec.recipe.augment)
@@ -214,8 +215,8 @@ class Trainer:
         beat(step, "comm")
         stop = self.exchange.exchange(stop_vote)
         timer.lap("comm")
-        if self.spec.recipe.clip_grad_norm is not None:  # every rank holds the same average
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.spec.recipe.clip_grad_norm)
+        if self.spec.recipe.clip_grad_norm is not None:  # of the averaged gradient
+            clip_gradients(self.model.parameters(), self.spec.recipe.clip_grad_norm)
         if self.noise is not None:
             self._note_norms()
         beat(step, "optimizer")
@@ -331,15 +332,22 @@ class Trainer:
 
     def _count_flops(self) -> int:
         """FLOPs of one training step of this worker (forward and backward of its
-        batch), counted on a copy of the model."""
-        x, y = self._first_batch()
+        batch), counted on a replica of the model on the meta device: no memory (the
+        run's peak memory is its own), no collectives (a sharded model's would be)."""
+        x, y = (t.to("meta") for t in self._first_batch())
         parts = 2 if self.split_batch else 1
+        with forked_rng(self.device), torch.device("meta"):
+            shadow = build_model(
+                self.spec.recipe.model, self.data.input_shape, self.data.num_outputs
+            )
+        if self.channels_last:
+            shadow.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
         def forward(model: nn.Module) -> torch.Tensor:
             with self.autocast():
                 return self.loss_fn(model(x), y).mean()
 
-        return parts * step_flops(self.model, forward, self.device)
+        return parts * step_flops(shadow, forward, self.device)
 
     def _compile(self) -> float:
         """``torch.compile`` the model and compile it with one forward and backward, before

@@ -66,11 +66,12 @@ def run_worker(spec_json: str, run_dir: str) -> None:
         events.log("init_stop")
         try:
             trainer.train()
+            weights = trainer.exchange.full_state(trainer.model) if spec.save_model else None
         finally:
             trainer.exchange.close()
             trainer.feed.close()
-        if spec.save_model and ctx.is_main:
-            torch.save(trainer.model.state_dict(), Path(run_dir) / MODEL_FILE)
+        if weights is not None and ctx.is_main:
+            torch.save(weights, Path(run_dir) / MODEL_FILE)
     except Exception as error:
         if _lost_a_peer(error):
             time.sleep(PEER_LOST_GRACE_S)

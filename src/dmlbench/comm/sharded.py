@@ -1,0 +1,123 @@
+"""Sharded data parallelism: synchronous SGD's update with less memory a worker.
+
+- ``zero1`` (ZeRO stage 1, Rajbhandari et al. 2020): gradients are all-reduced as DDP
+  does; the optimizer state is split, each worker updating only its 1/N of the
+  parameters and broadcasting them (torch's ``ZeroRedundancyOptimizer``).
+- ``fsdp`` (ZeRO stage 3; torch's ``fully_shard``, FSDP2): each worker holds 1/N of
+  the parameters, gradients and optimizer state. A unit's parameters are all-gathered
+  before its forward and again before its backward, and its gradients reduce-scattered
+  after it. ``reshard_after_forward=false`` keeps the gathered parameters from forward
+  to backward (one all-gather a unit a step instead of two, the memory of the whole
+  model meanwhile: ZeRO stage 2's trade). The units are the model's ``shard_units()``
+  (a transformer's blocks), or the items of its ``nn.ModuleList``s, then the rest.
+
+Both run on gloo as on NCCL: torch 2.13's gloo has all_gather_into_tensor and
+reduce_scatter_tensor. Communication overlaps forward and backward, so it is counted
+in those phases (``comm`` holds only the stop vote).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from pydantic import Field
+from torch import nn
+
+from dmlbench.comm.base import GradientExchange
+from dmlbench.comm.collectives import broadcast_state, world_size
+from dmlbench.comm.sync import DDPExchange
+from dmlbench.strict import StrictModel
+
+ParamGroups = list[dict[str, Any]]
+
+
+class ZeroOneExchange(DDPExchange):
+    name = "zero1"
+
+    def wrap_optimizer(
+        self, make: Callable[[ParamGroups], torch.optim.Optimizer], groups: ParamGroups
+    ) -> torch.optim.Optimizer:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        if world_size() == 1:
+            return make(groups)
+        plain = make(groups)  # the recipe's optimizer: its class and settings
+        accepted = inspect.signature(type(plain)).parameters
+        settings = {k: v for k, v in plain.defaults.items() if k in accepted and k != "params"}
+        return ZeroRedundancyOptimizer(groups, optimizer_class=type(plain), **settings)
+
+
+class FSDPOptions(StrictModel):
+    reshard_after_forward: bool = Field(
+        True,
+        description="free each unit's gathered parameters after its forward (full "
+        "sharding); false keeps them until its backward (ZeRO-2's memory, fewer gathers)",
+    )
+
+
+class FSDPExchange(GradientExchange):
+    name = "fsdp"
+    overlapped = True
+    vote_every = 16  # a separate message: at most 16 steps past a time budget
+    Options = FSDPOptions
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        broadcast_state(model)
+        assert isinstance(self.options, FSDPOptions)
+        reshard = self.options.reshard_after_forward
+        mesh = init_device_mesh(self.device.type, (world_size(),))
+        for unit in shard_units(model):
+            fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        self.model = model
+        return model
+
+    def zero_grad(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+
+    def exchange(self, stop: bool | None) -> bool:
+        return self._vote_alone(stop)  # gradients were reduce-scattered during backward
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Before evaluation: gather every unit's parameters and keep them gathered, so
+        ranks may evaluate different numbers of batches with no collective between."""
+        from torch.distributed.fsdp import FSDPModule
+
+        broadcast_state(model, buffers_only=True)
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_reshard_after_forward(False, recurse=False)
+                module.unshard()
+
+    def after_evaluate(self, model: nn.Module) -> None:
+        from torch.distributed.fsdp import FSDPModule
+
+        assert isinstance(self.options, FSDPOptions)
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.reshard()
+                module.set_reshard_after_forward(self.options.reshard_after_forward, recurse=False)
+
+    def full_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The whole model's state (a collective: every rank calls it)."""
+        from torch.distributed.tensor import DTensor
+
+        return {
+            name: value.full_tensor() if isinstance(value, DTensor) else value
+            for name, value in model.state_dict().items()
+        }
+
+
+def shard_units(model: nn.Module) -> Iterable[nn.Module]:
+    """The modules FSDP shards as units: ``model.shard_units()`` where the model names
+    them, else every item of every ``nn.ModuleList`` in it."""
+    named = getattr(model, "shard_units", None)
+    if callable(named):
+        return list(named())
+    return [item for m in model.modules() if isinstance(m, nn.ModuleList) for item in m]
