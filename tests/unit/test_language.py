@@ -193,3 +193,46 @@ def test_token_losses_and_accuracy_are_per_sequence() -> None:
     assert correct(out, y).item() == pytest.approx(0.5 + 1.0)
     per_sequence = loss(out, y)
     assert per_sequence.shape == (2,) and per_sequence[1] < 1e-6 < per_sequence[0]
+
+
+def test_saved_for_backward_counts_activations_once_and_not_parameters() -> None:
+    from dmlbench.train.memory import SavedForBackward
+
+    layer = torch.nn.Linear(8, 8, bias=False)
+    x = torch.randn(4, 8, requires_grad=True)
+    with SavedForBackward(layer) as saved:
+        y = layer(x)  # saves x (the weight is a parameter: not an activation)
+        (y * y).sum()  # saves y, twice, counted once
+    assert saved.bytes == x.numel() * 4 + y.numel() * 4
+
+
+def test_predicted_memory_by_strategy() -> None:
+    from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
+
+    account = MemoryAccount(
+        parameters=100, gradients=100, optimizer_state=200, activations=50, largest_unit=10, root=30
+    )
+    assert predicted_bytes(account, "allreduce", 4)["total"] == 450
+    assert predicted_bytes(account, "ddp", 4)["total"] == 550  # buckets: a second G
+    assert predicted_bytes(account, "ddp", 1)["total"] == 450  # one worker: no buckets
+    assert predicted_bytes(account, "zero1", 4)["optimizer_state"] == 50
+    full = predicted_bytes(account, "fsdp", 4)
+    assert full["total"] == 100 / 4 + 100 / 4 + 200 / 4 + 50 + 30 + 2 * 10
+    kept = predicted_bytes(account, "fsdp", 4, {"reshard_after_forward": False})
+    assert kept["gathered"] == 100 and kept["total"] > full["total"]
+
+
+def test_the_peak_of_the_steps_restarts_without_evaluation() -> None:
+    import mmap
+
+    from dmlbench.train.memory import peak_bytes, resident_bytes, restart_peak
+
+    cpu = torch.device("cpu")
+    big = mmap.mmap(-1, 64 << 20)  # 64 MiB given back to the system on close,
+    big.write(b"\1" * (64 << 20))  # whatever this process's allocator settings
+    before = peak_bytes(cpu)
+    big.close()
+    restart_peak(cpu)
+    after = peak_bytes(cpu)
+    assert before - after > 32 << 20  # the freed block's peak is forgotten
+    assert after >= resident_bytes(cpu) * 0.9

@@ -98,6 +98,11 @@ class RunSummary(TypedDict, total=False):
     bytes_sent: list[float]
     bytes_per_step: float
     peak_memory_bytes: list[float]
+    memory_start_bytes: list[float]  # per rank, when its trainer started
+    training_peak_bytes: list[float]  # per rank: the most while training steps ran
+    memory_account: dict[str, float]  # the whole model's: see perfmodel.memory
+    parameter_bytes_local: list[float]  # per rank: what it holds (a shard when sharded)
+    optimizer_state_bytes: list[float]  # per rank
     page_faults_per_step: list[float]
     noise_scale: dict[str, Any] | None
     recompiles_in_clock: int | None

@@ -24,6 +24,7 @@ from torch import nn
 
 from dmlbench.comm import make_exchange
 from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum, squared_norm
+from dmlbench.comm.sharded import shard_units
 from dmlbench.data import Dataset, EpochSharding, eval_shard
 from dmlbench.data.feed import Feed
 from dmlbench.data.images import ImageFiles, batches
@@ -51,6 +52,15 @@ from dmlbench.train.hardware import (
     tune_allocator,
 )
 from dmlbench.train.losses import LOSSES
+from dmlbench.train.memory import (
+    SavedForBackward,
+    local_bytes,
+    optimizer_state,
+    peak_bytes,
+    resident_bytes,
+    restart_peak,
+    state_slots,
+)
 from dmlbench.train.timers import PhaseTimer
 
 PROGRESS_EVERY_S = 2.0
@@ -91,6 +101,10 @@ class Trainer:
         self.spec, self.task, self.data, self.ctx = spec, task, data, ctx
         self.events = events or EventLog(None)
         self.device = ctx.device
+        self._resident_start = resident_bytes(self.device)  # before the model exists
+        self.activation_bytes = 0  # kept for backward by one step's forward (counted)
+        self._training_peak = 0  # the most resident memory while steps ran (not evaluation)
+        self._whole_peak = 0  # the run's peak before each restart of the steps' peak
         self.allocator = tune_allocator(spec.cpu_allocator)  # the trainer owns its process
         torch.manual_seed(spec.seed)  # same initial weights on every rank
         self.model = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
@@ -344,8 +358,10 @@ class Trainer:
             shadow.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
         def forward(model: nn.Module) -> torch.Tensor:
-            with self.autocast():
-                return self.loss_fn(model(x), y).mean()
+            with SavedForBackward(model) as saved, self.autocast():
+                loss = self.loss_fn(model(x), y).mean()
+            self.activation_bytes = saved.bytes  # a split batch's halves free in turn
+            return loss
 
         return parts * step_flops(shadow, forward, self.device)
 
@@ -447,10 +463,18 @@ class Trainer:
 
     def _train_epoch(self, epoch: int) -> str | None:
         """Run ``epoch``'s steps; return why training must stop, or None to go on."""
-        budget, limit = self.spec.recipe.time_budget_s, self.step_limit()
-        last_progress = time.perf_counter()
         rows = self.sharding.indices(epoch)
         self.feed.start_epoch(rows, epoch)
+        self._whole_peak = max(self._whole_peak, peak_bytes(self.device))
+        restart_peak(self.device)  # the steps' own peak, without evaluation's
+        try:
+            return self._run_steps(rows, epoch)
+        finally:
+            self._training_peak = max(self._training_peak, peak_bytes(self.device))
+
+    def _run_steps(self, rows: torch.Tensor, epoch: int) -> str | None:
+        budget, limit = self.spec.recipe.time_budget_s, self.step_limit()
+        last_progress = time.perf_counter()
         for row in rows:
             vote = None
             if budget is not None and self.step % self.exchange.vote_every == 0:
@@ -546,7 +570,7 @@ class Trainer:
         used = [end - begin for end, begin in zip(self._cpu_now(), self._cpu_start, strict=True)]
         mine = [*used, machine_id(), float(os.cpu_count() or 0), torch.get_num_threads()]
         sent = float(self.exchange.bytes_sent)
-        memory = float(peak_memory_bytes(self.device))
+        memory = float(max(peak_memory_bytes(self.device), self._whole_peak))
         faults = self.faults.count / max(1, self.step - excluded)
         gathered = all_gather_floats([*totals, *steady, *mine, faults, memory, sent], self.device)
         count = len(ALL_PHASES)
@@ -586,5 +610,39 @@ class Trainer:
                 {k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples
             ],
         }
+        summary.update(self._memory())
         self.events.log("run_stop", summary["status"], **summary)
         return summary
+
+    def _memory(self) -> dict[str, Any]:
+        """The model's memory accounting (whole-model bytes, see perfmodel.memory) and
+        what each rank held: its resident memory at the start, its parameters' and its
+        optimizer state's bytes."""
+        params = list(self.model.parameters())
+        whole = float(sum(p.numel() * p.element_size() for p in params))
+        gradients = float(sum(p.numel() * p.element_size() for p in params if p.requires_grad))
+        units = [
+            float(sum(p.numel() * p.element_size() for p in unit.parameters()))
+            for unit in shard_units(self.model)
+        ]
+        mine = [
+            float(self._resident_start),
+            float(self._training_peak),
+            float(local_bytes(params)),
+            float(local_bytes(optimizer_state(self.optimizer))),
+        ]
+        gathered = all_gather_floats(mine, self.device)
+        return {
+            "memory_account": {
+                "parameters": whole,
+                "gradients": gradients,
+                "optimizer_state": state_slots(self.optimizer) * whole,
+                "activations": float(self.activation_bytes),
+                "largest_unit": max(units, default=0.0),
+                "root": whole - sum(units),
+            },
+            "memory_start_bytes": [row[0] for row in gathered],  # per rank
+            "training_peak_bytes": [row[1] for row in gathered],  # per rank, steps only
+            "parameter_bytes_local": [row[2] for row in gathered],
+            "optimizer_state_bytes": [row[3] for row in gathered],
+        }
