@@ -71,8 +71,8 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
         )
     if spec.synthetic_data and task.input_shape is None:
         raise SpecError(
-            f"synthetic_data=true: {task.name} declares no input shape (an image task does, "
-            "e.g. imagenet-resnet50 or cifar10-resnet20)"
+            f"synthetic_data=true: {task.name} declares no input shape (an image or "
+            "language-model task does, e.g. imagenet-resnet50, cifar10-resnet20 or kjv-gpt)"
         )
     if spec.network.enabled:
         spec.network.resolve()  # unknown profiles and units are refused here

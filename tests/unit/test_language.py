@@ -210,14 +210,23 @@ def test_predicted_memory_by_strategy() -> None:
     from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
 
     account = MemoryAccount(
-        parameters=100, gradients=100, optimizer_state=200, activations=50, largest_unit=10, root=30
+        parameters=100,
+        gradients=100,
+        optimizer_state=200,
+        activations=150,
+        optimizer_temporaries=100,
+        largest_unit=10,
+        root=30,
     )
-    assert predicted_bytes(account, "allreduce", 4)["total"] == 450
-    assert predicted_bytes(account, "ddp", 4)["total"] == 550  # buckets: a second G
-    assert predicted_bytes(account, "ddp", 1)["total"] == 450  # one worker: no buckets
-    assert predicted_bytes(account, "zero1", 4)["optimizer_state"] == 50
+    # DDP holds P + O + its buckets (G); backward adds A = 150, the step G + T = 200
+    ddp = predicted_bytes(account, "ddp", 4)
+    assert (ddp["total"], ddp["other"], ddp["at"]) == (600, 550, 0.0)
+    assert predicted_bytes(account, "ddp", 1)["total"] == 600  # buckets on one worker too
+    assert predicted_bytes(account, "allreduce", 4)["total"] == 550  # flat G; A > T
+    zero = predicted_bytes(account, "zero1", 4)  # P + O/4 + G held, then A > G + T/4
+    assert (zero["optimizer_state"], zero["total"], zero["at"]) == (50, 400, 1.0)
     full = predicted_bytes(account, "fsdp", 4)
-    assert full["total"] == 100 / 4 + 100 / 4 + 200 / 4 + 50 + 30 + 2 * 10
+    assert full["total"] == (100 + 200) / 4 + 150 + 30 + 2 * 10
     kept = predicted_bytes(account, "fsdp", 4, {"reshard_after_forward": False})
     assert kept["gathered"] == 100 and kept["total"] > full["total"]
 

@@ -106,13 +106,19 @@ class Dataset:
         return self.augment if augment else self.plain
 
     @classmethod
-    def synthetic(cls, item: tuple[int, ...], num_outputs: int, train: int, test: int) -> Dataset:
+    def synthetic(
+        cls, item: tuple[int, ...], num_outputs: int, train: int, test: int, tokens: bool = False
+    ) -> Dataset:
         """A dataset of ``train`` and ``test`` examples shaped ``item`` whose images are
-        never read: the feed makes one random batch (DLBS's synthetic data)."""
+        never read: the feed makes one random batch (DLBS's synthetic data); with
+        ``tokens``, sequences of ``item[0]`` token ids below ``num_outputs``."""
+        ids = Preprocess(ids=True) if tokens else Preprocess()
         return cls(
             Shapes(train, item),  # type: ignore[arg-type]
             torch.zeros(train, dtype=torch.int64),
             Shapes(test, item),  # type: ignore[arg-type]
             torch.zeros(test, dtype=torch.int64),
             num_outputs=num_outputs,
+            augment=ids,
+            plain=ids,
         )

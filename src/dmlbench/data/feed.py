@@ -67,8 +67,13 @@ class Feed:
         return self.preprocess.train(x, self.generator), y
 
     def _synthetic_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Random images of the data's shape and random labels, normalised once."""
+        """Random images of the data's shape and random labels, normalised once; or
+        random token ids and the next-token labels of a language model's sequences."""
         shape = (size, *self.data.input_shape)
+        if self.preprocess.ids:
+            vocab = self.data.num_outputs
+            ids = torch.randint(0, vocab, (size, shape[1] + 1), generator=self.generator)
+            return ids[:, :-1].to(self.device), ids[:, 1:].to(self.device)
         pixels = torch.randint(0, 256, shape, dtype=torch.uint8, generator=self.generator)
         labels = torch.randint(0, self.data.num_outputs, (size,), generator=self.generator)
         return self.preprocess.eval(pixels.to(self.device)), labels.to(self.device)

@@ -1,24 +1,33 @@
 """A worker's memory under each data-parallel strategy, from the model's own accounting.
 
-The accounting (made by every run: :func:`dmlbench.train.memory.account`) is the whole
+The accounting (made by every run: see the trainer's ``memory_account``) is the whole
 model's parameters ``P``, gradients ``G`` and optimizer state ``O`` in bytes, the
-activations autograd keeps for backward ``A`` (for the worker's batch), and the largest
-FSDP unit's parameters ``U`` with the parameters that stay with the root ``R``. With
-``N`` workers, a worker holds at its peak (the end of backward):
+activations autograd keeps for backward of one worker's batch ``A``, the temporaries
+the optimizer's step allocates ``T`` (torch's foreach Adam and AdamW: one
+parameter-sized tensor per parameter, the second moment's square root), and the largest
+FSDP unit's parameters ``U`` with the parameters that stay with the root ``R``.
 
-========================  ==============================================================
-``allreduce``             P + G + O + A  (gradients live in the flat buffer)
-``ddp``                   P + 2G + O + A  (DDP's buckets are a second copy of G)
-``zero1``                 P + 2G + O/N + A  (each worker updates 1/N of the parameters)
-``fsdp``                  (P + G + O)/N + A + R + 2U  (the root's parameters gathered
-                          for the whole step, a unit gathered and the next prefetched)
-``fsdp``, kept gathered   (P + G + O)/N + A + P  (reshard_after_forward=false: every
-                          unit stays gathered from its forward to its backward)
-========================  ==============================================================
+A worker's memory peaks either at the start of backward (every activation kept) or
+during the optimizer's step (every gradient there, activations freed). With ``N``
+workers it holds throughout (``held``), and adds at each of the two moments:
 
-On a CPU the measured figure is the worker's peak resident memory less its resident
-memory when the trainer started (the interpreter, torch and the data are not the
-strategy's); glibc keeps some freed memory, so measured runs a little over.
+==================  ===================================  ===========  ================
+exchange            held                                 backward     optimizer step
+==================  ===================================  ===========  ================
+``allreduce``       P + O + G (the flat gradient buffer)  A            T
+``ddp``             P + O + G (DDP's buckets)             A            G + T
+``zero1``           P + O/N + G (DDP's buckets)           A            G + T/N
+``fsdp``            (P + O)/N                             A + R + 2U   G/N + T/N
+``fsdp``, kept      (P + O)/N                             A + P        G/N + T/N
+==================  ===================================  ===========  ================
+
+(``fsdp``: the root's parameters stay gathered for the whole forward, one unit is
+gathered and the next prefetched; "kept" is ``reshard_after_forward=false``: every unit
+stays gathered from its forward to its backward.)
+
+On a CPU the measured figure is the worker's peak resident memory during training steps
+less its resident memory when the trainer started; it follows the live tensors only
+when the C library gives freed memory back (``cpu_allocator=returning``).
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ class MemoryAccount:
     gradients: float
     optimizer_state: float
     activations: float  # kept for backward, for one worker's batch
+    optimizer_temporaries: float = 0.0  # allocated within the optimizer's step
     largest_unit: float = 0.0  # parameters of FSDP's largest unit
     root: float = 0.0  # parameters FSDP keeps with the root module
 
@@ -50,24 +60,31 @@ def predicted_bytes(
     workers: int,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, float]:
-    """Each part of a worker's peak memory and their ``total``, in bytes."""
+    """The parts of a worker's peak memory (at the start of backward or in the
+    optimizer's step, whichever holds more), their ``total`` and the other moment's
+    total (``other``), in bytes; ``at`` says which moment (1.0 backward, 0.0 step)."""
     n = max(1, workers)
-    p, g, o, a = account.parameters, account.gradients, account.optimizer_state, account.activations
-    if exchange == "fsdp" and n > 1:
+    p, g, o = account.parameters, account.gradients, account.optimizer_state
+    a, t = account.activations, account.optimizer_temporaries
+    if exchange == "fsdp":
         kept = not (options or {}).get("reshard_after_forward", True)
-        parts = {
-            "parameters": p / n,
-            "gradients": g / n,
-            "optimizer_state": o / n,
+        held = {"parameters": p / n, "optimizer_state": o / n}
+        backward = {
             "activations": a,
             "gathered": p if kept else account.root + 2 * account.largest_unit,
         }
+        step = {"gradients": g / n, "optimizer_temporaries": t / n}
     else:
-        parts = {
+        held = {
             "parameters": p,
-            "gradients": g * (2 if exchange in ("ddp", "zero1") and n > 1 else 1),
             "optimizer_state": o / n if exchange == "zero1" else o,
-            "activations": a,
+            "buckets" if exchange in ("ddp", "zero1") else "gradients": g,
         }
-    parts["total"] = sum(parts.values())
-    return parts
+        backward = {"activations": a}
+        step = {"optimizer_temporaries": t / n if exchange == "zero1" else t}
+        if exchange in ("ddp", "zero1"):
+            step["gradients"] = g
+    at_backward = sum(backward.values()) >= sum(step.values())
+    parts = {**held, **(backward if at_backward else step)}
+    other = sum(held.values()) + sum((step if at_backward else backward).values())
+    return {**parts, "total": sum(parts.values()), "other": other, "at": float(at_backward)}

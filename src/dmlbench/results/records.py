@@ -59,6 +59,7 @@ class RunSummary(TypedDict, total=False):
     step_limit: int
     target: float
     goal: str  # accuracy or loss: see Recipe.goal (absent before: accuracy)
+    tokens_per_sample: int | None  # a language model's sequence length
     train_examples: int
     test_examples: int
     threads_per_worker: int

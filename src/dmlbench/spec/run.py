@@ -86,12 +86,14 @@ class RunSpec(WorkersSpec):
         description="torch.compile the model before the clock starts (compile time is "
         "reported apart); the same maths, fused kernels",
     )
-    cpu_allocator: Literal["tuned", "default"] = Field(
+    cpu_allocator: Literal["tuned", "default", "returning"] = Field(
         "tuned",
         description="tuned: the worker's C library (glibc) keeps the memory a step frees "
         "for the next step instead of returning it to the kernel and faulting it in again, "
         "whatever the process did before; the same maths. default: glibc's own, whose "
-        "thresholds depend on the largest block the process has freed so far",
+        "thresholds depend on the largest block the process has freed so far. returning: "
+        "every block over 128 KiB goes back to the kernel when freed, so resident memory "
+        "follows the live tensors (slower; for measuring memory)",
     )
     peak_tflops: float | None = Field(
         None,

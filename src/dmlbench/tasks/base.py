@@ -52,8 +52,9 @@ class TaskDefinition:
     ``train_examples`` and ``test_examples`` the launcher refuses incomplete data."""
     builtin_for_tests: bool = False
     input_shape: tuple[int, ...] | None = None
-    """One example's shape, for image tasks: with it, ``synthetic_data=true`` runs the
-    task's model on random images of that shape (DLBS's throughput mode)."""
+    """One example's shape (an image's, or a sequence's tokens): with it,
+    ``synthetic_data=true`` runs the task's model on random inputs of that shape (DLBS's
+    throughput mode)."""
     num_outputs: int | None = None
     augmentation: str = "pad 4 + random 32×32 crop, horizontal flip"
     """What ``recipe.augment`` does to this task's images, in words (``dmlbench tasks``)."""
@@ -64,13 +65,15 @@ class TaskDefinition:
 
         if self.input_shape is None or self.num_outputs is None:
             raise DatasetError(
-                f"{self.name} declares no input shape: synthetic_data needs an image task"
+                f"{self.name} declares no input shape: synthetic_data needs an image or "
+                "language-model task"
             )
         return Dataset.synthetic(
             self.input_shape,
             self.num_outputs,
             self.train_examples or 50_000,
             self.test_examples or 10_000,
+            tokens=self.loss == "next_token",
         )
 
     def check_examples(self, train: int, test: int, data_dir: Path) -> None:

@@ -83,5 +83,7 @@ register_task(
         "the corpus and target are this project's (see docs/tasks.md)",
         eval_batch=64,
         count=count_kjv,
+        input_shape=(CONTEXT,),
+        num_outputs=VOCAB,
     )
 )

@@ -64,6 +64,8 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 32 * 2**20  # glibc's maximum on 64-bit machines
 TRIM_THRESHOLD = 2**30
 TUNED = "tuned (glibc keeps freed memory: mmap threshold 32 MiB, trim threshold 1 GiB)"
+RETURN_THRESHOLD = 128 * 2**10  # glibc's default start, fixed: no dynamic raise
+RETURNING = "returning (glibc gives back every block over 128 KiB when freed)"
 
 
 def cache_dir() -> Path:
@@ -235,17 +237,23 @@ def tune_allocator(setting: str) -> str:
     effect. ``tuned`` on glibc fixes its mmap and trim thresholds high, so a step's freed
     tensors are reused by the next step instead of being returned to the kernel and
     faulted in again, whatever the process did before; the settings last for the
-    process. Elsewhere, and for ``default``, the C library's own behaviour stays."""
-    if setting != "tuned":
+    process. ``returning`` fixes them low instead: every block over 128 KiB goes back to
+    the kernel when freed, so resident memory follows the live tensors (slower; for
+    measuring memory). Elsewhere, and for ``default``, the C library's own behaviour
+    stays."""
+    if setting not in ("tuned", "returning"):
         return "default"
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return "default (the C library is not glibc)"
     libc = ctypes.CDLL(None)
+    low = setting == "returning"
     answers = [
-        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        libc.mallopt(M_MMAP_THRESHOLD, RETURN_THRESHOLD if low else MMAP_THRESHOLD),
+        libc.mallopt(M_TRIM_THRESHOLD, RETURN_THRESHOLD if low else TRIM_THRESHOLD),
     ]
-    return TUNED if answers == [1, 1] else "default (glibc refused the thresholds)"
+    if answers != [1, 1]:
+        return "default (glibc refused the thresholds)"
+    return RETURNING if low else TUNED
 
 
 def page_faults() -> int:

@@ -6,15 +6,14 @@ shares (see :mod:`dmlbench.perfmodel.memory` for the prediction it feeds).
   replica the FLOPs are counted on, so counting costs no memory.
 - :func:`local_bytes` is what this rank holds of some tensors: a sharded tensor's
   (DTensor's) local shard.
-- :func:`resident_bytes`: the process's resident memory now (a GPU: allocated);
-  :func:`restart_peak` and :func:`peak_bytes` its peak since the last restart (Linux
-  resets a process's VmHWM when "5" is written to its ``clear_refs``), so the training
-  steps' peak is told apart from an evaluation's.
+- :func:`resident_bytes`: the process's own memory now (a GPU: allocated; a CPU: its
+  anonymous resident memory); :func:`restart_peak` and :func:`peak_bytes` its peak
+  since the last restart (Linux resets a process's VmHWM when "5" is written to its
+  ``clear_refs``), so the training steps' peak is told apart from an evaluation's.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -88,23 +87,35 @@ def restart_peak(device: torch.device) -> None:
 
 
 def peak_bytes(device: torch.device) -> int:
+    """The most memory since :func:`restart_peak`: a GPU's allocated peak, or on a CPU
+    the process's peak resident set less the file-backed part resident now (the code
+    of torch's libraries that its kernels paged in, memory-mapped data: not the run's
+    own memory, and still resident at the peak)."""
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
+    status = _status()
+    return max(0, status.get("VmHWM", 0) - status.get("RssFile", 0) - status.get("RssShmem", 0))
+
+
+def _status() -> dict[str, int]:
+    """The byte counts of /proc/self/status (empty off Linux)."""
     try:
         with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+            lines = status.read().splitlines()
+    except OSError:
+        return {}
+    fields = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        parts = value.split()
+        if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
+            fields[name] = int(parts[0]) * 1024
+    return fields
 
 
 def resident_bytes(device: torch.device) -> int:
+    """Memory the process holds now: a GPU's allocated bytes, or on a CPU its anonymous
+    resident memory (the heap and anonymous maps; code and mapped files left out)."""
     if device.type == "cuda":
         return int(torch.cuda.memory_allocated(device))
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    return _status().get("RssAnon", 0)

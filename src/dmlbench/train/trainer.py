@@ -411,6 +411,9 @@ class Trainer:
             step_limit=self.step_limit(),
             target=spec.recipe.target,
             goal=spec.recipe.goal,
+            tokens_per_sample=(
+                self.data.input_shape[0] if self.task.loss == "next_token" else None
+            ),
             train_examples=len(self.data.train_x),
             test_examples=len(self.data.test_x),
             threads_per_worker=torch.get_num_threads(),
@@ -632,11 +635,15 @@ class Trainer:
             float(local_bytes(optimizer_state(self.optimizer))),
         ]
         gathered = all_gather_floats(mine, self.device)
+        slots = state_slots(self.optimizer)
         return {
             "memory_account": {
                 "parameters": whole,
                 "gradients": gradients,
-                "optimizer_state": state_slots(self.optimizer) * whole,
+                "optimizer_state": slots * whole,
+                # foreach Adam and AdamW take the second moment's square root: one
+                # parameter-sized tensor a parameter, for the step's length
+                "optimizer_temporaries": whole if slots >= 2 else 0.0,
                 "activations": float(self.activation_bytes),
                 "largest_unit": max(units, default=0.0),
                 "root": whole - sum(units),

@@ -196,12 +196,13 @@ def memory_text(run: RunRecord) -> str:
     shares = ", ".join(
         f"{name.replace('_', ' ')} {human_bytes(size)}"
         for name, size in parts.items()
-        if name != "total" and size
+        if name not in ("total", "other", "at") and size
     )
+    moment = "at the start of backward" if parts["at"] else "in the optimizer's step"
     state = summary.get("optimizer_state_bytes") or []
     text = (
         f"{human_bytes(measured)} per worker in training steps (peak less start, the most); "
-        f"predicted {human_bytes(parts['total'])}: {shares}"
+        f"predicted {human_bytes(parts['total'])} {moment}: {shares}"
     )
     if state:
         text += f"; optimizer state held {human_bytes(max(state))} per worker"
@@ -225,6 +226,9 @@ def hardware_text(summary: RunSummary) -> str:
         parts.append(achieved)
     if summary.get("samples_per_s_per_worker"):
         parts.append(f"{summary['samples_per_s_per_worker']:,.0f} samples/s per worker")
+        if per_sample := summary.get("tokens_per_sample"):
+            tokens = summary["samples_per_s_per_worker"] * per_sample
+            parts.append(f"{tokens:,.0f} tokens/s per worker")
     memory = [m for m in summary.get("peak_memory_bytes") or [] if m]
     if memory:
         parts.append(f"peak memory {human_bytes(max(memory))} per worker (the most)")
