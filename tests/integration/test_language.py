@@ -3,6 +3,7 @@ trained on two workers, judged by its validation loss."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -86,3 +87,36 @@ def test_sharded_strategies_reach_ddps_weights(store: ResultsStore, kjv: Path) -
         assert weights.keys() == reference.keys()
         for name, value in reference.items():
             torch.testing.assert_close(weights[name], value, rtol=0, atol=1e-6, msg=exchange)
+
+
+@pytest.mark.multiprocess
+def test_advise_says_which_strategy_fits_a_memory_budget(store: ResultsStore) -> None:
+    quick = ["synthetic_data=true", "max_steps=4", "warmup_steps_excluded=1"]
+    run_benchmark(resolve_spec("kjv-gpt", workers=1, overrides=quick), store, echo=False)
+
+    def advise(budget: str) -> dict:
+        command = ["advise", "kjv-gpt", "--memory-per-worker", budget, "--workers", "4"]
+        return json.loads(inside(*command, "--json", "--store", str(store.root)).stdout)
+
+    roomy = advise("1TiB")
+    assert roomy["choice"] == "ddp" and all(s["fits"] for s in roomy["strategies"])
+    sizes = {s["strategy"]: s["predicted_bytes"] for s in roomy["strategies"]}
+    assert sizes["fsdp"] < sizes["zero1"] < sizes["ddp"]  # sharding saves memory
+    tight = advise(str(int(sizes["fsdp"]) + 1))
+    assert tight["choice"] == "fsdp" and not tight["strategies"][0]["fits"]
+    assert advise("1")["choice"] is None
+    printed = inside(
+        "advise",
+        "kjv-gpt",
+        "--memory-per-worker",
+        str(int(sizes["fsdp"]) + 1),
+        "--workers",
+        "4",
+        "--store",
+        str(store.root),
+    ).stdout
+    assert "shard with fsdp (--exchange fsdp)" in printed.replace("\n", " ")
+    bad = inside(
+        "advise", "kjv-gpt", "--memory-per-worker", "lots", "--store", str(store.root), check=False
+    )
+    assert bad.returncode == 2 and "say a size like 16GiB" in bad.stderr

@@ -245,3 +245,14 @@ def test_the_peak_of_the_steps_restarts_without_evaluation() -> None:
     after = peak_bytes(cpu)
     assert before - after > 32 << 20  # the freed block's peak is forgotten
     assert after >= resident_bytes(cpu) * 0.9
+
+
+def test_memory_sizes_are_read_with_their_units() -> None:
+    from dmlbench.advise.memory import parse_bytes
+    from dmlbench.errors import SpecError
+
+    assert parse_bytes("16GiB") == 16 * 2**30 and parse_bytes("500 MB") == 500 * 10**6
+    assert parse_bytes("2e9") == 2 * 10**9 and parse_bytes("1.5kib") == 1536
+    for bad in ("lots", "16 GiBs", "-1GB", "0"):
+        with pytest.raises(SpecError):
+            parse_bytes(bad)

@@ -123,6 +123,13 @@ def advise(
     store: StoreOption = None,
     price: PriceOption = None,
     prices: PricesOption = None,
+    memory_per_worker: Annotated[
+        str | None,
+        typer.Option(
+            help="a worker's memory (16GiB, 500MB): say which of ddp, zero1 and fsdp fits "
+            "and what it costs in step time, instead of the batch advice"
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Recommend workers, local batch and learning-rate rule for a task.
@@ -133,6 +140,18 @@ def advise(
     for the noise scale) and `dmlbench bench allreduce` in the same store.
     """
     store = store_path(store)
+    if memory_per_worker is not None:
+        from dmlbench.advise.memory import advise_memory, parse_bytes
+        from dmlbench.cli.views.memory import memory_advice_table
+
+        budget = parse_bytes(memory_per_worker)
+        runs = require_store(store).runs(task=task)
+        fit = advise_memory(runs, task, budget, workers or max_workers, local_batch)
+        if json_out:
+            print_json(fit.to_json())
+        else:
+            console.print(memory_advice_table(fit))
+        return
     from dmlbench.advise.recommend import advise_from_store
     from dmlbench.prices import choose_price
 

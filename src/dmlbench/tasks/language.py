@@ -64,7 +64,11 @@ def kjv_recipe() -> Recipe:
         ),
         clip_grad_norm=1.0,
         goal="loss",
-        target=5.0,
+        # Measured here (benchmarks/results/kjv-gpt/, 2026-11-26): two 1-worker runs of
+        # this recipe (seeds 0 and 1) reached validation losses 4.33, 4.01, 3.841 and
+        # 3.806–3.808 at epochs 1–4; 3.90 is met at epoch 3 by both, with 0.06 to spare,
+        # and is the bar a scaled run must reach within the recipe's 4 epochs
+        target=3.90,
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
+from dmlbench.cli.views.memory import memory_text
 from dmlbench.report.formats import (
     flops,
     human_bytes,
@@ -175,37 +175,6 @@ def compilation_text(summary: RunSummary) -> str:
             f"; recompiled {again} time{'s' * (again > 1)} inside the clock (a new input "
             "shape?): those steps include compile time"
         )
-    return text
-
-
-def memory_text(run: RunRecord) -> str:
-    """Measured (peak less start, the most of any worker) against predicted memory."""
-    summary = run.summary
-    account = summary.get("memory_account")
-    peaks = summary.get("training_peak_bytes") or []
-    starts = summary.get("memory_start_bytes")
-    if not account or not starts or len(peaks) != len(starts):
-        return ""
-    measured = max(peak - start for peak, start in zip(peaks, starts, strict=True))
-    parts = predicted_bytes(
-        MemoryAccount.from_summary(account),
-        run.exchange,
-        run.workers,
-        run.spec.get("exchange_options"),
-    )
-    shares = ", ".join(
-        f"{name.replace('_', ' ')} {human_bytes(size)}"
-        for name, size in parts.items()
-        if name not in ("total", "other", "at") and size
-    )
-    moment = "at the start of backward" if parts["at"] else "in the optimizer's step"
-    state = summary.get("optimizer_state_bytes") or []
-    text = (
-        f"{human_bytes(measured)} per worker in training steps (peak less start, the most); "
-        f"predicted {human_bytes(parts['total'])} {moment}: {shares}"
-    )
-    if state:
-        text += f"; optimizer state held {human_bytes(max(state))} per worker"
     return text
 
 

@@ -1,0 +1,139 @@
+"""Which data-parallel strategy fits a memory budget, and what it costs in step time.
+
+The NERSC guide's decision: if the model fits a worker, plain data parallelism; if not,
+shard it. Here "fits" is :mod:`dmlbench.perfmodel.memory`'s prediction from the
+accounting of the task's latest stored run, with the activations scaled to the local
+batch planned; the cost is the median steady step time of the task's stored runs of
+each strategy at the planned worker count (undisturbed ones first), where there are any.
+Strategies are tried in the order of their communication: DDP (an all-reduce a step),
+ZeRO-1 (and the updated parameters broadcast), FSDP keeping gathered parameters (an
+all-gather and a reduce-scatter a unit), FSDP (an all-gather more).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from dmlbench.errors import SpecError
+from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
+from dmlbench.results.records import RunRecord
+
+STRATEGIES: list[tuple[str, str, dict[str, Any]]] = [
+    ("ddp", "ddp", {}),
+    ("zero1", "zero1", {}),
+    ("fsdp, kept gathered", "fsdp", {"reshard_after_forward": False}),
+    ("fsdp", "fsdp", {}),
+]
+UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """``16GiB``, ``500 MB``, ``2e9`` → bytes; a one-line error otherwise."""
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", text.lower())
+    if not found or found.group(2) not in ("", *UNITS):
+        raise SpecError(f"memory {text!r}: say a size like 16GiB, 500MB or 2e9 (bytes)")
+    size = float(found.group(1)) * UNITS.get(found.group(2) or "b", 1)
+    if size <= 0:
+        raise SpecError(f"memory {text!r} must be more than 0")
+    return int(size)
+
+
+@dataclass(frozen=True)
+class StrategyFit:
+    name: str
+    exchange: str
+    options: dict[str, Any]
+    predicted: dict[str, float]
+    fits: bool
+    step_s: float | None  # measured, median over the task's runs at the worker count
+    runs: int
+
+
+@dataclass(frozen=True)
+class MemoryAdvice:
+    task: str
+    workers: int
+    local_batch: int
+    budget: int
+    account: MemoryAccount
+    source: str  # the run the accounting came from
+    fits: list[StrategyFit]
+
+    @property
+    def choice(self) -> StrategyFit | None:
+        return next((f for f in self.fits if f.fits), None)
+
+    def to_json(self) -> dict[str, Any]:
+        choice = self.choice
+        return {
+            "task": self.task,
+            "workers": self.workers,
+            "local_batch": self.local_batch,
+            "memory_per_worker": self.budget,
+            "account": self.account.__dict__,
+            "account_from": self.source,
+            "choice": choice.name if choice else None,
+            "strategies": [
+                {
+                    "strategy": f.name,
+                    "exchange": f.exchange,
+                    "exchange_options": f.options,
+                    "predicted_bytes": f.predicted["total"],
+                    "fits": f.fits,
+                    "step_s": f.step_s,
+                    "runs": f.runs,
+                }
+                for f in self.fits
+            ],
+        }
+
+
+def advise_memory(
+    runs: list[RunRecord], task: str, budget: int, workers: int, local_batch: int | None
+) -> MemoryAdvice:
+    accounted = [r for r in runs if r.summary.get("memory_account")]
+    if not accounted:
+        raise SpecError(
+            f"no stored run of {task} has a memory account: run it once (any exchange, a "
+            f"few steps: dmlbench run {task} --set max_steps=10), same --store"
+        )
+    latest = accounted[-1]
+    batch = local_batch or latest.local_batch
+    base = MemoryAccount.from_summary(latest.summary["memory_account"])
+    account = MemoryAccount(
+        **{**base.__dict__, "activations": base.activations * batch / latest.local_batch}
+    )
+    fits = []
+    for name, exchange, options in STRATEGIES:
+        predicted = predicted_bytes(account, exchange, workers, options)
+        mine = [
+            r
+            for r in runs
+            if r.exchange == exchange
+            and r.workers == workers
+            and r.local_batch == batch
+            and r.summary.get("step_time_s")
+            and bool((r.spec.get("exchange_options") or {}).get("reshard_after_forward", True))
+            == options.get("reshard_after_forward", True)
+        ]
+        quiet = [r for r in mine if not r.disturbed] or mine
+        step = statistics.median(r.summary["step_time_s"] for r in quiet) if quiet else None
+        fits.append(
+            StrategyFit(
+                name, exchange, options, predicted, predicted["total"] <= budget, step, len(quiet)
+            )
+        )
+    return MemoryAdvice(task, workers, batch, budget, account, latest.run_id, fits)

@@ -1,0 +1,101 @@
+"""Memory in what the CLI prints: a run's measured against predicted memory, and
+`dmlbench advise --memory-per-worker`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
+from dmlbench.report.formats import human_bytes, seconds
+from dmlbench.results.records import RunRecord
+
+
+def memory_text(run: RunRecord) -> str:
+    """Measured (peak less start, the most of any worker) against predicted memory."""
+    summary = run.summary
+    account = summary.get("memory_account")
+    peaks = summary.get("training_peak_bytes") or []
+    starts = summary.get("memory_start_bytes")
+    if not account or not starts or len(peaks) != len(starts):
+        return ""
+    measured = max(peak - start for peak, start in zip(peaks, starts, strict=True))
+    parts = predicted_bytes(
+        MemoryAccount.from_summary(account),
+        run.exchange,
+        run.workers,
+        run.spec.get("exchange_options"),
+    )
+    shares = ", ".join(
+        f"{name.replace('_', ' ')} {human_bytes(size)}"
+        for name, size in parts.items()
+        if name not in ("total", "other", "at") and size
+    )
+    moment = "at the start of backward" if parts["at"] else "in the optimizer's step"
+    state = summary.get("optimizer_state_bytes") or []
+    text = (
+        f"{human_bytes(measured)} per worker in training steps (peak less start, the most); "
+        f"predicted {human_bytes(parts['total'])} {moment}: {shares}"
+    )
+    if state:
+        text += f"; optimizer state held {human_bytes(max(state))} per worker"
+    return text
+
+
+def memory_advice_table(advice: Any) -> Group:
+    """`dmlbench advise --memory-per-worker`: each strategy's predicted memory against
+    the budget, its measured step time, and the choice."""
+    table = Table(
+        title=escape(
+            f"{advice.task}: {advice.workers} workers × local batch {advice.local_batch}, "
+            f"{human_bytes(advice.budget)} a worker"
+        ),
+        title_justify="left",
+    )
+    for column in ("strategy", "exchange", "memory a worker", "fits", "step (measured)"):
+        table.add_column(
+            column, justify="right" if column.startswith(("memory", "step")) else "left"
+        )
+    for fit in advice.fits:
+        step = f"{seconds(fit.step_s, unit=True)} ({fit.runs} runs)" if fit.step_s else "—"
+        options = ", ".join(f"{k}={v}".lower() for k, v in fit.options.items())
+        table.add_row(
+            fit.name,
+            escape(fit.exchange + (f" ({options})" if options else "")),
+            human_bytes(fit.predicted["total"]),
+            "yes" if fit.fits else "[red]no[/red]",
+            step,
+        )
+    choice = advice.choice
+    ddp = advice.fits[0]
+    if choice is None:
+        verdict = (
+            "No strategy fits: checkpoint activations (the model's checkpoint_activations), "
+            "take a smaller local batch, or add workers (sharded state shrinks with them)."
+        )
+    elif choice is ddp:
+        verdict = "The model fits a worker: plain data parallelism (ddp)."
+    else:
+        cost = ""
+        if choice.step_s and ddp.step_s:
+            cost = f", {choice.step_s / ddp.step_s:.2f}× DDP's measured step time"
+        verdict = (
+            f"DDP needs {human_bytes(ddp.predicted['total'])}: shard with {choice.name} "
+            f"(--exchange {choice.exchange}"
+            + (" --set 'exchange_options={reshard_after_forward: false}'" if choice.options else "")
+            + f"){cost}."
+        )
+    a = advice.account
+    source = Text(
+        f"Predicted from run {advice.source}'s accounting: parameters {human_bytes(a.parameters)}, "
+        f"gradients {human_bytes(a.gradients)}, optimizer state {human_bytes(a.optimizer_state)} "
+        f"(+{human_bytes(a.optimizer_temporaries)} in its step), activations "
+        f"{human_bytes(a.activations)} at local batch {advice.local_batch}; see "
+        "docs/memory.md for the formulas. Step times: the task's stored runs at this worker "
+        "count and batch."
+    )
+    return Group(table, Text(verdict), source)
