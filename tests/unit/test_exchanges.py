@@ -138,7 +138,9 @@ def test_options_are_checked_per_exchange_and_name_the_bad_key() -> None:
 
 
 def test_only_synchronous_sgd_is_closed_division() -> None:
-    assert {name for name in EXCHANGES if is_exact(name)} == {"allreduce", "ddp"}
+    # the sharded ones compute the same update (their weights are DDP's: test_language)
+    exact = {name for name in EXCHANGES if is_exact(name)}
+    assert exact == {"allreduce", "ddp", "zero1", "fsdp"}
     spec = resolve_spec("digits-mlp", overrides=["exchange=topk", "exchange_options={ratio: 0.1}"])
     assert deviations(spec) == {
         "exchange": {"reference": "allreduce", "actual": "topk"},
