@@ -12,7 +12,8 @@
   (a transformer's blocks), or the items of its ``nn.ModuleList``s, then the rest.
 
 Both run on gloo as on NCCL: torch 2.13's gloo has all_gather_into_tensor and
-reduce_scatter_tensor. Communication overlaps forward and backward, so it is counted
+reduce_scatter_tensor (``fsdp`` refuses in one line, naming the collective, where a
+backend lacks one). Communication overlaps forward and backward, so it is counted
 in those phases (``comm`` holds only the stop vote).
 """
 
@@ -23,12 +24,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from pydantic import Field
 from torch import nn
 
 from dmlbench.comm.base import GradientExchange
 from dmlbench.comm.collectives import broadcast_state, world_size
 from dmlbench.comm.sync import DDPExchange
+from dmlbench.errors import SpecError
 from dmlbench.strict import StrictModel
 
 ParamGroups = list[dict[str, Any]]
@@ -66,8 +69,15 @@ class FSDPExchange(GradientExchange):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
 
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:
+            raise SpecError(
+                f"exchange=fsdp needs torch's fully_shard (torch 2.6 and later; this is "
+                f"{torch.__version__}): upgrade torch, or use exchange=zero1"
+            ) from None
+        _check_collectives(self.device)
         broadcast_state(model)
         assert isinstance(self.options, FSDPOptions)
         reshard = self.options.reshard_after_forward
@@ -112,6 +122,27 @@ class FSDPExchange(GradientExchange):
             name: value.full_tensor() if isinstance(value, DTensor) else value
             for name, value in model.state_dict().items()
         }
+
+
+def _check_collectives(device: torch.device) -> None:
+    """Refuse in one line where the process group's backend lacks a collective FSDP
+    needs (gloo gained them in torch 2.6; NCCL has them)."""
+    if world_size() == 1:
+        return
+    probe = torch.zeros(world_size(), device=device)
+    for name, call in (
+        ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(probe, probe[:1])),
+        ("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(probe[:1], probe)),
+    ):
+        try:
+            call()
+        except (RuntimeError, NotImplementedError, ValueError) as error:
+            backend = dist.get_backend()
+            raise SpecError(
+                f"exchange=fsdp needs {name}, which {backend} in torch {torch.__version__} "
+                f"lacks ({str(error).splitlines()[0][:80]}): run on NCCL (a GPU), a newer "
+                "torch, or use exchange=zero1"
+            ) from None
 
 
 def shard_units(model: nn.Module) -> Iterable[nn.Module]:
