@@ -92,7 +92,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def machine_peaks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The peak-FLOP/s cache of the whole session: the machine does not change between
     tests, and probing it anew costs each test's first run about 4 s (the probes
-    themselves are tested in test_hardware.py, in caches of their own)."""
+    themselves are tested in test_hardware.py, in caches of their own). The integration
+    lane's (tests/integration/conftest.py) starts probed."""
     return tmp_path_factory.mktemp("machine") / CACHE_FILE
 
 
@@ -109,8 +110,10 @@ def isolated_dirs(
         cache.mkdir()
         shutil.copyfile(machine_peaks, cache / CACHE_FILE)
     yield
-    if (cache / CACHE_FILE).is_file():
-        shutil.copyfile(cache / CACHE_FILE, machine_peaks)
+    if (cache / CACHE_FILE).is_file():  # whole or not at all: xdist's workers share it
+        partial = machine_peaks.with_name(f".{machine_peaks.name}.{os.getpid()}")
+        shutil.copyfile(cache / CACHE_FILE, partial)
+        partial.replace(machine_peaks)
 
 
 @pytest.fixture

@@ -161,7 +161,7 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _machine_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
+def cache_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
     from dmlbench.results.environment import cpu_model
 
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
@@ -183,7 +183,7 @@ def _handed_down(key: str) -> Peak | None:
 def hand_down(peak: Peak, device: torch.device, threads: int, precision: str) -> dict[str, str]:
     """The environment that gives a worker with ``threads`` threads on ``device`` this
     peak instead of a probe of its own."""
-    key = _machine_key(device, _dtype(precision), threads)
+    key = cache_key(device, _dtype(precision), threads)
     return {PEAK_ENV: json.dumps({"key": key, **asdict(peak)})}
 
 
@@ -201,7 +201,7 @@ def peak_flops(
     """The peak a worker on ``device`` with ``threads`` threads is measured against."""
     if configured_tflops:
         return Peak(configured_tflops * 1e12, "configured")
-    key = _machine_key(device, dtype, threads)
+    key = cache_key(device, dtype, threads)
     if handed := _handed_down(key):
         return handed
     path = cache_dir() / CACHE_FILE
@@ -211,18 +211,25 @@ def peak_flops(
     if isinstance(cached, dict) and isinstance(entry := cached.get(key), dict):
         with contextlib.suppress(KeyError, TypeError, ValueError):
             return Peak(float(entry["flops_per_s"]), str(entry["source"]))  # type: ignore[arg-type]
-    kind = "GPU" if device.type == "cuda" else f"{threads} thread{'' if threads == 1 else 's'}"
-    flops, disturbed, fastest = _probe(device, dtype, threads)
-    source = f"GEMM probe: {PROBE_SIZE}², {_name(dtype)}, {kind}, {fastest}"
+    peak, disturbed = probe_peak(device, threads, dtype)
     if disturbed:  # other processes took cores: not this machine's peak, probe next time
-        return Peak(flops, source + ", on a busy machine")
-    peak = Peak(flops, source)
+        return peak
     with contextlib.suppress(OSError):  # a read-only home: probe again next time
         cached = cached if isinstance(cached, dict) else {}
         cached[key] = asdict(peak)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, cached)
     return peak
+
+
+def probe_peak(device: torch.device, threads: int, dtype: torch.dtype) -> tuple[Peak, bool]:
+    """One probe's peak, and whether other processes disturbed it (then its source says
+    "on a busy machine"). :func:`peak_flops` keeps it under :func:`cache_key` unless
+    disturbed."""
+    kind = "GPU" if device.type == "cuda" else f"{threads} thread{'' if threads == 1 else 's'}"
+    flops, disturbed, fastest = _probe(device, dtype, threads)
+    source = f"GEMM probe: {PROBE_SIZE}², {_name(dtype)}, {kind}, {fastest}"
+    return Peak(flops, source + (", on a busy machine" if disturbed else "")), disturbed
 
 
 def peak_for(
