@@ -113,13 +113,22 @@ class Session:
 
     def scatter(self, attempts: int = 5) -> None:
         """Send the data and recipe to the workers (once per fit; again after a loss).
-        Retried when a worker leaves mid-broadcast (the cluster may be scaling down)."""
+        Retried when a worker leaves mid-broadcast (the cluster may be scaling down).
+
+        Each try is bounded by the session's timeout: a worker that leaves during a
+        broadcast can leave it waiting forever (dask/distributed#5704: the scheduler
+        retries the replication to the gone worker), which hung a grid search's fit
+        beside other work; the next try finds the cluster settled."""
         for attempt in range(attempts):
             try:
-                self.data_future = self.client.scatter(self.data, broadcast=True, hash=False)
-                self.recipe_future = self.client.scatter(self.recipe, broadcast=True, hash=False)
+                self.data_future = self.client.scatter(
+                    self.data, broadcast=True, hash=False, timeout=self.timeout
+                )
+                self.recipe_future = self.client.scatter(
+                    self.recipe, broadcast=True, hash=False, timeout=self.timeout
+                )
                 break
-            except (KeyError, OSError) as error:
+            except (KeyError, OSError) as error:  # TimeoutError is an OSError
                 if attempt == attempts - 1:
                     raise RuntimeError(
                         f"could not send the training data to the Dask workers: "

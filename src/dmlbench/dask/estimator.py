@@ -85,7 +85,8 @@ class DaskEstimator(BaseEstimator):
     engine: ``"centralised"`` (gradient tasks, the driver steps) or ``"ddp"``.
     client: a ``distributed.Client`` or a scheduler address; ``None`` uses the current
         default client, else a process-wide ``LocalCluster`` on loopback.
-    timeout: seconds a gradient task may take, and the DDP process-group timeout.
+    timeout: seconds a gradient task or one send of the data to the workers may take,
+        and the DDP process-group timeout.
     torch_threads: intra-op threads per worker replica (``None``: leave torch's).
     device: where the worker replicas train: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or
         ``"auto"`` (a GPU on each worker that has one). A worker without the GPU asked
