@@ -61,14 +61,54 @@ def simulate(
             "repeatable) instead of every run at the fewest workers",
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="a hardware profile (dgx-a100, goyal2017-bigbasin, …; `--cluster list`): "
+            "compute from the task's FLOPs and the device's peak, links from the profile, "
+            "DDP's overlap; no store needed"
+        ),
+    ] = None,
+    devices_per_node: Annotated[
+        int | None,
+        typer.Option(help="with --cluster: devices per node (default: the profile's)", min=1),
+    ] = None,
+    efficiency: Annotated[
+        float | None,
+        typer.Option(
+            help="with --cluster: the share of the peak a step achieves (default: a run of "
+            "the task on that device in the store, else 40%)",
+            min=0.001,
+            max=1.0,
+        ),
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="with --cluster: the peak's dtype")] = "fp32",
+    hardware: Annotated[
+        Path | None, typer.Option(help="with --cluster: your own hardware YAML, added")
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Predict step time, time to accuracy and cost at N workers on a network.
 
     Calibrated from the store: compute from the task's runs, communication from
     `dmlbench bench allreduce`; epochs to the target from runs that reached it (at the
-    nearest measured global batch otherwise, and said so).
+    nearest measured global batch otherwise, and said so). With --cluster, the task on a
+    cluster's hardware profile instead: step time, speedup and efficiency by --nodes.
     """
+    if cluster is not None:
+        _simulate_cluster(
+            task,
+            cluster,
+            nodes,
+            devices_per_node,
+            efficiency,
+            dtype,
+            hardware,
+            store,
+            png,
+            json_out,
+        )
+        return
     store = store_path(store)
     from dmlbench.launch.request import layouts, worker_counts
     from dmlbench.perfmodel.simulate import simulate as predict_scaling
@@ -172,3 +212,49 @@ def advise(
     from dmlbench.cli.views.predictions import advice_table
 
     console.print(advice_table(advice, chosen.label))
+
+
+def _simulate_cluster(
+    task: str,
+    cluster: str,
+    nodes: str | None,
+    devices_per_node: int | None,
+    efficiency: float | None,
+    dtype: str,
+    hardware: Path | None,
+    store: Path | None,
+    png: Path | None,
+    json_out: bool,
+) -> None:
+    from dmlbench.cli.views.predictions import cluster_table, hardware_table
+    from dmlbench.launch.request import worker_counts
+    from dmlbench.perfmodel.cluster import simulate_cluster
+    from dmlbench.perfmodel.hardware import load_hardware
+    from dmlbench.perfmodel.replays import published_points
+    from dmlbench.results import ResultsStore
+
+    if cluster == "list":
+        console.print(hardware_table(load_hardware(hardware)))
+        return
+    path = store_path(store)
+    runs = ResultsStore(path).runs(task=task) if path.exists() else []
+    result = simulate_cluster(
+        task,
+        cluster,
+        worker_counts(nodes or "1,2,4,8", "--nodes", "node counts"),
+        devices_per_node,
+        hardware_file=hardware,
+        efficiency=efficiency,
+        dtype=dtype,
+        runs=runs,
+    )
+    result["published"] = published_points(task, cluster)
+    if json_out:
+        print_json(result)
+    else:
+        console.print(cluster_table(result))
+    if png:
+        from dmlbench.report.figures import cluster_scaling
+
+        cluster_scaling(result).savefig(png, dpi=200)
+        console.print(f"scaling plot: {png}", markup=False)

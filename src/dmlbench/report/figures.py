@@ -635,3 +635,33 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
     ax.yaxis.set_major_formatter(ScalarFormatter())
     _legend(fig, ax)
     return fig
+
+
+def cluster_scaling(result: dict) -> Figure:
+    """`dmlbench simulate --cluster`: predicted speedup and efficiency against devices,
+    with a replay's published points where one matches the task and cluster."""
+    info = result["cluster"]
+    fig, (speed, share) = _figure(
+        f"{result['task']} on {info['name']}", "Predicted weak scaling (DDP overlap)", ncols=2
+    )
+    frame = pd.DataFrame(result["rows"])
+    workers = [int(w) for w in frame["workers"]]
+    base = workers[0]
+    speed.plot(workers, [w / base for w in workers], "k--", lw=1, label="ideal (linear)")
+    speed.plot(workers, frame["speedup"], "o-", color=VARIANT_COLOURS[0], label="dmlbench")
+    share.plot(workers, frame["efficiency"] * 100, "o-", color=VARIANT_COLOURS[0], label="dmlbench")
+    for point in result["published"]:
+        published_speedup = point["speedup"] * info["devices_per_node"] / base
+        label = f"published ({point['source'].split(',')[0]})"
+        speed.plot(point["workers"], published_speedup, "s", color=VARIANT_COLOURS[1], label=label)
+        efficiency = 100 * published_speedup * base / point["workers"]
+        share.plot(point["workers"], efficiency, "s", color=VARIANT_COLOURS[1], label=label)
+    shown = sorted({*workers, *(int(p["workers"]) for p in result["published"])})
+    for ax in (speed, share):
+        _log2_workers(ax, shown)
+        ax.set_xlabel("devices")
+    speed.set_ylabel(f"speedup over {base} devices (×)")
+    share.set_ylabel("scaling efficiency (%)")
+    share.set_ylim(0, 105)
+    _legend(fig, speed)
+    return fig

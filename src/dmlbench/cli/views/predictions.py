@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
@@ -87,3 +88,71 @@ def prediction_table(result: dict[str, Any]) -> Table:
     for row in result["predictions"]:
         table.add_row(*(escape(cell(row)) for _, cell in PREDICTION_COLUMNS))
     return table
+
+
+def cluster_table(result: dict[str, Any]) -> Group:
+    """`dmlbench simulate TASK --cluster PROFILE`: the scaling table and its inputs."""
+    info = result["cluster"]
+    table = Table(
+        title=escape(f"{result['task']} on {info['name']}: weak scaling, DDP overlap"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        caption=escape(
+            f"step, comm, exposed: ms · {info['accelerator']} × {info['devices_per_node']} a "
+            "node · inside: "
+            f"{info['intra']} · between: {info['inter']}"
+        ),
+        caption_justify="left",
+    )
+    columns = ("nodes", "dev", "step", "comm", "exposed", "samples/s", "epoch")
+    for column in (*columns, "speedup", "eff."):
+        wide = {"epoch": 7, "eff.": 6}.get(column)  # "921.4 s", "100.0%"
+        table.add_column(column, justify="right", no_wrap=True, min_width=wide)
+    for row in result["rows"]:
+        table.add_row(
+            str(row["nodes"]),
+            str(row["workers"]),
+            f"{1e3 * row['step_s']:.1f}",
+            f"{1e3 * row['allreduce_s']:.1f}",
+            f"{1e3 * row['exposed_comm_s']:.1f}",
+            f"{row['samples_per_s']:,.0f}",
+            seconds(row["epoch_s"], unit=True) if row["epoch_s"] else "—",
+            f"{row['speedup']:.1f}×",
+            percent(row["efficiency"]),
+        )
+    lines = [
+        f"compute: {1e3 * result['rows'][0]['compute_s']:.1f} ms a step = "
+        f"{result['flops_per_step'] / 1e9:,.1f} GFLOP (local batch {result['local_batch']}) "
+        f"÷ ({result['peak_flops'] / 1e12:g} TFLOP/s {result['dtype']} "
+        f"peak × {result['efficiency']:.0%} efficiency, {result['efficiency_source']})",
+        f"comm: all-reduce of {result['gradient_bytes'] / 1e6:,.1f} MB of gradients in DDP's "
+        "buckets (1 MiB, then 25 MiB); exposed: the ms of it past the end of backward",
+        f"hardware: {info['source']}",
+    ]
+    for point in result["published"]:
+        lines.append(
+            f"published: {point['workers']} devices, speedup {point['speedup']:.1f}× "
+            f"({point['source']})"
+        )
+    return Group(table, *(Text(line) for line in lines))
+
+
+def hardware_table(hardware: Any) -> Group:
+    """`dmlbench simulate TASK --cluster list`: the cluster profiles, then their sources."""
+    table = Table(
+        title="cluster profiles: --cluster NAME (your own: --hardware FILE)", title_justify="left"
+    )
+    for column in ("name", "devices a node", "inside", "between"):
+        table.add_column(column)
+    for key, profile in hardware.clusters.items():
+        inter = hardware.interconnects[profile.inter]
+        accelerator = hardware.accelerators[profile.accelerator]
+        table.add_row(
+            key,
+            escape(f"{profile.devices_per_node} × {accelerator.name}"),
+            escape(hardware.interconnects[profile.intra].name),
+            escape(f"{inter.name} × {profile.nics_per_node}"),
+        )
+    sources = [Text(f"{key}: {profile.source}") for key, profile in hardware.clusters.items()]
+    return Group(table, *sources)

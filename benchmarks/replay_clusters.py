@@ -1,0 +1,67 @@
+"""Published scaling results on real clusters replayed cell by cell: Goyal et al. 2017
+(ResNet-50 on up to 352 P100s) and mlbench's task 2a (logistic regression on up to 64
+cloud nodes), each with the published figure, dmlbench's prediction and the error.
+
+    python benchmarks/replay_clusters.py
+    python benchmarks/replay_clusters.py --json benchmarks/results/replays/clusters.json
+
+Inputs come from the papers and the hardware profiles (``src/dmlbench/perfmodel/
+hardware.yaml``, each figure with its data sheet); each replay calibrates compute from
+the paper's smallest configuration and predicts the larger ones. What is assumed (where
+no paper or data sheet says) is printed with the inputs. The adadamp paper's Table 2 is
+``benchmarks/replay_adadamp.py``. Li et al. 2020 (PyTorch DDP) is not replayed: its
+per-iteration latencies are in figures this machine cannot read (no copy of the paper).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dmlbench.perfmodel.cluster import task_cost
+from dmlbench.perfmodel.hardware import load_hardware
+from dmlbench.perfmodel.replays import GOYAL_TASK, goyal, median_abs_error, mlbench_2a
+
+
+def show(unit: str, value: float) -> str:
+    return f"{value:.1%}" if not unit else f"{value:.1f} {unit}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="also write the cells and inputs here")
+    args = parser.parse_args()
+    cost = task_cost(GOYAL_TASK)
+    replays = {"goyal": goyal(load_hardware(), cost), "mlbench-2a": mlbench_2a()}
+    result = {}
+    for name, (cells, inputs) in replays.items():
+        print(f"\n## {cells[0].paper}\n")
+        for key, value in inputs.items():
+            if key != "rows":
+                print(f"- {key}: {value}")
+        print("\n| workers | figure | published | dmlbench | error |")
+        print("|---:|---|---:|---:|---:|")
+        for c in cells:
+            print(
+                f"| {c.workers} | {c.figure} | {show(c.unit, c.published)} "
+                f"| {show(c.unit, c.predicted)} | {c.error:+.1%} |"
+            )
+        error = median_abs_error(cells)
+        print(f"\nmedian |error|: {error:.1%}")
+        print("\npredicted, every layout:")
+        for row in inputs["rows"]:
+            print("  " + ", ".join(f"{k} {v:.4g}" for k, v in row.items() if v is not None))
+        result[name] = {
+            "cells": [{**vars(c), "error": c.error} for c in cells],
+            "median_abs_error": error,
+            "inputs": inputs,
+        }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        print(f"\nwritten: {args.json}")
+
+
+if __name__ == "__main__":
+    main()

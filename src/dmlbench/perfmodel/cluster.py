@@ -1,0 +1,223 @@
+"""A task's step on a cluster it does not have: compute from the model's FLOPs and the
+device's peak, communication from the cluster's links, overlapped as DDP overlaps it.
+
+- :func:`task_cost`: one worker's FLOPs per step and the gradient bytes, counted on the
+  meta device (the flop counter the runs use; no data, no memory).
+- :func:`ddp_buckets` and :func:`ddp_step`: PyTorch DDP's overlap of backward and
+  all-reduce (Li et al., VLDB 2020, section 3.2.3): gradients fill buckets in the order
+  backward produces them (a small first bucket, then ``bucket_cap`` bytes each); a
+  bucket's all-reduce starts once backward has filled it and the previous bucket's
+  all-reduce is done (one communication stream). Only what runs past the end of
+  backward adds to the step.
+- :func:`scale`: the scaling table over node counts: step, exposed communication,
+  throughput, speedup and efficiency against the first layout.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dmlbench.errors import SpecError
+from dmlbench.perfmodel.hardware import (
+    DEFAULT_EFFICIENCY,
+    Accelerator,
+    Cluster,
+    compute_step_s,
+    load_hardware,
+)
+from dmlbench.perfmodel.model import Layout, cluster_allreduce_time
+
+MIB = 2**20
+FIRST_BUCKET_BYTES = 1 * MIB  # torch's _DEFAULT_FIRST_BUCKET_BYTES
+BUCKET_CAP_BYTES = 25 * MIB  # DDP's bucket_cap_mb default
+BACKWARD_SHARE = 2 / 3  # backward does twice forward's FLOPs
+
+
+@dataclass(frozen=True)
+class TaskCost:
+    task: str
+    local_batch: int
+    flops_per_step: float  # one worker: forward and backward of its batch
+    gradient_bytes: float
+    train_examples: int | None
+
+
+def task_cost(task: str, local_batch: int | None = None) -> TaskCost:
+    """A registered task's step cost at ``local_batch`` (the recipe's by default)."""
+    from dmlbench.models import build_model
+    from dmlbench.tasks import get_task
+    from dmlbench.train.hardware import step_flops
+    from dmlbench.train.losses import LOSSES
+
+    definition = get_task(task)
+    shape, outputs = definition.input_shape, definition.num_outputs
+    if shape is None or outputs is None:
+        raise SpecError(
+            f"{task} declares no input shape, so its step cannot be counted without its "
+            "data; simulate it from its runs instead (no --cluster)"
+        )
+    batch = local_batch or definition.recipe.local_batch
+    tokens = definition.loss == "next_token"
+    meta = torch.device("meta")
+    with meta:
+        model = build_model(definition.recipe.model, shape, outputs)
+        if tokens:
+            x = torch.zeros(batch, *shape, dtype=torch.long)
+            y = torch.zeros(batch, *shape, dtype=torch.long)
+        else:
+            x = torch.zeros(batch, *shape)
+            y = torch.zeros(batch, dtype=torch.long)
+    loss_fn = LOSSES[definition.loss][0]
+    flops = step_flops(model, lambda m: loss_fn(m(x), y).mean(), meta)
+    gradient_bytes = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
+    return TaskCost(task, batch, float(flops), float(gradient_bytes), definition.train_examples)
+
+
+def ddp_buckets(
+    gradient_bytes: float, first: float = FIRST_BUCKET_BYTES, cap: float = BUCKET_CAP_BYTES
+) -> list[float]:
+    """The buckets DDP fills, in the order backward fills them."""
+    buckets, left = [], gradient_bytes
+    size = first
+    while left > 0:
+        buckets.append(min(size, left))
+        left -= buckets[-1]
+        size = cap
+    return buckets
+
+
+def ddp_step(
+    forward_s: float,
+    backward_s: float,
+    buckets: Sequence[float],
+    allreduce: Callable[[float], float],
+    optimizer_s: float = 0.0,
+) -> tuple[float, float, float]:
+    """(step seconds, all-reduce seconds in all, the part of it past backward's end).
+    Backward fills each bucket in its share of the bytes."""
+    total = sum(buckets) or 1.0
+    ready = done = comm = 0.0
+    for size in buckets:
+        ready += backward_s * size / total
+        took = allreduce(size)
+        comm += took
+        done = max(done, ready) + took
+    exposed = max(0.0, done - backward_s)
+    return forward_s + backward_s + exposed + optimizer_s, comm, exposed
+
+
+def scale(
+    cluster: Cluster,
+    cost: TaskCost,
+    nodes: Sequence[int],
+    devices_per_node: int | None = None,
+    *,
+    dtype: str = "fp32",
+    efficiency: float,
+    algorithm: str = "ring",
+    compute_s: float | None = None,
+) -> list[dict[str, Any]]:
+    """One row per node count: weak scaling (each device keeps ``cost.local_batch``).
+    ``compute_s`` replaces the FLOP-based step (a calibration: the compute of one
+    device's step measured, e.g. a paper's single-node point)."""
+    per_node = devices_per_node or cluster.devices_per_node
+    step_compute = compute_s or compute_step_s(
+        cost.flops_per_step, cluster.accelerator, dtype, efficiency
+    )
+    inter, intra = cluster.links(per_node)
+    calibration = cluster.calibration()
+    buckets = ddp_buckets(cost.gradient_bytes)
+    rows: list[dict[str, Any]] = []
+    for count in nodes:
+        workers = count * per_node
+        layout = Layout(count, intra)
+
+        def allreduce(size: float, workers: int = workers, layout: Layout = layout) -> float:
+            return cluster_allreduce_time(algorithm, workers, size, inter, layout, calibration)  # type: ignore[arg-type]
+
+        forward = step_compute * (1 - BACKWARD_SHARE)
+        step, comm, exposed = ddp_step(forward, step_compute * BACKWARD_SHARE, buckets, allreduce)
+        throughput = workers * cost.local_batch / step
+        rows.append(
+            {
+                "nodes": count,
+                "workers": workers,
+                "global_batch": workers * cost.local_batch,
+                "compute_s": step_compute,
+                "allreduce_s": comm,
+                "exposed_comm_s": exposed,
+                "step_s": step,
+                "samples_per_s": throughput,
+                "epoch_s": (cost.train_examples / throughput) if cost.train_examples else None,
+            }
+        )
+    base = rows[0]
+    for row in rows:
+        row["speedup"] = row["samples_per_s"] / base["samples_per_s"]
+        row["efficiency"] = row["speedup"] * base["workers"] / row["workers"]
+    return rows
+
+
+def efficiency_from_runs(runs: Sequence[Any], accelerator: Accelerator) -> tuple[float, str] | None:
+    """The median share of the peak that finished runs on this accelerator achieved
+    (their summaries' ``utilisation``), and which runs; ``None`` when none ran on it."""
+    found = [
+        (run.summary["utilisation"], run.run_id)
+        for run in runs
+        if run.finished
+        and run.summary.get("utilisation")
+        and any(
+            token in gpu
+            for gpu in run.environment.get("gpus") or []
+            for token in accelerator.matches
+        )
+    ]
+    if not found:
+        return None
+    value = statistics.median(share for share, _ in found)
+    return value, f"measured: {len(found)} run(s) on {accelerator.name} ({found[0][1]}…)"
+
+
+def simulate_cluster(
+    task: str,
+    cluster_key: str,
+    nodes: Sequence[int],
+    devices_per_node: int | None = None,
+    *,
+    hardware_file: Path | None = None,
+    efficiency: float | None = None,
+    dtype: str = "fp32",
+    runs: Sequence[Any] = (),
+) -> dict[str, Any]:
+    """`dmlbench simulate TASK --cluster PROFILE`: the scaling table and where its inputs
+    came from."""
+    if not nodes:
+        raise SpecError("--nodes: at least one node count, e.g. 1,8,32")
+    hardware = load_hardware(hardware_file)
+    cluster = hardware.cluster(cluster_key)
+    cost = task_cost(task)
+    if efficiency is not None:
+        share, source = efficiency, "given (--efficiency)"
+    elif measured := efficiency_from_runs(runs, cluster.accelerator):
+        share, source = measured
+    else:
+        share, source = DEFAULT_EFFICIENCY, f"assumed: dmlbench's default {DEFAULT_EFFICIENCY:.0%}"
+    rows = scale(cluster, cost, nodes, devices_per_node, dtype=dtype, efficiency=share)
+    return {
+        "task": task,
+        "cluster": cluster.describe(),
+        "dtype": dtype,
+        "peak_flops": cluster.accelerator.peak_flops(dtype),
+        "efficiency": share,
+        "efficiency_source": source,
+        "flops_per_step": cost.flops_per_step,
+        "gradient_bytes": cost.gradient_bytes,
+        "local_batch": cost.local_batch,
+        "rows": rows,
+    }

@@ -1,0 +1,194 @@
+"""Hardware as data: accelerators, interconnects and the clusters they make.
+
+The profiles ship in ``hardware.yaml`` beside this module, each figure with its source;
+a user adds or replaces entries with a YAML file of the same layout
+(:func:`load_hardware`). A :class:`Cluster` turns into what the α-β model takes: the
+link between nodes (its NICs shared by the node's devices), the link inside a node, and
+the per-message cost (:meth:`Cluster.links`).
+
+Compute comes from the model, not only from a run here (:func:`compute_step_s`): a
+step's FLOPs over the device's peak for the dtype times an achieved efficiency, which a
+user's own run on that device gives, else :data:`DEFAULT_EFFICIENCY` (said so).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
+
+from dmlbench.errors import SpecError, unknown
+from dmlbench.files import load_mapping_file
+from dmlbench.perfmodel.model import CommCalibration, Link
+from dmlbench.strict import StrictModel
+
+HARDWARE_FILE = Path(__file__).with_name("hardware.yaml")
+
+DEFAULT_EFFICIENCY = 0.4
+"""The share of the peak a step achieves when no run on the device says: a round
+default, not a measurement (well-tuned data-parallel training reaches 30–50% of its
+device's dense peak). A run on the device, or ``--efficiency``, replaces it."""
+
+
+class Accelerator(StrictModel):
+    name: str
+    peak_tflops: dict[str, float] = Field(description="dense peak per dtype (fp32, bf16, …)")
+    memory_gb: float = Field(gt=0)
+    memory_bandwidth_gbs: float = Field(gt=0)
+    matches: list[str] = Field(default_factory=list, description="in torch's device name")
+    source: str = Field(min_length=1, description="the data sheet the figures come from")
+
+    @model_validator(mode="after")
+    def _positive(self) -> Accelerator:
+        if not self.peak_tflops or any(v <= 0 for v in self.peak_tflops.values()):
+            raise ValueError("peak_tflops: positive TFLOP/s per dtype, e.g. {fp32: 19.5}")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        if dtype not in self.peak_tflops:
+            raise SpecError(
+                f"{self.name} has no {dtype} peak in its profile; it has "
+                f"{', '.join(self.peak_tflops)}"
+            )
+        return self.peak_tflops[dtype] * 1e12
+
+
+class Interconnect(StrictModel):
+    name: str
+    gbit_per_s: float = Field(gt=0, description="per device and direction")
+    latency_us: float = Field(ge=0, description="one way")
+    message_cost_us: float = Field(ge=0, description="the software's cost per message (α)")
+    source: str = Field(min_length=1)
+
+    def link(self, share: int = 1) -> Link:
+        """The link one of ``share`` devices gets when they share it."""
+        return Link(self.gbit_per_s * 1e9 / 8 / share, self.latency_us * 1e-6)
+
+
+class ClusterProfile(StrictModel):
+    name: str
+    accelerator: str
+    devices_per_node: int = Field(ge=1, le=1024)
+    intra: str
+    inter: str
+    nics_per_node: int = Field(1, ge=1, le=1024)
+    source: str = Field(min_length=1)
+
+
+class Hardware(StrictModel):
+    accelerators: dict[str, Accelerator] = Field(default_factory=dict)
+    interconnects: dict[str, Interconnect] = Field(default_factory=dict)
+    clusters: dict[str, ClusterProfile] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references(self) -> Hardware:
+        for key, cluster in self.clusters.items():
+            if cluster.accelerator not in self.accelerators:
+                raise ValueError(
+                    unknown(f"accelerator of cluster {key}", cluster.accelerator, self.accelerators)
+                )
+            for role in ("intra", "inter"):
+                name = getattr(cluster, role)
+                if name not in self.interconnects:
+                    raise ValueError(
+                        unknown(f"{role} link of cluster {key}", name, self.interconnects)
+                    )
+        return self
+
+    def cluster(self, key: str) -> Cluster:
+        if key not in self.clusters:
+            raise SpecError(
+                unknown("cluster profile", key, self.clusters, "see `dmlbench hardware`")
+            )
+        profile = self.clusters[key]
+        return Cluster(
+            key,
+            profile,
+            self.accelerators[profile.accelerator],
+            self.interconnects[profile.intra],
+            self.interconnects[profile.inter],
+        )
+
+
+def load_hardware(extra: Path | None = None) -> Hardware:
+    """The shipped profiles, with ``extra``'s entries added (same names replaced)."""
+    data = load_mapping_file(
+        HARDWARE_FILE, "hardware profiles", "accelerators, interconnects, clusters"
+    )
+    if extra is not None:
+        mine = load_mapping_file(extra, "hardware file", "accelerators, interconnects, clusters")
+        unknown_keys = set(mine) - {"accelerators", "interconnects", "clusters"}
+        if unknown_keys:
+            raise SpecError(
+                f"hardware file {extra}: unknown section {sorted(unknown_keys)[0]!r}; "
+                "use accelerators, interconnects and clusters"
+            )
+        for section, entries in mine.items():
+            if not isinstance(entries, dict):
+                raise SpecError(f"hardware file {extra}: {section} must map names to entries")
+            data.setdefault(section, {}).update(entries)
+    try:
+        return Hardware.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise SpecError(f"hardware profiles: {where}: {first['msg']}") from None
+
+
+class Cluster:
+    """A cluster profile resolved: its accelerator and links, at ``nodes`` nodes."""
+
+    def __init__(
+        self,
+        key: str,
+        profile: ClusterProfile,
+        accelerator: Accelerator,
+        intra: Interconnect,
+        inter: Interconnect,
+    ) -> None:
+        self.key, self.profile, self.accelerator = key, profile, accelerator
+        self.intra, self.inter = intra, inter
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.profile.devices_per_node
+
+    def links(self, devices_per_node: int | None = None) -> tuple[Link, Link]:
+        """(between nodes, inside a node) as the two-level model takes them: the inter-node
+        link is the node's NICs together (a flat ring crosses each node boundary once
+        per step, so one NIC's share carries it); inside a node the devices' own links."""
+        per_node = devices_per_node or self.devices_per_node
+        nics = min(self.profile.nics_per_node, per_node)
+        inter = Link(self.inter.link().bandwidth * nics, self.inter.link().latency_s)
+        intra = self.intra.link()
+        return inter, Link(intra.bandwidth * per_node, intra.latency_s)
+
+    def calibration(self) -> CommCalibration:
+        """The message stack: the slower of the two links' per-message costs, hosts that
+        keep up, the data sheet's rate as payload, one latency per message step."""
+        alpha = max(self.intra.message_cost_us, self.inter.message_cost_us) * 1e-6
+        return CommCalibration(
+            alpha_s=alpha, host_busbw=math.inf, link_efficiency=1.0, latencies_per_step=1.0
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "cluster": self.key,
+            "name": self.profile.name,
+            "accelerator": self.accelerator.name,
+            "devices_per_node": self.devices_per_node,
+            "intra": self.intra.name,
+            "inter": f"{self.inter.name} × {self.profile.nics_per_node}",
+            "source": self.profile.source,
+        }
+
+
+def compute_step_s(
+    flops_per_step: float, accelerator: Accelerator, dtype: str, efficiency: float
+) -> float:
+    """Seconds of one device's step: its FLOPs over the peak for ``dtype`` × efficiency."""
+    if not 0 < efficiency <= 1:
+        raise SpecError(f"efficiency {efficiency}: a share of the peak, above 0 and at most 1")
+    return flops_per_step / (accelerator.peak_flops(dtype) * efficiency)

@@ -1,0 +1,176 @@
+"""Published scaling results and dmlbench's predictions of them, cell by cell.
+
+Each replay takes its inputs from the paper (hardware, model, batch, network), fits
+nothing to the figures it predicts, and returns :class:`Cell` rows: the published figure,
+the prediction and the relative error. ``benchmarks/replay_*.py`` print them;
+``dmlbench simulate --cluster`` draws a replay's points beside its own curve.
+
+- :func:`goyal`: Goyal et al. 2017 (ResNet-50 on Big Basin servers of 8 P100s, 50 Gbit/s
+  Ethernet between them). Compute is calibrated from their single-server baseline (29
+  hours for 90 epochs); 256 and 352 GPUs are predicted.
+- :func:`mlbench_2a`: mlbench's task 2a (logistic regression on epsilon, one worker per
+  n1-standard-4 node, Open MPI). Compute is calibrated from the 2-worker communication
+  share (12%); 64 workers are predicted.
+
+The adadamp paper's Table 2 is replayed by ``dmlbench.dask.simulate`` (it is a
+simulation of a Dask engine, not of a cluster).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dmlbench.perfmodel.cluster import TaskCost, scale
+from dmlbench.perfmodel.hardware import Hardware
+from dmlbench.perfmodel.model import Algorithm, CommCalibration, Link, allreduce_time
+
+IMAGENET_TRAIN = 1_281_167
+
+
+@dataclass(frozen=True)
+class Cell:
+    paper: str
+    figure: str  # what was measured, in words
+    workers: int
+    published: float
+    predicted: float
+    unit: str
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.published - 1
+
+
+def median_abs_error(cells: Sequence[Cell]) -> float:
+    return statistics.median(abs(c.error) for c in cells)
+
+
+# ---------------------------------------------------------------- Goyal et al. 2017
+
+GOYAL = "Goyal et al. 2017, Accurate, Large Minibatch SGD"
+GOYAL_CLUSTER = "goyal2017-bigbasin"
+GOYAL_TASK = "imagenet-resnet50"
+GOYAL_EPOCHS = 90
+GOYAL_BASELINE_S = 29 * 3600
+"""8 GPUs (one server), minibatch 256, 90 epochs: "29 hours" (their baseline; the
+NVIDIA and Facebook announcements say the same)."""
+GOYAL_PUBLISHED: dict[int, tuple[str, float, str]] = {
+    256: ("epoch at minibatch 8k (90 epochs in one hour)", 3600 / GOYAL_EPOCHS, "s"),
+    352: ("epoch at minibatch 11k (section 5.5: about 30 seconds)", 30.0, "s"),
+}
+GOYAL_EFFICIENCY_256 = 0.90  # the abstract: ~90% scaling efficiency from 8 to 256 GPUs
+
+
+def goyal(hardware: Hardware, cost: TaskCost) -> tuple[list[Cell], dict[str, Any]]:
+    """Goyal et al.'s cells, and the inputs and the calibration used."""
+    cluster = hardware.cluster(GOYAL_CLUSTER)
+    per_server = cluster.devices_per_node
+    epoch_8 = GOYAL_BASELINE_S / GOYAL_EPOCHS
+    steps_8 = IMAGENET_TRAIN / (per_server * cost.local_batch)
+    measured_step = epoch_8 / steps_8
+    # the compute that, with the modelled all-reduce inside one server, gives their step
+    compute = measured_step
+    for _ in range(5):
+        one = scale(cluster, cost, [1], compute_s=compute, efficiency=1.0)[0]
+        compute -= one["step_s"] - measured_step
+    rows = scale(cluster, cost, [1, 32, 44], compute_s=compute, efficiency=1.0)
+    by_workers = {row["workers"]: row for row in rows}
+    cells = [
+        Cell(
+            GOYAL,
+            words,
+            workers,
+            published,
+            IMAGENET_TRAIN / by_workers[workers]["samples_per_s"],
+            unit,
+        )
+        for workers, (words, published, unit) in GOYAL_PUBLISHED.items()
+    ]
+    cells.append(
+        Cell(
+            GOYAL,
+            "scaling efficiency, 8 to 256 GPUs (abstract: ~90%)",
+            256,
+            GOYAL_EFFICIENCY_256,
+            by_workers[256]["efficiency"],
+            "",
+        )
+    )
+    inputs = {
+        "cluster": cluster.describe(),
+        "task": cost.task,
+        "local_batch": cost.local_batch,
+        "flops_per_step": cost.flops_per_step,
+        "gradient_bytes": cost.gradient_bytes,
+        "calibration": (
+            f"their 8-GPU baseline: 29 h for 90 epochs = {measured_step * 1e3:.1f} ms a step"
+        ),
+        "compute_step_s": compute,
+        "achieved_tflops": cost.flops_per_step / compute / 1e12,
+        "rows": rows,
+    }
+    return cells, inputs
+
+
+def published_points(task: str, cluster: str) -> list[dict[str, Any]]:
+    """The published (devices, speedup over one node) a replay has for ``task`` on the
+    ``cluster`` profile, for `dmlbench simulate --cluster`'s figure and table."""
+    if (task, cluster) != (GOYAL_TASK, GOYAL_CLUSTER):
+        return []
+    epoch_8 = GOYAL_BASELINE_S / GOYAL_EPOCHS
+    return [
+        {"workers": w, "speedup": epoch_8 / seconds, "source": GOYAL}
+        for w, (_, seconds, _) in GOYAL_PUBLISHED.items()
+    ]
+
+
+# ---------------------------------------------------------------- mlbench task 2a
+
+MLBENCH = "mlbench task 2a (epsilon logistic regression), published benchmark results"
+MLBENCH_SHARE = {2: 0.12, 64: 0.36}  # communication's share of the time (DESIGN.md)
+MLBENCH_FEATURES = 2_000
+MLBENCH_LINK = Link(7.5e9 / 8, 50e-6)
+"""About 7.5 Gbit/s between n1-standard-4 nodes (mlbench's own measurement); one-way
+latency assumed 50 µs, typical of VMs in one Google Cloud zone (half a round trip of
+about 0.1 ms)."""
+MLBENCH_MESSAGE_COST_S = 20e-6
+"""Assumed: Open MPI's TCP transport costs some tens of µs a message in software."""
+MLBENCH_ALGORITHM: Algorithm = "tree"
+"""Open MPI all-reduces a message this small (8 kB) in ⌈log2 N⌉ rounds (recursive
+doubling): the model's tree has the same 2⌈log2 N⌉ message steps' growth."""
+
+
+def mlbench_2a(workers: Sequence[int] = (2, 4, 8, 16, 32, 64)) -> tuple[list[Cell], dict[str, Any]]:
+    """The communication share at 64 workers, compute calibrated at 2."""
+    size = 4 * (MLBENCH_FEATURES + 1)
+    calibration = CommCalibration(
+        alpha_s=MLBENCH_MESSAGE_COST_S,
+        host_busbw=float("inf"),
+        link_efficiency=1.0,
+        latencies_per_step=1.0,
+    )
+
+    def comm(n: int) -> float:
+        return allreduce_time(MLBENCH_ALGORITHM, n, size, MLBENCH_LINK, calibration)
+
+    share_2 = MLBENCH_SHARE[2]
+    compute = comm(2) * (1 - share_2) / share_2  # weak scaling: the same local batch
+    rows = []
+    for n in workers:
+        exposed = comm(n)  # after the compute: a linear model has no backward to hide it
+        share = exposed / (compute + exposed)
+        rows.append({"workers": n, "compute_s": compute, "comm_s": exposed, "share": share})
+    at = {row["workers"]: row["share"] for row in rows}
+    cells = [Cell(MLBENCH, "communication's share of a step", 64, MLBENCH_SHARE[64], at[64], "")]
+    inputs = {
+        "gradient_bytes": size,
+        "link": {"gbit_per_s": 7.5, "latency_us": MLBENCH_LINK.latency_s * 1e6},
+        "message_cost_us": MLBENCH_MESSAGE_COST_S * 1e6,
+        "algorithm": MLBENCH_ALGORITHM,
+        "calibration": f"their 12% at 2 workers: compute {compute * 1e6:.0f} µs a step",
+        "rows": rows,
+    }
+    return cells, inputs

@@ -1,0 +1,149 @@
+"""Hardware profiles, the DDP overlap model and the cluster scaling table, on known
+numbers; the published replays within their goal (no processes)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from dmlbench.errors import SpecError
+from dmlbench.perfmodel.cluster import (
+    TaskCost,
+    ddp_buckets,
+    ddp_step,
+    scale,
+    simulate_cluster,
+    task_cost,
+)
+from dmlbench.perfmodel.hardware import DEFAULT_EFFICIENCY, compute_step_s, load_hardware
+from dmlbench.perfmodel.replays import (
+    GOYAL_TASK,
+    goyal,
+    median_abs_error,
+    mlbench_2a,
+    published_points,
+)
+
+
+def test_every_shipped_profile_cites_its_source_and_resolves() -> None:
+    hardware = load_hardware()
+    assert {"p100-sxm2", "v100-sxm2", "a100-sxm4-80gb", "h100-sxm5"} <= set(hardware.accelerators)
+    assert {"nvlink1", "nvlink4", "pcie4", "ib-edr", "ib-hdr", "ib-ndr"} <= set(
+        hardware.interconnects
+    )
+    assert {"10gbe-tcp", "25gbe-tcp", "50gbe-tcp", "100gbe-tcp", "100gbe-roce"} <= set(
+        hardware.interconnects
+    )
+    for section in (hardware.accelerators, hardware.interconnects, hardware.clusters):
+        assert all(entry.source.strip() for entry in section.values())
+    for key in hardware.clusters:
+        cluster = hardware.cluster(key)
+        inter, intra = cluster.links()
+        assert inter.bandwidth > 0 and intra.bandwidth >= inter.bandwidth / 8
+    h100 = hardware.accelerators["h100-sxm5"]
+    assert h100.peak_flops("bf16") == pytest.approx(989.5e12)  # dense, not the sparse 1,979
+    with pytest.raises(SpecError, match="no fp8 peak"):
+        hardware.accelerators["p100-sxm2"].peak_flops("fp8")
+
+
+def test_a_users_file_adds_and_replaces_entries(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(
+        "interconnects:\n"
+        "  400gbe-roce: {name: 400 GbE, gbit_per_s: 400, latency_us: 2, message_cost_us: 2,"
+        " source: my switch's sheet}\n"
+        "clusters:\n"
+        "  mine: {name: my cluster, accelerator: h100-sxm5, devices_per_node: 4,"
+        " intra: nvlink4, inter: 400gbe-roce, nics_per_node: 4, source: our rack}\n"
+    )
+    hardware = load_hardware(mine)
+    assert hardware.cluster("mine").devices_per_node == 4
+    assert "dgx-h100" in hardware.clusters  # the shipped ones stay
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "clusters:\n  x: {name: x, accelerator: tpu, devices_per_node: 1,"
+        " intra: nvlink4, inter: ib-hdr, source: s}\n"
+    )
+    with pytest.raises(SpecError, match="unknown accelerator of cluster x 'tpu'"):
+        load_hardware(bad)
+    with pytest.raises(SpecError, match=r"unknown cluster profile 'dgx-h10'.*did you mean"):
+        load_hardware().cluster("dgx-h10")
+    odd = tmp_path / "odd.yaml"
+    odd.write_text("gpus: {}\n")
+    with pytest.raises(SpecError, match="unknown section 'gpus'"):
+        load_hardware(odd)
+
+
+def test_compute_comes_from_flops_peak_and_efficiency() -> None:
+    a100 = load_hardware().accelerators["a100-sxm4-80gb"]
+    assert compute_step_s(312e12, a100, "bf16", 0.5) == pytest.approx(2.0)
+    with pytest.raises(SpecError, match=r"efficiency 1\.5"):
+        compute_step_s(1.0, a100, "bf16", 1.5)
+
+
+def test_ddp_buckets_and_overlap() -> None:
+    mib = 2**20
+    assert ddp_buckets(60 * mib) == [1 * mib, 25 * mib, 25 * mib, 9 * mib]
+    assert ddp_buckets(0.5 * mib) == [0.5 * mib]
+    # all-reduce far faster than backward: only the last bucket's is exposed
+    step, comm, exposed = ddp_step(1.0, 2.0, [1, 1], lambda size: 0.1)
+    assert comm == pytest.approx(0.2) and exposed == pytest.approx(0.1)
+    assert step == pytest.approx(3.1)
+    # far slower: everything past backward's share is exposed, one bucket at a time
+    step, comm, exposed = ddp_step(1.0, 2.0, [1, 1], lambda size: 5.0)
+    assert exposed == pytest.approx(1.0 + 5.0 + 5.0 - 2.0)
+    # no backward to hide behind (a linear model's step): the whole all-reduce shows
+    assert ddp_step(1.0, 0.0, [1], lambda size: 0.5)[2] == pytest.approx(0.5)
+
+
+def test_weak_scaling_over_a_cluster_loses_only_to_exposed_communication() -> None:
+    cluster = load_hardware().cluster("dgx-a100")
+    cost = TaskCost("t", 32, 1e12, 100e6, 1_000_000)
+    rows = scale(cluster, cost, [1, 2, 16], efficiency=0.5)
+    assert [r["workers"] for r in rows] == [8, 16, 128]
+    assert rows[0]["speedup"] == 1.0 and rows[0]["efficiency"] == 1.0
+    for row in rows:
+        assert row["compute_s"] == pytest.approx(1e12 / (19.5e12 * 0.5))
+        assert row["step_s"] == pytest.approx(row["compute_s"] + row["exposed_comm_s"])
+        assert row["efficiency"] == pytest.approx(rows[0]["step_s"] / row["step_s"])
+    assert rows[2]["allreduce_s"] > rows[0]["allreduce_s"]  # the nodes' links join in
+    slow = load_hardware().cluster("v100-25gbe")
+    spread = scale(slow, cost, [1, 64], efficiency=0.5)
+    assert spread[1]["efficiency"] < rows[2]["efficiency"]  # 25 GbE TCP hides less
+
+
+def test_a_tasks_step_is_counted_on_the_meta_device() -> None:
+    cost = task_cost(GOYAL_TASK)
+    assert cost.local_batch == 32
+    assert cost.gradient_bytes == pytest.approx(4 * 25_557_032)  # ResNet-50's weights
+    per_image = cost.flops_per_step / 32
+    assert 3 * 8.0e9 < per_image < 3 * 8.5e9  # 3 × forward's ~4.1 GMACs
+    with pytest.raises(SpecError, match="declares no input shape"):
+        task_cost("digits-mlp")
+
+
+def test_simulate_cluster_says_where_its_efficiency_came_from() -> None:
+    result = simulate_cluster(GOYAL_TASK, "goyal2017-bigbasin", [1, 32])
+    assert result["efficiency"] == DEFAULT_EFFICIENCY
+    assert result["efficiency_source"].startswith("assumed")
+    assert [p["workers"] for p in published_points(GOYAL_TASK, "goyal2017-bigbasin")] == [256, 352]
+    assert published_points(GOYAL_TASK, "dgx-h100") == []
+    given = simulate_cluster(GOYAL_TASK, "dgx-h100", [1, 2], 4, efficiency=0.3, dtype="bf16")
+    assert given["efficiency_source"] == "given (--efficiency)"
+    assert [r["workers"] for r in given["rows"]] == [4, 8]
+    with pytest.raises(SpecError, match="--nodes"):
+        simulate_cluster(GOYAL_TASK, "dgx-h100", [])
+
+
+def test_the_published_replays_are_within_their_goal() -> None:
+    cells, inputs = goyal(load_hardware(), task_cost(GOYAL_TASK))
+    assert [c.workers for c in cells] == [256, 352, 256]
+    assert median_abs_error(cells) <= 0.15 and all(abs(c.error) <= 0.25 for c in cells)
+    assert 0 < inputs["achieved_tflops"] < 10.6  # under the P100's fp32 peak
+    cells, inputs = mlbench_2a()
+    rows = {row["workers"]: row for row in inputs["rows"]}
+    assert rows[2]["share"] == pytest.approx(0.12)  # the calibration point, by construction
+    assert all(math.isfinite(c.error) for c in cells)
+    assert rows[64]["share"] > rows[8]["share"] > rows[2]["share"]
