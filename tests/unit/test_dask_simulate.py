@@ -20,13 +20,19 @@ from dmlbench.dask.history import History, plot_histories
 from dmlbench.dask.simulate import (
     GBIT,
     PAPER_NETWORKS,
+    PAPER_TABLE_2,
     Network,
+    SleepEngine,
     UpdateTime,
+    fit_engine_cost,
+    full_batch_updates,
     measure_update_time,
     network_table,
+    paper_engines,
     schedule,
     schedule_table,
     simulate,
+    sleep_engine_table,
 )
 from dmlbench.perfmodel.model import CommCalibration, Link
 
@@ -127,6 +133,54 @@ def test_schedule_table_gives_the_papers_columns() -> None:
     row = schedule_table(one_update, 640, 1, model, 54 * GBIT, nets).iloc[0]
     assert row["central"] == pytest.approx(0.1 + 2 * 0.05e-6 + 2 * 5 * 1.0)  # in and out
     assert row["ring"] == pytest.approx(0.1 + 8 * 0.05e-6 + 8 / 5 * 1.0)  # 2(N−1) steps
+
+
+def test_adadamps_epoch_arithmetic_gives_the_papers_update_counts() -> None:
+    assert full_batch_updates(Constant(30), 100, 2) == {30: 8}  # ⌈100/30⌉ a whole batch each
+    counts = {
+        name: sum(full_batch_updates(damper, 50_000, PAPER_EPOCHS).values())
+        for name, damper in PAPER_SCHEDULES.items()
+    }  # the paper's Table 1
+    assert counts == {
+        "128 → 128": 78_200,
+        "128 → 640": 34_520,
+        "128 → 3,200": 29_480,
+        "128 → 16,000": 29_240,
+        "256 → 5,120 (*2)": 14_960,
+    }
+
+
+def test_the_sleep_engine_runs_its_tasks_in_waves_of_its_threads() -> None:
+    engine = SleepEngine(
+        threads=4, fixed_s=0.01, per_task_s=0.002, gradient_s=0.1, grads_per_worker=100
+    )
+    assert engine(100) == pytest.approx(0.01 + 0.002 + 0.1)
+    assert engine(400) == pytest.approx(0.01 + 4 * 0.002 + 0.1)  # one wave of 4
+    assert engine(500) == pytest.approx(0.01 + 5 * 0.002 + 2 * 0.1)  # a second wave
+    assert engine(250) == pytest.approx(0.01 + 2 * 0.002 + 0.125)  # 2 tasks of 125
+    tree = SleepEngine(4, 0.0, 0.0, 0.0, 100, broadcast=Link(1e9, 1e-3), model_bytes=1e7)
+    assert tree(100) == 0.0  # one worker: nothing to send
+    assert tree(800) == pytest.approx(2 * 3 * (0.01 + 1e-3))  # 2 waves, log2 8 hops each
+    copying = SleepEngine(4, 0.0, 0.0, 0.0, 100, copy_s=0.05)
+    assert copying(100) == copying(400) == pytest.approx(0.05)
+
+
+def test_the_engine_cost_fit_recovers_a_line() -> None:
+    assert fit_engine_cost({1: 0.013, 2: 0.016, 8: 0.034}) == pytest.approx((0.010, 0.003))
+    with pytest.raises(ValueError, match="two task counts"):
+        fit_engine_cost({4: 0.1})
+
+
+def test_the_papers_simulation_replays_its_table_2_within_15_percent() -> None:
+    """Inputs from the authors' repository only (benchmarks/replay_adadamp.py prints it)."""
+    engines = paper_engines(model_bytes=4 * 2_748_890)  # WRN-16-4's float32 weights
+    table = sleep_engine_table(PAPER_SCHEDULES, 50_000, PAPER_EPOCHS, engines)
+    table = table.set_index("schedule")
+    for schedule_name, published in PAPER_TABLE_2.items():
+        for column, minutes in zip(engines, published, strict=True):
+            predicted = table.loc[schedule_name, column] / 60
+            assert predicted == pytest.approx(minutes, rel=0.15), (schedule_name, column)
+    assert list(engines)[1:] == [n.name for n in PAPER_NETWORKS if n.algorithm == "ring"]
 
 
 def test_history_is_json_and_plots(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ and a schedule that needs far fewer updates finishes far sooner.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -211,3 +212,147 @@ def schedule_table(
             row[network.name] = seconds
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def full_batch_updates(damper: Damper, n: int, epochs: int) -> Counter[int]:
+    """Updates per batch size when every update takes a whole batch and an epoch ends
+    once ``n`` examples are seen (``⌈n / B⌉`` updates): adadamp's own epoch arithmetic,
+    which the paper's tables count. (:func:`schedule` gives an epoch's leftover
+    examples to its last update instead, as dmlbench's estimators do.)"""
+    counts: Counter[int] = Counter()
+    for epoch in range(epochs):
+        state = TrainState(epoch=float(epoch), updates=sum(counts.values()))
+        batch = min(damper(state).batch_size, n)
+        counts[batch] += math.ceil(n / batch)
+    return counts
+
+
+@dataclass(frozen=True)
+class SleepEngine:
+    """Seconds per update as the adadamp paper's simulation charged them.
+
+    Holt & Sievert ran their real Dask engine on one machine with each gradient task
+    *sleeping* for the model's copy to its worker and its gradient (their
+    ``exp-dask/classifier.py``): ``P = ⌊B / grads_per_worker⌋`` tasks on one Dask worker
+    of ``threads`` threads, so they run in ``⌈P / threads⌉`` waves, plus what the engine
+    itself costs::
+
+        t(B) = fixed + per_task·P + ⌈P / threads⌉ · (gradient·(B/P)/grads_per_worker + copy(P))
+
+    ``copy(P)`` is ``copy_s`` (their centralised engine: a deep copy of the model per
+    task) plus, over a ``broadcast`` link, the model sent down a binary tree:
+    ``log2(P) · (model_bytes / bandwidth + latency)`` (their decentralised networks)."""
+
+    threads: int
+    fixed_s: float
+    per_task_s: float
+    gradient_s: float  # one task's gradient of ``grads_per_worker`` examples
+    grads_per_worker: int
+    copy_s: float = 0.0
+    broadcast: Link | None = None
+    model_bytes: float = 0.0
+
+    def tasks(self, batch: int) -> int:
+        return max(1, batch // self.grads_per_worker)
+
+    def copy(self, tasks: int) -> float:
+        tree = 0.0
+        if self.broadcast is not None and tasks > 1:
+            hop = self.model_bytes / self.broadcast.bandwidth + self.broadcast.latency_s
+            tree = math.log2(tasks) * hop
+        return self.copy_s + tree
+
+    def __call__(self, batch: int) -> float:
+        tasks = self.tasks(batch)
+        one_task = self.gradient_s * (batch / tasks) / self.grads_per_worker + self.copy(tasks)
+        waves = math.ceil(tasks / self.threads)
+        return self.fixed_s + self.per_task_s * tasks + waves * one_task
+
+
+def fit_engine_cost(points: Mapping[int, float]) -> tuple[float, float]:
+    """(fixed, per task) seconds of an engine's own cost per update, fitted by least
+    squares to ``{tasks: overhead seconds per update}`` (each at one wave of tasks)."""
+    if len(points) < 2:
+        raise ValueError("two task counts at least, to tell the fixed cost from the per-task one")
+    per_task, fixed = np.polyfit(list(points), list(points.values()), 1)
+    return float(fixed), float(per_task)
+
+
+def sleep_engine_table(
+    dampers: Mapping[str, Damper], n: int, epochs: int, engines: Mapping[str, SleepEngine]
+) -> pd.DataFrame:
+    """Per damper: ``updates`` (adadamp's arithmetic, :func:`full_batch_updates`),
+    ``max_workers`` and one column of seconds per engine, named by its key."""
+    rows = []
+    for name, damper in dampers.items():
+        counts = full_batch_updates(damper, n, epochs)
+        first = next(iter(engines.values()))
+        row: dict[str, object] = {
+            "schedule": name,
+            "updates": sum(counts.values()),
+            "max_workers": max(first.tasks(batch) for batch in counts),
+        }
+        for label, engine in engines.items():
+            row[label] = sum(count * engine(batch) for batch, count in counts.items())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- the paper's own simulation
+# Inputs from the authors' experiment repository, stsievert/adadamp-experiments at 7035da9
+# (exp-dask/), and the paper's Table 2. Nothing here is fitted to Table 2.
+
+PAPER_REPOSITORY = "stsievert/adadamp-experiments@7035da9"
+PAPER_GRADIENT_S = 78.32e-3
+"""One gradient of 128 examples through WRN-16-4 on their T4 GPU: their real run's 147.9
+ms per update less the 11 ms update task, split by their profile into the gradient and
+a 58.56 ms deep copy of the model (simulation-sleep-time/Calculation.ipynb)."""
+PAPER_DEEPCOPY_S = 58.56e-3
+PAPER_THREADS = 4
+"""Their simulations' Dask worker: one process of 4 threads, as the client of every
+Table 2 run in sim-results/ records (``processes=1 threads=4``: a g4dn.xlarge)."""
+PAPER_ENGINE_RUNS = {1: 0.17445, 2: 0.10366, 4: 0.07538, 8: 0.08027, 16: 0.11717}
+"""Seconds per update of their engine at P tasks, one wave (16 one-thread workers),
+from their grads-per-worker simulation (sim-results/grads_per_worker/, batch 512 for
+200 epochs): each task slept ``0.5 · 78.32 ms · (512/P)/128`` and ``0.127 ms · log2 P``;
+the rest is the engine's own cost, fitted as fixed + per task by
+:func:`paper_engine_cost`."""
+PAPER_ENGINE_RUN_SLEEP = (0.5 * PAPER_GRADIENT_S, 0.127488e-3, 512)  # gradient, copy, batch
+
+PAPER_TABLE_2 = {  # minutes: centralised; decentralised 54 Gbit/s; decentralised 800 Gbit/s
+    "256 → 5,120 (*2)": (69.9, 45.1, 43.5),
+    "128 → 3,200": (107.2, 67.7, 65.5),
+    "128 → 16,000": (107.5, 67.7, 65.7),
+    "128 → 640": (116.9, 73.6, 71.8),
+    "128 → 128": (200.2, 121.7, 121.5),
+}
+"""Holt & Sievert (SciPy 2021), Table 2, "Simulations that indicate how the training time
+(in minutes) will change under different architectures and networks"; rows by the
+schedule's largest batch."""
+
+
+def paper_engine_cost() -> tuple[float, float]:
+    """(fixed, per task) seconds of the authors' engine per update, from
+    :data:`PAPER_ENGINE_RUNS` less the sleeps those runs made."""
+    gradient, copy, batch = PAPER_ENGINE_RUN_SLEEP
+    overhead = {
+        tasks: seconds - gradient * (batch / tasks) / 128 - copy * math.log2(tasks)
+        for tasks, seconds in PAPER_ENGINE_RUNS.items()
+    }
+    return fit_engine_cost(overhead)
+
+
+def paper_engines(model_bytes: float) -> dict[str, SleepEngine]:
+    """The three engines of Table 2's columns, as the authors' simulation charged them:
+    the centralised engine (a deep copy of the model per task, measured) and the two
+    decentralised networks (the model along a tree over the paper's links)."""
+    fixed, per_task = paper_engine_cost()
+    base = SleepEngine(PAPER_THREADS, fixed, per_task, PAPER_GRADIENT_S, 128)
+    return {
+        "centralised": dataclasses.replace(base, copy_s=PAPER_DEEPCOPY_S),
+        **{
+            network.name: dataclasses.replace(base, broadcast=network.link, model_bytes=model_bytes)
+            for network in PAPER_NETWORKS
+            if network.algorithm == "ring"
+        },
+    }
