@@ -3,7 +3,8 @@
 cloud nodes), each with the published figure, dmlbench's prediction and the error.
 
     python benchmarks/replay_clusters.py
-    python benchmarks/replay_clusters.py --json benchmarks/results/replays/clusters.json
+    python benchmarks/replay_clusters.py --json benchmarks/results/replays/clusters.json \
+        --png benchmarks/results/replays/goyal.png
 
 Inputs come from the papers and the hardware profiles (``src/dmlbench/perfmodel/
 hardware.yaml``, each figure with its data sheet); each replay calibrates compute from
@@ -21,7 +22,15 @@ from pathlib import Path
 
 from dmlbench.perfmodel.cluster import task_cost
 from dmlbench.perfmodel.hardware import load_hardware
-from dmlbench.perfmodel.replays import GOYAL_TASK, goyal, median_abs_error, mlbench_2a
+from dmlbench.perfmodel.replays import (
+    GOYAL_CLUSTER,
+    GOYAL_TASK,
+    goyal,
+    median_abs_error,
+    mlbench_2a,
+    published_points,
+)
+from dmlbench.report.figures import cluster_scaling
 
 
 def show(unit: str, value: float) -> str:
@@ -31,6 +40,7 @@ def show(unit: str, value: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the cells and inputs here")
+    parser.add_argument("--png", type=Path, help="draw Goyal et al.'s points beside the model")
     args = parser.parse_args()
     cost = task_cost(GOYAL_TASK)
     replays = {"goyal": goyal(load_hardware(), cost), "mlbench-2a": mlbench_2a()}
@@ -57,6 +67,19 @@ def main() -> None:
             "median_abs_error": error,
             "inputs": inputs,
         }
+    if args.png:
+        hardware = load_hardware()
+        _, inputs = replays["goyal"]
+        figure = cluster_scaling(
+            {
+                "task": GOYAL_TASK,
+                "cluster": hardware.cluster(GOYAL_CLUSTER).describe(),
+                "rows": inputs["rows"],
+                "published": published_points(GOYAL_TASK, GOYAL_CLUSTER),
+            }
+        )
+        figure.savefig(args.png, dpi=150)
+        print(f"figure: {args.png}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")

@@ -3,6 +3,7 @@ numbers; the published replays within their goal (no processes)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -147,3 +148,34 @@ def test_the_published_replays_are_within_their_goal() -> None:
     assert rows[2]["share"] == pytest.approx(0.12)  # the calibration point, by construction
     assert all(math.isfinite(c.error) for c in cells)
     assert rows[64]["share"] > rows[8]["share"] > rows[2]["share"]
+
+
+def test_the_simulate_command_on_a_cluster_profile(dmlbench, tmp_path: Path) -> None:
+    png = tmp_path / "scaling.png"
+    code, out, err = dmlbench(
+        "simulate",
+        GOYAL_TASK,
+        "--cluster",
+        "goyal2017-bigbasin",
+        "--nodes",
+        "1,32",
+        "--efficiency",
+        "0.3",
+        "--png",
+        str(png),
+    )
+    assert code == 0, err
+    assert "given (--efficiency)" in out and "published: 256 devices" in out
+    assert png.stat().st_size > 10_000
+    code, out, _ = dmlbench(
+        "simulate", GOYAL_TASK, "--cluster", "dgx-a100", "--nodes", "1,2", "--json"
+    )
+    result = json.loads(out)
+    assert [row["workers"] for row in result["rows"]] == [8, 16]
+    assert result["efficiency_source"].startswith("assumed") and result["published"] == []
+    code, out, _ = dmlbench("simulate", GOYAL_TASK, "--cluster", "list")
+    assert code == 0 and "dgx-h100" in out and "goyal2017-bigbasin" in out
+    code, _, err = dmlbench("simulate", GOYAL_TASK, "--cluster", "dgx-h10")
+    assert code == 2 and err.count("\n") == 1 and "did you mean 'dgx-h100'" in err  # a usage error
+    code, _, err = dmlbench("simulate", GOYAL_TASK, "--cluster", "dgx-a100", "--dtype", "fp4")
+    assert code == 2 and "no fp4 peak" in err and err.count("\n") == 1
