@@ -222,3 +222,22 @@ def test_calibration_keeps_to_one_local_batch() -> None:
     runs = [timed("a", 1e-3, local=16), timed("b", 1.1e-3, local=16), timed("c", 6e-3, local=128)]
     chosen = calibrate_task(runs, "synthetic-mlp")
     assert chosen.local_batch == 16 and chosen.compute_runs == ["a", "b"]
+
+
+def test_the_summarys_phase_line_says_what_comm_holds_for_each_overlapped_exchange() -> None:
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from dmlbench.cli.views.summary import run_summary
+
+    shares = {p: {"mean": 0.2, "max": 0.3} for p in ("forward", "backward", "comm")}
+    run = timed("a", 1e-3, workers=2, phase_shares=shares, comm_overlapped=True)
+
+    def shown(exchange: str) -> str:
+        console = Console(width=300, record=True)
+        console.print(run_summary(replace(run, exchange=exchange)))
+        return console.export_text()
+
+    assert "(ddp: comm is the part not hidden behind backward)" in shown("ddp")
+    assert "(fsdp: its gathers and reduce-scatters are inside forward and backward" in shown("fsdp")

@@ -11,9 +11,10 @@
   model meanwhile: ZeRO stage 2's trade). The units are the model's ``shard_units()``
   (a transformer's blocks), or the items of its ``nn.ModuleList``s, then the rest.
 
-Both run on gloo as on NCCL: torch 2.13's gloo has all_gather_into_tensor and
-reduce_scatter_tensor (``fsdp`` refuses in one line, naming the collective, where a
-backend lacks one). Communication overlaps forward and backward, so it is counted
+Both run on gloo as on NCCL: torch 2.13's gloo has all_gather_single and
+reduce_scatter_single (``all_gather_into_tensor`` and ``reduce_scatter_tensor`` before
+2.13; ``fsdp`` refuses in one line, naming the collective, where a backend lacks one).
+Communication overlaps forward and backward, so it is counted
 in those phases (``comm`` holds only the stop vote).
 """
 
@@ -130,9 +131,13 @@ def _check_collectives(device: torch.device) -> None:
     if world_size() == 1:
         return
     probe = torch.zeros(world_size(), device=device)
+    # the names fully_shard calls: torch 2.13 renamed them (*_single) and deprecated the old
+    new = hasattr(dist, "all_gather_single")
+    gather = "all_gather_single" if new else "all_gather_into_tensor"
+    scatter = "reduce_scatter_single" if new else "reduce_scatter_tensor"
     for name, call in (
-        ("all_gather_into_tensor", lambda: dist.all_gather_into_tensor(probe, probe[:1])),
-        ("reduce_scatter_tensor", lambda: dist.reduce_scatter_tensor(probe[:1], probe)),
+        (gather, lambda: getattr(dist, gather)(probe, probe[:1])),
+        (scatter, lambda: getattr(dist, scatter)(probe[:1], probe)),
     ):
         try:
             call()

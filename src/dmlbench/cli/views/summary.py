@@ -112,11 +112,15 @@ def run_summary(run: RunRecord) -> Table:
             for p in PHASES
             if p in shares
         ]
-        note = (
-            " (ddp: comm is the part not hidden behind backward)"
-            if summary.get("comm_overlapped")
-            else ""
-        )
+        note = ""
+        if summary.get("comm_overlapped"):
+            exchange = run.exchange
+            note = (
+                f" ({exchange}: its gathers and reduce-scatters are inside forward and "
+                "backward; comm is the stop vote)"
+                if exchange == "fsdp"
+                else f" ({exchange}: comm is the part not hidden behind backward)"
+            )
         table.add_row(
             f"phases mean/max over {len(summary['phases_steady'])} ranks", "  ".join(cells) + note
         )
