@@ -3,6 +3,7 @@ numbers; the published replays within their goal (no processes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -179,3 +180,54 @@ def test_the_simulate_command_on_a_cluster_profile(dmlbench, tmp_path: Path) -> 
     assert code == 2 and err.count("\n") == 1 and "did you mean 'dgx-h100'" in err  # a usage error
     code, _, err = dmlbench("simulate", GOYAL_TASK, "--cluster", "dgx-a100", "--dtype", "fp4")
     assert code == 2 and "no fp4 peak" in err and err.count("\n") == 1
+
+
+def test_a_run_on_the_device_lends_its_share_of_the_data_sheets_peak() -> None:
+    from dmlbench.perfmodel.cluster import efficiency_from_runs
+    from dmlbench.results.records import RunRecord
+
+    def run(run_id: str, gpu: str, precision: str, flops_per_s: float) -> RunRecord:
+        return RunRecord(
+            run_id=run_id,
+            task=GOYAL_TASK,
+            status="success",
+            division="open",
+            created_at="2026-11-26",
+            workers=1,
+            local_batch=256,
+            global_batch=256,
+            seed=0,
+            exchange="allreduce",
+            spec={"recipe": {"precision": precision}},
+            deviations={},
+            environment={"gpus": [gpu]},
+            run_dir="d",
+            target=None,
+            network="none",
+            summary={"finished": True, "flops_per_s": flops_per_s},
+        )
+
+    h200 = load_hardware().accelerators["h200-sxm"]
+    runs = [  # as measured on an H200 (BENCHMARKS.md): 72.6 fp32 (TF32 convolutions), 105 bf16
+        run("a", "NVIDIA H200", "fp32", 72.6e12),
+        run("b", "NVIDIA H200", "bf16", 105e12),
+        run("c", "NVIDIA H100 80GB HBM3", "fp32", 50e12),  # another device
+    ]
+    small = [dataclasses.replace(run("d", "NVIDIA H200", "fp32", 42.6e12), local_batch=32)]
+    share, source = efficiency_from_runs(runs, h200, "fp32")  # type: ignore[misc]
+    assert share == pytest.approx(72.6 / 67) and "1 fp32 run(s)" in source and "(a)" in source
+    assert efficiency_from_runs(runs, h200, "bf16")[0] == pytest.approx(105 / 989.5)  # type: ignore[index]
+    assert efficiency_from_runs(runs, h200, "tf32")[0] == pytest.approx(72.6 / 494.5)  # type: ignore[index]
+    assert efficiency_from_runs(runs, h200, "fp8") is None
+    assert (
+        efficiency_from_runs(runs[:2], load_hardware().accelerators["a100-sxm4-80gb"], "fp32")
+        is None
+    )
+    too_fast = [dataclasses.replace(run("e", "NVIDIA H200", "fp32", 72.6e12), local_batch=32)]
+    with pytest.raises(SpecError, match=r"reached 108% of its fp32 peak.*--dtype tf32"):
+        simulate_cluster(GOYAL_TASK, "dgx-h200", [1], runs=too_fast)
+    assert efficiency_from_runs(runs + small, h200, "fp32", 256)[0] == pytest.approx(72.6 / 67)  # type: ignore[index]
+    # simulate takes the runs at the recipe's batch (32 images): launch-bound, 8.6%
+    measured = simulate_cluster(GOYAL_TASK, "dgx-h200", [1, 2], runs=runs + small, dtype="tf32")
+    assert measured["efficiency"] == pytest.approx(42.6 / 494.5)
+    assert measured["efficiency_source"].startswith("measured: 1 tf32 run(s) at 32 a device")

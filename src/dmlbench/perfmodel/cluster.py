@@ -164,24 +164,28 @@ def scale(
     return rows
 
 
-def efficiency_from_runs(runs: Sequence[Any], accelerator: Accelerator) -> tuple[float, str] | None:
-    """The median share of the peak that finished runs on this accelerator achieved
-    (their summaries' ``utilisation``), and which runs; ``None`` when none ran on it."""
-    found = [
-        (run.summary["utilisation"], run.run_id)
-        for run in runs
-        if run.finished
-        and run.summary.get("utilisation")
-        and any(
-            token in gpu
-            for gpu in run.environment.get("gpus") or []
-            for token in accelerator.matches
-        )
-    ]
+def efficiency_from_runs(
+    runs: Sequence[Any], accelerator: Accelerator, dtype: str, local_batch: int | None = None
+) -> tuple[float, str] | None:
+    """The median share of the data sheet's ``dtype`` peak that finished runs on this
+    accelerator at that precision (and ``local_batch``, when given: a small batch can be
+    bound by kernel launches) achieved, their FLOP/s in the steady steps, communication
+    included; and which runs. ``None`` when none ran so."""
+    found = []
+    for run in runs:
+        precision = (run.spec.get("recipe") or {}).get("precision", "fp32")
+        gpus = run.environment.get("gpus") or []
+        on_it = any(token in gpu for gpu in gpus for token in accelerator.matches)
+        same = precision == dtype or (precision, dtype) == ("fp32", "tf32")  # torch's TF32
+        batch = local_batch is None or run.local_batch == local_batch
+        if run.finished and on_it and same and batch and run.summary.get("flops_per_s"):
+            found.append((run.summary["flops_per_s"] / accelerator.peak_flops(dtype), run.run_id))
     if not found:
         return None
     value = statistics.median(share for share, _ in found)
-    return value, f"measured: {len(found)} run(s) on {accelerator.name} ({found[0][1]}…)"
+    runs_text = ", ".join(run_id for _, run_id in found[:3])
+    at = f" at {local_batch} a device" if local_batch else ""
+    return value, f"measured: {len(found)} {dtype} run(s){at} on {accelerator.name} ({runs_text})"
 
 
 def simulate_cluster(
@@ -204,8 +208,14 @@ def simulate_cluster(
     cost = task_cost(task)
     if efficiency is not None:
         share, source = efficiency, "given (--efficiency)"
-    elif measured := efficiency_from_runs(runs, cluster.accelerator):
+    elif measured := efficiency_from_runs(runs, cluster.accelerator, dtype, cost.local_batch):
         share, source = measured
+        if share > 1:
+            raise SpecError(
+                f"the task's runs on {cluster.accelerator.name} reached {share:.0%} of its "
+                f"{dtype} peak: they ran on tensor cores (torch runs float32 convolutions in "
+                "TF32 by default); simulate with --dtype tf32"
+            )
     else:
         share, source = DEFAULT_EFFICIENCY, f"assumed: dmlbench's default {DEFAULT_EFFICIENCY:.0%}"
     rows = scale(cluster, cost, nodes, devices_per_node, dtype=dtype, efficiency=share)

@@ -1,0 +1,18 @@
+#!/bin/bash
+# dmlbench's GPU path on one GPU: ResNet-50 (fp32 with torch's default TF32 convolutions,
+# and bf16) at 32 and 256 images, the small GPT with DDP, fsdp and zero1, all on
+# synthetic data; then `simulate --cluster` with the efficiency the runs measured.
+#   bash benchmarks/gpu_check.sh [STORE]     (results in BENCHMARKS.md, "The GPU path")
+set -u
+S=${1:-gpu-check-store}
+R="--workers 1 --set synthetic_data=true --set warmup_steps_excluded=10 --store $S"
+for p in fp32 bf16; do
+  dmlbench run imagenet-resnet50 $R --set max_steps=50 --set recipe.local_batch=256 --set recipe.precision=$p
+  dmlbench run imagenet-resnet50 $R --set max_steps=120 --set recipe.precision=$p
+done
+for x in allreduce fsdp zero1; do
+  dmlbench run kjv-gpt $R --set max_steps=60 --exchange $x --set recipe.precision=bf16
+done
+dmlbench results --store $S
+dmlbench simulate imagenet-resnet50 --cluster dgx-h200 --nodes 1,8,32 --store $S --dtype tf32
+dmlbench simulate imagenet-resnet50 --cluster dgx-h200 --nodes 1,8,32 --store $S --dtype bf16
