@@ -19,6 +19,8 @@ PUBLISHED = {
     "resnet50": (25_557_032, 4.09),
     "resnet101": (44_549_160, 7.80),
     "resnet152": (60_192_808, 11.51),
+    "resnext50_32x4d": (25_028_904, 4.23),
+    "resnext101_32x8d": (88_791_336, 16.41),
     "vgg16": (138_357_544, 15.47),
     "alexnet": (61_100_840, 0.71),
     "vit_b_16": (86_567_656, 17.56),
@@ -28,6 +30,10 @@ PUBLISHED = {
 def _model(name: str) -> torch.nn.Module:
     if name.startswith("resnet"):
         return ImageNetResNet(int(name.removeprefix("resnet")))
+    if name.startswith("resnext"):
+        depth, shape = name.removeprefix("resnext").split("_")
+        groups, width = shape.split("x")
+        return ImageNetResNet(int(depth), groups=int(groups), width_per_group=int(width[:-1]))
     return {"vgg16": VGG16, "alexnet": AlexNet, "vit_b_16": VisionTransformer}[name]()
 
 
@@ -56,6 +62,7 @@ def test_zero_init_residual_starts_every_block_as_the_identity() -> None:
     ("name", "options"),
     [
         ("imagenet-resnet", {"depth": 18, "zero_init_residual": True}),
+        ("imagenet-resnet", {"depth": 50, "groups": 8, "width_per_group": 4}),
         ("vgg16", {}),
         ("alexnet", {}),
         ("vit", {"patch": 8, "width": 32, "depth": 2, "heads": 4, "mlp": 64}),
@@ -85,6 +92,13 @@ def test_impossible_shapes_are_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="choose a depth of"):
         ImageNetResNet(42)
     from dmlbench.errors import SpecError
+
+    with pytest.raises(SpecError, match="basic blocks, which do not group"):
+        build_model(
+            ModelSpec(name="imagenet-resnet", options={"depth": 18, "groups": 32}),
+            (3, 224, 224),
+            10,
+        )
 
     with pytest.raises(SpecError, match="into 5 heads"):
         build_model(ModelSpec(name="vit", options={"heads": 5}), (3, 224, 224), 10)

@@ -39,6 +39,10 @@ class ImageNetResNetOptions(StrictModel):
     zero_init_residual: bool = Field(
         False, description="each block's last batch-norm γ starts at 0 (Goyal et al.)"
     )
+    groups: int = Field(1, ge=1, description="ResNeXt's cardinality: 32 for ResNeXt 32×4d")
+    width_per_group: int = Field(
+        64, ge=1, description="channels of each group at the first stage: 4 for 32×4d"
+    )
 
 
 class NoOptions(StrictModel):
@@ -98,12 +102,17 @@ def _build_wide_resnet(options: StrictModel, shape: tuple[int, ...], outputs: in
 
 def _build_imagenet_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
     assert isinstance(options, ImageNetResNetOptions)
-    return ImageNetResNet(
-        options.depth,
-        outputs,
-        in_channels=shape[0],
-        zero_init_residual=options.zero_init_residual,
-    )
+    try:
+        return ImageNetResNet(
+            options.depth,
+            outputs,
+            in_channels=shape[0],
+            zero_init_residual=options.zero_init_residual,
+            groups=options.groups,
+            width_per_group=options.width_per_group,
+        )
+    except ValueError as error:
+        raise SpecError(str(error)) from None
 
 
 def _build_vgg16(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:

@@ -5,7 +5,9 @@ them, so that parameter counts equal the published ones exactly:
 - ResNet-18/34/50/101/152 (He et al. 2015; torchvision's "v1.5": the stride of a
   bottleneck's downsampling sits on its 3×3 convolution), with the last batch norm of
   every residual branch optionally initialised to zero (Goyal et al. 2017, §5.1: each
-  block starts as the identity);
+  block starts as the identity), and ResNeXt (Xie et al. 2017: the bottleneck's 3×3
+  convolution split into ``groups`` of ``width_per_group`` channels; ResNeXt-50 32×4d is
+  ``ImageNetResNet(50, groups=32, width_per_group=4)``);
 - VGG-16 (Simonyan & Zisserman 2014, configuration D, no batch norm);
 - AlexNet (the one-GPU variant of Krizhevsky 2014's "one weird trick", as torchvision);
 - ViT-B/16 (Dosovitskiy et al. 2020: 16×16 patches, 12 layers of width 768, 12 heads,
@@ -29,28 +31,42 @@ RESNET_LAYOUTS: dict[int, tuple[bool, tuple[int, int, int, int]]] = {
 }
 
 
-def _conv_bn(in_channels: int, out_channels: int, kernel: int, stride: int = 1) -> nn.Sequential:
+def _conv_bn(
+    in_channels: int, out_channels: int, kernel: int, stride: int = 1, groups: int = 1
+) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(in_channels, out_channels, kernel, stride, kernel // 2, bias=False),
+        nn.Conv2d(
+            in_channels, out_channels, kernel, stride, kernel // 2, groups=groups, bias=False
+        ),
         nn.BatchNorm2d(out_channels),
     )
 
 
 class _Block(nn.Module):
     """A residual block: two 3×3 convolutions (basic) or 1×1, 3×3, 1×1 (bottleneck,
-    4× wider out), each with its batch norm; a 1×1 projection where the shape changes."""
+    ``4 × planes`` out, the 3×3 in ``groups``), each with its batch norm; a 1×1 projection
+    where the shape changes."""
 
-    def __init__(self, in_channels: int, width: int, stride: int, bottleneck: bool) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        planes: int,
+        stride: int,
+        bottleneck: bool,
+        groups: int = 1,
+        width_per_group: int = 64,
+    ) -> None:
         super().__init__()
-        out_channels = width * 4 if bottleneck else width
+        out_channels = planes * 4 if bottleneck else planes
         if bottleneck:
+            width = planes * width_per_group // 64 * groups
             layers = [
                 _conv_bn(in_channels, width, 1),
-                _conv_bn(width, width, 3, stride),
+                _conv_bn(width, width, 3, stride, groups),
                 _conv_bn(width, out_channels, 1),
             ]
         else:
-            layers = [_conv_bn(in_channels, width, 3, stride), _conv_bn(width, out_channels, 3)]
+            layers = [_conv_bn(in_channels, planes, 3, stride), _conv_bn(planes, out_channels, 3)]
         self.branch = nn.ModuleList(layers)
         self.shortcut = (
             _conv_bn(in_channels, out_channels, 1, stride)
@@ -76,7 +92,8 @@ class _Block(nn.Module):
 
 
 class ImageNetResNet(nn.Module):
-    """ResNet-``depth`` for 224×224 images (any size ≥ 32 works: the pool is adaptive)."""
+    """ResNet-``depth`` for 224×224 images (any size ≥ 32 works: the pool is adaptive);
+    ResNeXt with ``groups`` > 1."""
 
     def __init__(
         self,
@@ -85,18 +102,26 @@ class ImageNetResNet(nn.Module):
         *,
         in_channels: int = 3,
         zero_init_residual: bool = False,
+        groups: int = 1,
+        width_per_group: int = 64,
     ) -> None:
         super().__init__()
         if depth not in RESNET_LAYOUTS:
             raise ValueError(f"ResNet-{depth}: choose a depth of {sorted(RESNET_LAYOUTS)}")
         bottleneck, counts = RESNET_LAYOUTS[depth]
+        if not bottleneck and (groups, width_per_group) != (1, 64):
+            raise ValueError(
+                f"ResNet-{depth} has basic blocks, which do not group; ResNeXt needs a "
+                "bottleneck depth (50, 101 or 152)"
+            )
         self.stem = _conv_bn(in_channels, 64, 7, 2)
         blocks: list[_Block] = []
         channels = 64
         for stage, count in enumerate(counts):
             for index in range(count):
                 stride = 2 if stage > 0 and index == 0 else 1
-                blocks.append(_Block(channels, 64 * 2**stage, stride, bottleneck))
+                planes = 64 * 2**stage
+                blocks.append(_Block(channels, planes, stride, bottleneck, groups, width_per_group))
                 channels = blocks[-1].out_channels
         self.blocks = nn.Sequential(*blocks)
         self.fc = nn.Linear(channels, num_classes)
