@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -31,6 +32,20 @@ def test_a_steps_flops_are_counted_on_a_copy_and_leave_the_random_streams_alone(
     torch.manual_seed(1)
     step_flops(model, forward, torch.device("cpu"))
     assert torch.equal(torch.rand(3), untouched)  # the dropout's draws were forked
+
+
+@pytest.mark.parametrize("groups", [1, 4, 16])
+def test_a_convolutions_backward_counts_twice_its_forward_whatever_its_groups(
+    groups: int,
+) -> None:
+    """Input and weight gradients each take the forward's multiply-adds; torch's own
+    formula counts a grouped weight gradient ``groups`` times (pytorch#183405)."""
+    conv = nn.Conv2d(16, 32, 3, stride=2, padding=1, groups=groups, bias=False)
+    x = torch.randn(2, 16, 9, 9, requires_grad=True)
+    # 2 flops a multiply-add · batch 2 · 32 outputs · their inputs · 3×3 · a 5×5 output
+    forward = 2 * 2 * 32 * (16 // groups) * 9 * 5 * 5
+    flops = step_flops(conv, lambda m: m(x).sum(), torch.device("cpu"))
+    assert flops == 3 * forward
 
 
 def test_every_gemm_path_of_the_probe_computes_the_same_product() -> None:

@@ -4,7 +4,10 @@
   flop counter, on a copy of the model so the run's weights, statistics and random
   streams are untouched. The counter knows the GPU kernels of
   ``scaled_dot_product_attention`` but not the CPU one; its formulas are registered for
-  that kernel here, so attention counts on every device.
+  that kernel here, so attention counts on every device. Its convolution backward counts
+  a grouped convolution's weight gradient ``groups`` times over (to torch 2.13 at least:
+  pytorch/pytorch#183405); the count here divides it, so ResNeXt's step is 3× its forward
+  as for any convolution, not 4.7×.
 - :func:`peak_flops` is the peak a worker is measured against: a configured figure
   (an accelerator's data sheet), or a short GEMM probe on this machine with the
   worker's threads (the faster of torch's BLAS matmul and oneDNN: :func:`gemm_paths`),
@@ -31,14 +34,16 @@ import os
 import platform
 import resource
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.utils.flop_counter import (
     FlopCounterMode,
+    conv_flop_count,
     flop_registry,
     register_flop_formula,
     sdpa_backward_flop,
@@ -103,13 +108,68 @@ def _count_cpu_attention() -> None:
 _count_cpu_attention()
 
 
+def _swap(shape: Sequence[int]) -> list[int]:
+    return [shape[1], shape[0], *shape[2:]]
+
+
+def _weight_gradient_flops(
+    grad_out: Sequence[int], x: Sequence[int], weight: Sequence[int], transposed: bool
+) -> int:
+    """The weight gradient's FLOPs as torch's formula counts them (all groups as one)."""
+    a, b = (grad_out, x) if transposed else (x, grad_out)
+    return int(conv_flop_count(_swap(a), _swap(b), _swap(weight), transposed=False))
+
+
+_torch_conv_backward = flop_registry[torch.ops.aten.convolution_backward]  # shape-wrapped
+
+
+@cache
+def _torch_overcounts_groups() -> bool:
+    """Whether this torch counts a grouped convolution's weight gradient ``groups``
+    times: a depthwise 1×1 convolution of 4 channels takes 8 FLOPs forward, and its input
+    and weight gradients 8 each."""
+    shape, weight = [1, 4, 1, 1], [4, 1, 1, 1]
+    args = (shape, shape, weight, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 4)
+    total = _torch_conv_backward(*args, [True, True, False], out_val=[shape, weight, None])
+    return int(total) != 16
+
+
+def _conv_backward_flop(
+    grad_out_shape: Sequence[int],
+    x_shape: Sequence[int],
+    w_shape: Sequence[int],
+    bias: object,
+    stride: object,
+    padding: object,
+    dilation: object,
+    transposed: bool,
+    output_padding: object,
+    groups: int,
+    output_mask: Sequence[bool],
+    out_shape: Sequence[Sequence[int] | None],
+    **kwargs: object,
+) -> int:
+    """torch's convolution backward count, its weight gradient divided by ``groups``."""
+    args = (grad_out_shape, x_shape, w_shape, bias, stride, padding, dilation, transposed)
+    flops = int(_torch_conv_backward(*args, output_padding, groups, output_mask, out_val=out_shape))
+    weight = out_shape[1]
+    if groups > 1 and output_mask[1] and weight is not None and _torch_overcounts_groups():
+        term = _weight_gradient_flops(grad_out_shape, x_shape, weight, transposed)
+        flops -= term - term // groups
+    return flops
+
+
 def step_flops(
     model: nn.Module, step: Callable[[nn.Module], torch.Tensor], device: torch.device
 ) -> int:
     """FLOPs of ``step(model)`` (a forward pass returning the loss) and its backward, on a
     copy of ``model``; the caller's random streams are restored after."""
     shadow = copy.deepcopy(model)
-    with forked_rng(device), FlopCounterMode(display=False) as counter:
+    grouped = {torch.ops.aten.convolution_backward: _conv_backward_flop}
+    with (
+        forked_rng(device),
+        FlopCounterMode(display=False, custom_mapping=grouped) as counter,
+    ):
         step(shadow).backward()
     return int(counter.get_total_flops())
 
