@@ -1,6 +1,7 @@
 """Published scaling results on real clusters replayed cell by cell: Goyal et al. 2017
-(ResNet-50 on up to 352 P100s) and mlbench's task 2a (logistic regression on up to 64
-cloud nodes), each with the published figure, dmlbench's prediction and the error.
+(ResNet-50 on up to 352 P100s), PyTorch's DDP benchmark (four ImageNet models on up to
+16 V100s) and mlbench's task 2a (logistic regression on up to 64 cloud nodes), each with
+the published figure, dmlbench's prediction and the error.
 
     python benchmarks/replay_clusters.py
     python benchmarks/replay_clusters.py --json benchmarks/results/replays/clusters.json \
@@ -10,8 +11,9 @@ Inputs come from the papers and the hardware profiles (``src/dmlbench/perfmodel/
 hardware.yaml``, each figure with its data sheet); each replay calibrates compute from
 the paper's smallest configuration and predicts the larger ones. What is assumed (where
 no paper or data sheet says) is printed with the inputs. The adadamp paper's Table 2 is
-``benchmarks/replay_adadamp.py``. Li et al. 2020 (PyTorch DDP) is not replayed: its
-per-iteration latencies are in figures this machine cannot read (no copy of the paper).
+``benchmarks/replay_adadamp.py``. Li et al. 2020 (the DDP paper) is not replayed: its
+per-iteration latencies are in figures this machine cannot read (no copy of the paper);
+the DDP benchmark table its authors published in torch's repository stands in.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dmlbench.perfmodel.hardware import load_hardware
 from dmlbench.perfmodel.replays import (
     GOYAL_CLUSTER,
     GOYAL_TASK,
+    ddp_benchmark,
     goyal,
     median_abs_error,
     mlbench_2a,
@@ -34,7 +37,11 @@ from dmlbench.report.figures import cluster_scaling
 
 
 def show(unit: str, value: float) -> str:
-    return f"{value:.1%}" if not unit else f"{value:.1f} {unit}"
+    if not unit:
+        return f"{value:.1%}"
+    if unit == "s" and value < 10:
+        return f"{value * 1e3:.1f} ms"
+    return f"{value:.1f} {unit}"
 
 
 def main() -> None:
@@ -43,12 +50,20 @@ def main() -> None:
     parser.add_argument("--png", type=Path, help="draw Goyal et al.'s points beside the model")
     args = parser.parse_args()
     cost = task_cost(GOYAL_TASK)
-    replays = {"goyal": goyal(load_hardware(), cost), "mlbench-2a": mlbench_2a()}
+    hardware = load_hardware()
+    replays = {
+        "goyal": goyal(hardware, cost),
+        "ddp-benchmark": ddp_benchmark(hardware),
+        "mlbench-2a": mlbench_2a(),
+    }
     result = {}
     for name, (cells, inputs) in replays.items():
         print(f"\n## {cells[0].paper}\n")
         for key, value in inputs.items():
-            if key != "rows":
+            if key == "models":
+                for model, figures in value.items():
+                    print(f"- {model}: " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items()))
+            elif key != "rows":
                 print(f"- {key}: {value}")
         print("\n| workers | figure | published | dmlbench | error |")
         print("|---:|---|---:|---:|---:|")
@@ -61,14 +76,20 @@ def main() -> None:
         print(f"\nmedian |error|: {error:.1%}")
         print("\npredicted, every layout:")
         for row in inputs["rows"]:
-            print("  " + ", ".join(f"{k} {v:.4g}" for k, v in row.items() if v is not None))
+            print(
+                "  "
+                + ", ".join(
+                    f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in row.items()
+                    if v is not None
+                )
+            )
         result[name] = {
             "cells": [{**vars(c), "error": c.error} for c in cells],
             "median_abs_error": error,
             "inputs": inputs,
         }
     if args.png:
-        hardware = load_hardware()
         _, inputs = replays["goyal"]
         figure = cluster_scaling(
             {

@@ -21,7 +21,9 @@ from dmlbench.perfmodel.cluster import (
 )
 from dmlbench.perfmodel.hardware import DEFAULT_EFFICIENCY, compute_step_s, load_hardware
 from dmlbench.perfmodel.replays import (
+    DDP_CLUSTER,
     GOYAL_TASK,
+    ddp_benchmark,
     goyal,
     median_abs_error,
     mlbench_2a,
@@ -146,9 +148,27 @@ def test_the_published_replays_are_within_their_goal() -> None:
     assert 0 < inputs["achieved_tflops"] < 10.6  # under the P100's fp32 peak
     cells, inputs = mlbench_2a()
     rows = {row["workers"]: row for row in inputs["rows"]}
-    assert rows[2]["share"] == pytest.approx(0.12)  # the calibration point, by construction
+    assert [c.workers for c in cells] == [4, 8, 16, 32, 64]
+    assert rows[2]["share"] == pytest.approx(0.117)  # the calibration point, by construction
     assert all(math.isfinite(c.error) for c in cells)
     assert rows[64]["share"] > rows[8]["share"] > rows[2]["share"]
+
+
+def test_the_ddp_benchmark_replay_predicts_every_cell_from_the_one_gpu_step() -> None:
+    """40 cells: 4 models × 1–16 GPUs × two bucket sizes; the one-GPU step without DDP is
+    the compute, so comm is the only difference between the cells of a model."""
+    cells, inputs = ddp_benchmark(load_hardware())
+    assert len(cells) == 40 and {c.workers for c in cells} == {1, 2, 4, 8, 16}
+    assert median_abs_error(cells) <= 0.15 and all(abs(c.error) <= 0.25 for c in cells)
+    rows = [r for r in inputs["rows"] if r["model"] == "resnext101_32x8d"]
+    assert rows[0]["step_s"] == pytest.approx(0.415)  # 1 GPU: no all-reduce at all
+    assert rows[4]["allreduce_s"] > rows[3]["allreduce_s"] > 0  # 16 GPUs cross InfiniBand
+    one_mb = [r for r in rows if r["bucket_mb"] == 1]
+    assert one_mb[4]["allreduce_s"] > rows[4]["allreduce_s"]  # 1 MB buckets: more messages
+    # a V100's fp32 peak is 15.7 TFLOP/s: each model's one-GPU step stays under it
+    assert all(0 < m["achieved_tflops"] < 15.7 for m in inputs["models"].values())
+    points = published_points(GOYAL_TASK, DDP_CLUSTER)
+    assert [p["workers"] for p in points] == [8, 16] and points[1]["speedup"] == 2.0
 
 
 def test_the_simulate_command_on_a_cluster_profile(dmlbench, tmp_path: Path) -> None:

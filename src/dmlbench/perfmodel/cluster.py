@@ -32,6 +32,7 @@ from dmlbench.perfmodel.hardware import (
     load_hardware,
 )
 from dmlbench.perfmodel.model import Layout, cluster_allreduce_time
+from dmlbench.spec.recipe import ModelSpec
 
 MIB = 2**20
 FIRST_BUCKET_BYTES = 1 * MIB  # torch's _DEFAULT_FIRST_BUCKET_BYTES
@@ -50,10 +51,7 @@ class TaskCost:
 
 def task_cost(task: str, local_batch: int | None = None) -> TaskCost:
     """A registered task's step cost at ``local_batch`` (the recipe's by default)."""
-    from dmlbench.models import build_model
     from dmlbench.tasks import get_task
-    from dmlbench.train.hardware import step_flops
-    from dmlbench.train.losses import LOSSES
 
     definition = get_task(task)
     shape, outputs = definition.input_shape, definition.num_outputs
@@ -62,21 +60,47 @@ def task_cost(task: str, local_batch: int | None = None) -> TaskCost:
             f"{task} declares no input shape, so its step cannot be counted without its "
             "data; simulate it from its runs instead (no --cluster)"
         )
-    batch = local_batch or definition.recipe.local_batch
-    tokens = definition.loss == "next_token"
+    return model_cost(
+        task,
+        definition.recipe.model,
+        shape,
+        outputs,
+        local_batch or definition.recipe.local_batch,
+        loss=definition.loss,
+        train_examples=definition.train_examples,
+    )
+
+
+def model_cost(
+    name: str,
+    model_spec: ModelSpec,
+    shape: tuple[int, ...],
+    outputs: int,
+    local_batch: int,
+    *,
+    loss: str = "cross_entropy",
+    train_examples: int | None = None,
+) -> TaskCost:
+    """A model's step cost on ``local_batch`` examples of ``shape``: forward and backward
+    FLOPs counted on the meta device (no data, no memory) and its gradient bytes."""
+    from dmlbench.models import build_model
+    from dmlbench.train.hardware import step_flops
+    from dmlbench.train.losses import LOSSES
+
+    tokens = loss == "next_token"
     meta = torch.device("meta")
     with meta:
-        model = build_model(definition.recipe.model, shape, outputs)
+        model = build_model(model_spec, shape, outputs)
         if tokens:
-            x = torch.zeros(batch, *shape, dtype=torch.long)
-            y = torch.zeros(batch, *shape, dtype=torch.long)
+            x = torch.zeros(local_batch, *shape, dtype=torch.long)
+            y = torch.zeros(local_batch, *shape, dtype=torch.long)
         else:
-            x = torch.zeros(batch, *shape)
-            y = torch.zeros(batch, dtype=torch.long)
-    loss_fn = LOSSES[definition.loss][0]
+            x = torch.zeros(local_batch, *shape)
+            y = torch.zeros(local_batch, dtype=torch.long)
+    loss_fn = LOSSES[loss][0]
     flops = step_flops(model, lambda m: loss_fn(m(x), y).mean(), meta)
     gradient_bytes = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
-    return TaskCost(task, batch, float(flops), float(gradient_bytes), definition.train_examples)
+    return TaskCost(name, local_batch, float(flops), float(gradient_bytes), train_examples)
 
 
 def ddp_buckets(
@@ -122,17 +146,19 @@ def scale(
     efficiency: float,
     algorithm: str = "ring",
     compute_s: float | None = None,
+    bucket_cap: float = BUCKET_CAP_BYTES,
 ) -> list[dict[str, Any]]:
     """One row per node count: weak scaling (each device keeps ``cost.local_batch``).
     ``compute_s`` replaces the FLOP-based step (a calibration: the compute of one
-    device's step measured, e.g. a paper's single-node point)."""
+    device's step measured, e.g. a paper's single-node point); ``bucket_cap`` is DDP's
+    ``bucket_cap_mb`` in bytes."""
     per_node = devices_per_node or cluster.devices_per_node
     step_compute = compute_s or compute_step_s(
         cost.flops_per_step, cluster.accelerator, dtype, efficiency
     )
     inter, intra = cluster.links(per_node)
     calibration = cluster.calibration()
-    buckets = ddp_buckets(cost.gradient_bytes)
+    buckets = ddp_buckets(cost.gradient_bytes, cap=bucket_cap)
     rows: list[dict[str, Any]] = []
     for count in nodes:
         workers = count * per_node
