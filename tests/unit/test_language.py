@@ -3,6 +3,7 @@ corpora checked, tokenised once and memory-mapped as shifted windows."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zipfile
 from pathlib import Path
@@ -204,6 +205,128 @@ def test_saved_for_backward_counts_activations_once_and_not_parameters() -> None
         y = layer(x)  # saves x (the weight is a parameter: not an activation)
         (y * y).sum()  # saves y, twice, counted once
     assert saved.bytes == x.numel() * 4 + y.numel() * 4
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize(
+    ("name", "options", "shape", "outputs", "loss"),
+    [
+        ("gpt", {"width": 32, "depth": 2, "heads": 4}, (16,), 50, "next_token"),
+        ("imagenet-resnet", {"depth": 18}, (3, 32, 32), 10, "cross_entropy"),
+    ],
+)
+def test_a_meta_replica_saves_for_backward_what_the_model_saves_on_the_cpu(
+    name: str, options: dict, shape: tuple[int, ...], outputs: int, loss: str, autocast: bool
+) -> None:
+    """The bytes autograd keeps, counted on the meta device, equal those of the real
+    model on this CPU, in float32 and in torch's CPU autocast: the casts autocast makes,
+    and attention's fused kernel (the meta device's own path keeps the whole matrix)."""
+    import contextlib
+
+    from dmlbench.train.memory import AsOnDevice, SavedForBackward
+
+    spec = ModelSpec(name=name, options=options)
+    loss_fn = LOSSES[loss][0]
+
+    def batch(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        if loss == "next_token":
+            ids = torch.randint(0, outputs, (2, *shape)).to(device)
+            return ids, ids  # the next tokens are the same sequences
+        return torch.randn(2, *shape).to(device), torch.zeros(2, dtype=torch.long).to(device)
+
+    dtype = torch.bfloat16 if autocast else None
+    torch.manual_seed(0)
+    model = build_model(spec, shape, outputs)
+    x, y = batch("cpu")
+    cpu_autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    with SavedForBackward(model) as real, cpu_autocast if autocast else contextlib.nullcontext():
+        loss_fn(model(x), y).mean()
+    with torch.device("meta"):
+        replica = build_model(spec, shape, outputs)
+    x, y = batch("meta")
+    with SavedForBackward(replica) as emulated, AsOnDevice("cpu", dtype):
+        loss_fn(replica(x), y).mean()
+    with SavedForBackward(replica) as unaware:  # the meta device's own path, float32
+        loss_fn(replica(x), y).mean()
+    assert emulated.bytes == real.bytes
+    if autocast or name == "gpt":  # the casts; the attention matrices
+        assert emulated.bytes != unaware.bytes
+
+
+def test_fused_attention_counts_the_models_flops_not_its_recomputation() -> None:
+    """A GPT step's FLOPs are the same through attention's fused kernel as through the
+    unfused path, in float32 and in bf16: the kernel's recomputed scores are not the
+    model's work."""
+    from dmlbench.train.hardware import step_flops
+    from dmlbench.train.memory import AsOnDevice
+
+    spec = ModelSpec(name="gpt", options={"width": 32, "depth": 2, "heads": 4})
+    with torch.device("meta"):
+        model = build_model(spec, (16,), 50)
+        ids = torch.zeros(2, 16, dtype=torch.long)
+    loss_fn = LOSSES["next_token"][0]
+
+    def counted(*modes: object) -> int:
+        def forward(m: torch.nn.Module) -> torch.Tensor:
+            with contextlib.ExitStack() as stack:
+                for mode in modes:
+                    stack.enter_context(mode)  # type: ignore[arg-type]
+                return loss_fn(m(ids), ids).mean()
+
+        return step_flops(model, forward, torch.device("cpu"))
+
+    unfused = counted()
+    assert counted(AsOnDevice("cpu")) == unfused
+    assert counted(AsOnDevice("cuda", torch.bfloat16)) == unfused
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_activation_checkpointing_recomputes_under_the_forwards_modes(
+    dtype: torch.dtype | None,
+) -> None:
+    """Backward recomputes each checkpointed block as its forward ran, under
+    ``AsOnDevice`` too (autograd's engine drops torch-function modes): no mismatch, the
+    recomputed forward's FLOPs counted, and fewer bytes kept than without."""
+    from dmlbench.train.hardware import step_flops
+    from dmlbench.train.memory import AsOnDevice, SavedForBackward
+
+    loss_fn = LOSSES["next_token"][0]
+    found = {}
+    for checkpointed in (False, True):
+        options = {"width": 32, "depth": 2, "heads": 4, "checkpoint_activations": checkpointed}
+        with torch.device("meta"):
+            model = build_model(ModelSpec(name="gpt", options=options), (16,), 50)
+            ids = torch.zeros(2, 16, dtype=torch.long)
+        saved = SavedForBackward(model)
+
+        def forward(
+            m: torch.nn.Module, saved: SavedForBackward = saved, ids: torch.Tensor = ids
+        ) -> torch.Tensor:
+            with saved:
+                return loss_fn(m(ids), ids).mean()
+
+        with AsOnDevice("cuda", dtype):
+            found[checkpointed] = (step_flops(model, forward, torch.device("cpu")), saved.bytes)
+    assert found[True][0] > found[False][0]  # the blocks' forward again
+    assert found[True][1] < found[False][1]
+
+
+def test_meta_autocast_follows_each_devices_op_lists() -> None:
+    """CUDA's autocast runs layer norm and softmax in float32, the CPU's in bfloat16;
+    both run linear layers in bfloat16 and losses in float32 (torch's op reference)."""
+    from dmlbench.train.memory import AsOnDevice
+
+    x, w = torch.zeros(4, 8, device="meta"), torch.zeros(8, 8, device="meta")
+    target = torch.zeros(4, dtype=torch.long, device="meta")
+    for device, norm_dtype in (("cuda", torch.float32), ("cpu", torch.bfloat16)):
+        with AsOnDevice(device, torch.bfloat16):
+            hidden = torch.nn.functional.linear(x, w)
+            normed = torch.nn.functional.layer_norm(hidden, (8,))
+            weights = torch.softmax(hidden, -1)
+            loss = torch.nn.functional.cross_entropy(hidden, target)
+        assert hidden.dtype == torch.bfloat16 and loss.dtype == torch.float32
+        assert normed.dtype == weights.dtype == norm_dtype
 
 
 def test_predicted_memory_by_strategy() -> None:

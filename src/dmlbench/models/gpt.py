@@ -10,12 +10,38 @@ parameters.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.overrides
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+
+def _recompute_as_forward() -> tuple[AbstractContextManager[None], AbstractContextManager[None]]:
+    """Checkpoint's ``context_fn``: recompute under the torch-function modes forward ran
+    under, as checkpoint already does for autocast. Autograd's engine runs backward
+    without them, and a mode that changes what forward computes (dmlbench counts a
+    step's memory on a meta replica under one) would otherwise recompute something
+    else."""
+    current: Callable[[], list[Any]] = getattr(
+        torch.overrides, "_get_current_function_mode_stack", list
+    )
+    modes = current()
+
+    @contextlib.contextmanager
+    def again() -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for mode in modes:
+                stack.enter_context(mode)
+            yield
+
+    return contextlib.nullcontext(), again()
 
 
 class CausalSelfAttention(nn.Module):
@@ -110,7 +136,7 @@ class GPT(nn.Module):
         x = self.drop(self.tokens(ids) + self.positions(where))
         for block in self.blocks:
             if self.checkpoint_activations and self.training:
-                x = checkpoint(block, x, use_reentrant=False)
+                x = checkpoint(block, x, use_reentrant=False, context_fn=_recompute_as_forward)
             else:
                 x = block(x)
         return self.head(self.norm(x))

@@ -47,6 +47,7 @@ from torch.utils.flop_counter import (
     flop_registry,
     register_flop_formula,
     sdpa_backward_flop,
+    sdpa_backward_flop_count,
     sdpa_flop,
 )
 
@@ -159,13 +160,37 @@ def _conv_backward_flop(
     return flops
 
 
+def _attention_backward_flop(
+    grad_out_shape: Sequence[int],
+    query_shape: Sequence[int],
+    key_shape: Sequence[int],
+    value_shape: Sequence[int],
+    *args: object,
+    **kwargs: object,
+) -> int:
+    """A fused attention's backward as the model's FLOPs: the four products of its
+    gradients, without the kernel's recomputation of the scores (MFU counts the model's
+    work; the unfused path, which keeps the scores, does exactly these four)."""
+    b, heads, s_q, d_q = query_shape
+    s_k = key_shape[2]
+    recompute = 2 * b * heads * s_q * d_q * s_k
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape) - recompute
+
+
 def step_flops(
     model: nn.Module, step: Callable[[nn.Module], torch.Tensor], device: torch.device
 ) -> int:
     """FLOPs of ``step(model)`` (a forward pass returning the loss) and its backward, on a
-    copy of ``model``; the caller's random streams are restored after."""
+    copy of ``model``; the caller's random streams are restored after. Model FLOPs: a
+    grouped convolution's weight gradient once, a fused attention's backward without
+    its recomputation."""
     shadow = copy.deepcopy(model)
-    grouped = {torch.ops.aten.convolution_backward: _conv_backward_flop}
+    grouped = {
+        torch.ops.aten.convolution_backward: _conv_backward_flop,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+            _attention_backward_flop
+        ),
+    }
     with (
         forked_rng(device),
         FlopCounterMode(display=False, custom_mapping=grouped) as counter,

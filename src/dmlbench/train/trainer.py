@@ -53,6 +53,7 @@ from dmlbench.train.hardware import (
 )
 from dmlbench.train.losses import LOSSES
 from dmlbench.train.memory import (
+    AsOnDevice,
     SavedForBackward,
     local_bytes,
     optimizer_state,
@@ -357,13 +358,17 @@ class Trainer:
         if self.channels_last:
             shadow.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
+        dtype = None if self.spec.recipe.precision == "fp32" else torch.bfloat16
+
         def forward(model: nn.Module) -> torch.Tensor:
-            with SavedForBackward(model) as saved, self.autocast():
+            with SavedForBackward(model) as saved:
                 loss = self.loss_fn(model(x), y).mean()
             self.activation_bytes = saved.bytes  # a split batch's halves free in turn
             return loss
 
-        return parts * step_flops(shadow, forward, self.device)
+        # backward too: activation checkpointing recomputes forward there, as it ran
+        with AsOnDevice(self.device.type, dtype):
+            return parts * step_flops(shadow, forward, self.device)
 
     def _compile(self) -> float:
         """``torch.compile`` the model and compile it with one forward and backward, before
