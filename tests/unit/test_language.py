@@ -327,6 +327,12 @@ def test_meta_autocast_follows_each_devices_op_lists() -> None:
             loss = torch.nn.functional.cross_entropy(hidden, target)
         assert hidden.dtype == torch.bfloat16 and loss.dtype == torch.float32
         assert normed.dtype == weights.dtype == norm_dtype
+    # attention of any rank: (batch, heads, tokens, width) by the fused kernel, else torch's
+    for shape in ((2, 4, 16, 8), (2, 16, 8)):
+        q = torch.zeros(shape, device="meta")
+        with AsOnDevice("cuda", torch.bfloat16):
+            out = torch.nn.functional.scaled_dot_product_attention(q, q, q, scale=0.5)
+        assert out.shape == shape and out.dtype == torch.bfloat16
 
 
 def test_predicted_memory_by_strategy() -> None:

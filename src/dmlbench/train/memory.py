@@ -157,9 +157,16 @@ def _fused_attention(
     """``F.scaled_dot_product_attention`` by a fused kernel (the CPU's flash attention,
     which has a meta kernel): it saves what CUDA's flash and memory-efficient kernels
     save for backward."""
-    if kwargs.get("enable_gqa"):
+    if kwargs.get("enable_gqa") or query.dim() != 4:  # the kernel takes (batch, heads, …)
         return F.scaled_dot_product_attention(
-            query, key, value, attn_mask, dropout_p, is_causal, scale, **kwargs
+            query,
+            key,
+            value,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            scale=scale,
+            **kwargs,
         )
     fused = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     output, _ = fused(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
