@@ -5,6 +5,12 @@ Reading: a spec or sweep file may come from anyone, so reading one is bounded: a
 once YAML's anchors and aliases are expanded (a 544-byte "billion laughs" file expands
 to 10⁹ values and would tie up validation for minutes).
 
+Any other file from outside (a run folder being imported, a corpus, a token cache's
+metadata, a hardware profile) is read through :func:`read_bounded`: only a regular file
+(a symbolic link is followed to one), opened without blocking, so a named pipe or a
+device (``spec.json -> /dev/zero``) is refused in one line instead of hanging or
+filling memory, and never more than the caller's bound.
+
 Writing (reports, exports, figures, job files): :func:`write_file` writes a whole new
 file beside the target and renames it into place, so a reader sees the old file or the
 new one. The rename replaces whatever has that name, so it is done only over a regular
@@ -16,13 +22,16 @@ replaced) is refused in one line and left as it is.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import DmlbenchError, SpecError
+from dmlbench.names import shorten
 
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 64
@@ -70,18 +79,12 @@ def load_mapping_file(path: Path, what: str, holds: str) -> dict[str, Any]:
 
     import yaml
 
-    if not path.is_file():
-        raise SpecError(f"{what} {path} does not exist")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise SpecError(
-            f"{what} {path} is {path.stat().st_size:,} bytes; at most {MAX_FILE_BYTES:,}"
-        )
     try:
-        text = path.read_text()
+        text = read_bounded(path, MAX_FILE_BYTES, what, SpecError).decode()
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
         expanded_size(data)
     except (yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise SpecError(f"{what} {path} is not valid: {str(error).splitlines()[0]}") from None
+        raise SpecError(f"{what} {path} is not valid: {_parse_error(error)}") from None
     except RecursionError:
         raise SpecError(f"{what} {path} is nested too deeply") from None
     except ValueError as error:
@@ -89,6 +92,97 @@ def load_mapping_file(path: Path, what: str, holds: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise SpecError(f"{what} {path} must hold a mapping of {holds}")
     return data
+
+
+def _parse_error(error: Exception) -> str:
+    """What was wrong with a file, without echoing its content: a YAML error's problem and
+    position, a TOML error's message (its position), a decode error's byte offset. A
+    file given by mistake (``--hardware /etc/shadow``) must not be printed back."""
+    import yaml
+
+    if isinstance(error, yaml.MarkedYAMLError):
+        where = error.problem_mark
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        return f"{error.problem or error.context or 'malformed YAML'}{at}"
+    if isinstance(error, UnicodeDecodeError):
+        return f"it is not UTF-8 text (byte {error.start:,})"
+    return shorten(str(error).splitlines()[0])
+
+
+class InputError(DmlbenchError):
+    """A file from outside is not a regular file, or is larger than its reader's bound."""
+
+
+def read_bounded(
+    path: Path,
+    limit: int,
+    what: str = "file",
+    error: type[DmlbenchError] = InputError,
+) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes (a symbolic link
+    is followed). Anything else is refused in one line (``error``, naming ``what`` and
+    the path) without blocking or reading it: a missing file, a folder, a named pipe
+    (opened non-blocking, so its writer is never waited for), a device (``/dev/zero``
+    would fill memory), a file over ``limit`` or one that grows past it while read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist") from None
+    except OSError as failure:
+        raise error(f"cannot read the {what} {path}: {failure.strerror}") from None
+    try:
+        found = os.fstat(fd)
+        kind = _not_regular(found.st_mode)
+        if kind:
+            raise error(f"the {what} {path} is {kind}, not a regular file: give a file's path")
+        if found.st_size > limit:
+            raise error(f"the {what} {path} is {found.st_size:,} bytes; at most {limit:,} are read")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            data = stream.read(limit + 1)
+    except OSError as failure:
+        raise error(f"cannot read the {what} {path}: {failure.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise error(f"the {what} {path} grew past {limit:,} bytes while it was read")
+    return data
+
+
+def check_input_file(
+    path: Path, limit: int, what: str = "file", error: type[DmlbenchError] = InputError
+) -> int:
+    """The size of ``path`` if it is a regular file (a link followed) of at most ``limit``
+    bytes, for readers that stream or map it themselves; one line otherwise."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist") from None
+    except OSError as failure:
+        raise error(f"cannot read the {what} {path}: {failure.strerror}") from None
+    kind = _not_regular(found.st_mode)
+    if kind:
+        raise error(f"the {what} {path} is {kind}, not a regular file: give a file's path")
+    if found.st_size > limit:
+        raise error(f"the {what} {path} is {found.st_size:,} bytes; at most {limit:,} are read")
+    return found.st_size
+
+
+@contextlib.contextmanager
+def locked(path: Path, what: str = "data folder") -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (made if missing) while the block runs: one
+    process at a time prepares a shared folder (unpacks archives, tokenises a corpus);
+    the others wait, then find it made. The kernel drops the lock when its holder dies,
+    however it dies."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        raise DmlbenchError(f"cannot lock the {what} ({path}): {error.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def check_output_file(path: Path, what: str = "output file") -> Path:
@@ -113,10 +207,13 @@ def check_output_file(path: Path, what: str = "output file") -> Path:
     return path
 
 
-def check_output_folder(path: Path, what: str = "output folder") -> Path:
-    """``path`` if it is a folder or a free name (made here); otherwise one line."""
+def check_output_folder(path: Path, what: str = "output folder", *, make: bool = True) -> Path:
+    """``path`` if it is a folder or a free name (made here unless ``make`` is false);
+    otherwise one line."""
     if path.exists() and not path.is_dir():
         raise DmlbenchError(f"the {what} {path} is not a folder: give a folder's path")
+    if not make:
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -167,6 +264,19 @@ def write_file(
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
     return path
+
+
+def write_figure(figure: Any, path: Path, what: str = "figure", dpi: int = 200) -> Path:
+    """A matplotlib figure as a PNG at exactly ``path``, through :func:`write_file`:
+    matplotlib's own ``savefig(path)`` would write through a symbolic link, open a
+    device, and add ``.png`` to a name without a suffix (``--png /dev/full`` made
+    ``/dev/full.png``). Refused before drawing when the path is not writable."""
+    import io
+
+    check_output_file(path, what)
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=dpi)
+    return write_file(path, image.getvalue(), what)
 
 
 def _umask() -> int:

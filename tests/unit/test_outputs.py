@@ -144,3 +144,104 @@ def test_markup_in_user_text_is_printed_literally_by_every_command(
         assert "MarkupError" not in err and "Traceback" not in err, err
         shown = "".join((out + err).split())  # tables wrap long cells
         assert wanted.replace(" ", "") in shown, (args, out)
+
+
+# Every option that names something dmlbench reads from the user; the rest of the Path
+# options are outputs, marked by their callback (``checked_output``). A new Path option
+# must be put in one or the other: the walk below fails on one it does not know.
+INPUT_OPTIONS = {"store", "prices", "config", "data_dir", "import_dirs", "hardware", "file"}
+# What each command with an output option needs besides it, to reach the check.
+OUTPUT_CALLS = {
+    ("report", "out"): ("report", "--store", "{store}", "--out"),
+    ("report", "png"): ("report", "--store", "{store}", "--png"),
+    ("export", "out"): ("export", "--store", "{store}", "--out"),
+    ("simulate", "png"): ("simulate", "imagenet-resnet50", "--cluster", "dgx-a100", "--png"),
+    ("slurm", "out"): ("slurm", "digits-mlp", "--out"),
+    ("k8s", "out"): ("k8s", "digits-mlp", "--image", "img", "--out"),
+}
+
+
+def _path_options() -> dict[tuple[str, str], str | None]:
+    """(command, option) → "file", "folder" (an output) or None (an input), for every
+    option of every command (subcommands too) whose type is a path."""
+    import typing
+
+    import typer
+
+    from dmlbench.cli.app import app
+
+    def walk(group: typing.Any, prefix: str = "") -> typing.Iterator[tuple[str, typing.Any]]:
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):
+                yield from walk(command, f"{prefix}{name} ")
+            else:
+                yield f"{prefix}{name}", command
+
+    found = {}
+    for name, command in walk(typer.main.get_command(app)):
+        hints = typing.get_type_hints(command.callback)
+        for param in command.params:
+            if "Path" in repr(hints.get(param.name)):
+                found[(name, param.name)] = getattr(param.callback, "output", None)
+    return found
+
+
+def test_every_output_option_refuses_what_is_not_a_regular_file_or_folder(
+    dmlbench, stored: Path, tmp_path: Path
+) -> None:
+    """Issue 53: `simulate --png` wrote through a symbolic link, made `/dev/full.png`
+    from `--png /dev/full`, wrote `DIR.png` for a folder, and gave a FIFO a traceback:
+    it called matplotlib's savefig past the checks `report --out` had. Every output
+    option of every command now goes through the one checked writer, refused before
+    any work in one line, the thing named left as it was."""
+    options = _path_options()
+    outputs = {key: kind for key, kind in options.items() if kind is not None}
+    unknown = {key for key, kind in options.items() if kind is None and key[1] not in INPUT_OPTIONS}
+    assert unknown == set(), f"classify these path options: {unknown}"
+    assert set(outputs) == set(OUTPUT_CALLS), "each output option needs a call here"
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    (hostile / "link").symlink_to(victim)
+    _fifo(hostile / "pipe")
+    (hostile / "folder").mkdir()
+    if os.geteuid() == 0:
+        os.mknod(hostile / "full", 0o600 | stat.S_IFCHR, os.makedev(1, 7))  # /dev/full's
+    for (command, option), kind in sorted(outputs.items()):
+        cases = {"link": "is a symbolic link", "pipe": "is a named pipe"}
+        if kind == "file":
+            cases["folder"] = "is a folder"
+            if os.geteuid() == 0:
+                cases["full"] = "is a device"
+        else:
+            cases = {"link": "is not a folder", "pipe": "is not a folder"}
+        for name, message in cases.items():
+            call = [part.format(store=stored) for part in OUTPUT_CALLS[(command, option)]]
+            code, _, err = dmlbench(*call, str(hostile / name))
+            assert code == 2 and message in err, (command, option, name, err)
+            assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert victim.read_text() == "keep"
+    assert sorted(os.listdir(hostile)) == sorted(
+        ["link", "pipe", "folder", "full"][: 3 + (os.geteuid() == 0)]
+    )
+    assert os.listdir(hostile / "folder") == []
+    assert not Path("/dev/full.png").exists()
+
+
+def test_simulate_writes_its_png_at_exactly_the_path_given(dmlbench, tmp_path: Path) -> None:
+    target = tmp_path / "scaling"  # no suffix: matplotlib would have written scaling.png
+    code, _, err = dmlbench(
+        "simulate",
+        "imagenet-resnet50",
+        "--cluster",
+        "dgx-a100",
+        "--nodes",
+        "1,2",
+        "--png",
+        str(target),
+    )
+    assert code == 0, err
+    assert (
+        target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not target.with_suffix(".png").exists()
+    )

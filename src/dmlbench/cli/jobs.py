@@ -17,11 +17,12 @@ from dmlbench.cli.options import (
     SetOption,
     StoreOption,
     TaskArgument,
+    checked_output,
     console,
     load_config,
     store_path,
 )
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import DmlbenchError, SpecError
 
 
 def _cluster_spec(
@@ -73,7 +74,12 @@ def slurm(
     config: ConfigOption = None,
     overrides: SetOption = None,
     store: StoreOption = None,
-    out: Annotated[Path | None, typer.Option(help="write the script here, not stdout")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="write the script here, not stdout", callback=checked_output("batch script")
+        ),
+    ] = None,
     submit: Annotated[bool, typer.Option("--submit", help="submit it with sbatch")] = False,
 ) -> None:
     """Write an sbatch script that runs a task (or a sweep) on Slurm nodes.
@@ -98,7 +104,10 @@ def slurm(
         if config or overrides:
             raise DmlbenchError("--config and --set apply to a task; put them in the sweep file")
         sweep_spec = load_sweep_file(given)  # refused here, not on the cluster
-        embedded, suffix, name = given.read_text(), given.suffix, sweep_spec.name
+        from dmlbench.files import MAX_FILE_BYTES, read_bounded
+
+        embedded = read_bounded(given, MAX_FILE_BYTES, "sweep file", SpecError).decode()
+        suffix, name = given.suffix, sweep_spec.name
         command = [*program, "sweep", "{file}", "--store", str(root)]
     else:
         if array:
@@ -168,7 +177,12 @@ def k8s(
     ] = False,
     config: ConfigOption = None,
     overrides: SetOption = None,
-    out: Annotated[Path | None, typer.Option(help="write the manifests here, not stdout")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="write the manifests here, not stdout", callback=checked_output("manifest file")
+        ),
+    ] = None,
 ) -> None:
     """Write Kubernetes manifests that run one task on several pods.
 

@@ -4,6 +4,7 @@ and JSON helpers. Light imports only: `dmlbench --help` must not wait for torch.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -115,6 +116,27 @@ EpochsOption = Annotated[
 ]
 
 
+def checked_output(what: str, folder: bool = False) -> Any:
+    """An option callback that refuses an output path in one line before the command
+    does any work: a file option (``--out``, ``--png``) takes a regular file or a free
+    name, a folder option a folder or a free name (see :mod:`dmlbench.files`). The
+    writer checks again as it writes; this is so that nothing is computed in vain.
+    ``output`` on the callback marks the option for the test that walks every command."""
+
+    def check(value: Path | None) -> Path | None:
+        if value is not None:
+            from dmlbench.files import check_output_file, check_output_folder
+
+            if folder:
+                check_output_folder(value, what, make=False)
+            else:
+                check_output_file(value, what)
+        return value
+
+    check.output = "folder" if folder else "file"  # type: ignore[attr-defined]
+    return check
+
+
 def store_path(given: Path | None) -> Path:
     """--store, or the default store read now: ``DMLBENCH_STORE`` as the command runs."""
     from dmlbench.results.store import default_store
@@ -123,8 +145,26 @@ def store_path(given: Path | None) -> Path:
 
 
 def print_json(data: Any) -> None:
-    """``data`` as JSON on stdout; stored records in their ``as_dict()`` form."""
-    sys.stdout.write(json.dumps(data, indent=2, default=_jsonable) + "\n")
+    """``data`` as strict JSON on stdout; stored records in their ``as_dict()`` form. A
+    float that is not finite (a diverged run's loss) is ``null``: JSON has no NaN, and
+    strict readers (jq, browsers) refuse Python's bare ``NaN``."""
+    try:
+        text = json.dumps(data, indent=2, default=_jsonable, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_strict(data), indent=2, default=_jsonable, allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def _strict(value: Any) -> Any:
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(item) for item in value]
+    return value
 
 
 def _jsonable(value: Any) -> Any:

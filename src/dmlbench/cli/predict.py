@@ -14,6 +14,7 @@ from dmlbench.cli.options import (
     PriceOption,
     PricesOption,
     StoreOption,
+    checked_output,
     console,
     print_json,
     require_store,
@@ -44,7 +45,13 @@ def simulate(
     store: StoreOption = None,
     price: PriceOption = None,
     prices: PricesOption = None,
-    png: Annotated[Path | None, typer.Option(help="write the predicted speedup plot here")] = None,
+    png: Annotated[
+        Path | None,
+        typer.Option(
+            help="write the predicted speedup plot here (PNG)",
+            callback=checked_output("--png file"),
+        ),
+    ] = None,
     epochs: EpochsOption = None,
     host_bandwidth: Annotated[
         str | None,
@@ -71,7 +78,9 @@ def simulate(
     ] = None,
     devices_per_node: Annotated[
         int | None,
-        typer.Option(help="with --cluster: devices per node (default: the profile's)", min=1),
+        typer.Option(
+            help="with --cluster: devices per node (default: the profile's)", min=1, max=1024
+        ),
     ] = None,
     efficiency: Annotated[
         float | None,
@@ -136,14 +145,15 @@ def simulate(
         from dmlbench.cli.views.predictions import prediction_table
 
         console.print(prediction_table(result))
-        console.print(f"saved to {saved}; `dmlbench report` draws it", markup=False)
+        console.print(f"saved to {saved}; `dmlbench report` draws it", markup=False, soft_wrap=True)
     if png:
+        from dmlbench.files import write_figure
         from dmlbench.report.figures import predicted_speedup
 
         runs = plural(simulation.calibration.runs, "run")
         title = f"{task} · predicted · calibrated on {runs}"
-        predicted_speedup(simulation.rows, title).savefig(png, dpi=200)
-        console.print(f"speedup plot: {png}", markup=False)
+        write_figure(predicted_speedup(simulation.rows, title), png, "--png file")
+        console.print(f"speedup plot: {png}", markup=False, soft_wrap=True)
 
 
 def advise(
@@ -254,7 +264,8 @@ def _simulate_cluster(
     else:
         console.print(cluster_table(result))
     if png:
+        from dmlbench.files import write_figure
         from dmlbench.report.figures import cluster_scaling
 
-        cluster_scaling(result).savefig(png, dpi=200)
-        console.print(f"scaling plot: {png}", markup=False)
+        write_figure(cluster_scaling(result), png, "--png file")
+        console.print(f"scaling plot: {png}", markup=False, soft_wrap=True)

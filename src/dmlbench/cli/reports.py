@@ -19,6 +19,7 @@ from dmlbench.cli.options import (
     StoreOption,
     SweepFilter,
     TaskFilter,
+    checked_output,
     console,
     require_store,
     selected_runs,
@@ -31,14 +32,24 @@ from dmlbench.report.formats import plural
 def report(
     store: StoreOption = None,
     out: Annotated[
-        Path | None, typer.Option(help="HTML file to write (default: STORE/report.html)")
+        Path | None,
+        typer.Option(
+            help="HTML file to write (default: STORE/report.html)",
+            callback=checked_output("report"),
+        ),
     ] = None,
     sweep: SweepFilter = None,
     task: TaskFilter = None,
     budget: BudgetOption = None,
     price: PriceOption = None,
     prices: PricesOption = None,
-    png: Annotated[Path | None, typer.Option(help="also write every figure as PNG here")] = None,
+    png: Annotated[
+        Path | None,
+        typer.Option(
+            help="also write every figure as PNG into this folder",
+            callback=checked_output("--png folder", folder=True),
+        ),
+    ] = None,
     include_disturbed: IncludeDisturbedOption = False,
 ) -> None:
     """Scaling tables in the terminal and one self-contained HTML report with plots."""
@@ -93,9 +104,10 @@ def report(
         f"report: {target} ({plural(figures, 'figure')}, {plural(len(runs), 'run')}; cost at "
         f"{chosen.label})",
         markup=False,
+        soft_wrap=True,  # a path, whole: it can be copied as printed
     )
     if pngs:
-        console.print(f"{len(pngs)} PNG files in {png}", markup=False)
+        console.print(f"{len(pngs)} PNG files in {png}", markup=False, soft_wrap=True)
 
 
 def compare(
@@ -180,7 +192,13 @@ def compare(
 
 
 def export(
-    out: Annotated[Path, typer.Option(help="folder for runs/evals/phases files")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="folder for runs/evals/phases files",
+            callback=checked_output("export folder", folder=True),
+        ),
+    ],
     store: StoreOption = None,
     formats: Annotated[
         list[str] | None,
@@ -204,4 +222,4 @@ def export(
     runs = opened.runs() if comm else selected_runs(store, sweep, task, opened)
     written = export_tables(runs, out, chosen, comm)  # type: ignore[arg-type]
     names = ", ".join(p.name for p in written)
-    console.print(f"{len(written)} files in {out}: {names}", markup=False)
+    console.print(f"{len(written)} files in {out}: {names}", markup=False, soft_wrap=True)

@@ -97,7 +97,7 @@ def _import(store: Path, import_dirs: list[Path]) -> None:
             if not many or target.status_of(f.name) in (None, "running", "interrupted")
         ]
         if many and not lacking:
-            console.print(f"{target.path} has every run in {given}", markup=False)
+            console.print(f"{target.path} has every run in {given}", markup=False, soft_wrap=True)
         for folder in lacking:
             try:
                 done = import_run_dir(target, folder)

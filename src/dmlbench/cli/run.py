@@ -264,7 +264,8 @@ def _node_outcome(outcome: Any, json_out: bool) -> None:
         console.print(
             f"run {escape(outcome.run_id)}: this node ran ranks {ranks[0]}-{ranks[-1]} "
             f"({outcome.status}); the node that held rank 0 stores the run. Worker "
-            f"logs: {escape(outcome.run_dir)}/logs"
+            f"logs: {escape(outcome.run_dir)}/logs",
+            soft_wrap=True,
         )
         if outcome.error:
             err_console.print(f"error: {escape(outcome.error)}")

@@ -115,7 +115,6 @@ def plot_histories(
     figure.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
     if title:
         figure.suptitle(title, x=0.01, ha="left", fontsize=11)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    return path
+    from dmlbench.files import write_figure
+
+    return write_figure(figure, Path(path), "history plot", dpi=110)
