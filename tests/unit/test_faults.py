@@ -171,6 +171,38 @@ def test_import_reads_what_a_damaged_run_folder_holds(tmp_path: Path, dmlbench) 
     assert [r.run_id for r in ResultsStore(store).runs()] == ["damaged"]
 
 
+@pytest.mark.parametrize("name", ["spec.json", "events.log", "run.json", "outcome.json"])
+@pytest.mark.parametrize("kind", ["zero", "fifo", "huge"])
+def test_import_reads_no_file_of_a_run_folder_without_a_bound(
+    tmp_path: Path, dmlbench, name: str, kind: str
+) -> None:
+    """Issue 53: a run folder whose spec.json or events.log was a link to /dev/zero
+    ended in a MemoryError traceback, and as a named pipe hung until killed. Each file
+    of a folder is read only if it is a regular file, and only up to a bound."""
+    import time
+
+    store = tmp_path / "s"
+    folder = _run_folder(store, "hostile", events=json.dumps(GOOD_EVAL).encode())
+    target = folder / name
+    target.unlink(missing_ok=True)
+    if kind == "zero":
+        target.symlink_to("/dev/zero")
+        message = "is a device, not a regular file"
+    elif kind == "fifo":
+        os.mkfifo(target)
+        message = "is a named pipe, not a regular file"
+    else:
+        with target.open("wb") as sparse:  # 20 GB that take no disk
+            sparse.truncate(20 << 30)
+        message = "21,474,836,480 bytes; at most"
+    started = time.monotonic()
+    code, _, err = dmlbench("results", "--store", str(store), "--import", str(folder))
+    assert time.monotonic() - started < 30  # neither a hang nor a 20 GB read
+    assert code == 2 and message in err and str(target) in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert ResultsStore(store).runs() == []
+
+
 def test_an_emptied_store_says_which_runs_it_could_hold(tmp_path: Path, dmlbench) -> None:
     store = tmp_path / "s"
     folders = [

@@ -261,3 +261,35 @@ def test_the_event_log_is_written_in_mlperfs_mllog_lines_and_older_logs_still_re
     )
     events, skipped = read_events_counted(events_file(old))
     assert [e["key"] for e in events] == ["run_start"] and skipped == 1
+
+
+def test_a_diverged_runs_numbers_are_strict_json_in_the_log_and_on_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 53: a diverged run wrote a bare ``NaN`` into events.log, which strict JSON
+    readers refuse. Non-finite numbers are written as their names and read back as
+    floats; `--json` prints them as ``null``."""
+    import math
+
+    from dmlbench.cli.options import print_json
+    from dmlbench.results.events import EventLog, read_events
+
+    log = EventLog(tmp_path / EVENTS_FILE)
+    log.log("eval_accuracy", 0.1, eval_loss=float("nan"), grad=[float("inf"), 1.0])
+    log.log("run_stop", float("-inf"), status="diverged")
+    log.close()
+    for line in (tmp_path / EVENTS_FILE).read_text().splitlines():
+        json.loads(line.removeprefix(":::MLLOG "), parse_constant=pytest.fail)  # strict
+    first, last = read_events(tmp_path / EVENTS_FILE)
+    assert math.isnan(first["metadata"]["eval_loss"]) and first["metadata"]["grad"] == [
+        math.inf,
+        1.0,
+    ]
+    assert last["value"] == -math.inf and last["metadata"]["status"] == "diverged"
+    print_json({"loss": float("nan"), "rows": [{"x": float("inf")}], "ok": 1.5})
+    printed = capsys.readouterr().out
+    assert json.loads(printed, parse_constant=pytest.fail) == {
+        "loss": None,
+        "rows": [{"x": None}],
+        "ok": 1.5,
+    }

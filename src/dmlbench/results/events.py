@@ -24,6 +24,14 @@ LEGACY_EVENTS_FILE = "events.jsonl"  # run folders written before the MLLOG form
 MLLOG_PREFIX = ":::MLLOG "
 NAMESPACE = ""  # mllog's default namespace
 
+# A run's log grows by a progress line every 2 s and a few lines an epoch: about 13 MB a
+# day of training. A log past this is not one dmlbench wrote.
+MAX_EVENTS_BYTES = 256 << 20
+# What a float that is not finite is written as: strict JSON has no NaN or Infinity
+# (Python's json writes them bare, and strict readers, jq and browsers among them,
+# refuse the line). The readers here turn these strings back into floats.
+NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
 EventType = Literal["INTERVAL_START", "INTERVAL_END", "POINT_IN_TIME"]
 
 
@@ -57,7 +65,34 @@ def mllog_line(key: str, value: Any, time_ms: float, metadata: dict[str, Any]) -
         "value": value,
         "metadata": metadata,
     }
-    return MLLOG_PREFIX + json.dumps(record)
+    try:
+        return MLLOG_PREFIX + json.dumps(record, allow_nan=False)
+    except ValueError:  # a diverged run's NaN loss: strict JSON, a string in its place
+        return MLLOG_PREFIX + json.dumps(_finite(record), allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite written as its name (``NON_FINITE``)."""
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _floats(value: Any) -> Any:
+    """The inverse of :func:`_finite`, on a parsed line."""
+    if isinstance(value, str):
+        return NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {key: _floats(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_floats(item) for item in value]
+    return value
 
 
 def parse_line(line: str) -> Event | None:
@@ -72,7 +107,11 @@ def parse_line(line: str) -> Event | None:
     if not isinstance(event, dict) or not isinstance(event.get("key"), str):
         return None
     event.setdefault("metadata", {})
-    return event if isinstance(event["metadata"], dict) else None  # type: ignore[return-value]
+    if not isinstance(event["metadata"], dict):
+        return None
+    if '"NaN"' in text or 'Infinity"' in text:
+        event["value"], event["metadata"] = _floats(event["value"]), _floats(event["metadata"])
+    return event  # type: ignore[return-value]
 
 
 def events_file(run_dir: Path) -> Path:
@@ -106,11 +145,18 @@ def read_events(path: Path) -> list[Event]:
 def read_events_counted(path: Path) -> tuple[list[Event], int]:
     """The events in ``path`` and how many lines were skipped: a line torn by a crash,
     bytes that are not UTF-8, JSON that is not an event (an object with a text ``key``).
-    A log is read as data from outside the process: nothing in it can raise."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    A log is read as data from outside the process: nothing in it can raise. The file
+    itself is bounded: one that is no regular file (a link to ``/dev/zero``, a named
+    pipe) or is over ``MAX_EVENTS_BYTES`` is refused in one line (:class:`StoreError`)."""
+    from dmlbench.errors import StoreError
+    from dmlbench.files import read_bounded
+
+    if not path.exists() and not path.is_symlink():
         return [], 0
+    try:
+        data = read_bounded(path, MAX_EVENTS_BYTES, "event log", StoreError)
+    except StoreError:
+        raise
     except OSError:
         return [], 1
     events: list[Event] = []

@@ -9,7 +9,6 @@ the event log when even that could not be written), every number from the events
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -175,9 +174,8 @@ def _import_comm(
     outcome: dict[str, Any],
     stored: str | None,
 ) -> Imported:
-    try:
-        rows = json.loads((run_dir / COMM_RESULTS_FILE).read_text())
-    except (OSError, ValueError):
+    rows = read_json(run_dir / COMM_RESULTS_FILE)
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
         rows = []
     status = outcome.get("status") or ("success" if rows else "failed")
     error = outcome.get("error") or (None if rows else "workers exited without writing results")

@@ -44,11 +44,22 @@ def write_json(path: Path, data: Any) -> None:
         raise
 
 
+# A run folder's JSON files hold a resolved spec, an environment or an outcome: a few
+# KB. One past this (or one that is no regular file) is not one dmlbench wrote.
+MAX_JSON_BYTES = 16 << 20
+
+
 def read_json(path: Path) -> Any:
-    """The JSON in ``path``, or None when it is missing or unreadable."""
+    """The JSON in ``path``, or None when it is missing or damaged. What is no regular
+    file (a link to ``/dev/zero``, a named pipe) or is over ``MAX_JSON_BYTES`` is refused
+    in one line (:class:`StoreError`), unread: a run folder may come from anyone."""
+    from dmlbench.files import read_bounded
+
+    if not path.exists() and not path.is_symlink():
+        return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(read_bounded(path, MAX_JSON_BYTES, "run file", StoreError))
+    except (ValueError, RecursionError):
         return None
 
 

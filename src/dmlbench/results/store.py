@@ -264,7 +264,10 @@ class ResultsStore:
                 return []
         found = []
         for folder in sorted((self.root / "runs").glob("*/spec.json")):
-            outcome = read_json(folder.parent / OUTCOME_FILE) or {}
+            try:
+                outcome = read_json(folder.parent / OUTCOME_FILE) or {}
+            except StoreError:  # not ours to judge here: the import says what is wrong
+                outcome = {}
             if not (isinstance(outcome, dict) and outcome.get("recorded") is False):
                 found.append(folder.parent)
         return found
