@@ -8,6 +8,7 @@ import json
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -88,8 +89,10 @@ def test_the_bible_export_becomes_chapters_and_only_the_real_one_is_accepted() -
         "Genesis 1\nAnd verse 1 of chapter 1 was said.\nAnd verse 2 of chapter 1 was said.\n"
     )
     assert len(chapters) == 3
-    with pytest.raises(DatasetError, match="expected 6f74f5589333c56c"):
+    with pytest.raises(DatasetError, match=f"is {len(raw)} bytes, the export .* 4,298,239"):
         text.verified_kjv(raw)
+    with pytest.raises(DatasetError, match="expected 6f74f5589333c56c"):
+        text.verified_kjv(raw.ljust(text.KJV_BYTES, b" "))
 
 
 def test_a_wikitext_archive_is_held_to_the_published_checksum(tmp_path: Path) -> None:
@@ -139,8 +142,10 @@ def test_a_corpus_is_tokenised_once_and_read_as_shifted_windows(
     decoded = Tokenizer.from_file(str(folder / "tokenizer.json")).decode(x[0].tolist())
     assert decoded.startswith("And the a went unto the x")
     (folder / "valid.bin").write_bytes(b"\0" * 12)
-    with pytest.raises(DatasetError, match="missing or torn"):
+    with pytest.raises(DatasetError, match=r"valid\.bin is 12 bytes, its metadata says .*: torn"):
         text.load(folder, 16)
+    assert text.prepare(tmp_path, small_corpus, 300, False) == folder  # made again
+    assert text.load(folder, 16).tokens == meta["tokens"]
 
 
 def test_gpt2s_own_vocabulary_is_used_when_its_files_are_there(
@@ -155,6 +160,95 @@ def test_gpt2s_own_vocabulary_is_used_when_its_files_are_there(
     folder = text.prepare(tmp_path, small_corpus, 300, False)
     assert folder.name == "verses-gpt2"
     assert json.loads((folder / "meta.json").read_text())["vocab"] == 256
+
+
+def _meta(folder: Path) -> dict:
+    return json.loads((folder / "meta.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("id-high", "holds token id 300, outside the vocabulary"),
+        ("id-negative", "holds token id -1, outside the vocabulary"),
+        ("no-tokens", "does not give each split's token count"),
+        ("meta-list", "is not a token cache's metadata"),
+        ("meta-text", "meta.json is not JSON"),
+        ("huge-vocab", "vocab 100000000000; from 2 to 1,048,576"),
+        ("no-meta", "meta.json does not exist"),
+        ("other-tokenizer", "is not the tokenizer its ids were made with"),
+        ("renamed", "describes another corpus or tokenizer"),
+    ],
+)
+def test_a_damaged_token_cache_is_refused_by_workers_and_made_again_by_the_launcher(
+    small_corpus: str, tmp_path: Path, damage: str, message: str
+) -> None:
+    """Issue 53: ids out of range reached the embedding (IndexError), a bad meta.json
+    gave KeyError or TypeError, a vocabulary of 10¹¹ asked for 51 TB, a folder without
+    meta.json gave ``OSError: Directory not empty``, and "run the task once" did not
+    make a broken cache again."""
+    folder = text.prepare(tmp_path, small_corpus, 300, False)
+    meta = _meta(folder)
+    if damage.startswith("id-"):
+        ids = np.fromfile(folder / "valid.bin", dtype=np.int32)
+        ids[5] = 300 if damage == "id-high" else -1
+        ids.tofile(folder / "valid.bin")
+    elif damage == "no-tokens":
+        (folder / "meta.json").write_text(json.dumps({**meta, "tokens": None}))
+    elif damage == "meta-list":
+        (folder / "meta.json").write_text(json.dumps([meta]))
+    elif damage == "meta-text":
+        (folder / "meta.json").write_text("run the task once")
+    elif damage == "huge-vocab":
+        (folder / "meta.json").write_text(json.dumps({**meta, "vocab": 10**11}))
+    elif damage == "no-meta":
+        (folder / "meta.json").unlink()
+    elif damage == "other-tokenizer":
+        (folder / "tokenizer.json").write_text('{"model": {}}')
+    else:
+        (folder / "meta.json").write_text(json.dumps({**meta, "corpus": "other"}))
+    with pytest.raises(DatasetError, match=message) as refused:
+        text.load(folder, 16)
+    assert str(folder) in str(refused.value) and "\n" not in str(refused.value)
+    assert text.prepare(tmp_path, small_corpus, 300, False) == folder
+    assert text.load(folder, 16).tokens == meta["tokens"]  # made again, whole
+    assert sorted(p.name for p in folder.parent.iterdir()) == [".verses-bpe300.lock", folder.name]
+
+
+def _gpt2(tmp_path: Path, vocab: object, merges: str = "#version: 0.2\n") -> None:
+    (tmp_path / "gpt2").mkdir(exist_ok=True)
+    (tmp_path / "gpt2" / "vocab.json").write_text(
+        vocab if isinstance(vocab, str) else json.dumps(vocab)
+    )
+    (tmp_path / "gpt2" / "merges.txt").write_text(merges)
+
+
+def test_hostile_gpt2_files_are_refused_before_the_tokenizer_sees_them(
+    small_corpus: str, tmp_path: Path
+) -> None:
+    """A vocab.json with an id of 2·10⁹ aborted the process in Rust (rc 134) and left
+    16 MB staging folders; malformed files gave the tokenizer's raw traceback."""
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    alphabet = sorted(ByteLevel.alphabet())
+    good = {token: i for i, token in enumerate(alphabet)}
+    cases = [
+        ({**good, alphabet[0]: 2 * 10**9}, "#version: 0.2\n", "ids are not 0 to 255"),
+        ("{not json", "", "vocab.json is not JSON"),
+        (["a", "b"], "", "not a mapping of tokens to whole-number ids"),
+        ({"a": "0"}, "", "not a mapping of tokens to whole-number ids"),
+        (good, "#version: 0.2\nab\n", "merges.txt: line 2 is not two tokens"),
+        (good, "#version: 0.2\nzz qq\n", "merges.txt: line 2 merges tokens the vocabulary"),
+    ]
+    for vocab, merges, message in cases:
+        _gpt2(tmp_path, vocab, merges)
+        with pytest.raises(DatasetError, match=message) as refused:
+            text.prepare(tmp_path, small_corpus, 300, False)
+        assert "gpt2" in str(refused.value), refused.value
+        left = [p.name for p in (tmp_path / "text-cache").iterdir() if not p.name.endswith(".lock")]
+        assert left == [], left  # no staging folder behind
+    _gpt2(tmp_path, good)
+    assert text.prepare(tmp_path, small_corpus, 300, False).name == "verses-gpt2"
 
 
 def test_a_goal_is_an_accuracy_or_a_loss() -> None:
@@ -385,3 +479,8 @@ def test_memory_sizes_are_read_with_their_units() -> None:
     for bad in ("lots", "16 GiBs", "-1GB", "0"):
         with pytest.raises(SpecError):
             parse_bytes(bad)
+    # issue 53: 1e400 was an OverflowError traceback, 0.4 (under one byte) was taken
+    with pytest.raises(SpecError, match="'1e400' is more than 1 EiB"):
+        parse_bytes("1e400")
+    with pytest.raises(SpecError, match=r"'0\.4' is less than one byte"):
+        parse_bytes("0.4")
