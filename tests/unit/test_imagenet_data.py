@@ -94,7 +94,144 @@ def test_archives_not_the_official_ones_are_refused_before_unpacking(
     with pytest.raises(DatasetError, match="truncated or corrupt"):
         imagenet.unpack(tmp_path / "archives", tmp_path / "out", checksums=sums)
     assert not (tmp_path / "out" / "train").exists()  # whole or not at all
-    assert [p.name for p in (tmp_path / "out").iterdir()] == []
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [".unpack.lock"]  # no data
+
+
+def _devkit_with(archives: Path, truth: bytes | None = None, meta: bytes | None = None) -> None:
+    import io
+    import tarfile
+
+    devkit = archives / imagenet.DEVKIT_ARCHIVE
+    with tarfile.open(devkit) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}  # type: ignore[union-attr]
+    members[imagenet.GROUND_TRUTH] = truth or members[imagenet.GROUND_TRUTH]
+    members[imagenet.META] = meta or members[imagenet.META]
+    with tarfile.open(devkit, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_unpacking_names_the_real_cause_and_one_process_unpacks_at_a_time(
+    tmp_path: Path, sample: Path
+) -> None:
+    """Issue 53: a second unpack into the same folder, and a train/ without val/,
+    failed as "one is truncated or corrupt; fetch it again"; a wrong MD5 left an empty
+    imagenet/ folder; a hostile devkit gave raw ValueError/KeyError; a refused member
+    was reported under the deleted staging folder's name."""
+    import tarfile
+    import threading
+
+    archives = tmp_path / "archives"
+    sums = write_imagenet_archives(sample, archives)
+    out, errors = tmp_path / "out", []
+
+    def unpack() -> None:
+        try:
+            imagenet.unpack(archives, out, checksums=sums)
+        except Exception as error:  # the test's point: none
+            errors.append(error)
+
+    threads = [threading.Thread(target=unpack) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and imagenet.count(out) == (18, 6)
+
+    half = tmp_path / "half"
+    (half / "train").mkdir(parents=True)
+    with pytest.raises(DatasetError, match="already holds train/ without val/: a layout half"):
+        imagenet.unpack(archives, half, checksums=sums)
+
+    with pytest.raises(DatasetError, match="MD5"):
+        imagenet.locate(archives)
+    assert not (archives / imagenet.FOLDER).exists()  # no empty imagenet/ left
+
+    for truth, meta, message in [
+        (b"1\nnot a number\n", None, "ground_truth.txt is not one class id a line"),
+        (None, b"MATLAB 5.0 MAT-file, but garbage" * 8, "meta.mat is not the devkit's synset"),
+    ]:
+        kit = tmp_path / f"kit{len(message)}"
+        shutil.copytree(archives, kit)
+        _devkit_with(kit, truth, meta)
+        sums[imagenet.DEVKIT_ARCHIVE] = imagenet.md5_of(kit / imagenet.DEVKIT_ARCHIVE)
+        with pytest.raises(DatasetError, match=message) as caught:
+            imagenet.unpack(kit, tmp_path / f"dest{len(message)}", checksums=sums)
+        assert imagenet.DEVKIT_ARCHIVE in str(caught.value) and "\n" not in str(caught.value)
+
+    linked = tmp_path / "linked"
+    shutil.copytree(archives, linked)
+    with tarfile.open(linked / imagenet.VAL_ARCHIVE, "a") as tar:
+        link = tarfile.TarInfo("ILSVRC2012_val_99999999.JPEG")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    sums = {**sums, imagenet.VAL_ARCHIVE: imagenet.md5_of(linked / imagenet.VAL_ARCHIVE)}
+    sums[imagenet.DEVKIT_ARCHIVE] = imagenet.md5_of(linked / imagenet.DEVKIT_ARCHIVE)
+    with pytest.raises(DatasetError, match="unsafe member") as caught:
+        imagenet.unpack(linked, tmp_path / "dest", checksums=sums)
+    assert f"{linked / imagenet.VAL_ARCHIVE}: " in str(caught.value)
+    assert ".unpack-" not in str(caught.value)
+
+
+def _declaring(path: Path, width: int, height: int) -> Path:
+    """A real 16×16 JPEG whose header (its SOF marker) declares ``width``×``height``: a
+    few hundred bytes that ask a decoder for gigabytes."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(out, "JPEG")
+    data = bytearray(out.getvalue())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_an_image_header_is_bounded_before_anything_is_decoded(tmp_path: Path) -> None:
+    """Issue 53: a 17 KB JPEG of 65,000×1 failed a run asking for 12.8 GB, naming no
+    file; one declaring 60,000² raised Pillow's DecompressionBombError; one declaring
+    12,000² decoded silently at 2.1 GB."""
+    import resource
+
+    from PIL import Image
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cases = [
+        (_declaring(tmp_path / "long.JPEG", 65_000, 1), "65,000×1 pixels, more than 100 times"),
+        (_declaring(tmp_path / "bomb.JPEG", 60_000, 60_000), "declares more than 178,956,970"),
+        (_declaring(tmp_path / "big.JPEG", 12_000, 12_000), "12,000×12,000 pixels, more than"),
+    ]
+    for path, message in cases:
+        with pytest.raises(DatasetError, match=message) as refused:
+            decode(path)
+        assert str(path) in str(refused.value) and "replace or delete it" in str(refused.value)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown < 200_000, f"{grown} KiB more at peak"  # nothing was decoded
+    gif = tmp_path / "gif.JPEG"
+    Image.new("RGB", (8, 8)).save(gif, "GIF")
+    with pytest.raises(DatasetError, match=r"gif\.JPEG is not a readable image"):
+        decode(gif)
+    png = tmp_path / "png.JPEG"  # as ImageNet's own n02105855_2933.JPEG is a PNG
+    Image.new("RGB", (9, 7), (1, 2, 3)).save(png, "PNG")
+    assert decode(png).shape == (3, 7, 9) and decode(png)[:, 0, 0].tolist() == [1, 2, 3]
+
+
+def test_a_large_jpeg_is_decoded_at_a_reduced_scale(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from dmlbench.data.images import DRAFT_PIXELS
+
+    width, height = 4_400, 4_000  # 17.6 MP, over DRAFT_PIXELS
+    assert width * height > DRAFT_PIXELS
+    Image.new("RGB", (width, height), (30, 60, 90)).save(tmp_path / "a.JPEG", quality=50)
+    image = decode(tmp_path / "a.JPEG")
+    assert image.shape == (3, height // 2, width // 2)  # the DCT scaled by a half
+    assert abs(image[:, 100, 100].float() - torch.tensor([30.0, 60, 90])).max() < 4
+    assert eval_view(image).shape == (3, 224, 224)
 
 
 def test_a_corrupt_jpeg_is_one_line_also_from_a_loader_process(
@@ -250,3 +387,32 @@ def test_synthetic_data_is_for_image_tasks_with_a_step_count() -> None:
     assert spec.synthetic_data and spec.loader_processes_per_worker(cores=2) == 2
     data = get_task("imagenet-resnet50").synthetic()
     assert data.input_shape == (3, 224, 224) and len(data.train_x) == 1_281_167
+
+
+def test_an_empty_split_is_refused_before_launch_also_for_partial_data(
+    tmp_path: Path, sample: Path
+) -> None:
+    """Issue 53: an empty val/ was found only by the workers, after a failed run was
+    stored. The launcher's data check lists the splits for partial data too."""
+    from dmlbench.launch.lifecycle import prepare_data
+
+    copy = Path(shutil.copytree(sample, tmp_path / "copy"))
+    for image in (copy / "val").rglob("*.JPEG"):
+        image.unlink()
+    from dmlbench.resolve import resolve_spec
+
+    spec = resolve_spec("imagenet-resnet50", data_dir=copy, overrides=["partial_data=true"])
+    with pytest.raises(DatasetError, match="holds no images: the split is incomplete"):
+        prepare_data(spec)
+
+
+def test_class_folders_may_be_symbolic_links(tmp_path: Path, sample: Path) -> None:
+    """Documented (docs/data.md): a class folder linked from elsewhere is read, as people
+    assemble subsets of ImageNet with links; images are decoded within bounds wherever
+    they are."""
+    root = tmp_path / "subset"
+    for split in ("train", "val"):
+        (root / split).mkdir(parents=True)
+        for wnid in sorted(p.name for p in (sample / split).iterdir()):
+            (root / split / wnid).symlink_to(sample / split / wnid)
+    assert imagenet.count(root) == (18, 6)

@@ -17,6 +17,7 @@ import shutil
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -24,6 +25,8 @@ import numpy as np
 
 from dmlbench.data.download import CHUNK, _regular_members_only, cache_root, writable_dir
 from dmlbench.errors import DatasetError
+from dmlbench.files import locked
+from dmlbench.names import shorten
 
 TRAIN_ARCHIVE = "ILSVRC2012_img_train.tar"
 VAL_ARCHIVE = "ILSVRC2012_img_val.tar"
@@ -39,6 +42,7 @@ GROUND_TRUTH = f"{DEVKIT_DIR}/data/ILSVRC2012_validation_ground_truth.txt"
 META = f"{DEVKIT_DIR}/data/meta.mat"
 TRAIN_EXAMPLES, TEST_EXAMPLES = 1_281_167, 50_000
 NUM_CLASSES = 1000
+DEVKIT_MAX_BYTES = 16 << 20  # the devkit's meta.mat is 2.7 MB, its ground truth 181 KB
 FOLDER = "imagenet"
 SUFFIXES = (".jpeg", ".jpg", ".png")
 
@@ -57,7 +61,9 @@ def locate(data_dir: Path) -> Path:
             return root
     for root in roots:
         if all((root / name).is_file() for name in ARCHIVE_MD5):
-            return unpack(root, writable_dir(data_dir / FOLDER, cache))
+            for name in ARCHIVE_MD5:  # before any folder is made for them
+                _check(root / name, ARCHIVE_MD5)
+            return unpack(root, writable_dir(data_dir / FOLDER, cache), verified=True)
     raise DatasetError(
         f"ImageNet not found under {data_dir}: put train/<wnid>/*.JPEG and val/<wnid>/*.JPEG "
         f"there, or the official {TRAIN_ARCHIVE}, {VAL_ARCHIVE} and {DEVKIT_ARCHIVE} (from "
@@ -89,21 +95,45 @@ def _open_tar(archive: Path | None, fileobj: IO[bytes] | None = None) -> tarfile
 
 def _devkit(archive: Path) -> dict[int, str]:
     """Validation image number (1-based) → WordNet id, from the devkit's ground truth and
-    ``meta.mat`` (read with scipy's MATLAB reader, which runs no code)."""
+    ``meta.mat`` (read with scipy's MATLAB reader, which runs no code). Each is bounded
+    and checked: a damaged or hostile devkit is one line naming the member."""
     import io
 
     from scipy.io import loadmat
 
     with _open_tar(archive) as tar:
-        truth = tar.extractfile(GROUND_TRUTH)
-        meta = tar.extractfile(META)
-        if truth is None or meta is None:
-            raise DatasetError(f"{archive} lacks {GROUND_TRUTH} or {META}: not the devkit")
-        ids = [int(line) for line in truth.read().split()]
-        synsets = loadmat(io.BytesIO(meta.read()), squeeze_me=True)["synsets"]
-    wnids = {
-        int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in synsets if int(s["num_children"]) == 0
-    }
+        try:
+            truth_info, meta_info = tar.getmember(GROUND_TRUTH), tar.getmember(META)
+        except KeyError:
+            raise DatasetError(
+                f"{archive} lacks {GROUND_TRUTH} or {META}: not the devkit"
+            ) from None
+        for info in (truth_info, meta_info):
+            if not info.isfile() or info.size > DEVKIT_MAX_BYTES:
+                raise DatasetError(
+                    f"{archive}: {info.name} is not a file of at most {DEVKIT_MAX_BYTES:,} "
+                    "bytes: not the official devkit"
+                )
+        truth, meta = tar.extractfile(truth_info), tar.extractfile(meta_info)
+        assert truth is not None and meta is not None  # regular files, checked above
+        try:
+            ids = [int(line) for line in truth.read().split()]
+        except ValueError:
+            raise DatasetError(
+                f"{archive}: {GROUND_TRUTH} is not one class id a line: not the official devkit"
+            ) from None
+        try:
+            synsets = loadmat(io.BytesIO(meta.read()), squeeze_me=True)["synsets"]
+            wnids = {
+                int(s["ILSVRC2012_ID"]): str(s["WNID"])
+                for s in synsets
+                if int(s["num_children"]) == 0
+            }
+        except Exception as error:  # scipy raises what the file's bytes lead it to
+            raise DatasetError(
+                f"{archive}: {META} is not the devkit's synset table "
+                f"({type(error).__name__}: {shorten(str(error))})"
+            ) from None
     try:
         return {number: wnids[class_id] for number, class_id in enumerate(ids, start=1)}
     except KeyError as missing:
@@ -112,32 +142,54 @@ def _devkit(archive: Path) -> dict[int, str]:
         ) from None
 
 
-def unpack(root: Path, dest: Path, checksums: dict[str, str] = ARCHIVE_MD5) -> Path:
-    """Verify the three archives in ``root`` and unpack them into ``dest`` as the folder
-    layout; ``dest`` gains ``train/`` and ``val/`` together or not at all."""
+def unpack(
+    root: Path, dest: Path, checksums: dict[str, str] = ARCHIVE_MD5, *, verified: bool = False
+) -> Path:
+    """Verify the three archives in ``root`` (unless ``verified``) and unpack them into
+    ``dest`` as the folder layout; ``dest`` gains ``train/`` and ``val/`` together or not
+    at all. One process unpacks at a time (a lock in ``dest``): another waits, then
+    finds the layout made. A wrong checksum leaves no folder behind."""
     if _has_layout(dest):
         return dest
-    for name in ARCHIVE_MD5:
-        _check(root / name, checksums)
+    if not verified:
+        for name in ARCHIVE_MD5:
+            _check(root / name, checksums)
     dest.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=dest, prefix=".unpack-"))
-    try:
-        classes = _unpack_train(root / TRAIN_ARCHIVE, staging / "train")
-        _unpack_val(root / VAL_ARCHIVE, _devkit(root / DEVKIT_ARCHIVE), staging / "val", classes)
-        for split in ("train", "val"):
-            (staging / split).replace(dest / split)
-    except tarfile.FilterError as error:
-        raise DatasetError(
-            f"an archive in {root} holds an unsafe member ({error}): it is not the official "
-            "archive, so nothing was unpacked"
-        ) from None
-    except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
-        raise DatasetError(
-            f"the archives in {root} could not be unpacked ({error}): one is truncated or "
-            "corrupt; fetch it again"
-        ) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with locked(dest / ".unpack.lock", "ImageNet folder"):
+        if _has_layout(dest):  # made by the process that held the lock before
+            return dest
+        half = [split for split in ("train", "val") if (dest / split).exists()]
+        if half:
+            other = "val" if half[0] == "train" else "train"
+            raise DatasetError(
+                f"{dest} already holds {half[0]}/ without {other}/: "
+                "a layout half made by hand or by another tool; complete it, or move it "
+                "away so that the archives can be unpacked there"
+            )
+        staging = Path(tempfile.mkdtemp(dir=dest, prefix=".unpack-"))
+        try:
+            classes = _unpack_train(root / TRAIN_ARCHIVE, staging / "train")
+            truth = _devkit(root / DEVKIT_ARCHIVE)
+            _unpack_val(root / VAL_ARCHIVE, truth, staging / "val", classes)
+            for split in ("train", "val"):
+                (staging / split).replace(dest / split)
+        except tarfile.FilterError as error:
+            raise DatasetError(
+                f"an archive in {root} holds an unsafe member ({error}): it is not the "
+                "official archive, so nothing was unpacked"
+            ) from None
+        except (tarfile.TarError, EOFError, zlib.error) as error:
+            raise DatasetError(
+                f"the archives in {root} could not be unpacked ({error}): one is truncated "
+                "or corrupt; fetch it again"
+            ) from None
+        except OSError as error:  # the destination's side: a full disk, no permission
+            raise DatasetError(
+                f"the archives in {root} could not be unpacked into {dest}: "
+                f"{error.strerror or error}; free space there (or pass another --data-dir)"
+            ) from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return dest
 
 
@@ -152,7 +204,7 @@ def _unpack_train(archive: Path, out: Path) -> set[str]:
             _check_name(wnid, archive)
             inner = outer.extractfile(member)
             with _open_tar(None, inner) as tar:
-                tar.extractall(out / wnid, filter=_flat_members)
+                tar.extractall(out / wnid, filter=_flat_members(f"{archive}: {member.name}"))
             classes.add(wnid)
     if not classes:
         raise DatasetError(f"{archive} holds no per-class tars: not the training archive")
@@ -163,7 +215,7 @@ def _unpack_val(archive: Path, truth: dict[int, str], out: Path, classes: set[st
     """The validation tar's files, ``ILSVRC2012_val_NNNNNNNN.JPEG``, sorted into
     ``out/<wnid>/`` by the ground truth."""
     with _open_tar(archive) as tar:
-        tar.extractall(out, filter=_flat_members)
+        tar.extractall(out, filter=_flat_members(str(archive)))
     for path in sorted(out.iterdir()):
         try:
             number = int(path.stem.rsplit("_", 1)[1])
@@ -178,18 +230,27 @@ def _unpack_val(archive: Path, truth: dict[int, str], out: Path, classes: set[st
         path.replace(out / wnid / path.name)
 
 
-def _check_name(name: str, archive: Path) -> None:
+def _check_name(name: str, archive: Path | str) -> None:
     if not name or name.startswith(".") or "/" in name or "\\" in name:
-        raise DatasetError(f"{archive}: a member named {name!r} is not a class")
+        raise DatasetError(f"{archive}: a member named {shorten(repr(name))} is not a class")
 
 
-def _flat_members(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-    """Regular files only, at the top of the folder (the archives hold nothing else)."""
-    member = _regular_members_only(member, path)
-    if not member.isfile():
-        return None
-    _check_name(member.name, Path(path))
-    return member
+def _flat_members(archive: str) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo | None]:
+    """The extraction filter for ``archive``: regular files only, at the top of the
+    folder (the archives hold nothing else); a refusal names the archive, not the
+    staging folder it was being unpacked into."""
+
+    def only(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+        try:
+            member = _regular_members_only(member, path)
+        except tarfile.FilterError as error:
+            raise tarfile.FilterError(f"{archive}: {error}") from None
+        if not member.isfile():
+            return None
+        _check_name(member.name, archive)
+        return member
+
+    return only
 
 
 def scan(

@@ -35,21 +35,60 @@ EVAL_RESIZE, EVAL_SIZE = 256, 224  # shorter side, then centre crop, for evaluat
 CROP_SCALE = (0.08, 1.0)  # share of the image's area a training crop covers
 CROP_RATIO = (3 / 4, 4 / 3)  # its aspect ratio (width / height)
 JPEG_SUFFIXES = (".jpeg", ".jpg")
+IMAGE_FORMATS = ("JPEG", "PNG")  # the decoders Pillow may use; no other format is tried
+# What an image's header may declare, far past ImageNet's photographs (500×375 is
+# typical). Unbounded, a 17 KB JPEG of 65,000×1 asked the evaluation view (shorter
+# side to 256) for 12.8 GB, and a 633-byte one of 12,000² decoded to 2.1 GB.
+MAX_PIXELS = 89_478_485  # Pillow's own bound (Image.MAX_IMAGE_PIXELS)
+MAX_ASPECT = 100
+DRAFT_PIXELS = 16 << 20  # 4,096²: a JPEG larger is decoded at a reduced scale
 
 
 def decode(path: str | Path) -> torch.Tensor:
-    """A JPEG file as a ``[3, H, W]`` uint8 RGB tensor (grey and CMYK files converted);
-    an unreadable file is one :class:`DatasetError`."""
+    """A JPEG file as a ``[3, H, W]`` uint8 RGB tensor (grey and CMYK files converted; a
+    PNG is taken too, whatever its name: ImageNet's training set holds one named
+    ``.JPEG``). What its header declares is bounded before a pixel is decoded: at most
+    ``MAX_PIXELS``, at most ``MAX_ASPECT`` times as long one way as the other; a JPEG
+    over ``DRAFT_PIXELS`` is decoded at a half, a quarter or an eighth of its size (its
+    DCT scaled, Pillow's ``draft``), which every view then shrinks anyway. An unreadable
+    or refused file is one :class:`DatasetError` naming it."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            pixels = np.array(image.convert("RGB"))  # writable: torch shares it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # bounded below
+            with Image.open(path, formats=IMAGE_FORMATS) as image:
+                _check_size(path, *image.size)
+                if image.format == "JPEG" and image.width * image.height > DRAFT_PIXELS:
+                    scale = 2
+                    while scale < 8 and image.width * image.height > DRAFT_PIXELS * scale**2:
+                        scale *= 2
+                    image.draft("RGB", (-(-image.width // scale), -(-image.height // scale)))
+                pixels = np.array(image.convert("RGB"))  # writable: torch shares it
+    except Image.DecompressionBombError:
+        raise DatasetError(
+            f"{path} declares more than {2 * MAX_PIXELS:,} pixels; replace or delete it"
+        ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as error:
         raise DatasetError(
             f"{path} is not a readable image ({error}); replace or delete it"
         ) from None
     return torch.from_numpy(pixels).permute(2, 0, 1)
+
+
+def _check_size(path: str | Path, width: int, height: int) -> None:
+    if width * height > MAX_PIXELS:
+        raise DatasetError(
+            f"{path} declares {width:,}×{height:,} pixels, more than {MAX_PIXELS:,} (Pillow's "
+            "bound for a safe decode); replace or delete it"
+        )
+    if max(width, height) > MAX_ASPECT * min(width, height):
+        raise DatasetError(
+            f"{path} declares {width:,}×{height:,} pixels, more than {MAX_ASPECT} times as "
+            "long one way as the other; replace or delete it"
+        )
 
 
 def resize(image: torch.Tensor, height: int, width: int) -> torch.Tensor:

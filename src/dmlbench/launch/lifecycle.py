@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dmlbench.errors import ResultsNotStored, StoreError, WorkerFailed
+from dmlbench.errors import DatasetError, ResultsNotStored, StoreError, WorkerFailed
 from dmlbench.netem.topology import NetworkError
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
@@ -161,8 +161,16 @@ def prepare_data(spec: RunSpec) -> None:
     if spec.synthetic_data:
         return  # nothing is read
     task.prepare(spec.data_dir, spec.download)
-    if task.count is not None and not spec.partial_data:
-        task.check_examples(*task.count(spec.data_dir), spec.data_dir)
+    if task.count is None:
+        return
+    train, test = task.count(spec.data_dir)  # an empty split is refused here, also partial
+    if not spec.partial_data:
+        task.check_examples(train, test, spec.data_dir)
+    elif not (train and test):
+        raise DatasetError(
+            f"{task.name}: the data under {spec.data_dir} holds {train:,} training and "
+            f"{test:,} test examples: a run needs some of each"
+        )
 
 
 def machine_peak(spec: RunSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
