@@ -4,6 +4,7 @@ with the session's measured peaks)."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import sys
 from collections.abc import Iterator
@@ -22,6 +23,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p
 )
 
+# Each test process's emulated networks get names of their own (issue 53): another
+# checkout's run on this machine is neither counted as this session's leftover nor
+# removed by its clean-up, and the two xdist workers keep apart too. Set here, at import,
+# so that every launcher, worker and node agent the tests start inherits it.
+os.environ["DMLBENCH_NETEM_PREFIX"] = "t" + secrets.token_hex(2)[:3]
 
 # the fixtures more than one test module uses
 pytest_plugins = ["helpers"]
@@ -130,11 +136,13 @@ def dmlbench(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
     The same entry point as the console script (one-line errors included), in
     milliseconds instead of a subprocess's seconds of imports.
     """
+    from helpers import COLUMNS
+
     from dmlbench.cli.app import main
 
     def call(*args: str) -> tuple[int, str, str]:
         monkeypatch.setattr(sys, "argv", ["dmlbench", *args])
-        monkeypatch.setenv("COLUMNS", "160")
+        monkeypatch.setenv("COLUMNS", COLUMNS)
         capsys.readouterr()
         try:
             main()

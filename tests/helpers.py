@@ -228,10 +228,17 @@ REPO = Path(__file__).parent.parent  # the repository
 EXAMPLES = REPO / "examples"
 
 
+# The width every command the tests run prints at: wider than any path (PATH_MAX), so
+# that where a line breaks never depends on the length of pytest's temporary folder,
+# of a run id or of a number (issue 53: "1 figure," broke between "(1" and "figure,"
+# with pytest's counter at one digit). Set for every process the tests start, too.
+COLUMNS = "4096"
+
+
 def cli(
     *args: str, check: bool = True, pythonpath: str = "", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "160", **(env or {})}
+    env = {**os.environ, "COLUMNS": COLUMNS, **(env or {})}
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join((pythonpath, env.get("PYTHONPATH", "")))
     done = subprocess.run([*DMLBENCH, *args], capture_output=True, text=True, timeout=120, env=env)
@@ -250,7 +257,7 @@ def inside(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
     out, err = io.StringIO(), io.StringIO()
     argv, columns = sys.argv, os.environ.get("COLUMNS")
-    sys.argv, os.environ["COLUMNS"] = ["dmlbench", *args], "160"
+    sys.argv, os.environ["COLUMNS"] = ["dmlbench", *args], COLUMNS
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dmlbench.errors import SpecError
 from dmlbench.files import load_mapping_file
+from dmlbench.names import shorten
 
 BUILTIN_PRICES = Path(__file__).with_name("prices.yaml")
 DEFAULT_PRICE = "gcp-n1-standard-4"
@@ -24,6 +25,19 @@ class Price:
         return f"{self.name} at {self.per_worker_hour:g} {self.currency}/worker-hour"
 
 
+MAX_PRICE = 1e6  # per worker-hour: past any machine rented anywhere
+
+
+def _checked(value: float, what: str) -> float:
+    """A price per worker-hour: a finite number from 0 (nan, inf and -1 are no price)."""
+    if not 0 <= value <= MAX_PRICE:  # also false for NaN
+        raise SpecError(
+            f"{what}: {value:g} is no price per worker-hour; give a number from 0 to "
+            f"{MAX_PRICE:,.0f}"
+        )
+    return value
+
+
 def load_prices(path: Path | None = None) -> dict[str, Price]:
     """Read a price table: ``name: {per_worker_hour, currency, source}`` per entry."""
     path = path or BUILTIN_PRICES
@@ -38,8 +52,7 @@ def load_prices(path: Path | None = None) -> dict[str, Price]:
             raise SpecError(
                 f"price table {path}: entry '{name}' needs a numeric per_worker_hour"
             ) from None
-        if value < 0:
-            raise SpecError(f"price table {path}: entry '{name}' has a negative price")
+        _checked(value, f"price table {path}: entry {shorten(repr(name))}")
         prices[str(name)] = Price(
             str(name), value, str(entry.get("currency", "USD")), str(entry.get("source", ""))
         )
@@ -50,9 +63,11 @@ def choose_price(price: str | None = None, prices_file: Path | None = None) -> P
     """``price`` is a number (per worker-hour) or a name in the table; default: the example."""
     if price is not None:
         try:
-            return Price("custom", float(price), source="given on the command line")
+            value = float(price)
         except ValueError:
             pass
+        else:
+            return Price("custom", _checked(value, "--price"), source="given on the command line")
     table = load_prices(prices_file)
     name = price or (DEFAULT_PRICE if DEFAULT_PRICE in table else next(iter(table)))
     if name not in table:

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from dmlbench.comm.exchange import EXCHANGES, check_options, is_exact
+from dmlbench.comm.exchange import EXCHANGES, check_options, is_exact, is_sharded
 from dmlbench.errors import SpecError, unknown
 from dmlbench.models import validate_model_spec
 from dmlbench.optim import learning_rate
@@ -37,8 +37,19 @@ def check_names(spec: RunSpec) -> None:
     ]
     if problems:
         raise SpecError(f"invalid run spec: {'; '.join(problems)}")
+    if is_sharded(spec.exchange) and spec.recipe.l2:
+        raise SpecError(
+            f"invalid run spec: recipe.l2 adds the parameters' squared norm to the loss, and "
+            f"{spec.exchange} never holds them whole: use "
+            f"recipe.optimizer.weight_decay={spec.recipe.l2:g} (for SGD, the same decay)"
+        )
     if spec.noise_scale is not True:
         return
+    if is_sharded(spec.exchange):
+        raise SpecError(
+            f"invalid run spec: noise_scale=true needs each worker's whole gradient, and "
+            f"{spec.exchange} keeps only a shard of it; use ddp or zero1, or noise_scale=auto"
+        )
     if not getattr(EXCHANGES[spec.exchange], "exact", False):  # a class, or a factory
         raise SpecError(
             f"invalid run spec: noise_scale=true needs an exchange whose update is the "

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import COLUMNS
 
 from dmlbench.dask.dampers import GeoDamp
 from dmlbench.dask.simulate import schedule
@@ -24,7 +25,7 @@ def dmlbench(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": COLUMNS},
     )
     if check and done.returncode != 0:
         raise AssertionError(f"dmlbench {' '.join(args)} failed:\n{done.stderr}")

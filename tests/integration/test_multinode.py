@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import cli, free_port, inside, root_only
+from helpers import COLUMNS, cli, free_port, inside, root_only
 
 from dmlbench.netem import leftovers
 
@@ -60,7 +60,7 @@ def _start_node(store: Path, port: int, *extra: str, nodes: int = 2) -> subproce
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "COLUMNS": "160"},
+        env={**os.environ, "COLUMNS": COLUMNS},
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -11,11 +12,13 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import cli, inside, root_only, wait_for_evaluation
 
 from dmlbench.netem import Topology, leftovers, remove_stale
 from dmlbench.netem.profiles import ResolvedNetwork
+from dmlbench.netem.topology import prefix
 
 
 def _ours(tag: str) -> list[str]:
@@ -95,8 +98,12 @@ def test_concurrent_topologies_get_their_own_subnets() -> None:
 
 
 def _forwarders() -> list[str]:
+    """This session's delay forwarders: their endpoints name its namespaces."""
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    return [line for line in ps.splitlines() if "dmlbench.netem.forwarder" in line]
+    ours = re.compile(rf" {prefix()}[0-9a-z_]+n\d+=")
+    return [
+        line for line in ps.splitlines() if "dmlbench.netem.forwarder" in line and ours.search(line)
+    ]
 
 
 @pytest.mark.slow
@@ -116,6 +123,23 @@ def test_leftovers_of_a_killed_launcher_are_removed() -> None:
     assert set(_ours(tag)) == set() and len([n for n in removed if tag in n]) == 5
     time.sleep(0.5)  # an orphaned forwarder notices its parent is gone within 50 ms
     assert _forwarders() == []
+
+
+@root_only
+def test_another_prefixs_names_are_neither_counted_nor_removed() -> None:
+    """Issue 53: the leftover check counted another checkout's emulated cluster, running
+    beside the tests, as its own. Names of another prefix (here the default, of a
+    launcher long gone) are neither this session's leftovers nor its to remove."""
+    assert prefix() != "dmlb"  # tests/conftest.py gives each test process its own
+    other = f"dmlb{np.base_repr(4_194_304, 36).lower()}_1n0"  # 2**22, past any pid: dead
+    subprocess.run(["ip", "netns", "add", other], check=True)
+    try:
+        assert other not in leftovers()
+        assert other not in remove_stale()
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        assert other in listed.stdout
+    finally:
+        subprocess.run(["ip", "netns", "del", other], check=False)
 
 
 @root_only

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import pandas as pd
@@ -284,6 +285,13 @@ def test_price_table_is_data_and_refuses_bad_entries(tmp_path) -> None:
     assert choose_price(prices_file=table).label == "mine at 1.25 EUR/worker-hour"
     table.write_text("mine: {per_worker_hour: cheap}\n")
     with pytest.raises(SpecError, match="needs a numeric per_worker_hour"):
+        choose_price(prices_file=table)
+    # issue 53: nan, -1 and inf were taken (and --json then printed a bare NaN)
+    for bad in ("nan", "-1", "inf", "1e300"):
+        with pytest.raises(SpecError, match=re.escape(f"--price: {float(bad):g} is no price")):
+            choose_price(bad)
+    table.write_text("mine: {per_worker_hour: .nan}\n")
+    with pytest.raises(SpecError, match="entry 'mine': nan is no price"):
         choose_price(prices_file=table)
 
 

@@ -75,9 +75,44 @@ def test_a_users_file_adds_and_replaces_entries(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"unknown cluster profile 'dgx-h10'.*did you mean"):
         load_hardware().cluster("dgx-h10")
     odd = tmp_path / "odd.yaml"
-    odd.write_text("gpus: {}\n")
-    with pytest.raises(SpecError, match="unknown section 'gpus'"):
+    odd.write_text("acelerators: {}\n")
+    with pytest.raises(SpecError, match=r"unknown section 'acelerators' \(did you mean 'acc"):
         load_hardware(odd)
+
+
+def test_a_hardware_file_is_read_within_bounds_and_never_echoed(dmlbench, tmp_path: Path) -> None:
+    """Issue 53: `--hardware /etc/shadow` printed a line of it back; a device or a named
+    pipe was said not to exist; a peak of 1e308 TFLOP/s printed `inf TFLOP/s`; --nodes
+    10²¹ and --devices-per-node 10⁸ were taken; the unknown-cluster hint named a command
+    that does not exist."""
+    import os
+
+    shadow = tmp_path / "shadow"
+    shadow.write_text("root:$y$j9T$secretsalt$hash:20228:0:99999:7:::\ndaemon:*:20228:0::::\n")
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(
+        "accelerators:\n  x: {name: x, peak_tflops: {fp32: 1e308}, memory_gb: 80,"
+        " memory_bandwidth_gbs: 2000, source: s}\n"
+    )
+    cases = [
+        (("--hardware", str(shadow)), "2 top-level keys that are no section"),
+        (("--hardware", str(pipe)), "is a named pipe, not a regular file"),
+        (("--hardware", "/dev/null"), "is a device, not a regular file"),
+        (("--hardware", str(huge)), "at most 1,000,000"),
+        (("--nodes", "1" + "0" * 21), "node counts of at most 1,048,576"),
+        (("--cluster", "nope"), "see `dmlbench simulate --cluster list`"),
+    ]
+    for args, message in cases:
+        cluster = () if "--cluster" in args else ("--cluster", "dgx-a100")
+        code, out, err = dmlbench("simulate", GOYAL_TASK, *cluster, *args)
+        assert code == 2 and message in err, (args, err)
+        assert "secretsalt" not in out + err and len(err.strip().splitlines()) == 1, err
+    code, _, err = dmlbench(
+        "simulate", GOYAL_TASK, "--cluster", "dgx-a100", "--devices-per-node", "100000000"
+    )
+    assert code == 2 and "1024" in err and "Traceback" not in err  # typer's usage error
 
 
 def test_compute_comes_from_flops_peak_and_efficiency() -> None:

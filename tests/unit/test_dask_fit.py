@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import COLUMNS
 from typer.testing import CliRunner
 
 from dmlbench.cli.app import app
@@ -24,7 +25,7 @@ def dmlbench(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": COLUMNS},
     )
     if check and done.returncode != 0:
         raise AssertionError(f"dmlbench {' '.join(args)} failed:\n{done.stderr}")

@@ -45,3 +45,17 @@ def test_names_say_which_launcher_made_them() -> None:
     # pid 8978 is "6xe" in base 36: an "x" that once cut it to pid 6, alive forever
     assert _creator("6xe_1") == 8978 and _creator("6xex1") == 8978  # new, and old names
     assert Topology(2, ResolvedNetwork(name="t", rate_bps=None)).tag.count("_") == 1
+
+
+def test_the_name_prefix_is_four_safe_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dmlbench.netem.topology import PREFIX_ENV, NetworkError, _names, prefix
+
+    monkeypatch.setenv(PREFIX_ENV, "dmlc")
+    assert prefix() == "dmlc" and _names().match("dmlc2jmj4_1br")
+    assert not _names().match("dmlb2jmj4_1br")  # another prefix's: not this process's
+    for bad in ("dm", "dmlbx", "Dmlb", "dm/b", "1mlb", "dm\nb"):
+        monkeypatch.setenv(PREFIX_ENV, bad)
+        with pytest.raises(NetworkError, match=PREFIX_ENV):
+            prefix()
+    monkeypatch.delenv(PREFIX_ENV)
+    assert prefix() == "dmlb"

@@ -62,6 +62,9 @@ def test_global_batch_derives_local_batch() -> None:
         ({"overrides": ["stall_timeout_s=0"]}, "stall_timeout_s: Input should be greater than 0"),
         ({"overrides": ["exchange=ps-sync", "channels_last=true"]}, "channels_last=true works"),
         ({"overrides": ["peak_tflops=0"]}, "peak_tflops: Input should be greater than 0"),
+        # issue 53: both failed deep inside torch ("mixed torch.Tensor and DTensor")
+        ({"overrides": ["exchange=fsdp", "recipe.l2=0.01"]}, "fsdp never holds them whole"),
+        ({"overrides": ["exchange=fsdp", "noise_scale=true"]}, "keeps only a shard of it"),
     ],
 )
 def test_impossible_specs_are_refused_in_one_line(kwargs: dict, message: str) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dmlbench.errors import SpecError
+from dmlbench.names import shorten
 from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
 from dmlbench.results.records import RunRecord
 
@@ -40,14 +41,19 @@ UNITS = {
 }
 
 
+MAX_BYTES = 2**60  # 1 EiB: more than any worker has; past it a size is a typo
+
+
 def parse_bytes(text: str) -> int:
     """``16GiB``, ``500 MB``, ``2e9`` → bytes; a one-line error otherwise."""
     found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", text.lower())
     if not found or found.group(2) not in ("", *UNITS):
-        raise SpecError(f"memory {text!r}: say a size like 16GiB, 500MB or 2e9 (bytes)")
-    size = float(found.group(1)) * UNITS.get(found.group(2) or "b", 1)
-    if size <= 0:
-        raise SpecError(f"memory {text!r} must be more than 0")
+        raise SpecError(f"memory {shorten(text)!r}: say a size like 16GiB, 500MB or 2e9 (bytes)")
+    size = float(found.group(1)) * UNITS.get(found.group(2) or "b", 1)  # 1e400: inf
+    if not size < MAX_BYTES:
+        raise SpecError(f"memory {shorten(text)!r} is more than 1 EiB: say a worker's memory")
+    if size < 1:
+        raise SpecError(f"memory {shorten(text)!r} is less than one byte: say a worker's memory")
     return int(size)
 
 

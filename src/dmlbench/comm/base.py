@@ -25,6 +25,9 @@ class GradientExchange(ABC):
     overlapped: bool  # True when communication overlaps backward (only its tail is ``comm``)
     vote_every: int = 1  # steps between stop votes (a vote must not cost a message per step)
     exact: ClassVar[bool] = True  # computes synchronous SGD's update (closed division)
+    # Each worker holds a shard of the parameters and gradients, never the whole: what
+    # needs them whole (an L2 term in the loss, the gradient noise scale) is refused.
+    sharded: ClassVar[bool] = False
     Options: ClassVar[type[StrictModel]] = NoOptions
 
     def __init__(

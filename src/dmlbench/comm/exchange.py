@@ -47,6 +47,7 @@ __all__ = [
     "GradientExchange",
     "check_options",
     "is_exact",
+    "is_sharded",
     "make_exchange",
 ]
 
@@ -83,6 +84,11 @@ def check_options(name: str, options: Mapping[str, Any]) -> StrictModel:
     exchange = EXCHANGES[name]
     model = getattr(exchange, "Options", NoOptions)
     return model.model_validate(dict(options))
+
+
+def is_sharded(name: str) -> bool:
+    """Whether each worker holds only a shard of the parameters and gradients."""
+    return bool(getattr(EXCHANGES[name], "sharded", False))
 
 
 def is_exact(name: str) -> bool:

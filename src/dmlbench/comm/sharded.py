@@ -65,6 +65,7 @@ class FSDPOptions(StrictModel):
 class FSDPExchange(GradientExchange):
     name = "fsdp"
     overlapped = True
+    sharded = True
     vote_every = 16  # a separate message: at most 16 steps past a time budget
     Options = FSDPOptions
 

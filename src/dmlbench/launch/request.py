@@ -14,9 +14,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.names import shorten
 
 DEFAULT_RDZV_ID = "dmlbench"
 Scaling = Literal["weak", "strong", "none"]
+
+
+MAX_COUNT = 1 << 20  # workers or nodes a count may name: 1,048,576
+MAX_VALUES = 1_000  # values in one list
 
 
 def worker_counts(
@@ -27,12 +32,20 @@ def worker_counts(
     position, as --nodes with --nproc-per-node)."""
     if text is None:
         return []
+    shown = shorten(text)
+    parts = [part for part in text.replace(" ", "").split(",") if part]
+    if len(parts) > MAX_VALUES:
+        raise DmlbenchError(f"{option} {shown!r}: at most {MAX_VALUES:,} {noun}")
     try:
-        counts = [int(part) for part in text.replace(" ", "").split(",") if part]
+        counts = [int(part) for part in parts]
     except ValueError:
-        raise DmlbenchError(f"{option} {text!r}: give a count or a list like 1,2,4") from None
+        raise DmlbenchError(f"{option} {shown!r}: give a count or a list like 1,2,4") from None
     if not counts or min(counts) < 1:
-        raise DmlbenchError(f"{option} {text!r}: {noun} must be at least 1")
+        raise DmlbenchError(f"{option} {shown!r}: {noun} must be at least 1")
+    if max(counts) > MAX_COUNT:
+        raise DmlbenchError(
+            f"{option} {shown!r}: {noun} of at most {MAX_COUNT:,} (past any cluster built)"
+        )
     return list(dict.fromkeys(counts)) if unique else counts
 
 

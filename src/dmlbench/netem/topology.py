@@ -39,29 +39,52 @@ from typing import Any
 import numpy as np
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.names import shorten
 from dmlbench.netem.namespaces import TUN_DEVICE
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.system import pid_alive
 
-PREFIX = "dmlb"
+PREFIX = "dmlb"  # every name's first four characters, unless PREFIX_ENV says others
+# Two users, or two CI jobs, on one machine keep their emulated networks apart with a
+# prefix each: ``leftovers`` and ``remove_stale`` see only names of this process's
+# prefix. Four characters, so that the longest name (15, IFNAMSIZ) still fits.
+PREFIX_ENV = "DMLBENCH_NETEM_PREFIX"
+_PREFIX_FORM = re.compile(r"[a-z][a-z0-9]{3}")
 TUN_MTU = 9000  # fewer, larger packets for the forwarder; small enough for a tight tbf
 NETWORK_FILE = "network.json"
 WORKER_IFNAME = "eth0"
 # Names carry the creating launcher's pid (base 36), "_", and a counter: dmlb<pid>_<n>br.
 # Before, the separator was "x", itself a base-36 digit (pid 8978 is "6xe"): such
 # names are still read, splitting at the last "x".
-_NAME = re.compile(rf"^{PREFIX}([0-9a-z_]+)(?:n\d+|br|v[0-9a-z]+)$")
 SEPARATOR = "_"
+
+
+class NetworkError(DmlbenchError):
+    """An emulated network cannot be set up here (not root, no tc, an impossible profile)."""
+
+
+def prefix() -> str:
+    """The first four characters of every namespace, bridge and veth name: ``dmlb``, or
+    what ``DMLBENCH_NETEM_PREFIX`` says (a lower-case letter and three letters or
+    digits)."""
+    chosen = os.environ.get(PREFIX_ENV) or PREFIX
+    if not _PREFIX_FORM.fullmatch(chosen):
+        raise NetworkError(
+            f"{PREFIX_ENV}={shorten(chosen)!r}: give a lower-case letter and three lower-case "
+            "letters or digits, e.g. dmlc"
+        )
+    return chosen
+
+
+def _names() -> re.Pattern[str]:
+    """The names this process's prefix gives: ``<prefix><tag>`` + br, n<rank> or v<rank>."""
+    return re.compile(rf"^{prefix()}([0-9a-z_]+)(?:n\d+|br|v[0-9a-z]+)$")
 
 
 def _creator(tag: str) -> int:
     """The pid that made the names with this tag."""
     pid, _, _ = tag.rpartition(SEPARATOR) if SEPARATOR in tag else tag.rpartition("x")
     return int(pid, 36)
-
-
-class NetworkError(DmlbenchError):
-    """An emulated network cannot be set up here (not root, no tc, an impossible profile)."""
 
 
 def _base36(number: int) -> str:
@@ -77,7 +100,8 @@ def _run(*args: str, ns: str | None = None, check: bool = True) -> str:
 
 
 def leftovers() -> list[str]:
-    """Every namespace, bridge and veth dmlbench created that still exists (any launcher)."""
+    """Every namespace, bridge and veth dmlbench created under this process's prefix that
+    still exists (any launcher's)."""
     if shutil.which("ip") is None:
         return []
     names = [
@@ -88,14 +112,16 @@ def leftovers() -> list[str]:
     for kind in ("bridge", "veth"):
         links = _run("ip", "-o", "link", "show", "type", kind, check=False)
         names += [m.group(1) for m in re.finditer(r"^\d+: ([^:@\s]+)", links, re.M)]
-    return [n for n in names if _NAME.match(n)]
+    pattern = _names()
+    return [n for n in names if pattern.match(n)]
 
 
 def remove_stale() -> list[str]:
     """Remove what killed launchers left behind; return the names removed."""
     removed = []
+    pattern = _names()
     for name in leftovers():
-        match = _NAME.match(name)
+        match = pattern.match(name)
         assert match
         try:
             pid = _creator(match.group(1))
@@ -168,7 +194,7 @@ def private_network_prefix() -> list[str]:
 @functools.cache  # a kernel capability: probed once per process, not per check
 def netem_available() -> bool:
     """Whether this kernel has the netem qdisc (tried on a throwaway namespace)."""
-    probe = f"{PREFIX}{_base36(os.getpid())}{SEPARATOR}probe"
+    probe = f"{prefix()}{_base36(os.getpid())}{SEPARATOR}probe"
     _run("ip", "netns", "add", probe, check=False)
     try:
         _run("ip", "link", "set", "lo", "up", ns=probe, check=False)
@@ -261,7 +287,7 @@ class Topology:
 
     @property
     def bridge(self) -> str:
-        return f"{PREFIX}{self.tag}br"
+        return f"{prefix()}{self.tag}br"
 
     @property
     def hub_address(self) -> str:
@@ -317,7 +343,7 @@ class Topology:
             _run("ip", "addr", "add", f"{self.hub_address}/16", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
         for rank in range(self.workers):
-            ns, veth = f"{PREFIX}{self.tag}n{rank}", f"{PREFIX}{self.tag}v{_base36(rank)}"
+            ns, veth = f"{prefix()}{self.tag}n{rank}", f"{prefix()}{self.tag}v{_base36(rank)}"
             _run("ip", "netns", "add", ns)
             self._made.append(("netns", ns))
             self.namespaces.append(ns)
@@ -490,6 +516,7 @@ class Topology:
         """What was emulated and how, with the forwarder's own cost when there was one."""
         return {
             "network": self.network.model_dump(),
+            "names": [name for _, name in self._made],  # what it made, removed on exit
             "delay_by": self.delay_by,
             "workers": self.workers,
             "forwarder": self.forwarder_stats,

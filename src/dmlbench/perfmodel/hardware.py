@@ -14,6 +14,7 @@ user's own run on that device gives, else :data:`DEFAULT_EFFICIENCY` (said so).
 from __future__ import annotations
 
 import math
+from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,16 @@ from pydantic import Field, ValidationError, model_validator
 
 from dmlbench.errors import SpecError, unknown
 from dmlbench.files import load_mapping_file
+from dmlbench.names import shorten
 from dmlbench.perfmodel.model import CommCalibration, Link
 from dmlbench.strict import StrictModel
 
 HARDWARE_FILE = Path(__file__).with_name("hardware.yaml")
+SECTIONS = ("accelerators", "interconnects", "clusters")
+
+# Every figure of a profile is at most this (1 EFLOP/s a device, 1 PB of memory, 1 s of
+# latency in µs): far past any hardware, and far from overflowing what is computed.
+BOUND = 1e6
 
 DEFAULT_EFFICIENCY = 0.4
 """The share of the peak a step achieves when no run on the device says: a round
@@ -35,15 +42,18 @@ device's dense peak). A run on the device, or ``--efficiency``, replaces it."""
 class Accelerator(StrictModel):
     name: str
     peak_tflops: dict[str, float] = Field(description="dense peak per dtype (fp32, bf16, …)")
-    memory_gb: float = Field(gt=0)
-    memory_bandwidth_gbs: float = Field(gt=0)
+    memory_gb: float = Field(gt=0, le=BOUND)
+    memory_bandwidth_gbs: float = Field(gt=0, le=BOUND)
     matches: list[str] = Field(default_factory=list, description="in torch's device name")
     source: str = Field(min_length=1, description="the data sheet the figures come from")
 
     @model_validator(mode="after")
     def _positive(self) -> Accelerator:
-        if not self.peak_tflops or any(v <= 0 for v in self.peak_tflops.values()):
-            raise ValueError("peak_tflops: positive TFLOP/s per dtype, e.g. {fp32: 19.5}")
+        if not self.peak_tflops or any(not 0 < v <= BOUND for v in self.peak_tflops.values()):
+            raise ValueError(
+                f"peak_tflops: TFLOP/s per dtype above 0 and at most {BOUND:,.0f}, e.g. "
+                "{fp32: 19.5}"
+            )
         return self
 
     def peak_flops(self, dtype: str) -> float:
@@ -57,9 +67,11 @@ class Accelerator(StrictModel):
 
 class Interconnect(StrictModel):
     name: str
-    gbit_per_s: float = Field(gt=0, description="per device and direction")
-    latency_us: float = Field(ge=0, description="one way")
-    message_cost_us: float = Field(ge=0, description="the software's cost per message (α)")
+    gbit_per_s: float = Field(gt=0, le=BOUND, description="per device and direction")
+    latency_us: float = Field(ge=0, le=BOUND, description="one way")
+    message_cost_us: float = Field(
+        ge=0, le=BOUND, description="the software's cost per message (α)"
+    )
     source: str = Field(min_length=1)
 
     def link(self, share: int = 1) -> Link:
@@ -100,7 +112,9 @@ class Hardware(StrictModel):
     def cluster(self, key: str) -> Cluster:
         if key not in self.clusters:
             raise SpecError(
-                unknown("cluster profile", key, self.clusters, "see `dmlbench hardware`")
+                unknown(
+                    "cluster profile", key, self.clusters, "see `dmlbench simulate --cluster list`"
+                )
             )
         profile = self.clusters[key]
         return Cluster(
@@ -119,11 +133,20 @@ def load_hardware(extra: Path | None = None) -> Hardware:
     )
     if extra is not None:
         mine = load_mapping_file(extra, "hardware file", "accelerators, interconnects, clusters")
-        unknown_keys = set(mine) - {"accelerators", "interconnects", "clusters"}
+        unknown_keys = set(mine) - set(SECTIONS)
         if unknown_keys:
+            # a typo of a section is named; anything else is not echoed: a file given by
+            # mistake (--hardware /etc/shadow) must not be printed back line by line
+            typos = [k for k in sorted(map(str, unknown_keys)) if get_close_matches(k, SECTIONS)]
+            what = (
+                f"unknown section {shorten(typos[0])!r} (did you mean "
+                f"{get_close_matches(typos[0], SECTIONS)[0]!r}?)"
+                if typos
+                else f"{len(unknown_keys):,} top-level keys that are no section: is it a "
+                "hardware file?"
+            )
             raise SpecError(
-                f"hardware file {extra}: unknown section {sorted(unknown_keys)[0]!r}; "
-                "use accelerators, interconnects and clusters"
+                f"hardware file {extra}: {what}; use accelerators, interconnects and clusters"
             )
         for section, entries in mine.items():
             if not isinstance(entries, dict):

@@ -192,7 +192,9 @@ class Trainer:
         batch ``b`` against ``b·N`` across workers, or half a batch against the batch on
         one worker with ``noise_scale=true``."""
         mode, batch, workers = self.spec.noise_scale, self.spec.local_batch, self.ctx.world_size
-        if mode is False or not self.exchange.exact or (workers == 1 and mode == "auto"):
+        if mode is False or not self.exchange.exact or self.exchange.sharded:
+            return None
+        if workers == 1 and mode == "auto":
             return None
         if self.spec.synthetic_data:
             return None  # one fixed random batch a worker: no noise of the data to measure
