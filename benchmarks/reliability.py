@@ -954,6 +954,437 @@ def rogue_node(tmp: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ main
 
 
+# ----------------------------------------------------- bounds on what is read (issue 53)
+#
+# Each attack runs against whatever dmlbench the interpreter imports, so the "before"
+# column comes from the same script with PYTHONPATH at the earlier revision's src/.
+# Children run with a 6 GiB address-space limit: an unbounded read or decode ends in
+# a MemoryError there instead of taking the machine, and a hang is cut at TIMEOUT_S.
+
+TIMEOUT_S = 60
+MEMORY_LIMIT = 6 << 30
+
+
+def _limited() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def _bounded(*args: str, timeout: float = TIMEOUT_S) -> tuple[str, float, int]:
+    """Run ``dmlbench ARGS`` limited; (what it said, seconds, exit code). A traceback or
+    a hang is said so; otherwise the last line of stderr (or of stdout)."""
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            [*DMLBENCH, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=_limited,
+            env={**os.environ, "COLUMNS": "4096"},
+        )
+    except subprocess.TimeoutExpired:
+        return f"HUNG: killed after {timeout:.0f} s", time.monotonic() - start, -9
+    took = time.monotonic() - start
+    text = done.stderr.strip() or done.stdout.strip()
+    last = text.splitlines()[-1] if text else f"exit {done.returncode}, nothing said"
+    if done.returncode < 0:
+        return f"killed by signal {-done.returncode}: `{last[:110]}`", took, done.returncode
+    if "Traceback" in done.stderr:
+        return f"TRACEBACK: `{last[:110]}`", took, done.returncode
+    return f"`{last[:150]}`", took, done.returncode
+
+
+def _short(text: str, tmp: Path) -> str:
+    return text.replace(str(tmp), "…")
+
+
+@attack("png")
+def png_outputs(tmp: Path) -> dict[str, Any]:
+    """`simulate --png` aimed at a symlink, a named pipe, a folder and /dev/full."""
+    victim = tmp / "victim"
+    victim.write_text("keep")
+    (tmp / "link").symlink_to(victim)
+    os.mkfifo(tmp / "pipe")
+    (tmp / "folder").mkdir()
+    targets = ["link", "pipe", "folder"] + (["/dev/full"] if os.geteuid() == 0 else [])
+    said, took = [], 0.0
+    for name in targets:
+        path = name if name.startswith("/") else str(tmp / name)
+        text, seconds, _ = _bounded(
+            "simulate", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1", "--png", path
+        )
+        took = max(took, seconds)
+        said.append(f"{name}: {_short(text, tmp)}")
+    damage = []
+    if victim.read_text() != "keep":
+        damage.append("the link's target overwritten")
+    if (tmp / "folder.png").exists():
+        damage.append("folder.png made")
+    if Path("/dev/full.png").exists():
+        damage.append("/dev/full.png made")
+        Path("/dev/full.png").unlink()
+    return row(
+        "`simulate --cluster … --png` a symbolic link, a named pipe, a folder, /dev/full",
+        f"{'; '.join(damage) or 'nothing written'}; " + "; ".join(said),
+        took,
+        "the link's target, the device",
+    )
+
+
+@attack("import-bounds")
+def import_bounds(tmp: Path) -> dict[str, Any]:
+    """`results --import` of a run folder whose spec.json or events.log is a link to
+    /dev/zero or a named pipe."""
+    from dmlbench.resolve import resolve_spec
+    from dmlbench.results.rundir import create_run_dir
+
+    spec = resolve_spec("synthetic-mlp").to_json_dict()
+    said, took = [], 0.0
+    for name in ("spec.json", "events.log"):
+        for kind in ("zero", "fifo"):
+            _, folder = create_run_dir(tmp / "store" / "runs", spec, f"{kind}-{name[:4]}")
+            target = folder / name
+            target.unlink(missing_ok=True)
+            if kind == "zero":
+                target.symlink_to("/dev/zero")
+            else:
+                os.mkfifo(target)
+            text, seconds, _ = _bounded(
+                "results", "--store", str(tmp / "store"), "--import", str(folder), timeout=30
+            )
+            took = max(took, seconds)
+            said.append(f"{name} {kind}: {_short(text, tmp)} ({seconds:.1f} s)")
+    return row(
+        "`results --import` of a folder whose spec.json or events.log is a link to "
+        "/dev/zero or a named pipe",
+        "; ".join(said),
+        took,
+        "—",
+    )
+
+
+@attack("corpus")
+def huge_corpus(tmp: Path) -> dict[str, Any]:
+    """A 30 GB kjv.txt (sparse) in the data folder."""
+    data = tmp / "data"
+    data.mkdir()
+    with (data / "kjv.txt").open("wb") as sparse:
+        sparse.truncate(30 * 10**9)
+    text, took, _ = _bounded("run", "kjv-gpt", "--data-dir", str(data), "--store", str(tmp / "s"))
+    return row("a 30 GB `kjv.txt` (sparse) in the data folder", _short(text, tmp), took, "—")
+
+
+def _imagenet_with(tmp: Path, name: str, image: bytes) -> Path:
+    from dmlbench.data import imagenet
+
+    root = imagenet.write_sample(tmp / name, 2, 4, 1, quality=75)
+    victim = sorted((root / "val").rglob("*.JPEG"))[0]
+    victim.write_bytes(image)
+    return root
+
+
+def _declaring(width: int, height: int) -> bytes:
+    """A real 16×16 JPEG whose SOF marker declares ``width``×``height``."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(out, "JPEG")
+    data = bytearray(out.getvalue())
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = height.to_bytes(2, "big") + width.to_bytes(2, "big")
+    return bytes(data)
+
+
+@attack("images")
+def hostile_images(tmp: Path) -> dict[str, Any]:
+    """In val/ of a generated ImageNet: a 65,000×1 JPEG, and JPEGs whose header declares
+    60,000² and 12,000² pixels; a 2-worker ResNet-18 run that evaluates once."""
+    import io
+
+    from PIL import Image
+
+    long = io.BytesIO()
+    Image.new("L", (65_000, 1), 128).save(long, "JPEG")
+    cases = {
+        "65,000×1": long.getvalue(),
+        "60,000² declared": _declaring(60_000, 60_000),
+        "12,000² declared": _declaring(12_000, 12_000),
+    }
+    said, took = [], 0.0
+    for number, (name, image) in enumerate(cases.items()):
+        root = _imagenet_with(tmp, f"in{number}", image)
+        quick = ["partial_data=true", "recipe.model.options.depth=18", "recipe.local_batch=2"]
+        quick += ["max_steps=2", "warmup_steps_excluded=1", "loader_processes=0"]
+        sets = [part for value in quick for part in ("--set", value)]
+        text, seconds, _ = _bounded(
+            "run",
+            "imagenet-resnet50",
+            "--data-dir",
+            str(root),
+            "--workers",
+            "2",
+            *sets,
+            "--store",
+            str(tmp / "s"),
+            "--quiet",
+            timeout=300,
+        )
+        took = max(took, seconds)
+        said.append(f"{name} ({len(image):,} bytes): {_short(text, tmp)}")
+    return row(
+        "in `val/`: a 17 KB JPEG of 65,000×1 pixels; 633-byte JPEGs declaring 60,000² and "
+        "12,000² (a 2-worker ResNet-18 run that evaluates once; 6 GiB limit)",
+        "; ".join(said),
+        took,
+        "the run's row and folder (failed)",
+    )
+
+
+@attack("token-cache")
+def token_cache(tmp: Path) -> dict[str, Any]:
+    """The kjv-gpt token cache damaged four ways, and a GPT-2 vocab.json with an id of
+    2·10⁹; each followed by a 1-worker kjv-gpt run of 2 steps."""
+    import numpy as np
+
+    from dmlbench.data import text as corpus
+
+    data = tmp / "data"
+    data.mkdir()
+    folder = corpus.prepare(data, "kjv", 4096, False)
+    pristine = {p.name: p.read_bytes() for p in folder.iterdir()}
+    meta = json.loads(pristine["meta.json"])
+
+    def restore() -> None:
+        if not folder.is_dir():
+            folder.mkdir()
+        for name, content in pristine.items():
+            (folder / name).write_bytes(content)
+
+    def out_of_range() -> None:
+        ids = np.fromfile(folder / "valid.bin", dtype=np.int32)
+        ids[10] = 5_000
+        ids.tofile(folder / "valid.bin")
+
+    damages = {
+        "ids ≥ the vocabulary": out_of_range,
+        "meta.json a list": lambda: (folder / "meta.json").write_text(json.dumps([meta])),
+        "vocab 10¹¹": lambda: (folder / "meta.json").write_text(
+            json.dumps({**meta, "vocab": 10**11})
+        ),
+        "no meta.json": lambda: (folder / "meta.json").unlink(),
+    }
+    run = ["run", "kjv-gpt", "--data-dir", str(data), "--set", "max_steps=2", "--quiet"]
+    said, took = [], 0.0
+    for name, damage in damages.items():
+        restore()
+        damage()
+        text, seconds, code = _bounded(*run, "--store", str(tmp / "s"), timeout=300)
+        took = max(took, seconds)
+        said.append(f"{name}: exit {code}, {_short(text, tmp)}")
+    (data / "gpt2").mkdir()
+    vocab = {chr(0x100 + i): i for i in range(300)}
+    vocab["Ā"] = 2 * 10**9
+    (data / "gpt2" / "vocab.json").write_text(json.dumps(vocab))
+    (data / "gpt2" / "merges.txt").write_text("#version: 0.2\n")
+    text, seconds, code = _bounded(*run, "--store", str(tmp / "s"), timeout=300)
+    staging = [p.name for p in (data / "text-cache").iterdir() if p.name.startswith(".")]
+    said.append(
+        f"vocab.json id 2·10⁹: exit {code}, {_short(text, tmp)}; left in text-cache: "
+        f"{[n for n in staging if not n.endswith('.lock')] or 'nothing'}"
+    )
+    return row(
+        "the token cache's ids ≥ its vocabulary, meta.json a list, a vocabulary of 10¹¹, no "
+        "meta.json; GPT-2's vocab.json with an id of 2·10⁹ (each: a kjv-gpt run)",
+        "; ".join(said),
+        max(took, seconds),
+        "the cache, made again",
+    )
+
+
+@attack("sharded-options")
+def sharded_options(tmp: Path) -> dict[str, Any]:
+    """fsdp with an L2 term in the loss, and with noise_scale=true."""
+    said, took = [], 0.0
+    for option in ("recipe.l2=0.01", "noise_scale=true"):
+        text, seconds, _ = _bounded(
+            "run",
+            "digits-mlp",
+            "--workers",
+            "2",
+            "--exchange",
+            "fsdp",
+            "--set",
+            option,
+            "--set",
+            "max_steps=3",
+            "--store",
+            str(tmp / "s"),
+            "--quiet",
+            timeout=180,
+        )
+        took = max(took, seconds)
+        said.append(f"{option}: {_short(text, tmp)} ({seconds:.1f} s)")
+    return row(
+        "`--exchange fsdp` with `recipe.l2=0.01`; with `noise_scale=true`",
+        "; ".join(said),
+        took,
+        "—",
+    )
+
+
+@attack("unpack")
+def concurrent_unpacks(tmp: Path) -> dict[str, Any]:
+    """Two unpacks of the official archives' layout into one folder at once (3 trials),
+    and an unpack into a folder holding train/ without val/."""
+    from helpers import write_imagenet_archives
+
+    from dmlbench.data import imagenet
+
+    sample = imagenet.write_sample(tmp / "sample", 3, 6, 2, quality=75)
+    sums = write_imagenet_archives(sample, tmp / "archives")
+    code = (
+        "import json, sys; from pathlib import Path; from dmlbench.data import imagenet\n"
+        "root, dest, sums = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])\n"
+        "try:\n"
+        "    imagenet.unpack(root, dest, checksums=sums)\n"
+        "    print('ok')\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__ + ': ' + str(e))\n"
+    )
+    outcomes, took = [], 0.0
+    for trial in range(3):
+        dest = tmp / f"dest{trial}"
+        start = time.monotonic()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", code, str(tmp / "archives"), str(dest), json.dumps(sums)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outcomes += [proc.communicate(timeout=120)[0].strip() for proc in procs]
+        took = max(took, time.monotonic() - start)
+    failed = [o for o in outcomes if o != "ok"]
+    half = tmp / "half"
+    (half / "train").mkdir(parents=True)
+    try:
+        imagenet.unpack(tmp / "archives", half, checksums=sums)
+        half_said = "unpacked"
+    except DmlbenchError as error:
+        half_said = str(error)
+    return row(
+        "two unpacks of the archives into one folder at once (3 trials); one into a folder "
+        "holding train/ without val/",
+        f"{6 - len(failed)} of 6 unpacks succeeded"
+        + (f" (e.g. `{_short(failed[0], tmp)[:140]}`)" if failed else "")
+        + f"; train/ without val/: `{_short(half_said, tmp)[:160]}`",
+        took,
+        "the unpacked layout",
+    )
+
+
+@attack("low")
+def small_inputs(tmp: Path) -> dict[str, Any]:
+    """The low-severity inputs: hardware files that are devices, pipes or /etc/shadow; a
+    peak of 1e308; an unknown cluster; counts of 10²¹ and 10⁸; a price of nan; memory of
+    1e400 and 0.4 bytes; a wrong MD5; an empty val/ with partial data; a diverged run's
+    event log."""
+    os.mkfifo(tmp / "pipe")
+    huge = tmp / "huge.yaml"
+    huge.write_text(
+        "accelerators:\n  x: {name: x, peak_tflops: {fp32: 1e308}, memory_gb: 80,"
+        " memory_bandwidth_gbs: 2000, source: s}\n"
+    )
+    cluster = ("simulate", "imagenet-resnet50", "--cluster", "dgx-a100")
+    cases = {
+        "--hardware /dev/null": (*cluster, "--hardware", "/dev/null"),
+        "--hardware FIFO": (*cluster, "--hardware", str(tmp / "pipe")),
+        "--hardware /etc/shadow": (*cluster, "--hardware", "/etc/shadow"),
+        "a peak of 1e308": ("simulate", "x", "--cluster", "list", "--hardware", str(huge)),
+        "--cluster nope": ("simulate", "imagenet-resnet50", "--cluster", "nope"),
+        "--nodes 10²¹": (*cluster, "--nodes", "1" + "0" * 21),
+        "--price nan": ("simulate", "digits-mlp", "--price", "nan", "--store", str(tmp / "e")),
+        "--memory-per-worker 1e400": ("advise", "kjv-gpt", "--memory-per-worker", "1e400"),
+        "--memory-per-worker 0.4": ("advise", "kjv-gpt", "--memory-per-worker", "0.4"),
+    }
+    said, took = [], 0.0
+    for name, args in cases.items():
+        text, seconds, _ = _bounded(*args)
+        took = max(took, seconds)
+        if "/etc/shadow" in name and "root:" in text:
+            text = "ECHOED A LINE OF IT"
+        if "1e308" in name:
+            text = "printed inf TFLOP/s" if "inf" in text else text
+        said.append(f"{name}: {_short(text, tmp)}")
+    from helpers import write_imagenet_archives
+
+    from dmlbench.data import imagenet
+
+    sample = imagenet.write_sample(tmp / "sample", 2, 4, 1, quality=75)
+    write_imagenet_archives(sample, tmp / "archives")
+    text, _, _ = _bounded("run", "imagenet-resnet50", "--data-dir", str(tmp / "archives"))
+    left = (tmp / "archives" / "imagenet").exists()
+    said.append(f"wrong MD5: {_short(text, tmp)[:70]}…, imagenet/ left: {left}")
+    for image in (sample / "val").rglob("*.JPEG"):
+        image.unlink()
+    store = tmp / "s"
+    text, _, _ = _bounded(
+        "run",
+        "imagenet-resnet50",
+        "--data-dir",
+        str(sample),
+        "--set",
+        "partial_data=true",
+        "--set",
+        "recipe.model.options.depth=18",
+        "--set",
+        "recipe.local_batch=2",
+        "--store",
+        str(store),
+        "--quiet",
+        timeout=300,
+    )
+    from dmlbench.results import ResultsStore
+
+    rows = len(ResultsStore(store).runs()) if (store / "dmlbench.sqlite").exists() else 0
+    said.append(f"empty val/: {_short(text, tmp)[:90]}, rows stored: {rows}")
+    diverged = tmp / "d"
+    _bounded(
+        "run",
+        "digits-mlp",
+        "--set",
+        "recipe.schedule.lr_per_sample=1e9",
+        "--set",
+        "max_steps=30",
+        "--set",
+        "stop_at_target=false",
+        "--store",
+        str(diverged),
+        "--quiet",
+    )
+    bare = 0
+    for log in diverged.glob("runs/*/events.log"):
+        for line in log.read_text().splitlines():
+            try:
+                json.loads(line.removeprefix(":::MLLOG "), parse_constant=lambda c: 1 / 0)
+            except ZeroDivisionError:
+                bare += 1
+    said.append(f"a diverged run: {bare} event-log lines with a bare NaN or Infinity")
+    return row(
+        "`--hardware` a device, a pipe, /etc/shadow; a peak of 1e308; an unknown cluster; "
+        "`--nodes 10²¹`; `--price nan`; `--memory-per-worker 1e400` and `0.4`; a wrong "
+        "MD5; an empty val/ with partial data; a diverged run's event log",
+        "; ".join(said),
+        took,
+        "—",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help=f"comma-separated: {','.join(ATTACKS)}")

@@ -3,6 +3,7 @@ with the session's measured peaks)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -120,6 +121,40 @@ def isolated_dirs(
         partial = machine_peaks.with_name(f".{machine_peaks.name}.{os.getpid()}")
         shutil.copyfile(cache / CACHE_FILE, partial)
         partial.replace(machine_peaks)
+
+
+def _launchers_started_here() -> set[int]:
+    """The `dmlbench` commands this test process started that still run."""
+    from helpers import alive, command_line
+
+    here = str(os.getpid())
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            continue
+        line = command_line(int(entry.name)) if parent == here else ""
+        if (" -m dmlbench " in line or "/dmlbench " in line) and alive(int(entry.name)):
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_launcher_outlives_its_test() -> Iterator[None]:
+    """A test that fails between starting a long run and stopping it would leave the run
+    training for the rest of the session, taking the cores every later test times on:
+    what the test started and left running is killed when it ends (its workers and
+    network go with it, as with any killed launcher)."""
+    before = _launchers_started_here()
+    yield
+    import signal
+
+    for pid in _launchers_started_here() - before:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -449,9 +450,16 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces nee
 
 
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+def slurm() -> Iterator[SlurmCluster]:
     """A real Slurm (controller, daemons, munge) for the module's tests."""
     from slurm_cluster import slurm_cluster
 
-    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
-        yield cluster
+    # in a folder with a short path: Slurm's daemons make Unix sockets in it (munged's,
+    # slurmstepd's in the spool), whose paths hold at most 107 bytes, and pytest's
+    # temporary folders can be longer (issue 53: green on any machine)
+    folder = Path(tempfile.mkdtemp(prefix="dmlb-slurm-", dir="/tmp"))
+    try:
+        with slurm_cluster(folder) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

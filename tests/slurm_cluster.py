@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,7 +55,9 @@ class SlurmCluster:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "SLURM_CONF": str(self.conf)}
+        from helpers import COLUMNS  # what the job prints, as wide as every test command
+
+        return {**os.environ, "SLURM_CONF": str(self.conf), "COLUMNS": COLUMNS}
 
     def command(self, *args: str, check: bool = True, timeout: float = 60) -> str:
         done = subprocess.run(args, capture_output=True, text=True, env=self.env, timeout=timeout)
@@ -83,15 +84,13 @@ class SlurmCluster:
         raise TimeoutError(f"job {job_id} still {self.job_state(job_id)} after {timeout} s")
 
 
-def _conf(
-    folder: Path, control: str, nodes: list[str], addresses: list[str], cpus: int, munge: Path
-) -> str:
+def _conf(folder: Path, control: str, nodes: list[str], addresses: list[str], cpus: int) -> str:
     lines = [
         "ClusterName=dmlbench",
         f"SlurmctldHost={socket.gethostname()}({control})",
         "AuthType=auth/munge",
         "CredType=cred/munge",
-        f"AuthInfo=socket={munge}",
+        f"AuthInfo=socket={folder / 'munge.socket'}",
         "SlurmUser=root",
         "SlurmdUser=root",
         f"StateSaveLocation={folder / 'state'}",
@@ -141,10 +140,6 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "state").mkdir(exist_ok=True)
     key = folder / "munge.key"
-    # munged's socket where its path is short: a socket's path has at most 107 bytes, and
-    # pytest's temporary folders can be longer (issue 53: CI green on any machine)
-    sockets = Path(tempfile.mkdtemp(prefix="dmlb-munge-", dir="/tmp"))
-    munge = sockets / "munge.socket"
     subprocess.run([str(_bin("mungekey")), "--create", f"--keyfile={key}"], check=True)
     started: list[subprocess.Popen[bytes]] = []
     log = (folder / "daemons.log").open("ab")
@@ -161,7 +156,7 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
                     "--foreground",
                     "--force",
                     f"--key-file={key}",
-                    f"--socket={munge}",
+                    f"--socket={folder / 'munge.socket'}",
                     f"--pid-file={folder / 'munged.pid'}",
                     f"--log-file={folder / 'munged.log'}",
                     f"--seed-file={folder / 'munged.seed'}",
@@ -177,7 +172,7 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
             addresses = [topology.address(i) for i in range(nodes)]
             conf = folder / "slurm.conf"
             cpus = max(1, len(os.sched_getaffinity(0)))
-            conf.write_text(_conf(folder, topology.hub_address, names, addresses, cpus, munge))
+            conf.write_text(_conf(folder, topology.hub_address, names, addresses, cpus))
             # slurmd loads a cgroup plugin whatever the task plugins; this machine (as
             # many containers) mounts cgroup v1 under a tmpfs, which autodetection misses
             (folder / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
@@ -224,7 +219,6 @@ def slurm_cluster(folder: Path, nodes: int = 2) -> Iterator[SlurmCluster]:
         for process in started:
             _stop(process)
         log.close()
-        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def _wait_idle(cluster: SlurmCluster, started: list[subprocess.Popen[bytes]]) -> None:
@@ -247,6 +241,7 @@ def _wait_idle(cluster: SlurmCluster, started: list[subprocess.Popen[bytes]]) ->
 
 if __name__ == "__main__":
     import sys
+    import tempfile
 
     with slurm_cluster(Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp())) as c:
         print(f"export SLURM_CONF={c.conf}  # nodes {c.nodes} at {c.addresses}", flush=True)

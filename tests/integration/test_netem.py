@@ -99,7 +99,7 @@ def test_concurrent_topologies_get_their_own_subnets() -> None:
 
 def _forwarders() -> list[str]:
     """This session's delay forwarders: their endpoints name its namespaces."""
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
     ours = re.compile(rf" {prefix()}[0-9a-z_]+n\d+=")
     return [
         line for line in ps.splitlines() if "dmlbench.netem.forwarder" in line and ours.search(line)
@@ -351,9 +351,14 @@ def test_ctrl_c_under_an_emulated_network_leaves_nothing(tmp_path: Path) -> None
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for_evaluation(proc, store)
-    assert _forwarders() != [] and leftovers() != []  # the emulated network is up
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        wait_for_evaluation(proc, store)
+        assert _forwarders() != [] and leftovers() != []  # the emulated network is up
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # a failed check must not leave a run training forever
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, stderr
     assert leftovers() == [] and _forwarders() == []
