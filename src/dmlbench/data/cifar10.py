@@ -62,6 +62,7 @@ def read_binary_batch(path: Path) -> Arrays:
 
 
 _INT_OPS = {"BININT", "BININT1", "BININT2", "INT", "LONG", "LONG1"}
+PYTHON_BATCH_MAX_BYTES = 64 << 20
 
 
 def read_python_batch(path: Path) -> Arrays:
@@ -71,8 +72,12 @@ def read_python_batch(path: Path) -> Arrays:
     pixels: bytes | None = None
     labels: list[int] = []
     key: bytes | None = None
+    from dmlbench.files import read_bounded
+
+    # a batch of the python layout is 31 MB; a file far past it is not one
+    data = read_bounded(path, PYTHON_BATCH_MAX_BYTES, "CIFAR-10 batch", DatasetError)
     try:
-        for opcode, arg, _ in pickletools.genops(path.read_bytes()):
+        for opcode, arg, _ in pickletools.genops(data):
             if isinstance(arg, str | bytes):
                 raw = arg.encode("latin-1") if isinstance(arg, str) else arg
                 if len(raw) >= IMAGE_BYTES and len(raw) % IMAGE_BYTES == 0:

@@ -268,10 +268,16 @@ def _forwarder_cost(run: RunRecord) -> str | None:
     import json
     from pathlib import Path
 
+    from dmlbench.errors import DmlbenchError
+    from dmlbench.files import read_bounded
+
     path = Path(run.run_dir) / "network.json"
     try:
-        stats = json.loads(path.read_text()).get("forwarder") or {}
-    except (OSError, ValueError):
+        recorded = json.loads(read_bounded(path, 1 << 20, "network record"))
+    except (DmlbenchError, ValueError, RecursionError):
+        return None
+    stats = recorded.get("forwarder") if isinstance(recorded, dict) else None
+    if not isinstance(stats, dict):
         return None
     if not stats.get("packets"):
         return None
