@@ -112,6 +112,24 @@ def test_a_wikitext_archive_is_held_to_the_published_checksum(tmp_path: Path) ->
     assert text.wikitext_texts(tmp_path / "unpacked", False)["valid"] == "the valid split\n"
 
 
+def test_a_kjv_txt_is_bounded_by_the_exports_size_and_named(tmp_path: Path) -> None:
+    """Issue 53: a 30 GB kjv.txt was read whole (a MemoryError) before its digest was
+    checked, and no corpus message named the file."""
+    import time
+
+    exported = tmp_path / text.KJV_FILE
+    with exported.open("wb") as sparse:  # 30 GB that take no disk
+        sparse.truncate(30 * 10**9)
+    started = time.monotonic()
+    with pytest.raises(DatasetError, match=r"is 30,000,000,000 bytes; at most 4,298,239") as big:
+        text.kjv_texts(tmp_path, False)
+    assert time.monotonic() - started < 5 and str(exported) in str(big.value)
+    exported.write_bytes(_bible_export(2))
+    with pytest.raises(DatasetError, match="bytes, the export of Debian's bible-kjv") as small:
+        text.kjv_texts(tmp_path, False)
+    assert f"the corpus file {exported}" in str(small.value)
+
+
 @pytest.fixture
 def small_corpus(monkeypatch: pytest.MonkeyPatch) -> str:
     verses = [f"And the {w} went unto the {v} of the land.\n" for w in "abcdef" for v in "xyz"]

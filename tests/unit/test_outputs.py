@@ -3,6 +3,7 @@ regular files or free names, whole or not at all; every refusal is one line (iss
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -245,3 +246,27 @@ def test_simulate_writes_its_png_at_exactly_the_path_given(dmlbench, tmp_path: P
     assert (
         target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not target.with_suffix(".png").exists()
     )
+
+
+def test_a_line_that_prints_a_path_is_never_broken_inside_it(
+    stored: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 53: the report's line broke where the terminal ended, inside the path or
+    between "(1" and "figure,": a user could not copy the path, and a test's check
+    depended on the path's length. A line that prints a path soft-wraps at any width."""
+    import sys
+
+    from dmlbench.cli.app import main
+
+    out = tmp_path / ("a-rather-long-folder-name-" * 4) / "report.html"
+    monkeypatch.setattr(
+        sys, "argv", ["dmlbench", "report", "--store", str(stored), "--out", str(out)]
+    )
+    monkeypatch.setenv("COLUMNS", "60")
+    with contextlib.suppress(SystemExit):
+        main()
+    lines = capsys.readouterr().out.splitlines()
+    assert any(f"report: {out} (" in line and "figure" in line for line in lines), lines
