@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -108,14 +109,17 @@ def _forwarders() -> list[str]:
 
 @pytest.mark.slow
 @root_only
-def test_leftovers_of_a_killed_launcher_are_removed() -> None:
+def test_leftovers_of_a_killed_launcher_are_removed(tmp_path: Path) -> None:
     script = (  # with latency, so the delay forwarder runs too
         "import os, signal\nfrom dmlbench.netem import Topology\n"
         "from dmlbench.netem.profiles import ResolvedNetwork\n"
         "t = Topology(2, ResolvedNetwork(name='t', rate_bps=1e9, delay_s=0.001)).__enter__()\n"
         "print(t.tag, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    scratch = tmp_path / "tmp"  # a killed launcher leaves no file there
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert done.returncode == -signal.SIGKILL
     tag = done.stdout.strip()
     assert len(_ours(tag)) == 5  # 2 namespaces, their veths, the bridge
@@ -123,6 +127,7 @@ def test_leftovers_of_a_killed_launcher_are_removed() -> None:
     assert set(_ours(tag)) == set() and len([n for n in removed if tag in n]) == 5
     time.sleep(0.5)  # an orphaned forwarder notices its parent is gone within 50 ms
     assert _forwarders() == []
+    assert list(scratch.iterdir()) == []
 
 
 @root_only

@@ -8,11 +8,13 @@ FIFO queue suffices. Bandwidth is still shaped by ``tbf`` on each TUN device.
 
 Run by :class:`dmlbench.netem.topology.Topology`, never by hand::
 
-    python -m dmlbench.netem.forwarder --delay-us 5000 --stats FILE NS0=10.x.0.1 NS1=...
+    python -m dmlbench.netem.forwarder --delay-us 5000 NS0=10.x.0.1 NS1=...
 
 It prints ``ready`` once every device exists, exits on SIGTERM or when its parent
-dies, and then writes its own cost (CPU seconds, packets, bytes, how late packets
-left) to ``--stats``: the numbers that say whether it disturbed compute timings.
+dies, and then prints its own cost (CPU seconds, packets, bytes, how late packets
+left) as one JSON line: the numbers that say whether it disturbed compute timings.
+They travel on the pipe the launcher reads, so a launcher that was killed leaves no
+file behind.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ def open_tun(namespace: str, home: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--delay-us", type=float, required=True)
-    parser.add_argument("--stats", required=True)
     parser.add_argument("endpoints", nargs="+", help="NAMESPACE=IPv4 of each worker")
     args = parser.parse_args(argv)
     home = os.open("/proc/self/ns/net", os.O_RDONLY)
@@ -119,8 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         "late_mean_s": late_sum / packets if packets else 0.0,
         "late_max_s": late_max,
     }
-    with open(args.stats, "w") as out:
-        json.dump(stats, out)
+    try:
+        sys.stdout.write(json.dumps(stats) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # the launcher is gone: nobody to tell
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

@@ -263,7 +263,6 @@ class Topology:
     forwarder_stats: dict[str, Any] = field(default_factory=dict)
     _made: list[tuple[str, str]] = field(default_factory=list)  # (kind, name) to remove
     _forwarder: subprocess.Popen[str] | None = None
-    _stats_path: str = ""
 
     _count = 0
 
@@ -443,10 +442,7 @@ class Topology:
         """Route worker-to-worker traffic through TUN devices and the delay forwarder."""
         import select
         import sys
-        import tempfile
 
-        handle, self._stats_path = tempfile.mkstemp(prefix="dmlb-forwarder-")
-        os.close(handle)
         endpoints = [f"{ns}={self.address(i)}" for i, ns in enumerate(self.namespaces)]
         self._forwarder = subprocess.Popen(
             [
@@ -455,8 +451,6 @@ class Topology:
                 "dmlbench.netem.forwarder",
                 "--delay-us",
                 f"{self.network.delay_s * 1e6:.1f}",
-                "--stats",
-                self._stats_path,
                 *endpoints,
             ],
             stdout=subprocess.PIPE,
@@ -500,16 +494,16 @@ class Topology:
             return
         self._forwarder.terminate()
         try:
-            self._forwarder.communicate(timeout=10)
+            out, _ = self._forwarder.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             self._forwarder.kill()
-            self._forwarder.communicate()
+            out, _ = self._forwarder.communicate()
+        lines = out.strip().splitlines()  # its last words: one JSON line of its own cost
         try:
-            with open(self._stats_path) as stats:
-                self.forwarder_stats = json.load(stats)
-        except (OSError, ValueError):
-            self.forwarder_stats = {}
-        os.unlink(self._stats_path)
+            stats = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            stats = {}
+        self.forwarder_stats = stats if isinstance(stats, dict) else {}
         self._forwarder = None
 
     def describe(self) -> dict[str, Any]:
