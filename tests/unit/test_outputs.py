@@ -150,7 +150,16 @@ def test_markup_in_user_text_is_printed_literally_by_every_command(
 # Every option that names something dmlbench reads from the user; the rest of the Path
 # options are outputs, marked by their callback (``checked_output``). A new Path option
 # must be put in one or the other: the walk below fails on one it does not know.
-INPUT_OPTIONS = {"store", "prices", "config", "data_dir", "import_dirs", "hardware", "file"}
+INPUT_OPTIONS = {
+    "store",
+    "prices",
+    "config",
+    "data_dir",
+    "import_dirs",
+    "import_mlperf",
+    "hardware",
+    "file",
+}
 # What each command with an output option needs besides it, to reach the check.
 OUTPUT_CALLS = {
     ("report", "out"): ("report", "--store", "{store}", "--out"),

@@ -4,7 +4,7 @@ stores run folders a store could not take when they ended."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -37,15 +37,29 @@ def results(
             "ended, e.g. on a full disk); repeatable",
         ),
     ] = None,
+    import_mlperf: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--import-mlperf",
+            help="store MLPerf Training's published runs: a result_N.txt, or a benchmark's, "
+            "system's, submission's or repository's folder of a training_results checkout; "
+            "repeatable",
+        ),
+    ] = None,
 ) -> None:
     """Show stored runs: a table, one run's summary, or everything as JSON.
 
     Communication micro-benchmarks (`dmlbench bench`) are listed after training runs;
-    `--json` gives training runs, or the one benchmark asked for.
+    `--json` gives training runs, or the one benchmark asked for. Runs imported from
+    MLPerf's logs are marked external: they sit beside your own in `results`, `compare`
+    and `report` (e.g. `compare --task mlperf/resnet --by workers`).
     """
     store = store_path(store)
-    if import_dirs:
-        _import(store, import_dirs)
+    if import_dirs or import_mlperf:
+        if import_dirs:
+            _import(store, import_dirs)
+        if import_mlperf:
+            _import_mlperf(store, import_mlperf)
         return
     results_store = require_store(store)  # before the report's imports (pandas: seconds)
     from dmlbench.cli.views.summary import run_summary
@@ -117,3 +131,46 @@ def _import(store: Path, import_dirs: list[Path]) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+
+
+def _import_mlperf(store: Path, given: list[Path]) -> None:
+    """Store each MLPerf result log under the paths given; then each submission's score."""
+    from dmlbench.errors import StoreError
+    from dmlbench.report.formats import seconds
+    from dmlbench.results import ResultsStore
+    from dmlbench.results.mlperf import olympic_score, read_result, result_files, store_run
+
+    target = ResultsStore(store)
+    by_submission: dict[tuple[str, str], list[Any]] = {}
+    added = present = 0
+    for path in given:
+        files = result_files(path)
+        for file in files:
+            try:
+                run = read_result(file)
+            except StoreError as error:
+                if len(files) == 1:
+                    raise
+                err_console.print(f"skipped {file}: {error}", markup=False, soft_wrap=True)
+                continue
+            if store_run(target, run):
+                added += 1
+            else:
+                present += 1
+            by_submission.setdefault((run.origin["system"], run.benchmark), []).append(run)
+    console.print(
+        f"imported {plural(added, 'MLPerf run')} into {target.path}"
+        + (f" ({present} already there)" if present else ""),
+        markup=False,
+        soft_wrap=True,
+    )
+    for (system, benchmark), runs in sorted(by_submission.items()):
+        first = runs[0]
+        done = sum(r.status == "success" for r in runs)
+        console.print(
+            f"  {first.origin['submitter']} {system} {benchmark}: {first.workers} "
+            f"{first.accelerator} × batch {first.global_batch:,}; {done}/{len(runs)} "
+            f"converged; olympic score {seconds(olympic_score(runs))}",
+            markup=False,
+            soft_wrap=True,
+        )

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dmlbench.results.mlperf import olympic_mean
 from dmlbench.results.records import FINISHED, CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.overrides import flatten
@@ -48,19 +49,6 @@ _NOT_VARIANT = {"workers", "seed", "data_dir", "download", "plugins", "save_mode
 _BATCH_KEYS = {"recipe.local_batch", "global_batch", "nodes", "nproc_per_node"}
 GROUP = ["task", "sweep"]
 
-
-def olympic_mean(values: Iterable[float]) -> float:
-    """MLPerf's olympic mean: drop the single fastest and slowest, average the rest.
-
-    With fewer than 3 values nothing can be dropped, so it is the plain mean. A run that
-    did not converge counts as ``inf``: one such run is dropped as the slowest; two or
-    more make the result ``inf`` (the point did not converge reliably).
-    """
-    ordered = sorted(float(v) for v in values if not pd.isna(v))
-    if not ordered:
-        return math.nan
-    kept = ordered[1:-1] if len(ordered) >= 3 else ordered
-    return math.inf if any(math.isinf(v) for v in kept) else float(np.mean(kept))
 
 
 def _per_step_phases(run: RunRecord) -> dict[str, float]:

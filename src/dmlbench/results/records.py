@@ -124,6 +124,8 @@ class RunSummary(TypedDict, total=False):
     emulated_nodes: bool
     rank0_node: int
     slurm_job: str | None
+    # an imported run (results.mlperf): MLPerf's own scoring of it
+    mlperf: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +198,16 @@ class RunRecord(_Stored):
     network: str | None = None  # the emulated network's label; "none" when unshaped
     # Others took the CPU its workers asked for (results.contention); None: not measured
     disturbed: bool | None = None
+    # Where a run that ran elsewhere comes from (an MLPerf log: round, submitter, system,
+    # path, commit); None for a run of this store's own
+    origin: dict[str, Any] | None = None
     evals: list[Evaluation] = field(default_factory=list)
     phases: list[PhaseTotal] = field(default_factory=list)
+
+    @property
+    def external(self) -> bool:
+        """Whether it ran elsewhere and was imported (read-only)."""
+        return self.origin is not None
 
     @property
     def finished(self) -> bool:

@@ -86,7 +86,8 @@ CREATE TABLE IF NOT EXISTS runs (
     run_key TEXT,
     point_json TEXT,
     network TEXT,
-    disturbed INTEGER
+    disturbed INTEGER,
+    origin_json TEXT
 );
 CREATE TABLE IF NOT EXISTS evals (
     run_id TEXT NOT NULL REFERENCES runs(run_id),
@@ -139,8 +140,16 @@ ADDED_COLUMNS = [
     ("point_json", "TEXT"),
     ("network", "TEXT"),
     ("disturbed", "INTEGER"),
+    ("origin_json", "TEXT"),  # an external run's source (an MLPerf log); NULL: run here
 ]
-_JSON_COLUMNS = ("spec_json", "deviations_json", "environment_json", "summary_json", "point_json")
+_JSON_COLUMNS = (
+    "spec_json",
+    "deviations_json",
+    "environment_json",
+    "summary_json",
+    "point_json",
+    "origin_json",
+)
 Rerun = Literal["never", "failed", "always"]
 
 
@@ -390,6 +399,85 @@ class ResultsStore:
                 ),
             )
 
+    def add_external(
+        self,
+        run_id: str,
+        *,
+        spec: dict[str, Any],
+        environment: dict[str, Any],
+        summary: dict[str, Any],
+        evals: Sequence[Evaluation],
+        origin: dict[str, Any],
+    ) -> bool:
+        """Store a finished run that ran elsewhere (a published MLPerf log) in one
+        transaction, row and evaluations together; ``False`` when the store has it already
+        (it is never replaced: an external run is read-only)."""
+        self._writable()
+        recipe = spec["recipe"]
+        with self._connect() as db:
+            db.execute("BEGIN IMMEDIATE")
+            if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
+                return False
+            db.execute(
+                """INSERT INTO runs (run_id, task, status, stop_reason, division, created_at,
+                finished_at, workers, local_batch, global_batch, seed, exchange, target,
+                best_metric, time_to_accuracy_s, epochs, samples, elapsed_s, throughput, host,
+                cpu_model, cores, gpus, spec_json, deviations_json, environment_json,
+                summary_json, run_dir, network, origin_json)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    run_id,
+                    spec["task"],
+                    summary["status"],
+                    summary.get("stop_reason"),
+                    str(origin.get("division") or "closed"),
+                    now_iso(),
+                    now_iso(),
+                    spec["workers"],
+                    recipe["local_batch"],
+                    summary["global_batch"],
+                    spec["seed"],
+                    spec["exchange"],
+                    recipe.get("target"),
+                    summary.get("best_metric"),
+                    summary.get("time_to_accuracy_s"),
+                    summary.get("epochs"),
+                    summary.get("samples"),
+                    summary.get("elapsed_s"),
+                    summary.get("throughput"),
+                    environment.get("host"),
+                    environment.get("cpu_model"),
+                    environment.get("cores"),
+                    json.dumps(environment.get("gpus") or []),
+                    json.dumps(spec),
+                    json.dumps({}),
+                    json.dumps(environment),
+                    json.dumps(summary),
+                    str(origin.get("path") or ""),
+                    environment.get("platform"),
+                    json.dumps(origin),
+                ),
+            )
+            db.executemany(
+                "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        run_id,
+                        e.epoch,
+                        e.step,
+                        e.samples,
+                        e.elapsed_s,
+                        e.compute_elapsed_s,
+                        e.metric,
+                        e.loss,
+                        e.train_metric,
+                    )
+                    for e in evals
+                ],
+            )
+        return True
+
     def finish(
         self,
         run_id: str,
@@ -636,7 +724,7 @@ class ResultsStore:
                 if self.read_only and row["status"] == "running" and not _launcher_alive(row):
                     fields["status"] = "interrupted"  # as the next writable open will store it
                 evals = db.execute(
-                    "SELECT * FROM evals WHERE run_id=? ORDER BY step", (row["run_id"],)
+                    "SELECT * FROM evals WHERE run_id=? ORDER BY step, rowid", (row["run_id"],)
                 )
                 phases = db.execute(
                     "SELECT * FROM phases WHERE run_id=? ORDER BY rank", (row["run_id"],)

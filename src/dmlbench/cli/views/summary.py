@@ -33,6 +33,8 @@ REASONS = {
 
 def run_summary(run: RunRecord) -> Table:
     """Summary of one stored run (a record of ``ResultsStore.runs``)."""
+    if run.external:
+        return external_summary(run)
     summary = run.summary
     nodes = summary.get("nodes") or 1
     layout = f" ({nodes} nodes × {summary.get('nproc_per_node')})" if nodes > 1 else ""
@@ -293,3 +295,53 @@ def _forwarder_cost(run: RunRecord) -> str | None:
         f"{stats['late_mean_s'] * 1e6:.0f} µs late on average (max "
         f"{stats['late_max_s'] * 1e3:.1f} ms){warn}"
     )
+
+
+def external_summary(run: RunRecord) -> Table:
+    """An imported run (an MLPerf log): where it comes from and MLPerf's scoring of it."""
+    origin, summary = run.origin or {}, run.summary
+    mlperf = summary.get("mlperf") or {}
+    title = escape(
+        f"{run.task} · {plural(run.workers, 'device')} ({run.nodes} nodes × "
+        f"{summary.get('nproc_per_node')}) · {run.division} division · run {run.run_id}"
+    )
+    table = Table(title=title, title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "from",
+        escape(
+            f"MLPerf Training {origin.get('round')}, {origin.get('submitter')}, "
+            f"{origin.get('system')} ({origin.get('platform')}); imported, read-only"
+        ),
+    )
+    table.add_row("log", escape(f"{origin.get('repository')} {origin.get('path')}"))
+    table.add_row("commit", escape(str(origin.get("commit") or "unknown")))
+    table.add_row(
+        "devices", escape(f"{run.nodes} × {summary.get('nproc_per_node')} {summary.get('device')}")
+    )
+    colour = STATUS_STYLE.get(run.status, "yellow")
+    table.add_row(
+        "status", f"[{colour}]{run.status}[/{colour}] (MLPerf: {escape(str(mlperf.get('status')))})"
+    )
+    target = target_text(run.goal, run.target) if run.target is not None else "the target"
+    table.add_row(
+        f"time to {target}",
+        f"{seconds(run.time_to_accuracy_s, unit=True)} (run_start to run_stop)"
+        if run.time_to_accuracy_s is not None
+        else f"not reached in {seconds(run.elapsed_s, unit=True)}",
+    )
+    table.add_row("global batch", f"{run.global_batch:,} ({run.local_batch:,} a device)")
+    if mlperf.get("epochs_to_converge") is not None:
+        table.add_row("epochs", f"{mlperf['epochs_to_converge']:g}")
+    if mlperf.get("samples_to_converge") is not None:
+        table.add_row("samples", f"{mlperf['samples_to_converge']:,}")
+    if run.throughput:
+        table.add_row(
+            "throughput",
+            f"{run.throughput:,.0f} samples/s, evaluation excluded where the log times it",
+        )
+    if run.evals:
+        best = max(run.evals, key=lambda e: e.metric)
+        table.add_row("evaluations", f"{len(run.evals)}, best {percent(best.metric)}")
+    return table

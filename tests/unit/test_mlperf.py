@@ -1,0 +1,216 @@
+"""MLPerf Training's result logs as stored runs (issue 54, item 1): generated logs in
+MLPerf's layout and format, a real SQLite store, and the compact copies the repository
+keeps of v0.7's published logs, scored against MLPerf's published table."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+from helpers import REPO, inside
+
+from dmlbench.results import ResultsStore
+from dmlbench.results.mlperf import read_result
+
+T0 = 1_600_000_000_000  # ms
+
+
+def _line(key, value=None, at=0.0, rank=None, **metadata):
+    event = {"namespace": "", "time_ms": T0 + at * 1000, "event_type": "POINT_IN_TIME"}
+    event.update({"key": key, "value": value, "metadata": {"file": "x.py", **metadata}})
+    return (f"{rank}: " if rank is not None else "") + ":::MLLOG " + json.dumps(event)
+
+
+def write_log(path: Path, seconds: float, status="success", batch=256, rank=None, **drop):
+    """A ResNet-like log: init, run_start, 3 blocks of 4 epochs with an evaluation of 10 s
+    each, run_stop after ``seconds``; launcher output between the MLLOG lines."""
+    lines = ["+ exec python train.py --batch-size 32", "some launcher output"]
+    events = [
+        ("init_start", None, -20.0, {}),
+        ("submission_benchmark", "resnet", -19.0, {}),
+        ("submission_org", "Acme", -19.0, {}),
+        ("submission_division", "closed", -19.0, {}),
+        ("submission_platform", "2xAcme Box", -19.0, {}),
+        ("seed", 7, -18.0, {}),
+        ("global_batch_size", batch, -18.0, {}),
+        ("init_stop", None, -1.0, {}),
+        ("run_start", None, 0.0, {}),
+        ("train_samples", 1000, 0.0, {}),
+    ]
+    block = (seconds - 5) / 3
+    for i in range(3):
+        start = 5 + i * block
+        events += [
+            ("block_start", None, start, {"first_epoch_num": 1 + 4 * i, "epoch_count": 4}),
+            ("eval_start", None, start + block - 10, {"epoch_num": 4 * (i + 1)}),
+            ("eval_stop", None, start + block, {"epoch_num": 4 * (i + 1)}),
+            ("eval_accuracy", 0.5 + 0.1 * i, start + block, {"epoch_num": 4 * (i + 1)}),
+            ("block_stop", None, start + block, {"first_epoch_num": 1 + 4 * i}),
+        ]
+    events.append(("run_stop", None, seconds, {"status": status}))
+    for key, value, at, metadata in events:
+        if key in drop:
+            continue
+        lines.append(_line(key, value, at, rank, **metadata))
+        if rank is not None:  # another rank's copy: never read
+            lines.append(_line(key, "wrong" if value else value, at, rank + 1, **metadata))
+        lines.append("[1,0]<stdout>: loss 2.3 step 120")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def submission(root: Path, times=(100.0, 110.0, 120.0, 130.0, 140.0), status=None) -> Path:
+    """``root/training_results_v0.7/Acme``: system ``box_n2`` (2 nodes × 4), five runs."""
+    sub = root / "training_results_v0.7" / "Acme"
+    system = {
+        "submitter": "Acme",
+        "division": "closed",
+        "system_name": "box_n2",
+        "number_of_nodes": "2",
+        "accelerators_per_node": "4",
+        "accelerator_model_name": "Acme X1",
+        "host_networking": "2x 100Gb",
+        "framework": "PyTorch",
+    }
+    (sub / "systems").mkdir(parents=True, exist_ok=True)
+    (sub / "systems" / "box_n2.json").write_text(json.dumps(system))
+    for i, seconds in enumerate(times):
+        run_status = (status or {}).get(i, "success")
+        write_log(sub / "results/box_n2/resnet" / f"result_{i}.txt", seconds, run_status)
+    return sub
+
+
+def test_a_log_is_scored_as_mlperf_scores_it(tmp_path: Path) -> None:
+    sub = submission(tmp_path, times=(200.0,))
+    run = read_result(sub / "results/box_n2/resnet/result_0.txt")
+    assert (run.nodes, run.devices_per_node, run.workers) == (2, 4, 8)
+    assert run.status == "success" and run.global_batch == 256
+    assert run.time_to_train_s == pytest.approx(200.0)
+    assert run.eval_s == pytest.approx(30.0)  # three evaluations of 10 s
+    assert run.epochs == 12 and run.samples == 12_000
+    assert run.throughput == pytest.approx(12_000 / 170.0)
+    assert run.startup_s == pytest.approx(5.0) and run.init_s == pytest.approx(20.0)
+    assert [e.metric for e in run.evals] == pytest.approx([0.5, 0.6, 0.7])
+    assert run.target == 0.759  # v0.7's ResNet quality target
+    assert run.origin["round"] == "v0.7" and run.origin["submitter"] == "Acme"
+    assert run.origin["path"] == "Acme/results/box_n2/resnet/result_0.txt"
+
+
+def test_only_rank_zeros_lines_are_read(tmp_path: Path) -> None:
+    sub = submission(tmp_path, times=())
+    path = write_log(sub / "results/box_n2/resnet/result_0.txt", 90.0, rank=0)
+    run = read_result(path)
+    assert run.global_batch == 256 and run.seed == 7  # rank 1 logged "wrong"
+
+
+def test_import_stores_every_run_and_prints_the_olympic_score(tmp_path: Path) -> None:
+    sub = submission(tmp_path, status={4: "aborted"})
+    store = tmp_path / "store"
+    done = inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    # the aborted run counts as the slowest: the olympic mean drops it and the fastest
+    assert "imported 5 MLPerf runs" in done.stdout
+    assert "4/5 converged; olympic score 120.0" in done.stdout
+    runs = ResultsStore(store).runs()
+    assert sorted(r.status for r in runs) == ["success"] * 4 + ["target_not_reached"]
+    assert all(r.external and r.task == "mlperf/resnet" and r.workers == 8 for r in runs)
+    assert {r.origin["path"] for r in runs} == {
+        f"Acme/results/box_n2/resnet/result_{i}.txt" for i in range(5)
+    }
+    again = inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    assert "imported 0 MLPerf runs" in again.stdout and "(5 already there)" in again.stdout
+    assert len(ResultsStore(store).runs()) == 5
+    shown = inside("results", "--store", str(store), runs[0].run_id)
+    assert "imported, read-only" in shown.stdout and "MLPerf Training v0.7" in shown.stdout
+
+
+def test_imported_runs_compare_beside_each_other(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    inside("results", "--store", str(store), "--import-mlperf", str(submission(tmp_path)))
+    done = inside("compare", "--store", str(store), "--task", "mlperf/resnet", "--json")
+    rows = json.loads(done.stdout)
+    assert len(rows) == 1  # five repeats of one submission: one row
+    assert rows[0]["runs"] == 5 and rows[0]["tta_olympic"] == pytest.approx(120.0)
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        ("no run_start", "has no run_start"),
+        ("batch as text", "global_batch_size is '256'"),
+        ("no system", "system description"),
+        ("fifo", "not a regular file"),
+        ("device", "not a regular file"),
+        ("no mllog", "holds no MLLOG line"),
+    ],
+)
+def test_a_damaged_log_is_one_line_and_nothing_is_stored(
+    tmp_path: Path, damage: str, says: str
+) -> None:
+    sub = submission(tmp_path, times=())
+    path = sub / "results/box_n2/resnet/result_0.txt"
+    path.parent.mkdir(parents=True)
+    if damage == "no run_start":
+        write_log(path, 100.0, run_start=True)
+    elif damage == "batch as text":
+        write_log(path, 100.0, batch="256")
+    elif damage == "no system":
+        write_log(path, 100.0)
+        (sub / "systems" / "box_n2.json").unlink()
+    elif damage == "fifo":
+        os.mkfifo(path)
+    elif damage == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_text("launcher output only\n")
+    store = tmp_path / "store"
+    done = inside("results", "--store", str(store), "--import-mlperf", str(path), check=False)
+    assert done.returncode != 0 and says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    with sqlite3.connect(store / "dmlbench.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM evals").fetchone()[0] == 0
+
+
+def test_a_damaged_log_in_a_folder_is_skipped_and_the_rest_stored(tmp_path: Path) -> None:
+    sub = submission(tmp_path, times=(100.0, 110.0, 120.0))
+    write_log(sub / "results/box_n2/resnet/result_1.txt", 110.0, run_stop=True)
+    store = tmp_path / "store"
+    done = inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    assert "imported 2 MLPerf runs" in done.stdout
+    assert "result_1.txt" in done.stderr and "has no run_stop" in done.stderr
+    assert len(ResultsStore(store).runs()) == 2
+
+
+def test_a_path_outside_mlperfs_layout_is_refused(tmp_path: Path) -> None:
+    log = write_log(tmp_path / "result_0.txt", 100.0)
+    done = inside(
+        "results", "--store", str(tmp_path / "s"), "--import-mlperf", str(log), check=False
+    )
+    assert done.returncode != 0 and "results/<system>/<benchmark>/result_N.txt" in done.stderr
+
+
+# MLPerf Training v0.7's published results table (mlcommons.org, "Training v0.7 results",
+# closed division, NVIDIA): minutes, the olympic mean of each submission's runs.
+PUBLISHED_MINUTES = {
+    ("dgxa100_ngc20.06_mxnet", "resnet"): 39.78,
+    ("dgxa100_ngc20.06_pytorch", "bert"): 49.01,
+    ("dgxa100_n32_ngc20.06_pytorch", "bert"): 3.36,
+}
+
+
+def test_the_kept_v07_logs_score_as_mlperf_published(tmp_path: Path) -> None:
+    from dmlbench.results.mlperf import olympic_score, result_files
+
+    kept = REPO / "benchmarks" / "data" / "mlperf" / "training_results_v0.7"
+    runs = [read_result(p) for p in result_files(kept)]
+    for (system, benchmark), minutes in PUBLISHED_MINUTES.items():
+        mine = [r for r in runs if r.origin["system"] == system and r.benchmark == benchmark]
+        assert len(mine) in (5, 10)
+        assert olympic_score(mine) / 60 == pytest.approx(minutes, abs=0.006)
+    assert all(r.origin["commit"] and len(r.origin["commit"]) == 40 for r in runs)
+    assert not math.isnan(sum(r.time_to_train_s for r in runs))
