@@ -50,7 +50,6 @@ _BATCH_KEYS = {"recipe.local_batch", "global_batch", "nodes", "nproc_per_node"}
 GROUP = ["task", "sweep"]
 
 
-
 def _per_step_phases(run: RunRecord) -> dict[str, float]:
     steady = run.summary.get("phases_steady") or []
     steps = run.summary.get("steady_steps") or 0
