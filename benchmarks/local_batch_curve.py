@@ -5,6 +5,11 @@ item 2). ``gpu_check.sh`` makes the runs (synthetic data, one device, local batc
 
     python benchmarks/local_batch_curve.py --store S --task imagenet-resnet50 \
         --precision bf16 --out curve.json      # [[local_batch, seconds per step], ...]
+
+or from the summary of an earlier GPU check (``benchmarks/results/gpu/h200.json``)::
+
+    python benchmarks/local_batch_curve.py --gpu-json benchmarks/results/gpu/h200.json \
+        --task imagenet-resnet50 --precision bf16 --out curve.json
 """
 
 from __future__ import annotations
@@ -28,18 +33,32 @@ def curve(store: Path, task: str, precision: str) -> list[list[float]]:
     return [[float(b), statistics.median(s)] for b, s in sorted(by_batch.items())]
 
 
+def from_gpu_json(path: Path, task: str, precision: str) -> list[list[float]]:
+    """The same from a GPU check's summary: its runs' ``step_ms`` by local batch."""
+    by_batch: dict[int, list[float]] = {}
+    for run in json.loads(path.read_text())["runs"]:
+        if run["task"] == task and run["precision"] == precision:
+            by_batch.setdefault(int(run["local_batch"]), []).append(run["step_ms"] / 1000)
+    return [[float(b), statistics.median(s)] for b, s in sorted(by_batch.items())]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--store", type=Path, required=True)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--store", type=Path)
+    source.add_argument("--gpu-json", type=Path, help="a GPU check's summary instead")
     parser.add_argument("--task", required=True)
     parser.add_argument("--precision", default="bf16")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    points = curve(args.store, args.task, args.precision)
+    if args.gpu_json:
+        points = from_gpu_json(args.gpu_json, args.task, args.precision)
+    else:
+        points = curve(args.store, args.task, args.precision)
     if len(points) < 2:
         raise SystemExit(
-            f"{args.store}: finished one-device runs of {args.task} at two or more "
-            "local batches needed"
+            f"{args.store or args.gpu_json}: finished one-device runs of {args.task} at two "
+            "or more local batches needed"
         )
     args.out.write_text(json.dumps(points) + "\n")
     for batch, seconds in points:

@@ -26,13 +26,12 @@ Per larger submission (a family's single-node submission is its calibration):
 - **null models** side by side: linear scaling of the smallest submission's per-device
   throughput, and the model with communication free.
 
-    python benchmarks/replay_mlperf.py [--curve FILE] [--json OUT]
+    python benchmarks/replay_mlperf.py [--curve FILE] [--json OUT] [--png FIGURE]
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import statistics
@@ -48,7 +47,7 @@ from dmlbench.perfmodel.workloads import WORKLOADS, Workload
 from dmlbench.results.mlperf import MlperfRun, olympic_score, read_result, result_files
 
 DATA = Path(__file__).parent / "data" / "mlperf" / "training_results_v0.7"
-OUT = Path(__file__).parent / "results" / "mlperf_replay.json"
+OUT = Path(__file__).parent / "results" / "replays" / "mlperf_v07.json"
 
 # System families: the hardware profile each one's links come from.
 FAMILIES = {"dgx1": "dgx1-v100-edr", "dgx2h": "dgx2h-v100", "dgxa100": "dgx-a100-40gb"}
@@ -131,26 +130,30 @@ def load_curve(path: Path | None) -> list[tuple[float, float]] | None:
     return points
 
 
-def _interpolate(curve: list[tuple[float, float]], batch: float) -> float:
-    """Seconds per step at ``batch``, linear between measured batches (and beyond the
-    ends along the nearest segment)."""
-    for (b0, s0), (b1, s1) in itertools.pairwise(curve):
-        if batch <= b1 or (b1, s1) == curve[-1]:
-            return s0 + (s1 - s0) * (batch - b0) / (b1 - b0)
-    return curve[-1][1]
+def fixed_part(curve: list[tuple[float, float]] | None, workload: Workload) -> tuple[float, str]:
+    """A step's time that does not grow with the local batch, and where it comes from:
+    the intercept of the straight line through a measured curve (the time a device's
+    step takes at no batch: kernel launches and the host's work, which a faster device
+    does not shorten), or, without one, the stated kernels per step × the per-kernel
+    floor."""
+    if curve is None:
+        return workload.kernels_per_step * KERNEL_FLOOR_S, (
+            f"stated: {workload.kernels_per_step} kernels a step × {KERNEL_FLOOR_S * 1e6:.1f} µs"
+        )
+    n = len(curve)
+    mean_b = sum(b for b, _ in curve) / n
+    mean_s = sum(s for _, s in curve) / n
+    slope = sum((b - mean_b) * (s - mean_s) for b, s in curve) / sum(
+        (b - mean_b) ** 2 for b, _ in curve
+    )
+    fixed = max(0.0, mean_s - slope * mean_b)
+    return fixed, f"measured: intercept of the curve, {1000 * fixed:.2f} ms a step"
 
 
-def compute_at(
-    batch: float,
-    calibration_batch: float,
-    calibration_s: float,
-    workload: Workload,
-    curve: list[tuple[float, float]] | None,
-) -> float:
-    """One device's compute per micro-step at ``batch``, from the calibration point."""
-    if curve is not None:  # the measured shape, put at the calibration's level
-        return calibration_s * _interpolate(curve, batch) / _interpolate(curve, calibration_batch)
-    fixed = min(workload.kernels_per_step * KERNEL_FLOOR_S, calibration_s)
+def compute_at(batch: float, calibration_batch: float, calibration_s: float, fixed: float) -> float:
+    """One device's compute per micro-step at ``batch``: the fixed part, and the rest of
+    the calibration's step in proportion to the batch."""
+    fixed = min(fixed, calibration_s)
     return fixed + (calibration_s - fixed) * batch / calibration_batch
 
 
@@ -175,7 +178,11 @@ def _step(sub: Submission, compute_s: float, workload: Workload, comm: bool) -> 
     return (sub.accumulation - 1) * compute_s + last
 
 
-def replay(curve: list[tuple[float, float]] | None = None) -> dict:
+def replay(
+    curve: list[tuple[float, float]] | None = None, curves_for: tuple[str, ...] = ("resnet",)
+) -> dict:
+    """Every cell; ``curve`` (measured on a device, for the benchmarks ``curves_for``
+    names) gives the fixed part of a step in place of the stated kernel floor."""
     subs = submissions()
     cells = []
     for sub in subs:
@@ -189,7 +196,8 @@ def replay(curve: list[tuple[float, float]] | None = None) -> dict:
         calibration_s = measured_step / base.accumulation
         if exposed > 0.05 * measured_step:  # not hidden: take it out of the compute
             calibration_s = overlap_free / base.accumulation
-        compute_s = compute_at(sub.local_batch, base.local_batch, calibration_s, workload, curve)
+        fixed, fixed_source = fixed_part(curve if sub.benchmark in curves_for else None, workload)
+        compute_s = compute_at(sub.local_batch, base.local_batch, calibration_s, fixed)
         step = _step(sub, compute_s, workload, comm=True)
         step_free = _step(sub, compute_s, workload, comm=False)
         throughput = sub.global_batch / step
@@ -224,6 +232,8 @@ def replay(curve: list[tuple[float, float]] | None = None) -> dict:
                 "local_batch": sub.local_batch,
                 "accumulation": sub.accumulation,
                 "compute_s": compute_s,
+                "fixed_s": fixed,
+                "fixed_source": fixed_source,
                 "step_s": step,
                 "throughput": {
                     "published": sub.throughput,
@@ -247,7 +257,7 @@ def replay(curve: list[tuple[float, float]] | None = None) -> dict:
                 },
             }
         )
-    return {"cells": cells, "summary": summary(cells), "compute": "curve" if curve else "stated"}
+    return {"cells": cells, "summary": summary(cells)}
 
 
 def error(predicted: float, published: float) -> float:
@@ -271,7 +281,9 @@ def _pct(value: float) -> str:
 
 
 def show(result: dict) -> None:
-    print(f"compute at another local batch: {result['compute']} model")
+    sources = {(c["benchmark"], c["fixed_source"]) for c in result["cells"]}
+    for benchmark, source in sorted(sources):
+        print(f"{benchmark}: a step's fixed part {source}")
     header = (
         f"{'benchmark':6} {'system':30} {'dev':>4} {'B':>6} {'b':>5} | "
         f"{'samples/s pub':>13} {'model':>6} {'linear':>6} {'free':>6} | "
@@ -304,13 +316,88 @@ def show(result: dict) -> None:
         print(f"  {key}: {value if key == 'cells' else f'{100 * value:.1f}%'}")
 
 
+def figure(result: dict, path: Path) -> None:
+    """Predicted against published throughput and time to train over devices, per
+    benchmark and system family, with the null models and the band of samples."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dmlbench.files import write_figure
+
+    cells = result["cells"]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True)
+    styles = {"dgx1": "tab:gray", "dgx2h": "tab:blue", "dgxa100": "tab:green"}
+    for column, benchmark in enumerate(("resnet", "bert")):
+        for row, measure in enumerate(("throughput", "time_to_train_s")):
+            ax = axes[row][column]
+            for family, colour in styles.items():
+                mine = sorted(
+                    (
+                        c
+                        for c in cells
+                        if c["benchmark"] == benchmark and c["system"].startswith(family + "_")
+                    ),
+                    key=lambda c: c["devices"],
+                )
+                if not mine:
+                    continue
+                x = [c["devices"] for c in mine]
+                scale = 1 / 60 if measure == "time_to_train_s" else 1.0
+                pub = [c[measure]["published"] * scale for c in mine]
+                ax.plot(x, pub, "o", color=colour, ms=8, label=f"{family}: published")
+                ax.plot(
+                    x,
+                    [c[measure]["model"] * scale for c in mine],
+                    "-",
+                    color=colour,
+                    label=f"{family}: dmlbench",
+                )
+                ax.plot(
+                    x,
+                    [c[measure]["linear"] * scale for c in mine],
+                    ":",
+                    color=colour,
+                    label=f"{family}: linear null",
+                )
+                ax.plot(
+                    x,
+                    [c[measure]["comm_free"] * scale for c in mine],
+                    "--",
+                    color=colour,
+                    alpha=0.6,
+                    label=f"{family}: comm free",
+                )
+                if measure == "time_to_train_s":
+                    low = [c[measure]["band"][0] * scale for c in mine]
+                    high = [c[measure]["band"][1] * scale for c in mine]
+                    ax.fill_between(x, low, high, color=colour, alpha=0.12)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("devices")
+            ax.set_ylabel("samples/s" if measure == "throughput" else "time to train (min)")
+            ax.set_title(
+                f"MLPerf v0.7 {benchmark}: {'throughput' if row == 0 else 'time to train'}"
+            )
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][column].legend(fontsize=7)
+    write_figure(fig, path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--curve", type=Path, help="measured seconds per step by local batch")
+    parser.add_argument(
+        "--curve", type=Path, help="ResNet-50's measured seconds per step by local batch"
+    )
     parser.add_argument("--json", type=Path, default=OUT, help="where the results go")
+    parser.add_argument("--png", type=Path, help="draw the figure here")
     args = parser.parse_args()
     result = replay(load_curve(args.curve))
     show(result)
+    if args.png:
+        figure(result, args.png)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -396,7 +396,7 @@ def test_an_address_that_is_no_scheduler_is_refused_within_the_timeout(
     started = time.monotonic()
     with pytest.raises(ConnectionError, match=re.escape(message)) as caught:
         DaskClassifier(MLP, **MLP_ARGS, client=impostor.address, timeout=3).fit(x, y)
-    assert time.monotonic() - started < 3 + 5  # not Dask's own 400 s hang
+    assert time.monotonic() - started < 3 + 30  # not Dask's own 400 s hang; a busy machine
     assert "\n" not in str(caught.value)
     impostor.server.close()
 

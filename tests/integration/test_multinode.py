@@ -168,7 +168,7 @@ def test_a_silent_listener_at_the_endpoint_is_given_up_at_the_timeout(tmp_path: 
             connection.close()
     assert code == 1, err
     assert run["status"] == "failed" and "never answered as a torch rendezvous" in run["error"]
-    assert took < 3 + 30  # the timeout, and the imports of a loaded machine
+    assert took < 3 + 90  # its 3 s, not the default 600 s; start-up on a loaded machine
 
 
 @pytest.mark.multiprocess
@@ -191,7 +191,9 @@ def test_a_rogue_node_of_a_full_job_gives_up_at_its_own_timeout(tmp_path: Path) 
         )
         assert code == 1, err
         assert "already has all its 2 nodes" in run["error"], run["error"]
-        assert time.monotonic() - started < 3 + 30
+        # at its own 3 s, not the default 600 s: a cap far from both, since the rogue's
+        # own start-up (imports, a store) took 31 s on a loaded 2-core machine
+        assert time.monotonic() - started < 3 + 90
         assert all(node.poll() is None for node in job)  # the job goes on
     finally:
         for node in job:
