@@ -25,9 +25,10 @@ def _line(key, value=None, at=0.0, rank=None, **metadata):
     return (f"{rank}: " if rank is not None else "") + ":::MLLOG " + json.dumps(event)
 
 
-def write_log(path: Path, seconds: float, status="success", batch=256, rank=None, **drop):
-    """A ResNet-like log: init, run_start, 3 blocks of 4 epochs with an evaluation of 10 s
-    each, run_stop after ``seconds``; launcher output between the MLLOG lines."""
+def write_log(path: Path, seconds: float, status="success", batch=256, rank=None, blocks=3, **drop):
+    """A ResNet-like log: init, run_start, ``blocks`` blocks of 4 epochs with an
+    evaluation of 10 s each, run_stop after ``seconds``; launcher output between the
+    MLLOG lines."""
     lines = ["+ exec python train.py --batch-size 32", "some launcher output"]
     events = [
         ("init_start", None, -20.0, {}),
@@ -41,8 +42,8 @@ def write_log(path: Path, seconds: float, status="success", batch=256, rank=None
         ("run_start", None, 0.0, {}),
         ("train_samples", 1000, 0.0, {}),
     ]
-    block = (seconds - 5) / 3
-    for i in range(3):
+    block = (seconds - 5) / blocks
+    for i in range(blocks):
         start = 5 + i * block
         events += [
             ("block_start", None, start, {"first_epoch_num": 1 + 4 * i, "epoch_count": 4}),
@@ -64,24 +65,33 @@ def write_log(path: Path, seconds: float, status="success", batch=256, rank=None
     return path
 
 
-def submission(root: Path, times=(100.0, 110.0, 120.0, 130.0, 140.0), status=None) -> Path:
+def submission(
+    root: Path,
+    times=(100.0, 110.0, 120.0, 130.0, 140.0),
+    status=None,
+    name="box_n2",
+    nodes=2,
+    batch=256,
+    blocks=3,
+) -> Path:
     """``root/training_results_v0.7/Acme``: system ``box_n2`` (2 nodes × 4), five runs."""
     sub = root / "training_results_v0.7" / "Acme"
     system = {
         "submitter": "Acme",
         "division": "closed",
-        "system_name": "box_n2",
-        "number_of_nodes": "2",
+        "system_name": name,
+        "number_of_nodes": str(nodes),
         "accelerators_per_node": "4",
         "accelerator_model_name": "Acme X1",
         "host_networking": "2x 100Gb",
         "framework": "PyTorch",
     }
     (sub / "systems").mkdir(parents=True, exist_ok=True)
-    (sub / "systems" / "box_n2.json").write_text(json.dumps(system))
+    (sub / "systems" / f"{name}.json").write_text(json.dumps(system))
     for i, seconds in enumerate(times):
         run_status = (status or {}).get(i, "success")
-        write_log(sub / "results/box_n2/resnet" / f"result_{i}.txt", seconds, run_status)
+        path = sub / f"results/{name}/resnet" / f"result_{i}.txt"
+        write_log(path, seconds, run_status, batch=batch, blocks=blocks)
     return sub
 
 
@@ -214,3 +224,32 @@ def test_the_kept_v07_logs_score_as_mlperf_published(tmp_path: Path) -> None:
         assert olympic_score(mine) / 60 == pytest.approx(minutes, abs=0.006)
     assert all(r.origin["commit"] and len(r.origin["commit"]) == 40 for r in runs)
     assert not math.isnan(sum(r.time_to_train_s for r in runs))
+
+
+def test_simulate_predicts_time_to_train_from_imported_runs(tmp_path: Path) -> None:
+    """Issue 54, item 4: samples to the target fitted on runs at two global batches
+    (here imported MLPerf logs: 12 epochs at B = 256, 20 at B = 4,096), divided by the
+    cluster's throughput, evaluation added at the runs' share."""
+    submission(tmp_path, times=(100.0, 110.0, 120.0))
+    submission(tmp_path, times=(60.0, 61.0, 62.0), name="box_n32", nodes=32, batch=4096, blocks=5)
+    store = tmp_path / "store"
+    inside("results", "--store", str(store), "--import-mlperf", str(tmp_path))
+    args = ("simulate", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,4,64")
+    done = inside(*args, "--store", str(store), "--converge-from", "mlperf/resnet", "--json")
+    result = json.loads(done.stdout)
+    convergence = result["convergence"]
+    assert convergence["runs"] == 6 and convergence["batches"] == [256.0, 4096.0]
+    e_min = 12_000 - 256 * (20_000 - 12_000) / (4096 - 256)  # the line through both
+    assert convergence["e_min"] == pytest.approx(e_min)
+    for row in result["rows"]:
+        samples = e_min + row["global_batch"] * (8_000 / 3_840)
+        assert row["samples_to_target"] == pytest.approx(samples)
+        per_sample = (1 + convergence["eval_share"]) / row["samples_per_s"]
+        assert row["time_to_train_s"] == pytest.approx(samples * per_sample)
+        low, high = row["time_to_train_band_s"]
+        assert low <= row["time_to_train_s"] <= high
+    assert [row["extrapolated"] for row in result["rows"]] == [False, False, True]
+    shown = inside(*args, "--store", str(store), "--converge-from", "mlperf/resnet")
+    assert "to train" in shown.stdout and "B outside the fitted batches" in shown.stdout
+    alone = inside(*args, "--store", str(store), "--json")
+    assert "two or more global batches" in json.loads(alone.stdout)["convergence"]["note"]

@@ -95,6 +95,14 @@ def simulate(
     hardware: Annotated[
         Path | None, typer.Option(help="with --cluster: your own hardware YAML, added")
     ] = None,
+    converge_from: Annotated[
+        str | None,
+        typer.Option(
+            help="with --cluster: fit samples to the target against the global batch on "
+            "this task's runs in the store (default: the task's own; e.g. mlperf/resnet "
+            "after `results --import-mlperf`)"
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Predict step time, time to accuracy and cost at N workers on a network.
@@ -116,6 +124,7 @@ def simulate(
             store,
             png,
             json_out,
+            converge_from,
         )
         return
     store = store_path(store)
@@ -235,10 +244,11 @@ def _simulate_cluster(
     store: Path | None,
     png: Path | None,
     json_out: bool,
+    converge_from: str | None = None,
 ) -> None:
     from dmlbench.cli.views.predictions import cluster_table, hardware_table
     from dmlbench.launch.request import worker_counts
-    from dmlbench.perfmodel.cluster import simulate_cluster
+    from dmlbench.perfmodel.cluster import add_time_to_train, simulate_cluster
     from dmlbench.perfmodel.hardware import load_hardware
     from dmlbench.perfmodel.replays import published_points
     from dmlbench.results import ResultsStore
@@ -259,6 +269,9 @@ def _simulate_cluster(
         runs=runs,
     )
     result["published"] = published_points(task, cluster)
+    source = converge_from or task
+    converged = ResultsStore(path).runs(task=source) if converge_from and path.exists() else runs
+    add_time_to_train(result, converged, source)
     if json_out:
         print_json(result)
     else:

@@ -257,3 +257,59 @@ def simulate_cluster(
         "local_batch": cost.local_batch,
         "rows": rows,
     }
+
+
+def convergence_points(runs: Sequence[Any]) -> list[tuple[float, float]]:
+    """(global batch, samples trained) of the runs that reached their target: the points
+    samples to converge are fitted through (the store's own runs, or imported ones)."""
+    return [
+        (float(run.global_batch), float(run.samples))
+        for run in runs
+        if run.status == "success" and run.samples and run.global_batch
+    ]
+
+
+def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) -> None:
+    """Time to train on each row of a cluster simulation: samples to converge at its
+    global batch (McCandlish's form fitted through ``runs``, with its 95% band) over the
+    row's throughput, plus evaluation at the runs' median share of training time. Rows
+    are left as they are, and ``result["convergence"]`` says why, with fewer than two
+    batches to fit."""
+    import statistics
+
+    from dmlbench.perfmodel.convergence import fit
+
+    points = convergence_points(runs)
+    batches = sorted({b for b, _ in points})
+    if len(batches) < 2:
+        result["convergence"] = {
+            "source": source,
+            "note": f"time to train needs runs of {source} that reached the target at two or "
+            f"more global batches (the store has {len(batches)}): run or import them "
+            "(`results --import-mlperf`), or give --converge-from",
+        }
+        return
+    scaling = fit(points)
+    shares = [
+        run.summary["eval_s"] / run.summary["train_s"]
+        for run in runs
+        if run.status == "success" and run.summary.get("eval_s") and run.summary.get("train_s")
+    ]
+    eval_share = statistics.median(shares) if shares else 0.0
+    for row in result["rows"]:
+        batch = row["global_batch"]
+        samples = scaling.predict(batch)
+        low, high = scaling.band(batch)
+        per_sample = (1 + eval_share) / row["samples_per_s"]
+        row["samples_to_target"] = samples
+        row["time_to_train_s"] = samples * per_sample if samples > 0 else None
+        row["time_to_train_band_s"] = [max(low, 0.0) * per_sample, high * per_sample]
+        row["extrapolated"] = scaling.extrapolates(batch)
+    result["convergence"] = {
+        "source": source,
+        "runs": len(points),
+        "batches": batches,
+        "e_min": scaling.e_min,
+        "b_noise": scaling.b_noise,
+        "eval_share": eval_share,
+    }

@@ -106,10 +106,20 @@ def cluster_table(result: dict[str, Any]) -> Group:
         caption_justify="left",
     )
     columns = ("nodes", "dev", "step", "comm", "exposed", "samples/s", "epoch")
-    for column in (*columns, "speedup", "eff."):
+    trained = "time_to_train_s" in result["rows"][0]
+    extra = ("B", "to train", "95% band") if trained else ()
+    for column in (*columns, "speedup", "eff.", *extra):
         wide = {"epoch": 7, "eff.": 6}.get(column)  # "921.4 s", "100.0%"
         table.add_column(column, justify="right", no_wrap=True, min_width=wide)
     for row in result["rows"]:
+        cells = []
+        if trained:
+            low, high = row["time_to_train_band_s"]
+            cells = [
+                f"{row['global_batch']:,}",
+                seconds(row["time_to_train_s"], unit=True) + ("†" if row["extrapolated"] else ""),
+                f"{seconds(low, unit=True)}–{seconds(high, unit=True)}",
+            ]
         table.add_row(
             str(row["nodes"]),
             str(row["workers"]),
@@ -120,6 +130,7 @@ def cluster_table(result: dict[str, Any]) -> Group:
             seconds(row["epoch_s"], unit=True) if row["epoch_s"] else "—",
             f"{row['speedup']:.1f}×",
             percent(row["efficiency"]),
+            *cells,
         )
     lines = [
         f"compute: {1e3 * result['rows'][0]['compute_s']:.1f} ms a step = "
@@ -130,6 +141,22 @@ def cluster_table(result: dict[str, Any]) -> Group:
         "buckets (1 MiB, then 25 MiB); exposed: the ms of it past the end of backward",
         f"hardware: {info['source']}",
     ]
+    convergence = result.get("convergence") or {}
+    if trained:
+        lines.append(
+            f"to train: samples to the target at B (McCandlish's E = E_min(1 + B/B_noise), "
+            f"fitted on {convergence['runs']} runs of {convergence['source']} at B = "
+            f"{', '.join(f'{b:,.0f}' for b in convergence['batches'])}: B_noise "
+            f"{convergence['b_noise']:,.0f}) ÷ samples/s, + evaluation "
+            f"({convergence['eval_share']:.0%} of training, as in those runs)"
+            + (
+                "; † B outside the fitted batches: extrapolated"
+                if any(r["extrapolated"] for r in result["rows"])
+                else ""
+            )
+        )
+    elif convergence.get("note"):
+        lines.append(convergence["note"])
     for point in result["published"]:
         lines.append(
             f"published: {point['workers']} devices, speedup {point['speedup']:.1f}× "
