@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
+from dmlbench.files import write_figure
 from dmlbench.perfmodel.cluster import task_cost
 from dmlbench.perfmodel.hardware import load_hardware
 from dmlbench.perfmodel.replays import (
@@ -29,6 +31,7 @@ from dmlbench.perfmodel.replays import (
     GOYAL_TASK,
     ddp_benchmark,
     goyal,
+    goyal_sensitivity,
     median_abs_error,
     mlbench_2a,
     published_points,
@@ -65,15 +68,36 @@ def main() -> None:
                     print(f"- {model}: " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items()))
             elif key != "rows":
                 print(f"- {key}: {value}")
-        print("\n| workers | figure | published | dmlbench | error |")
-        print("|---:|---|---:|---:|---:|")
+        nulls = all(c.comm_free is not None for c in cells)
+        print(
+            "\n| workers | figure | published | dmlbench | error |"
+            + (" comm free | error |" if nulls else "")
+        )
+        print("|---:|---|---:|---:|---:|" + ("---:|---:|" if nulls else ""))
         for c in cells:
+            free = (
+                f" {show(c.unit, c.comm_free)} | {c.comm_free_error:+.1%} |"
+                if c.comm_free is not None and c.comm_free_error is not None
+                else ""
+            )
             print(
                 f"| {c.workers} | {c.figure} | {show(c.unit, c.published)} "
-                f"| {show(c.unit, c.predicted)} | {c.error:+.1%} |"
+                f"| {show(c.unit, c.predicted)} | {c.error:+.1%} |" + free
             )
         error = median_abs_error(cells)
         print(f"\nmedian |error|: {error:.1%}")
+        if nulls:
+            free = statistics.median(abs(c.comm_free_error or 0.0) for c in cells)
+            print(f"median |error| of the communication-free null: {free:.1%}")
+        if name == "goyal":
+            print("\nsensitivity to the assumed constants of the 50 Gbit/s TCP link:")
+            sensitivity = goyal_sensitivity(hardware, cost)
+            for row in sensitivity:
+                errors = ", ".join(f"{k}: {v:+.1%}" for k, v in row["errors"].items())
+                print(
+                    f"  {row['constant']} = {row['value']:g} (profile {row['profile']:g}): {errors}"
+                )
+            inputs["sensitivity"] = sensitivity
         print("\npredicted, every layout:")
         for row in inputs["rows"]:
             print(
@@ -85,7 +109,9 @@ def main() -> None:
                 )
             )
         result[name] = {
-            "cells": [{**vars(c), "error": c.error} for c in cells],
+            "cells": [
+                {**vars(c), "error": c.error, "comm_free_error": c.comm_free_error} for c in cells
+            ],
             "median_abs_error": error,
             "inputs": inputs,
         }
@@ -99,7 +125,7 @@ def main() -> None:
                 "published": published_points(GOYAL_TASK, GOYAL_CLUSTER),
             }
         )
-        figure.savefig(args.png, dpi=150)
+        write_figure(figure, args.png, dpi=150)
         print(f"figure: {args.png}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

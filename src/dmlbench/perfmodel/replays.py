@@ -43,10 +43,15 @@ class Cell:
     published: float
     predicted: float
     unit: str
+    comm_free: float | None = None  # the null model: the same prediction, communication free
 
     @property
     def error(self) -> float:
         return self.predicted / self.published - 1
+
+    @property
+    def comm_free_error(self) -> float | None:
+        return None if self.comm_free is None else self.comm_free / self.published - 1
 
 
 def median_abs_error(cells: Sequence[Cell]) -> float:
@@ -118,6 +123,36 @@ def goyal(hardware: Hardware, cost: TaskCost) -> tuple[list[Cell], dict[str, Any
         "rows": rows,
     }
     return cells, inputs
+
+
+GOYAL_ASSUMED = {  # the constants no source gives, each over a range held reasonable
+    "latency_us": (5.0, 25.0, 100.0),  # one way, kernel TCP in one data centre
+    "message_cost_us": (5.0, 15.0, 50.0),  # software per message (α)
+    "gbit_per_s": (25.0, 50.0, 50.0),  # 50 Gbit/s nominal; half if one port of two
+}
+
+
+def goyal_sensitivity(hardware: Hardware, cost: TaskCost) -> list[dict[str, Any]]:
+    """The errors of Goyal et al.'s cells as each assumed constant of the inter-server
+    link moves over its range (the others at their profile values): how much of the
+    replay's agreement rests on constants no source gives."""
+    rows = []
+    base = hardware.interconnects[hardware.clusters[GOYAL_CLUSTER].inter]
+    for constant, values in GOYAL_ASSUMED.items():
+        for value in sorted(set(values)):
+            changed = hardware.model_copy(deep=True)
+            link = changed.interconnects[changed.clusters[GOYAL_CLUSTER].inter]
+            setattr(link, constant, value)
+            cells, _ = goyal(changed, cost)
+            rows.append(
+                {
+                    "constant": constant,
+                    "value": value,
+                    "profile": getattr(base, constant),
+                    "errors": {f"{c.workers} {c.unit or 'eff'}": c.error for c in cells},
+                }
+            )
+    return rows
 
 
 def published_points(task: str, cluster: str) -> list[dict[str, Any]]:
@@ -271,7 +306,10 @@ def ddp_benchmark(hardware: Hardware) -> tuple[list[Cell], dict[str, Any]]:
                     bucket_cap=cap_mb * MIB,
                 )
                 figure = f"{name}, s/iteration ({quantile}), {cap_mb} MB buckets"
-                cells.append(Cell(DDP_BENCHMARK, figure, gpus, seconds, row["step_s"], "s"))
+                free = row["compute_s"]  # the null: a step is its compute, nothing else
+                cells.append(
+                    Cell(DDP_BENCHMARK, figure, gpus, seconds, row["step_s"], "s", comm_free=free)
+                )
                 rows.append({"model": name, "bucket_mb": cap_mb, **row})
     inputs = {
         "cluster": cluster.describe(),
