@@ -286,3 +286,52 @@ def test_a_run_on_the_device_lends_its_share_of_the_data_sheets_peak() -> None:
     measured = simulate_cluster(GOYAL_TASK, "dgx-h200", [1, 2], runs=runs + small, dtype="tf32")
     assert measured["efficiency"] == pytest.approx(42.6 / 494.5)
     assert measured["efficiency_source"].startswith("measured: 1 tf32 run(s) at 32 a device")
+
+
+def test_a_measured_curve_gives_the_compute_at_any_local_batch() -> None:
+    """Issue 54, item 2: at scale the per-device batch shrinks, and a step's fixed part
+    (launches, the host) does not. A curve measured on the device (12 ms + 0.18 ms a
+    sample) gives the compute at the simulated local batch in place of --efficiency."""
+    curve = [[32, 0.012 + 32 * 0.00018], [256, 0.012 + 256 * 0.00018]]
+    result = simulate_cluster(GOYAL_TASK, "dgx-h200", [1, 4], local_batch=64, curve=curve)
+    assert result["local_batch"] == 64
+    assert result["rows"][0]["compute_s"] == pytest.approx(0.012 + 64 * 0.00018)
+    assert "12.0 ms fixed" in result["efficiency_source"]
+    one = simulate_cluster(GOYAL_TASK, "dgx-h200", [1], local_batch=64, samples_per_s=3200)
+    assert one["rows"][0]["compute_s"] == pytest.approx(64 / 3200)
+    assert one["efficiency_source"].startswith("measured")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [("{", "not JSON"), ("[[32, -1]]", "pairs above 0"), ('[["a", 1]]', "pairs above 0")],
+)
+def test_a_bad_curve_file_is_one_line(tmp_path: Path, text: str, says: str) -> None:
+    from helpers import inside
+
+    path = tmp_path / "curve.json"
+    path.write_text(text)
+    args = ("simulate", GOYAL_TASK, "--cluster", "dgx-h200", "--curve", str(path))
+    done = inside(*args, check=False)
+    assert done.returncode != 0 and says in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_goyals_errors_are_printed_against_each_assumed_constant() -> None:
+    """Issue 54, item 6: the replay's agreement rests on assumed TCP constants; the
+    sensitivity says how far, constant by constant."""
+    from dmlbench.perfmodel.replays import goyal_sensitivity
+
+    hardware = load_hardware()
+    cost = task_cost(GOYAL_TASK)
+    base = {f"{c.workers} {c.unit or 'eff'}": c.error for c in goyal(hardware, cost)[0]}
+    rows = goyal_sensitivity(hardware, cost)
+    at_profile = [r for r in rows if r["value"] == r["profile"]]
+    assert at_profile and all(r["errors"] == pytest.approx(base) for r in at_profile)
+    latency = {r["value"]: r["errors"]["352 s"] for r in rows if r["constant"] == "latency_us"}
+    assert latency[5.0] < latency[25.0] < latency[100.0]
+
+
+def test_the_ddp_table_carries_its_communication_free_null() -> None:
+    cells, _ = ddp_benchmark(load_hardware())
+    assert all(c.comm_free is not None and c.comm_free <= c.predicted for c in cells)

@@ -95,6 +95,29 @@ def simulate(
     hardware: Annotated[
         Path | None, typer.Option(help="with --cluster: your own hardware YAML, added")
     ] = None,
+    local_batch: Annotated[
+        int | None,
+        typer.Option(
+            help="with --cluster: each device's batch (default: the recipe's)", min=1, max=2**20
+        ),
+    ] = None,
+    samples_per_s: Annotated[
+        float | None,
+        typer.Option(
+            help="with --cluster: one device's measured samples/s at the local batch, in "
+            "place of --efficiency",
+            min=1e-6,
+            max=1e12,
+        ),
+    ] = None,
+    curve: Annotated[
+        Path | None,
+        typer.Option(
+            help="with --cluster: one device's measured step time against its local batch "
+            "(JSON [[batch, seconds], ...], from benchmarks/local_batch_curve.py), in place "
+            "of --efficiency: the compute at any --local-batch"
+        ),
+    ] = None,
     converge_from: Annotated[
         str | None,
         typer.Option(
@@ -125,6 +148,9 @@ def simulate(
             png,
             json_out,
             converge_from,
+            local_batch,
+            samples_per_s,
+            curve,
         )
         return
     store = store_path(store)
@@ -245,6 +271,9 @@ def _simulate_cluster(
     png: Path | None,
     json_out: bool,
     converge_from: str | None = None,
+    local_batch: int | None = None,
+    samples_per_s: float | None = None,
+    curve: Path | None = None,
 ) -> None:
     from dmlbench.cli.views.predictions import cluster_table, hardware_table
     from dmlbench.launch.request import worker_counts
@@ -267,6 +296,9 @@ def _simulate_cluster(
         efficiency=efficiency,
         dtype=dtype,
         runs=runs,
+        local_batch=local_batch,
+        samples_per_s=samples_per_s,
+        curve=_read_curve(curve) if curve is not None else None,
     )
     result["published"] = published_points(task, cluster)
     source = converge_from or task
@@ -282,3 +314,29 @@ def _simulate_cluster(
 
         write_figure(cluster_scaling(result), png, "--png file")
         console.print(f"scaling plot: {png}", markup=False, soft_wrap=True)
+
+
+def _read_curve(path: Path) -> list[list[float]]:
+    """A measured curve file: JSON ``[[local batch, seconds a step], ...]``, bounded."""
+    import json
+    import math
+
+    from dmlbench.errors import SpecError
+    from dmlbench.files import read_bounded
+
+    try:
+        data = json.loads(read_bounded(path, 1 << 20, "--curve file", SpecError))
+    except ValueError:
+        raise SpecError(f"--curve {path} is not JSON: give [[local batch, seconds], ...]") from None
+    ok = isinstance(data, list) and 0 < len(data) <= 1000
+    ok = ok and all(
+        isinstance(p, list)
+        and len(p) == 2
+        and all(type(v) in (int, float) and math.isfinite(v) and 0 < v <= 1e9 for v in p)
+        for p in data
+    )
+    if not ok:
+        raise SpecError(
+            f"--curve {path}: give 1 to 1,000 [local batch, seconds a step] pairs above 0"
+        )
+    return data

@@ -214,6 +214,31 @@ def efficiency_from_runs(
     return value, f"measured: {len(found)} {dtype} run(s){at} on {accelerator.name} ({runs_text})"
 
 
+def measured_compute(curve: Sequence[Sequence[float]], batch: float) -> tuple[float, str]:
+    """One device's compute per step at ``batch`` from what was measured on it: a curve
+    of ``[local batch, seconds a step]`` (``benchmarks/local_batch_curve.py`` writes
+    one). Two or more batches: the least-squares line through them, whose intercept is
+    the step's fixed part (launches, the host); one: in proportion to the batch."""
+    points = [(float(b), float(s)) for b, s in curve]
+    if not points or any(not (b > 0 and s > 0) for b, s in points):
+        raise SpecError("a measured curve holds [local batch, seconds a step] pairs above 0")
+    if len({b for b, _ in points}) == 1:
+        b1, s1 = points[0]
+        return s1 * batch / b1, f"measured: {s1 * 1e3:.1f} ms a step at {b1:g}, in proportion"
+    n = len(points)
+    mean_b = sum(b for b, _ in points) / n
+    mean_s = sum(s for _, s in points) / n
+    slope = sum((b - mean_b) * (s - mean_s) for b, s in points) / sum(
+        (b - mean_b) ** 2 for b, _ in points
+    )
+    fixed = max(0.0, mean_s - slope * mean_b)
+    batches = ", ".join(f"{b:g}" for b, _ in sorted(points))
+    return fixed + slope * batch, (
+        f"measured at local batch {batches}: {fixed * 1e3:.1f} ms fixed + "
+        f"{slope * 1e6:.1f} µs a sample"
+    )
+
+
 def simulate_cluster(
     task: str,
     cluster_key: str,
@@ -224,14 +249,41 @@ def simulate_cluster(
     efficiency: float | None = None,
     dtype: str = "fp32",
     runs: Sequence[Any] = (),
+    local_batch: int | None = None,
+    samples_per_s: float | None = None,
+    curve: Sequence[Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """`dmlbench simulate TASK --cluster PROFILE`: the scaling table and where its inputs
-    came from."""
+    came from. Compute comes, first found, from a measured ``curve`` of the device's
+    step against its local batch, a measured ``samples_per_s`` of one device at the
+    local batch, ``efficiency`` × the peak, the task's runs on that device, or the
+    stated default."""
     if not nodes:
         raise SpecError("--nodes: at least one node count, e.g. 1,8,32")
     hardware = load_hardware(hardware_file)
     cluster = hardware.cluster(cluster_key)
-    cost = task_cost(task)
+    cost = task_cost(task, local_batch)
+    if curve is not None or samples_per_s is not None:
+        if curve is not None:
+            compute, source = measured_compute(curve, cost.local_batch)
+        else:
+            assert samples_per_s is not None
+            compute = cost.local_batch / samples_per_s
+            source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
+        rows = scale(cluster, cost, nodes, devices_per_node, efficiency=1.0, compute_s=compute)
+        share = cost.flops_per_step / compute / cluster.accelerator.peak_flops(dtype)
+        return {
+            "task": task,
+            "cluster": cluster.describe(),
+            "dtype": dtype,
+            "peak_flops": cluster.accelerator.peak_flops(dtype),
+            "efficiency": share,
+            "efficiency_source": source,
+            "flops_per_step": cost.flops_per_step,
+            "gradient_bytes": cost.gradient_bytes,
+            "local_batch": cost.local_batch,
+            "rows": rows,
+        }
     if efficiency is not None:
         share, source = efficiency, "given (--efficiency)"
     elif measured := efficiency_from_runs(runs, cluster.accelerator, dtype, cost.local_batch):
