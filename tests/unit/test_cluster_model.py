@@ -334,4 +334,4 @@ def test_goyals_errors_are_printed_against_each_assumed_constant() -> None:
 
 def test_the_ddp_table_carries_its_communication_free_null() -> None:
     cells, _ = ddp_benchmark(load_hardware())
-    assert all(c.comm_free is not None and c.comm_free <= c.predicted for c in cells)
+    assert all(c.comm_free is not None and c.comm_free <= c.predicted + 1e-12 for c in cells)
