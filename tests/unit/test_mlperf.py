@@ -253,3 +253,32 @@ def test_simulate_predicts_time_to_train_from_imported_runs(tmp_path: Path) -> N
     assert "to train" in shown.stdout and "B outside the fitted batches" in shown.stdout
     alone = inside(*args, "--store", str(store), "--json")
     assert "two or more global batches" in json.loads(alone.stdout)["convergence"]["note"]
+
+
+def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
+    """Issue 54, item 4: advise --cluster uses simulate's time to train to choose the
+    node count: the cheapest that meets the deadline at the band's slow end, or the
+    fastest within the budget."""
+    submission(tmp_path, times=(100.0, 110.0, 120.0))
+    submission(tmp_path, times=(60.0, 61.0, 62.0), name="box_n32", nodes=32, batch=4096, blocks=5)
+    store = tmp_path / "store"
+    inside("results", "--store", str(store), "--import-mlperf", str(tmp_path))
+    args = ("advise", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,2,4,8")
+    common = ("--store", str(store), "--converge-from", "mlperf/resnet", "--price", "2", "--json")
+    everything = json.loads(inside(*args, *common, "--deadline", "1e9").stdout)
+    rows = everything["rows"]
+    deadline = sorted(r["slow_s"] for r in rows)[1] * 1.001  # the two fastest meet it
+    plan = json.loads(inside(*args, *common, "--deadline", str(deadline)).stdout)
+    meeting = [r for r in plan["rows"] if r["slow_s"] <= deadline]
+    assert len(meeting) == 2
+    assert plan["choice"] == min(meeting, key=lambda r: r["slow_cost"])
+    for row in plan["rows"]:
+        assert row["slow_cost"] == pytest.approx(row["slow_s"] * row["devices"] * 2 / 3600)
+    budget = sorted(r["slow_cost"] for r in rows)[1] * 1.001  # the two cheapest fit
+    plan = json.loads(inside(*args, *common, "--budget", str(budget)).stdout)
+    fitting = [r for r in plan["rows"] if r["slow_cost"] <= budget]
+    assert plan["choice"] == min(fitting, key=lambda r: r["slow_s"])
+    none = inside(*args, *common[:-1], "--deadline", "1")
+    assert "no node count meets what was asked" in none.stdout
+    asked = inside(*args, *common, check=False)
+    assert asked.returncode != 0 and "--deadline" in asked.stderr

@@ -157,6 +157,7 @@ INPUT_OPTIONS = {
     "data_dir",
     "import_dirs",
     "import_mlperf",
+    "curve",
     "hardware",
     "file",
 }

@@ -215,6 +215,34 @@ def advise(
             "and what it costs in step time, instead of the batch advice"
         ),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="plan on a hardware profile instead (`simulate --cluster list`): the node "
+            "count that trains to the target within --deadline at the least cost, or "
+            "fastest within --budget"
+        ),
+    ] = None,
+    nodes: Annotated[
+        str, typer.Option(help="with --cluster: the node counts to consider")
+    ] = "1,2,4,8,16,32,64",
+    deadline: Annotated[
+        float | None,
+        typer.Option(help="with --cluster: seconds by which training must reach the target", min=1),
+    ] = None,
+    budget: Annotated[
+        float | None,
+        typer.Option(help="with --cluster: the most to spend on the training run", min=0),
+    ] = None,
+    converge_from: Annotated[
+        str | None,
+        typer.Option(help="with --cluster: fit samples to the target on this task's runs"),
+    ] = None,
+    curve: Annotated[
+        Path | None,
+        typer.Option(help="with --cluster: a device's measured step against local batch"),
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="with --cluster: the peak's dtype")] = "fp32",
     json_out: JsonOption = False,
 ) -> None:
     """Recommend workers, local batch and learning-rate rule for a task.
@@ -225,6 +253,23 @@ def advise(
     for the noise scale) and `dmlbench bench allreduce` in the same store.
     """
     store = store_path(store)
+    if cluster is not None:
+        _advise_cluster(
+            task,
+            cluster,
+            nodes,
+            deadline,
+            budget,
+            converge_from,
+            curve,
+            dtype,
+            local_batch,
+            store,
+            price,
+            prices,
+            json_out,
+        )
+        return
     if memory_per_worker is not None:
         from dmlbench.advise.memory import advise_memory, parse_bytes
         from dmlbench.cli.views.memory import memory_advice_table
@@ -340,3 +385,58 @@ def _read_curve(path: Path) -> list[list[float]]:
             f"--curve {path}: give 1 to 1,000 [local batch, seconds a step] pairs above 0"
         )
     return data
+
+
+def _advise_cluster(
+    task: str,
+    cluster: str,
+    nodes: str,
+    deadline: float | None,
+    budget: float | None,
+    converge_from: str | None,
+    curve: Path | None,
+    dtype: str,
+    local_batch: int | None,
+    store: Path,
+    price: str | None,
+    prices: Path | None,
+    json_out: bool,
+) -> None:
+    """`advise TASK --cluster PROFILE --deadline S | --budget X`: the same model as
+    `simulate --cluster` with time to train, a row per node count, and the choice."""
+    from dmlbench.cli.views.predictions import plan_table
+    from dmlbench.errors import SpecError
+    from dmlbench.launch.request import worker_counts
+    from dmlbench.perfmodel.cluster import add_time_to_train, plan_cluster, simulate_cluster
+    from dmlbench.prices import choose_price
+    from dmlbench.results import ResultsStore
+
+    if deadline is None and budget is None:
+        raise SpecError("advise --cluster plans for a --deadline (seconds), a --budget, or both")
+    runs = ResultsStore(store).runs(task=task) if store.exists() else []
+    result = simulate_cluster(
+        task,
+        cluster,
+        worker_counts(nodes, "--nodes", "node counts"),
+        dtype=dtype,
+        runs=runs,
+        local_batch=local_batch,
+        curve=_read_curve(curve) if curve is not None else None,
+    )
+    source = converge_from or task
+    converged = ResultsStore(store).runs(task=source) if store.exists() else []
+    add_time_to_train(result, converged, source)
+    chosen = choose_price(price, prices)
+    plan = plan_cluster(result, chosen.per_worker_hour, deadline, budget)
+    plan.update(
+        task=task,
+        cluster=result["cluster"],
+        price={"name": chosen.name, "per_device_hour": chosen.per_worker_hour},
+        compute=result["efficiency_source"],
+        convergence=result["convergence"],
+        local_batch=result["local_batch"],
+    )
+    if json_out:
+        print_json(plan)
+    else:
+        console.print(plan_table(plan))

@@ -183,3 +183,57 @@ def hardware_table(hardware: Any) -> Group:
         )
     sources = [Text(f"{key}: {profile.source}") for key, profile in hardware.clusters.items()]
     return Group(table, *sources)
+
+
+def plan_table(plan: dict[str, Any]) -> Group:
+    """`advise TASK --cluster PROFILE --deadline/--budget`: each node count, the choice."""
+    info = plan["cluster"]
+    wanted = []
+    if plan["deadline_s"] is not None:
+        wanted.append(f"within {seconds(plan['deadline_s'], unit=True)}")
+    if plan["budget"] is not None:
+        wanted.append(f"for at most {plan['budget']:,.2f}")
+    table = Table(
+        title=escape(
+            f"{plan['task']} on {info['name']}: training to the target " + " and ".join(wanted)
+        ),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for column in ("nodes", "devices", "B", "to train", "slow end", "cost", "slow end ", ""):
+        table.add_column(column, justify="right", no_wrap=True)
+    choice = plan["choice"]
+    for row in plan["rows"]:
+        ok = row["meets_deadline"] and row["fits_budget"]
+        mark = "← chosen" if row is choice or row == choice else ("" if ok else "✗")
+        table.add_row(
+            str(row["nodes"]),
+            str(row["devices"]),
+            f"{row['global_batch']:,}",
+            seconds(row["time_to_train_s"], unit=True) + ("†" if row["extrapolated"] else ""),
+            seconds(row["slow_s"], unit=True),
+            f"{row['cost']:,.2f}",
+            f"{row['slow_cost']:,.2f}",
+            mark,
+        )
+    convergence = plan["convergence"]
+    lines = [
+        "slow end: the 95% band's slow end of samples to the target; a plan is judged there",
+        f"cost at {plan['price']['per_device_hour']:g} a device-hour ({plan['price']['name']})",
+        f"compute: local batch {plan['local_batch']} a device, {plan['compute']}",
+        f"samples to the target: fitted on {convergence['runs']} runs of {convergence['source']} "
+        f"at B = {', '.join(f'{b:,.0f}' for b in convergence['batches'])}"
+        + ("; † extrapolated past them" if any(r["extrapolated"] for r in plan["rows"]) else ""),
+    ]
+    if choice is None:
+        lines.insert(0, "no node count meets what was asked: raise the deadline or the budget")
+    else:
+        lines.insert(
+            0,
+            f"choice: {choice['nodes']} nodes ({choice['devices']} devices, B = "
+            f"{choice['global_batch']:,}): {seconds(choice['time_to_train_s'], unit=True)} to "
+            f"train (at most {seconds(choice['slow_s'], unit=True)}), "
+            f"{choice['cost']:,.2f} (at most {choice['slow_cost']:,.2f})",
+        )
+    return Group(table, *(Text(line) for line in lines))
