@@ -17,13 +17,9 @@ dmlbench results --store $S
 dmlbench simulate imagenet-resnet50 --cluster dgx-h200 --nodes 1,8,32 --store $S --dtype tf32
 dmlbench simulate imagenet-resnet50 --cluster dgx-h200 --nodes 1,8,32 --store $S --dtype bf16
 # issue 54, item 2: one device's step time against its local batch (8 to 256), the
-# measured curve `replay_mlperf.py --curve` puts in place of its stated compute model
-for p in bf16 fp32; do
-  for b in 8 16 32 64 128 256; do
-    dmlbench run imagenet-resnet50 $R --set max_steps=40 --set recipe.local_batch=$b --set recipe.precision=$p
-    dmlbench run kjv-gpt $R --set max_steps=40 --set recipe.local_batch=$b --set recipe.precision=$p
-  done
-done
+# measured curve `simulate --cluster --curve` and `replay_mlperf.py --curve` take
+dmlbench sweep benchmarks/sweeps/local-batch-curve.yaml --store $S
+dmlbench sweep benchmarks/sweeps/local-batch-curve-gpt.yaml --store $S
 python benchmarks/local_batch_curve.py --store $S --task imagenet-resnet50 --precision bf16 --out resnet50-curve-bf16.json
 python benchmarks/local_batch_curve.py --store $S --task kjv-gpt --precision bf16 --out gpt-curve-bf16.json
 python benchmarks/replay_mlperf.py --curve resnet50-curve-bf16.json --json mlperf-replay-curve.json
