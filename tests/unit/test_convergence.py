@@ -59,3 +59,44 @@ def test_resnet50s_count_is_the_network_dmlbench_builds() -> None:
     with torch.device("meta"):
         model = build_model(task.recipe.model, task.input_shape, task.num_outputs)
     assert sum(p.numel() for p in model.parameters()) == WORKLOADS["resnet"].parameters
+
+
+def _run(batch: int, samples: int, noise: float | None = None):
+    from dmlbench.results.records import RunRecord
+
+    summary = {"noise_scale": {"b_simple": noise}} if noise else {}
+    return RunRecord(
+        run_id=f"r{batch}-{samples}",
+        task="t",
+        status="success",
+        division="closed",
+        created_at="",
+        workers=1,
+        local_batch=batch,
+        global_batch=batch,
+        seed=0,
+        exchange="allreduce",
+        spec={},
+        deviations={},
+        environment={},
+        run_dir="",
+        samples=samples,
+        summary=summary,  # type: ignore[arg-type]
+    )
+
+
+def test_a_measured_noise_scale_in_the_runs_is_the_fits_prior() -> None:
+    from dmlbench.perfmodel.cluster import add_time_to_train
+
+    runs = [_run(64, 40_000), _run(256, 44_000), _run(1024, 47_000)]
+    rows = [{"global_batch": 512, "samples_per_s": 1000.0}]
+    plain: dict = {"rows": [dict(r) for r in rows]}
+    add_time_to_train(plain, [*runs, _run(64, 40_000)], "t")
+    measured = [*runs, _run(64, 40_000, noise=20_000.0)]  # the same points, one measured
+    prior: dict = {"rows": [dict(r) for r in rows]}
+    add_time_to_train(prior, measured, "t")
+    assert plain["convergence"]["noise_scale_prior"] is None
+    assert prior["convergence"]["noise_scale_prior"] == 20_000.0
+    gap = abs(prior["convergence"]["b_noise"] - 20_000)
+    assert gap < abs(plain["convergence"]["b_noise"] - 20_000)
+    assert prior["rows"][0]["time_to_train_s"] != plain["rows"][0]["time_to_train_s"]

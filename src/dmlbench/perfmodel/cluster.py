@@ -324,7 +324,8 @@ def convergence_points(runs: Sequence[Any]) -> list[tuple[float, float]]:
 def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) -> None:
     """Time to train on each row of a cluster simulation: samples to converge at its
     global batch (McCandlish's form fitted through ``runs``, with its 95% band) over the
-    row's throughput, plus evaluation at the runs' median share of training time. Rows
+    row's throughput, plus evaluation at the runs' median share of training time; a
+    gradient noise scale the runs measured (``B_simple``) is the fit's prior. Rows
     are left as they are, and ``result["convergence"]`` says why, with fewer than two
     batches to fit."""
     import statistics
@@ -341,7 +342,15 @@ def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) 
             "(`results --import-mlperf`), or give --converge-from",
         }
         return
-    scaling = fit(points)
+    noise = [
+        float(run.summary["noise_scale"]["b_simple"])
+        for run in runs
+        if run.status in ("success", "target_not_reached", "throughput")
+        and isinstance(run.summary.get("noise_scale"), dict)
+        and (run.summary["noise_scale"].get("b_simple") or 0) > 0
+    ]
+    prior = statistics.median(noise) if noise else None  # McCandlish's B_simple ≈ B_noise
+    scaling = fit(points, noise_scale=prior)
     shares = [
         run.summary["eval_s"] / run.summary["train_s"]
         for run in runs
@@ -363,6 +372,7 @@ def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) 
         "batches": batches,
         "e_min": scaling.e_min,
         "b_noise": scaling.b_noise,
+        "noise_scale_prior": prior,
         "eval_share": eval_share,
     }
 

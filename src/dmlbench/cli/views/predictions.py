@@ -147,7 +147,13 @@ def cluster_table(result: dict[str, Any]) -> Group:
             f"to train: samples to the target at B (McCandlish's E = E_min(1 + B/B_noise), "
             f"fitted on {convergence['runs']} runs of {convergence['source']} at B = "
             f"{', '.join(f'{b:,.0f}' for b in convergence['batches'])}: B_noise "
-            f"{convergence['b_noise']:,.0f}) ÷ samples/s, + evaluation "
+            f"{convergence['b_noise']:,.0f}"
+            + (
+                f", the measured noise scale {convergence['noise_scale_prior']:,.0f} its prior"
+                if convergence.get("noise_scale_prior")
+                else ""
+            )
+            + ") ÷ samples/s, + evaluation "
             f"({convergence['eval_share']:.0%} of training, as in those runs)"
             + (
                 "; † B outside the fitted batches: extrapolated"
