@@ -454,7 +454,7 @@ class ResultsStore:
                     json.dumps({}),
                     json.dumps(environment),
                     json.dumps(summary),
-                    str(origin.get("path") or ""),
+                    f"external:{origin.get('path') or ''}",  # no folder here
                     environment.get("platform"),
                     json.dumps(origin),
                 ),
