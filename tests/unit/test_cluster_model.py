@@ -335,3 +335,14 @@ def test_goyals_errors_are_printed_against_each_assumed_constant() -> None:
 def test_the_ddp_table_carries_its_communication_free_null() -> None:
     cells, _ = ddp_benchmark(load_hardware())
     assert all(c.comm_free is not None and c.comm_free <= c.predicted + 1e-12 for c in cells)
+
+
+def test_the_two_level_algorithm_on_a_cluster_hides_the_flat_rings_latency() -> None:
+    """At 768 devices a flat ring pays 2·767 message steps a bucket; the two-level
+    algorithm (NCCL's shape on NVLink and InfiniBand) pays 2·7 inside and 2·95 between."""
+    flat = simulate_cluster(GOYAL_TASK, "dgx-a100", [96], dtype="bf16")
+    two = simulate_cluster(GOYAL_TASK, "dgx-a100", [96], dtype="bf16", algorithm="hierarchical")
+    assert two["algorithm"] == "hierarchical"
+    assert two["rows"][0]["allreduce_s"] < flat["rows"][0]["allreduce_s"] / 3
+    with pytest.raises(SpecError, match="ring or hierarchical"):
+        simulate_cluster(GOYAL_TASK, "dgx-a100", [2], algorithm="ps")

@@ -30,7 +30,11 @@ def simulate(
         str, typer.Option(help="profiles, comma-separated (none = the measured host network)")
     ] = "10gbit",
     algorithm: Annotated[
-        str, typer.Option(help="ring, tree, ps and/or hierarchical (comma-separated)")
+        str,
+        typer.Option(
+            help="ring, tree, ps and/or hierarchical (comma-separated); with --cluster, "
+            "ring (flat, gloo's) or hierarchical (NCCL's shape)"
+        ),
     ] = "ring",
     nodes: Annotated[
         str | None,
@@ -151,6 +155,7 @@ def simulate(
             local_batch,
             samples_per_s,
             curve,
+            algorithm,
         )
         return
     store = store_path(store)
@@ -243,6 +248,9 @@ def advise(
         typer.Option(help="with --cluster: a device's measured step against local batch"),
     ] = None,
     dtype: Annotated[str, typer.Option(help="with --cluster: the peak's dtype")] = "fp32",
+    algorithm: Annotated[
+        str, typer.Option(help="with --cluster: ring (flat) or hierarchical (NCCL's shape)")
+    ] = "ring",
     json_out: JsonOption = False,
 ) -> None:
     """Recommend workers, local batch and learning-rate rule for a task.
@@ -268,6 +276,7 @@ def advise(
             price,
             prices,
             json_out,
+            algorithm,
         )
         return
     if memory_per_worker is not None:
@@ -319,6 +328,7 @@ def _simulate_cluster(
     local_batch: int | None = None,
     samples_per_s: float | None = None,
     curve: Path | None = None,
+    algorithm: str = "ring",
 ) -> None:
     from dmlbench.cli.views.predictions import cluster_table, hardware_table
     from dmlbench.launch.request import worker_counts
@@ -344,6 +354,7 @@ def _simulate_cluster(
         local_batch=local_batch,
         samples_per_s=samples_per_s,
         curve=_read_curve(curve) if curve is not None else None,
+        algorithm=algorithm,
     )
     result["published"] = published_points(task, cluster)
     source = converge_from or task
@@ -401,6 +412,7 @@ def _advise_cluster(
     price: str | None,
     prices: Path | None,
     json_out: bool,
+    algorithm: str = "ring",
 ) -> None:
     """`advise TASK --cluster PROFILE --deadline S | --budget X`: the same model as
     `simulate --cluster` with time to train, a row per node count, and the choice."""
@@ -422,6 +434,7 @@ def _advise_cluster(
         runs=runs,
         local_batch=local_batch,
         curve=_read_curve(curve) if curve is not None else None,
+        algorithm=algorithm,
     )
     source = converge_from or task
     converged = ResultsStore(store).runs(task=source) if store.exists() else []
@@ -435,6 +448,7 @@ def _advise_cluster(
         compute=result["efficiency_source"],
         convergence=result["convergence"],
         local_batch=result["local_batch"],
+        algorithm=result["algorithm"],
     )
     if json_out:
         print_json(plan)

@@ -252,14 +252,19 @@ def simulate_cluster(
     local_batch: int | None = None,
     samples_per_s: float | None = None,
     curve: Sequence[Sequence[float]] | None = None,
+    algorithm: str = "ring",
 ) -> dict[str, Any]:
     """`dmlbench simulate TASK --cluster PROFILE`: the scaling table and where its inputs
     came from. Compute comes, first found, from a measured ``curve`` of the device's
     step against its local batch, a measured ``samples_per_s`` of one device at the
     local batch, ``efficiency`` × the peak, the task's runs on that device, or the
-    stated default."""
+    stated default. ``algorithm``: the flat ``ring`` over every device (gloo's), or
+    ``hierarchical`` (inside each node, then among the nodes: NCCL's shape on NVLink
+    and InfiniBand)."""
     if not nodes:
         raise SpecError("--nodes: at least one node count, e.g. 1,8,32")
+    if algorithm not in ("ring", "hierarchical"):
+        raise SpecError(f"--algorithm {algorithm!r}: on a cluster choose ring or hierarchical")
     hardware = load_hardware(hardware_file)
     cluster = hardware.cluster(cluster_key)
     cost = task_cost(task, local_batch)
@@ -270,7 +275,15 @@ def simulate_cluster(
             assert samples_per_s is not None
             compute = cost.local_batch / samples_per_s
             source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
-        rows = scale(cluster, cost, nodes, devices_per_node, efficiency=1.0, compute_s=compute)
+        rows = scale(
+            cluster,
+            cost,
+            nodes,
+            devices_per_node,
+            efficiency=1.0,
+            compute_s=compute,
+            algorithm=algorithm,
+        )
         share = cost.flops_per_step / compute / cluster.accelerator.peak_flops(dtype)
         return {
             "task": task,
@@ -282,6 +295,7 @@ def simulate_cluster(
             "flops_per_step": cost.flops_per_step,
             "gradient_bytes": cost.gradient_bytes,
             "local_batch": cost.local_batch,
+            "algorithm": algorithm,
             "rows": rows,
         }
     if efficiency is not None:
@@ -296,7 +310,9 @@ def simulate_cluster(
             )
     else:
         share, source = DEFAULT_EFFICIENCY, f"assumed: dmlbench's default {DEFAULT_EFFICIENCY:.0%}"
-    rows = scale(cluster, cost, nodes, devices_per_node, dtype=dtype, efficiency=share)
+    rows = scale(
+        cluster, cost, nodes, devices_per_node, dtype=dtype, efficiency=share, algorithm=algorithm
+    )
     return {
         "task": task,
         "cluster": cluster.describe(),
@@ -307,6 +323,7 @@ def simulate_cluster(
         "flops_per_step": cost.flops_per_step,
         "gradient_bytes": cost.gradient_bytes,
         "local_batch": cost.local_batch,
+        "algorithm": algorithm,
         "rows": rows,
     }
 

@@ -137,8 +137,9 @@ def cluster_table(result: dict[str, Any]) -> Group:
         f"{result['flops_per_step'] / 1e9:,.1f} GFLOP (local batch {result['local_batch']}) "
         f"÷ ({result['peak_flops'] / 1e12:g} TFLOP/s {result['dtype']} "
         f"peak × {result['efficiency']:.0%} efficiency, {result['efficiency_source']})",
-        f"comm: all-reduce of {result['gradient_bytes'] / 1e6:,.1f} MB of gradients in DDP's "
-        "buckets (1 MiB, then 25 MiB); exposed: the ms of it past the end of backward",
+        f"comm: {result.get('algorithm', 'ring')} all-reduce of "
+        f"{result['gradient_bytes'] / 1e6:,.1f} MB of gradients in DDP's buckets (1 MiB, "
+        "then 25 MiB); exposed: the ms of it past the end of backward",
         f"hardware: {info['source']}",
     ]
     convergence = result.get("convergence") or {}
@@ -227,7 +228,8 @@ def plan_table(plan: dict[str, Any]) -> Group:
     lines = [
         "slow end: the 95% band's slow end of samples to the target; a plan is judged there",
         f"cost at {plan['price']['per_device_hour']:g} a device-hour ({plan['price']['name']})",
-        f"compute: local batch {plan['local_batch']} a device, {plan['compute']}",
+        f"compute: local batch {plan['local_batch']} a device, {plan['compute']}; "
+        f"{plan['algorithm']} all-reduce",
         f"samples to the target: fitted on {convergence['runs']} runs of {convergence['source']} "
         f"at B = {', '.join(f'{b:,.0f}' for b in convergence['batches'])}"
         + ("; † extrapolated past them" if any(r["extrapolated"] for r in plan["rows"]) else ""),
