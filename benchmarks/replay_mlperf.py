@@ -39,7 +39,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmlbench.perfmodel.cluster import BACKWARD_SHARE, ddp_buckets, ddp_step
+# The per-kernel floor (3.8 µs, NVIDIA's "Getting Started with CUDA Graphs", 2019),
+# fixed before this replay and not fitted to it.
+from dmlbench.perfmodel.cluster import BACKWARD_SHARE, KERNEL_FLOOR_S, ddp_buckets, ddp_step
 from dmlbench.perfmodel.convergence import fit
 from dmlbench.perfmodel.hardware import load_hardware
 from dmlbench.perfmodel.model import Layout, cluster_allreduce_time
@@ -52,10 +54,6 @@ OUT = Path(__file__).parent / "results" / "replays" / "mlperf_v07.json"
 # System families: the hardware profile each one's links come from.
 FAMILIES = {"dgx1": "dgx1-v100-edr", "dgx2h": "dgx2h-v100", "dgxa100": "dgx-a100-40gb"}
 
-# Per-kernel floor: a short kernel launched back to back costs about 3.8 µs with its
-# launch (NVIDIA Technical Blog, A. Gray, "Getting Started with CUDA Graphs", 2019:
-# 3.8 µs a kernel without graphs). Fixed before this replay; not fitted to it.
-KERNEL_FLOOR_S = 3.8e-6
 # A fixed cost per all-reduce call (NCCL's kernel launch and set-up), stated: the
 # interconnect profiles' per-message cost, 5 µs, for each bucket's call.
 CALL_COST_S = 5e-6

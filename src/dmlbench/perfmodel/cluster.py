@@ -47,6 +47,23 @@ class TaskCost:
     flops_per_step: float  # one worker: forward and backward of its batch
     gradient_bytes: float
     train_examples: int | None
+    parameter_tensors: int = 0  # tensors with a gradient: DDP copies each one twice a step
+
+
+# A short kernel launched back to back costs about 3.8 µs with its launch (NVIDIA
+# Technical Blog, A. Gray, "Getting Started with CUDA Graphs", 2019).
+KERNEL_FLOOR_S = 3.8e-6
+
+
+def ddp_own_cost_s(cost: TaskCost, accelerator: Accelerator) -> float:
+    """What torch's DDP itself adds to a step, communication aside (Li et al., VLDB 2020,
+    section 3.2: each gradient is copied into its bucket by its autograd hook, and back
+    out of it after the all-reduce): a copy kernel per parameter tensor each way, at the
+    per-kernel floor, and the gradient bytes read and written twice at the device's
+    memory bandwidth (its data sheet)."""
+    kernels = 2 * cost.parameter_tensors * KERNEL_FLOOR_S
+    traffic = 4 * cost.gradient_bytes / (accelerator.memory_bandwidth_gbs * 1e9)
+    return kernels + traffic
 
 
 def task_cost(task: str, local_batch: int | None = None) -> TaskCost:
@@ -99,8 +116,11 @@ def model_cost(
             y = torch.zeros(local_batch, dtype=torch.long)
     loss_fn = LOSSES[loss][0]
     flops = step_flops(model, lambda m: loss_fn(m(x), y).mean(), meta)
-    gradient_bytes = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
-    return TaskCost(name, local_batch, float(flops), float(gradient_bytes), train_examples)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    gradient_bytes = sum(p.numel() * 4 for p in trained)
+    return TaskCost(
+        name, local_batch, float(flops), float(gradient_bytes), train_examples, len(trained)
+    )
 
 
 def ddp_buckets(
@@ -147,11 +167,13 @@ def scale(
     algorithm: str = "ring",
     compute_s: float | None = None,
     bucket_cap: float = BUCKET_CAP_BYTES,
+    ddp_cost: bool = False,
 ) -> list[dict[str, Any]]:
     """One row per node count: weak scaling (each device keeps ``cost.local_batch``).
     ``compute_s`` replaces the FLOP-based step (a calibration: the compute of one
     device's step measured, e.g. a paper's single-node point); ``bucket_cap`` is DDP's
-    ``bucket_cap_mb`` in bytes."""
+    ``bucket_cap_mb`` in bytes; ``ddp_cost`` adds torch DDP's own copies
+    (:func:`ddp_own_cost_s`) to every step, one device included."""
     per_node = devices_per_node or cluster.devices_per_node
     step_compute = compute_s or compute_step_s(
         cost.flops_per_step, cluster.accelerator, dtype, efficiency
@@ -169,6 +191,8 @@ def scale(
 
         forward = step_compute * (1 - BACKWARD_SHARE)
         step, comm, exposed = ddp_step(forward, step_compute * BACKWARD_SHARE, buckets, allreduce)
+        own = ddp_own_cost_s(cost, cluster.accelerator) if ddp_cost else 0.0
+        step += own
         throughput = workers * cost.local_batch / step
         rows.append(
             {
@@ -178,6 +202,7 @@ def scale(
                 "compute_s": step_compute,
                 "allreduce_s": comm,
                 "exposed_comm_s": exposed,
+                "ddp_own_s": own,
                 "step_s": step,
                 "samples_per_s": throughput,
                 "epoch_s": (cost.train_examples / throughput) if cost.train_examples else None,
