@@ -284,3 +284,20 @@ def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
     assert "no node count meets what was asked" in none.stdout
     asked = inside(*args, *common, check=False)
     assert asked.returncode != 0 and "--deadline" in asked.stderr
+
+
+def test_a_compact_copys_header_becomes_the_origin_only_in_its_form(tmp_path: Path) -> None:
+    sub = submission(tmp_path, times=(100.0,))
+    path = sub / "results/box_n2/resnet/result_0.txt"
+    body = path.read_text()
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    good = f"# round: v0.7\n# commit: {sha}\n# repository: mlcommons/training_results_v0.7\n"
+    path.write_text(good + "# path: Acme/results/box_n2/resnet/result_0.txt\n" + body)
+    run = read_result(path)
+    assert run.origin["commit"] == sha and run.origin["round"] == "v0.7"
+    hostile = "# commit: $(rm -rf ~)\n# path: ../../etc/passwd\n# round: v0.7; drop\n"
+    path.write_text(hostile + body)
+    run = read_result(path)
+    assert run.origin["commit"] is None  # no git checkout here, and the header's refused
+    assert run.origin["path"] == "Acme/results/box_n2/resnet/result_0.txt"
+    assert run.origin["round"] == "v0.7"  # from the folder's name, not the header

@@ -281,6 +281,7 @@ def read_result(path: Path) -> MlperfRun:
     train_s = ended - began - eval_s
     throughput = samples / train_s if samples and train_s > 0 else None
     init = _first(events, "init_start")
+    header = _checked_header(header)
     round_name = header.get("round") or _round(path)
     repository = header.get("repository") or (
         f"mlcommons/training_results_{round_name}" if round_name else None
@@ -322,7 +323,7 @@ def read_result(path: Path) -> MlperfRun:
         time_to_train_s=ended - began,
         eval_s=eval_s,
         startup_s=startup,
-        init_s=began - _time(init, path) if init else None,
+        init_s=max(0.0, began - _time(init, path)) if init else None,
         dataset_samples=dataset_samples,
         epochs=epochs,
         samples=samples,
@@ -330,6 +331,24 @@ def read_result(path: Path) -> MlperfRun:
         target=TARGETS.get((round_name or "", benchmark)),
         evals=evals,
     )
+
+
+HEADER_FORMS = {
+    "round": re.compile(r"v\d+\.\d+"),
+    "commit": re.compile(r"[0-9a-f]{40}"),
+    "repository": re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}"),
+    "path": re.compile(r"[A-Za-z0-9_./-]{1,1000}"),
+}
+
+
+def _checked_header(header: dict[str, str]) -> dict[str, str]:
+    """A compact copy's header fields that have their form; the rest are dropped (they
+    come from a file, and become the run's origin and its id)."""
+    return {
+        key: value
+        for key, value in header.items()
+        if key in HEADER_FORMS and HEADER_FORMS[key].fullmatch(value) and ".." not in value
+    }
 
 
 def _round(path: Path) -> str | None:
