@@ -459,23 +459,7 @@ class ResultsStore:
                     json.dumps(origin),
                 ),
             )
-            db.executemany(
-                "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        run_id,
-                        e.epoch,
-                        e.step,
-                        e.samples,
-                        e.elapsed_s,
-                        e.compute_elapsed_s,
-                        e.metric,
-                        e.loss,
-                        e.train_metric,
-                    )
-                    for e in evals
-                ],
-            )
+            _insert_evals(db, run_id, evals)
         return True
 
     def finish(
@@ -530,23 +514,7 @@ class ResultsStore:
                     run_id,
                 ),
             )
-            db.executemany(
-                "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        run_id,
-                        e.epoch,
-                        e.step,
-                        e.samples,
-                        e.elapsed_s,
-                        e.compute_elapsed_s,
-                        e.metric,
-                        e.loss,
-                        e.train_metric,
-                    )
-                    for e in evals
-                ],
-            )
+            _insert_evals(db, run_id, evals)
             db.executemany(
                 "INSERT INTO phases VALUES (?, ?, ?, ?, ?)",
                 [
@@ -733,6 +701,26 @@ class ResultsStore:
                 fields["phases"] = [PhaseTotal(**_without_run_id(r)) for r in phases]
                 found.append(RunRecord(**fields))
         return found
+
+
+def _insert_evals(db: sqlite3.Connection, run_id: str, evals: Sequence[Evaluation]) -> None:
+    db.executemany(
+        "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                run_id,
+                e.epoch,
+                e.step,
+                e.samples,
+                e.elapsed_s,
+                e.compute_elapsed_s,
+                e.metric,
+                e.loss,
+                e.train_metric,
+            )
+            for e in evals
+        ],
+    )
 
 
 def _without_run_id(row: sqlite3.Row) -> dict[str, Any]:

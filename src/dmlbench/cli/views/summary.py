@@ -31,6 +31,14 @@ REASONS = {
 }
 
 
+def _fields_table(title: str) -> Table:
+    """A run's summary: a bold name and its value a row, under ``title``."""
+    table = Table(title=title, title_justify="left", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    return table
+
+
 def run_summary(run: RunRecord) -> Table:
     """Summary of one stored run (a record of ``ResultsStore.runs``)."""
     if run.external:
@@ -42,9 +50,7 @@ def run_summary(run: RunRecord) -> Table:
         f"{run.task} · {plural(run.workers, 'worker')}{layout} · "
         f"{run.division} division · run {run.run_id}"
     )
-    table = Table(title=title, title_justify="left", show_header=False, box=None)
-    table.add_column(style="bold")
-    table.add_column()
+    table = _fields_table(title)
     status = run.status
     reason = REASONS.get(run.stop_reason or "", run.stop_reason or "")
     colour = STATUS_STYLE.get(status, "yellow")
@@ -305,9 +311,7 @@ def external_summary(run: RunRecord) -> Table:
         f"{run.task} · {plural(run.workers, 'device')} ({run.nodes} nodes × "
         f"{summary.get('nproc_per_node')}) · {run.division} division · run {run.run_id}"
     )
-    table = Table(title=title, title_justify="left", show_header=False, box=None)
-    table.add_column(style="bold")
-    table.add_column()
+    table = _fields_table(title)
     table.add_row(
         "from",
         escape(
