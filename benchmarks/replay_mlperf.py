@@ -41,9 +41,16 @@ from pathlib import Path
 
 # The per-kernel floor (3.8 µs, NVIDIA's "Getting Started with CUDA Graphs", 2019),
 # fixed before this replay and not fitted to it.
-from dmlbench.perfmodel.cluster import BACKWARD_SHARE, KERNEL_FLOOR_S, ddp_buckets, ddp_step
+from dmlbench.perfmodel.cluster import (
+    BACKWARD_SHARE,
+    KERNEL_FLOOR_S,
+    ddp_buckets,
+    ddp_step,
+    read_curve,
+    step_line,
+)
 from dmlbench.perfmodel.convergence import fit
-from dmlbench.perfmodel.hardware import load_hardware
+from dmlbench.perfmodel.hardware import Hardware, load_hardware
 from dmlbench.perfmodel.model import Layout, cluster_allreduce_time
 from dmlbench.perfmodel.workloads import WORKLOADS, Workload
 from dmlbench.results.mlperf import MlperfRun, olympic_score, read_result, result_files
@@ -122,8 +129,8 @@ def load_curve(path: Path | None) -> list[tuple[float, float]] | None:
     """A measured curve: ``[[local_batch, seconds per step], ...]`` on one device."""
     if path is None:
         return None
-    points = sorted((float(b), float(s)) for b, s in json.loads(path.read_text()))
-    if len(points) < 2:
+    points = sorted((b, s) for b, s in read_curve(path))
+    if len({b for b, _ in points}) < 2:
         sys.exit(f"{path}: a curve needs two or more local batches")
     return points
 
@@ -138,13 +145,7 @@ def fixed_part(curve: list[tuple[float, float]] | None, workload: Workload) -> t
         return workload.kernels_per_step * KERNEL_FLOOR_S, (
             f"stated: {workload.kernels_per_step} kernels a step × {KERNEL_FLOOR_S * 1e6:.1f} µs"
         )
-    n = len(curve)
-    mean_b = sum(b for b, _ in curve) / n
-    mean_s = sum(s for _, s in curve) / n
-    slope = sum((b - mean_b) * (s - mean_s) for b, s in curve) / sum(
-        (b - mean_b) ** 2 for b, _ in curve
-    )
-    fixed = max(0.0, mean_s - slope * mean_b)
+    fixed, _ = step_line(curve)
     return fixed, f"measured: intercept of the curve, {1000 * fixed:.2f} ms a step"
 
 
@@ -155,9 +156,10 @@ def compute_at(batch: float, calibration_batch: float, calibration_s: float, fix
     return fixed + (calibration_s - fixed) * batch / calibration_batch
 
 
-def _step(sub: Submission, compute_s: float, workload: Workload, comm: bool) -> float:
+def _step(
+    sub: Submission, compute_s: float, workload: Workload, comm: bool, hardware: Hardware
+) -> float:
     """An optimizer step: accumulation micro-steps, the last overlapped with all-reduce."""
-    hardware = load_hardware()
     cluster = hardware.cluster(FAMILIES[sub.family])
     inter, intra = cluster.links(sub.per_node)
     calibration = cluster.calibration()
@@ -182,6 +184,7 @@ def replay(
     """Every cell; ``curve`` (measured on a device, for the benchmarks ``curves_for``
     names) gives the fixed part of a step in place of the stated kernel floor."""
     subs = submissions()
+    hardware = load_hardware()
     cells = []
     for sub in subs:
         family = [s for s in subs if s.family == sub.family and s.benchmark == sub.benchmark]
@@ -189,15 +192,15 @@ def replay(
         workload = WORKLOADS[sub.benchmark]
         # calibration: one device's compute per micro-step at the smallest submission
         measured_step = base.global_batch / base.throughput
-        exposed = _step(base, 0.0, workload, comm=True)  # all-reduce past a zero backward
+        exposed = _step(base, 0.0, workload, True, hardware)  # all-reduce past a zero backward
         overlap_free = max(measured_step - exposed, 1e-9)
         calibration_s = measured_step / base.accumulation
         if exposed > 0.05 * measured_step:  # not hidden: take it out of the compute
             calibration_s = overlap_free / base.accumulation
         fixed, fixed_source = fixed_part(curve if sub.benchmark in curves_for else None, workload)
         compute_s = compute_at(sub.local_batch, base.local_batch, calibration_s, fixed)
-        step = _step(sub, compute_s, workload, comm=True)
-        step_free = _step(sub, compute_s, workload, comm=False)
+        step = _step(sub, compute_s, workload, True, hardware)
+        step_free = _step(sub, compute_s, workload, False, hardware)
         throughput = sub.global_batch / step
         throughput_free = sub.global_batch / step_free
         throughput_linear = base.throughput / base.workers * sub.workers

@@ -4,7 +4,7 @@ calibrated from the store's runs."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -331,35 +331,29 @@ def _simulate_cluster(
     algorithm: str = "ring",
 ) -> None:
     from dmlbench.cli.views.predictions import cluster_table, hardware_table
-    from dmlbench.launch.request import worker_counts
-    from dmlbench.perfmodel.cluster import add_time_to_train, simulate_cluster
+    from dmlbench.perfmodel.cluster import read_curve
     from dmlbench.perfmodel.hardware import load_hardware
     from dmlbench.perfmodel.replays import published_points
-    from dmlbench.results import ResultsStore
 
     if cluster == "list":
         console.print(hardware_table(load_hardware(hardware)))
         return
-    path = store_path(store)
-    runs = ResultsStore(path).runs(task=task) if path.exists() else []
-    result = simulate_cluster(
+    result = _cluster_time_to_train(
         task,
         cluster,
-        worker_counts(nodes or "1,2,4,8", "--nodes", "node counts"),
-        devices_per_node,
+        nodes or "1,2,4,8",
+        store_path(store),
+        converge_from,
+        devices_per_node=devices_per_node,
         hardware_file=hardware,
         efficiency=efficiency,
         dtype=dtype,
-        runs=runs,
         local_batch=local_batch,
         samples_per_s=samples_per_s,
-        curve=_read_curve(curve) if curve is not None else None,
+        curve=read_curve(curve) if curve is not None else None,
         algorithm=algorithm,
     )
     result["published"] = published_points(task, cluster)
-    source = converge_from or task
-    converged = ResultsStore(path).runs(task=source) if converge_from and path.exists() else runs
-    add_time_to_train(result, converged, source)
     if json_out:
         print_json(result)
     else:
@@ -372,30 +366,29 @@ def _simulate_cluster(
         console.print(f"scaling plot: {png}", markup=False, soft_wrap=True)
 
 
-def _read_curve(path: Path) -> list[list[float]]:
-    """A measured curve file: JSON ``[[local batch, seconds a step], ...]``, bounded."""
-    import json
-    import math
+def _cluster_time_to_train(
+    task: str,
+    cluster: str,
+    nodes: str,
+    store: Path,
+    converge_from: str | None,
+    **options: Any,
+) -> dict[str, Any]:
+    """`simulate --cluster` and `advise --cluster`: the task on the profile, calibrated
+    from its runs in ``store``, with time to train fitted on ``converge_from``'s runs
+    (the task's own by default)."""
+    from dmlbench.launch.request import worker_counts
+    from dmlbench.perfmodel.cluster import add_time_to_train, simulate_cluster
+    from dmlbench.results import ResultsStore
 
-    from dmlbench.errors import SpecError
-    from dmlbench.files import read_bounded
-
-    try:
-        data = json.loads(read_bounded(path, 1 << 20, "--curve file", SpecError))
-    except ValueError:
-        raise SpecError(f"--curve {path} is not JSON: give [[local batch, seconds], ...]") from None
-    ok = isinstance(data, list) and 0 < len(data) <= 1000
-    ok = ok and all(
-        isinstance(p, list)
-        and len(p) == 2
-        and all(type(v) in (int, float) and math.isfinite(v) and 0 < v <= 1e9 for v in p)
-        for p in data
-    )
-    if not ok:
-        raise SpecError(
-            f"--curve {path}: give 1 to 1,000 [local batch, seconds a step] pairs above 0"
-        )
-    return data
+    stored = ResultsStore(store) if store.exists() else None
+    runs = stored.runs(task=task) if stored else []
+    counts = worker_counts(nodes, "--nodes", "node counts")
+    result = simulate_cluster(task, cluster, counts, runs=runs, **options)
+    source = converge_from or task
+    converged = stored.runs(task=source) if stored and source != task else runs
+    add_time_to_train(result, converged, source)
+    return result
 
 
 def _advise_cluster(
@@ -418,27 +411,22 @@ def _advise_cluster(
     `simulate --cluster` with time to train, a row per node count, and the choice."""
     from dmlbench.cli.views.predictions import plan_table
     from dmlbench.errors import SpecError
-    from dmlbench.launch.request import worker_counts
-    from dmlbench.perfmodel.cluster import add_time_to_train, plan_cluster, simulate_cluster
+    from dmlbench.perfmodel.cluster import plan_cluster, read_curve
     from dmlbench.prices import choose_price
-    from dmlbench.results import ResultsStore
 
     if deadline is None and budget is None:
         raise SpecError("advise --cluster plans for a --deadline (seconds), a --budget, or both")
-    runs = ResultsStore(store).runs(task=task) if store.exists() else []
-    result = simulate_cluster(
+    result = _cluster_time_to_train(
         task,
         cluster,
-        worker_counts(nodes, "--nodes", "node counts"),
+        nodes,
+        store,
+        converge_from,
         dtype=dtype,
-        runs=runs,
         local_batch=local_batch,
-        curve=_read_curve(curve) if curve is not None else None,
+        curve=read_curve(curve) if curve is not None else None,
         algorithm=algorithm,
     )
-    source = converge_from or task
-    converged = ResultsStore(store).runs(task=source) if store.exists() else []
-    add_time_to_train(result, converged, source)
     chosen = choose_price(price, prices)
     plan = plan_cluster(result, chosen.per_worker_hour, deadline, budget)
     plan.update(

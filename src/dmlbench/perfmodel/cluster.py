@@ -239,24 +239,57 @@ def efficiency_from_runs(
     return value, f"measured: {len(found)} {dtype} run(s){at} on {accelerator.name} ({runs_text})"
 
 
-def measured_compute(curve: Sequence[Sequence[float]], batch: float) -> tuple[float, str]:
-    """One device's compute per step at ``batch`` from what was measured on it: a curve
-    of ``[local batch, seconds a step]`` (``benchmarks/local_batch_curve.py`` writes
-    one). Two or more batches: the least-squares line through them, whose intercept is
-    the step's fixed part (launches, the host); one: in proportion to the batch."""
+def read_curve(path: Path) -> list[list[float]]:
+    """A measured curve file: JSON ``[[local batch, seconds a step], ...]``, bounded."""
+    import json
+    import math
+
+    from dmlbench.files import read_bounded
+
+    try:
+        data = json.loads(read_bounded(path, 1 << 20, "--curve file", SpecError))
+    except ValueError:
+        raise SpecError(f"--curve {path} is not JSON: give [[local batch, seconds], ...]") from None
+    ok = isinstance(data, list) and 0 < len(data) <= 1000
+    ok = ok and all(
+        isinstance(p, list)
+        and len(p) == 2
+        and all(type(v) in (int, float) and math.isfinite(v) and 0 < v <= 1e9 for v in p)
+        for p in data
+    )
+    if not ok:
+        raise SpecError(
+            f"--curve {path}: give 1 to 1,000 [local batch, seconds a step] pairs above 0"
+        )
+    return data
+
+
+def step_line(curve: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """(fixed seconds, seconds a sample) of the least-squares line through a measured
+    curve of ``[local batch, seconds a step]`` at two or more batches; the intercept, a
+    step's fixed part (launches, the host), is at least 0."""
     points = [(float(b), float(s)) for b, s in curve]
-    if not points or any(not (b > 0 and s > 0) for b, s in points):
-        raise SpecError("a measured curve holds [local batch, seconds a step] pairs above 0")
-    if len({b for b, _ in points}) == 1:
-        b1, s1 = points[0]
-        return s1 * batch / b1, f"measured: {s1 * 1e3:.1f} ms a step at {b1:g}, in proportion"
     n = len(points)
     mean_b = sum(b for b, _ in points) / n
     mean_s = sum(s for _, s in points) / n
     slope = sum((b - mean_b) * (s - mean_s) for b, s in points) / sum(
         (b - mean_b) ** 2 for b, _ in points
     )
-    fixed = max(0.0, mean_s - slope * mean_b)
+    return max(0.0, mean_s - slope * mean_b), slope
+
+
+def measured_compute(curve: Sequence[Sequence[float]], batch: float) -> tuple[float, str]:
+    """One device's compute per step at ``batch`` from what was measured on it: a curve
+    of ``[local batch, seconds a step]`` (``benchmarks/local_batch_curve.py`` writes
+    one). Two or more batches: :func:`step_line` through them; one: in proportion to
+    the batch."""
+    points = [(float(b), float(s)) for b, s in curve]
+    if not points or any(not (b > 0 and s > 0) for b, s in points):
+        raise SpecError("a measured curve holds [local batch, seconds a step] pairs above 0")
+    if len({b for b, _ in points}) == 1:
+        b1, s1 = points[0]
+        return s1 * batch / b1, f"measured: {s1 * 1e3:.1f} ms a step at {b1:g}, in proportion"
+    fixed, slope = step_line(points)
     batches = ", ".join(f"{b:g}" for b, _ in sorted(points))
     return fixed + slope * batch, (
         f"measured at local batch {batches}: {fixed * 1e3:.1f} ms fixed + "
@@ -293,37 +326,13 @@ def simulate_cluster(
     hardware = load_hardware(hardware_file)
     cluster = hardware.cluster(cluster_key)
     cost = task_cost(task, local_batch)
-    if curve is not None or samples_per_s is not None:
-        if curve is not None:
-            compute, source = measured_compute(curve, cost.local_batch)
-        else:
-            assert samples_per_s is not None
-            compute = cost.local_batch / samples_per_s
-            source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
-        rows = scale(
-            cluster,
-            cost,
-            nodes,
-            devices_per_node,
-            efficiency=1.0,
-            compute_s=compute,
-            algorithm=algorithm,
-        )
-        share = cost.flops_per_step / compute / cluster.accelerator.peak_flops(dtype)
-        return {
-            "task": task,
-            "cluster": cluster.describe(),
-            "dtype": dtype,
-            "peak_flops": cluster.accelerator.peak_flops(dtype),
-            "efficiency": share,
-            "efficiency_source": source,
-            "flops_per_step": cost.flops_per_step,
-            "gradient_bytes": cost.gradient_bytes,
-            "local_batch": cost.local_batch,
-            "algorithm": algorithm,
-            "rows": rows,
-        }
-    if efficiency is not None:
+    compute: float | None = None  # a measured step; None: the FLOPs over the peak × share
+    if curve is not None:
+        compute, source = measured_compute(curve, cost.local_batch)
+    elif samples_per_s is not None:
+        compute = cost.local_batch / samples_per_s
+        source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
+    elif efficiency is not None:
         share, source = efficiency, "given (--efficiency)"
     elif measured := efficiency_from_runs(runs, cluster.accelerator, dtype, cost.local_batch):
         share, source = measured
@@ -335,8 +344,17 @@ def simulate_cluster(
             )
     else:
         share, source = DEFAULT_EFFICIENCY, f"assumed: dmlbench's default {DEFAULT_EFFICIENCY:.0%}"
+    if compute is not None:
+        share = cost.flops_per_step / compute / cluster.accelerator.peak_flops(dtype)
     rows = scale(
-        cluster, cost, nodes, devices_per_node, dtype=dtype, efficiency=share, algorithm=algorithm
+        cluster,
+        cost,
+        nodes,
+        devices_per_node,
+        dtype=dtype,
+        efficiency=share,
+        algorithm=algorithm,
+        compute_s=compute,
     )
     return {
         "task": task,
@@ -387,7 +405,7 @@ def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) 
     noise = [
         float(run.summary["noise_scale"]["b_simple"])
         for run in runs
-        if run.status in ("success", "target_not_reached", "throughput")
+        if run.finished
         and isinstance(run.summary.get("noise_scale"), dict)
         and (run.summary["noise_scale"].get("b_simple") or 0) > 0
     ]
