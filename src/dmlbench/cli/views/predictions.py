@@ -106,20 +106,10 @@ def cluster_table(result: dict[str, Any]) -> Group:
         caption_justify="left",
     )
     columns = ("nodes", "dev", "step", "comm", "exposed", "samples/s", "epoch")
-    trained = "time_to_train_s" in result["rows"][0]
-    extra = ("B", "to train", "95% band") if trained else ()
-    for column in (*columns, "speedup", "eff.", *extra):
+    for column in (*columns, "speedup", "eff."):
         wide = {"epoch": 7, "eff.": 6}.get(column)  # "921.4 s", "100.0%"
         table.add_column(column, justify="right", no_wrap=True, min_width=wide)
     for row in result["rows"]:
-        cells = []
-        if trained:
-            low, high = row["time_to_train_band_s"]
-            cells = [
-                f"{row['global_batch']:,}",
-                seconds(row["time_to_train_s"], unit=True) + ("†" if row["extrapolated"] else ""),
-                f"{seconds(low, unit=True)}–{seconds(high, unit=True)}",
-            ]
         table.add_row(
             str(row["nodes"]),
             str(row["workers"]),
@@ -130,8 +120,9 @@ def cluster_table(result: dict[str, Any]) -> Group:
             seconds(row["epoch_s"], unit=True) if row["epoch_s"] else "—",
             f"{row['speedup']:.1f}×",
             percent(row["efficiency"]),
-            *cells,
         )
+    trained = "time_to_train_s" in result["rows"][0]
+    tables = [table, _time_to_train_table(result)] if trained else [table]
     lines = [
         f"compute: {1e3 * result['rows'][0]['compute_s']:.1f} ms a step = "
         f"{result['flops_per_step'] / 1e9:,.1f} GFLOP (local batch {result['local_batch']}) "
@@ -169,7 +160,26 @@ def cluster_table(result: dict[str, Any]) -> Group:
             f"published: {point['workers']} devices, speedup {point['speedup']:.1f}× "
             f"({point['source']})"
         )
-    return Group(table, *(Text(line) for line in lines))
+    return Group(*tables, *(Text(line) for line in lines))
+
+
+def _time_to_train_table(result: dict[str, Any]) -> Table:
+    """Time to train on each row of a cluster simulation, beside the scaling table (one
+    table of both would not fit a terminal of 80 columns)."""
+    table = Table(title="time to train to the target", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("nodes", "dev", "B", "samples", "to train", "95% band"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in result["rows"]:
+        low, high = row["time_to_train_band_s"]
+        table.add_row(
+            str(row["nodes"]),
+            str(row["workers"]),
+            f"{row['global_batch']:,}",
+            f"{row['samples_to_target']:,.0f}",
+            seconds(row["time_to_train_s"], unit=True) + ("†" if row["extrapolated"] else ""),
+            f"{seconds(low, unit=True)}–{seconds(high, unit=True)}",
+        )
+    return table
 
 
 def hardware_table(hardware: Any) -> Group:
@@ -213,7 +223,7 @@ def plan_table(plan: dict[str, Any]) -> Group:
     choice = plan["choice"]
     for row in plan["rows"]:
         ok = row["meets_deadline"] and row["fits_budget"]
-        mark = "← chosen" if row is choice or row == choice else ("" if ok else "✗")
+        mark = "←" if row is choice or row == choice else ("" if ok else "✗")
         table.add_row(
             str(row["nodes"]),
             str(row["devices"]),
@@ -226,7 +236,8 @@ def plan_table(plan: dict[str, Any]) -> Group:
         )
     convergence = plan["convergence"]
     lines = [
-        "slow end: the 95% band's slow end of samples to the target; a plan is judged there",
+        "slow end: the 95% band's slow end of samples to the target; a plan is judged "
+        "there (←: the choice; ✗: misses what was asked)",
         f"cost at {plan['price']['per_device_hour']:g} a device-hour ({plan['price']['name']})",
         f"compute: local batch {plan['local_batch']} a device, {plan['compute']}; "
         f"{plan['algorithm']} all-reduce",
