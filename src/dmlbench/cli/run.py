@@ -172,6 +172,7 @@ def run(
             plan_only=dry_run,
             json_out=json_out,
             quiet=quiet,
+            slurm=request.slurm,
         )
         return
     spec = resolve_spec(
@@ -224,11 +225,18 @@ def _start(
     title = escape(f"{spec.task} × {spec.layout if spec.nodes > 1 else spec.workers}")
     try:
         if json_out:
-            outcome = run_benchmark(spec, results, echo=False, rendezvous=rendezvous)
+            outcome = run_benchmark(
+                spec, results, echo=False, rendezvous=rendezvous, slurm=request.slurm
+            )
         else:
             with RunProgress(out_console, title) as progress:
                 outcome = run_benchmark(
-                    spec, results, echo=not quiet, progress=progress, rendezvous=rendezvous
+                    spec,
+                    results,
+                    echo=not quiet,
+                    progress=progress,
+                    rendezvous=rendezvous,
+                    slurm=request.slurm,
                 )
     except KeyboardInterrupt:
         err_console.print("interrupted: the run is stored as interrupted")

@@ -49,6 +49,7 @@ def sweep(
     every finished run.
     """
     store = store_path(store)
+    from dmlbench.launch.slurm import SlurmJob
     from dmlbench.spec.sweep import load_sweep_file
 
     spec = load_sweep_file(file)
@@ -63,6 +64,7 @@ def sweep(
         json_out=json_out,
         quiet=quiet,
         repeats=repeats,
+        slurm=SlurmJob.from_env(),
     )
 
 
@@ -78,8 +80,10 @@ def run_sweep(
     json_out: bool,
     quiet: bool,
     repeats: int | None = None,
+    slurm: Any = None,
 ) -> None:
-    """Plan a sweep, then (unless ``plan_only``) run what the store does not have yet."""
+    """Plan a sweep, then (unless ``plan_only``) run what the store does not have yet;
+    ``slurm``: the Slurm job this runs in (its runs of several nodes use its nodes)."""
     from dmlbench.sweep import pending, plan_sweep
     from dmlbench.sweep import run_sweep as run_planned
 
@@ -104,6 +108,7 @@ def run_sweep(
         echo=not quiet and not json_out,
         progress=bars.start,
         on_done=bars.done,
+        slurm=slurm,
     )
     bars.close()
     runs = results.runs(sweep=plan.sweep.name)

@@ -393,6 +393,11 @@ class DaskEstimator(BaseEstimator):
             )
         return record
 
+    def close(self) -> None:
+        """End the workers' session (the data and model they hold between
+        ``partial_fit`` calls); the next call starts a new one. Safe to call twice."""
+        self._close_engine()
+
     def _close_engine(self) -> None:
         engine = self.__dict__.pop("_engine", None)
         if engine is not None:

@@ -15,6 +15,7 @@ A Dask fit stops between epochs: at the target (``stop_at_target``), past
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -30,15 +31,15 @@ from dmlbench.dask.dampers import DAMPERS, Damper
 from dmlbench.dask.estimator import DaskClassifier
 from dmlbench.errors import SpecError, WorkerFailed
 from dmlbench.launch.lifecycle import (
+    Attempt,
+    Launcher,
+    OpenedRun,
     RunOutcome,
-    launched,
-    open_run,
+    execute,
     prepare_data,
-    settle,
-    store_end,
 )
 from dmlbench.resolve import deviations
-from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
+from dmlbench.results import EVENTS_FILE, ResultsStore
 from dmlbench.results.events import EventLog
 from dmlbench.spec import RunSpec
 from dmlbench.spec.recipe import OptimizerSpec
@@ -204,29 +205,46 @@ def fit_task(
         device=fit.device,
         random_state=spec.seed,
     )
-    run_id, run_dir = open_run(store, stored_spec(spec, fit), deviations=fit_deviations(spec, fit))
-    log = EventLog(run_dir / EVENTS_FILE)
-    log.log("init_start", nodes=1)
+    launcher = DaskLauncher(spec, fit, est, (x_train, y_train, x_test, y_test), progress)
+    return execute(stored_spec(spec, fit), store, launcher, deviations=fit_deviations(spec, fit))
 
-    def finish(attempt: Any) -> None:
-        log.close()
-        settle(attempt, read_events(run_dir / EVENTS_FILE), "the Dask fit stopped early")
-        store_end(store, run_id, run_dir, attempt)
 
-    with launched(finish, stop=est._close_engine) as attempt:
+class DaskLauncher(Launcher):
+    """The Dask estimator's fit, driven from this process: its workers are the Dask
+    cluster's, and this process writes the run's event log."""
+
+    unfinished = "the Dask fit stopped early"
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        fit: DaskFit,
+        est: DaskClassifier,
+        data: tuple[np.ndarray, ...],
+        progress: ProgressFn | None,
+    ) -> None:
+        self.spec, self.fit, self.est, self.data, self.progress = spec, fit, est, data, progress
+        self.log: EventLog | None = None
+
+    def start(self, run: OpenedRun, held: contextlib.ExitStack) -> None:
+        self.log = held.enter_context(contextlib.closing(EventLog(run.run_dir / EVENTS_FILE)))
+        held.callback(self.est.close)
+        self.log.log("init_start", nodes=1)
+
+    def wait(self, attempt: Attempt) -> None:
+        assert self.log is not None
+        fit = self.fit
         try:
             # the cluster starts before the clock, as a torch run's processes do
-            est.set_params(client=connect(fit.scheduler, fit.min_workers, fit.timeout_s))
-            log.log("init_stop")
-            _train(spec, est, log, (x_train, y_train, x_test, y_test), progress)
+            self.est.set_params(client=connect(fit.scheduler, fit.min_workers, fit.timeout_s))
+            self.log.log("init_stop")
+            _train(self.spec, self.est, self.log, self.data, self.progress)
         except (RuntimeError, TimeoutError, ConnectionError, OSError, ValueError) as error:
             raise WorkerFailed(f"{type(error).__name__}: {error}".splitlines()[0]) from None
-        finally:
-            est._close_engine()
         attempt.status = ""  # the event log says how it ended
-    return RunOutcome(
-        run_id, attempt.status, attempt.summary, attempt.evals, attempt.error, str(run_dir)
-    )
+
+    def stop(self) -> None:
+        self.est.close()
 
 
 def _train(

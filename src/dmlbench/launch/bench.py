@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ from typing import Any
 from dmlbench.comm.bench import comm_bench_worker
 from dmlbench.comm.mpi_bench import mpirun_path
 from dmlbench.errors import SpecError, WorkerFailed
-from dmlbench.launch.lifecycle import Attempt, close_run, launched, open_run
+from dmlbench.launch.lifecycle import Attempt, Launcher, OpenedRun, close_run, execute
 from dmlbench.launch.local import launch_workers
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import (
@@ -134,39 +135,60 @@ def _launch_mpi(
 def run_comm_bench(spec: CommBenchSpec, store: ResultsStore, *, echo: bool = False) -> CommOutcome:
     """Run ``spec`` once and store it; a failed or interrupted benchmark is stored too."""
     spec.check_threads()
-    spec_dict = spec.to_json_dict()
-    network = spec.network.resolve() if spec.network.enabled else None
-    if spec.nodes > 1:  # an emulated cluster: a namespace per node, unshaped if not told
-        network = network or ResolvedNetwork(name="unshaped", rate_bps=None)
-    run_id, run_dir = open_run(store, spec_dict)
-    rows: list[dict[str, Any]] = []
+    launcher = BenchLauncher(spec, echo=echo)
+    outcome = execute(spec.to_json_dict(), store, launcher)
+    return CommOutcome(outcome.run_id, outcome.status, launcher.rows, outcome.error)
 
-    def finish(attempt: Attempt) -> None:
-        def complete() -> None:
-            store.finish_comm(run_id, status=attempt.status, rows=rows, error=attempt.error)
 
-        close_run(store, run_dir, attempt.status, attempt.error, complete)
+class BenchLauncher(Launcher):
+    """The benchmark's workers (gloo under torch's elastic agent, or ``mpirun``); they
+    write their rows to one results file rather than an event log."""
 
-    with launched(finish) as attempt:
-        with emulated(
-            spec.nodes if spec.nodes > 1 else spec.workers, network, record_to=run_dir
-        ) as topology:
-            if spec.backend == "mpi":
-                _launch_mpi(spec, json.dumps(spec_dict), run_dir, topology)
-            else:
-                launch_workers(
-                    comm_bench_worker,
-                    (json.dumps(spec_dict), str(run_dir / COMM_RESULTS_FILE)),
-                    workers=spec.workers,
-                    run_dir=run_dir,
-                    echo=echo,
-                    topology=topology,
-                    stall_timeout_s=spec.stall_timeout_s,
-                    per_namespace=spec.per_node if spec.nodes > 1 else 1,
-                )
-        results = run_dir / COMM_RESULTS_FILE
-        if results.is_file():
-            rows, attempt.status = json.loads(results.read_text()), "success"
+    def __init__(self, spec: CommBenchSpec, *, echo: bool = False) -> None:
+        self.spec, self.echo = spec, echo
+        network = spec.network.resolve() if spec.network.enabled else None
+        if spec.nodes > 1:  # an emulated cluster: a namespace per node, unshaped if not told
+            network = network or ResolvedNetwork(name="unshaped", rate_bps=None)
+        self.network = network
+        self.rows: list[dict[str, Any]] = []
+        self.run: OpenedRun | None = None
+        self.topology: Topology | None = None
+
+    def start(self, run: OpenedRun, held: contextlib.ExitStack) -> None:
+        self.run, spec = run, self.spec
+        count = spec.nodes if spec.nodes > 1 else spec.workers
+        self.topology = held.enter_context(emulated(count, self.network, record_to=run.run_dir))
+
+    def wait(self, attempt: Attempt) -> None:
+        assert self.run is not None
+        spec, run_dir = self.spec, self.run.run_dir
+        spec_json = json.dumps(spec.to_json_dict())
+        if spec.backend == "mpi":
+            _launch_mpi(spec, spec_json, run_dir, self.topology)
         else:
-            attempt.error = "workers exited without writing results"
-    return CommOutcome(run_id, attempt.status, rows, attempt.error)
+            launch_workers(
+                comm_bench_worker,
+                (spec_json, str(run_dir / COMM_RESULTS_FILE)),
+                workers=spec.workers,
+                run_dir=run_dir,
+                echo=self.echo,
+                topology=self.topology,
+                stall_timeout_s=spec.stall_timeout_s,
+                per_namespace=spec.per_node if spec.nodes > 1 else 1,
+            )
+        attempt.status = ""  # the results file says how it ended
+
+    def record(self, store: ResultsStore, run: OpenedRun, attempt: Attempt) -> bool:
+        results = run.run_dir / COMM_RESULTS_FILE
+        if not attempt.status:  # the workers exited cleanly
+            if results.is_file():
+                self.rows, attempt.status = json.loads(results.read_text()), "success"
+            else:
+                attempt.status, attempt.error = "failed", "workers exited without writing results"
+        rows, status, error = self.rows, attempt.status, attempt.error
+
+        def complete() -> None:
+            store.finish_comm(run.run_id, status=status, rows=rows, error=error)
+
+        close_run(store, run.run_dir, attempt.status, attempt.error, complete)
+        return True

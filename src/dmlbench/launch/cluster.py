@@ -23,6 +23,7 @@ the spec and train exactly as on separate hosts. This process only watches them:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,18 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.heartbeat import AGENT_FILE, read_heartbeat
-from dmlbench.launch.lifecycle import (
-    Attempt,
-    NodesTail,
-    ProgressFn,
-    RunOutcome,
-    Watcher,
-    launched,
-    open_run,
-    prepare_data,
-    settle,
-    store_end,
-)
+from dmlbench.launch.lifecycle import Attempt, Launcher, OpenedRun, prepare_data
 from dmlbench.launch.node import (
     NODE_SPEC_FILE,
     NODES_DIR,
@@ -56,12 +46,9 @@ from dmlbench.launch.node import (
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import Topology, check_can_emulate, preflight
-from dmlbench.resolve import deviations
-from dmlbench.results import EVENTS_FILE, ResultsStore, read_events
+from dmlbench.results import EVENTS_FILE, ResultsStore
 from dmlbench.results.rundir import write_json
-from dmlbench.results.store import Rerun
 from dmlbench.spec import RunSpec
-from dmlbench.system import sigterm_interrupts
 
 # After one node's agent dies, how long the others get to notice (their workers lose a
 # peer and fail) and record the run before they are stopped.
@@ -207,62 +194,50 @@ def _stop(agents: list[NodeAgent], wait_s: float = STOP_WAIT_S) -> None:
             agent.process.wait()
 
 
-def run_cluster(
-    spec: RunSpec,
-    store: ResultsStore,
-    *,
-    echo: bool = True,
-    progress: ProgressFn | None = None,
-    sweep: dict[str, Any] | None = None,
-    claim: Rerun | None = None,
-) -> RunOutcome:
-    """Run ``spec`` on ``spec.nodes`` emulated nodes of ``spec.per_node`` workers and
-    store it (see the module's docstring). Failed and interrupted runs are stored too."""
-    check_can_emulate()  # namespaces need root, shaped or not
-    network = spec.network.resolve() if spec.network.enabled else UNSHAPED
-    preflight(network)
-    prepare_data(spec)
-    run_id, run_dir = open_run(
-        store, spec.to_json_dict(), deviations=deviations(spec), sweep=sweep, claim=claim
-    )
-    spec_file = run_dir / NODE_SPEC_FILE
-    agents: list[NodeAgent] = []
-    watcher = None
+class ClusterLauncher(Launcher):
+    """``spec.nodes`` emulated nodes of ``spec.per_node`` workers (see the module's
+    docstring)."""
 
-    def finish(attempt: Attempt) -> None:
-        if watcher:
-            watcher.done.set()
-            watcher.join()
-        holder = next((a for a in agents if a.events_file(run_id).is_file()), None)
-        events = read_events(holder.events_file(run_id)) if holder else []
-        settle(attempt, events, "the nodes exited without finishing the run")
-        attempt.summary["emulated_nodes"] = True
-        if holder is not None:
-            attempt.summary["rank0_node"] = holder.index
-        store_end(store, run_id, run_dir, attempt)
+    unfinished = "the nodes exited without finishing the run"
+    sigterm_interrupts = True
 
-    with sigterm_interrupts(), launched(finish, stop=lambda: _stop(agents)) as attempt:
+    def __init__(self, spec: RunSpec) -> None:
+        self.spec = spec
+        self.network = spec.network.resolve() if spec.network.enabled else UNSHAPED
+        self.agents: list[NodeAgent] = []
+        self.run: OpenedRun | None = None
+
+    def prepare(self, store: ResultsStore) -> dict[str, Any]:
+        check_can_emulate()  # namespaces need root, shaped or not
+        preflight(self.network)
+        prepare_data(self.spec)
+        return {}
+
+    def event_logs(self, run: OpenedRun) -> list[Path]:
+        folders = [node_folder(run.run_dir, i) for i in range(self.spec.nodes)]
+        return [folder / "runs" / run.run_id / EVENTS_FILE for folder in folders]
+
+    def start(self, run: OpenedRun, held: contextlib.ExitStack) -> None:
+        spec, self.run = self.spec, run
+        spec_file = run.run_dir / NODE_SPEC_FILE
         write_json(spec_file, node_spec(spec))
-        with Topology(spec.nodes, network, record_to=run_dir) as topology:
-            try:
-                endpoint = f"{topology.address(0)}:{DEFAULT_PORT}"
-                for index, namespace in enumerate(topology.namespaces):
-                    folder = node_folder(run_dir, index)
-                    folder.mkdir(parents=True)
-                    agent = NodeAgent(index, namespace, topology.address(index), folder)
-                    agent.start(
-                        _agent_command(spec, spec_file, endpoint, run_id, folder),
-                        run_dir / NODES_DIR / f"node{index}.log",
-                    )
-                    agents.append(agent)
-                if progress:
-                    tail = NodesTail([agent.events_file(run_id) for agent in agents])
-                    watcher = Watcher(tail, progress)
-                    watcher.start()
-                lost = _watch(agents, spec.stall_timeout_s)
-            except BaseException:
-                _stop(agents)  # inside the namespaces' lifetime: nothing outlives them
-                raise
+        topology = held.enter_context(Topology(spec.nodes, self.network, record_to=run.run_dir))
+        held.callback(self.stop)  # inside the namespaces' lifetime: nothing outlives them
+        endpoint = f"{topology.address(0)}:{DEFAULT_PORT}"
+        for index, namespace in enumerate(topology.namespaces):
+            folder = node_folder(run.run_dir, index)
+            folder.mkdir(parents=True)
+            agent = NodeAgent(index, namespace, topology.address(index), folder)
+            agent.start(
+                _agent_command(spec, spec_file, endpoint, run.run_id, folder),
+                run.run_dir / NODES_DIR / f"node{index}.log",
+            )
+            self.agents.append(agent)
+
+    def wait(self, attempt: Attempt) -> None:
+        assert self.run is not None
+        agents, run_id = self.agents, self.run.run_id
+        lost = _watch(agents, self.spec.stall_timeout_s)
         if lost:
             attempt.error = f"{lost}; the other nodes were stopped"
         elif all(agent.returncode == 0 for agent in agents):
@@ -275,7 +250,14 @@ def run_cluster(
             attempt.error = f"interrupted: {', '.join(named)} stopped on a signal"
         else:
             reported = node_error((a.describe(), a.run_dir(run_id)) for a in agents)
-            attempt.error = reported or f"a node failed; see its log in {run_dir / NODES_DIR}"
-    return RunOutcome(
-        run_id, attempt.status, attempt.summary, attempt.evals, attempt.error, str(run_dir)
-    )
+            attempt.error = reported or (
+                f"a node failed; see its log in {self.run.run_dir / NODES_DIR}"
+            )
+
+    def stop(self) -> None:
+        _stop([agent for agent in self.agents if agent.returncode is None])
+
+    def settled(self, attempt: Attempt, holder: int | None) -> None:
+        attempt.summary["emulated_nodes"] = True
+        if holder is not None:
+            attempt.summary["rank0_node"] = holder

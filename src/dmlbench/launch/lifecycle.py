@@ -1,8 +1,10 @@
 """The life of a run that every launch path shares (local, emulated cluster, Slurm, one
-node of a job, communication benchmarks, Dask): open its folder and store row, mark the
-launch, settle its outcome from the event log, store its end, show its progress.
+node of a job, communication benchmarks, Dask): :func:`execute` prepares, opens its
+folder and store row, starts the path's processes and watches their progress, settles
+the outcome from the event log and stores its end, on every way out.
 
-It imports none of the launch paths; they import it."""
+A launch path is a :class:`Launcher`: start, wait, stop, and where its event logs are.
+This module imports none of the launch paths; they import it."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from dmlbench.errors import DatasetError, ResultsNotStored, StoreError, WorkerFa
 from dmlbench.netem.topology import NetworkError
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
-from dmlbench.results.events import Event, EventTail
+from dmlbench.results.events import EVENTS_FILE, Event, EventTail, read_events
 from dmlbench.results.records import Evaluation, RunSummary
 from dmlbench.results.rundir import (
     OUTCOME_FILE,
@@ -29,6 +31,7 @@ from dmlbench.results.rundir import (
 from dmlbench.results.store import Rerun
 from dmlbench.results.summary import eval_history, summarize
 from dmlbench.spec import RunSpec
+from dmlbench.system import sigterm_interrupts
 from dmlbench.tasks import get_task
 
 ProgressFn = Callable[[list[Event]], None]
@@ -255,3 +258,121 @@ class NodesTail:
 
     def new_events(self) -> list[Event]:
         return [event for tail in self.tails for event in tail.new_events()]
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """A run whose folder and store row exist."""
+
+    run_id: str
+    run_dir: Path
+
+
+class Launcher:
+    """One launch path: what it checks before anything is recorded, how it starts the
+    run's processes, waits for them and stops them, and where their event logs are.
+    :func:`execute` owns everything else, the same for every path."""
+
+    unfinished = "workers exited without finishing the run"
+    sigterm_interrupts = False  # SIGTERM acts as Ctrl-C: the path is a job's launcher
+
+    def prepare(self, store: ResultsStore) -> dict[str, Any]:
+        """Refuse what cannot run, before anything is recorded; returns what the run's
+        environment record gains."""
+        return {}
+
+    def start(self, run: OpenedRun, held: contextlib.ExitStack) -> None:
+        """Start the processes. What must outlive them (an emulated network's
+        namespaces) goes into ``held``, which :func:`execute` closes on every way out."""
+
+    def wait(self, attempt: Attempt) -> None:
+        """Block until the processes exit: ``attempt.status`` "" when they exited
+        cleanly (the event log says how the run ended), else its error; a failed worker
+        or a lost node raises ``WorkerFailed``."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop what :meth:`start` started (Ctrl-C, a bug); safe to call twice."""
+
+    def event_logs(self, run: OpenedRun) -> list[Path]:
+        """Where the run's event log may be: the first that exists is rank 0's."""
+        return [run.run_dir / EVENTS_FILE]
+
+    def settled(self, attempt: Attempt, holder: int | None) -> None:
+        """Add what this path knows to the outcome settled from the event log
+        (``holder``: the index of the log that held it)."""
+
+    def record(self, store: ResultsStore, run: OpenedRun, attempt: Attempt) -> bool:
+        """Settle the outcome from the event log and store it; False when another
+        node stores the run."""
+        logs = self.event_logs(run)
+        holder = next((i for i, path in enumerate(logs) if path.is_file()), None)
+        settle(attempt, read_events(logs[holder]) if holder is not None else [], self.unfinished)
+        self.settled(attempt, holder)
+        store_end(store, run.run_id, run.run_dir, attempt)
+        return True
+
+    def ranks(self) -> tuple[int, ...]:
+        """The global ranks that ran here, where the path knows them."""
+        return ()
+
+
+def execute(
+    spec: dict[str, Any],
+    store: ResultsStore,
+    launcher: Launcher,
+    *,
+    deviations: dict[str, Any] | None = None,
+    sweep: dict[str, Any] | None = None,
+    claim: Rerun | None = None,
+    name: str | None = None,
+    progress: ProgressFn | None = None,
+) -> RunOutcome:
+    """Run one launch end to end: prepare → open → start and watch → settle → store.
+
+    Problems :meth:`Launcher.prepare` finds surface before anything is recorded. Once
+    the run's row exists, every way out (success, a failed worker, a lost node, Ctrl-C,
+    a bug) stores it, or, when the store cannot be written, raises ``ResultsNotStored``
+    naming the folder that keeps it.
+    """
+    extra = launcher.prepare(store)
+    run = OpenedRun(
+        *open_run(
+            store,
+            spec,
+            deviations=deviations,
+            sweep=sweep,
+            claim=claim,
+            name=name,
+            environment_extra=extra,
+        )
+    )
+    watcher = Watcher(NodesTail(launcher.event_logs(run)), progress) if progress else None
+    recorded = True
+
+    def finish(attempt: Attempt) -> None:
+        nonlocal recorded
+        if watcher:
+            watcher.done.set()
+            watcher.join()
+        recorded = launcher.record(store, run, attempt)
+
+    with contextlib.ExitStack() as outer:
+        if launcher.sigterm_interrupts:
+            outer.enter_context(sigterm_interrupts())
+        attempt = outer.enter_context(launched(finish, stop=launcher.stop))
+        with contextlib.ExitStack() as held:
+            if watcher:
+                watcher.start()
+            launcher.start(run, held)
+            launcher.wait(attempt)
+    return RunOutcome(
+        run.run_id,
+        attempt.status,
+        attempt.summary,
+        attempt.evals,
+        attempt.error,
+        str(run.run_dir),
+        recorded=recorded,
+        ranks=launcher.ranks(),
+    )

@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.names import shorten
 
+if TYPE_CHECKING:
+    from dmlbench.launch.slurm import SlurmJob
+
 DEFAULT_RDZV_ID = "dmlbench"
 Scaling = Literal["weak", "strong", "none"]
+LaunchPath = Literal["local", "cluster", "slurm", "node"]
 
 
 MAX_COUNT = 1 << 20  # workers or nodes a count may name: 1,048,576
@@ -107,10 +111,23 @@ class RunRequest:
     rdzv_endpoint: str | None = None  # one node of a job across hosts
     rdzv_id: str = DEFAULT_RDZV_ID
     sweep: SweepRequest | None = None
+    slurm: SlurmJob | None = None  # the Slurm job this runs in, read once from the environment
 
     @property
     def layout(self) -> dict[str, int | None]:
         return {"nodes": self.nodes, "nproc_per_node": self.nproc_per_node}
+
+
+def launch_path(nodes: int, rendezvous: bool, slurm: SlurmJob | None) -> LaunchPath:
+    """The one place a run's launch path is decided: one node of a job across hosts
+    (a rendezvous), a Slurm job's nodes (this is its batch script), an emulated cluster
+    on this machine, or local workers. ``slurm`` is what :func:`plan_run` read from the
+    environment; nothing below reads it again."""
+    if rendezvous:
+        return "node"
+    if nodes > 1:
+        return "slurm" if slurm is not None and not slurm.in_step else "cluster"
+    return "local"
 
 
 def plan_run(
@@ -173,4 +190,5 @@ def plan_run(
         rdzv_endpoint=endpoint,
         rdzv_id=rdzv_id,
         sweep=sweep,
+        slurm=slurm,
     )

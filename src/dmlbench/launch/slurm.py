@@ -6,7 +6,7 @@ Three ways in, one path:
   (:func:`sbatch_script`) whose one command is ``dmlbench run`` (or ``dmlbench sweep``)
   with the resolved spec embedded, and submits it with ``--submit``.
 - ``dmlbench run`` in the batch script of an allocation of several nodes (a generated
-  script, or one written by hand) is the job's launcher (:func:`run_slurm`): it records
+  script, or one written by hand) is the job's launcher (:class:`SlurmLauncher`): it records
   the run in the store, starts one srun task per node running the node command every
   multi-node path shares (:func:`dmlbench.launch.node.node_args`), with the rendezvous
   on the first node's address, and records the result from the node that held rank 0.
@@ -22,6 +22,7 @@ the run, naming the node; ``scancel`` (SIGTERM to the batch step) stores it as
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.launch.lifecycle import Attempt, Launcher, OpenedRun, prepare_data
 from dmlbench.launch.node import (
     NODE_SPEC_FILE,
     NODES_DIR,
@@ -44,12 +46,11 @@ from dmlbench.launch.node import (
     node_folder,
 )
 from dmlbench.launch.rendezvous import DEFAULT_PORT
-from dmlbench.system import sigterm_interrupts
+from dmlbench.results.events import EVENTS_FILE
+from dmlbench.results.rundir import write_json
 
 if TYPE_CHECKING:
-    from dmlbench.launch.lifecycle import ProgressFn, RunOutcome
     from dmlbench.results import ResultsStore
-    from dmlbench.results.store import Rerun
     from dmlbench.spec import RunSpec
 
 STOP_WAIT_S = 15.0  # after SIGTERM to srun (it signals the tasks), before SIGKILL
@@ -122,48 +123,89 @@ def node_address(name: str) -> str:
     return name
 
 
-def run_slurm(
-    spec: RunSpec,
-    store: ResultsStore,
-    job: SlurmJob,
-    *,
-    echo: bool = True,
-    progress: ProgressFn | None = None,
-    sweep: dict[str, Any] | None = None,
-    claim: Rerun | None = None,
-) -> RunOutcome:
-    """Run ``spec`` on the first ``spec.nodes`` nodes of this allocation, one srun task
-    per node, and store it (see the module's docstring)."""
-    from dmlbench.launch.lifecycle import RunOutcome, launched, open_run, prepare_data
-    from dmlbench.resolve import deviations
-    from dmlbench.results import EVENTS_FILE
-    from dmlbench.results.rundir import write_json
+class SlurmLauncher(Launcher):
+    """The first ``spec.nodes`` nodes of this allocation, one srun task per node, each
+    a node of the job (see the module's docstring)."""
 
-    if spec.network.enabled:
-        raise DmlbenchError(
-            "--network emulates a cluster on one machine; in a Slurm job "
-            "the nodes' own network is measured: drop it"
-        )
-    hosts = job.hosts()
-    if spec.nodes > len(hosts):
-        raise DmlbenchError(
-            f"the spec asks for {spec.nodes} nodes but this Slurm job has "
-            f"{len(hosts)}: sbatch --nodes {spec.nodes}"
-        )
-    hosts = hosts[: spec.nodes]
-    prepare_data(spec)
-    run_id, run_dir = open_run(
-        store, spec.to_json_dict(), deviations=deviations(spec), sweep=sweep, claim=claim
-    )
-    spec_file = run_dir / NODE_SPEC_FILE
-    log = run_dir / NODES_DIR / "srun.log"
-    # each node's folder of this run, in SLURM_NODEID order (srun's --nodelist order)
-    folders = [node_folder(run_dir, i) / "runs" / run_id for i in range(spec.nodes)]
-    endpoint = f"{node_address(hosts[0])}:{DEFAULT_PORT}"
-    step: list[subprocess.Popen[bytes]] = []
+    unfinished = "the nodes exited without finishing the run"
+    sigterm_interrupts = True  # scancel, or the job's time limit
 
-    def stop() -> None:
-        for process in step:
+    def __init__(self, spec: RunSpec, job: SlurmJob) -> None:
+        self.spec, self.job = spec, job
+        self.hosts: list[str] = []
+        self.step: list[subprocess.Popen[bytes]] = []
+        self.run: OpenedRun | None = None
+
+    def prepare(self, store: ResultsStore) -> dict[str, Any]:
+        spec = self.spec
+        if spec.network.enabled:
+            raise DmlbenchError(
+                "--network emulates a cluster on one machine; in a Slurm job "
+                "the nodes' own network is measured: drop it"
+            )
+        hosts = self.job.hosts()
+        if spec.nodes > len(hosts):
+            raise DmlbenchError(
+                f"the spec asks for {spec.nodes} nodes but this Slurm job has "
+                f"{len(hosts)}: sbatch --nodes {spec.nodes}"
+            )
+        self.hosts = hosts[: spec.nodes]
+        prepare_data(spec)
+        return {}
+
+    def folders(self, run: OpenedRun) -> list[Path]:
+        """Each node's folder of this run, in SLURM_NODEID order (srun's --nodelist)."""
+        return [node_folder(run.run_dir, i) / "runs" / run.run_id for i in range(self.spec.nodes)]
+
+    def event_logs(self, run: OpenedRun) -> list[Path]:
+        return [folder / EVENTS_FILE for folder in self.folders(run)]
+
+    def start(self, run: OpenedRun, held: contextlib.ExitStack) -> None:
+        spec, self.run = self.spec, run
+        write_json(run.run_dir / NODE_SPEC_FILE, job_spec(spec))
+        log = run.run_dir / NODES_DIR / "srun.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        endpoint = f"{node_address(self.hosts[0])}:{DEFAULT_PORT}"
+        cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+        command = [
+            "srun",
+            f"--nodes={spec.nodes}",
+            f"--ntasks={spec.nodes}",
+            "--ntasks-per-node=1",
+            f"--nodelist={','.join(self.hosts)}",
+            "--kill-on-bad-exit=1",
+            *([f"--cpus-per-task={cpus}"] if cpus else []),
+            sys.executable,
+            "-m",
+            "dmlbench",
+            *node_args(
+                spec, str(run.run_dir / NODE_SPEC_FILE), endpoint, run.run_id, str(run.run_dir)
+            ),
+        ]
+        with log.open("ab") as out:
+            self.step.append(
+                subprocess.Popen(
+                    command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+                )
+            )
+
+    def wait(self, attempt: Attempt) -> None:
+        assert self.run is not None
+        code = self.step[0].wait()
+        if code == 0:
+            attempt.status = ""
+            return
+        # srun names the task that failed first; the nodes say what they saw
+        log = self.run.run_dir / NODES_DIR / "srun.log"
+        folders = self.folders(self.run)
+        named = [(f"node {i} ({host})", folders[i]) for i, host in enumerate(self.hosts)]
+        said = [_srun_says(log), node_error(named)]
+        attempt.error = "; ".join(s for s in said if s) or (
+            f"srun exited with status {code}; see {log}"
+        )
+
+    def stop(self) -> None:
+        for process in self.step:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)  # srun passes it to every task
                 try:
@@ -172,74 +214,10 @@ def run_slurm(
                     process.kill()
                     process.wait()
 
-    def finish(attempt: Any) -> None:
-        _record(store, run_id, run_dir, attempt, folders, progress_done=watcher)
-
-    watcher: Any = None
-    with sigterm_interrupts(), launched(finish, stop=stop) as attempt:
-        write_json(spec_file, job_spec(spec))
-        log.parent.mkdir(parents=True, exist_ok=True)
-        cpus = os.environ.get("SLURM_CPUS_PER_TASK")
-        command = [
-            "srun",
-            f"--nodes={spec.nodes}",
-            f"--ntasks={spec.nodes}",
-            "--ntasks-per-node=1",
-            f"--nodelist={','.join(hosts)}",
-            "--kill-on-bad-exit=1",
-            *([f"--cpus-per-task={cpus}"] if cpus else []),
-            sys.executable,
-            "-m",
-            "dmlbench",
-            *node_args(spec, str(spec_file), endpoint, run_id, str(run_dir)),
-        ]
-        with log.open("ab") as out:
-            step.append(
-                subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
-                )
-            )
-        if progress:
-            from dmlbench.launch.lifecycle import NodesTail, Watcher
-
-            watcher = Watcher(NodesTail([f / EVENTS_FILE for f in folders]), progress)
-            watcher.start()
-        code = step[0].wait()
-        if code == 0:
-            attempt.status = ""
-        else:  # srun names the task that failed first; the nodes say what they saw
-            named = [(f"node {i} ({host})", folders[i]) for i, host in enumerate(hosts)]
-            said = [_srun_says(log), node_error(named)]
-            attempt.error = "; ".join(s for s in said if s) or (
-                f"srun exited with status {code}; see {log}"
-            )
-    return RunOutcome(
-        run_id, attempt.status, attempt.summary, attempt.evals, attempt.error, str(run_dir)
-    )
-
-
-def _record(
-    store: ResultsStore,
-    run_id: str,
-    run_dir: Path,
-    attempt: Any,
-    folders: list[Path],
-    progress_done: Any,
-) -> None:
-    """Complete the run from the node that held rank 0 (the one with an event log)."""
-    from dmlbench.launch.lifecycle import settle, store_end
-    from dmlbench.results import EVENTS_FILE, read_events
-
-    if progress_done is not None:
-        progress_done.done.set()
-        progress_done.join()
-    holder = next((i for i, f in enumerate(folders) if (f / EVENTS_FILE).is_file()), None)
-    events = read_events(folders[holder] / EVENTS_FILE) if holder is not None else []
-    settle(attempt, events, "the nodes exited without finishing the run")
-    attempt.summary["slurm_job"] = os.environ.get("SLURM_JOB_ID")
-    if holder is not None:
-        attempt.summary["rank0_node"] = holder
-    store_end(store, run_id, run_dir, attempt)
+    def settled(self, attempt: Attempt, holder: int | None) -> None:
+        attempt.summary["slurm_job"] = self.job.job_id
+        if holder is not None:
+            attempt.summary["rank0_node"] = holder
 
 
 SRUN_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")

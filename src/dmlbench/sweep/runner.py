@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from dmlbench.errors import AlreadyClaimed, DmlbenchError, StoreError
 from dmlbench.launch.lifecycle import prepare_data
 from dmlbench.launch.run import ProgressFn, RunOutcome, run_benchmark
+from dmlbench.launch.slurm import SlurmJob
 from dmlbench.results import ResultsStore
 from dmlbench.results.store import FINISHED, Rerun
 from dmlbench.sweep.plan import PlannedRun, SweepPlan
@@ -65,6 +66,7 @@ def run_sweep(
     echo: bool = False,
     progress: Callable[[PlannedRun, int, int], ProgressFn | None] | None = None,
     on_done: Callable[[PlannedRun, RunOutcome | None, str | None], None] | None = None,
+    slurm: SlurmJob | None = None,
 ) -> SweepOutcome:
     """Run what ``pending`` leaves; ``progress(run, i, n)`` may return a per-run callback."""
     to_run, skipped = pending(plan, store, rerun)
@@ -83,7 +85,13 @@ def run_sweep(
         callback = progress(run, index, len(to_run)) if progress else None
         try:
             result = run_benchmark(
-                run.spec, store, echo=echo, progress=callback, sweep=tag, claim=rerun
+                run.spec,
+                store,
+                echo=echo,
+                progress=callback,
+                sweep=tag,
+                claim=rerun,
+                slurm=slurm,
             )
         except KeyboardInterrupt:
             outcome.interrupted = True
