@@ -266,6 +266,7 @@ def _open_new_store(root: str, start, failed) -> None:
     start.wait()
     store = ResultsStore(Path(root))
     try:
+        store.prepare()  # what a launcher's first write does
         store.runs()
     except Exception:
         failed.value += 1

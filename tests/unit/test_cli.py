@@ -110,7 +110,7 @@ def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> 
     from dmlbench.results import ResultsStore
 
     store = str(tmp_path / "store")
-    ResultsStore(Path(store))
+    ResultsStore(Path(store)).prepare()
     code, _, err = dmlbench("results", "abc[/x]", "--store", store)
     assert code == 2 and "no single run matches 'abc[/x]'" in err
     assert len(err.strip().splitlines()) == 1

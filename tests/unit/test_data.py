@@ -339,9 +339,9 @@ def test_a_store_from_before_training_accuracy_gains_its_column(tmp_path: Path) 
     from dmlbench.results import ResultsStore
     from dmlbench.results.store import DB_FILE
 
-    ResultsStore(tmp_path)
+    ResultsStore(tmp_path).prepare()
     with sqlite3.connect(tmp_path / DB_FILE) as db:  # as stores before it were
         db.execute("ALTER TABLE evals DROP COLUMN train_metric")
-    ResultsStore(tmp_path)
+    ResultsStore(tmp_path).prepare()
     with sqlite3.connect(tmp_path / DB_FILE) as db:
         assert "train_metric" in {row[1] for row in db.execute("PRAGMA table_info(evals)")}

@@ -84,7 +84,7 @@ def test_a_slow_but_live_run_is_left_alone() -> None:
 
 def test_a_full_disk_refuses_a_run_before_it_starts(small_disk: SmallDisk, dmlbench) -> None:
     store = small_disk.root / "store"
-    ResultsStore(store)  # it exists; now the disk fills up
+    ResultsStore(store).prepare()  # it exists; now the disk fills up
     small_disk.fill()
     code, _, err = dmlbench("run", "synthetic-mlp", "--store", str(store), "--quiet")
     assert code == 2 and "Traceback" not in err, err
@@ -208,7 +208,7 @@ def test_an_emptied_store_says_which_runs_it_could_hold(tmp_path: Path, dmlbench
     folders = [
         _run_folder(store, f"run{i}", events=json.dumps(GOOD_EVAL).encode()) for i in range(2)
     ]
-    ResultsStore(store)
+    ResultsStore(store).prepare()
     (store / "dmlbench.sqlite").write_bytes(b"")  # the database emptied, its folders kept
     code, out, err = dmlbench("results", "--store", str(store))
     assert code == 0 and "holds no runs, but 2 run folders" in err, err

@@ -19,6 +19,7 @@ from dmlbench.cli.options import (
     console,
     err_console,
     load_config,
+    open_store,
     print_json,
     store_path,
 )
@@ -81,7 +82,6 @@ def fit(
     from dmlbench.cli.views.summary import run_summary
     from dmlbench.dask.run import DaskFit, fit_task, make_damper
     from dmlbench.resolve import resolve_spec
-    from dmlbench.results import ResultsStore
 
     config_task, config_data = load_config(config)
     task_name = task or config_task or DEFAULT_TASK
@@ -136,7 +136,7 @@ def fit(
 
     from dmlbench.dask.cluster import close_local
 
-    results = ResultsStore(store)
+    results = open_store(store)
     try:
         outcome = fit_task(spec, fit, results, progress=progress)
     except KeyboardInterrupt:

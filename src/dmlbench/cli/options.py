@@ -7,7 +7,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from rich.markup import escape
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
 from dmlbench.results.records import RunRecord
+
+if TYPE_CHECKING:
+    from dmlbench.results import ResultsStore
 
 console = Console()
 err_console = Console(stderr=True)
@@ -171,23 +174,17 @@ def _jsonable(value: Any) -> Any:
     return value.as_dict() if hasattr(value, "as_dict") else str(value)
 
 
-def open_store(store: Path) -> Any:
-    """The store at ``store``, made if it is not there yet (commands that add runs)."""
+def open_store(store: Path, *, existing: bool = False) -> ResultsStore:
+    """The store at ``store``. Opening writes nothing: commands that add runs create it
+    on their first write. ``existing`` (commands that read it): refused in one line
+    where there is none, with a note where its run folders were never stored."""
     from dmlbench.results import ResultsStore
 
-    return ResultsStore(store)
-
-
-def require_store(store: Path) -> Any:
-    """The store at ``store`` for commands that read it: refused in one line where there
-    is none, with a note where it is read-only or its run folders were never stored."""
-    from dmlbench.results import ResultsStore
-
-    if not (store / "dmlbench.sqlite").is_file():
-        raise DmlbenchError(f"no results store at {store}; run a benchmark first or pass --store")
     opened = ResultsStore(store)
-    if opened.read_only:
-        err_console.print(f"[yellow]note[/yellow]: read-only: {escape(opened.read_only)}")
+    if not existing:
+        return opened
+    if not opened.path.is_file():
+        raise DmlbenchError(f"no results store at {store}; run a benchmark first or pass --store")
     unlisted = opened.unlisted_run_dirs()
     if unlisted:
         err_console.print(
@@ -201,10 +198,10 @@ def require_store(store: Path) -> Any:
 
 
 def selected_runs(
-    store: Path, sweep: str | None, task: str | None, opened: Any = None
+    store: Path, sweep: str | None, task: str | None, opened: ResultsStore | None = None
 ) -> list[RunRecord]:
     """The stored runs of a sweep and/or task; refused in one line where there are none."""
-    runs = (opened or require_store(store)).runs(sweep=sweep, task=task)
+    runs = (opened or open_store(store, existing=True)).runs(sweep=sweep, task=task)
     if not runs:
         what = " and ".join(f"{k} '{v}'" for k, v in (("sweep", sweep), ("task", task)) if v)
         raise DmlbenchError(f"no stored runs in {store}" + (f" for {what}" if what else ""))

@@ -16,8 +16,8 @@ from dmlbench.cli.options import (
     StoreOption,
     checked_output,
     console,
+    open_store,
     print_json,
-    require_store,
     store_path,
 )
 from dmlbench.report.formats import plural
@@ -166,7 +166,7 @@ def simulate(
 
     counts = worker_counts(workers)
     simulation = predict_scaling(
-        require_store(store),
+        open_store(store, existing=True),
         task,
         counts,
         [n.strip() for n in network.split(",") if n.strip()],
@@ -284,7 +284,7 @@ def advise(
         from dmlbench.cli.views.memory import memory_advice_table
 
         budget = parse_bytes(memory_per_worker)
-        runs = require_store(store).runs(task=task)
+        runs = open_store(store, existing=True).runs(task=task)
         fit = advise_memory(runs, task, budget, workers or max_workers, local_batch)
         if json_out:
             print_json(fit.to_json())
@@ -296,7 +296,7 @@ def advise(
 
     chosen = choose_price(price, prices)
     advice = advise_from_store(
-        require_store(store),
+        open_store(store, existing=True),
         task,
         max_workers=max_workers,
         network=network,
@@ -379,9 +379,8 @@ def _cluster_time_to_train(
     (the task's own by default)."""
     from dmlbench.launch.request import worker_counts
     from dmlbench.perfmodel.cluster import add_time_to_train, simulate_cluster
-    from dmlbench.results import ResultsStore
 
-    stored = ResultsStore(store) if store.exists() else None
+    stored = open_store(store) if store.exists() else None
     runs = stored.runs(task=task) if stored else []
     counts = worker_counts(nodes, "--nodes", "node counts")
     result = simulate_cluster(task, cluster, counts, runs=runs, **options)

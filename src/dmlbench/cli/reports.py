@@ -21,7 +21,7 @@ from dmlbench.cli.options import (
     TaskFilter,
     checked_output,
     console,
-    require_store,
+    open_store,
     selected_runs,
     store_path,
 )
@@ -56,7 +56,7 @@ def report(
     store = store_path(store)
     from dmlbench.files import check_output_file, check_output_folder
 
-    results = require_store(store)  # before the report's imports (pandas: seconds)
+    results = open_store(store, existing=True)  # before the report's imports (pandas: seconds)
     target = out or store / "report.html"
     check_output_file(target, "report")  # before any work: --out /dev/full, --out DIR
     if png is not None:
@@ -216,7 +216,7 @@ def export(
 
     chosen = formats or default_formats()
     check_formats(chosen)
-    opened = require_store(store)
+    opened = open_store(store, existing=True)
     check_output_folder(out, "export folder")
     comm = [] if sweep or task else opened.comm_runs()
     runs = opened.runs() if comm else selected_runs(store, sweep, task, opened)

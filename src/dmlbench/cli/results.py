@@ -14,8 +14,8 @@ from dmlbench.cli.options import (
     StoreOption,
     console,
     err_console,
+    open_store,
     print_json,
-    require_store,
     store_path,
 )
 from dmlbench.errors import DmlbenchError
@@ -46,6 +46,14 @@ def results(
             "repeatable",
         ),
     ] = None,
+    upgrade: Annotated[
+        bool,
+        typer.Option(
+            "--upgrade",
+            help="bring the store to this dmlbench's format and store runs whose launcher "
+            "died as interrupted (the next run does both too; reading never writes)",
+        ),
+    ] = False,
 ) -> None:
     """Show stored runs: a table, one run's summary, or everything as JSON.
 
@@ -55,13 +63,18 @@ def results(
     and `report` (e.g. `compare --task mlperf/resnet --by workers`).
     """
     store = store_path(store)
+    if upgrade:
+        _upgrade(store)
+        return
     if import_dirs or import_mlperf:
         if import_dirs:
             _import(store, import_dirs)
         if import_mlperf:
             _import_mlperf(store, import_mlperf)
         return
-    results_store = require_store(store)  # before the report's imports (pandas: seconds)
+    results_store = open_store(
+        store, existing=True
+    )  # before the report's imports (pandas: seconds)
     from dmlbench.cli.views.summary import run_summary
     from dmlbench.cli.views.tables import comm_table, runs_table
 
@@ -94,13 +107,27 @@ def results(
                 )
 
 
+def _upgrade(store: Path) -> None:
+    from dmlbench.results.store import SCHEMA_VERSION
+
+    target = open_store(store, existing=True)
+    marked = target.prepare()
+    if target.read_only:
+        raise DmlbenchError(f"cannot upgrade {target.path}: {target.read_only}")
+    console.print(
+        f"{target.path}: store format {SCHEMA_VERSION}; "
+        f"{plural(marked, 'abandoned run')} stored as interrupted",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
 def _import(store: Path, import_dirs: list[Path]) -> None:
     """Store each run folder given, or each of a folder of run folders the store lacks."""
     from dmlbench.errors import StoreError
-    from dmlbench.results import ResultsStore
     from dmlbench.results.recover import import_run_dir
 
-    target = ResultsStore(store)
+    target = open_store(store)
     for given in import_dirs:
         # a folder of run folders (a store's runs/): each one the store lacks
         many = not (given / "spec.json").exists() and any(given.glob("*/spec.json"))
@@ -137,10 +164,9 @@ def _import_mlperf(store: Path, given: list[Path]) -> None:
     """Store each MLPerf result log under the paths given; then each submission's score."""
     from dmlbench.errors import StoreError
     from dmlbench.report.formats import seconds
-    from dmlbench.results import ResultsStore
     from dmlbench.results.mlperf import olympic_score, read_result, result_files, store_run
 
-    target = ResultsStore(store)
+    target = open_store(store)
     by_submission: dict[tuple[str, str], list[Any]] = {}
     added = present = 0
     for path in given:

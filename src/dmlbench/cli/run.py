@@ -28,6 +28,7 @@ from dmlbench.cli.options import (
     console,
     err_console,
     load_config,
+    open_store,
     print_json,
     store_path,
 )
@@ -208,7 +209,6 @@ def _start(
     from dmlbench.cli.views.summary import run_summary
     from dmlbench.launch import run_benchmark
     from dmlbench.launch.rendezvous import Rendezvous
-    from dmlbench.results import ResultsStore
 
     rendezvous = None
     if request.rdzv_endpoint is not None:
@@ -220,7 +220,7 @@ def _start(
         rendezvous = Rendezvous(
             request.rdzv_endpoint, request.rdzv_id, spec.nodes, rdzv_timeout, local_addr
         )
-    results = ResultsStore(request.store)
+    results = open_store(request.store)
     out_console = err_console if json_out else console
     title = escape(f"{spec.task} × {spec.layout if spec.nodes > 1 else spec.workers}")
     try:

@@ -2,12 +2,18 @@
 
 A run row is inserted as ``running`` before workers start and completed in one
 transaction when they end, so a reader never sees half a run. A row left ``running``
-by a launcher that was killed (its ``launcher.lock`` is free) is marked ``interrupted``
-on next open.
+by a launcher that was killed (its ``launcher.lock`` is free) reads as ``interrupted``,
+and is stored so by the next write.
+
+Opening the store writes nothing: reading commands read the database file read-only
+(a store written by an older dmlbench reads through views that add its missing
+columns; no store at all reads as empty). The first write, or ``dmlbench results
+--upgrade``, creates the store, brings its tables to :data:`SCHEMA_VERSION` and marks
+abandoned runs (:meth:`ResultsStore.prepare`).
 
 Every SQLite failure becomes a one-line :class:`~dmlbench.errors.StoreError`. On a
-full disk the store still opens, read-only, so what it holds can be read; a run that
-could not be stored is imported from its folder later (:meth:`ResultsStore.import_run`).
+full disk what the store holds can still be read; a run that could not be stored is
+imported from its folder later (:func:`dmlbench.results.recover.import_run_dir`).
 """
 
 from __future__ import annotations
@@ -151,6 +157,10 @@ _JSON_COLUMNS = (
     "origin_json",
 )
 Rerun = Literal["never", "failed", "always"]
+# PRAGMA user_version of a store this dmlbench wrote. 0: a store from before versions
+# (its missing columns are added by the migration); 1: ADDED_COLUMNS all present.
+SCHEMA_VERSION = 1
+ABANDONED = "the launching process ended without finishing the run"
 
 
 def _explain(error: sqlite3.Error, root: Path) -> str:
@@ -208,44 +218,54 @@ def _one_at_a_time(path: Path) -> Iterator[None]:
 
 
 class ResultsStore:
+    """The runs of one store folder. Constructing it reads and writes nothing; reads
+    open the database read-only, writes :meth:`prepare` it first."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.path = root / DB_FILE
-        self.read_only: str | None = None  # why writes are refused, when they are
+        self.read_only: str | None = None  # why writes are refused, once prepare found it
+        self._prepared = False
         self._locks: dict[str, LauncherLock] = {}
+
+    def prepare(self) -> int:
+        """Make the store ready to write, once: create it, bring its tables to
+        :data:`SCHEMA_VERSION`, mark the runs whose launcher died ``interrupted``
+        (returns how many). Where that fails on an existing store (a full disk, a newer
+        dmlbench's store), writes are refused with the reason and reads go on."""
+        if self._prepared:
+            return 0
+        self._prepared = True
+        marked = 0
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise StoreError(f"cannot create the results store {root}: {error}") from None
+            raise StoreError(f"cannot create the results store {self.root}: {error}") from None
         try:
-            with _one_at_a_time(root / SETUP_LOCK), self._connect() as db:
-                have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
-                for name, sql_type in ADDED_COLUMNS:
-                    if have and name not in have:
-                        db.execute(f"ALTER TABLE runs ADD COLUMN {name} {sql_type}")
-                have = {row[1] for row in db.execute("PRAGMA table_info(comm_results)")}
-                if have and "scope" not in have:  # added with emulated clusters
-                    db.execute("ALTER TABLE comm_results ADD COLUMN scope TEXT")
-                have = {row[1] for row in db.execute("PRAGMA table_info(evals)")}
-                if have and "train_metric" not in have:  # added with training accuracy
-                    db.execute("ALTER TABLE evals ADD COLUMN train_metric REAL")
-                db.executescript(SCHEMA)
-                db.execute("CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep, run_key)")
-            self._mark_abandoned()
+            with _one_at_a_time(self.root / SETUP_LOCK), self._connect(write=True) as db:
+                _migrate(db, self.path)
+            marked = self._mark_abandoned()
         except StoreError as error:
             if not self.path.is_file():
                 raise
             self.read_only = str(error)  # e.g. a full disk: what is stored can still be read
+        return marked
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
         try:
-            if self.read_only:  # reads the database file as it is, writes nothing
-                uri = f"{self.path.resolve().as_uri()}?mode=ro&immutable=1"
-                db = sqlite3.connect(uri, uri=True)
-            else:
+            if write and not self.read_only:
                 db = sqlite3.connect(self.path, timeout=30)
                 db.execute("PRAGMA journal_mode=WAL")
+            elif not self.path.is_file():  # no store yet: it reads as empty
+                db = sqlite3.connect(":memory:")
+                db.executescript(SCHEMA)
+            else:
+                # read-only; after a failed prepare (a full disk) as the file is, since
+                # SQLite could not make its shared-memory file for the write-ahead log
+                mode = "mode=ro&immutable=1" if self.read_only else "mode=ro"
+                db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{mode}", uri=True)
+                _older_columns_as_views(db)
         except sqlite3.Error as error:
             raise StoreError(f"results store {self.path}: {_explain(error, self.root)}") from None
         db.row_factory = sqlite3.Row
@@ -258,6 +278,7 @@ class ResultsStore:
             db.close()
 
     def _writable(self) -> None:
+        self.prepare()
         if self.read_only:
             raise StoreError(f"{self.read_only} (the store is open read-only)")
 
@@ -325,7 +346,8 @@ class ResultsStore:
     def withdraw(self, run_id: str) -> None:
         """Remove a run this launcher began but another records (a node of a multi-node
         job that did not hold rank 0); its folder stays."""
-        with self._connect() as db:
+        self._writable()
+        with self._connect(write=True) as db:
             db.execute("DELETE FROM runs WHERE run_id=? AND status='running'", (run_id,))
         lock = self._locks.pop(run_id, None)
         if lock is not None:
@@ -357,7 +379,7 @@ class ResultsStore:
             spec["global_batch"] if "dask" in spec else recipe["local_batch"] * spec["workers"]
         )
         tag = sweep or {}
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             if claim is not None and tag.get("key"):
                 db.execute("BEGIN IMMEDIATE")  # no other launcher claims between check and insert
                 self._check_claim(db, tag["name"], tag["key"], claim)
@@ -414,7 +436,7 @@ class ResultsStore:
         (it is never replaced: an external run is read-only)."""
         self._writable()
         recipe = spec["recipe"]
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute("BEGIN IMMEDIATE")
             if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
                 return False
@@ -490,7 +512,7 @@ class ResultsStore:
     ) -> None:
         phases = summary.get("phases") or []
         steady = summary.get("phases_steady") or [{} for _ in phases]
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute(
                 """UPDATE runs SET status=?, stop_reason=?, finished_at=?, best_metric=?,
                 time_to_accuracy_s=?, time_to_accuracy_compute_s=?, epochs=?, steps=?,
@@ -536,19 +558,19 @@ class ResultsStore:
             if rerun == "never" or (rerun == "failed" and row["status"] in FINISHED):
                 raise AlreadyClaimed(f"run {row['run_id']} has this point ({row['status']})")
 
-    def _mark_abandoned(self) -> None:
-        with self._connect() as db:
+    def _mark_abandoned(self) -> int:
+        marked = 0
+        with self._connect(write=True) as db:
             for table in ("runs", "comm_runs"):
                 rows = db.execute(f"SELECT * FROM {table} WHERE status='running'").fetchall()
                 for row in rows:
                     if not _launcher_alive(row):
                         db.execute(
                             f"UPDATE {table} SET status='interrupted', error=? WHERE run_id=?",
-                            (
-                                "the launching process ended without finishing the run",
-                                row["run_id"],
-                            ),
+                            (ABANDONED, row["run_id"]),
                         )
+                        marked += 1
+        return marked
 
     def begin_comm(
         self,
@@ -571,7 +593,7 @@ class ResultsStore:
     def _insert_comm(
         self, run_id: str, spec: dict[str, Any], environment: dict[str, Any], run_dir: Path
     ) -> None:
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute(
                 """INSERT INTO comm_runs (run_id, op, backend, workers, network, status,
                 created_at, host, cpu_model, cores, torch_version, git_revision, spec_json,
@@ -610,7 +632,7 @@ class ResultsStore:
     def _complete_comm(
         self, run_id: str, status: str, rows: list[dict[str, Any]], error: str | None
     ) -> None:
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute(
                 "UPDATE comm_runs SET status=?, finished_at=?, error=? WHERE run_id=?",
                 (status, now_iso(), error, run_id),
@@ -644,6 +666,8 @@ class ResultsStore:
         with self._connect() as db:
             for row in db.execute(query + " ORDER BY rowid", (run_id,) if run_id else ()):
                 fields = dict(row)
+                if row["status"] == "running" and not _launcher_alive(row):
+                    fields["status"], fields["error"] = "interrupted", ABANDONED
                 fields["spec"] = json.loads(fields.pop("spec_json"))
                 fields["environment"] = json.loads(fields.pop("environment_json"))
                 results = db.execute(
@@ -663,8 +687,11 @@ class ResultsStore:
         rank = {"success": 3, "target_not_reached": 2}
         latest: dict[str, str] = {}
         with self._connect() as db:
-            query = "SELECT run_key, status FROM runs WHERE sweep=? ORDER BY rowid"
-            for key, status in db.execute(query, (sweep,)):
+            query = "SELECT * FROM runs WHERE sweep=? ORDER BY rowid"
+            for row in db.execute(query, (sweep,)):
+                key, status = row["run_key"], row["status"]
+                if status == "running" and not _launcher_alive(row):
+                    status = "interrupted"
                 if rank.get(status, 0) >= rank.get(latest.get(key, ""), 0):
                     latest[key] = status
         return latest
@@ -689,8 +716,9 @@ class ResultsStore:
                 fields["gpus"] = json.loads(fields["gpus"]) if fields["gpus"] else []
                 if fields["disturbed"] is not None:
                     fields["disturbed"] = bool(fields["disturbed"])
-                if self.read_only and row["status"] == "running" and not _launcher_alive(row):
-                    fields["status"] = "interrupted"  # as the next writable open will store it
+                if row["status"] == "running" and not _launcher_alive(row):
+                    fields["status"] = "interrupted"  # as the next write will store it
+                    fields["error"] = ABANDONED
                 evals = db.execute(
                     "SELECT * FROM evals WHERE run_id=? ORDER BY step, rowid", (row["run_id"],)
                 )
@@ -701,6 +729,54 @@ class ResultsStore:
                 fields["phases"] = [PhaseTotal(**_without_run_id(r)) for r in phases]
                 found.append(RunRecord(**fields))
         return found
+
+
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    """Bring the store's tables to :data:`SCHEMA_VERSION` (in the caller's transaction);
+    a store a newer dmlbench wrote is refused."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"results store {path}: written by a newer dmlbench (store format {version}, "
+            f"this one writes {SCHEMA_VERSION}); upgrade dmlbench to add runs to it"
+        )
+    for table, name, sql_type in _missing_columns(db):
+        db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
+    db.executescript(SCHEMA)
+    db.execute("CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep, run_key)")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+def _missing_columns(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    """(table, column, type) that a store from before :data:`SCHEMA_VERSION` lacks."""
+    added = {
+        "runs": ADDED_COLUMNS,
+        "comm_results": [("scope", "TEXT")],  # added with emulated clusters
+        "evals": [("train_metric", "REAL")],  # added with training accuracy
+    }
+    missing = []
+    for table, columns in added.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        missing += [(table, name, kind) for name, kind in columns if have and name not in have]
+    return missing
+
+
+def _older_columns_as_views(db: sqlite3.Connection) -> None:
+    """On a read-only connection to an older store: a temporary view per table that
+    lacks columns, adding them as NULL, and an empty temporary table for each table it
+    lacks (an emptied database file). Temporary objects shadow the file's tables and
+    live in memory, so nothing is written."""
+    have = {row[0] for row in db.execute("SELECT name FROM main.sqlite_master")}
+    for statement in SCHEMA.split(";"):
+        words = statement.split()
+        if words[:5] == ["CREATE", "TABLE", "IF", "NOT", "EXISTS"] and words[5] not in have:
+            db.execute(statement.replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+    missing: dict[str, list[str]] = {}
+    for table, name, _ in _missing_columns(db):
+        missing.setdefault(table, []).append(name)
+    for table, names in missing.items():
+        nulls = ", ".join(f"NULL AS {name}" for name in names)
+        db.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {nulls} FROM main.{table}")
 
 
 def _insert_evals(db: sqlite3.Connection, run_id: str, evals: Sequence[Evaluation]) -> None:

@@ -1,0 +1,99 @@
+"""The store writes only when asked: opening and reading a store leave its file as it
+was; the first write (or `results --upgrade`) migrates it and marks abandoned runs."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+from dmlbench.resolve import resolve_spec
+from dmlbench.results import ResultsStore
+from dmlbench.results.environment import collect_environment
+from dmlbench.results.store import ABANDONED, DB_FILE, SCHEMA_VERSION
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _abandoned_run(root: Path) -> str:
+    """A store holding one run left ``running`` by a launcher that is gone."""
+    store = ResultsStore(root)
+    spec = resolve_spec("synthetic-mlp").to_json_dict()
+    store.begin("gone", spec, {}, collect_environment(), run_dir=root / "runs" / "gone")
+    store._locks.pop("gone").release()  # as a killed launcher's lock is released
+    return "gone"
+
+
+def _stored_status(root: Path, run_id: str) -> str:
+    with sqlite3.connect(root / DB_FILE) as db:
+        return db.execute("SELECT status FROM runs WHERE run_id=?", (run_id,)).fetchone()[0]
+
+
+def test_reading_a_store_writes_nothing_and_shows_abandoned_runs_as_interrupted(
+    tmp_path: Path,
+) -> None:
+    run_id = _abandoned_run(tmp_path)
+    before = _digest(tmp_path / DB_FILE)
+    reader = ResultsStore(tmp_path)
+    (run,) = reader.runs()
+    assert (run.status, run.error) == ("interrupted", ABANDONED)
+    assert reader.sweep_status("none") == {} and reader.status_of(run_id) == "running"
+    assert _digest(tmp_path / DB_FILE) == before and _stored_status(tmp_path, run_id) == "running"
+    assert ResultsStore(tmp_path).prepare() == 1  # the explicit step (or the first write)
+    assert _stored_status(tmp_path, run_id) == "interrupted"
+
+
+def test_reading_where_there_is_no_store_creates_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "nowhere"
+    store = ResultsStore(root)
+    assert store.runs() == [] and store.comm_runs() == [] and store.resolve_id("x") is None
+    assert not root.exists()
+
+
+def test_an_older_store_reads_as_it_is_and_is_migrated_by_the_first_write(
+    tmp_path: Path,
+) -> None:
+    """A store from before the origin and training-accuracy columns (format 0)."""
+    _abandoned_run(tmp_path)
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute("ALTER TABLE runs DROP COLUMN origin_json")
+        db.execute("ALTER TABLE evals DROP COLUMN train_metric")
+        db.execute("PRAGMA user_version=0")
+    before = _digest(tmp_path / DB_FILE)
+    (run,) = ResultsStore(tmp_path).runs()
+    assert run.origin is None and run.status == "interrupted"
+    assert _digest(tmp_path / DB_FILE) == before
+    ResultsStore(tmp_path).prepare()
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert "origin_json" in {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+        assert "train_metric" in {row[1] for row in db.execute("PRAGMA table_info(evals)")}
+
+
+def test_a_newer_dmlbench_store_is_read_but_not_written(tmp_path: Path) -> None:
+    run_id = _abandoned_run(tmp_path)
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    store = ResultsStore(tmp_path)
+    assert [r.run_id for r in store.runs()] == [run_id]
+    store.prepare()
+    assert store.read_only is not None and "newer dmlbench" in store.read_only
+    assert _stored_status(tmp_path, run_id) == "running"  # not marked: nothing written
+
+
+def test_an_emptied_database_file_reads_as_an_empty_store(tmp_path: Path) -> None:
+    _abandoned_run(tmp_path)
+    (tmp_path / DB_FILE).write_bytes(b"")
+    assert ResultsStore(tmp_path).runs() == []
+    assert (tmp_path / DB_FILE).read_bytes() == b""
+
+
+def test_results_upgrade_says_what_it_did(tmp_path: Path, dmlbench) -> None:
+    _abandoned_run(tmp_path)
+    code, out, err = dmlbench("results", "--upgrade", "--store", str(tmp_path))
+    assert code == 0, err
+    assert f"store format {SCHEMA_VERSION}" in out and "1 abandoned run stored" in out
+    code, out, _ = dmlbench("results", "--upgrade", "--store", str(tmp_path / "none"))
+    assert code == 2 and not (tmp_path / "none").exists()
