@@ -291,7 +291,7 @@ def full_disk(tmp: Path) -> dict[str, Any]:
     needs_root()
     from dmlbench.errors import ResultsNotStored
     from dmlbench.launch import run_benchmark
-    from dmlbench.resolve import resolve_spec
+    from dmlbench.resolve import recorded_deviations, resolve_spec
     from dmlbench.results import ResultsStore
     from dmlbench.results.recover import import_run_dir
 
@@ -320,7 +320,9 @@ def full_disk(tmp: Path) -> dict[str, Any]:
             message = str(error)
         run_dir = Path(message.rsplit("--import ", 1)[1])
         filler.unlink()
-        imported = import_run_dir(ResultsStore(disk / "store"), run_dir)
+        imported = import_run_dir(
+            ResultsStore(disk / "store"), run_dir, division=recorded_deviations
+        )
         evals = len(ResultsStore(disk / "store").runs(imported.run_id)[0].evals)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from dmlbench.comm.exchange import EXCHANGES, check_options, is_exact, is_sharded
-from dmlbench.errors import SpecError, unknown
+from dmlbench.errors import DmlbenchError, SpecError, StoreError, unknown
 from dmlbench.models import validate_model_spec
 from dmlbench.optim import learning_rate
 from dmlbench.optim.build import OPTIMIZERS
@@ -179,3 +179,16 @@ def derived(spec: RunSpec) -> dict[str, Any]:
         "lr_first_step": learning_rate(schedule, step=0, epoch=0.0, **rate),
         "lr_after_warmup": learning_rate(schedule, step=0, epoch=warmup, **rate),
     }
+
+
+def recorded_deviations(spec: dict[str, Any]) -> dict[str, Any]:
+    """The deviations of a stored run's spec from its recipe, as its launcher would have
+    recorded them; refused in one line (a ``StoreError``) where the spec does not
+    validate."""
+    try:
+        import_plugins(spec.get("plugins", []))
+        validated = RunSpec.model_validate(spec)
+        check_names(validated)
+        return deviations(validated)
+    except (DmlbenchError, ValueError) as error:
+        raise StoreError(f"cannot tell the run's division: {error}") from None

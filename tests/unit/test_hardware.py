@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch import nn
 
+from dmlbench.models.flops import step_flops
 from dmlbench.train import hardware
-from dmlbench.train.hardware import peak_memory_bytes, step_flops
+from dmlbench.train.hardware import peak_memory_bytes
 
 
 def test_a_steps_flops_are_counted_on_a_copy_and_leave_the_random_streams_alone() -> None:

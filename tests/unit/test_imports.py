@@ -99,6 +99,36 @@ def test_the_architectures_packages_form_no_cycle() -> None:
     assert cycles(packages) == []
 
 
+# The main stack of docs/architecture.md, top first, and what the packages beside it
+# may not reach into (the layers that run things).
+STACK = ["cli", "sweep", "launch", "train", "resolve", "results", "spec"]
+BESIDE = {
+    "perfmodel": {"cli", "sweep", "launch", "train", "report", "advise"},
+    "models": {"cli", "sweep", "launch", "train", "resolve"},
+    "report": {"cli", "sweep", "launch", "train"},
+    "advise": {"cli", "sweep", "launch", "train"},
+}
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def test_no_import_runs_back_up_a_layer() -> None:
+    """Nothing in the stack imports a layer above it (FLOP counting lives in models,
+    where the trainer and the performance model both reach it from above)."""
+    up = []
+    for module, targets in graph().items():
+        here = _package(module)
+        for target in targets:
+            there = _package(target)
+            if here in STACK and there in STACK and STACK.index(there) < STACK.index(here):
+                up.append(f"{module} -> {target}")
+            if there in BESIDE.get(here, ()):
+                up.append(f"{module} -> {target}")
+    assert up == []
+
+
 def test_the_walk_sees_imports_inside_functions_and_strings(tmp_path: Path) -> None:
     """The checker itself: a cycle made only of a function-level import and a module
     named in a string is found."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from dmlbench.models.losses import LOSSES
 from torch.utils.flop_counter import FlopCounterMode
 
 import dmlbench.train.hardware  # noqa: F401  (registers the CPU attention kernel's FLOPs)
@@ -19,7 +20,6 @@ from dmlbench.errors import DatasetError
 from dmlbench.models import build_model
 from dmlbench.models.gpt import GPT
 from dmlbench.spec.recipe import ModelSpec
-from dmlbench.train.losses import LOSSES
 
 
 def test_gpt2_small_has_gpt2s_parameter_count() -> None:
@@ -370,7 +370,7 @@ def test_fused_attention_counts_the_models_flops_not_its_recomputation() -> None
     """A GPT step's FLOPs are the same through attention's fused kernel as through the
     unfused path, in float32 and in bf16: the kernel's recomputed scores are not the
     model's work."""
-    from dmlbench.train.hardware import step_flops
+    from dmlbench.models.flops import step_flops
     from dmlbench.train.memory import AsOnDevice
 
     spec = ModelSpec(name="gpt", options={"width": 32, "depth": 2, "heads": 4})
@@ -400,7 +400,7 @@ def test_activation_checkpointing_recomputes_under_the_forwards_modes(
     """Backward recomputes each checkpointed block as its forward ran, under
     ``AsOnDevice`` too (autograd's engine drops torch-function modes): no mismatch, the
     recomputed forward's FLOPs counted, and fewer bytes kept than without."""
-    from dmlbench.train.hardware import step_flops
+    from dmlbench.models.flops import step_flops
     from dmlbench.train.memory import AsOnDevice, SavedForBackward
 
     loss_fn = LOSSES["next_token"][0]

@@ -125,6 +125,7 @@ def _upgrade(store: Path) -> None:
 def _import(store: Path, import_dirs: list[Path]) -> None:
     """Store each run folder given, or each of a folder of run folders the store lacks."""
     from dmlbench.errors import StoreError
+    from dmlbench.resolve import recorded_deviations
     from dmlbench.results.recover import import_run_dir
 
     target = open_store(store)
@@ -141,7 +142,7 @@ def _import(store: Path, import_dirs: list[Path]) -> None:
             console.print(f"{target.path} has every run in {given}", markup=False, soft_wrap=True)
         for folder in lacking:
             try:
-                done = import_run_dir(target, folder)
+                done = import_run_dir(target, folder, division=recorded_deviations)
             except StoreError as error:
                 if not many:
                     raise

@@ -101,8 +101,8 @@ def model_cost(
     """A model's step cost on ``local_batch`` examples of ``shape``: forward and backward
     FLOPs counted on the meta device (no data, no memory) and its gradient bytes."""
     from dmlbench.models import build_model
-    from dmlbench.train.hardware import step_flops
-    from dmlbench.train.losses import LOSSES
+    from dmlbench.models.flops import step_flops
+    from dmlbench.models.losses import LOSSES
 
     tokens = loss == "next_token"
     meta = torch.device("meta")

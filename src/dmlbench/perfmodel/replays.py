@@ -181,8 +181,8 @@ MLBENCH_SHARE = {2: 0.117, 4: 0.171, 8: 0.234, 16: 0.260, 32: 0.337, 64: 0.360}
 """Communication's share of a step, read off mlbench's figure (mlbench/mlbench-docs,
 ``images/results/task2a/communication_time_ratio.png``, 575×455 pixels): each stacked
 bar's boundary row between its two colours, against the bars' 0 and 100 (348 pixel rows
-apart, 3.5 a percentage point), so each reading is within about ±0.3 points. DESIGN.md
-quotes the ends as about 12% and 36%."""
+apart, 3.5 a percentage point), so each reading is within about ±0.3 points: about 12%
+at 2 workers and 36% at 64."""
 MLBENCH_SOURCE = "mlbench/mlbench-docs images/results/task2a/communication_time_ratio.png"
 MLBENCH_FEATURES = 2_000
 MLBENCH_LINK = Link(7.5e9 / 8, 50e-6)

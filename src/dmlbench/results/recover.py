@@ -10,6 +10,7 @@ the event log when even that could not be written), every number from the events
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,20 +52,6 @@ def _environment(record: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     return {**collect_environment(), "recorded": False, "imported_from": str(run_dir)}
 
 
-def _deviations(spec: dict[str, Any]) -> dict[str, Any]:
-    from dmlbench.resolve import check_names, deviations
-    from dmlbench.spec.run import RunSpec
-    from dmlbench.tasks import import_plugins
-
-    try:
-        import_plugins(spec.get("plugins", []))
-        validated = RunSpec.model_validate(spec)
-        check_names(validated)
-        return deviations(validated)
-    except (DmlbenchError, ValueError) as error:
-        raise StoreError(f"cannot tell the run's division: {error}") from None
-
-
 def _check_spec(spec: dict[str, Any], where: Path) -> None:
     """The fields the store's row is made of, checked as a spec file from outside is:
     present, of their type and within the spec's bounds; an unknown task is named."""
@@ -102,8 +89,13 @@ def _check_spec(spec: dict[str, Any], where: Path) -> None:
         raise StoreError(f"{where}: {error}") from None
 
 
-def import_run_dir(store: ResultsStore, run_dir: Path) -> Imported:
+def import_run_dir(
+    store: ResultsStore, run_dir: Path, *, division: Callable[[dict[str, Any]], dict[str, Any]]
+) -> Imported:
     """Store the run in ``run_dir`` (a training run or a communication benchmark).
+    ``division``: a spec's deviations from its recipe, for a folder from before its
+    ``run.json`` recorded them (:func:`dmlbench.resolve.recorded_deviations`, from the
+    layer above, which knows the registries).
 
     Refused in one line when the folder is no run folder, when its spec is damaged,
     when the run's launcher still holds it, or when the store already has the run
@@ -137,7 +129,7 @@ def import_run_dir(store: ResultsStore, run_dir: Path) -> Imported:
     if not outcome and not summary["finished"]:
         status, error = "failed", "imported from its folder: the event log ends before the run"
     if stored is None:
-        deviations = record["deviations"] if "deviations" in record else _deviations(spec)
+        deviations = record["deviations"] if "deviations" in record else division(spec)
         sweep = record.get("sweep") if isinstance(record.get("sweep"), dict) else None
         try:
             environment = _environment(record, run_dir)

@@ -31,6 +31,8 @@ from dmlbench.data.images import ImageFiles, batches
 from dmlbench.errors import SpecError
 from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
+from dmlbench.models.flops import forked_rng, step_flops
+from dmlbench.models.losses import LOSSES
 from dmlbench.noise import NoiseScaleMeter
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
 from dmlbench.optim.build import clip_gradients, parameter_groups
@@ -45,13 +47,10 @@ from dmlbench.train.context import DistContext
 from dmlbench.train.hardware import (
     FaultCounter,
     compiled_graphs,
-    forked_rng,
     peak_for,
     peak_memory_bytes,
-    step_flops,
     tune_allocator,
 )
-from dmlbench.train.losses import LOSSES
 from dmlbench.train.memory import (
     AsOnDevice,
     SavedForBackward,
