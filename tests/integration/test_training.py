@@ -391,9 +391,9 @@ def _exact_noise_scale(task_name: str, weights: dict[str, torch.Tensor]) -> floa
     from torch.func import functional_call, grad, vmap
 
     from dmlbench.models import build_model
+    from dmlbench.models.losses import LOSSES
     from dmlbench.noise import exact_noise_scale
     from dmlbench.tasks import get_task
-    from dmlbench.models.losses import LOSSES
 
     task = get_task(task_name)
     data = task.load(Path("."))

@@ -84,7 +84,12 @@ def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
             "global_batch belongs to strong scaling",
         ),
         (["run", "--workers", "1,2", "--scaling", "sideways", "--dry-run"], "scaling: Input"),
-        (["run", "--workers", "1,2", "--rerun", "sometimes", "--dry-run"], "--rerun 'sometimes'"),
+        (
+            ["run", "--workers", "1,2", "--rerun", "sometimes", "--dry-run"],
+            "'sometimes' is not one",
+        ),
+        (["run", "--workers"], "Option '--workers' requires an argument"),
+        (["results", "--upgrade", "--nope"], "No such option: --nope"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_code_2(dmlbench, args: list[str], message: str) -> None:

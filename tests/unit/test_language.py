@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from dmlbench.models.losses import LOSSES
 from torch.utils.flop_counter import FlopCounterMode
 
 import dmlbench.train.hardware  # noqa: F401  (registers the CPU attention kernel's FLOPs)
@@ -19,6 +18,7 @@ from dmlbench.data import text
 from dmlbench.errors import DatasetError
 from dmlbench.models import build_model
 from dmlbench.models.gpt import GPT
+from dmlbench.models.losses import LOSSES
 from dmlbench.spec.recipe import ModelSpec
 
 

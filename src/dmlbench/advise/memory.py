@@ -12,10 +12,11 @@ all-gather and a reduce-scatter a unit), FSDP (an all-gather more).
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from dmlbench.errors import SpecError
 from dmlbench.names import shorten
@@ -28,28 +29,24 @@ STRATEGIES: list[tuple[str, str, dict[str, Any]]] = [
     ("fsdp, kept gathered", "fsdp", {"reshard_after_forward": False}),
     ("fsdp", "fsdp", {}),
 ]
-UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
+_BYTE_SIZE = TypeAdapter(ByteSize)
 MAX_BYTES = 2**60  # 1 EiB: more than any worker has; past it a size is a typo
 
 
 def parse_bytes(text: str) -> int:
-    """``16GiB``, ``500 MB``, ``2e9`` → bytes; a one-line error otherwise."""
-    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-z]*)\s*", text.lower())
-    if not found or found.group(2) not in ("", *UNITS):
+    """``16GiB``, ``500 MB`` (pydantic's ``ByteSize``), ``2e9`` bytes → bytes; a one-line
+    error otherwise."""
+    try:
+        size = float(text)  # bytes, also as 2e9 (1e400: inf)
+    except ValueError:
+        try:
+            size = float(_BYTE_SIZE.validate_python(text.strip()))
+        except ValidationError:
+            raise SpecError(
+                f"memory {shorten(text)!r}: say a size like 16GiB, 500MB or 2e9 (bytes)"
+            ) from None
+    if size != size:  # nan
         raise SpecError(f"memory {shorten(text)!r}: say a size like 16GiB, 500MB or 2e9 (bytes)")
-    size = float(found.group(1)) * UNITS.get(found.group(2) or "b", 1)  # 1e400: inf
     if not size < MAX_BYTES:
         raise SpecError(f"memory {shorten(text)!r} is more than 1 EiB: say a worker's memory")
     if size < 1:

@@ -21,12 +21,14 @@ import typer
 from rich.markup import escape
 
 from dmlbench.cli import bench, dask, jobs, predict, reports, results, run, sweeps, tasks
-from dmlbench.cli.options import err_console
+from dmlbench.cli.options import Command, Group, err_console, flag
 from dmlbench.errors import DmlbenchError
+from dmlbench.names import shorten
 
 MAX_ERROR_CHARS = 2000
 
 app = typer.Typer(
+    cls=Group,
     help="Benchmark distributed data-parallel training: time to accuracy, phases, scaling.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -47,7 +49,7 @@ COMMANDS = (
     jobs.k8s,
 )
 for command in COMMANDS:
-    app.command()(command)
+    app.command(cls=Command)(command)
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(dask.dask_app, name="dask")
 
@@ -64,7 +66,7 @@ def _version(given: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="print the version"),
+        flag("--version", callback=_version, is_eager=True, help="print the version"),
     ] = False,
 ) -> None:
     """Benchmark distributed data-parallel training: time to accuracy, phases, scaling."""
@@ -78,13 +80,24 @@ def main() -> None:
 
     interruptible()
     try:
-        app()
-    except KeyboardInterrupt:  # between the places that store what it interrupted
-        err_console.print("interrupted")
+        code = app(standalone_mode=False)
+    except typer.TyperException as error:  # a flag's value, a missing argument: one line too
+        code = getattr(error, "exit_code", 2)
+        if type(error).__name__ == "NoArgsIsHelpError":  # a bare command group: its help
+            from typer.rich_utils import rich_format_error
+
+            rich_format_error(error)  # type: ignore[arg-type]
+            sys.exit(code)
+        ctx = getattr(error, "ctx", None)
+        where = f"; see {ctx.command_path} --help" if ctx is not None else ""
+        said = error.format_message() if hasattr(error, "format_message") else str(error)
+        message = escape(shorten(f"{said.rstrip('.')}{where}", MAX_ERROR_CHARS))
+        err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+        sys.exit(code)
+    except (KeyboardInterrupt, typer.Abort):  # between the places that store what it
+        err_console.print("interrupted")  # interrupted
         sys.exit(130)
     except DmlbenchError as error:
-        from dmlbench.names import shorten
-
         # whatever a message echoes of the user's input, it stays a readable line
         message = escape(shorten(str(error), MAX_ERROR_CHARS))
         err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
@@ -96,3 +109,4 @@ def main() -> None:
             raise
         err_console.print(f"interrupted ({getattr(error, 'sigval', 'a signal')!s})")
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

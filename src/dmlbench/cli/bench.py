@@ -7,6 +7,8 @@ from typing import Annotated, Any
 import typer
 
 from dmlbench.cli.options import (
+    Command,
+    Group,
     JsonOption,
     NetworkOption,
     NprocPerNodeOption,
@@ -19,12 +21,13 @@ from dmlbench.cli.options import (
 )
 
 bench_app = typer.Typer(
+    cls=Group,
     help="Micro-benchmarks of the communication layer (mlbench's task 0).",
     no_args_is_help=True,
 )
 
 
-@bench_app.command("allreduce")
+@bench_app.command("allreduce", cls=Command)
 def allreduce(
     workers: Annotated[
         str, typer.Option("--workers", "-w", help="worker counts, e.g. 2,4 (one run each)")

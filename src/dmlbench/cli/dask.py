@@ -9,8 +9,10 @@ import typer
 
 from dmlbench.cli.options import (
     DEFAULT_TASK,
+    Command,
     ConfigOption,
     DataDirOption,
+    Group,
     JsonOption,
     SeedOption,
     SetOption,
@@ -27,12 +29,13 @@ from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
 
 dask_app = typer.Typer(
+    cls=Group,
     help="Elastic training on Dask: the scikit-learn estimator whose batch grows.",
     no_args_is_help=True,
 )
 
 
-@dask_app.command("fit")
+@dask_app.command("fit", cls=Command)
 def fit(
     task: TaskArgument = None,
     config: ConfigOption = None,

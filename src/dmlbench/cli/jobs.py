@@ -19,6 +19,7 @@ from dmlbench.cli.options import (
     TaskArgument,
     checked_output,
     console,
+    flag,
     load_config,
     store_path,
 )
@@ -80,7 +81,7 @@ def slurm(
             help="write the script here, not stdout", callback=checked_output("batch script")
         ),
     ] = None,
-    submit: Annotated[bool, typer.Option("--submit", help="submit it with sbatch")] = False,
+    submit: Annotated[bool, flag("--submit", help="submit it with sbatch")] = False,
 ) -> None:
     """Write an sbatch script that runs a task (or a sweep) on Slurm nodes.
 
@@ -173,7 +174,7 @@ def k8s(
         str | None, typer.Option(help="PersistentVolumeClaim holding the datasets")
     ] = None,
     pytorchjob: Annotated[
-        bool, typer.Option("--pytorchjob", help="a Kubeflow PyTorchJob instead of Job + Service")
+        bool, flag("--pytorchjob", help="a Kubeflow PyTorchJob instead of Job + Service")
     ] = False,
     config: ConfigOption = None,
     overrides: SetOption = None,

@@ -16,6 +16,7 @@ from rich.markup import escape
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
 from dmlbench.results.records import RunRecord
+from dmlbench.results.store import DEFAULT_STORE, STORE_ENV, Rerun
 
 if TYPE_CHECKING:
     from dmlbench.results import ResultsStore
@@ -23,34 +24,44 @@ if TYPE_CHECKING:
 console = Console()
 err_console = Console(stderr=True)
 
+
+def flag(*names: str, **options: Any) -> Any:
+    """A flag's ``typer.Option``: typer writes a value type beside every option in
+    --help (``<bool>`` for a flag, as if it took a value); an empty metavar shows none."""
+    return typer.Option(*names, metavar="", **options)
+
+
+class _BareHelp:
+    """--help is a flag too: typer's own shows ``<bool>`` beside it."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class Command(_BareHelp, typer.core.TyperCommand):
+    """Every dmlbench command (``app.command(cls=Command)``)."""
+
+
+class Group(_BareHelp, typer.core.TyperGroup):
+    """Every dmlbench command group (``typer.Typer(cls=Group)``)."""
+
+
 DEFAULT_TASK = "digits-mlp"
 
-
-def _flag_type(display: Any) -> Any:
-    """typer (0.29) writes ``<bool>`` beside every flag in --help, as if it took a value;
-    a flag's help row shows none."""
-
-    def display_type(self: Any, ctx: Any) -> Any:
-        return None if getattr(self, "is_flag", False) else display(self, ctx)
-
-    return display_type
-
-
-if hasattr(typer.core, "TyperOption") and hasattr(typer.core.TyperOption, "display_type_rich"):
-    typer.core.TyperOption.display_type_rich = _flag_type(  # type: ignore[method-assign]
-        typer.core.TyperOption.display_type_rich
-    )
 
 StoreOption = Annotated[
     Path | None,
     typer.Option(
         "--store",
-        help="results folder (SQLite + run logs); default ./dmlbench-results, or env "
-        "DMLBENCH_STORE",
+        envvar=STORE_ENV,
+        help="results folder (SQLite + run logs); default ./dmlbench-results",
         show_default=False,
     ),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="machine-readable output on stdout")]
+JsonOption = Annotated[bool, flag("--json", help="machine-readable output on stdout")]
 TaskArgument = Annotated[
     str | None, typer.Argument(help=f"task name (default {DEFAULT_TASK})", show_default=False)
 ]
@@ -65,7 +76,7 @@ PluginOption = Annotated[
     list[str] | None, typer.Option("--plugin", help="module that registers tasks")
 ]
 RerunOption = Annotated[
-    str,
+    Rerun,
     typer.Option(
         help="runs the store already has: never (skip all), failed (redo failed/interrupted), "
         "always (run everything again)"
@@ -86,7 +97,7 @@ NprocPerNodeOption = Annotated[
         "job asks for GPUs)",
     ),
 ]
-QuietOption = Annotated[bool, typer.Option(help="keep worker output in the run folders only")]
+QuietOption = Annotated[bool, flag(help="keep worker output in the run folders only")]
 SweepFilter = Annotated[str | None, typer.Option(help="only this sweep's runs")]
 TaskFilter = Annotated[str | None, typer.Option(help="only this task's runs")]
 BudgetOption = Annotated[
@@ -105,7 +116,7 @@ PricesOption = Annotated[
 ]
 IncludeDisturbedOption = Annotated[
     bool,
-    typer.Option(
+    flag(
         "--include-disturbed",
         help="count runs disturbed by other processes in timings, speedup and efficiency",
     ),
@@ -141,10 +152,8 @@ def checked_output(what: str, folder: bool = False) -> Any:
 
 
 def store_path(given: Path | None) -> Path:
-    """--store, or the default store read now: ``DMLBENCH_STORE`` as the command runs."""
-    from dmlbench.results.store import default_store
-
-    return given if given is not None else default_store()
+    """--store (or ``DMLBENCH_STORE``, which typer reads for it), or the default."""
+    return given if given is not None else Path(DEFAULT_STORE)
 
 
 def print_json(data: Any) -> None:

@@ -21,6 +21,7 @@ from dmlbench.cli.options import (
     TaskFilter,
     checked_output,
     console,
+    flag,
     open_store,
     selected_runs,
     store_path,
@@ -121,7 +122,7 @@ def compare(
     price: PriceOption = None,
     prices: PricesOption = None,
     json_out: JsonOption = False,
-    csv_out: Annotated[bool, typer.Option("--csv", help="CSV on stdout")] = False,
+    csv_out: Annotated[bool, flag("--csv", help="CSV on stdout")] = False,
     include_disturbed: IncludeDisturbedOption = False,
     best_by: Annotated[
         str | None,

@@ -14,6 +14,7 @@ from dmlbench.cli.options import (
     StoreOption,
     console,
     err_console,
+    flag,
     open_store,
     print_json,
     store_path,
@@ -48,7 +49,7 @@ def results(
     ] = None,
     upgrade: Annotated[
         bool,
-        typer.Option(
+        flag(
             "--upgrade",
             help="bring the store to this dmlbench's format and store runs whose launcher "
             "died as interrupted (the next run does both too; reading never writes)",

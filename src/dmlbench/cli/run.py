@@ -27,12 +27,14 @@ from dmlbench.cli.options import (
     TaskArgument,
     console,
     err_console,
+    flag,
     load_config,
     open_store,
     print_json,
     store_path,
 )
 from dmlbench.errors import DmlbenchError
+from dmlbench.results.store import Rerun
 
 if TYPE_CHECKING:
     from dmlbench.launch.request import RunRequest
@@ -55,9 +57,7 @@ def run(
     data_dir: DataDirOption = None,
     network: NetworkOption = None,
     store: StoreOption = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="resolve the spec, start nothing")
-    ] = False,
+    dry_run: Annotated[bool, flag("--dry-run", help="resolve the spec, start nothing")] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
     scaling: Annotated[
@@ -74,7 +74,7 @@ def run(
     repeats: Annotated[
         int | None, typer.Option(min=1, help="runs per worker count (seeds seed, seed+1, ...)")
     ] = None,
-    rerun: RerunOption = "failed",
+    rerun: RerunOption = Rerun.failed,
     name: Annotated[
         str | None, typer.Option(help="sweep name runs are stored under (resume key)")
     ] = None,

@@ -19,24 +19,23 @@ from dmlbench.cli.options import (
     StoreOption,
     console,
     err_console,
+    flag,
     open_store,
     print_json,
     store_path,
 )
-from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
+from dmlbench.results.store import Rerun
 
 
 def sweep(
     file: Annotated[Path, typer.Argument(help="sweep file (YAML or TOML)")],
-    plan: Annotated[
-        bool, typer.Option("--plan", help="print the expanded runs, start nothing")
-    ] = False,
+    plan: Annotated[bool, flag("--plan", help="print the expanded runs, start nothing")] = False,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", "-s", help="override a key in every run")
     ] = None,
     repeats: Annotated[int | None, typer.Option(min=1, help="override the file's repeats")] = None,
-    rerun: RerunOption = "failed",
+    rerun: RerunOption = Rerun.failed,
     plugins: PluginOption = None,
     data_dir: DataDirOption = None,
     store: StoreOption = None,
@@ -75,7 +74,7 @@ def run_sweep(
     plugins: list[str],
     fields: dict[str, Any],
     store: Path,
-    rerun: str,
+    rerun: Rerun,
     plan_only: bool,
     json_out: bool,
     quiet: bool,
@@ -87,11 +86,9 @@ def run_sweep(
     from dmlbench.sweep import pending, plan_sweep
     from dmlbench.sweep import run_sweep as run_planned
 
-    if rerun not in ("never", "failed", "always"):
-        raise DmlbenchError(f"--rerun {rerun!r}: choose never, failed or always")
     plan = plan_sweep(sweep, overrides=overrides, plugins=plugins, fields=fields, repeats=repeats)
     results = open_store(store)
-    to_run, skipped = pending(plan, results, rerun)  # type: ignore[arg-type]
+    to_run, skipped = pending(plan, results, rerun)
     if plan_only:
         _print_plan(plan, {r.key for r in skipped}, json_out)
         return
@@ -104,7 +101,7 @@ def run_sweep(
     outcome = run_planned(
         plan,
         results,
-        rerun=rerun,  # type: ignore[arg-type]
+        rerun=rerun,
         echo=not quiet and not json_out,
         progress=bars.start,
         on_done=bars.done,
@@ -162,11 +159,15 @@ class _Bars:
         while self.active:
             self.active.pop().__exit__(None, None, None)
 
-    def done(self, run: Any, result: Any, error: str | None) -> None:
+    def done(self, run: Any, result: Any, error: Exception | None) -> None:
+        """A run's end: its outcome, or why it did not run (another launcher ran the
+        point: skipped; an error)."""
+        from dmlbench.errors import AlreadyClaimed
+
         self.close()
         out = self.out
-        if result is None and str(error).startswith("skipped"):
-            out.print(f"  [yellow]{escape(str(error))}[/yellow]")
+        if isinstance(error, AlreadyClaimed):
+            out.print(f"  [yellow]skipped: {escape(str(error))}[/yellow]")
             return
         if result is None:
             out.print(f"  [red]error[/red]: {escape(str(error))}")

@@ -6,14 +6,12 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
-import typer
-
-from dmlbench.cli.options import JsonOption, console, print_json
+from dmlbench.cli.options import JsonOption, console, flag, print_json
 
 
 def tasks(
     json_out: JsonOption = False,
-    markdown: Annotated[bool, typer.Option("--markdown", help="the docs page")] = False,
+    markdown: Annotated[bool, flag("--markdown", help="the docs page")] = False,
 ) -> None:
     """List every task: dataset, model, goal and reference recipe."""
     from dmlbench.cli.views.tables import tasks_table
@@ -30,7 +28,7 @@ def tasks(
 
 def spec(
     json_out: JsonOption = False,
-    markdown: Annotated[bool, typer.Option("--markdown", help="the docs page")] = False,
+    markdown: Annotated[bool, flag("--markdown", help="the docs page")] = False,
 ) -> None:
     """Every key of a run spec: type, default and meaning (what --set and spec files take)."""
     from dmlbench.report.docs import spec_markdown

@@ -26,8 +26,9 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from dmlbench.errors import AlreadyClaimed, StoreError
 from dmlbench.results.records import (
@@ -156,7 +157,16 @@ _JSON_COLUMNS = (
     "point_json",
     "origin_json",
 )
-Rerun = Literal["never", "failed", "always"]
+
+
+class Rerun(StrEnum):
+    """Which of a sweep's points the store already has are run again."""
+
+    never = "never"  # none
+    failed = "failed"  # the failed and interrupted ones
+    always = "always"  # every one
+
+
 # PRAGMA user_version of a store this dmlbench wrote. 0: a store from before versions
 # (its missing columns are added by the migration); 1: ADDED_COLUMNS all present.
 SCHEMA_VERSION = 1
@@ -193,8 +203,12 @@ def _launcher_alive(row: Mapping[str, Any]) -> bool:
     return pid_alive(row["launcher_pid"])
 
 
+DEFAULT_STORE = "dmlbench-results"
+
+
 def default_store() -> Path:
-    return Path(os.environ.get(STORE_ENV, "dmlbench-results"))
+    """The store a library caller gets: ``DMLBENCH_STORE``, or ./dmlbench-results."""
+    return Path(os.environ.get(STORE_ENV, DEFAULT_STORE))
 
 
 def now_iso() -> str:

@@ -62,10 +62,10 @@ def run_sweep(
     plan: SweepPlan,
     store: ResultsStore,
     *,
-    rerun: Rerun = "failed",
+    rerun: Rerun = Rerun.failed,
     echo: bool = False,
     progress: Callable[[PlannedRun, int, int], ProgressFn | None] | None = None,
-    on_done: Callable[[PlannedRun, RunOutcome | None, str | None], None] | None = None,
+    on_done: Callable[[PlannedRun, RunOutcome | None, Exception | None], None] | None = None,
     slurm: SlurmJob | None = None,
 ) -> SweepOutcome:
     """Run what ``pending`` leaves; ``progress(run, i, n)`` may return a per-run callback."""
@@ -99,16 +99,16 @@ def run_sweep(
         except AlreadyClaimed as claimed:
             outcome.elsewhere.append(run)
             if on_done:
-                on_done(run, None, f"skipped: {claimed}")
+                on_done(run, None, claimed)
             continue
         except StoreError:
             raise  # every later run would fail the same way: stop, and say where results are
         except (DmlbenchError, OSError, RuntimeError) as error:
             outcome.errors.append((run, f"{type(error).__name__}: {error}"))
             if on_done:
-                on_done(run, None, str(error))
+                on_done(run, None, error)
             continue
         outcome.finished.append((run, result))
         if on_done:
-            on_done(run, result, result.error)
+            on_done(run, result, None)
     return outcome
