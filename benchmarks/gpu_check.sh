@@ -1,7 +1,7 @@
 #!/bin/bash
 # dmlbench's GPU path on one GPU: ResNet-50 (fp32 with torch's default TF32 convolutions,
 # and bf16) at 32 and 256 images, the small GPT with DDP, fsdp and zero1, all on
-# synthetic data; then `simulate --cluster` with the efficiency the runs measured.
+# synthetic data; then `simulate-cluster --cluster` with the efficiency the runs measured.
 #   bash benchmarks/gpu_check.sh [STORE]     (results in BENCHMARKS.md, "The GPU path")
 set -u
 S=${1:-gpu-check-store}
@@ -14,10 +14,10 @@ for x in allreduce fsdp zero1; do
   dmlbench run kjv-gpt $R --set max_steps=60 --exchange $x --set recipe.precision=bf16
 done
 dmlbench results --store $S
-dmlbench simulate imagenet-resnet50 --cluster dgx-h200 --nodes 1,8,32 --store $S --dtype tf32
-dmlbench simulate imagenet-resnet50 --cluster dgx-h200 --nodes 1,8,32 --store $S --dtype bf16
+dmlbench simulate-cluster imagenet-resnet50 --cluster dgx-h200 --nodes 1,8,32 --store $S --dtype tf32
+dmlbench simulate-cluster imagenet-resnet50 --cluster dgx-h200 --nodes 1,8,32 --store $S --dtype bf16
 # issue 54, item 2: one device's step time against its local batch (8 to 256), the
-# measured curve `simulate --cluster --curve` and `replay_mlperf.py --curve` take
+# measured curve `simulate-cluster --cluster --curve` and `replay_mlperf.py --curve` take
 dmlbench sweep benchmarks/sweeps/local-batch-curve.yaml --store $S
 dmlbench sweep benchmarks/sweeps/local-batch-curve-gpt.yaml --store $S
 python benchmarks/local_batch_curve.py --store $S --task imagenet-resnet50 --precision bf16 --out resnet50-curve-bf16.json

@@ -1029,7 +1029,14 @@ def png_outputs(tmp: Path) -> dict[str, Any]:
     for name in targets:
         path = name if name.startswith("/") else str(tmp / name)
         text, seconds, _ = _bounded(
-            "simulate", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1", "--png", path
+            "simulate-cluster",
+            "imagenet-resnet50",
+            "--cluster",
+            "dgx-a100",
+            "--nodes",
+            "1",
+            "--png",
+            path,
         )
         took = max(took, seconds)
         said.append(f"{name}: {_short(text, tmp)}")
@@ -1042,7 +1049,7 @@ def png_outputs(tmp: Path) -> dict[str, Any]:
         damage.append("/dev/full.png made")
         Path("/dev/full.png").unlink()
     return row(
-        "`simulate --cluster … --png` a symbolic link, a named pipe, a folder, /dev/full",
+        "`simulate-cluster --cluster … --png` a symbolic link, a named pipe, a folder, /dev/full",
         f"{'; '.join(damage) or 'nothing written'}; " + "; ".join(said),
         took,
         "the link's target, the device",
@@ -1318,13 +1325,13 @@ def small_inputs(tmp: Path) -> dict[str, Any]:
         "accelerators:\n  x: {name: x, peak_tflops: {fp32: 1e308}, memory_gb: 80,"
         " memory_bandwidth_gbs: 2000, source: s}\n"
     )
-    cluster = ("simulate", "imagenet-resnet50", "--cluster", "dgx-a100")
+    cluster = ("simulate-cluster", "imagenet-resnet50", "--cluster", "dgx-a100")
     cases = {
         "--hardware /dev/null": (*cluster, "--hardware", "/dev/null"),
         "--hardware FIFO": (*cluster, "--hardware", str(tmp / "pipe")),
         "--hardware /etc/shadow": (*cluster, "--hardware", "/etc/shadow"),
-        "a peak of 1e308": ("simulate", "x", "--cluster", "list", "--hardware", str(huge)),
-        "--cluster nope": ("simulate", "imagenet-resnet50", "--cluster", "nope"),
+        "a peak of 1e308": ("simulate-cluster", "x", "--cluster", "list", "--hardware", str(huge)),
+        "--cluster nope": ("simulate-cluster", "imagenet-resnet50", "--cluster", "nope"),
         "--nodes 10²¹": (*cluster, "--nodes", "1" + "0" * 21),
         "--price nan": ("simulate", "digits-mlp", "--price", "nan", "--store", str(tmp / "e")),
         "--price -1": ("simulate", "digits-mlp", "--price", "-1", "--store", str(tmp / "e")),

@@ -102,15 +102,15 @@ def test_a_hardware_file_is_read_within_bounds_and_never_echoed(dmlbench, tmp_pa
         (("--hardware", "/dev/null"), "is a device, not a regular file"),
         (("--hardware", str(huge)), "at most 1,000,000"),
         (("--nodes", "1" + "0" * 21), "node counts of at most 1,048,576"),
-        (("--cluster", "nope"), "see `dmlbench simulate --cluster list`"),
+        (("--cluster", "nope"), "see `dmlbench simulate-cluster --cluster list`"),
     ]
     for args, message in cases:
         cluster = () if "--cluster" in args else ("--cluster", "dgx-a100")
-        code, out, err = dmlbench("simulate", GOYAL_TASK, *cluster, *args)
+        code, out, err = dmlbench("simulate-cluster", GOYAL_TASK, *cluster, *args)
         assert code == 2 and message in err, (args, err)
         assert "secretsalt" not in out + err and len(err.strip().splitlines()) == 1, err
     code, _, err = dmlbench(
-        "simulate", GOYAL_TASK, "--cluster", "dgx-a100", "--devices-per-node", "100000000"
+        "simulate-cluster", GOYAL_TASK, "--cluster", "dgx-a100", "--devices-per-node", "100000000"
     )
     assert code == 2 and "1024" in err and "Traceback" not in err  # typer's usage error
 
@@ -215,7 +215,7 @@ def test_the_ddp_benchmark_replay_predicts_every_cell_from_the_one_gpu_step() ->
 def test_the_simulate_command_on_a_cluster_profile(dmlbench, tmp_path: Path) -> None:
     png = tmp_path / "scaling.png"
     code, out, err = dmlbench(
-        "simulate",
+        "simulate-cluster",
         GOYAL_TASK,
         "--cluster",
         "goyal2017-bigbasin",
@@ -230,16 +230,18 @@ def test_the_simulate_command_on_a_cluster_profile(dmlbench, tmp_path: Path) -> 
     assert "given (--efficiency)" in out and "published: 256 devices" in out
     assert png.stat().st_size > 10_000
     code, out, _ = dmlbench(
-        "simulate", GOYAL_TASK, "--cluster", "dgx-a100", "--nodes", "1,2", "--json"
+        "simulate-cluster", GOYAL_TASK, "--cluster", "dgx-a100", "--nodes", "1,2", "--json"
     )
     result = json.loads(out)
     assert [row["workers"] for row in result["rows"]] == [8, 16]
     assert result["efficiency_source"].startswith("assumed") and result["published"] == []
-    code, out, _ = dmlbench("simulate", GOYAL_TASK, "--cluster", "list")
+    code, out, _ = dmlbench("simulate-cluster", GOYAL_TASK, "--cluster", "list")
     assert code == 0 and "dgx-h100" in out and "goyal2017-bigbasin" in out
-    code, _, err = dmlbench("simulate", GOYAL_TASK, "--cluster", "dgx-h10")
+    code, _, err = dmlbench("simulate-cluster", GOYAL_TASK, "--cluster", "dgx-h10")
     assert code == 2 and err.count("\n") == 1 and "did you mean 'dgx-h100'" in err  # a usage error
-    code, _, err = dmlbench("simulate", GOYAL_TASK, "--cluster", "dgx-a100", "--dtype", "fp4")
+    code, _, err = dmlbench(
+        "simulate-cluster", GOYAL_TASK, "--cluster", "dgx-a100", "--dtype", "fp4"
+    )
     assert code == 2 and "no fp4 peak" in err and err.count("\n") == 1
 
 
@@ -317,7 +319,7 @@ def test_a_bad_curve_file_is_one_line(tmp_path: Path, text: str, says: str) -> N
 
     path = tmp_path / "curve.json"
     path.write_text(text)
-    args = ("simulate", GOYAL_TASK, "--cluster", "dgx-h200", "--curve", str(path))
+    args = ("simulate-cluster", GOYAL_TASK, "--cluster", "dgx-h200", "--curve", str(path))
     done = inside(*args, check=False)
     assert done.returncode != 0 and says in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

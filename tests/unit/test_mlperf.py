@@ -231,7 +231,7 @@ def test_simulate_predicts_time_to_train_from_imported_runs(tmp_path: Path) -> N
     submission(tmp_path, times=(60.0, 61.0, 62.0), name="box_n32", nodes=32, batch=4096, blocks=5)
     store = tmp_path / "store"
     inside("results", "--store", str(store), "--import-mlperf", str(tmp_path))
-    args = ("simulate", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,4,64")
+    args = ("simulate-cluster", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,4,64")
     done = inside(*args, "--store", str(store), "--converge-from", "mlperf/resnet", "--json")
     result = json.loads(done.stdout)
     convergence = result["convergence"]

@@ -166,7 +166,14 @@ OUTPUT_CALLS = {
     ("report", "out"): ("report", "--store", "{store}", "--out"),
     ("report", "png"): ("report", "--store", "{store}", "--png"),
     ("export", "out"): ("export", "--store", "{store}", "--out"),
-    ("simulate", "png"): ("simulate", "imagenet-resnet50", "--cluster", "dgx-a100", "--png"),
+    ("simulate", "png"): ("simulate", "digits-mlp", "--store", "{store}", "--png"),
+    ("simulate-cluster", "png"): (
+        "simulate-cluster",
+        "imagenet-resnet50",
+        "--cluster",
+        "dgx-a100",
+        "--png",
+    ),
     ("slurm", "out"): ("slurm", "digits-mlp", "--out"),
     ("k8s", "out"): ("k8s", "digits-mlp", "--image", "img", "--out"),
 }
@@ -243,7 +250,7 @@ def test_every_output_option_refuses_what_is_not_a_regular_file_or_folder(
 def test_simulate_writes_its_png_at_exactly_the_path_given(dmlbench, tmp_path: Path) -> None:
     target = tmp_path / "scaling"  # no suffix: matplotlib would have written scaling.png
     code, _, err = dmlbench(
-        "simulate",
+        "simulate-cluster",
         "imagenet-resnet50",
         "--cluster",
         "dgx-a100",

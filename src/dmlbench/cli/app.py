@@ -15,12 +15,24 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from dmlbench.cli import bench, dask, jobs, predict, reports, results, run, sweeps, tasks
+from dmlbench.cli import (
+    bench,
+    cluster,
+    dask,
+    jobs,
+    predict,
+    reports,
+    results,
+    run,
+    sweeps,
+    tasks,
+)
 from dmlbench.cli.options import Command, Group, err_console, flag
 from dmlbench.errors import DmlbenchError
 from dmlbench.names import shorten
@@ -34,22 +46,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-COMMANDS = (
-    tasks.tasks,
-    tasks.spec,
-    run.run,
-    results.results,
-    sweeps.sweep,
-    reports.report,
-    reports.compare,
-    reports.export,
-    predict.simulate,
-    predict.advise,
-    jobs.slurm,
-    jobs.k8s,
-)
-for command in COMMANDS:
-    app.command(cls=Command)(command)
+COMMANDS: dict[str, Callable[..., None]] = {
+    "tasks": tasks.tasks,
+    "spec": tasks.spec,
+    "run": run.run,
+    "results": results.results,
+    "sweep": sweeps.sweep,
+    "report": reports.report,
+    "compare": reports.compare,
+    "export": reports.export,
+    "simulate": predict.simulate,
+    "simulate-cluster": cluster.simulate_cluster,
+    "advise": predict.advise,
+    "slurm": jobs.slurm,
+    "k8s": jobs.k8s,
+}
+for name, command in COMMANDS.items():
+    app.command(name, cls=Command)(command)
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(dask.dask_app, name="dask")
 

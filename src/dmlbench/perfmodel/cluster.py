@@ -75,7 +75,7 @@ def task_cost(task: str, local_batch: int | None = None) -> TaskCost:
     if shape is None or outputs is None:
         raise SpecError(
             f"{task} declares no input shape, so its step cannot be counted without its "
-            "data; simulate it from its runs instead (no --cluster)"
+            "data; simulate it from its runs instead (dmlbench simulate)"
         )
     return model_cost(
         task,
@@ -312,7 +312,7 @@ def simulate_cluster(
     curve: Sequence[Sequence[float]] | None = None,
     algorithm: str = "ring",
 ) -> dict[str, Any]:
-    """`dmlbench simulate TASK --cluster PROFILE`: the scaling table and where its inputs
+    """`dmlbench simulate-cluster TASK --cluster PROFILE`: the scaling table and where its inputs
     came from. Compute comes, first found, from a measured ``curve`` of the device's
     step against its local batch, a measured ``samples_per_s`` of one device at the
     local batch, ``efficiency`` × the peak, the task's runs on that device, or the
@@ -340,7 +340,7 @@ def simulate_cluster(
             raise SpecError(
                 f"the task's runs on {cluster.accelerator.name} reached {share:.0%} of its "
                 f"{dtype} peak: they ran on tensor cores (torch runs float32 convolutions in "
-                "TF32 by default); simulate with --dtype tf32"
+                "TF32 by default); simulate-cluster with --dtype tf32"
             )
     else:
         share, source = DEFAULT_EFFICIENCY, f"assumed: dmlbench's default {DEFAULT_EFFICIENCY:.0%}"

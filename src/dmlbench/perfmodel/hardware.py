@@ -113,7 +113,10 @@ class Hardware(StrictModel):
         if key not in self.clusters:
             raise SpecError(
                 unknown(
-                    "cluster profile", key, self.clusters, "see `dmlbench simulate --cluster list`"
+                    "cluster profile",
+                    key,
+                    self.clusters,
+                    "see `dmlbench simulate-cluster --cluster list`",
                 )
             )
         profile = self.clusters[key]

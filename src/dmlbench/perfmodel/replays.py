@@ -3,7 +3,7 @@
 Each replay takes its inputs from the paper (hardware, model, batch, network), fits
 nothing to the figures it predicts, and returns :class:`Cell` rows: the published figure,
 the prediction and the relative error. ``benchmarks/replay_*.py`` print them;
-``dmlbench simulate --cluster`` draws a replay's points beside its own curve.
+``dmlbench simulate-cluster --cluster`` draws a replay's points beside its own curve.
 
 - :func:`goyal`: Goyal et al. 2017 (ResNet-50 on Big Basin servers of 8 P100s, 50 Gbit/s
   Ethernet between them). Compute is calibrated from their single-server baseline (29
@@ -158,7 +158,7 @@ def goyal_sensitivity(hardware: Hardware, cost: TaskCost) -> list[dict[str, Any]
 
 def published_points(task: str, cluster: str) -> list[dict[str, Any]]:
     """The published (devices, speedup over one node) a replay has for ``task`` on the
-    ``cluster`` profile, for `dmlbench simulate --cluster`'s figure and table."""
+    ``cluster`` profile, for `dmlbench simulate-cluster --cluster`'s figure and table."""
     if (task, cluster) == (GOYAL_TASK, GOYAL_CLUSTER):
         epoch_8 = GOYAL_BASELINE_S / GOYAL_EPOCHS
         return [

@@ -638,7 +638,7 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
 
 
 def cluster_scaling(result: dict) -> Figure:
-    """`dmlbench simulate --cluster`: predicted speedup and efficiency against devices,
+    """`dmlbench simulate-cluster --cluster`: predicted speedup and efficiency against devices,
     with a replay's published points where one matches the task and cluster."""
     info = result["cluster"]
     fig, (speed, share) = _figure(

@@ -91,7 +91,7 @@ def prediction_table(result: dict[str, Any]) -> Table:
 
 
 def cluster_table(result: dict[str, Any]) -> Group:
-    """`dmlbench simulate TASK --cluster PROFILE`: the scaling table and its inputs."""
+    """`dmlbench simulate-cluster TASK --cluster PROFILE`: the scaling table and its inputs."""
     info = result["cluster"]
     table = Table(
         title=escape(f"{result['task']} on {info['name']}: weak scaling, DDP overlap"),
@@ -183,7 +183,7 @@ def _time_to_train_table(result: dict[str, Any]) -> Table:
 
 
 def hardware_table(hardware: Any) -> Group:
-    """`dmlbench simulate TASK --cluster list`: the cluster profiles, then their sources."""
+    """`dmlbench simulate-cluster TASK --cluster list`: the cluster profiles, then their sources."""
     table = Table(
         title="cluster profiles: --cluster NAME (your own: --hardware FILE)", title_justify="left"
     )

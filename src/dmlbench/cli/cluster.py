@@ -1,0 +1,205 @@
+"""`dmlbench simulate-cluster`: a task on a cluster you do not have, from its hardware
+profile, with time to train; and `advise --cluster`'s plan on the same model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dmlbench.cli.options import (
+    JsonOption,
+    StoreOption,
+    checked_output,
+    console,
+    open_store,
+    print_json,
+    store_path,
+)
+
+
+def simulate_cluster(
+    task: Annotated[str, typer.Argument(help="task to predict")],
+    cluster: Annotated[
+        str,
+        typer.Option(
+            help="a hardware profile (dgx-a100, goyal2017-bigbasin, …; `--cluster list`): "
+            "compute from the task's FLOPs and the device's peak, links from the profile, "
+            "DDP's overlap; no store needed"
+        ),
+    ],
+    devices_per_node: Annotated[
+        int | None,
+        typer.Option(help="devices per node (default: the profile's)", min=1, max=1024),
+    ] = None,
+    efficiency: Annotated[
+        float | None,
+        typer.Option(
+            help="the share of the peak a step achieves (default: a run of "
+            "the task on that device in the store, else 40%)",
+            min=0.001,
+            max=1.0,
+        ),
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="the peak's dtype")] = "fp32",
+    hardware: Annotated[Path | None, typer.Option(help="your own hardware YAML, added")] = None,
+    local_batch: Annotated[
+        int | None,
+        typer.Option(help="each device's batch (default: the recipe's)", min=1, max=2**20),
+    ] = None,
+    samples_per_s: Annotated[
+        float | None,
+        typer.Option(
+            help="one device's measured samples/s at the local batch, in place of --efficiency",
+            min=1e-6,
+            max=1e12,
+        ),
+    ] = None,
+    curve: Annotated[
+        Path | None,
+        typer.Option(
+            help="one device's measured step time against its local batch "
+            "(JSON [[batch, seconds], ...], from benchmarks/local_batch_curve.py), in place "
+            "of --efficiency: the compute at any --local-batch"
+        ),
+    ] = None,
+    converge_from: Annotated[
+        str | None,
+        typer.Option(
+            help="fit samples to the target against the global batch on "
+            "this task's runs in the store (default: the task's own; e.g. mlperf/resnet "
+            "after `results --import-mlperf`)"
+        ),
+    ] = None,
+    nodes: Annotated[str, typer.Option(help="node counts, e.g. 1,2,4,8")] = "1,2,4,8",
+    algorithm: Annotated[
+        str, typer.Option(help="ring (flat, gloo's) or hierarchical (NCCL's shape)")
+    ] = "ring",
+    store: StoreOption = None,
+    png: Annotated[
+        Path | None,
+        typer.Option(
+            help="write the scaling plot here (PNG)", callback=checked_output("--png file")
+        ),
+    ] = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Predict a task on a cluster's hardware profile: step time, speedup, efficiency
+    and time to train by --nodes, beside the published results the profile cites.
+
+    Compute from the task's FLOPs and the device's peak (or a measured speed or curve),
+    links from the profile, DDP's overlap; samples to the target fitted on the store's
+    runs (--converge-from). `--cluster list` lists the profiles.
+    """
+    from dmlbench.cli.views.predictions import cluster_table, hardware_table
+    from dmlbench.perfmodel.cluster import read_curve
+    from dmlbench.perfmodel.hardware import load_hardware
+    from dmlbench.perfmodel.replays import published_points
+
+    if cluster == "list":
+        console.print(hardware_table(load_hardware(hardware)))
+        return
+    result = _cluster_time_to_train(
+        task,
+        cluster,
+        nodes,
+        store_path(store),
+        converge_from,
+        devices_per_node=devices_per_node,
+        hardware_file=hardware,
+        efficiency=efficiency,
+        dtype=dtype,
+        local_batch=local_batch,
+        samples_per_s=samples_per_s,
+        curve=read_curve(curve) if curve is not None else None,
+        algorithm=algorithm,
+    )
+    result["published"] = published_points(task, cluster)
+    if json_out:
+        print_json(result)
+    else:
+        console.print(cluster_table(result))
+    if png:
+        from dmlbench.files import write_figure
+        from dmlbench.report.figures import cluster_scaling
+
+        write_figure(cluster_scaling(result), png, "--png file")
+        console.print(f"scaling plot: {png}", markup=False, soft_wrap=True)
+
+
+def _cluster_time_to_train(
+    task: str,
+    cluster: str,
+    nodes: str,
+    store: Path,
+    converge_from: str | None,
+    **options: Any,
+) -> dict[str, Any]:
+    """`simulate-cluster` and `advise --cluster`: the task on the profile, calibrated
+    from its runs in ``store``, with time to train fitted on ``converge_from``'s runs
+    (the task's own by default)."""
+    from dmlbench.launch.request import worker_counts
+    from dmlbench.perfmodel.cluster import add_time_to_train, simulate_cluster
+
+    stored = open_store(store) if store.exists() else None
+    runs = stored.runs(task=task) if stored else []
+    counts = worker_counts(nodes, "--nodes", "node counts")
+    result = simulate_cluster(task, cluster, counts, runs=runs, **options)
+    source = converge_from or task
+    converged = stored.runs(task=source) if stored and source != task else runs
+    add_time_to_train(result, converged, source)
+    return result
+
+
+def advise_cluster(
+    task: str,
+    cluster: str,
+    nodes: str,
+    deadline: float | None,
+    budget: float | None,
+    converge_from: str | None,
+    curve: Path | None,
+    dtype: str,
+    local_batch: int | None,
+    store: Path,
+    price: str | None,
+    prices: Path | None,
+    json_out: bool,
+    algorithm: str = "ring",
+) -> None:
+    """`advise TASK --cluster PROFILE --deadline S | --budget X`: the same model as
+    `simulate-cluster` with time to train, a row per node count, and the choice."""
+    from dmlbench.cli.views.predictions import plan_table
+    from dmlbench.errors import SpecError
+    from dmlbench.perfmodel.cluster import plan_cluster, read_curve
+    from dmlbench.prices import choose_price
+
+    if deadline is None and budget is None:
+        raise SpecError("advise --cluster plans for a --deadline (seconds), a --budget, or both")
+    result = _cluster_time_to_train(
+        task,
+        cluster,
+        nodes,
+        store,
+        converge_from,
+        dtype=dtype,
+        local_batch=local_batch,
+        curve=read_curve(curve) if curve is not None else None,
+        algorithm=algorithm,
+    )
+    chosen = choose_price(price, prices)
+    plan = plan_cluster(result, chosen.per_worker_hour, deadline, budget)
+    plan.update(
+        task=task,
+        cluster=result["cluster"],
+        price={"name": chosen.name, "per_device_hour": chosen.per_worker_hour},
+        compute=result["efficiency_source"],
+        convergence=result["convergence"],
+        local_batch=result["local_batch"],
+        algorithm=result["algorithm"],
+    )
+    if json_out:
+        print_json(plan)
+    else:
+        console.print(plan_table(plan))
