@@ -97,3 +97,17 @@ def test_results_upgrade_says_what_it_did(tmp_path: Path, dmlbench) -> None:
     assert f"store format {SCHEMA_VERSION}" in out and "1 abandoned run stored" in out
     code, out, _ = dmlbench("results", "--upgrade", "--store", str(tmp_path / "none"))
     assert code == 2 and not (tmp_path / "none").exists()
+
+
+def test_verbose_shows_what_the_library_logs_and_quiet_does_not(tmp_path: Path, dmlbench) -> None:
+    import logging
+
+    _abandoned_run(tmp_path)
+    code, _, err = dmlbench("results", "--upgrade", "--store", str(tmp_path / "none"))
+    assert code == 2 and "dmlbench.results.store" not in err
+    code, out, err = dmlbench("-v", "results", "--upgrade", "--store", str(tmp_path))
+    assert code == 0 and "dmlbench.results.store" in err and "ready to write" in err
+    assert "ready to write" not in out  # logs go to stderr; what is printed for people stays
+    logger = logging.getLogger("dmlbench")
+    logger.handlers[:], logger.propagate = [logging.NullHandler()], True
+    logger.setLevel(logging.NOTSET)

@@ -13,6 +13,7 @@ Each command family lives in a module of its own; this one registers them.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from dmlbench.cli import (
     sweeps,
     tasks,
 )
-from dmlbench.cli.options import Command, Group, err_console, flag
+from dmlbench.cli.options import Command, Group, err_console, flag, show_logs
 from dmlbench.errors import DmlbenchError
 from dmlbench.names import shorten
 
@@ -81,8 +82,20 @@ def _root(
         bool,
         flag("--version", callback=_version, is_eager=True, help="print the version"),
     ] = False,
+    verbose: Annotated[
+        int,
+        typer.Option(
+            "--verbose",
+            "-v",
+            count=True,
+            metavar="",
+            help="show what the library logs on stderr: -v what it does, -vv its details",
+        ),
+    ] = 0,
 ) -> None:
     """Benchmark distributed data-parallel training: time to accuracy, phases, scaling."""
+    if verbose:
+        show_logs(logging.INFO if verbose == 1 else logging.DEBUG)
 
 
 def main() -> None:

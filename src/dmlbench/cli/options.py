@@ -25,6 +25,21 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+def show_logs(level: int) -> None:
+    """The library's log records (``logging``, under ``dmlbench``) on stderr at
+    ``level``; what the CLI prints for people stays on the consoles."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err_console, show_path=False, markup=False)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger = logging.getLogger("dmlbench")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
+
+
 def flag(*names: str, **options: Any) -> Any:
     """A flag's ``typer.Option``: typer writes a value type beside every option in
     --help (``<bool>`` for a flag, as if it took a value); an empty metavar shows none."""

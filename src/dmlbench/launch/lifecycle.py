@@ -9,6 +9,7 @@ This module imports none of the launch paths; they import it."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from dmlbench.system import sigterm_interrupts
 from dmlbench.tasks import get_task
 
 ProgressFn = Callable[[list[Event]], None]
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,7 @@ def execute(
     a bug) stores it, or, when the store cannot be written, raises ``ResultsNotStored``
     naming the folder that keeps it.
     """
+    LOG.debug("%s: preparing", type(launcher).__name__)
     extra = launcher.prepare(store)
     run = OpenedRun(
         *open_run(
@@ -347,6 +350,7 @@ def execute(
             environment_extra=extra,
         )
     )
+    LOG.info("run %s opened in %s (%s)", run.run_id, run.run_dir, type(launcher).__name__)
     watcher = Watcher(NodesTail(launcher.event_logs(run)), progress) if progress else None
     recorded = True
 
@@ -356,6 +360,12 @@ def execute(
             watcher.done.set()
             watcher.join()
         recorded = launcher.record(store, run, attempt)
+        LOG.info(
+            "run %s ended %s%s",
+            run.run_id,
+            attempt.status,
+            "" if recorded else " (not recorded here)",
+        )
 
     with contextlib.ExitStack() as outer:
         if launcher.sigterm_interrupts:
@@ -365,6 +375,7 @@ def execute(
             if watcher:
                 watcher.start()
             launcher.start(run, held)
+            LOG.debug("run %s: started; waiting", run.run_id)
             launcher.wait(attempt)
     return RunOutcome(
         run.run_id,

@@ -6,6 +6,7 @@ nodes, one node of a job across hosts, or local workers), then the shared pipeli
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import SpecError
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # the Slurm path is imported where it runs
     from dmlbench.launch.slurm import SlurmJob
 
 __all__ = ["ProgressFn", "RunOutcome", "run_benchmark"]
+LOG = logging.getLogger(__name__)
 
 
 def run_benchmark(
@@ -65,6 +67,7 @@ def run_benchmark(
     spec.check_threads()  # before the peak probe or a worker runs with them
     chosen_start_method()  # a bad DMLBENCH_START_METHOD is refused before anything runs
     path = launch_path(spec.nodes, rendezvous is not None, slurm)
+    LOG.info("launch path: %s", path)
     launcher: Launcher
     if path == "slurm":
         from dmlbench.launch.slurm import SlurmLauncher

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
 import sqlite3
@@ -44,6 +45,7 @@ from dmlbench.results.records import (
 from dmlbench.results.rundir import OUTCOME_FILE, LauncherLock, launcher_holds, read_json
 from dmlbench.system import pid_alive
 
+LOG = logging.getLogger(__name__)
 STORE_ENV = "DMLBENCH_STORE"
 DB_FILE = "dmlbench.sqlite"
 # Held (flock) while a process creates or upgrades the store's tables: two launchers
@@ -259,10 +261,12 @@ class ResultsStore:
             with _one_at_a_time(self.root / SETUP_LOCK), self._connect(write=True) as db:
                 _migrate(db, self.path)
             marked = self._mark_abandoned()
+            LOG.info("store %s ready to write; %d abandoned runs marked", self.path, marked)
         except StoreError as error:
             if not self.path.is_file():
                 raise
             self.read_only = str(error)  # e.g. a full disk: what is stored can still be read
+            LOG.info("store %s is read-only: %s", self.path, error)
         return marked
 
     @contextmanager
@@ -755,6 +759,7 @@ def _migrate(db: sqlite3.Connection, path: Path) -> None:
             f"this one writes {SCHEMA_VERSION}); upgrade dmlbench to add runs to it"
         )
     for table, name, sql_type in _missing_columns(db):
+        LOG.info("store %s: adding column %s.%s", path, table, name)
         db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
     db.executescript(SCHEMA)
     db.execute("CREATE INDEX IF NOT EXISTS runs_sweep ON runs(sweep, run_key)")
