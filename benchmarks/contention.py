@@ -86,11 +86,11 @@ def main() -> None:
     print(f"{'store':6} {'N':>2} {'step ms':>8} {'wait':>6} {'others':>7}  verdict")
     for name, store in (("quiet", quiet), ("busy", busy)):
         for r in ResultsStore(store).runs():
-            c = r.summary.get("contention") or {}
+            c = r.summary.contention or {}
             m = (c.get("machines") or [{}])[0]
             verdict = {True: "disturbed", False: "undisturbed"}.get(r.disturbed, "not measured")
             print(
-                f"{name:6} {r.workers:>2} {r.summary['step_time_s'] * 1e3:8.2f} "
+                f"{name:6} {r.workers:>2} {r.summary.step_time_s * 1e3:8.2f} "
                 f"{c.get('wait_share_max') or 0:6.0%} {m.get('outside_cores') or 0:7.2f}  "
                 f"{verdict}"
             )

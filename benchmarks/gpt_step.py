@@ -121,12 +121,12 @@ def main():
     outcome = run_benchmark(spec, store, echo=False)
     row = store.runs(outcome.run_id)[0]
     summary = row.summary
-    steady = summary["phases_steady"][0]
-    step_s = sum(v for k, v in steady.items() if k != "eval") / summary["steady_steps"]
+    steady = summary.phases_steady[0]
+    step_s = sum(v for k, v in steady.items() if k != "eval") / summary.steady_steps
     print(json.dumps({
         "status": outcome.status, "step_s": step_s, "batch": row.local_batch,
-        "flops_per_step": summary["flops_per_step"], "peak": summary["peak_flops_per_s"],
-        "peak_source": summary["peak_source"], "threads": summary["threads_per_worker"],
+        "flops_per_step": summary.flops_per_step, "peak": summary.peak_flops_per_s,
+        "peak_source": summary.peak_source, "threads": summary.threads_per_worker,
         "disturbed": row.disturbed,
     }))
 

@@ -58,12 +58,12 @@ def main():
     outcome = run_benchmark(spec, store, echo=False)
     row = store.runs(outcome.run_id)[0]
     shares = []
-    for phases in row.summary["phases_steady"]:
+    for phases in row.summary.phases_steady:
         train = {k: v for k, v in phases.items() if k != "eval"}
         shares.append(train["data"] / sum(train.values()))
     print(json.dumps({
         "status": outcome.status, "data_share": shares,
-        "step_s": row.summary["global_batch"] / row.throughput if row.throughput else None,
+        "step_s": row.summary.global_batch / row.throughput if row.throughput else None,
         "loader_processes": spec.loader_processes_per_worker(), "disturbed": row.disturbed,
     }))
 

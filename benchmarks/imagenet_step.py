@@ -117,13 +117,13 @@ def main():
     outcome = run_benchmark(spec, store, echo=False)
     row = store.runs(outcome.run_id)[0]
     summary = row.summary
-    steady = summary["phases_steady"][0]
-    step_s = sum(v for k, v in steady.items() if k != "eval") / summary["steady_steps"]
+    steady = summary.phases_steady[0]
+    step_s = sum(v for k, v in steady.items() if k != "eval") / summary.steady_steps
     print(json.dumps({
         "status": outcome.status, "step_s": step_s,
-        "flops_per_step": summary["flops_per_step"], "peak": summary["peak_flops_per_s"],
-        "peak_source": summary["peak_source"], "threads": summary["threads_per_worker"],
-        "channels_last": summary["channels_last"], "disturbed": row.disturbed,
+        "flops_per_step": summary.flops_per_step, "peak": summary.peak_flops_per_s,
+        "peak_source": summary.peak_source, "threads": summary.threads_per_worker,
+        "channels_last": summary.channels_last, "disturbed": row.disturbed,
     }))
 
 if __name__ == "__main__":

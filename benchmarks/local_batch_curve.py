@@ -27,7 +27,7 @@ def curve(store: Path, task: str, precision: str) -> list[list[float]]:
     by_batch: dict[int, list[float]] = {}
     for run in ResultsStore(store).runs(task=task):
         recipe = run.spec.get("recipe") or {}
-        step = run.summary.get("step_time_s")
+        step = run.summary.step_time_s
         if run.finished and run.workers == 1 and recipe.get("precision") == precision and step:
             by_batch.setdefault(run.local_batch, []).append(float(step))
     return [[float(b), statistics.median(s)] for b, s in sorted(by_batch.items())]

@@ -97,29 +97,27 @@ def _run(store: Path, workers: int, exchange: str, options: dict, allocator: str
     summary = run.summary
     measured = max(
         peak - start
-        for peak, start in zip(
-            summary["training_peak_bytes"], summary["memory_start_bytes"], strict=True
-        )
+        for peak, start in zip(summary.training_peak_bytes, summary.memory_start_bytes, strict=True)
     )
     predicted = predicted_bytes(
-        MemoryAccount.from_summary(summary["memory_account"]), exchange, workers, options
+        MemoryAccount.from_summary(summary.memory_account), exchange, workers, options
     )
-    context = summary.get("tokens_per_sample") or 0
+    context = summary.tokens_per_sample or 0
     return {
         "strategy": label(exchange, options),
         "workers": workers,
-        "step_ms": 1000 * summary["step_time_s"],
-        "tokens_per_s_per_worker": summary["samples_per_s_per_worker"] * context,
-        "utilisation": summary.get("utilisation"),
+        "step_ms": 1000 * summary.step_time_s,
+        "tokens_per_s_per_worker": summary.samples_per_s_per_worker * context,
+        "utilisation": summary.utilisation,
         "measured_mib": measured / MIB,
         "predicted_mib": predicted["total"] / MIB,
         "predicted_parts_mib": {
             k: v / MIB for k, v in predicted.items() if k not in ("total", "other", "at")
         },
         "predicted_at": "backward" if predicted["at"] else "optimizer step",
-        "optimizer_state_mib": max(summary["optimizer_state_bytes"]) / MIB,
-        "account_mib": {k: v / MIB for k, v in summary["memory_account"].items()},
-        "disturbed": bool(summary.get("disturbed")),
+        "optimizer_state_mib": max(summary.optimizer_state_bytes) / MIB,
+        "account_mib": {k: v / MIB for k, v in summary.memory_account.items()},
+        "disturbed": bool(summary.disturbed),
     }
 
 

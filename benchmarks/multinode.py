@@ -94,8 +94,8 @@ def train(
 
 
 def compute_per_step(summary: dict[str, Any]) -> float:
-    per_rank = [sum(r[p] for p in COMPUTE) for r in summary["phases_steady"]]
-    return statistics.mean(per_rank) / summary["steady_steps"]
+    per_rank = [sum(r[p] for p in COMPUTE) for r in summary.phases_steady]
+    return statistics.mean(per_rank) / summary.steady_steps
 
 
 def main() -> int:
@@ -126,15 +126,15 @@ def main() -> int:
     base = {task: train(store, task, 1, None, steps, data) for task, (steps, data) in tasks.items()}
     one_host = {
         task: cluster_allreduce_time(
-            "ring", 4, summary["gradient_bytes"], Link(float("inf")), Layout(1), calibration
+            "ring", 4, summary.gradient_bytes, Link(float("inf")), Layout(1), calibration
         )
         for task, summary in base.items()
     }
-    compute = {task: summary["step_time_s"] - one_host[task] for task, summary in base.items()}
+    compute = {task: summary.step_time_s - one_host[task] for task, summary in base.items()}
     for task, summary in base.items():
         print(
-            f"{task}: {summary['gradient_bytes'] / 1e6:.3f} MB of gradients, step "
-            f"{summary['step_time_s'] * 1e3:.1f} ms at 1×4 of which compute phases "
+            f"{task}: {summary.gradient_bytes / 1e6:.3f} MB of gradients, step "
+            f"{summary.step_time_s * 1e3:.1f} ms at 1×4 of which compute phases "
             f"{compute_per_step(summary) * 1e3:.1f} ms; network-independent part "
             f"{compute[task] * 1e3:.1f} ms"
         )
@@ -160,8 +160,8 @@ def main() -> int:
                 "task": task,
                 "network": "-",
                 "layout": "1×4",
-                "step_s": summary["step_time_s"],
-                "comm_share": summary["phase_shares"]["comm"]["mean"],
+                "step_s": summary.step_time_s,
+                "comm_share": summary.phase_shares["comm"]["mean"],
             }
         )
     for network in NETWORKS:
@@ -193,15 +193,15 @@ def main() -> int:
                     compute[task] = fresh["step_time_s"] - one_host[task]
                 summary = train(store, task, nodes, network, steps, data)
                 comm = cluster_allreduce_time(
-                    "ring", 4, summary["gradient_bytes"], link, layout, calibration
+                    "ring", 4, summary.gradient_bytes, link, layout, calibration
                 )
                 training.append(
                     {
                         "task": task,
                         "network": network,
                         "layout": f"{nodes}×{per_node}",
-                        "step_s": summary["step_time_s"],
-                        "comm_share": summary["phase_shares"]["comm"]["mean"],
+                        "step_s": summary.step_time_s,
+                        "comm_share": summary.phase_shares["comm"]["mean"],
                     }
                 )
                 model_rows.append(
@@ -210,7 +210,7 @@ def main() -> int:
                         "layout": f"{nodes}×{per_node}",
                         "what": f"{task} step",
                         "predicted_s": compute[task] + comm,
-                        "measured_s": summary["step_time_s"],
+                        "measured_s": summary.step_time_s,
                     }
                 )
     print("\n| task | inter-node | layout | step ms | comm share |")
@@ -243,9 +243,7 @@ def main() -> int:
                 "calibration": calibration.__dict__,
                 "compute_s": compute,
                 "training": training,
-                "gradient_bytes": {
-                    task: summary["gradient_bytes"] for task, summary in base.items()
-                },
+                "gradient_bytes": {task: summary.gradient_bytes for task, summary in base.items()},
                 "model": model_rows,
                 "median_abs_error": median,
             },

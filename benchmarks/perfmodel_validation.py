@@ -25,6 +25,7 @@ from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel import Link, allreduce_time, calibrate_comm
 from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
+from dmlbench.results.records import RunSummary
 
 BANDWIDTHS = ("50mbit", "200mbit", "1gbit")
 LATENCIES = ("1ms", "5ms")
@@ -67,12 +68,12 @@ def train(store: ResultsStore, network: dict, steps: int) -> dict:
     return outcome.summary
 
 
-def compute_per_step(summary: dict) -> float:
+def compute_per_step(summary: RunSummary) -> float:
     per_rank = [
         sum(r[p] for p in ("data", "forward", "backward", "optimizer"))
-        for r in summary["phases_steady"]
+        for r in summary.phases_steady
     ]
-    return statistics.mean(per_rank) / summary["steady_steps"]
+    return statistics.mean(per_rank) / summary.steady_steps
 
 
 def main() -> int:
@@ -110,9 +111,7 @@ def main() -> int:
                 )
             summary = train(store, network, args.steps)
             predicted = compute + allreduce_time("ring", 2, grads, link, calibration)
-            rows.append(
-                (f"{bandwidth} {latency}", "training step", predicted, summary["step_time_s"])
-            )
+            rows.append((f"{bandwidth} {latency}", "training step", predicted, summary.step_time_s))
     print("| network | what | predicted ms | measured ms | error |")
     print("|---|---|---|---|---|")
     errors = []

@@ -82,11 +82,11 @@ def test_synthetic_data_measures_throughput_and_reads_nothing(
         f"data_dir={tmp_path / 'nothing here'}",  # no CIFAR-10 needed
     )
     assert outcome.status == row.status == "throughput" and row.steps == 6
-    assert row.summary["steady_steps"] == 4 and row.throughput > 0
+    assert row.summary.steady_steps == 4 and row.throughput > 0
     events = read_events(Path(outcome.run_dir) / EVENTS_FILE)
     assert not [e for e in events if e["key"] == "eval_accuracy"]  # nothing to evaluate
     assert row.deviations["synthetic_data"] == {"reference": False, "actual": True}
-    assert row.summary["noise_scale"] is None  # one fixed batch a worker: no noise to measure
+    assert row.summary.noise_scale is None  # one fixed batch a worker: no noise to measure
     # a synthetic run calibrates a prediction: FLOPs and gradient bytes are the model's
     inside(
         "bench",

@@ -47,7 +47,7 @@ def test_two_workers_train_the_language_model_to_a_loss_target(
     assert 0 < evaluation.loss < 50 and 0 <= evaluation.metric <= 1
     summary = inside("results", outcome.run_id, "--store", str(store.root)).stdout
     assert "time to loss 50" in summary and "best loss" in summary
-    assert (run.summary.get("flops_per_step") or 0) > 0  # attention included (unit tests)
+    assert (run.summary.flops_per_step or 0) > 0  # attention included (unit tests)
 
 
 def _weights(store: ResultsStore, kjv: Path, exchange: str, *extra: str) -> dict:

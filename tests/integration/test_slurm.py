@@ -56,9 +56,9 @@ def test_one_sbatch_job_trains_across_two_hosts(slurm, tmp_path: Path) -> None:
     assert slurm.wait(job) == "COMPLETED", _output(store)
     (run,) = _runs(store)
     assert run.finished and run.workers == 2 and run.spec["nodes"] == 2, run.error
-    hosts = run.summary["hosts"]
+    hosts = run.summary.hosts
     assert sorted(set(hosts)) == sorted(slurm.addresses)  # one worker on each host
-    assert run.summary["slurm_job"] == job
+    assert run.summary.slurm_job == job
     nodes = Path(run.run_dir) / "nodes"
     assert (nodes / "node0").is_dir() and (nodes / "node1").is_dir()
 

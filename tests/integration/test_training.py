@@ -88,7 +88,7 @@ def test_run_reaches_target_and_is_stored_with_history(store: ResultsStore) -> N
     assert row.time_to_accuracy_s == pytest.approx(row.evals[-1].elapsed_s)
     assert row.time_to_accuracy_compute_s < row.time_to_accuracy_s
     assert [p.rank for p in row.phases].count(1) == 6  # 5 step phases + eval
-    shares = row.summary["phase_shares"]
+    shares = row.summary.phase_shares
     assert sum(shares[p]["mean"] for p in shares) == pytest.approx(1.0)
     assert row.environment["cores"] >= 1 and row.environment["torch"] == torch.__version__
     assert row.spec["workers"] == 2 and row.seed == 0
@@ -175,12 +175,12 @@ def test_user_task_from_a_plugin_module(store: ResultsStore) -> None:
 
 def test_ddp_reports_the_communication_it_could_not_hide(store: ResultsStore) -> None:
     _, row = _run(store, "synthetic-mlp", 2, "exchange=ddp", "max_epochs=1")
-    shares = row.summary["phase_shares"]
+    shares = row.summary.phase_shares
     # A tiny model fills one gradient bucket, launched when backward compute ends: its
     # all-reduce cannot overlap anything, so it shows up as comm, not as backward.
     assert shares["comm"]["mean"] > 0.05
     assert sum(s["mean"] for s in shares.values()) == pytest.approx(1.0)
-    assert row.summary["comm_overlapped"] is True
+    assert row.summary.comm_overlapped is True
 
 
 @pytest.fixture
@@ -209,7 +209,7 @@ def test_a_run_beside_a_cpu_hog_is_marked_disturbed(
         "recipe.time_budget_s=2",
         "stop_at_target=false",
     )
-    contention = row.summary["contention"]
+    contention = row.summary.contention
     assert row.disturbed is True, contention
     assert contention["wait_share_max"] >= WAIT_SHARE
     assert contention["machines"][0]["outside_cores"] >= OUTSIDE_CORES
@@ -287,13 +287,13 @@ def test_bytes_per_step_follow_each_algorithm(
         f"exchange_options={options}",
     )
     summary = row.summary
-    assert summary["parameters"] == P
+    assert summary.parameters == P
     steps = row.steps
     expected = bytes_per_step * steps + bytes_per_eval * len(row.evals)
     if exchange == "powersgd":
         expected += 2 * (4 * P - bytes_per_step)  # the first two steps all-reduce in full
-    assert summary["bytes_sent"] == [expected, expected]
-    assert summary["bytes_per_step"] == pytest.approx(expected / steps)
+    assert summary.bytes_sent == [expected, expected]
+    assert summary.bytes_per_step == pytest.approx(expected / steps)
 
 
 def test_powersgd_at_full_rank_is_the_all_reduce(store: ResultsStore) -> None:
@@ -358,7 +358,7 @@ def test_gossip_on_the_complete_graph_is_the_all_reduce_average(store: ResultsSt
     _assert_same_weights(_weights(complete), w_sync)
     assert _differ(_weights(ring), w_sync)
     # three peers each step, the parameters to each, and an average per evaluation
-    assert row.summary["bytes_sent"][0] == 4 * P * (3 * row.steps + len(row.evals))
+    assert row.summary.bytes_sent[0] == 4 * P * (3 * row.steps + len(row.evals))
 
 
 def test_a_parameter_server_with_no_staleness_is_synchronous_sgd(
@@ -371,9 +371,9 @@ def test_a_parameter_server_with_no_staleness_is_synchronous_sgd(
         store, "synthetic-mlp", 2, *EXACT, "exchange=ssp", "exchange_options={staleness: 0}"
     )
     _assert_same_weights(_weights(ssp), sync_weights)
-    assert row.division == "open" and row.summary["phase_shares"]["comm"]["mean"] > 0
+    assert row.division == "open" and row.summary.phase_shares["comm"]["mean"] > 0
     # the change and a 16-byte header per step, a header per evaluation's pull
-    assert row.summary["bytes_sent"][0] == (4 * P + 16) * row.steps + 16 * len(row.evals)
+    assert row.summary.bytes_sent[0] == (4 * P + 16) * row.steps + 16 * len(row.evals)
 
 
 @pytest.mark.parametrize(
@@ -436,7 +436,7 @@ def test_the_noise_scale_of_a_run_is_the_exact_one(
         "stop_at_target=false",
         "save_model=true",
     )
-    measured = row.summary["noise_scale"]
+    measured = row.summary.noise_scale
     assert measured["big_batch"] == 200 and measured["small_batch"] == 100
     assert measured["steps"] == row.steps == 2000
     exact = _exact_noise_scale("synthetic-logreg", _weights(outcome))
@@ -447,7 +447,7 @@ def test_the_noise_scale_of_a_run_is_the_exact_one(
 
 def test_no_noise_scale_where_the_update_is_not_the_mean_gradient(store: ResultsStore) -> None:
     _, row = _run(store, "synthetic-mlp", 2, "exchange=local-sgd", "max_steps=10")
-    assert row.summary["noise_scale"] is None
+    assert row.summary.noise_scale is None
 
 
 def _epoch_losses(outcome) -> list[float]:
@@ -492,19 +492,19 @@ def test_channels_last_compiled_and_default_allocator_runs_follow_the_eager_loss
     # machine on timing too: 0 to 2,600 a step here; tests/unit/test_hardware.py shows the
     # difference in a process of its own)
     for name in ("eager", "channels_last", "compiled"):
-        assert rows[name].summary["page_faults_per_step"][0] < 200, name
-    assert rows["eager"].summary["cpu_allocator"].startswith("tuned")
-    assert rows["default_allocator"].summary["cpu_allocator"] == "default"
+        assert rows[name].summary.page_faults_per_step[0] < 200, name
+    assert rows["eager"].summary.cpu_allocator.startswith("tuned")
+    assert rows["default_allocator"].summary.cpu_allocator == "default"
     # what was on is recorded, and the compile time is reported outside the clock: torch
     # made no graph while it ran (comparing seconds fails beside a CPU hog, which slowed
     # these 50 steps from 3 s to 42 s against 6 s of compilation)
-    assert rows["eager"].summary["channels_last"] is False
-    assert rows["channels_last"].summary["channels_last"] is True
+    assert rows["eager"].summary.channels_last is False
+    assert rows["channels_last"].summary.channels_last is True
     compiled = rows["compiled"].summary
-    assert compiled["compiled"] is True and compiled["compile_s"] > 0
-    assert compiled["recompiles_in_clock"] == 0
-    assert rows["eager"].summary["recompiles_in_clock"] is None
+    assert compiled.compiled is True and compiled.compile_s > 0
+    assert compiled.recompiles_in_clock == 0
+    assert rows["eager"].summary.recompiles_in_clock is None
     for row in rows.values():
-        assert row.summary["flops_per_step"] > 0 and 0 < row.summary["utilisation"] < 2
-        assert row.summary["peak_memory_bytes"][0] > 0
+        assert row.summary.flops_per_step > 0 and 0 < row.summary.utilisation < 2
+        assert row.summary.peak_memory_bytes[0] > 0
         assert row.environment["peak_flops"]["flops_per_s"] > 0  # probed by the launcher

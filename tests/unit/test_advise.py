@@ -19,7 +19,7 @@ from dmlbench.advise.recommend import (
 from dmlbench.errors import DmlbenchError
 from dmlbench.perfmodel import CommCalibration, Link
 from dmlbench.perfmodel.calibrate import TaskCalibration, calibrate_task
-from dmlbench.results.records import RunRecord
+from dmlbench.results.records import RunRecord, RunSummary
 from dmlbench.tasks import get_task
 
 
@@ -43,13 +43,15 @@ def timed(run_id: str, step_s: float, workers: int = 1, local: int = 32, **extra
         run_dir="d",
         target=0.95,
         network="none",
-        summary={
-            "phases_steady": steady * workers,
-            "steady_steps": 10,
-            "gradient_bytes": 4e6,
-            "train_examples": 2048,
-            **extra,
-        },
+        summary=RunSummary.model_validate(
+            {
+                "phases_steady": steady * workers,
+                "steady_steps": 10,
+                "gradient_bytes": 4e6,
+                "train_examples": 2048,
+                **extra,
+            }
+        ),
     )
 
 

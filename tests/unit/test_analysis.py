@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dmlbench.report import analysis
-from dmlbench.results.records import Evaluation, RunRecord
+from dmlbench.results.records import Evaluation, RunRecord, RunSummary
 
 
 def stored_run(
@@ -65,10 +65,12 @@ def stored_run(
         epochs=4.0,
         steps=400,
         throughput=global_batch / step_time,
-        summary={
-            "step_time_s": step_time,
-            "phase_shares": {"comm": {"mean": comm[0], "max": comm[1]}},
-        },
+        summary=RunSummary.model_validate(
+            {
+                "step_time_s": step_time,
+                "phase_shares": {"comm": {"mean": comm[0], "max": comm[1]}},
+            }
+        ),
         cores=cores,
         cpu_model="cpu",
         host="h",
@@ -480,21 +482,29 @@ def test_an_algorithm_sweep_plots_bytes_against_step_time() -> None:
         run = stored_run(
             exchange, 4, tta=5.0, exchange=exchange, step_time=step, comm=(share, share)
         )
-        runs.append(dataclasses.replace(run, summary={**run.summary, "bytes_per_step": sent}))
+        runs.append(
+            dataclasses.replace(
+                run, summary=run.summary.model_copy(update={"bytes_per_step": sent})
+            )
+        )
     (section,) = build_sections(runs, price=None)
     (ax,) = section.figures["bytes-vs-step-time"].axes
     assert ax.get_xscale() == "log" and "bytes" in ax.get_xlabel()
     points = sorted((line.get_xdata()[0], line.get_ydata()[0]) for line in ax.get_lines())
     assert points == [(800.0, 4.0), (1_300.0, 5.0), (40_000.0, 12.0)]  # ms per step
     assert sorted(t.get_text() for t in ax.texts) == ["20%", "30%", "60%"]
-    same = [dataclasses.replace(r, summary={**r.summary, "bytes_per_step": 100.0}) for r in runs]
+    same = [
+        dataclasses.replace(r, summary=r.summary.model_copy(update={"bytes_per_step": 100.0}))
+        for r in runs
+    ]
     (section,) = build_sections(same, price=None)
     assert "bytes-vs-step-time" not in section.figures
     # nor a weak sweep of one algorithm, whose single worker sends nothing
     weak = [stored_run(f"w{n}", n, tta=5.0) for n in (1, 2, 4)]
     weak = [
         dataclasses.replace(
-            r, summary={**r.summary, "bytes_per_step": 0.0 if r.workers == 1 else 4e4}
+            r,
+            summary=r.summary.model_copy(update={"bytes_per_step": 0.0 if r.workers == 1 else 4e4}),
         )
         for r in weak
     ]
@@ -510,7 +520,7 @@ def test_an_algorithm_by_network_sweep_colours_algorithms_and_marks_networks() -
         for profile in ("none", "100mbit"):
             run = stored_run(f"{exchange}-{profile}", 4, tta=5.0, exchange=exchange)
             spec = {**run.spec, "network": {"profile": None if profile == "none" else profile}}
-            summary = {**run.summary, "bytes_per_step": sent}
+            summary = run.summary.model_copy(update={"bytes_per_step": sent})
             runs.append(dataclasses.replace(run, spec=spec, network=profile, summary=summary))
     (section,) = build_sections(runs, price=None)
     fig = section.figures["bytes-vs-step-time"]

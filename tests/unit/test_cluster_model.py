@@ -29,6 +29,7 @@ from dmlbench.perfmodel.replays import (
     mlbench_2a,
     published_points,
 )
+from dmlbench.results.records import RunSummary
 
 
 def test_every_shipped_profile_cites_its_source_and_resolves() -> None:
@@ -267,7 +268,7 @@ def test_a_run_on_the_device_lends_its_share_of_the_data_sheets_peak() -> None:
             run_dir="d",
             target=None,
             network="none",
-            summary={"finished": True, "flops_per_s": flops_per_s},
+            summary=RunSummary(finished=True, flops_per_s=flops_per_s),
         )
 
     h200 = load_hardware().accelerators["h200-sxm"]

@@ -62,9 +62,9 @@ def test_resnet50s_count_is_the_network_dmlbench_builds() -> None:
 
 
 def _run(batch: int, samples: int, noise: float | None = None):
-    from dmlbench.results.records import RunRecord
+    from dmlbench.results.records import RunRecord, RunSummary
 
-    summary = {"noise_scale": {"b_simple": noise}} if noise else {}
+    summary = RunSummary(noise_scale={"b_simple": noise} if noise else None)
     return RunRecord(
         run_id=f"r{batch}-{samples}",
         task="t",
@@ -81,7 +81,7 @@ def _run(batch: int, samples: int, noise: float | None = None):
         environment={},
         run_dir="",
         samples=samples,
-        summary=summary,  # type: ignore[arg-type]
+        summary=summary,
     )
 
 

@@ -17,7 +17,7 @@ from dmlbench.perfmodel import (
     cluster_allreduce_time,
     predict,
 )
-from dmlbench.results.records import CommResult, CommRun, Evaluation, RunRecord
+from dmlbench.results.records import CommResult, CommRun, Evaluation, RunRecord, RunSummary
 
 CAL = CommCalibration(alpha_s=1e-4, host_busbw=math.inf, link_efficiency=1.0)
 
@@ -159,12 +159,14 @@ def task_run(run_id: str, compute_s: float, workers: int = 1) -> RunRecord:
         run_dir="d",
         target=0.9,
         network="none",
-        summary={
-            "phases_steady": steady * workers,
-            "steady_steps": 10,
-            "gradient_bytes": 4e6,
-            "train_examples": 3200,
-        },
+        summary=RunSummary.model_validate(
+            {
+                "phases_steady": steady * workers,
+                "steady_steps": 10,
+                "gradient_bytes": 4e6,
+                "train_examples": 3200,
+            }
+        ),
         evals=[
             Evaluation(
                 epoch=3,

@@ -9,6 +9,7 @@ import pytest
 
 from dmlbench.results.contention import judge
 from dmlbench.results.events import EVENTS_FILE, LEGACY_EVENTS_FILE
+from dmlbench.results.records import RunSummary
 from dmlbench.results.summary import phase_shares, summarize
 
 
@@ -48,9 +49,9 @@ def test_crashed_run_keeps_what_it_reached() -> None:
         _event("epoch_stop", 2, step=20),
     ]
     summary = summarize(events)
-    assert summary["finished"] is False
-    assert summary["best_metric"] == 0.7 and summary["steps"] == 20
-    assert summary["time_to_accuracy_s"] is None  # no target in this log
+    assert summary.finished is False
+    assert summary.best_metric == 0.7 and summary.steps == 20
+    assert summary.time_to_accuracy_s is None  # no target in this log
 
 
 def test_a_run_that_failed_after_reaching_its_target_says_when_it_did() -> None:
@@ -61,9 +62,9 @@ def test_a_run_that_failed_after_reaching_its_target_says_when_it_did() -> None:
         _eval(30, 0.9, 3.0),
     ]
     summary = summarize(events)
-    assert summary["finished"] is False and summary["best_metric"] == 0.9
-    assert summary["time_to_accuracy_s"] == 2.0
-    assert summary["time_to_accuracy_compute_s"] == pytest.approx(1.9)
+    assert summary.finished is False and summary.best_metric == 0.9
+    assert summary.time_to_accuracy_s == 2.0
+    assert summary.time_to_accuracy_compute_s == pytest.approx(1.9)
 
 
 def test_throughput_uses_the_slowest_rank_and_steady_steps() -> None:
@@ -76,8 +77,8 @@ def test_throughput_uses_the_slowest_rank_and_steady_steps() -> None:
         _event("run_stop", "success", steady_steps=100, phases_steady=steady, steps=105),
     ]
     summary = summarize(events)
-    assert summary["step_time_s"] == pytest.approx(0.04)
-    assert summary["throughput"] == pytest.approx(100 * 64 / 4.0)
+    assert summary.step_time_s == pytest.approx(0.04)
+    assert summary.throughput == pytest.approx(100 * 64 / 4.0)
 
 
 def _sample(cpu, wait, busy, *, window=10.0, machine=7.0, cores=2.0, threads=2.0, steal=0.0):
@@ -146,7 +147,7 @@ def test_summary_carries_the_verdict_from_the_logged_samples() -> None:
             phases_steady=[{"forward": 1.0}],
         ),
     ]
-    assert summarize(events)["contention"]["disturbed"] is True
+    assert (summarize(events).contention or {})["disturbed"] is True
 
 
 def test_hardware_use_is_the_step_flops_over_the_steady_step_time() -> None:
@@ -172,10 +173,10 @@ def test_hardware_use_is_the_step_flops_over_the_steady_step_time() -> None:
         ),
     ]
     summary = summarize(events)
-    assert summary["flops_per_s"] == pytest.approx(0.5e9 / 0.02)  # 2 s over 100 steps
-    assert summary["utilisation"] == pytest.approx(0.25)
-    assert summary["samples_per_s_per_worker"] == pytest.approx(100 * 64 / 2.0 / 2)
-    assert summary["train_s"] == pytest.approx(2.5)
+    assert summary.flops_per_s == pytest.approx(0.5e9 / 0.02)  # 2 s over 100 steps
+    assert summary.utilisation == pytest.approx(0.25)
+    assert summary.samples_per_s_per_worker == pytest.approx(100 * 64 / 2.0 / 2)
+    assert summary.train_s == pytest.approx(2.5)
 
 
 def test_a_run_without_a_flop_count_has_no_utilisation() -> None:
@@ -185,7 +186,7 @@ def test_a_run_without_a_flop_count_has_no_utilisation() -> None:
         _event("run_stop", "success", steady_steps=10, phases_steady=steady),
     ]
     summary = summarize(events)
-    assert "utilisation" not in summary and "flops_per_s" not in summary
+    assert summary.utilisation is None and summary.flops_per_s is None
 
 
 def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
@@ -193,19 +194,21 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     from dmlbench.train import hardware
 
     source = "GEMM probe: 2048², float32, 2 threads, oneDNN"
-    summary = {
-        "flops_per_step": 7.76e9,
-        "flops_per_s": 25e9,
-        "utilisation": 0.25,
-        "peak_flops_per_s": 100e9,
-        "peak_source": source,
-        "samples_per_s_per_worker": 1600.0,
-        "peak_memory_bytes": [1e8, 2e8],
-        "channels_last": True,
-        "compiled": False,
-        "page_faults_per_step": [3.0, 4.4],
-        "cpu_allocator": "default",
-    }
+    summary = RunSummary.model_validate(
+        {
+            "flops_per_step": 7.76e9,
+            "flops_per_s": 25e9,
+            "utilisation": 0.25,
+            "peak_flops_per_s": 100e9,
+            "peak_source": source,
+            "samples_per_s_per_worker": 1600.0,
+            "peak_memory_bytes": [1e8, 2e8],
+            "channels_last": True,
+            "compiled": False,
+            "page_faults_per_step": [3.0, 4.4],
+            "cpu_allocator": "default",
+        }
+    )
     text = hardware_text(summary)
     assert text.startswith(
         f"7.76 GFLOP per step per worker; 25 GFLOP/s per worker = 25.0% of 100 GFLOP/s ({source})"
@@ -213,15 +216,15 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     assert "1,600 samples/s per worker" in text and "peak memory 191 MiB" in text
     assert "; 4 page faults per step (the most); channels-last" in text
     assert text.endswith("; channels-last")
-    tuned = hardware_text(summary | {"cpu_allocator": hardware.TUNED})
+    tuned = hardware_text(summary.model_copy(update={"cpu_allocator": hardware.TUNED}))
     assert tuned.endswith("; channels-last and tuned allocator")
-    assert hardware_text({}) == ""
-    assert time_split({"train_s": 198.1, "eval_s": 17.0}) == (
+    assert hardware_text(RunSummary()) == ""
+    assert time_split(RunSummary(train_s=198.1, eval_s=17.0)) == (
         ": training 198.1 s, evaluation 17.0 s"
     )
-    compiled = {"compile_s": 4.2, "recompiles_in_clock": 0}
+    compiled = RunSummary(compile_s=4.2, recompiles_in_clock=0)
     assert compilation_text(compiled) == "4.20 s torch.compile (before the clock starts)"
-    again = compilation_text(compiled | {"recompiles_in_clock": 2})
+    again = compilation_text(compiled.model_copy(update={"recompiles_in_clock": 2}))
     assert again.endswith(
         "; recompiled 2 times inside the clock (a new input shape?): "
         "those steps include compile time"

@@ -107,7 +107,7 @@ class MemoryAdvice:
 def advise_memory(
     runs: list[RunRecord], task: str, budget: int, workers: int, local_batch: int | None
 ) -> MemoryAdvice:
-    accounted = [r for r in runs if r.summary.get("memory_account")]
+    accounted = [r for r in runs if r.summary.memory_account]
     if not accounted:
         raise SpecError(
             f"no stored run of {task} has a memory account: run it once (any exchange, a "
@@ -115,7 +115,7 @@ def advise_memory(
         )
     latest = accounted[-1]
     batch = local_batch or latest.local_batch
-    base = MemoryAccount.from_summary(latest.summary["memory_account"])
+    base = MemoryAccount.from_summary(latest.summary.memory_account or {})
     account = MemoryAccount(
         **{**base.__dict__, "activations": base.activations * batch / latest.local_batch}
     )
@@ -128,12 +128,12 @@ def advise_memory(
             if r.exchange == exchange
             and r.workers == workers
             and r.local_batch == batch
-            and r.summary.get("step_time_s")
+            and r.summary.step_time_s
             and bool((r.spec.get("exchange_options") or {}).get("reshard_after_forward", True))
             == options.get("reshard_after_forward", True)
         ]
         quiet = [r for r in mine if not r.disturbed] or mine
-        step = statistics.median(r.summary["step_time_s"] for r in quiet) if quiet else None
+        step = statistics.median(r.summary.step_time_s or 0.0 for r in quiet) if quiet else None
         fits.append(
             StrategyFit(
                 name, exchange, options, predicted, predicted["total"] <= budget, step, len(quiet)

@@ -65,9 +65,7 @@ def noise_evidence(runs: Sequence[RunRecord], task: str) -> NoiseEvidence | None
     measured = [
         (noise["b_simple"], r.run_id)
         for r in runs
-        if r.task == task
-        and r.finished
-        and (noise := r.summary.get("noise_scale") or {}).get("b_simple")
+        if r.task == task and r.finished and (noise := r.summary.noise_scale or {}).get("b_simple")
     ]
     if not measured:
         return None

@@ -210,6 +210,8 @@ def open_store(store: Path, *, existing: bool = False) -> ResultsStore:
     if not opened.path.is_file():
         raise DmlbenchError(f"no results store at {store}; run a benchmark first or pass --store")
     unlisted = opened.unlisted_run_dirs()
+    if opened.read_only:
+        err_console.print(f"[yellow]note[/yellow]: read-only: {escape(opened.read_only)}")
     if unlisted:
         err_console.print(
             f"[yellow]note[/yellow]: {escape(str(opened.path))} holds no runs, but "

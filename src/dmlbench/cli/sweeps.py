@@ -173,10 +173,10 @@ class _Bars:
             out.print(f"  [red]error[/red]: {escape(str(error))}")
             return
         colour = {"success": "green", "failed": "red"}.get(result.status, "yellow")
-        tta = result.summary.get("time_to_accuracy_s")
+        tta = result.summary.time_to_accuracy_s
         detail = f"TTA {tta:.1f} s" if tta is not None else "target not reached"
         if result.status == "throughput":
-            throughput = result.summary.get("throughput")
+            throughput = result.summary.throughput
             detail = f"{throughput:,.1f} samples/s" if throughput else "synthetic data"
         if result.status in ("failed", "interrupted"):
             detail = result.error or ""

@@ -258,6 +258,6 @@ class ClusterLauncher(Launcher):
         _stop([agent for agent in self.agents if agent.returncode is None])
 
     def settled(self, attempt: Attempt, holder: int | None) -> None:
-        attempt.summary["emulated_nodes"] = True
+        attempt.summary.emulated_nodes = True
         if holder is not None:
-            attempt.summary["rank0_node"] = holder
+            attempt.summary.rank0_node = holder

@@ -202,8 +202,8 @@ def settle(attempt: Attempt, events: list[Event], unfinished: str) -> None:
     gets ``unfinished`` as the error."""
     attempt.summary, attempt.evals = summarize(events), eval_history(events)
     if not attempt.status:
-        attempt.status = attempt.summary.get("status") or "failed"
-        if not attempt.summary["finished"]:
+        attempt.status = attempt.summary.status or "failed"
+        if not attempt.summary.finished:
             attempt.error = unfinished
 
 

@@ -157,7 +157,7 @@ class LocalLauncher(Launcher):
 
     def settled(self, attempt: Attempt, holder: int | None) -> None:
         if self.rendezvous is not None and attempt.error:
-            hosts = attempt.summary.get("hosts") or []
+            hosts = attempt.summary.hosts or []
             attempt.error = name_lost_node(attempt.error, hosts, self.rendezvous.address())
 
     def ranks(self) -> tuple[int, ...]:

@@ -215,9 +215,9 @@ class SlurmLauncher(Launcher):
                     process.wait()
 
     def settled(self, attempt: Attempt, holder: int | None) -> None:
-        attempt.summary["slurm_job"] = self.job.job_id
+        attempt.summary.slurm_job = self.job.job_id
         if holder is not None:
-            attempt.summary["rank0_node"] = holder
+            attempt.summary.rank0_node = holder
 
 
 SRUN_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")

@@ -126,8 +126,8 @@ def timed_runs(runs: Sequence[RunRecord], task: str) -> list[RunRecord]:
         if r.task == task
         and r.finished
         and (r.network or "none") == "none"
-        and r.summary.get("phases_steady")
-        and r.summary.get("steady_steps")
+        and r.summary.phases_steady
+        and r.summary.steady_steps
     ]
 
 
@@ -135,9 +135,9 @@ def compute_step_s(run: RunRecord) -> float:
     """Mean over ranks of data + forward + backward + optimizer seconds per steady step."""
     per_rank = [
         sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
-        for rank in run.summary["phases_steady"]
+        for rank in run.summary.phases_steady or []
     ]
-    return statistics.mean(per_rank) / run.summary["steady_steps"]
+    return statistics.mean(per_rank) / (run.summary.steady_steps or 1)
 
 
 def calibrate_task(
@@ -179,7 +179,7 @@ def calibrate_task(
             "shared the machine; name the one to trust with --calibrate-from RUN_ID"
         )
     compute = [seconds for seconds, _ in timed]
-    grads = [r.summary["gradient_bytes"] for r in base if r.summary.get("gradient_bytes")]
+    grads = [r.summary.gradient_bytes for r in base if r.summary.gradient_bytes]
     if not grads:
         raise DmlbenchError(f"the runs of {task} predate gradient-size recording; run it again")
     eval_total = []
@@ -203,7 +203,7 @@ def calibrate_task(
         local_batch=base[0].local_batch,
         compute_step_s=statistics.median(compute),
         gradient_bytes=statistics.median(grads),
-        train_examples=base[0].summary.get("train_examples") or 0,
+        train_examples=base[0].summary.train_examples or 0,
         eval_s_per_epoch=statistics.median(eval_total) if eval_total else 0.0,
         epochs_by_batch={b: statistics.mean(v) for b, v in epochs.items()},
         runs=len(mine),

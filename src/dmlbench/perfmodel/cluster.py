@@ -229,8 +229,8 @@ def efficiency_from_runs(
         on_it = any(token in gpu for gpu in gpus for token in accelerator.matches)
         same = precision == dtype or (precision, dtype) == ("fp32", "tf32")  # torch's TF32
         batch = local_batch is None or run.local_batch == local_batch
-        if run.finished and on_it and same and batch and run.summary.get("flops_per_s"):
-            found.append((run.summary["flops_per_s"] / accelerator.peak_flops(dtype), run.run_id))
+        if run.finished and on_it and same and batch and run.summary.flops_per_s:
+            found.append((run.summary.flops_per_s / accelerator.peak_flops(dtype), run.run_id))
     if not found:
         return None
     value = statistics.median(share for share, _ in found)
@@ -403,18 +403,18 @@ def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) 
         }
         return
     noise = [
-        float(run.summary["noise_scale"]["b_simple"])
+        float(run.summary.noise_scale["b_simple"])
         for run in runs
         if run.finished
-        and isinstance(run.summary.get("noise_scale"), dict)
-        and (run.summary["noise_scale"].get("b_simple") or 0) > 0
+        and isinstance(run.summary.noise_scale, dict)
+        and (run.summary.noise_scale.get("b_simple") or 0) > 0
     ]
     prior = statistics.median(noise) if noise else None  # McCandlish's B_simple ≈ B_noise
     scaling = fit(points, noise_scale=prior)
     shares = [
-        run.summary["eval_s"] / run.summary["train_s"]
+        run.summary.eval_s / run.summary.train_s
         for run in runs
-        if run.status == "success" and run.summary.get("eval_s") and run.summary.get("train_s")
+        if run.status == "success" and run.summary.eval_s and run.summary.train_s
     ]
     eval_share = statistics.median(shares) if shares else 0.0
     for row in result["rows"]:

@@ -51,8 +51,8 @@ GROUP = ["task", "sweep"]
 
 
 def _per_step_phases(run: RunRecord) -> dict[str, float]:
-    steady = run.summary.get("phases_steady") or []
-    steps = run.summary.get("steady_steps") or 0
+    steady = run.summary.phases_steady or []
+    steps = run.summary.steady_steps or 0
     if not steady or not steps:
         return {}
     return {f"{p}_s": float(np.mean([r.get(p, 0.0) for r in steady])) / steps for p in PHASES}
@@ -62,10 +62,10 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     """One row per stored run (records of ``ResultsStore.runs``)."""
     rows = []
     for run in runs:
-        comm = (run.summary.get("phase_shares") or {}).get("comm", {})
-        contention = run.summary.get("contention") or {}
+        comm = (run.summary.phase_shares or {}).get("comm", {})
+        contention = run.summary.contention or {}
         epochs, steps = run.epochs, run.steps
-        step_time = run.summary.get("step_time_s")
+        step_time = run.summary.step_time_s
         per_epoch = step_time * steps / epochs if step_time and steps and epochs else None
         rows.append(
             {
@@ -98,18 +98,18 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "throughput": run.throughput,
                 "comm_ratio_mean": comm.get("mean"),
                 "comm_ratio_max": comm.get("max"),
-                "bytes_per_step": run.summary.get("bytes_per_step"),
-                "noise_scale": (run.summary.get("noise_scale") or {}).get("b_simple"),
-                "flops_per_step": run.summary.get("flops_per_step"),
-                "flops_per_s": run.summary.get("flops_per_s"),
-                "utilisation": run.summary.get("utilisation"),
-                "samples_per_s_per_worker": run.summary.get("samples_per_s_per_worker"),
-                "peak_memory_bytes": max(run.summary.get("peak_memory_bytes") or [math.nan]),
-                "train_s": run.summary.get("train_s"),
-                "eval_s": run.summary.get("eval_s"),
-                "compile_s": run.summary.get("compile_s"),
-                "page_faults_per_step": max(run.summary.get("page_faults_per_step") or [math.nan]),
-                "cpu_allocator": run.summary.get("cpu_allocator"),
+                "bytes_per_step": run.summary.bytes_per_step,
+                "noise_scale": (run.summary.noise_scale or {}).get("b_simple"),
+                "flops_per_step": run.summary.flops_per_step,
+                "flops_per_s": run.summary.flops_per_s,
+                "utilisation": run.summary.utilisation,
+                "samples_per_s_per_worker": run.summary.samples_per_s_per_worker,
+                "peak_memory_bytes": max(run.summary.peak_memory_bytes or [math.nan]),
+                "train_s": run.summary.train_s,
+                "eval_s": run.summary.eval_s,
+                "compile_s": run.summary.compile_s,
+                "page_faults_per_step": max(run.summary.page_faults_per_step or [math.nan]),
+                "cpu_allocator": run.summary.cpu_allocator,
                 **_per_step_phases(run),
                 "cores": run.cores,
                 "oversubscribed": bool(run.cores) and run.workers > (run.cores or 0),
@@ -300,7 +300,7 @@ def phases_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     with the node each rank ran on."""
     rows = []
     for r in runs:
-        nodes = r.summary.get("rank_nodes") or []
+        nodes = r.summary.rank_nodes or []
         for p in r.phases:
             node = nodes[p.rank] if p.rank < len(nodes) else 0
             rows.append(

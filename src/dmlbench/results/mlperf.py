@@ -36,7 +36,7 @@ from typing import Any
 from dmlbench.errors import StoreError
 from dmlbench.files import read_bounded
 from dmlbench.names import shorten
-from dmlbench.results.records import Evaluation
+from dmlbench.results.records import Evaluation, RunSummary
 from dmlbench.results.store import ResultsStore
 
 MAX_LOG_BYTES = 64 << 20  # the largest v0.7 result file is 30 MB
@@ -458,7 +458,7 @@ def as_record(run: MlperfRun) -> dict[str, Any]:
             "startup_s": run.startup_s,
         },
     }
-    return {"spec": spec, "environment": environment, "summary": summary}
+    return {"spec": spec, "environment": environment, "summary": RunSummary.model_validate(summary)}
 
 
 def evaluations(run: MlperfRun) -> list[Evaluation]:

@@ -1,9 +1,9 @@
 """What the store gives back: typed records of training runs and micro-benchmarks.
 
 One class per stored row, its fields the store's columns (JSON columns decoded), so the
-report layer, the CLI and mypy see one shape. ``summary`` stays a mapping: it is the
-run's event-log summary (:func:`dmlbench.results.summary.summarize`), whose keys grow
-with what the trainer logs; an unfinished run's is empty.
+report layer, the CLI and mypy see one shape. ``summary`` is the run's event-log
+summary (:func:`dmlbench.results.summary.summarize`), a pydantic model read by
+attribute; an unfinished run's has only ``finished`` False.
 
 ``as_dict()`` is the JSON form ``dmlbench results --json`` prints.
 """
@@ -13,7 +13,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 FINISHED = ("success", "target_not_reached", "throughput")  # a run that ended as planned
 
@@ -38,94 +40,103 @@ class _Stored:
         return int(self.spec.get("nodes") or 1)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        fields = dataclasses.asdict(self)  # type: ignore[call-overload]
+        summary = getattr(self, "summary", None)
+        if summary is not None:  # the keys it was given, as the store keeps them
+            fields["summary"] = summary.model_dump(mode="json", exclude_unset=True)
+        return fields
 
 
-class RunSummary(TypedDict, total=False):
+class RunSummary(BaseModel):
     """A run's summary, as :func:`dmlbench.results.summary.summarize` makes it from the
     run's event log (``run_start``, ``init_start`` and ``run_stop``'s metadata, and what
-    follows from them) and the launch paths complete it. Stored as JSON: a field the
-    trainer starts to log is one line here, and old stores lack new fields (read them
-    with ``.get``)."""
+    follows from them), validated there once, and as the launch paths complete it.
+    Read as attributes; a field none of the run's events gave is None. Stored as JSON:
+    a field the trainer starts to log is one line here, a store's older summaries lack
+    newer fields (None), and a key this version does not know is kept as an extra."""
 
-    finished: bool  # run_stop was logged; False: the run crashed or was stopped
-    status: str
-    stop_reason: str  # target_reached, time_budget, max_epochs, max_steps
+    model_config = ConfigDict(extra="allow")
+
+    finished: bool = False  # run_stop was logged; False: the run crashed or was stopped
+    status: str | None = None
+    stop_reason: str | None = None  # target_reached, time_budget, max_epochs, max_steps
     # run_start
-    world_size: int
-    local_batch: int
-    global_batch: int
-    steps_per_epoch: int
-    step_limit: int
-    target: float
-    goal: str  # accuracy or loss: see Recipe.goal (absent before: accuracy)
-    tokens_per_sample: int | None  # a language model's sequence length
-    train_examples: int
-    test_examples: int
-    threads_per_worker: int
-    device: str
-    backend: str
-    exchange: str
-    comm_overlapped: bool
-    parameters: int
-    gradient_bytes: int
-    flops_per_step: float | None
-    peak_flops_per_s: float | None
-    peak_source: str
-    channels_last: bool
-    compiled: bool
-    compile_s: float | None
-    cpu_allocator: str
-    engine: str  # "dask" for a Dask fit
+    world_size: int | None = None
+    local_batch: int | None = None
+    global_batch: int | None = None
+    steps_per_epoch: int | None = None
+    step_limit: int | None = None
+    target: float | None = None
+    goal: str | None = None  # accuracy or loss: see Recipe.goal (absent before: accuracy)
+    tokens_per_sample: int | None = None  # a language model's sequence length
+    train_examples: int | None = None
+    test_examples: int | None = None
+    threads_per_worker: int | None = None
+    device: str | None = None
+    backend: str | None = None
+    exchange: str | None = None
+    comm_overlapped: bool | None = None
+    parameters: int | None = None
+    gradient_bytes: int | None = None
+    flops_per_step: float | None = None
+    peak_flops_per_s: float | None = None
+    peak_source: str | None = None
+    channels_last: bool | None = None
+    compiled: bool | None = None
+    compile_s: float | None = None
+    cpu_allocator: str | None = None
+    engine: str | None = None  # "dask" for a Dask fit
     # init_start: where the ranks ran
-    nodes: int
-    nproc_per_node: int | None
-    hosts: list[str]
-    init_s: float  # data load + model build, before the clock starts
+    nodes: int | None = None
+    nproc_per_node: int | None = None
+    hosts: list[str] | None = None
+    init_s: float | None = None  # data load + model build, before the clock starts
     # run_stop
-    steps: int
-    epochs: float | None
-    samples: int
-    elapsed_s: float
-    eval_s: float
-    train_s: float
-    time_to_accuracy_s: float | None
-    time_to_accuracy_compute_s: float | None
-    best_metric: float | None
-    warmup_steps_excluded: int
-    steady_steps: int
-    phases: list[dict[str, float]]  # per rank, seconds per phase
-    phases_steady: list[dict[str, float]]
-    bytes_sent: list[float]
-    bytes_per_step: float
-    peak_memory_bytes: list[float]
-    memory_start_bytes: list[float]  # per rank, when its trainer started
-    training_peak_bytes: list[float]  # per rank: the most while training steps ran
-    memory_account: dict[str, float]  # the whole model's: see perfmodel.memory
-    parameter_bytes_local: list[float]  # per rank: what it holds (a shard when sharded)
-    optimizer_state_bytes: list[float]  # per rank
-    page_faults_per_step: list[float]
-    noise_scale: dict[str, Any] | None
-    recompiles_in_clock: int | None
-    cpu_samples: list[dict[str, Any]]
-    largest_batch: int  # Dask: the batch grows
-    most_workers: int
-    notes: list[str]
+    steps: int | None = None
+    epochs: float | None = None
+    samples: int | None = None
+    elapsed_s: float | None = None
+    eval_s: float | None = None
+    train_s: float | None = None
+    time_to_accuracy_s: float | None = None
+    time_to_accuracy_compute_s: float | None = None
+    best_metric: float | None = None
+    warmup_steps_excluded: int | None = None
+    steady_steps: int | None = None
+    phases: list[dict[str, float]] | None = None  # per rank, seconds per phase
+    phases_steady: list[dict[str, float]] | None = None
+    bytes_sent: list[float] | None = None
+    bytes_per_step: float | None = None
+    peak_memory_bytes: list[float] | None = None
+    memory_start_bytes: list[float] | None = None  # per rank, when its trainer started
+    # per rank: the most while training steps ran
+    training_peak_bytes: list[float] | None = None
+    memory_account: dict[str, Any] | None = None  # the whole model's: see perfmodel.memory
+    # per rank: what it holds (a shard when sharded)
+    parameter_bytes_local: list[float] | None = None
+    optimizer_state_bytes: list[float] | None = None  # per rank
+    page_faults_per_step: list[float] | None = None
+    noise_scale: dict[str, Any] | None = None
+    recompiles_in_clock: int | None = None
+    cpu_samples: list[dict[str, Any]] | None = None
+    largest_batch: int | None = None  # Dask: the batch grows
+    most_workers: int | None = None
+    notes: list[str] | None = None
     # derived from the above
-    rank_nodes: list[int]
-    step_time_s: float
-    throughput: float
-    phase_shares: dict[str, dict[str, float]]
-    samples_per_s_per_worker: float
-    flops_per_s: float
-    utilisation: float
-    contention: dict[str, Any]
+    rank_nodes: list[int] | None = None
+    step_time_s: float | None = None
+    throughput: float | None = None
+    phase_shares: dict[str, dict[str, float]] | None = None
+    samples_per_s_per_worker: float | None = None
+    flops_per_s: float | None = None
+    utilisation: float | None = None
+    contention: dict[str, Any] | None = None
     # the launch paths
-    emulated_nodes: bool
-    rank0_node: int
-    slurm_job: str | None
+    emulated_nodes: bool | None = None
+    rank0_node: int | None = None
+    slurm_job: str | None = None
     # an imported run (results.mlperf): MLPerf's own scoring of it
-    mlperf: dict[str, Any]
+    mlperf: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +199,7 @@ class RunRecord(_Stored):
     gpus: list[str] = field(default_factory=list)
     torch_version: str | None = None
     git_revision: str | None = None
-    summary: RunSummary = field(default_factory=lambda: RunSummary())
+    summary: RunSummary = field(default_factory=RunSummary)
     launcher_pid: int | None = None
     sweep: str | None = None  # the sweep it belongs to; None for a single run
     scaling: str | None = None
@@ -218,7 +229,7 @@ class RunRecord(_Stored):
     def goal(self) -> str:
         """What ``target`` is: ``accuracy`` or ``loss`` (see ``Recipe.goal``)."""
         recipe = self.spec.get("recipe") or {}
-        return str(self.summary.get("goal") or recipe.get("goal") or "accuracy")
+        return str(self.summary.goal or recipe.get("goal") or "accuracy")
 
 
 @dataclass(frozen=True, slots=True)

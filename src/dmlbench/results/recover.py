@@ -18,6 +18,7 @@ from typing import Any
 from dmlbench.errors import DmlbenchError, StoreError
 from dmlbench.names import shorten
 from dmlbench.results.events import events_file, read_events_counted
+from dmlbench.results.records import RunSummary
 from dmlbench.results.rundir import (
     COMM_RESULTS_FILE,
     OUTCOME_FILE,
@@ -124,9 +125,9 @@ def import_run_dir(
             f"the event log {log} is damaged beyond reading its summary; nothing was imported"
         ) from None
     status = outcome.get("status") if isinstance(outcome.get("status"), str) else None
-    status = status or (summary.get("status") or "failed")
+    status = status or (summary.status or "failed")
     error = outcome.get("error") if isinstance(outcome.get("error"), str) else None
-    if not outcome and not summary["finished"]:
+    if not outcome and not summary.finished:
         status, error = "failed", "imported from its folder: the event log ends before the run"
     if stored is None:
         deviations = record["deviations"] if "deviations" in record else division(spec)
@@ -147,7 +148,7 @@ def import_run_dir(
         # the row exists: keep it, with what could not be read said in its error
         store.hold(run_id, run_dir)
         damaged = "imported from its folder: its event log holds values the store cannot take"
-        store.finish(run_id, status="failed", summary={"finished": False}, evals=[], error=damaged)
+        store.finish(run_id, status="failed", summary=RunSummary(), evals=[], error=damaged)
         return Imported(run_id, "run", "failed", skipped)
     return Imported(run_id, "run", status, skipped)
 

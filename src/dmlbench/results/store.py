@@ -279,10 +279,7 @@ class ResultsStore:
                 db = sqlite3.connect(":memory:")
                 db.executescript(SCHEMA)
             else:
-                # read-only; after a failed prepare (a full disk) as the file is, since
-                # SQLite could not make its shared-memory file for the write-ahead log
-                mode = "mode=ro&immutable=1" if self.read_only else "mode=ro"
-                db = sqlite3.connect(f"{self.path.resolve().as_uri()}?{mode}", uri=True)
+                db = self._read_only_connection()
                 _older_columns_as_views(db)
         except sqlite3.Error as error:
             raise StoreError(f"results store {self.path}: {_explain(error, self.root)}") from None
@@ -294,6 +291,20 @@ class ResultsStore:
             raise StoreError(f"results store {self.path}: {_explain(error, self.root)}") from None
         finally:
             db.close()
+
+    def _read_only_connection(self) -> sqlite3.Connection:
+        """The database file, read-only. Where SQLite cannot make the write-ahead log's
+        shared-memory file (a full disk), the file as it is, and writes are refused."""
+        uri = self.path.resolve().as_uri()
+        if not self.read_only:
+            db = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+            try:
+                db.execute("PRAGMA schema_version").fetchone()
+                return db
+            except sqlite3.Error as error:
+                db.close()
+                self.read_only = _explain(error, self.root)
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
 
     def _writable(self) -> None:
         self.prepare()
@@ -445,7 +456,7 @@ class ResultsStore:
         *,
         spec: dict[str, Any],
         environment: dict[str, Any],
-        summary: dict[str, Any],
+        summary: RunSummary,
         evals: Sequence[Evaluation],
         origin: dict[str, Any],
     ) -> bool:
@@ -469,23 +480,23 @@ class ResultsStore:
                 (
                     run_id,
                     spec["task"],
-                    summary["status"],
-                    summary.get("stop_reason"),
+                    summary.status,
+                    summary.stop_reason,
                     str(origin.get("division") or "closed"),
                     now_iso(),
                     now_iso(),
                     spec["workers"],
                     recipe["local_batch"],
-                    summary["global_batch"],
+                    summary.global_batch,
                     spec["seed"],
                     spec["exchange"],
                     recipe.get("target"),
-                    summary.get("best_metric"),
-                    summary.get("time_to_accuracy_s"),
-                    summary.get("epochs"),
-                    summary.get("samples"),
-                    summary.get("elapsed_s"),
-                    summary.get("throughput"),
+                    summary.best_metric,
+                    summary.time_to_accuracy_s,
+                    summary.epochs,
+                    summary.samples,
+                    summary.elapsed_s,
+                    summary.throughput,
                     environment.get("host"),
                     environment.get("cpu_model"),
                     environment.get("cores"),
@@ -493,7 +504,7 @@ class ResultsStore:
                     json.dumps(spec),
                     json.dumps({}),
                     json.dumps(environment),
-                    json.dumps(summary),
+                    summary.model_dump_json(exclude_unset=True),
                     f"external:{origin.get('path') or ''}",  # no folder here
                     environment.get("platform"),
                     json.dumps(origin),
@@ -528,8 +539,8 @@ class ResultsStore:
         evals: Sequence[Evaluation],
         error: str | None,
     ) -> None:
-        phases = summary.get("phases") or []
-        steady = summary.get("phases_steady") or [{} for _ in phases]
+        phases = summary.phases or []
+        steady = summary.phases_steady or [{} for _ in phases]
         with self._connect(write=True) as db:
             db.execute(
                 """UPDATE runs SET status=?, stop_reason=?, finished_at=?, best_metric=?,
@@ -538,19 +549,19 @@ class ResultsStore:
                 WHERE run_id=?""",
                 (
                     status,
-                    summary.get("stop_reason"),
+                    summary.stop_reason,
                     now_iso(),
-                    summary.get("best_metric"),
-                    summary.get("time_to_accuracy_s"),
-                    summary.get("time_to_accuracy_compute_s"),
-                    summary.get("epochs"),
-                    summary.get("steps"),
-                    summary.get("samples"),
-                    summary.get("elapsed_s"),
-                    summary.get("throughput"),
+                    summary.best_metric,
+                    summary.time_to_accuracy_s,
+                    summary.time_to_accuracy_compute_s,
+                    summary.epochs,
+                    summary.steps,
+                    summary.samples,
+                    summary.elapsed_s,
+                    summary.throughput,
                     error,
-                    json.dumps(summary),
-                    (summary.get("contention") or {}).get("disturbed"),
+                    summary.model_dump_json(exclude_unset=True),
+                    (summary.contention or {}).get("disturbed"),
                     run_id,
                 ),
             )
@@ -730,7 +741,8 @@ class ResultsStore:
                 for key in _JSON_COLUMNS:
                     value = fields.pop(key)
                     fields[key.removesuffix("_json")] = json.loads(value) if value else None
-                fields["summary"] = fields["summary"] or {}
+                # the store's own JSON, validated when it was made: built, not checked again
+                fields["summary"] = RunSummary.model_construct(**(fields["summary"] or {}))
                 fields["gpus"] = json.loads(fields["gpus"]) if fields["gpus"] else []
                 if fields["disturbed"] is not None:
                     fields["disturbed"] = bool(fields["disturbed"])

@@ -6,7 +6,7 @@ Pure functions of the events, so every figure can be recomputed from the log.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Any
 
 from dmlbench.results.contention import judge
 from dmlbench.results.events import Event
@@ -46,11 +46,11 @@ def phase_shares(per_rank: list[dict[str, float]]) -> dict[str, dict[str, float]
     return {p: {"mean": sum(v) / len(v), "max": max(v)} for p, v in shares.items() if v}
 
 
-def hardware_use(summary: RunSummary) -> RunSummary:
+def hardware_use(summary: dict[str, Any]) -> dict[str, Any]:
     """What a worker made of its hardware in the steady steps: FLOP/s achieved (its
     step's FLOPs over the step time, communication included), the share of its peak,
     and samples per second."""
-    use = RunSummary()
+    use: dict[str, Any] = {}
     workers = summary.get("world_size") or 1
     if summary.get("throughput"):
         use["samples_per_s_per_worker"] = summary["throughput"] / workers
@@ -63,12 +63,18 @@ def hardware_use(summary: RunSummary) -> RunSummary:
 
 
 def summarize(events: Sequence[Event]) -> RunSummary:
-    """Summary of a run from its events; a run that never logged ``run_stop`` is partial."""
+    """Summary of a run from its events, validated once here (the edge between the
+    event log's JSON and the typed record); a run that never logged ``run_stop`` is
+    partial. A value of the wrong type in a log raises ``ValueError``."""
+    return RunSummary.model_validate(_summary_fields(events))
+
+
+def _summary_fields(events: Sequence[Event]) -> dict[str, Any]:
     first = {e["key"]: e for e in reversed(events)}  # first occurrence of each key
     evals = eval_history(events)
     start = first.get("run_start", {}).get("metadata", {})
     stop = first.get("run_stop")
-    summary = cast(RunSummary, {"finished": stop is not None, **start})
+    summary: dict[str, Any] = {"finished": stop is not None, **start}
     init = first.get("init_start", {}).get("metadata", {})
     summary["nodes"] = init.get("nodes") or 1
     summary["nproc_per_node"] = init.get("nproc_per_node") or start.get("world_size")
@@ -95,7 +101,7 @@ def summarize(events: Sequence[Event]) -> RunSummary:
         summary["time_to_accuracy_s"] = reached.elapsed_s if reached else None
         summary["time_to_accuracy_compute_s"] = reached.compute_elapsed_s if reached else None
         return summary
-    summary.update(cast(RunSummary, stop["metadata"]))
+    summary.update(stop["metadata"])
     per_node = summary.get("nproc_per_node") or 0
     if per_node and summary.get("phases"):  # torch's agents number ranks node by node
         summary["rank_nodes"] = [rank // per_node for rank in range(len(summary["phases"]))]

@@ -18,9 +18,9 @@ from dmlbench.results.records import RunRecord
 def memory_text(run: RunRecord) -> str:
     """Measured (peak less start, the most of any worker) against predicted memory."""
     summary = run.summary
-    account = summary.get("memory_account")
-    peaks = summary.get("training_peak_bytes") or []
-    starts = summary.get("memory_start_bytes")
+    account = summary.memory_account
+    peaks = summary.training_peak_bytes or []
+    starts = summary.memory_start_bytes
     if not account or not starts or len(peaks) != len(starts):
         return ""
     measured = max(peak - start for peak, start in zip(peaks, starts, strict=True))
@@ -36,7 +36,7 @@ def memory_text(run: RunRecord) -> str:
         if name not in ("total", "other", "at") and size
     )
     moment = "at the start of backward" if parts["at"] else "in the optimizer's step"
-    state = summary.get("optimizer_state_bytes") or []
+    state = summary.optimizer_state_bytes or []
     text = (
         f"{human_bytes(measured)} per worker in training steps (peak less start, the most); "
         f"predicted {human_bytes(parts['total'])} {moment}: {shares}"

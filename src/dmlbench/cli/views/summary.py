@@ -44,8 +44,8 @@ def run_summary(run: RunRecord) -> Table:
     if run.external:
         return external_summary(run)
     summary = run.summary
-    nodes = summary.get("nodes") or 1
-    layout = f" ({nodes} nodes × {summary.get('nproc_per_node')})" if nodes > 1 else ""
+    nodes = summary.nodes or 1
+    layout = f" ({nodes} nodes × {summary.nproc_per_node})" if nodes > 1 else ""
     title = escape(
         f"{run.task} · {plural(run.workers, 'worker')}{layout} · "
         f"{run.division} division · run {run.run_id}"
@@ -85,22 +85,22 @@ def run_summary(run: RunRecord) -> Table:
             f"{run.samples or 0:,} samples in {seconds(run.elapsed_s, unit=True)}"
             + time_split(summary),
         )
-    if summary.get("engine") == "dask" and summary.get("throughput"):
-        per_update = (run.elapsed_s or 0) - (summary.get("eval_s") or 0)
-        workers = plural(summary.get("most_workers") or 0, "worker")
+    if summary.engine == "dask" and summary.throughput:
+        per_update = (run.elapsed_s or 0) - (summary.eval_s or 0)
+        workers = plural(summary.most_workers or 0, "worker")
         table.add_row(
             "throughput",
-            f"{summary['throughput']:,.0f} samples/s, "
+            f"{summary.throughput:,.0f} samples/s, "
             f"{1000 * per_update / max(run.steps or 1, 1):.2f} ms per update on average "
             f"(Dask, {run.exchange.removeprefix('dask-')} engine: batch {run.global_batch} → "
-            f"{summary.get('largest_batch')}, up to {workers})",
+            f"{summary.largest_batch}, up to {workers})",
         )
-    elif summary.get("throughput"):
+    elif summary.throughput:
         table.add_row(
             "throughput",
-            f"{summary['throughput']:,.0f} samples/s, {1000 * summary['step_time_s']:.2f} ms "
+            f"{summary.throughput:,.0f} samples/s, {1000 * (summary.step_time_s or 0.0):.2f} ms "
             f"per step (global batch {run.global_batch}; first "
-            f"{summary.get('warmup_steps_excluded', 0)} steps excluded as warm-up)",
+            f"{summary.warmup_steps_excluded or 0} steps excluded as warm-up)",
         )
     hardware = hardware_text(summary)
     if hardware:
@@ -108,12 +108,12 @@ def run_summary(run: RunRecord) -> Table:
     memory = memory_text(run)
     if memory:
         table.add_row("memory", memory)
-    if summary.get("init_s") is not None:
-        startup = seconds(summary["init_s"], unit=True)
+    if summary.init_s is not None:
+        startup = seconds(summary.init_s, unit=True)
         table.add_row("start-up", f"{startup} data load + model build (before the clock starts)")
-    if summary.get("compile_s") is not None:
+    if summary.compile_s is not None:
         table.add_row("compilation", compilation_text(summary))
-    shares = summary.get("phase_shares")
+    shares = summary.phase_shares
     if shares:
         cells = [
             f"{p} {percent(shares[p]['mean'])}/{percent(shares[p]['max'])}"
@@ -121,7 +121,7 @@ def run_summary(run: RunRecord) -> Table:
             if p in shares
         ]
         note = ""
-        if summary.get("comm_overlapped"):
+        if summary.comm_overlapped:
             exchange = run.exchange
             note = (
                 f" ({exchange}: its gathers and reduce-scatters are inside forward and "
@@ -130,23 +130,24 @@ def run_summary(run: RunRecord) -> Table:
                 else f" ({exchange}: comm is the part not hidden behind backward)"
             )
         table.add_row(
-            f"phases mean/max over {len(summary['phases_steady'])} ranks", "  ".join(cells) + note
+            f"phases mean/max over {len(summary.phases_steady or [])} ranks",
+            "  ".join(cells) + note,
         )
-    if noise := summary.get("noise_scale"):
+    if noise := summary.noise_scale:
         table.add_row("noise scale", escape(noise_text(noise)))
     cores = run.cores
-    emulated = summary.get("emulated_nodes") or nodes == 1  # every worker on this host
-    here = run.workers if emulated else summary.get("nproc_per_node") or run.workers
+    emulated = summary.emulated_nodes or nodes == 1  # every worker on this host
+    here = run.workers if emulated else summary.nproc_per_node or run.workers
     if cores and here > cores:
         table.add_row(
             "[yellow]note[/yellow]",
             f"{here} workers on {cores} cores: "
             "oversubscribed, so times include workers sharing cores",
         )
-    contention = summary.get("contention")
+    contention = summary.contention
     if contention:
         table.add_row(*_contention_row(contention, run.disturbed))
-    if summary.get("emulated_nodes"):
+    if summary.emulated_nodes:
         network = run.network if run.network not in (None, "none") else "unshaped"
         table.add_row(
             "network",
@@ -170,18 +171,18 @@ def run_summary(run: RunRecord) -> Table:
 
 def time_split(summary: RunSummary) -> str:
     """ ": training T s, evaluation E s": where the clock's time went."""
-    if summary.get("train_s") is None or not summary.get("eval_s"):
+    if summary.train_s is None or not summary.eval_s:
         return ""
     return (
-        f": training {seconds(summary['train_s'], unit=True)}, evaluation "
-        f"{seconds(summary['eval_s'], unit=True)}"
+        f": training {seconds(summary.train_s, unit=True)}, evaluation "
+        f"{seconds(summary.eval_s, unit=True)}"
     )
 
 
 def compilation_text(summary: RunSummary) -> str:
     """The compile time, apart from the clock, and any recompilation that was not."""
-    text = f"{seconds(summary['compile_s'], unit=True)} torch.compile (before the clock starts)"
-    again = summary.get("recompiles_in_clock") or 0
+    text = f"{seconds(summary.compile_s, unit=True)} torch.compile (before the clock starts)"
+    again = summary.recompiles_in_clock or 0
     if again:
         text += (
             f"; recompiled {again} time{'s' * (again > 1)} inside the clock (a new input "
@@ -194,34 +195,34 @@ def hardware_text(summary: RunSummary) -> str:
     """The summary's hardware line: FLOPs per step, FLOP/s and utilisation per worker,
     samples/s per worker, peak memory and page faults, and the speed-ups that were on."""
     parts = []
-    if step_flops := summary.get("flops_per_step"):
+    if step_flops := summary.flops_per_step:
         parts.append(f"{flops(step_flops)} per step per worker")
-    if summary.get("flops_per_s"):
-        achieved = f"{flops(summary['flops_per_s'], per_second=True)} per worker"
-        if summary.get("utilisation") is not None:
+    if summary.flops_per_s:
+        achieved = f"{flops(summary.flops_per_s, per_second=True)} per worker"
+        if summary.utilisation is not None:
             achieved += (
-                f" = {percent(summary['utilisation'])} of "
-                f"{flops(summary.get('peak_flops_per_s') or 0.0, per_second=True)} "
-                f"({summary.get('peak_source')})"
+                f" = {percent(summary.utilisation)} of "
+                f"{flops(summary.peak_flops_per_s or 0.0, per_second=True)} "
+                f"({summary.peak_source})"
             )
         parts.append(achieved)
-    if summary.get("samples_per_s_per_worker"):
-        parts.append(f"{summary['samples_per_s_per_worker']:,.0f} samples/s per worker")
-        if per_sample := summary.get("tokens_per_sample"):
-            tokens = summary["samples_per_s_per_worker"] * per_sample
+    if summary.samples_per_s_per_worker:
+        parts.append(f"{summary.samples_per_s_per_worker:,.0f} samples/s per worker")
+        if per_sample := summary.tokens_per_sample:
+            tokens = summary.samples_per_s_per_worker * per_sample
             parts.append(f"{tokens:,.0f} tokens/s per worker")
-    memory = [m for m in summary.get("peak_memory_bytes") or [] if m]
+    memory = [m for m in summary.peak_memory_bytes or [] if m]
     if memory:
         parts.append(f"peak memory {human_bytes(max(memory))} per worker (the most)")
-    faults = summary.get("page_faults_per_step")
+    faults = summary.page_faults_per_step
     if faults:
         parts.append(f"{max(faults):,.0f} page faults per step (the most)")
     on = [
         name
-        for name, key in (("channels-last", "channels_last"), ("compiled", "compiled"))
-        if summary.get(key)
+        for name, used in (("channels-last", summary.channels_last), ("compiled", summary.compiled))
+        if used
     ]
-    if str(summary.get("cpu_allocator", "")).startswith("tuned"):
+    if str(summary.cpu_allocator or "").startswith("tuned"):
         on.append("tuned allocator")
     if parts and on:
         parts.append(" and ".join(on))
@@ -306,10 +307,10 @@ def _forwarder_cost(run: RunRecord) -> str | None:
 def external_summary(run: RunRecord) -> Table:
     """An imported run (an MLPerf log): where it comes from and MLPerf's scoring of it."""
     origin, summary = run.origin or {}, run.summary
-    mlperf = summary.get("mlperf") or {}
+    mlperf = summary.mlperf or {}
     title = escape(
         f"{run.task} · {plural(run.workers, 'device')} ({run.nodes} nodes × "
-        f"{summary.get('nproc_per_node')}) · {run.division} division · run {run.run_id}"
+        f"{summary.nproc_per_node}) · {run.division} division · run {run.run_id}"
     )
     table = _fields_table(title)
     table.add_row(
@@ -321,9 +322,7 @@ def external_summary(run: RunRecord) -> Table:
     )
     table.add_row("log", escape(f"{origin.get('repository')} {origin.get('path')}"))
     table.add_row("commit", escape(str(origin.get("commit") or "unknown")))
-    table.add_row(
-        "devices", escape(f"{run.nodes} × {summary.get('nproc_per_node')} {summary.get('device')}")
-    )
+    table.add_row("devices", escape(f"{run.nodes} × {summary.nproc_per_node} {summary.device}"))
     colour = STATUS_STYLE.get(run.status, "yellow")
     table.add_row(
         "status", f"[{colour}]{run.status}[/{colour}] (MLPerf: {escape(str(mlperf.get('status')))})"
