@@ -146,3 +146,13 @@ def test_only_synchronous_sgd_is_closed_division() -> None:
         "exchange": {"reference": "allreduce", "actual": "topk"},
         "exchange_options.ratio": {"reference": None, "actual": 0.1},
     }
+
+
+def test_gathered_values_come_back_by_name_not_by_position() -> None:
+    from dmlbench.comm.collectives import all_gather_named
+
+    values = {"phases": [1.0, 2.0, 3.0], "faults": 7, "cpu": [4.0, 5.0], "sent": 2.5}
+    (rank,) = all_gather_named(values, torch.device("cpu"))  # one rank: no group
+    assert rank == {"phases": [1.0, 2.0, 3.0], "faults": 7.0, "cpu": [4.0, 5.0], "sent": 2.5}
+    (empty,) = all_gather_named({"none": [], "one": 1.0}, torch.device("cpu"))
+    assert empty == {"none": [], "one": 1.0}

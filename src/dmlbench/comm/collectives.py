@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -28,6 +29,27 @@ def all_gather_floats(values: list[float], device: torch.device) -> list[list[fl
     gathered = [torch.empty_like(mine) for _ in range(world_size())]
     dist.all_gather(gathered, mine)
     return [t.tolist() for t in gathered]
+
+
+def all_gather_named(
+    values: Mapping[str, float | Sequence[float]], device: torch.device
+) -> list[dict[str, Any]]:
+    """Every rank's named ``values`` (the same names and lengths on all ranks), in rank
+    order, each rank's as a dict of the same names: a number stays a number, a list a
+    list. One all-gather of floats; no pickling, and no unpacking by position."""
+    layout = [(name, None if isinstance(v, int | float) else len(v)) for name, v in values.items()]
+    flat: list[float] = []
+    for value in values.values():
+        flat.extend([float(value)] if isinstance(value, int | float) else map(float, value))
+    rows = []
+    for row in all_gather_floats(flat, device):
+        named: dict[str, Any] = {}
+        at = 0
+        for name, length in layout:
+            named[name] = row[at] if length is None else row[at : at + length]
+            at += 1 if length is None else length
+        rows.append(named)
+    return rows
 
 
 def squared_norm(tensors: Iterable[torch.Tensor | None]) -> torch.Tensor:

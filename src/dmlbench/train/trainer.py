@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dmlbench.comm import make_exchange
-from dmlbench.comm.collectives import all_gather_floats, all_reduce_sum, squared_norm
+from dmlbench.comm.collectives import all_gather_named, all_reduce_sum, squared_norm
 from dmlbench.comm.sharded import shard_units
 from dmlbench.data import Dataset, EpochSharding, eval_shard
 from dmlbench.data.feed import Feed
@@ -521,19 +521,20 @@ class Trainer:
         totals = self.timer.vector()
         mine = [now - before for now, before in zip(totals, previous, strict=True)]
         norms = self._norm_sums.tolist()
-        gathered = all_gather_floats(
-            [*mine, *norms, self._loss_sum.item(), float(steps)], self.device
+        ranks = all_gather_named(
+            {"phases": mine, "norms": norms, "loss": self._loss_sum.item(), "steps": steps},
+            self.device,
         )
         self._loss_sum.zero_()
         self._norm_sums.zero_()
-        losses = sum(row[-2] for row in gathered)
-        noise = self._noise_of_epoch([row[-5:-2] for row in gathered])
+        losses = sum(rank["loss"] for rank in ranks)
+        noise = self._noise_of_epoch([rank["norms"] for rank in ranks])
         self.events.log(
             "epoch_stop",
             epoch,
             step=self.step,
-            train_loss=losses / max(1.0, sum(row[-1] for row in gathered)),
-            phases=[dict(zip(ALL_PHASES, row[:-5], strict=True)) for row in gathered],
+            train_loss=losses / max(1.0, sum(rank["steps"] for rank in ranks)),
+            phases=[dict(zip(ALL_PHASES, rank["phases"], strict=True)) for rank in ranks],
             **({"noise_scale": noise} if noise else {}),
         )
         return totals
@@ -581,11 +582,18 @@ class Trainer:
         sent = float(self.exchange.bytes_sent)
         memory = float(max(peak_memory_bytes(self.device), self._whole_peak))
         faults = self.faults.count / max(1, self.step - excluded)
-        gathered = all_gather_floats([*totals, *steady, *mine, faults, memory, sent], self.device)
-        count = len(ALL_PHASES)
-        samples = [
-            dict(zip(CONTENTION_FIELDS, row[2 * count : -3], strict=True)) for row in gathered
-        ]
+        ranks = all_gather_named(
+            {
+                "phases": totals,
+                "steady": steady,
+                "cpu": mine,
+                "faults": faults,
+                "memory": memory,
+                "sent": sent,
+            },
+            self.device,
+        )
+        samples = [dict(zip(CONTENTION_FIELDS, rank["cpu"], strict=True)) for rank in ranks]
         status = "success" if tta is not None else "target_not_reached"
         if self.spec.synthetic_data:
             status = "throughput"  # random images: there is no accuracy to reach
@@ -603,14 +611,12 @@ class Trainer:
             "target": self.spec.recipe.target,
             "warmup_steps_excluded": excluded,
             "steady_steps": self.step - excluded,
-            "phases": [dict(zip(ALL_PHASES, row[:count], strict=True)) for row in gathered],
-            "phases_steady": [
-                dict(zip(ALL_PHASES, row[count : 2 * count], strict=True)) for row in gathered
-            ],
-            "bytes_sent": [row[-1] for row in gathered],  # per rank, to collectives
-            "bytes_per_step": max(row[-1] for row in gathered) / max(1, self.step),
-            "peak_memory_bytes": [row[-2] for row in gathered],  # per rank
-            "page_faults_per_step": [row[-3] for row in gathered],  # per rank, steady steps
+            "phases": [dict(zip(ALL_PHASES, rank["phases"], strict=True)) for rank in ranks],
+            "phases_steady": [dict(zip(ALL_PHASES, rank["steady"], strict=True)) for rank in ranks],
+            "bytes_sent": [rank["sent"] for rank in ranks],  # per rank, to collectives
+            "bytes_per_step": max(rank["sent"] for rank in ranks) / max(1, self.step),
+            "peak_memory_bytes": [rank["memory"] for rank in ranks],
+            "page_faults_per_step": [rank["faults"] for rank in ranks],  # in steady steps
             "noise_scale": self._noise_of_run(),
             # graphs torch.compile made inside the clock (rank 0's): their compile time is
             # in the steps it measured; 0 when everything compiled before
@@ -634,13 +640,15 @@ class Trainer:
             float(sum(p.numel() * p.element_size() for p in unit.parameters()))
             for unit in shard_units(self.model)
         ]
-        mine = [
-            float(self._resident_start),
-            float(self._training_peak),
-            float(local_bytes(params)),
-            float(local_bytes(optimizer_state(self.optimizer))),
-        ]
-        gathered = all_gather_floats(mine, self.device)
+        ranks = all_gather_named(
+            {
+                "start": self._resident_start,
+                "training_peak": self._training_peak,
+                "parameters": local_bytes(params),
+                "optimizer_state": local_bytes(optimizer_state(self.optimizer)),
+            },
+            self.device,
+        )
         slots = state_slots(self.optimizer)
         return {
             "memory_account": {
@@ -654,8 +662,8 @@ class Trainer:
                 "largest_unit": max(units, default=0.0),
                 "root": whole - sum(units),
             },
-            "memory_start_bytes": [row[0] for row in gathered],  # per rank
-            "training_peak_bytes": [row[1] for row in gathered],  # per rank, steps only
-            "parameter_bytes_local": [row[2] for row in gathered],
-            "optimizer_state_bytes": [row[3] for row in gathered],
+            "memory_start_bytes": [rank["start"] for rank in ranks],
+            "training_peak_bytes": [rank["training_peak"] for rank in ranks],  # steps only
+            "parameter_bytes_local": [rank["parameters"] for rank in ranks],
+            "optimizer_state_bytes": [rank["optimizer_state"] for rank in ranks],
         }
