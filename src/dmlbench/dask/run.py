@@ -41,6 +41,7 @@ from dmlbench.launch.lifecycle import (
 from dmlbench.resolve import deviations
 from dmlbench.results import EVENTS_FILE, ResultsStore
 from dmlbench.results.events import EventLog
+from dmlbench.results.records import RunStop
 from dmlbench.spec import RunSpec
 from dmlbench.spec.recipe import OptimizerSpec
 from dmlbench.tasks import get_task
@@ -301,24 +302,24 @@ def _train(
             break
     elapsed = time.perf_counter() - start
     examples = est.examples_seen_
-    summary = {
-        "status": "success" if state.tta is not None else "target_not_reached",
-        "stop_reason": state.reason or "max_epochs",
-        "steps": est.n_updates_,
-        "epochs": examples / n,
-        "samples": examples,
-        "elapsed_s": elapsed,
-        "eval_s": state.eval_s,
-        "time_to_accuracy_s": state.tta,
-        "time_to_accuracy_compute_s": state.tta_compute,
-        "best_metric": state.best,
-        "target": recipe.target,
-        "throughput": examples / max(elapsed - state.eval_s, 1e-9),
-        "largest_batch": max(e["batch_size"] or 0 for e in est.history_),
-        "most_workers": max(e["workers"] for e in est.history_),
-        "notes": list(est.notes_),
-    }
-    log.log("run_stop", summary["status"], **summary)
+    stop = RunStop(
+        status="success" if state.tta is not None else "target_not_reached",
+        stop_reason=state.reason or "max_epochs",
+        steps=est.n_updates_,
+        epochs=examples / n,
+        samples=examples,
+        elapsed_s=elapsed,
+        eval_s=state.eval_s,
+        time_to_accuracy_s=state.tta,
+        time_to_accuracy_compute_s=state.tta_compute,
+        best_metric=state.best,
+        target=recipe.target,
+        throughput=examples / max(elapsed - state.eval_s, 1e-9),
+        largest_batch=max(e["batch_size"] or 0 for e in est.history_),
+        most_workers=max(e["workers"] for e in est.history_),
+        notes=list(est.notes_),
+    )
+    log.log("run_stop", stop.status, **stop.metadata())
 
 
 def _evaluate_and_log(

@@ -139,6 +139,53 @@ class RunSummary(BaseModel):
     mlperf: dict[str, Any] | None = None
 
 
+class RunStop(BaseModel):
+    """What a run's ``run_stop`` event holds, as the trainer or the Dask fit makes it:
+    the one place its fields are named, so a misspelt or unknown one is refused where it
+    is made, not found missing in a report. :func:`~dmlbench.results.summary.summarize`
+    builds the :class:`RunSummary` from it and the run's other events."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: str
+    stop_reason: str
+    steps: int
+    epochs: float
+    samples: int
+    elapsed_s: float
+    eval_s: float
+    time_to_accuracy_s: float | None
+    time_to_accuracy_compute_s: float | None
+    best_metric: float | None
+    target: float | None
+    # the trainer's (per rank where a list)
+    warmup_steps_excluded: int | None = None
+    steady_steps: int | None = None
+    phases: list[dict[str, float]] | None = None
+    phases_steady: list[dict[str, float]] | None = None
+    bytes_sent: list[float] | None = None
+    bytes_per_step: float | None = None
+    peak_memory_bytes: list[float] | None = None
+    page_faults_per_step: list[float] | None = None
+    noise_scale: dict[str, Any] | None = None
+    recompiles_in_clock: int | None = None
+    cpu_samples: list[dict[str, Any]] | None = None
+    memory_account: dict[str, float] | None = None
+    memory_start_bytes: list[float] | None = None
+    training_peak_bytes: list[float] | None = None
+    parameter_bytes_local: list[float] | None = None
+    optimizer_state_bytes: list[float] | None = None
+    # the Dask fit's
+    throughput: float | None = None
+    largest_batch: int | None = None
+    most_workers: int | None = None
+    notes: list[str] | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        """The event's metadata: the fields its maker set (None ones included)."""
+        return self.model_dump(exclude_unset=True)
+
+
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     """One evaluation of a run: where it happened and what it measured."""

@@ -38,6 +38,7 @@ from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
 from dmlbench.optim.build import clip_gradients, parameter_groups
 from dmlbench.results.contention import FIELDS as CONTENTION_FIELDS
 from dmlbench.results.events import EventLog
+from dmlbench.results.records import RunStop
 from dmlbench.results.schema import ALL_PHASES
 from dmlbench.spec import RunSpec
 from dmlbench.spec.run import CHANNELS_LAST_EXCHANGES
@@ -400,8 +401,8 @@ class Trainer:
         limit = math.ceil(self.spec.recipe.max_epochs * self.sharding.steps_per_epoch)
         return min(limit, self.spec.max_steps) if self.spec.max_steps else limit
 
-    def train(self) -> dict[str, Any]:
-        """Epochs until a stop rule fires; returns the summary logged as ``run_stop``."""
+    def train(self) -> RunStop:
+        """Epochs until a stop rule fires; returns what it logged as ``run_stop``."""
         spec, sharding = self.spec, self.sharding
         flops = self._count_flops()
         peak = peak_for(
@@ -572,7 +573,7 @@ class Trainer:
         best: float | None,
         tta: float | None,
         tta_compute: float | None,
-    ) -> dict[str, Any]:
+    ) -> RunStop:
         totals = self.timer.vector()
         warm = self._warm if self._warm is not None else [0.0] * len(totals)
         excluded = self.spec.warmup_steps_excluded if self._warm is not None else 0
@@ -597,37 +598,37 @@ class Trainer:
         status = "success" if tta is not None else "target_not_reached"
         if self.spec.synthetic_data:
             status = "throughput"  # random images: there is no accuracy to reach
-        summary = {
-            "status": status,
-            "stop_reason": reason,
-            "steps": self.step,
-            "epochs": self.step / self.sharding.steps_per_epoch,
-            "samples": self.step * self.sharding.global_batch,
-            "elapsed_s": elapsed,
-            "eval_s": self.timer.seconds["eval"],
-            "time_to_accuracy_s": tta,
-            "time_to_accuracy_compute_s": tta_compute,
-            "best_metric": best,
-            "target": self.spec.recipe.target,
-            "warmup_steps_excluded": excluded,
-            "steady_steps": self.step - excluded,
-            "phases": [dict(zip(ALL_PHASES, rank["phases"], strict=True)) for rank in ranks],
-            "phases_steady": [dict(zip(ALL_PHASES, rank["steady"], strict=True)) for rank in ranks],
-            "bytes_sent": [rank["sent"] for rank in ranks],  # per rank, to collectives
-            "bytes_per_step": max(rank["sent"] for rank in ranks) / max(1, self.step),
-            "peak_memory_bytes": [rank["memory"] for rank in ranks],
-            "page_faults_per_step": [rank["faults"] for rank in ranks],  # in steady steps
-            "noise_scale": self._noise_of_run(),
+        stop = RunStop(
+            status=status,
+            stop_reason=reason,
+            steps=self.step,
+            epochs=self.step / self.sharding.steps_per_epoch,
+            samples=self.step * self.sharding.global_batch,
+            elapsed_s=elapsed,
+            eval_s=self.timer.seconds["eval"],
+            time_to_accuracy_s=tta,
+            time_to_accuracy_compute_s=tta_compute,
+            best_metric=best,
+            target=self.spec.recipe.target,
+            warmup_steps_excluded=excluded,
+            steady_steps=self.step - excluded,
+            phases=[dict(zip(ALL_PHASES, rank["phases"], strict=True)) for rank in ranks],
+            phases_steady=[dict(zip(ALL_PHASES, rank["steady"], strict=True)) for rank in ranks],
+            bytes_sent=[rank["sent"] for rank in ranks],  # per rank, to collectives
+            bytes_per_step=max(rank["sent"] for rank in ranks) / max(1, self.step),
+            peak_memory_bytes=[rank["memory"] for rank in ranks],
+            page_faults_per_step=[rank["faults"] for rank in ranks],  # in steady steps
+            noise_scale=self._noise_of_run(),
             # graphs torch.compile made inside the clock (rank 0's): their compile time is
             # in the steps it measured; 0 when everything compiled before
-            "recompiles_in_clock": compiled_graphs() - self._graphs if self.spec.compile else None,
-            "cpu_samples": [
+            recompiles_in_clock=compiled_graphs() - self._graphs if self.spec.compile else None,
+            cpu_samples=[
                 {k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples
             ],
-        }
-        summary.update(self._memory())
-        self.events.log("run_stop", summary["status"], **summary)
-        return summary
+            **self._memory(),
+        )
+        self.events.log("run_stop", stop.status, **stop.metadata())
+        return stop
 
     def _memory(self) -> dict[str, Any]:
         """The model's memory accounting (whole-model bytes, see perfmodel.memory) and
