@@ -18,11 +18,10 @@ from dmlbench.cli.options import (
     SetOption,
     StoreOption,
     TaskArgument,
-    console,
     err_console,
     load_config,
     open_store,
-    print_json,
+    show_stored_run,
     store_path,
 )
 from dmlbench.errors import DmlbenchError
@@ -82,7 +81,6 @@ def fit(
     # Dask's own logs (a worker's traceback, its chatter at shutdown) stay out of the
     # terminal: what failed is the run's one-line error, kept in the store too
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
-    from dmlbench.cli.views.summary import run_summary
     from dmlbench.dask.run import DaskFit, fit_task, make_damper
     from dmlbench.resolve import resolve_spec
 
@@ -147,10 +145,4 @@ def fit(
         raise typer.Exit(130) from None
     finally:
         close_local()  # before the interpreter exits: its workers would outlive it, noisily
-    stored = results.runs(outcome.run_id)[0]
-    if json_out:
-        print_json(stored)
-    else:
-        console.print(run_summary(stored))
-    if outcome.status == "failed":
-        raise typer.Exit(1)
+    show_stored_run(results, outcome.run_id, outcome.status, json_out)

@@ -223,6 +223,19 @@ def open_store(store: Path, *, existing: bool = False) -> ResultsStore:
     return opened
 
 
+def show_stored_run(store: ResultsStore, run_id: str, status: str, json_out: bool) -> None:
+    """A run just stored: its summary (or its JSON); exit 1 where it failed."""
+    from dmlbench.cli.views.summary import run_summary
+
+    stored = store.runs(run_id)[0]
+    if json_out:
+        print_json(stored)
+    else:
+        console.print(run_summary(stored))
+    if status == "failed":
+        raise typer.Exit(1)
+
+
 def selected_runs(
     store: Path, sweep: str | None, task: str | None, opened: ResultsStore | None = None
 ) -> list[RunRecord]:

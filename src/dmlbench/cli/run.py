@@ -31,6 +31,7 @@ from dmlbench.cli.options import (
     load_config,
     open_store,
     print_json,
+    show_stored_run,
     store_path,
 )
 from dmlbench.errors import DmlbenchError
@@ -206,7 +207,6 @@ def _start(
     """Launch the resolved run (one node of a job when the request names an endpoint),
     with a progress bar, then print its summary or this node's part."""
     from dmlbench.cli.views.progress import RunProgress
-    from dmlbench.cli.views.summary import run_summary
     from dmlbench.launch import run_benchmark
     from dmlbench.launch.rendezvous import Rendezvous
 
@@ -244,13 +244,7 @@ def _start(
     if not outcome.recorded:
         _node_outcome(outcome, json_out)
         return
-    stored = results.runs(outcome.run_id)[0]
-    if json_out:
-        print_json(stored)
-    else:
-        console.print(run_summary(stored))
-    if outcome.status == "failed":
-        raise typer.Exit(1)
+    show_stored_run(results, outcome.run_id, outcome.status, json_out)
 
 
 def _node_outcome(outcome: Any, json_out: bool) -> None:
