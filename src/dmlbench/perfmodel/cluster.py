@@ -31,7 +31,7 @@ from dmlbench.perfmodel.hardware import (
     compute_step_s,
     load_hardware,
 )
-from dmlbench.perfmodel.model import Layout, cluster_allreduce_time
+from dmlbench.perfmodel.model import Algorithm, Layout, algorithms_named, cluster_allreduce_time
 from dmlbench.spec.recipe import ModelSpec
 
 MIB = 2**20
@@ -164,7 +164,7 @@ def scale(
     *,
     dtype: str = "fp32",
     efficiency: float,
-    algorithm: str = "ring",
+    algorithm: Algorithm = "ring",
     compute_s: float | None = None,
     bucket_cap: float = BUCKET_CAP_BYTES,
     ddp_cost: bool = False,
@@ -187,7 +187,7 @@ def scale(
         layout = Layout(count, intra)
 
         def allreduce(size: float, workers: int = workers, layout: Layout = layout) -> float:
-            return cluster_allreduce_time(algorithm, workers, size, inter, layout, calibration)  # type: ignore[arg-type]
+            return cluster_allreduce_time(algorithm, workers, size, inter, layout, calibration)
 
         forward = step_compute * (1 - BACKWARD_SHARE)
         step, comm, exposed = ddp_step(forward, step_compute * BACKWARD_SHARE, buckets, allreduce)
@@ -321,8 +321,7 @@ def simulate_cluster(
     and InfiniBand)."""
     if not nodes:
         raise SpecError("--nodes: at least one node count, e.g. 1,8,32")
-    if algorithm not in ("ring", "hierarchical"):
-        raise SpecError(f"--algorithm {algorithm!r}: on a cluster choose ring or hierarchical")
+    (chosen,) = algorithms_named([algorithm], ("ring", "hierarchical"))
     hardware = load_hardware(hardware_file)
     cluster = hardware.cluster(cluster_key)
     cost = task_cost(task, local_batch)
@@ -353,7 +352,7 @@ def simulate_cluster(
         devices_per_node,
         dtype=dtype,
         efficiency=share,
-        algorithm=algorithm,
+        algorithm=chosen,
         compute_s=compute,
     )
     return {

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.perfmodel.calibrate import TaskCalibration, calibrate_comm, calibrate_task, comm_for
-from dmlbench.perfmodel.model import ALGORITHMS, CommCalibration, Layout, Link, predict
+from dmlbench.perfmodel.model import CommCalibration, Layout, Link, algorithms_named, predict
 
 if TYPE_CHECKING:
     from dmlbench.prices import Price
@@ -82,9 +82,7 @@ def simulate(
     """Predict every combination; with ``layouts`` ((nodes, per node) pairs) the worker
     counts are theirs and the two-level model is used. The speedup of a row is against
     the first count of its network and algorithm."""
-    bad = [a for a in algorithms if a not in ALGORITHMS]
-    if bad:
-        raise DmlbenchError(f"--algorithm {bad[0]!r}: choose ring, tree, ps or hierarchical")
+    chosen = algorithms_named(algorithms)
     if layouts:
         counts = [nodes * per_node for nodes, per_node in layouts]
         if set(algorithms) - set(TWO_LEVEL):
@@ -99,7 +97,7 @@ def simulate(
     calibration = calibrate_task(store.runs(task=task), task, calibrate_from=calibrate_from)
     rows = []
     for name, link in links.items():
-        for algorithm in algorithms:
+        for algorithm in chosen:
             base_tta = None
             for index, count in enumerate(counts):
                 layout = (
@@ -113,7 +111,7 @@ def simulate(
                     )
                 guess = predict(
                     workers=count,
-                    algorithm=algorithm,  # type: ignore[arg-type]
+                    algorithm=algorithm,
                     local_batch=calibration.local_batch,
                     compute_per_example_s=0.0,
                     compute_fixed_s=calibration.compute_step_s,

@@ -38,7 +38,15 @@ PHASE_COLOURS = {
     "comm": "#e45756",
     "optimizer": "#f2cf5b",
 }
-VARIANT_COLOURS = colormaps["tab10"].colors  # type: ignore[attr-defined]
+
+
+def _palette(name: str) -> list[tuple[float, float, float, float]]:
+    """A qualitative matplotlib colour map's colours (RGBA), in order."""
+    colours = colormaps[name]
+    return [colours(index) for index in range(colours.N)]
+
+
+VARIANT_COLOURS = _palette("tab10")
 MARKERS = "os^Dvph*X"
 WIDTH, HEIGHT = 5.6, 3.8  # inches: drawn half a page wide, fonts stay readable
 
@@ -488,7 +496,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
 
     colour_keys = sorted({colour_key(v) for v in pairs})
     marker_keys = sorted({marker_key(v) for v in pairs})
-    palette = VARIANT_COLOURS if len(colour_keys) <= 10 else colormaps["tab20"].colors  # type: ignore[attr-defined]
+    palette = VARIANT_COLOURS if len(colour_keys) <= 10 else _palette("tab20")
     colours = {k: palette[i % len(palette)] for i, k in enumerate(colour_keys)}
     markers = {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(marker_keys)}
     for i, (variant, rows) in enumerate(frame.groupby("variant", sort=True)):
