@@ -169,7 +169,9 @@ def peak_flops(
         cached = json.loads(path.read_text())
     if isinstance(cached, dict) and isinstance(entry := cached.get(key), dict):
         with contextlib.suppress(KeyError, TypeError, ValueError):
-            return Peak(float(entry["flops_per_s"]), str(entry["source"]))  # type: ignore[arg-type]
+            flops, source = entry["flops_per_s"], entry["source"]
+            if isinstance(flops, int | float) and isinstance(source, str):
+                return Peak(float(flops), source)
     peak, disturbed = probe_peak(device, threads, dtype)
     if disturbed:  # other processes took cores: not this machine's peak, probe next time
         return peak
