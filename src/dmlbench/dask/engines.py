@@ -31,7 +31,7 @@ from torch import nn
 from dmlbench.dask import worker as remote
 from dmlbench.dask.cluster import WorkerLost, Workers, connect, gather, tasks_for
 from dmlbench.dask.dampers import Damping
-from dmlbench.dask.history import History, Record
+from dmlbench.dask.history import History, Record, Update
 
 
 class DaskEstimator(Protocol):
@@ -62,7 +62,7 @@ class DaskEstimator(Protocol):
     def record_update(
         self,
         record: Record,
-        summary: dict[str, Any],
+        update: Update,
         damping: Damping,
         *,
         tasks: int,
@@ -218,8 +218,8 @@ class Centralised(Engine):
                 est.note(f"update {est.n_updates_ + 1}: {message}")
             self._step(results, len(index), damping.lr_factor)
             wall = time.perf_counter() - begin
-            summary = results_summary(results, len(index))
-            est.record_update(record, summary, damping, tasks=tasks, target=target, wall=wall)
+            update = results_summary(results, len(index))
+            est.record_update(record, update, damping, tasks=tasks, target=target, wall=wall)
         return est.finish_epoch(record, time.perf_counter() - start)
 
     def _step(self, results: list[remote.GradientResult], batch: int, lr_factor: float) -> None:
@@ -399,13 +399,13 @@ def batch_at(position: int, n: int, wanted: int) -> int:
     return left if left - wanted < wanted / 2 else wanted
 
 
-def results_summary(results: list[remote.GradientResult], batch: int) -> dict[str, Any]:
-    return {
-        "batch_size": batch,
-        "loss": sum(r.loss_sum for r in results) / batch,
-        "workers": len({r.worker for r in results}),
-        "compute_s": max(r.compute_s for r in results),
-    }
+def results_summary(results: list[remote.GradientResult], batch: int) -> Update:
+    return Update(
+        loss=sum(r.loss_sum for r in results) / batch,
+        workers=len({r.worker for r in results}),
+        compute_s=max(r.compute_s for r in results),
+        batch_size=batch,
+    )
 
 
 class DDP(Engine):
@@ -450,19 +450,19 @@ class DDP(Engine):
         est.optimizer_.load_state_dict(rank0.state.optimizer_state)
         est.restore_base_lrs()
         for u, (damping, index) in enumerate(zip(dampings, batches, strict=True)):
-            summary = {
-                "loss": sum(r.loss_sums[u] for r in results) / len(index),
-                "workers": len(results),
-                "compute_s": max(r.compute_s[u] for r in results),
-                "batch_size": len(index),
-            }
+            update = Update(
+                loss=sum(r.loss_sums[u] for r in results) / len(index),
+                workers=len(results),
+                compute_s=max(r.compute_s[u] for r in results),
+                batch_size=len(index),
+            )
             est.record_update(
                 record,
-                summary,
+                update,
                 damping,
                 tasks=len(results),
                 target=target,
-                wall=summary["compute_s"],
+                wall=update.compute_s,
             )
         return est.finish_epoch(record, time.perf_counter() - start)
 

@@ -34,7 +34,7 @@ from torch import nn
 from dmlbench.dask import worker as remote
 from dmlbench.dask.dampers import Constant, Damper, Damping, TrainState
 from dmlbench.dask.engines import ENGINES, Engine
-from dmlbench.dask.history import History, Record
+from dmlbench.dask.history import History, Record, Update
 from dmlbench.noise import noise_scale_estimate, simple_noise_scale
 
 ROUTES = ("module", "optimizer", "loss", "batch_size")
@@ -451,15 +451,15 @@ class DaskEstimator(BaseEstimator):
     def record_update(
         self,
         record: Record,
-        summary: dict[str, Any],
+        update: Update,
         damping: Damping,
         *,
         tasks: int,
         target: int | None,
         wall: float,
     ) -> None:
-        loss = float(summary["loss"])
-        batch = int(summary.get("batch_size") or damping.batch_size)
+        loss = update.loss
+        batch = update.batch_size or damping.batch_size
         if self._initial_loss is None:
             self._initial_loss = loss
         self._loss_ema = loss if self._loss_ema is None else 0.9 * self._loss_ema + 0.1 * loss
@@ -471,12 +471,12 @@ class DaskEstimator(BaseEstimator):
                 "epoch": state.epoch,
                 "batch_size": batch,
                 "tasks": tasks,
-                "workers": summary["workers"],
+                "workers": update.workers,
                 "target_workers": target,
                 "lr": self.base_lrs_[0] * damping.lr_factor,
                 "loss": loss,
                 "wall_s": wall,
-                "compute_s": summary["compute_s"],
+                "compute_s": update.compute_s,
                 "noise_scale": state.noise_scale,
             }
         )

@@ -21,10 +21,22 @@ slowest task's pure gradient compute), ``noise_scale`` (running B_simple estimat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 Record = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one model update's workers reported: the batch's mean loss, how many
+    workers computed it, the slowest one's compute seconds, and the batch's size."""
+
+    loss: float
+    workers: int
+    compute_s: float
+    batch_size: int | None = None
 
 
 class History(list[Record]):
