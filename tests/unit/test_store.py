@@ -9,8 +9,9 @@ from pathlib import Path
 
 from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
+from dmlbench.results.database import SCHEMA_VERSION
 from dmlbench.results.environment import collect_environment
-from dmlbench.results.store import ABANDONED, DB_FILE, SCHEMA_VERSION
+from dmlbench.results.store import ABANDONED, DB_FILE
 
 
 def _digest(path: Path) -> str:

@@ -109,7 +109,7 @@ def results(
 
 
 def _upgrade(store: Path) -> None:
-    from dmlbench.results.store import SCHEMA_VERSION
+    from dmlbench.results.database import SCHEMA_VERSION
 
     target = open_store(store, existing=True)
     marked = target.prepare()
