@@ -93,3 +93,17 @@ def test_a_slurm_step_is_one_node_that_keeps_its_part_apart() -> None:
     assert request.store == STORE / "nodes" / "node1"
     assert request.layout == {"nodes": 2, "nproc_per_node": 1}
     assert request.rdzv_id == "dmlbench"  # an endpoint given: the id given too
+
+
+def test_the_launch_path_is_decided_once_from_what_plan_run_read() -> None:
+    from dmlbench.launch.request import launch_path
+    from dmlbench.launch.slurm import SlurmJob
+
+    batch = plan(env=BATCH)
+    assert batch.slurm is not None and not batch.slurm.in_step
+    assert launch_path(batch.nodes or 1, False, batch.slurm) == "slurm"  # the batch script
+    assert launch_path(2, False, None) == "cluster"  # no Slurm job: an emulated cluster
+    step = SlurmJob.from_env(STEP)  # a task of srun: one node of the job
+    assert step is not None and launch_path(2, True, step) == "node"
+    assert launch_path(1, False, batch.slurm) == "local"  # one node needs no srun
+    assert plan().slurm is None and launch_path(1, False, None) == "local"
