@@ -36,7 +36,7 @@ from dmlbench.perfmodel.replays import (
     mlbench_2a,
     published_points,
 )
-from dmlbench.report.figures import cluster_scaling
+from dmlbench.report.prediction_figures import cluster_scaling
 
 
 def show(unit: str, value: float) -> str:

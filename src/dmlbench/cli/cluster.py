@@ -122,7 +122,7 @@ def simulate_cluster(
         console.print(cluster_table(result))
     if png:
         from dmlbench.files import write_figure
-        from dmlbench.report.figures import cluster_scaling
+        from dmlbench.report.prediction_figures import cluster_scaling
 
         write_figure(cluster_scaling(result), png, "--png file")
         console.print(f"scaling plot: {png}", markup=False, soft_wrap=True)

@@ -107,7 +107,7 @@ def simulate(
         console.print(f"saved to {saved}; `dmlbench report` draws it", markup=False, soft_wrap=True)
     if png:
         from dmlbench.files import write_figure
-        from dmlbench.report.figures import predicted_speedup
+        from dmlbench.report.prediction_figures import predicted_speedup
 
         runs = plural(simulation.calibration.runs, "run")
         title = f"{task} · predicted · calibrated on {runs}"

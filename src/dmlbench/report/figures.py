@@ -51,7 +51,7 @@ MARKERS = "os^Dvph*X"
 WIDTH, HEIGHT = 5.6, 3.8  # inches: drawn half a page wide, fonts stay readable
 
 
-def _figure(title: str, heading: str, ncols: int = 1) -> tuple[Figure, list]:
+def new_figure(title: str, heading: str, ncols: int = 1) -> tuple[Figure, list]:
     fig = Figure(figsize=(WIDTH * (1.45 if ncols > 1 else 1), HEIGHT), layout="constrained")
     axes = list(np.atleast_1d(fig.subplots(1, ncols)))
     fig.suptitle(f"{heading}\n{title}", fontsize=10, x=0.01, ha="left")
@@ -70,7 +70,7 @@ def _tick_labels(table: pd.DataFrame, workers: list[int]) -> list[str]:
     return [f"{w}{'*' if w in over else ''}" for w in workers]
 
 
-def _log2_workers(ax, workers: list[int]) -> None:
+def log2_workers_axis(ax, workers: list[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(workers)
     ax.xaxis.set_major_formatter(ScalarFormatter())
@@ -87,7 +87,7 @@ def _variants(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(short, groups[label].sort_values("workers")) for label, short in names.items()]
 
 
-def _legend(fig: Figure, ax, title: str | None = None) -> None:
+def legend_below(fig: Figure, ax, title: str | None = None) -> None:
     """``ax``'s legend below the plot area, outside it; repeated labels shown once."""
     handles, labels = ax.get_legend_handles_labels()
     unique: dict[str, Artist] = {}
@@ -132,7 +132,7 @@ def _oversubscription_caption(fig: Figure, table: pd.DataFrame) -> None:
 
 def speedup(table: pd.DataFrame, title: str) -> Figure:
     """Speedup against the smallest worker count, in TTA and throughput, with ideal."""
-    fig, (ax,) = _figure(title, "Speedup vs workers")
+    fig, (ax,) = new_figure(title, "Speedup vs workers")
     workers = sorted(int(w) for w in table["workers"].unique())
     n0 = min(workers)
     ideal = [w / n0 for w in workers]
@@ -164,9 +164,9 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
                 capsize=3,
                 label=f"time to accuracy{suffix}",
             )
-    _log2_workers(ax, workers)
+    log2_workers_axis(ax, workers)
     ax.set_ylabel(f"speedup over {plural(n0, 'worker')} (×)")
-    _legend(fig, ax)
+    legend_below(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -174,7 +174,7 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
 def throughput(table: pd.DataFrame, title: str) -> Figure:
     """DLBS's view: images (samples) per second in total and per worker against the
     worker count, one line per variant (e.g. the replica batch)."""
-    fig, (total, each) = _figure(title, "Throughput (samples/s)", ncols=2)
+    fig, (total, each) = new_figure(title, "Throughput (samples/s)", ncols=2)
     workers = sorted(int(w) for w in table["workers"].unique())
     for i, (variant, rows) in enumerate(_variants(table)):
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
@@ -191,11 +191,11 @@ def throughput(table: pd.DataFrame, title: str) -> Figure:
             label=label,
         )
     for ax, what in ((total, "samples/s, all workers"), (each, "samples/s per worker")):
-        _log2_workers(ax, workers)
+        log2_workers_axis(ax, workers)
         ax.set_xticklabels(_tick_labels(table, workers))
         ax.set_ylabel(what)
         ax.set_ylim(bottom=0)
-    _legend(fig, total)
+    legend_below(fig, total)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -203,7 +203,7 @@ def throughput(table: pd.DataFrame, title: str) -> Figure:
 def efficiency(table: pd.DataFrame, title: str) -> Figure:
     modes = ", ".join(sorted(set(table["scaling"])))
     formula = {"strong": "n0·t0 / (N·tN)", "weak": "t0 / tN"}.get(modes, "t0 / tN")
-    fig, (ax,) = _figure(title, f"Scaling efficiency ({modes} scaling: {formula})")
+    fig, (ax,) = new_figure(title, f"Scaling efficiency ({modes} scaling: {formula})")
     workers = sorted(int(w) for w in table["workers"].unique())
     ax.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
     for i, (variant, rows) in enumerate(_variants(table)):
@@ -224,10 +224,10 @@ def efficiency(table: pd.DataFrame, title: str) -> Figure:
                 color=colour,
                 label=f"time to accuracy{suffix}",
             )
-    _log2_workers(ax, workers)
+    log2_workers_axis(ax, workers)
     ax.set_ylabel("efficiency (1 = ideal)")
     ax.set_ylim(bottom=0)
-    _legend(fig, ax)
+    legend_below(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -248,7 +248,7 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
     """
     if not table["tta_mean"].notna().any():
         return _accuracy_bars(table, title)
-    fig, (ax,) = _figure(title, "Time to accuracy (evaluation included)")
+    fig, (ax,) = new_figure(title, "Time to accuracy (evaluation included)")
     workers, offsets, width = _bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
     top = (
@@ -290,7 +290,7 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
     ax.set_ylabel("seconds (mean ± std over converged runs)")
     ax.set_ylim(0, top * 1.2)
     if any(v for v in offsets):
-        _legend(fig, ax)
+        legend_below(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -299,7 +299,7 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     budget = "aat_mean" in table and table["aat_mean"].notna().any()
     column = "aat_mean" if budget else "best_metric_mean"
     what = "accuracy after the report's time budget" if budget else "best accuracy reached"
-    fig, (ax,) = _figure(title, f"No run reached the target: {what}")
+    fig, (ax,) = new_figure(title, f"No run reached the target: {what}")
     workers, offsets, width = _bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
     for i, (variant, rows) in enumerate(_variants(table)):
@@ -337,7 +337,7 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     ax.set_ylabel("test accuracy, % (mean over runs)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, 1.05)
-    _legend(fig, ax)
+    legend_below(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -356,7 +356,7 @@ def curves(
     run evaluated once). Coloured by worker count; with several variants, coloured by
     variant and dashed by worker count. Training accuracy, where runs measured it, is a
     thin dotted line of the run's colour; a task's target loss a dashed line."""
-    fig, (acc, loss) = _figure(title, "Accuracy and loss vs wall-clock time", ncols=2)
+    fig, (acc, loss) = new_figure(title, "Accuracy and loss vs wall-clock time", ncols=2)
     workers = sorted(int(w) for w in evals["workers"].unique())
     variant = evals["variant"] if "variant" in evals else pd.Series("", index=evals.index)
     names = short_labels(variant)
@@ -416,14 +416,14 @@ def curves(
     acc.set_ylabel("accuracy, %")
     acc.yaxis.set_major_formatter(PercentFormatter(1.0))
     loss.set_ylabel("test loss (mean per example)")
-    _legend(fig, acc)
+    legend_below(fig, acc)
     _oversubscription_caption(fig, table)
     return fig
 
 
 def phases(table: pd.DataFrame, title: str) -> Figure:
     """Per-step time split into phases (mean over ranks and runs), stacked per worker count."""
-    fig, (ax,) = _figure(title, "Where a step's time goes (steady state, mean over ranks)")
+    fig, (ax,) = new_figure(title, "Where a step's time goes (steady state, mean over ranks)")
     workers, offsets, width = _bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
     drawn = False
@@ -465,7 +465,7 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
     ax.set_xlabel("workers" + ("" if crowded else " (labels: comm ratio mean/max over ranks)"))
     ax.set_ylabel("milliseconds per step")
     ax.margins(y=0.15)
-    _legend(fig, ax)
+    legend_below(fig, ax)
     _oversubscription_caption(fig, table)
     return fig
 
@@ -480,7 +480,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
     labelled = len(frame) <= label_at_most
     what = "workers, comm share" if several else "comm share"
     heading = "Bytes sent per step vs step time" + (f" (labels: {what})" if labelled else "")
-    fig, (ax,) = _figure(title, heading)
+    fig, (ax,) = new_figure(title, heading)
     pairs = {v: variant_pairs(v) for v in frame["variant"].unique()}
     names = short_labels(frame["variant"])
     split = len({p.get("exchange") for p in pairs.values()}) > 1 and any(
@@ -547,7 +547,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
 
 def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD") -> Figure:
     """Cost against time: to the target where runs converged, else of the whole run."""
-    fig, (ax,) = _figure(title, f"Cost vs time ({price_label})")
+    fig, (ax,) = new_figure(title, f"Cost vs time ({price_label})")
     reached = bool(table["tta_mean"].notna().any())
     x_col, y_col = ("tta_mean", "cost_to_target") if reached else ("elapsed_mean", "cost_mean")
     for i, (variant, rows) in enumerate(_variants(table)):
@@ -570,107 +570,6 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: money(value)))
     ax.margins(x=0.12, y=0.12)  # room for the N= labels
     if any(v for v, _ in _variants(table)):
-        _legend(fig, ax)
+        legend_below(fig, ax)
     _oversubscription_caption(fig, table)
-    return fig
-
-
-def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
-    """All-reduce latency and bus bandwidth against message size, a line per run."""
-    fig, (lat, bus) = _figure(
-        title, "All-reduce: latency and bus bandwidth vs message size", ncols=2
-    )
-    labels: dict[str, str] = {}
-    for run_id, rows in frame.groupby("run_id", sort=False):
-        first = rows.iloc[0]
-        labels[str(run_id)] = (
-            f"{first['backend']} · {plural(int(first['workers']), 'worker')} · {first['network']}"
-        )
-    repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
-    for i, (run_id, rows) in enumerate(frame.groupby("run_id", sort=False)):
-        label = labels[str(run_id)]
-        if label in repeated:  # two runs of one setting: tell them apart by run
-            label += f" · run …{str(run_id)[-6:]}"
-        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
-        rows = rows.sort_values("bytes")
-        lat.errorbar(
-            rows["bytes"],
-            rows["latency_s"] * 1e6,
-            yerr=[
-                (rows["latency_s"] - rows["latency_min_s"]) * 1e6,
-                (rows["latency_max_s"] - rows["latency_s"]) * 1e6,
-            ],
-            fmt="o-",
-            ms=3,
-            capsize=2,
-            color=colour,
-            label=label,
-        )
-        bus.plot(rows["bytes"], rows["busbw"] / 1e6, "o-", ms=3, color=colour, label=label)
-    for ax in (lat, bus):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("message size, bytes")
-    lat.set_yscale("log")
-    lat.set_ylabel("latency µs (median; bars: min–max)")
-    bus.set_ylabel("bus bandwidth MB/s (median)")
-    _legend(fig, bus)
-    return fig
-
-
-def predicted_speedup(rows: list[dict], title: str) -> Figure:
-    """The performance model's speedup in time to accuracy vs workers, per network."""
-    fig, (ax,) = _figure(title, "Predicted speedup vs workers")
-    frame = pd.DataFrame(rows)
-    workers = sorted(int(w) for w in frame["workers"].unique())
-    n0 = min(workers)
-    ax.plot(workers, [w / n0 for w in workers], "k--", lw=1, label="ideal (linear)")
-    styles = {"ring": "o-", "tree": "s:", "ps": "^-."}
-    for i, ((network, algo), group) in enumerate(
-        frame.groupby(["network", "algorithm"], sort=False)
-    ):
-        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
-        group = group.sort_values("workers")
-        ax.plot(
-            group["workers"],
-            group["speedup"],
-            styles.get(str(algo), "o-"),
-            color=colour,
-            label=f"{network} · {algo}",
-        )
-    _log2_workers(ax, workers)
-    ax.set_yscale("log", base=2)
-    ax.set_ylabel(f"speedup in time to accuracy over {plural(n0, 'worker')} (×)")
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    _legend(fig, ax)
-    return fig
-
-
-def cluster_scaling(result: dict) -> Figure:
-    """`dmlbench simulate-cluster --cluster`: predicted speedup and efficiency against devices,
-    with a replay's published points where one matches the task and cluster."""
-    info = result["cluster"]
-    fig, (speed, share) = _figure(
-        f"{result['task']} on {info['name']}", "Predicted weak scaling (DDP overlap)", ncols=2
-    )
-    frame = pd.DataFrame(result["rows"])
-    workers = [int(w) for w in frame["workers"]]
-    base = workers[0]
-    speed.plot(workers, [w / base for w in workers], "k--", lw=1, label="ideal (linear)")
-    speed.plot(workers, frame["speedup"], "o-", color=VARIANT_COLOURS[0], label="dmlbench")
-    share.plot(workers, frame["efficiency"] * 100, "o-", color=VARIANT_COLOURS[0], label="dmlbench")
-    for point in result["published"]:
-        published_speedup = point["speedup"] * info["devices_per_node"] / base
-        label = f"published ({point['source'].split(',')[0]})"
-        speed.plot(point["workers"], published_speedup, "s", color=VARIANT_COLOURS[1], label=label)
-        efficiency = 100 * published_speedup * base / point["workers"]
-        share.plot(point["workers"], efficiency, "s", color=VARIANT_COLOURS[1], label=label)
-    shown = sorted({*workers, *(int(p["workers"]) for p in result["published"])})
-    for ax in (speed, share):
-        _log2_workers(ax, shown)
-        ax.set_xlabel("devices")
-        ax.tick_params(axis="x", labelrotation=45)  # 256 and 352 sit close on a log axis
-    speed.set_ylabel(f"speedup over {base} devices (×)")
-    share.set_ylabel("scaling efficiency (%)")
-    share.set_ylim(0, 105)
-    _legend(fig, speed)
     return fig

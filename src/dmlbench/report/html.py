@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 import dmlbench
 from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
-from dmlbench.report import analysis, figures
+from dmlbench.report import analysis, figures, prediction_figures
 from dmlbench.report.formats import fmt, milliseconds, plural, seconds
 from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
 from dmlbench.results.records import FINISHED, CommRun, RunRecord
@@ -313,7 +313,7 @@ def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
     section = Section(
         "communication", "micro-benchmarks", title, frame, frame, pd.DataFrame(), kind="comm"
     )
-    section.figures = {"allreduce": figures.comm_bandwidth(frame, title)}
+    section.figures = {"allreduce": prediction_figures.comm_bandwidth(frame, title)}
     return section
 
 
@@ -357,7 +357,7 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
             result["task"], "predicted", title, rows, rows, pd.DataFrame(), kind="predicted"
         )
         section.figures = {
-            "predicted-speedup": figures.predicted_speedup(result["predictions"], title)
+            "predicted-speedup": prediction_figures.predicted_speedup(result["predictions"], title)
         }
         assumed = not rows["epochs_measured"].all()
         section.notes = [

@@ -1,0 +1,114 @@
+"""The figures of communication and of predictions: the measured all-reduce's bus
+bandwidth, the predicted speedup of `simulate`, and `simulate-cluster`'s scaling beside
+the published points. Drawn as the report's other figures are
+(:mod:`dmlbench.report.figures`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
+
+from dmlbench.report.figures import VARIANT_COLOURS, legend_below, log2_workers_axis, new_figure
+from dmlbench.report.formats import plural
+
+
+def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
+    """All-reduce latency and bus bandwidth against message size, a line per run."""
+    fig, (lat, bus) = new_figure(
+        title, "All-reduce: latency and bus bandwidth vs message size", ncols=2
+    )
+    labels: dict[str, str] = {}
+    for run_id, rows in frame.groupby("run_id", sort=False):
+        first = rows.iloc[0]
+        labels[str(run_id)] = (
+            f"{first['backend']} · {plural(int(first['workers']), 'worker')} · {first['network']}"
+        )
+    repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    for i, (run_id, rows) in enumerate(frame.groupby("run_id", sort=False)):
+        label = labels[str(run_id)]
+        if label in repeated:  # two runs of one setting: tell them apart by run
+            label += f" · run …{str(run_id)[-6:]}"
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        rows = rows.sort_values("bytes")
+        lat.errorbar(
+            rows["bytes"],
+            rows["latency_s"] * 1e6,
+            yerr=[
+                (rows["latency_s"] - rows["latency_min_s"]) * 1e6,
+                (rows["latency_max_s"] - rows["latency_s"]) * 1e6,
+            ],
+            fmt="o-",
+            ms=3,
+            capsize=2,
+            color=colour,
+            label=label,
+        )
+        bus.plot(rows["bytes"], rows["busbw"] / 1e6, "o-", ms=3, color=colour, label=label)
+    for ax in (lat, bus):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size, bytes")
+    lat.set_yscale("log")
+    lat.set_ylabel("latency µs (median; bars: min–max)")
+    bus.set_ylabel("bus bandwidth MB/s (median)")
+    legend_below(fig, bus)
+    return fig
+
+
+def predicted_speedup(rows: list[dict], title: str) -> Figure:
+    """The performance model's speedup in time to accuracy vs workers, per network."""
+    fig, (ax,) = new_figure(title, "Predicted speedup vs workers")
+    frame = pd.DataFrame(rows)
+    workers = sorted(int(w) for w in frame["workers"].unique())
+    n0 = min(workers)
+    ax.plot(workers, [w / n0 for w in workers], "k--", lw=1, label="ideal (linear)")
+    styles = {"ring": "o-", "tree": "s:", "ps": "^-."}
+    for i, ((network, algo), group) in enumerate(
+        frame.groupby(["network", "algorithm"], sort=False)
+    ):
+        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+        group = group.sort_values("workers")
+        ax.plot(
+            group["workers"],
+            group["speedup"],
+            styles.get(str(algo), "o-"),
+            color=colour,
+            label=f"{network} · {algo}",
+        )
+    log2_workers_axis(ax, workers)
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel(f"speedup in time to accuracy over {plural(n0, 'worker')} (×)")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    legend_below(fig, ax)
+    return fig
+
+
+def cluster_scaling(result: dict) -> Figure:
+    """`dmlbench simulate-cluster --cluster`: predicted speedup and efficiency against devices,
+    with a replay's published points where one matches the task and cluster."""
+    info = result["cluster"]
+    fig, (speed, share) = new_figure(
+        f"{result['task']} on {info['name']}", "Predicted weak scaling (DDP overlap)", ncols=2
+    )
+    frame = pd.DataFrame(result["rows"])
+    workers = [int(w) for w in frame["workers"]]
+    base = workers[0]
+    speed.plot(workers, [w / base for w in workers], "k--", lw=1, label="ideal (linear)")
+    speed.plot(workers, frame["speedup"], "o-", color=VARIANT_COLOURS[0], label="dmlbench")
+    share.plot(workers, frame["efficiency"] * 100, "o-", color=VARIANT_COLOURS[0], label="dmlbench")
+    for point in result["published"]:
+        published_speedup = point["speedup"] * info["devices_per_node"] / base
+        label = f"published ({point['source'].split(',')[0]})"
+        speed.plot(point["workers"], published_speedup, "s", color=VARIANT_COLOURS[1], label=label)
+        efficiency = 100 * published_speedup * base / point["workers"]
+        share.plot(point["workers"], efficiency, "s", color=VARIANT_COLOURS[1], label=label)
+    shown = sorted({*workers, *(int(p["workers"]) for p in result["published"])})
+    for ax in (speed, share):
+        log2_workers_axis(ax, shown)
+        ax.set_xlabel("devices")
+        ax.tick_params(axis="x", labelrotation=45)  # 256 and 352 sit close on a log axis
+    speed.set_ylabel(f"speedup over {base} devices (×)")
+    share.set_ylabel("scaling efficiency (%)")
+    share.set_ylim(0, 105)
+    legend_below(fig, speed)
+    return fig
