@@ -215,12 +215,11 @@ def export(
     from dmlbench.report.export import check_formats, default_formats
     from dmlbench.report.export import export as export_tables
 
-    chosen = formats or default_formats()
-    check_formats(chosen)
+    chosen = check_formats(formats or default_formats())
     opened = open_store(store, existing=True)
     check_output_folder(out, "export folder")
     comm = [] if sweep or task else opened.comm_runs()
     runs = opened.runs() if comm else selected_runs(store, sweep, task, opened)
-    written = export_tables(runs, out, chosen, comm)  # type: ignore[arg-type]
+    written = export_tables(runs, out, chosen, comm)
     names = ", ".join(p.name for p in written)
     console.print(f"{len(written)} files in {out}: {names}", markup=False, soft_wrap=True)

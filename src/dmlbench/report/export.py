@@ -31,13 +31,16 @@ def default_formats() -> list[Format]:
     return ["csv", "parquet"] if parquet_available() else ["csv"]
 
 
-def check_formats(formats: Sequence[str]) -> None:
-    """Refuse, in one line, a format that is unknown or whose library is missing."""
-    bad = [f for f in formats if f not in ("csv", "parquet")]
+def check_formats(formats: Sequence[str]) -> list[Format]:
+    """The formats as the export takes them; refused, in one line, a format that is
+    unknown or whose library is missing."""
+    known: dict[str, Format] = {"csv": "csv", "parquet": "parquet"}
+    bad = [f for f in formats if f not in known]
     if bad:
         raise DmlbenchError(f"--format {bad[0]!r}: choose csv or parquet")
     if "parquet" in formats and not parquet_available():
         raise DmlbenchError(PARQUET_MISSING)
+    return [known[f] for f in formats]
 
 
 def tables(runs: Sequence[RunRecord], comm_runs: Sequence[CommRun] = ()) -> dict[str, pd.DataFrame]:
