@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 from dmlbench.cli.options import (
-    DEFAULT_TASK,
     Command,
     ConfigOption,
     DataDirOption,
@@ -19,9 +18,9 @@ from dmlbench.cli.options import (
     StoreOption,
     TaskArgument,
     err_console,
-    load_config,
     open_store,
     show_stored_run,
+    spec_from,
     store_path,
 )
 from dmlbench.errors import DmlbenchError
@@ -82,16 +81,9 @@ def fit(
     # terminal: what failed is the run's one-line error, kept in the store too
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
     from dmlbench.dask.run import DaskFit, fit_task, make_damper
-    from dmlbench.resolve import resolve_spec
 
-    config_task, config_data = load_config(config)
-    task_name = task or config_task or DEFAULT_TASK
-    spec = resolve_spec(
-        task_name,
-        config=config_data,
-        overrides=overrides or [],
-        seed=seed,
-        data_dir=str(data_dir) if data_dir else None,
+    spec = spec_from(
+        task, config, overrides, seed=seed, data_dir=str(data_dir) if data_dir else None
     )
     if spec.network.enabled or spec.workers > 1:
         raise DmlbenchError(

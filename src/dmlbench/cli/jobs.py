@@ -20,7 +20,7 @@ from dmlbench.cli.options import (
     checked_output,
     console,
     flag,
-    load_config,
+    spec_from,
     store_path,
 )
 from dmlbench.errors import DmlbenchError, SpecError
@@ -36,17 +36,7 @@ def _cluster_spec(
 ) -> Any:
     """The spec a scheduler's job runs: resolved here, so mistakes are refused before
     anything is submitted; the hosts' own network, never an emulated one."""
-    from dmlbench.resolve import resolve_spec
-
-    config_task, config_data = load_config(config)
-    task_name = task or config_task or DEFAULT_TASK
-    spec = resolve_spec(
-        task_name,
-        config=config_data,
-        overrides=overrides or [],
-        nodes=nodes,
-        nproc_per_node=per_node,
-    )
+    spec = spec_from(task, config, overrides, nodes=nodes, nproc_per_node=per_node)
     if spec.network.enabled:
         raise DmlbenchError(
             f"--network emulates a cluster on one machine; on {engine} the "

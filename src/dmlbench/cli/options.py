@@ -247,6 +247,22 @@ def selected_runs(
     return list(runs)
 
 
+def spec_from(
+    task: str | None, config: Path | None, overrides: list[str] | None, **fields: Any
+) -> Any:
+    """The run spec of a command's task argument (else the spec file's task, else the
+    default), the spec file and ``--set``, and the command's own ``fields``."""
+    from dmlbench.resolve import resolve_spec
+
+    config_task, config_data = load_config(config)
+    return resolve_spec(
+        task or config_task or DEFAULT_TASK,
+        config=config_data,
+        overrides=overrides or [],
+        **fields,
+    )
+
+
 def load_config(config: Path | None) -> tuple[str | None, dict[str, Any]]:
     """A run spec file's task (if it names one) and the rest of its keys."""
     from dmlbench.spec.run import load_config_file

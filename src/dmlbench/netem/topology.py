@@ -250,6 +250,17 @@ def preflight(network: ResolvedNetwork) -> None:
         )
 
 
+def _add_netem(device: str, delay_s: float, ns: str) -> None:
+    """A netem qdisc delaying everything ``device`` sends by ``delay_s`` (kernels that
+    have netem; dmlbench's forwarder delays where they do not)."""
+    delay = f"{delay_s * 1e6:.0f}us"
+    _run(
+        *("tc", "qdisc", "add", "dev", device, "root", "handle", "2:"),
+        *("netem", "delay", delay, "limit", "100000"),
+        ns=ns,
+    )
+
+
 @dataclass
 class Topology:
     """``workers`` namespaces joined through a bridge, shaped as ``network`` says."""
@@ -368,23 +379,7 @@ class Topology:
             _run("ip", "link", "set", WORKER_IFNAME, "up", "gso_max_size", gso, ns=ns)
             _run("ip", "link", "set", "lo", "up", ns=ns)
             if self.delay_by == "netem":
-                delay = f"{self.network.delay_s * 1e6:.0f}us"
-                _run(
-                    "tc",
-                    "qdisc",
-                    "add",
-                    "dev",
-                    WORKER_IFNAME,
-                    "root",
-                    "handle",
-                    "2:",
-                    "netem",
-                    "delay",
-                    delay,
-                    "limit",
-                    "100000",
-                    ns=ns,
-                )
+                _add_netem(WORKER_IFNAME, self.network.delay_s, ns)
             if self.network.rate_bps:
                 _run(*self._tbf(WORKER_IFNAME, ns), ns=ns)  # this worker's egress
                 _run(*self._tbf(veth, None))  # its ingress
@@ -398,23 +393,7 @@ class Topology:
         """The intra-node link: everything between a node's own workers crosses its lo."""
         parent = ["root"]
         if self.network.intra_delay_s:
-            delay = f"{self.network.intra_delay_s * 1e6:.0f}us"
-            _run(
-                "tc",
-                "qdisc",
-                "add",
-                "dev",
-                "lo",
-                "root",
-                "handle",
-                "2:",
-                "netem",
-                "delay",
-                delay,
-                "limit",
-                "100000",
-                ns=ns,
-            )
+            _add_netem("lo", self.network.intra_delay_s, ns)
             parent = ["parent", "2:1"]
         if self.network.intra_rate_bps:
             rate_bytes = self.network.intra_rate_bps / 8

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dmlbench.data import cifar10
 from dmlbench.spec.recipe import (
@@ -58,23 +58,28 @@ def cifar10_recipe(depth: int) -> Recipe:
     )
 
 
+# What every CIFAR-10 task shares: the data, how it is read, fetched and counted.
+CIFAR10_DATA: dict[str, Any] = {
+    "dataset": "CIFAR-10, 50,000 train / 10,000 test, 32×32 RGB, 10 classes",
+    "load": load_cifar10,
+    "prepare": prepare_cifar10,
+    "eval_batch": 500,
+    "train_examples": cifar10.TRAIN_EXAMPLES,
+    "test_examples": cifar10.TEST_EXAMPLES,
+    "count": cifar10.count,
+    "input_shape": (3, 32, 32),
+    "num_outputs": cifar10.NUM_CLASSES,
+}
+
 for _depth in DEPTHS:
     register_task(
         TaskDefinition(
             name=f"cifar10-resnet{_depth}",
             summary=f"ResNet-{_depth} on CIFAR-10 to 80% top-1, synchronous SGD",
-            dataset="CIFAR-10, 50,000 train / 10,000 test, 32×32 RGB, 10 classes",
             recipe=cifar10_recipe(_depth),
-            load=load_cifar10,
-            prepare=prepare_cifar10,
             free_choices={"recipe.model.options.variant": ("m1", "m2")},
             reference="mlbench task 1a; He et al. 2015 (m1) and 2016 (m2); Goyal et al. 2017",
-            eval_batch=500,
-            train_examples=cifar10.TRAIN_EXAMPLES,
-            test_examples=cifar10.TEST_EXAMPLES,
-            count=cifar10.count,
-            input_shape=(3, 32, 32),
-            num_outputs=cifar10.NUM_CLASSES,
+            **CIFAR10_DATA,
         )
     )
 
@@ -101,16 +106,8 @@ register_task(
         name="cifar10-wrn16-4",
         summary="WRN-16-4 on CIFAR-10, the adadamp paper's recipe (not an mlbench task; "
         "the paper sets no target: 90% here)",
-        dataset="CIFAR-10, 50,000 train / 10,000 test, 32×32 RGB, 10 classes",
         recipe=wrn_recipe(),
-        load=load_cifar10,
-        prepare=prepare_cifar10,
         reference="Sievert et al., adadamp (WRN-16-4); Zagoruyko & Komodakis 2016",
-        eval_batch=500,
-        train_examples=cifar10.TRAIN_EXAMPLES,
-        test_examples=cifar10.TEST_EXAMPLES,
-        count=cifar10.count,
-        input_shape=(3, 32, 32),
-        num_outputs=cifar10.NUM_CLASSES,
+        **CIFAR10_DATA,
     )
 )
