@@ -199,7 +199,7 @@ class Workers:
             time.sleep(0.05)
 
     def current(self) -> list[str]:
-        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        return worker_addresses(self.client)
 
     def await_some(self, n: int, timeout: float) -> None:
         try:
@@ -212,6 +212,19 @@ class Workers:
                     f"no Dask worker joined the scheduler {address} in "
                     f"{timeout:g} s: start workers (dask worker ADDRESS) or raise timeout"
                 ) from None
+
+
+def worker_addresses(client: Client) -> list[str]:
+    """The scheduler's workers now, asked of the scheduler itself. Not
+    ``client.scheduler_info()``: that returns the client's shared cache, which the
+    client's periodic update can overwrite, between the fetch and the return, with an
+    identity that lists no worker (distributed 2026.8: one DDP fit in a CI run saw an
+    empty list right after ``wait_for_workers``)."""
+    scheduler = client.scheduler
+    if scheduler is None:
+        raise WorkerLost("the Dask client is not connected to a scheduler")
+    identity = client.sync(scheduler.identity, n_workers=-1)
+    return sorted(identity["workers"])
 
 
 def tasks_for(batch_size: int, grads_per_worker: int) -> int:
@@ -256,7 +269,7 @@ def gather(
                 if future.done():
                     pending.discard(future)
             if pinned and pending:
-                gone = set(pinned) - set(client.scheduler_info(n_workers=-1)["workers"])
+                gone = set(pinned) - set(worker_addresses(client))
                 if gone:
                     raise WorkerLost(f"worker {sorted(gone)[0]} was lost while running {what}")
     except BaseException:

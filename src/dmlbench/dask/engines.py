@@ -495,6 +495,8 @@ class DDP(Engine):
         session.workers.settle()
         session.workers.await_some(world, session.timeout)
         ranks = session.workers.current()[:world]
+        if len(ranks) < world:  # one left after joining: a new generation, as when lost
+            raise WorkerLost(f"{world} Dask workers were wanted and {len(ranks)} are left")
         if (
             self.generation is None
             or ranks != self.ranks
