@@ -449,3 +449,23 @@ def test_the_docs_dask_snippet_runs_as_a_script_and_grows_its_batch(tmp_path: Pa
     batches = [int(r[2]) for r in table]
     assert {int(r[3]) for r in table} == {1, 2}, done.stdout  # the cluster asked to grow
     assert len(batches) == 10 and batches[0] < batches[-1], done.stdout
+
+
+def test_the_workers_are_asked_of_the_scheduler_not_of_the_clients_cache(client: Client) -> None:
+    """distributed's client keeps one identity that its periodic update rewrites with no
+    workers listed; read between a fetch and its return, the workers were gone (a DDP fit
+    failed on ``ranks[0]`` in a CI run). With the update every millisecond, reading that
+    cache came back empty 73 times in 300 here; the scheduler's own answer never does."""
+    import dask
+
+    from dmlbench.dask.cluster import Workers
+
+    with dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}):
+        hurried = Client(client.scheduler.address, set_as_default=False)
+    try:
+        hurried.wait_for_workers(1, timeout=60)
+        workers = Workers(hurried, 1, 2)
+        seen = [len(workers.current()) for _ in range(300)]
+        assert min(seen) >= 1
+    finally:
+        hurried.close()
