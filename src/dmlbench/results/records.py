@@ -47,7 +47,35 @@ class _Stored:
         return fields
 
 
-class RunSummary(BaseModel):
+class StopDetails(BaseModel):
+    """The ``run_stop`` fields only some makers set, declared once for :class:`RunStop`
+    (what is logged) and :class:`RunSummary` (what is read back)."""
+
+    # the trainer's (per rank where a list)
+    warmup_steps_excluded: int | None = None
+    steady_steps: int | None = None
+    phases: list[dict[str, float]] | None = None  # per rank, seconds per phase
+    phases_steady: list[dict[str, float]] | None = None
+    bytes_sent: list[float] | None = None
+    bytes_per_step: float | None = None
+    peak_memory_bytes: list[float] | None = None
+    page_faults_per_step: list[float] | None = None
+    noise_scale: dict[str, Any] | None = None
+    recompiles_in_clock: int | None = None
+    cpu_samples: list[dict[str, Any]] | None = None
+    memory_start_bytes: list[float] | None = None  # per rank, when its trainer started
+    training_peak_bytes: list[float] | None = None  # per rank: the most in training steps
+    # per rank: what it holds (a shard when sharded)
+    parameter_bytes_local: list[float] | None = None
+    optimizer_state_bytes: list[float] | None = None
+    # the Dask fit's
+    throughput: float | None = None
+    largest_batch: int | None = None  # the batch grows
+    most_workers: int | None = None
+    notes: list[str] | None = None
+
+
+class RunSummary(StopDetails):
     """A run's summary, as :func:`dmlbench.results.summary.summarize` makes it from the
     run's event log (``run_start``, ``init_start`` and ``run_stop``'s metadata, and what
     follows from them), validated there once, and as the launch paths complete it.
@@ -101,31 +129,10 @@ class RunSummary(BaseModel):
     time_to_accuracy_s: float | None = None
     time_to_accuracy_compute_s: float | None = None
     best_metric: float | None = None
-    warmup_steps_excluded: int | None = None
-    steady_steps: int | None = None
-    phases: list[dict[str, float]] | None = None  # per rank, seconds per phase
-    phases_steady: list[dict[str, float]] | None = None
-    bytes_sent: list[float] | None = None
-    bytes_per_step: float | None = None
-    peak_memory_bytes: list[float] | None = None
-    memory_start_bytes: list[float] | None = None  # per rank, when its trainer started
-    # per rank: the most while training steps ran
-    training_peak_bytes: list[float] | None = None
     memory_account: dict[str, Any] | None = None  # the whole model's: see perfmodel.memory
-    # per rank: what it holds (a shard when sharded)
-    parameter_bytes_local: list[float] | None = None
-    optimizer_state_bytes: list[float] | None = None  # per rank
-    page_faults_per_step: list[float] | None = None
-    noise_scale: dict[str, Any] | None = None
-    recompiles_in_clock: int | None = None
-    cpu_samples: list[dict[str, Any]] | None = None
-    largest_batch: int | None = None  # Dask: the batch grows
-    most_workers: int | None = None
-    notes: list[str] | None = None
     # derived from the above
     rank_nodes: list[int] | None = None
     step_time_s: float | None = None
-    throughput: float | None = None
     phase_shares: dict[str, dict[str, float]] | None = None
     samples_per_s_per_worker: float | None = None
     flops_per_s: float | None = None
@@ -139,7 +146,7 @@ class RunSummary(BaseModel):
     mlperf: dict[str, Any] | None = None
 
 
-class RunStop(BaseModel):
+class RunStop(StopDetails):
     """What a run's ``run_stop`` event holds, as the trainer or the Dask fit makes it:
     the one place its fields are named, so a misspelt or unknown one is refused where it
     is made, not found missing in a report. :func:`~dmlbench.results.summary.summarize`
@@ -158,28 +165,7 @@ class RunStop(BaseModel):
     time_to_accuracy_compute_s: float | None
     best_metric: float | None
     target: float | None
-    # the trainer's (per rank where a list)
-    warmup_steps_excluded: int | None = None
-    steady_steps: int | None = None
-    phases: list[dict[str, float]] | None = None
-    phases_steady: list[dict[str, float]] | None = None
-    bytes_sent: list[float] | None = None
-    bytes_per_step: float | None = None
-    peak_memory_bytes: list[float] | None = None
-    page_faults_per_step: list[float] | None = None
-    noise_scale: dict[str, Any] | None = None
-    recompiles_in_clock: int | None = None
-    cpu_samples: list[dict[str, Any]] | None = None
-    memory_account: dict[str, float] | None = None
-    memory_start_bytes: list[float] | None = None
-    training_peak_bytes: list[float] | None = None
-    parameter_bytes_local: list[float] | None = None
-    optimizer_state_bytes: list[float] | None = None
-    # the Dask fit's
-    throughput: float | None = None
-    largest_batch: int | None = None
-    most_workers: int | None = None
-    notes: list[str] | None = None
+    memory_account: dict[str, float] | None = None  # the trainer's: see perfmodel.memory
 
     def metadata(self) -> dict[str, Any]:
         """The event's metadata: the fields its maker set (None ones included)."""
