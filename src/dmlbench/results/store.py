@@ -97,6 +97,12 @@ def _launcher_alive(row: Mapping[str, Any]) -> bool:
 DEFAULT_STORE = "dmlbench-results"
 
 
+def _abandoned(row: Mapping[str, Any]) -> bool:
+    """A row left ``running`` by a launcher that is gone: it reads as interrupted, and
+    the next write stores it so."""
+    return bool(row["status"] == "running" and not _launcher_alive(row))
+
+
 def default_store() -> Path:
     """The store a library caller gets: ``DMLBENCH_STORE``, or ./dmlbench-results."""
     return Path(os.environ.get(STORE_ENV, DEFAULT_STORE))
@@ -466,7 +472,7 @@ class ResultsStore:
             for table in ("runs", "comm_runs"):
                 rows = db.execute(f"SELECT * FROM {table} WHERE status='running'").fetchall()
                 for row in rows:
-                    if not _launcher_alive(row):
+                    if _abandoned(row):
                         db.execute(
                             f"UPDATE {table} SET status='interrupted', error=? WHERE run_id=?",
                             (ABANDONED, row["run_id"]),
@@ -568,7 +574,7 @@ class ResultsStore:
         with self._connect() as db:
             for row in db.execute(query + " ORDER BY rowid", (run_id,) if run_id else ()):
                 fields = dict(row)
-                if row["status"] == "running" and not _launcher_alive(row):
+                if _abandoned(row):
                     fields["status"], fields["error"] = "interrupted", ABANDONED
                 fields["spec"] = json.loads(fields.pop("spec_json"))
                 fields["environment"] = json.loads(fields.pop("environment_json"))
@@ -592,7 +598,7 @@ class ResultsStore:
             query = "SELECT * FROM runs WHERE sweep=? ORDER BY rowid"
             for row in db.execute(query, (sweep,)):
                 key, status = row["run_key"], row["status"]
-                if status == "running" and not _launcher_alive(row):
+                if _abandoned(row):
                     status = "interrupted"
                 if rank.get(status, 0) >= rank.get(latest.get(key, ""), 0):
                     latest[key] = status
@@ -619,9 +625,8 @@ class ResultsStore:
                 fields["gpus"] = json.loads(fields["gpus"]) if fields["gpus"] else []
                 if fields["disturbed"] is not None:
                     fields["disturbed"] = bool(fields["disturbed"])
-                if row["status"] == "running" and not _launcher_alive(row):
-                    fields["status"] = "interrupted"  # as the next write will store it
-                    fields["error"] = ABANDONED
+                if _abandoned(row):  # read as the next write will store it
+                    fields["status"], fields["error"] = "interrupted", ABANDONED
                 evals = db.execute(
                     "SELECT * FROM evals WHERE run_id=? ORDER BY step, rowid", (row["run_id"],)
                 )
