@@ -42,6 +42,7 @@ from dmlbench.launch.node import (
     node_args,
     node_error,
     node_folder,
+    node_run_dirs,
 )
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.netem.profiles import ResolvedNetwork
@@ -108,9 +109,6 @@ class NodeAgent:
     def signal(self, number: int) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(number)
-
-    def events_file(self, run_id: str) -> Path:
-        return self.folder / "runs" / run_id / EVENTS_FILE
 
     def run_dir(self, run_id: str) -> Path:
         return self.folder / "runs" / run_id
@@ -214,8 +212,8 @@ class ClusterLauncher(Launcher):
         return {}
 
     def event_logs(self, run: OpenedRun) -> list[Path]:
-        folders = [node_folder(run.run_dir, i) for i in range(self.spec.nodes)]
-        return [folder / "runs" / run.run_id / EVENTS_FILE for folder in folders]
+        folders = node_run_dirs(run.run_dir, run.run_id, self.spec.nodes)
+        return [folder / EVENTS_FILE for folder in folders]
 
     def start(self, run: OpenedRun, held: contextlib.ExitStack) -> None:
         spec, self.run = self.spec, run

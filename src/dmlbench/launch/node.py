@@ -61,6 +61,12 @@ def node_folder(run_dir: Path, index: int) -> Path:
     return run_dir / NODES_DIR / f"node{index}"
 
 
+def node_run_dirs(run_dir: Path, run_id: str, nodes: int) -> list[Path]:
+    """Each node's folder of the run ``run_id`` (in its own store inside the run's
+    folder), in node order: where the node that held rank 0 left the event log."""
+    return [node_folder(run_dir, index) / "runs" / run_id for index in range(nodes)]
+
+
 def node_error(nodes: Iterable[tuple[str, Path]]) -> str | None:
     """The error that names the cause, of those the nodes reported in their outcome
     files, named as given: ``nodes`` is (name, that node's folder of the run).

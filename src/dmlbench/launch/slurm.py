@@ -43,7 +43,7 @@ from dmlbench.launch.node import (
     job_spec,
     node_args,
     node_error,
-    node_folder,
+    node_run_dirs,
 )
 from dmlbench.launch.rendezvous import DEFAULT_PORT
 from dmlbench.results.events import EVENTS_FILE
@@ -155,15 +155,19 @@ class SlurmLauncher(Launcher):
 
     def folders(self, run: OpenedRun) -> list[Path]:
         """Each node's folder of this run, in SLURM_NODEID order (srun's --nodelist)."""
-        return [node_folder(run.run_dir, i) / "runs" / run.run_id for i in range(self.spec.nodes)]
+        return node_run_dirs(run.run_dir, run.run_id, self.spec.nodes)
 
     def event_logs(self, run: OpenedRun) -> list[Path]:
         return [folder / EVENTS_FILE for folder in self.folders(run)]
 
+    @staticmethod
+    def srun_log(run: OpenedRun) -> Path:
+        return run.run_dir / NODES_DIR / "srun.log"
+
     def start(self, run: OpenedRun, held: contextlib.ExitStack) -> None:
         spec, self.run = self.spec, run
         write_json(run.run_dir / NODE_SPEC_FILE, job_spec(spec))
-        log = run.run_dir / NODES_DIR / "srun.log"
+        log = self.srun_log(run)
         log.parent.mkdir(parents=True, exist_ok=True)
         endpoint = f"{node_address(self.hosts[0])}:{DEFAULT_PORT}"
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
@@ -196,7 +200,7 @@ class SlurmLauncher(Launcher):
             attempt.status = ""
             return
         # srun names the task that failed first; the nodes say what they saw
-        log = self.run.run_dir / NODES_DIR / "srun.log"
+        log = self.srun_log(self.run)
         folders = self.folders(self.run)
         named = [(f"node {i} ({host})", folders[i]) for i, host in enumerate(self.hosts)]
         said = [_srun_says(log), node_error(named)]
