@@ -84,11 +84,10 @@ def _root(
     ] = False,
     verbose: Annotated[
         int,
-        typer.Option(
+        flag(
             "--verbose",
             "-v",
             count=True,
-            metavar="",
             help="show what the library logs on stderr: -v what it does, -vv its details",
         ),
     ] = 0,

@@ -185,10 +185,11 @@ class BenchLauncher(Launcher):
                 self.rows, attempt.status = json.loads(results.read_text()), "success"
             else:
                 attempt.status, attempt.error = "failed", "workers exited without writing results"
-        rows, status, error = self.rows, attempt.status, attempt.error
 
         def complete() -> None:
-            store.finish_comm(run.run_id, status=status, rows=rows, error=error)
+            store.finish_comm(
+                run.run_id, status=attempt.status, rows=self.rows, error=attempt.error
+            )
 
         close_run(store, run.run_dir, attempt.status, attempt.error, complete)
         return True
