@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+Choice = TypeVar("Choice", bound=str)
 
 
 class DmlbenchError(Exception):
@@ -51,3 +54,16 @@ def registered(kind: str, name: str, registry: Iterable[str]) -> str:
     if name in names:
         return name
     raise ValueError(unknown(kind, name, names))
+
+
+def chosen(option: str, names: Sequence[str], allowed: Sequence[Choice]) -> list[Choice]:
+    """``names`` as the ``allowed`` values they name (a ``Literal`` type's), the first
+    one not allowed refused in one line: ``--format 'xls': choose csv or parquet``."""
+    by_name: dict[str, Choice] = {value: value for value in allowed}
+    for name in names:
+        if name not in by_name:
+            listed: list[str] = (
+                [", ".join(allowed[:-1]), allowed[-1]] if allowed[:-1] else [*allowed]
+            )
+            raise SpecError(f"{option} {name!r}: choose {' or '.join(listed)}")
+    return [by_name[name] for name in names]

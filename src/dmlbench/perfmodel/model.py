@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dmlbench.errors import SpecError
+from dmlbench.errors import chosen
 
 Algorithm = Literal["ring", "tree", "ps", "hierarchical"]
 ALGORITHMS: tuple[Algorithm, ...] = ("ring", "tree", "ps", "hierarchical")
@@ -57,14 +57,7 @@ def algorithms_named(
     names: Sequence[str], allowed: Sequence[Algorithm] = ALGORITHMS
 ) -> list[Algorithm]:
     """``names`` as algorithms, the first one not ``allowed`` refused in one line."""
-    by_name: dict[str, Algorithm] = {a: a for a in allowed}
-    for name in names:
-        if name not in by_name:
-            choices = " or ".join(
-                [", ".join(allowed[:-1]), allowed[-1]] if allowed[:-1] else allowed
-            )
-            raise SpecError(f"--algorithm {name!r}: choose {choices}")
-    return [by_name[name] for name in names]
+    return chosen("--algorithm", names, allowed)
 
 
 @dataclass(frozen=True)

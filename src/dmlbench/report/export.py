@@ -11,12 +11,13 @@ from typing import Literal
 
 import pandas as pd
 
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import DmlbenchError, chosen
 from dmlbench.files import check_output_file, check_output_folder, write_file
 from dmlbench.report import analysis
 from dmlbench.results.records import CommRun, RunRecord
 
 Format = Literal["csv", "parquet"]
+FORMATS: tuple[Format, ...] = ("csv", "parquet")
 PARQUET_MISSING = (
     "Parquet export needs pyarrow: pip install 'dmlbench[parquet]' (or use --format csv)"
 )
@@ -34,13 +35,10 @@ def default_formats() -> list[Format]:
 def check_formats(formats: Sequence[str]) -> list[Format]:
     """The formats as the export takes them; refused, in one line, a format that is
     unknown or whose library is missing."""
-    known: dict[str, Format] = {"csv": "csv", "parquet": "parquet"}
-    bad = [f for f in formats if f not in known]
-    if bad:
-        raise DmlbenchError(f"--format {bad[0]!r}: choose csv or parquet")
-    if "parquet" in formats and not parquet_available():
+    checked = chosen("--format", formats, FORMATS)
+    if "parquet" in checked and not parquet_available():
         raise DmlbenchError(PARQUET_MISSING)
-    return [known[f] for f in formats]
+    return checked
 
 
 def tables(runs: Sequence[RunRecord], comm_runs: Sequence[CommRun] = ()) -> dict[str, pd.DataFrame]:
