@@ -188,7 +188,7 @@ class BenchLauncher(Launcher):
 
         def complete() -> None:
             store.finish_comm(
-                run.run_id, status=attempt.status, rows=self.rows, error=attempt.error
+                run.run_id, status=attempt.status, results=self.rows, error=attempt.error
             )
 
         close_run(store, run.run_dir, attempt.status, attempt.error, complete)

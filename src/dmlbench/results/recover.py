@@ -176,5 +176,6 @@ def _import_comm(
         store.begin_comm(run_id, spec, _environment(record, run_dir), run_dir=run_dir)
     else:
         store.hold(run_id, run_dir)
-    store.finish_comm(run_id, status=status, rows=rows if status == "success" else [], error=error)
+    measured = rows if status == "success" else []
+    store.finish_comm(run_id, status=status, results=measured, error=error)
     return Imported(run_id, "comm", status)

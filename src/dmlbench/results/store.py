@@ -25,12 +25,12 @@ import socket
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import AlreadyClaimed, StoreError
+from dmlbench.results import rows
 from dmlbench.results.database import (
     SCHEMA,
     SETUP_LOCK,
@@ -76,13 +76,6 @@ class Rerun(StrEnum):
 ABANDONED = "the launching process ended without finishing the run"
 
 
-def _network_label(spec: dict[str, Any]) -> str:
-    from dmlbench.netem.profiles import NetworkSpec
-
-    network = NetworkSpec.model_validate(spec.get("network") or {})
-    return network.label()
-
-
 def _launcher_alive(row: Mapping[str, Any]) -> bool:
     """Whether the launcher of a ``running`` row still runs: it holds the run's lock.
     Rows from before locks existed fall back to the pid, on the host that stored it."""
@@ -106,10 +99,6 @@ def _abandoned(row: Mapping[str, Any]) -> bool:
 def default_store() -> Path:
     """The store a library caller gets: ``DMLBENCH_STORE``, or ./dmlbench-results."""
     return Path(os.environ.get(STORE_ENV, DEFAULT_STORE))
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class ResultsStore:
@@ -281,53 +270,12 @@ class ResultsStore:
         claim: Rerun | None,
         run_dir: Path,
     ) -> None:
-        recipe = spec["recipe"]
-        # a Dask fit's batch is its schedule's first, not a worker's share × workers
-        global_batch = (
-            spec["global_batch"] if "dask" in spec else recipe["local_batch"] * spec["workers"]
-        )
-        tag = sweep or {}
+        row = rows.begun_run(run_id, spec, deviations, environment, sweep, run_dir)
         with self._connect(write=True) as db:
-            if claim is not None and tag.get("key"):
+            if claim is not None and row["run_key"]:
                 db.execute("BEGIN IMMEDIATE")  # no other launcher claims between check and insert
-                self._check_claim(db, tag["name"], tag["key"], claim)
-            db.execute(
-                """INSERT INTO runs (run_id, task, status, division, created_at, workers,
-                local_batch, global_batch, seed, exchange, target, host, cpu_model, cores, gpus,
-                torch_version, git_revision, spec_json, deviations_json, environment_json,
-                run_dir, launcher_pid, sweep, scaling, repeat, run_key, point_json, network)
-                VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-                ?, ?, ?, ?, ?, ?, ?)""",
-                (
-                    run_id,
-                    spec["task"],
-                    "open" if deviations else "closed",
-                    now_iso(),
-                    spec["workers"],
-                    recipe["local_batch"],
-                    global_batch,
-                    spec["seed"],
-                    spec["exchange"],
-                    recipe["target"],
-                    environment["host"],
-                    environment["cpu_model"],
-                    environment["cores"],
-                    json.dumps(environment["gpus"]),
-                    environment["torch"],
-                    environment["git_revision"],
-                    json.dumps(spec),
-                    json.dumps(deviations),
-                    json.dumps(environment),
-                    str(run_dir),
-                    os.getpid(),
-                    tag.get("name"),
-                    tag.get("scaling"),
-                    tag.get("repeat"),
-                    tag.get("key"),
-                    json.dumps(tag["point"], default=str) if "point" in tag else None,
-                    _network_label(spec),
-                ),
-            )
+                self._check_claim(db, row["sweep"], row["run_key"], claim)
+            rows.insert(db, "runs", [row])
 
     def add_external(
         self,
@@ -343,53 +291,13 @@ class ResultsStore:
         transaction, row and evaluations together; ``False`` when the store has it already
         (it is never replaced: an external run is read-only)."""
         self._writable()
-        recipe = spec["recipe"]
+        row = rows.external_run(run_id, spec, environment, summary, origin)
         with self._connect(write=True) as db:
             db.execute("BEGIN IMMEDIATE")
             if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
                 return False
-            db.execute(
-                """INSERT INTO runs (run_id, task, status, stop_reason, division, created_at,
-                finished_at, workers, local_batch, global_batch, seed, exchange, target,
-                best_metric, time_to_accuracy_s, epochs, samples, elapsed_s, throughput, host,
-                cpu_model, cores, gpus, spec_json, deviations_json, environment_json,
-                summary_json, run_dir, network, origin_json)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-                ?, ?, ?, ?, ?, ?, ?)""",
-                (
-                    run_id,
-                    spec["task"],
-                    summary.status,
-                    summary.stop_reason,
-                    str(origin.get("division") or "closed"),
-                    now_iso(),
-                    now_iso(),
-                    spec["workers"],
-                    recipe["local_batch"],
-                    summary.global_batch,
-                    spec["seed"],
-                    spec["exchange"],
-                    recipe.get("target"),
-                    summary.best_metric,
-                    summary.time_to_accuracy_s,
-                    summary.epochs,
-                    summary.samples,
-                    summary.elapsed_s,
-                    summary.throughput,
-                    environment.get("host"),
-                    environment.get("cpu_model"),
-                    environment.get("cores"),
-                    json.dumps(environment.get("gpus") or []),
-                    json.dumps(spec),
-                    json.dumps({}),
-                    json.dumps(environment),
-                    summary.model_dump_json(exclude_unset=True),
-                    f"external:{origin.get('path') or ''}",  # no folder here
-                    environment.get("platform"),
-                    json.dumps(origin),
-                ),
-            )
-            _insert_evals(db, run_id, evals)
+            rows.insert(db, "runs", [row])
+            rows.insert(db, "evals", rows.evaluations(run_id, evals))
         return True
 
     def finish(
@@ -418,41 +326,10 @@ class ResultsStore:
         evals: Sequence[Evaluation],
         error: str | None,
     ) -> None:
-        phases = summary.phases or []
-        steady = summary.phases_steady or [{} for _ in phases]
         with self._connect(write=True) as db:
-            db.execute(
-                """UPDATE runs SET status=?, stop_reason=?, finished_at=?, best_metric=?,
-                time_to_accuracy_s=?, time_to_accuracy_compute_s=?, epochs=?, steps=?,
-                samples=?, elapsed_s=?, throughput=?, error=?, summary_json=?, disturbed=?
-                WHERE run_id=?""",
-                (
-                    status,
-                    summary.stop_reason,
-                    now_iso(),
-                    summary.best_metric,
-                    summary.time_to_accuracy_s,
-                    summary.time_to_accuracy_compute_s,
-                    summary.epochs,
-                    summary.steps,
-                    summary.samples,
-                    summary.elapsed_s,
-                    summary.throughput,
-                    error,
-                    summary.model_dump_json(exclude_unset=True),
-                    (summary.contention or {}).get("disturbed"),
-                    run_id,
-                ),
-            )
-            _insert_evals(db, run_id, evals)
-            db.executemany(
-                "INSERT INTO phases VALUES (?, ?, ?, ?, ?)",
-                [
-                    (run_id, rank, phase, seconds, steady[rank].get(phase))
-                    for rank, row in enumerate(phases)
-                    for phase, seconds in row.items()
-                ],
-            )
+            rows.update(db, "runs", run_id, rows.completed_run(status, summary, error))
+            rows.insert(db, "evals", rows.evaluations(run_id, evals))
+            rows.insert(db, "phases", rows.phase_totals(run_id, summary))
 
     def _check_claim(self, db: sqlite3.Connection, sweep: str, key: str, rerun: Rerun) -> None:
         rows = db.execute(
@@ -493,79 +370,31 @@ class ResultsStore:
         folder = run_dir or self.run_dir(run_id)
         self.hold(run_id, folder)
         try:
-            self._insert_comm(run_id, spec, environment, folder)
+            row = rows.begun_comm(run_id, spec, environment, folder)
+            with self._connect(write=True) as db:
+                rows.insert(db, "comm_runs", [row])
         except BaseException:
             self._locks.pop(run_id).release()
             raise
 
-    def _insert_comm(
-        self, run_id: str, spec: dict[str, Any], environment: dict[str, Any], run_dir: Path
-    ) -> None:
-        with self._connect(write=True) as db:
-            db.execute(
-                """INSERT INTO comm_runs (run_id, op, backend, workers, network, status,
-                created_at, host, cpu_model, cores, torch_version, git_revision, spec_json,
-                environment_json, run_dir, launcher_pid)
-                VALUES (?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                (
-                    run_id,
-                    spec["op"],
-                    spec["backend"],
-                    spec["workers"],
-                    _network_label(spec),
-                    now_iso(),
-                    environment["host"],
-                    environment["cpu_model"],
-                    environment["cores"],
-                    environment["torch"],
-                    environment["git_revision"],
-                    json.dumps(spec),
-                    json.dumps(environment),
-                    str(run_dir),
-                    os.getpid(),
-                ),
-            )
-
     def finish_comm(
-        self, run_id: str, *, status: str, rows: list[dict[str, Any]], error: str | None
+        self, run_id: str, *, status: str, results: list[dict[str, Any]], error: str | None
     ) -> None:
         try:
             self._writable()
-            self._complete_comm(run_id, status, rows, error)
+            self._complete_comm(run_id, status, results, error)
         finally:
             lock = self._locks.pop(run_id, None)
             if lock is not None:
                 lock.release()
 
     def _complete_comm(
-        self, run_id: str, status: str, rows: list[dict[str, Any]], error: str | None
+        self, run_id: str, status: str, results: list[dict[str, Any]], error: str | None
     ) -> None:
         with self._connect(write=True) as db:
-            db.execute(
-                "UPDATE comm_runs SET status=?, finished_at=?, error=? WHERE run_id=?",
-                (status, now_iso(), error, run_id),
-            )
-            db.executemany(
-                """INSERT INTO comm_results (run_id, bytes, repeats, iterations, latency_s,
-                latency_min_s, latency_max_s, latency_std_s, algbw, busbw, scope)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                [
-                    (
-                        run_id,
-                        r["bytes"],
-                        r["repeats"],
-                        r.get("iterations", 1),
-                        r["latency_s"],
-                        r["latency_min_s"],
-                        r["latency_max_s"],
-                        r["latency_std_s"],
-                        r["algbw"],
-                        r["busbw"],
-                        r.get("scope"),
-                    )
-                    for r in rows
-                ],
-            )
+            row = {"status": status, "finished_at": rows.now_iso(), "error": error}
+            rows.update(db, "comm_runs", run_id, row)
+            rows.insert(db, "comm_results", rows.comm_results(run_id, results))
 
     def comm_runs(self, run_id: str | None = None) -> list[CommRun]:
         """Communication micro-benchmarks, oldest first, each with its per-size results."""
@@ -581,7 +410,7 @@ class ResultsStore:
                 results = db.execute(
                     "SELECT * FROM comm_results WHERE run_id=? ORDER BY rowid", (row["run_id"],)
                 )
-                fields["results"] = [CommResult(**_without_run_id(r)) for r in results]
+                fields["results"] = [CommResult(**rows.without_run_id(r)) for r in results]
                 found.append(CommRun(**fields))
         return found
 
@@ -633,31 +462,7 @@ class ResultsStore:
                 phases = db.execute(
                     "SELECT * FROM phases WHERE run_id=? ORDER BY rank", (row["run_id"],)
                 )
-                fields["evals"] = [Evaluation(**_without_run_id(r)) for r in evals]
-                fields["phases"] = [PhaseTotal(**_without_run_id(r)) for r in phases]
+                fields["evals"] = [Evaluation(**rows.without_run_id(r)) for r in evals]
+                fields["phases"] = [PhaseTotal(**rows.without_run_id(r)) for r in phases]
                 found.append(RunRecord(**fields))
         return found
-
-
-def _insert_evals(db: sqlite3.Connection, run_id: str, evals: Sequence[Evaluation]) -> None:
-    db.executemany(
-        "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                run_id,
-                e.epoch,
-                e.step,
-                e.samples,
-                e.elapsed_s,
-                e.compute_elapsed_s,
-                e.metric,
-                e.loss,
-                e.train_metric,
-            )
-            for e in evals
-        ],
-    )
-
-
-def _without_run_id(row: sqlite3.Row) -> dict[str, Any]:
-    return {key: value for key, value in dict(row).items() if key != "run_id"}
