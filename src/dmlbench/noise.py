@@ -15,8 +15,9 @@ steps) and the Dask estimator (a moving average of :func:`noise_scale_estimate`)
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -100,6 +101,25 @@ class NoiseScaleMeter:
             self._effective(self.big_batch),
         )
         return NoiseScale(simple_noise_scale(g2, trace), g2, trace, self.big_count)
+
+    def add_epoch(self, ranks: Sequence[Sequence[float]]) -> NoiseScale | None:
+        """Fold in one epoch of every rank's (small-batch sum, big-batch sum, steps) and
+        return that epoch's own estimate. Every rank's big batch is the same averaged
+        gradient, so the big batch's sum is rank 0's."""
+        epoch = NoiseScaleMeter(self.small_batch, self.big_batch, self.population)
+        small = sum(rank[0] for rank in ranks)
+        epoch.add_sums(
+            small, round(sum(rank[2] for rank in ranks)), ranks[0][1], round(ranks[0][2])
+        )
+        self.add_sums(epoch.small_sum, epoch.small_count, epoch.big_sum, epoch.big_count)
+        return epoch.estimate()
+
+    def summary(self) -> dict[str, Any] | None:
+        """The estimate over everything added, with the batch sizes it compared."""
+        estimate = self.estimate()
+        if estimate is None:
+            return None
+        return {**estimate.as_dict(), "small_batch": self.small_batch, "big_batch": self.big_batch}
 
     def _effective(self, batch: float) -> float:
         n = self.population

@@ -106,11 +106,11 @@ def test_a_recipe_names_optimizers_from_the_registry() -> None:
 
 
 def test_bf16_precision_runs_forward_in_bfloat16_and_fp32_leaves_it_alone() -> None:
-    from dmlbench.train.trainer import _autocast
+    from dmlbench.train.hardware import autocast_for
 
     layer, x = nn.Linear(4, 2), torch.randn(3, 4)
-    with _autocast("bf16", torch.device("cpu"))():
+    with autocast_for("bf16", torch.device("cpu"))():
         assert layer(x).dtype == torch.bfloat16
-    with _autocast("fp32", torch.device("cpu"))():
+    with autocast_for("fp32", torch.device("cpu"))():
         assert layer(x).dtype == torch.float32
     assert layer.weight.dtype == torch.float32  # the weights stay fp32

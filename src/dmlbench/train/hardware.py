@@ -27,11 +27,14 @@ import platform
 import resource
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
+from dmlbench.errors import SpecError
 from dmlbench.results.contention import OUTSIDE_CORES
 from dmlbench.results.rundir import write_json
 from dmlbench.system import machine_cpu_s
@@ -263,3 +266,21 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
+
+
+def autocast_for(precision: str, device: torch.device) -> Callable[[], AbstractContextManager]:
+    """A context that runs forward (and the loss) in ``precision``; refused in one line on
+    a device that cannot."""
+    if precision == "fp32":
+        return contextlib.nullcontext
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise SpecError(
+            f"precision {precision}: {torch.cuda.get_device_name(device)} has no "
+            "bfloat16; use precision=fp32"
+        )
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def to_channels_last(model: nn.Module) -> nn.Module:
+    """The model's parameters and buffers in channels-last layout (4-D ones; in place)."""
+    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

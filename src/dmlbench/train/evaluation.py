@@ -1,0 +1,97 @@
+"""A worker's share of an evaluation: accuracy and mean loss on the whole test set, each
+rank taking one slice, and with ``train_metric_examples`` on one fixed subset of the
+training set too. The trainer puts the model in evaluation mode around it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import torch
+from torch import nn
+
+from dmlbench.comm.collectives import all_reduce_sum
+from dmlbench.data import Dataset, eval_shard
+from dmlbench.data.feed import Feed
+from dmlbench.data.images import ImageFiles
+from dmlbench.heartbeat import beat
+from dmlbench.models.losses import LOSSES
+from dmlbench.train.context import DistContext
+
+TRAIN_SUBSET_SEED = 0  # the draw of training accuracy's examples: one for every run
+
+
+class Evaluator:
+    def __init__(
+        self,
+        model: nn.Module,
+        data: Dataset,
+        feed: Feed,
+        ctx: DistContext,
+        *,
+        loss: str,
+        batch: int,
+        train_examples: int,
+        layout: Callable[[torch.Tensor], torch.Tensor],
+        autocast: Callable[[], AbstractContextManager],
+        preprocess: Callable[[torch.Tensor], torch.Tensor],
+    ) -> None:
+        self.model, self.data, self.feed, self.ctx = model, data, feed, ctx
+        self.loss_fn, self.correct_fn = LOSSES[loss]
+        self.batch, self.layout, self.autocast, self.preprocess = (
+            batch,
+            layout,
+            autocast,
+            preprocess,
+        )
+        # training accuracy's examples: one fixed draw, the same on every rank and run
+        wanted = min(train_examples, len(data.train_x))
+        draw = torch.Generator().manual_seed(TRAIN_SUBSET_SEED)
+        self.train_subset = torch.randperm(len(data.train_x), generator=draw)[:wanted]
+        self._subset_files: ImageFiles | None = None
+
+    @torch.no_grad()
+    def sums(self, step: int) -> list[float]:
+        """This rank's [correct, loss sum, count] on its slice of the test set, then the
+        same on its slice of the training subset, if there is one."""
+        sums = self._metric_sums(self.data.test_x, self.data.test_y, step)
+        if len(self.train_subset):
+            ys = self.data.train_y[self.train_subset]
+            sums += self._metric_sums(self._subset_images(), ys, step)
+        return sums
+
+    def metrics(self, sums: list[float]) -> dict[str, float]:
+        """Every rank's sums added up (a collective): accuracy and mean loss."""
+        totals = all_reduce_sum(sums, self.ctx.device)
+        metrics = {"accuracy": totals[0] / totals[2], "loss": totals[1] / totals[2]}
+        if len(self.train_subset):
+            metrics.update(train_accuracy=totals[3] / totals[5], train_loss=totals[4] / totals[5])
+        return metrics
+
+    def _subset_images(self) -> torch.Tensor | ImageFiles:
+        """The training-accuracy subset's images: gathered at each evaluation from memory
+        (not kept: up to a million examples), or the same file subset every time (its
+        decoding processes are kept for the next evaluation)."""
+        if not isinstance(self.data.train_x, ImageFiles):
+            return self.data.train_x[self.train_subset]
+        if self._subset_files is None:
+            self._subset_files = self.data.train_x[self.train_subset]
+        return self._subset_files
+
+    def _metric_sums(
+        self, xs: torch.Tensor | ImageFiles, ys: torch.Tensor, step: int
+    ) -> list[float]:
+        """[correct, loss sum, count] over this rank's slice of ``xs``."""
+        device = self.ctx.device
+        shard = eval_shard(len(xs), self.ctx.world_size, self.ctx.rank)
+        correct = torch.zeros((), device=device)
+        loss_sum = torch.zeros((), device=device)
+        for x_part, y_part in self.feed.batches(xs, ys, shard, self.batch):
+            beat(step, "eval")
+            x = x_part.to(device, non_blocking=True)
+            y = y_part.to(device, non_blocking=True)
+            with self.autocast():
+                out = self.model(self.layout(self.preprocess(x)))
+            correct += self.correct_fn(out, y)
+            loss_sum += self.loss_fn(out, y).sum()
+        return [correct.item(), loss_sum.item(), float(len(shard))]
