@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import difflib
-import inspect
 import logging
 import math
 import sys
@@ -27,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin, clone
+from sklearn.base import ClassifierMixin, RegressorMixin, clone
 from sklearn.utils.validation import check_array, check_is_fitted, check_X_y
 from torch import nn
 
@@ -35,10 +33,8 @@ from dmlbench.dask import worker as remote
 from dmlbench.dask.dampers import Constant, Damper, Damping, TrainState
 from dmlbench.dask.engines import ENGINES, Engine
 from dmlbench.dask.history import History, Record, Update
+from dmlbench.dask.params import RoutedParams, suggest
 from dmlbench.noise import noise_scale_estimate, simple_noise_scale
-
-ROUTES = ("module", "optimizer", "loss", "batch_size")
-PREFIXES = tuple(f"{route}__" for route in ROUTES)
 
 LOG = logging.getLogger(__name__)
 
@@ -55,17 +51,7 @@ def _verbose_log() -> logging.Logger:
     return LOG
 
 
-def _suggest(name: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def _most_common(values: list[int]) -> int | None:
-    """The batch size most updates of an epoch used (ties: the larger)."""
-    return max(set(values), key=lambda v: (values.count(v), v)) if values else None
-
-
-class DaskEstimator(BaseEstimator):
+class DaskEstimator(RoutedParams):
     """Shared by :class:`DaskClassifier` and :class:`DaskRegressor`.
 
     Parameters
@@ -133,37 +119,9 @@ class DaskEstimator(BaseEstimator):
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
-        for key, value in kwargs.items():
-            if not key.startswith(PREFIXES):
-                raise TypeError(
-                    f"{type(self).__name__} got an unknown parameter {key!r}"
-                    f"{_suggest(key, self._param_names())}; routed parameters "
-                    f"start with {', '.join(PREFIXES)}"
-                )
-            setattr(self, key, value)
+        self._take_routed(kwargs)
 
     # ------------------------------------------------------------ parameters
-
-    @classmethod
-    def _param_names(cls) -> list[str]:
-        return sorted(super()._get_param_names())
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        """The constructor's parameters plus the routed ones (``module__features`` …).
-        Never recurses into a damper: its options are the ``batch_size__*`` parameters."""
-        params = {name: getattr(self, name) for name in self._param_names()}
-        params.update({k: v for k, v in vars(self).items() if k.startswith(PREFIXES)})
-        return params
-
-    def set_params(self, **params: Any) -> DaskEstimator:
-        known = self._param_names()
-        for key, value in params.items():
-            if key not in known and not key.startswith(PREFIXES):
-                raise ValueError(
-                    f"{type(self).__name__} has no parameter {key!r}{_suggest(key, known)}"
-                )
-            setattr(self, key, value)
-        return self
 
     def __sklearn_clone__(self) -> DaskEstimator:
         """Like ``clone``, but a ``Client`` is shared rather than copied (it cannot be)."""
@@ -172,10 +130,6 @@ class DaskEstimator(BaseEstimator):
             for k, v in self.get_params(deep=False).items()
         }
         return type(self)(**params)
-
-    def routed(self, route: str) -> dict[str, Any]:
-        prefix = f"{route}__"
-        return {k[len(prefix) :]: v for k, v in self.get_params().items() if k.startswith(prefix)}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -191,7 +145,7 @@ class DaskEstimator(BaseEstimator):
         if self.engine not in ENGINES:
             raise ValueError(
                 f"engine must be one of {', '.join(ENGINES)}, not {self.engine!r}"
-                f"{_suggest(str(self.engine), list(ENGINES))}"
+                f"{suggest(str(self.engine), list(ENGINES))}"
             )
         if not (isinstance(self.max_epochs, int) and self.max_epochs >= 1):
             raise ValueError(f"max_epochs must be an int ≥ 1, not {self.max_epochs!r}")
@@ -204,26 +158,6 @@ class DaskEstimator(BaseEstimator):
         if self.timeout <= 0:
             raise ValueError("timeout must be > 0 seconds")
         remote.check_device_name(self.device)
-
-    def _build(self, what: str, factory: Any, kwargs: dict[str, Any], *args: Any) -> Any:
-        name = getattr(factory, "__name__", type(factory).__name__)
-        if isinstance(factory, type):
-            signature = inspect.signature(factory)
-            accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
-            named = [p for p in signature.parameters if p not in ("self", "params")]
-            for key in kwargs:
-                if not accepts_any and key not in named:
-                    raise ValueError(
-                        f"{name} has no parameter {key!r} (from {what}__{key})"
-                        f"{_suggest(key, named)}"
-                    )
-        try:
-            return factory(*args, **kwargs)
-        except Exception as error:
-            shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-            raise ValueError(
-                f"{what} {name}({shown}) failed to build: {type(error).__name__}: {error}"
-            ) from None
 
     def _damper(self) -> Damper:
         options = self.routed("batch_size")
@@ -483,18 +417,7 @@ class DaskEstimator(BaseEstimator):
         self.examples_seen_ += batch
 
     def finish_epoch(self, record: Record, wall: float) -> Record:
-        updates = record["updates"]
-        examples = sum(u["batch_size"] for u in updates)
-        record.update(
-            n_updates=self.n_updates_,
-            examples=examples,
-            train_loss=sum(u["loss"] * u["batch_size"] for u in updates) / max(examples, 1),
-            batch_size=_most_common([u["batch_size"] for u in updates]),
-            workers=max((u["workers"] for u in updates), default=0),
-            target_workers=updates[-1]["target_workers"] if updates else None,
-            lr=updates[-1]["lr"] if updates else None,
-            wall_s=wall,
-        )
+        History.close_epoch(record, self.n_updates_, wall)
         if not math.isfinite(record["train_loss"]):
             warnings.warn(
                 f"epoch {record['epoch']}: the training loss is not finite (lower optimizer__lr?)",

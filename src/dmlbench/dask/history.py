@@ -39,12 +39,34 @@ class Update:
     batch_size: int | None = None
 
 
+def _most_common(values: list[int]) -> int | None:
+    """The batch size most updates of an epoch used (ties: the larger)."""
+    return max(set(values), key=lambda v: (values.count(v), v)) if values else None
+
+
 class History(list[Record]):
     """Epoch records; each holds its ``updates``."""
 
     def new_epoch(self, **values: Any) -> Record:
         record: Record = {"epoch": len(self) + 1, "updates": [], **values}
         self.append(record)
+        return record
+
+    @staticmethod
+    def close_epoch(record: Record, n_updates: int, wall: float) -> Record:
+        """Sum an epoch's update records up into its own keys (see the module)."""
+        updates = record["updates"]
+        examples = sum(u["batch_size"] for u in updates)
+        record.update(
+            n_updates=n_updates,
+            examples=examples,
+            train_loss=sum(u["loss"] * u["batch_size"] for u in updates) / max(examples, 1),
+            batch_size=_most_common([u["batch_size"] for u in updates]),
+            workers=max((u["workers"] for u in updates), default=0),
+            target_workers=updates[-1]["target_workers"] if updates else None,
+            lr=updates[-1]["lr"] if updates else None,
+            wall_s=wall,
+        )
         return record
 
     def update_records(self) -> list[Record]:

@@ -1,0 +1,181 @@
+"""What both engines stand on: the estimator as an engine sees it, one fit's session
+on the cluster (client, scaler, the data the workers hold) and :class:`Engine`, the
+interface each engine implements."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+import torch
+from distributed import Client, Future
+from distributed.scheduler import KilledWorker
+from torch import nn
+
+from dmlbench.dask import worker as remote
+from dmlbench.dask.cluster import WorkerLost, Workers, connect
+from dmlbench.dask.dampers import Damping
+from dmlbench.dask.history import History, Record, Update
+
+
+class DaskEstimator(Protocol):
+    """What an engine uses of the estimator it trains for (``DaskEstimator`` has it all):
+    its settings, its fitted state, and the steps it takes between gradients."""
+
+    client: Any
+    min_workers: int
+    max_workers: int
+    timeout: float
+    grads_per_worker: int
+    optimizer: Any
+    module_: nn.Module
+    optimizer_: torch.optim.Optimizer
+    recipe_: remote.Recipe
+    rng_: np.random.Generator
+    history_: History
+    n_updates_: int
+    examples_seen_: int
+
+    def routed(self, route: str) -> dict[str, Any]: ...
+    def damping(self, updates: int | None = None, examples: int | None = None) -> Damping: ...
+    def step(self, lr_factor: float) -> None: ...
+    def restore_base_lrs(self) -> None: ...
+    def observe_noise(
+        self, small: float, small_batch: float, big: float, big_batch: int, decay: float = 0.9
+    ) -> None: ...
+    def record_update(
+        self,
+        record: Record,
+        update: Update,
+        damping: Damping,
+        *,
+        tasks: int,
+        target: int | None,
+        wall: float,
+    ) -> None: ...
+    def finish_epoch(self, record: Record, wall: float) -> Record: ...
+    def note(self, message: str) -> None: ...
+
+
+def lost_work(error: BaseException) -> bool:
+    """A worker died or its data went with it (retry), as opposed to the task's own error."""
+    lost = (WorkerLost, KilledWorker, asyncio.CancelledError, concurrent.futures.CancelledError)
+    if isinstance(error, lost):
+        return True
+    text = str(error).lower()
+    return "lost" in text and ("key" in text or "dependenc" in text or "worker" in text)
+
+
+@dataclass
+class Session:
+    """One fit's footing on the cluster: client, scaler, and what the workers hold."""
+
+    client: Client
+    workers: Workers
+    recipe: remote.Recipe
+    data: remote.TrainData
+    timeout: float
+    recipe_future: Future | None = None
+    data_future: Future | None = None
+    notes: list[str] = field(default_factory=list)
+    owns_client: bool = False
+
+    @classmethod
+    def open(cls, est: DaskEstimator, recipe: remote.Recipe, data: remote.TrainData) -> Session:
+        client = connect(est.client, est.min_workers, est.timeout)
+        workers = Workers(client, est.min_workers, est.max_workers)
+        workers.follow(est.min_workers)
+        workers.settle()
+        workers.await_some(1, est.timeout)
+        session = cls(client, workers, recipe, data, est.timeout)
+        session.owns_client = isinstance(est.client, str)  # made here from an address
+        session.scatter()
+        return session
+
+    def data_lost(self) -> bool:
+        return self.data_future is None or self.data_future.status != "finished"
+
+    def scatter(self, attempts: int = 5) -> None:
+        """Send the data and recipe to the workers (once per fit; again after a loss).
+        Retried when a worker leaves mid-broadcast (the cluster may be scaling down).
+
+        Each try is bounded by the session's timeout: a worker that leaves during a
+        broadcast can leave it waiting forever (dask/distributed#5704: the scheduler
+        retries the replication to the gone worker), which hung a grid search's fit
+        beside other work; the next try finds the cluster settled."""
+        for attempt in range(attempts):
+            try:
+                self.data_future = self.client.scatter(
+                    self.data, broadcast=True, hash=False, timeout=self.timeout
+                )
+                self.recipe_future = self.client.scatter(
+                    self.recipe, broadcast=True, hash=False, timeout=self.timeout
+                )
+                break
+            except (KeyError, OSError) as error:  # TimeoutError is an OSError
+                if attempt == attempts - 1:
+                    raise RuntimeError(
+                        f"could not send the training data to the Dask workers: "
+                        f"{type(error).__name__}: {error}"
+                    ) from None
+                time.sleep(0.2 * (attempt + 1))
+
+    def drain_notes(self) -> list[str]:
+        notes, self.notes = self.notes, []
+        return notes
+
+    def note_loss(self, error: BaseException) -> None:
+        self.notes.append(
+            f"lost a worker ({type(error).__name__}: {error!s:.80}); its tasks ran again elsewhere"
+        )
+
+    def lost_data(self) -> None:
+        """Every copy of the data went with dead workers: send it again."""
+        self.notes.append("the training data was lost with its workers: sent again")
+        self.workers.await_some(1, self.timeout)
+        self.scatter()
+
+    def close(self) -> None:
+        for future in (self.data_future, self.recipe_future):
+            if future is not None:
+                future.release()
+        self.data_future = self.recipe_future = None
+        if self.owns_client:
+            self.client.close()
+
+
+class Engine:
+    """Runs epochs for an estimator; keeps its cluster session between ``partial_fit``s."""
+
+    name: ClassVar[str]
+    retries: ClassVar[int] = 2  # updates (or epochs) re-run after a worker is lost
+
+    def __init__(self, est: DaskEstimator, data: remote.TrainData) -> None:
+        self.est = est
+        self.session = Session.open(est, est.recipe_, data)
+
+    def run_epoch(self) -> Record:
+        raise NotImplementedError
+
+    def holds(self, data: remote.TrainData) -> bool:
+        held = self.session.data
+        return (
+            held.x.shape == data.x.shape
+            and np.array_equal(held.x, data.x)
+            and np.array_equal(held.y, data.y)
+        )
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def batch_at(position: int, n: int, wanted: int) -> int:
+    """The batch starting at ``position`` of an ``n``-example epoch: ``wanted`` examples,
+    or the rest of the epoch when less than half a batch would be left over (no tiny,
+    noisy last update)."""
+    left = n - position
+    return left if left - wanted < wanted / 2 else wanted
