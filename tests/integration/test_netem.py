@@ -18,8 +18,8 @@ import pytest
 from helpers import cli, inside, root_only, wait_for_evaluation
 
 from dmlbench.netem import Topology, leftovers, remove_stale
+from dmlbench.netem.host import prefix
 from dmlbench.netem.profiles import ResolvedNetwork
-from dmlbench.netem.topology import prefix
 
 
 def _ours(tag: str) -> list[str]:

@@ -40,7 +40,7 @@ def test_profiles_are_data_and_inline_values_override_them(tmp_path: Path) -> No
 
 
 def test_names_say_which_launcher_made_them() -> None:
-    from dmlbench.netem.topology import _creator
+    from dmlbench.netem.host import _creator
 
     # pid 8978 is "6xe" in base 36: an "x" that once cut it to pid 6, alive forever
     assert _creator("6xe_1") == 8978 and _creator("6xex1") == 8978  # new, and old names
@@ -48,7 +48,7 @@ def test_names_say_which_launcher_made_them() -> None:
 
 
 def test_the_name_prefix_is_four_safe_characters(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dmlbench.netem.topology import PREFIX_ENV, NetworkError, _names, prefix
+    from dmlbench.netem.host import PREFIX_ENV, NetworkError, _names, prefix
 
     monkeypatch.setenv(PREFIX_ENV, "dmlc")
     assert prefix() == "dmlc" and _names().match("dmlc2jmj4_1br")

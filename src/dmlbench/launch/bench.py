@@ -16,16 +16,14 @@ from dmlbench.comm.mpi_bench import mpirun_path
 from dmlbench.errors import SpecError, WorkerFailed
 from dmlbench.launch.lifecycle import Attempt, Launcher, OpenedRun, close_run, execute
 from dmlbench.launch.local import launch_workers
-from dmlbench.netem.profiles import ResolvedNetwork
-from dmlbench.netem.topology import (
-    WORKER_IFNAME,
+from dmlbench.netem.host import (
     NetworkError,
-    Topology,
     check_can_emulate,
-    emulated,
     preflight,
     private_network_prefix,
 )
+from dmlbench.netem.profiles import ResolvedNetwork
+from dmlbench.netem.topology import WORKER_IFNAME, Topology, emulated
 from dmlbench.results import ResultsStore
 from dmlbench.results.rundir import COMM_RESULTS_FILE
 from dmlbench.spec.bench import CommBenchSpec, validate_bench

@@ -45,8 +45,9 @@ from dmlbench.launch.node import (
     node_run_dirs,
 )
 from dmlbench.launch.rendezvous import DEFAULT_PORT
+from dmlbench.netem.host import check_can_emulate, preflight
 from dmlbench.netem.profiles import ResolvedNetwork
-from dmlbench.netem.topology import Topology, check_can_emulate, preflight
+from dmlbench.netem.topology import Topology
 from dmlbench.results import EVENTS_FILE, ResultsStore
 from dmlbench.results.rundir import write_json
 from dmlbench.spec import RunSpec

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dmlbench.errors import DatasetError, ResultsNotStored, StoreError, WorkerFailed
-from dmlbench.netem.topology import NetworkError
+from dmlbench.netem.host import NetworkError
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
 from dmlbench.results.events import EVENTS_FILE, Event, EventTail, read_events

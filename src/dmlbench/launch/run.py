@@ -24,7 +24,8 @@ from dmlbench.launch.lifecycle import (
 from dmlbench.launch.local import chosen_start_method, launch_local
 from dmlbench.launch.rendezvous import Rendezvous
 from dmlbench.launch.request import launch_path
-from dmlbench.netem.topology import emulated, preflight
+from dmlbench.netem.host import preflight
+from dmlbench.netem.topology import emulated
 from dmlbench.resolve import deviations
 from dmlbench.results import ResultsStore
 from dmlbench.results.rundir import OUTCOME_FILE, write_json
