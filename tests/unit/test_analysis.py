@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from dmlbench.report import analysis
+from dmlbench.report import analysis, variants
 from dmlbench.results.records import Evaluation, RunRecord, RunSummary
 
 
@@ -427,8 +427,8 @@ def test_long_variant_labels_become_letters_with_a_legend_table() -> None:
         "exchange=allreduce max_epochs=40.0 stop_at_target=true network=none",
         "exchange=ddp max_epochs=3.0 stop_at_target=false network=wan-20ms",
     ]  # the network's settings are one key, named by its profile
-    assert list(analysis.short_labels(frame["variant"]).values()) == ["A", "B"]
-    legend = analysis.variant_legend(frame["variant"])
+    assert list(variants.short_labels(frame["variant"]).values()) == ["A", "B"]
+    legend = variants.variant_legend(frame["variant"])
     assert list(legend.columns) == [
         "variant",
         "exchange",
@@ -437,7 +437,7 @@ def test_long_variant_labels_become_letters_with_a_legend_table() -> None:
         "network",
     ]
     assert list(legend["network"]) == ["none", "wan-20ms"]
-    assert analysis.variant_legend(["exchange=ddp", "exchange=allreduce"]).empty  # short
+    assert variants.variant_legend(["exchange=ddp", "exchange=allreduce"]).empty  # short
 
 
 def test_report_figures_read_at_a_glance() -> None:
@@ -598,4 +598,4 @@ def test_a_variant_of_a_table_entry_names_the_table() -> None:
         runs.append(dataclasses.replace(run, spec={**run.spec, "recipe": recipe}))
     labels = list(analysis.runs_frame(runs)["variant"])
     assert labels == ["alpha_by_workers.1=25", "alpha_by_workers.1=200"]  # not "1=25"
-    assert analysis.variant_pairs(labels[0]) == {"alpha_by_workers.1": "25"}
+    assert variants.variant_pairs(labels[0]) == {"alpha_by_workers.1": "25"}

@@ -5,7 +5,7 @@ title line, and returns a Figure that the HTML report inlines as SVG and ``--png
 writes as PNG. Worker counts are numbers: sorted numerically, on a log2 axis for line
 plots and in numeric order for bars. An oversubscribed worker count is marked ``*``.
 Legends sit below the plot area, never over data; each variant has its own colour and
-a short label (``analysis.short_labels``: a letter, spelt out in the report's legend
+a short label (``variants.short_labels``: a letter, spelt out in the report's legend
 table, when the labels are long); every axis says its unit.
 """
 
@@ -16,7 +16,6 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
-from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D  # no pyplot: no global state, no GUI backend
 from matplotlib.ticker import (
@@ -24,121 +23,41 @@ from matplotlib.ticker import (
     LogLocator,
     NullLocator,
     PercentFormatter,
-    ScalarFormatter,
 )
 
-from dmlbench.report.analysis import short_labels, variant_pairs
+from dmlbench.report.drawing import (
+    HEIGHT,
+    LINE_STYLES,
+    MARKERS,
+    PHASE_COLOURS,
+    VARIANT_COLOURS,
+    WIDTH,
+    bar_positions,
+    coloured_variants,
+    finish,
+    log2_workers_axis,
+    new_figure,
+    note,
+    oversubscription_caption,
+    palette,
+    tick_labels,
+    variants,
+    worker_counts,
+    worker_label,
+)
 from dmlbench.report.formats import human_bytes, money, plural
+from dmlbench.report.variants import short_labels, variant_pairs
 from dmlbench.results.schema import PHASES
-
-PHASE_COLOURS = {
-    "data": "#8c8c8c",
-    "forward": "#4c78a8",
-    "backward": "#72b7b2",
-    "comm": "#e45756",
-    "optimizer": "#f2cf5b",
-}
-
-
-def _palette(name: str) -> list[tuple[float, float, float, float]]:
-    """A qualitative matplotlib colour map's colours (RGBA), in order."""
-    colours = colormaps[name]
-    return [colours(index) for index in range(colours.N)]
-
-
-VARIANT_COLOURS = _palette("tab10")
-MARKERS = "os^Dvph*X"
-WIDTH, HEIGHT = 5.6, 3.8  # inches: drawn half a page wide, fonts stay readable
-
-
-def new_figure(title: str, heading: str, ncols: int = 1) -> tuple[Figure, list]:
-    fig = Figure(figsize=(WIDTH * (1.45 if ncols > 1 else 1), HEIGHT), layout="constrained")
-    axes = list(np.atleast_1d(fig.subplots(1, ncols)))
-    fig.suptitle(f"{heading}\n{title}", fontsize=10, x=0.01, ha="left")
-    for ax in axes:
-        ax.grid(True, alpha=0.3)
-        ax.spines[["top", "right"]].set_visible(False)
-    return fig, axes
-
-
-def _worker_label(row: pd.Series) -> str:
-    return f"{int(row['workers'])}{'*' if row.get('oversubscribed') else ''}"
-
-
-def _tick_labels(table: pd.DataFrame, workers: list[int]) -> list[str]:
-    over = set(table.loc[table["oversubscribed"], "workers"].astype(int))
-    return [f"{w}{'*' if w in over else ''}" for w in workers]
-
-
-def log2_workers_axis(ax, workers: list[int]) -> None:
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(workers)
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("workers")
-    if len(workers) == 1:
-        ax.set_xlim(workers[0] / 1.5, workers[0] * 1.5)
-
-
-def _variants(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(short label, rows by workers) per variant, in order of appearance."""
-    names = short_labels(table["variant"])  # sorted: the same colour in every figure
-    groups = dict(list(table.groupby("variant", sort=False)))
-    return [(short, groups[label].sort_values("workers")) for label, short in names.items()]
-
-
-def legend_below(fig: Figure, ax, title: str | None = None) -> None:
-    """``ax``'s legend below the plot area, outside it; repeated labels shown once."""
-    handles, labels = ax.get_legend_handles_labels()
-    unique: dict[str, Artist] = {}
-    for handle, label in zip(handles, labels, strict=True):
-        unique.setdefault(label, handle)
-    if unique:
-        columns = min(3, len(unique))
-        fig.legend(
-            list(unique.values()),
-            list(unique),
-            loc="outside lower center",
-            ncols=columns,
-            fontsize=9,
-            frameon=False,
-            title=title,
-            title_fontsize=8,
-        )
-        rows = math.ceil(len(unique) / columns)
-        if rows > 2:  # a long legend gets room of its own instead of squashing the plot
-            width, height = fig.get_size_inches()
-            fig.set_size_inches(width, height + 0.22 * (rows - 2))
-
-
-def _note(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#666")
-
-
-def _oversubscription_caption(fig: Figure, table: pd.DataFrame) -> None:
-    """Say in the title which worker counts shared cores (constrained layout keeps it clear)."""
-    over = table[table["oversubscribed"]]
-    if not over.empty:
-        cores = int(over["cores"].max())
-        counts = ", ".join(str(n) for n in sorted(set(over["workers"])))
-        title = fig.get_suptitle()
-        fig.suptitle(
-            f"{title}\n* oversubscribed: {counts} workers on {cores} cores share them",
-            fontsize=10,
-            x=0.01,
-            ha="left",
-        )
 
 
 def speedup(table: pd.DataFrame, title: str) -> Figure:
     """Speedup against the smallest worker count, in TTA and throughput, with ideal."""
     fig, (ax,) = new_figure(title, "Speedup vs workers")
-    workers = sorted(int(w) for w in table["workers"].unique())
+    workers = worker_counts(table)
     n0 = min(workers)
     ideal = [w / n0 for w in workers]
     ax.plot(workers, ideal, "k--", lw=1, label="ideal (linear)")
-    for i, (variant, rows) in enumerate(_variants(table)):
-        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+    for colour, variant, rows in coloured_variants(table):
         suffix = f" · {variant}" if variant else ""
         ax.plot(
             rows["workers"],
@@ -166,18 +85,15 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
             )
     log2_workers_axis(ax, workers)
     ax.set_ylabel(f"speedup over {plural(n0, 'worker')} (×)")
-    legend_below(fig, ax)
-    _oversubscription_caption(fig, table)
-    return fig
+    return finish(fig, ax, table)
 
 
 def throughput(table: pd.DataFrame, title: str) -> Figure:
     """DLBS's view: images (samples) per second in total and per worker against the
     worker count, one line per variant (e.g. the replica batch)."""
     fig, (total, each) = new_figure(title, "Throughput (samples/s)", ncols=2)
-    workers = sorted(int(w) for w in table["workers"].unique())
-    for i, (variant, rows) in enumerate(_variants(table)):
-        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+    workers = worker_counts(table)
+    for colour, variant, rows in coloured_variants(table):
         batch = (
             f"b = {int(rows['local_batch'].iloc[0])}" if rows["local_batch"].nunique() == 1 else ""
         )
@@ -192,22 +108,19 @@ def throughput(table: pd.DataFrame, title: str) -> Figure:
         )
     for ax, what in ((total, "samples/s, all workers"), (each, "samples/s per worker")):
         log2_workers_axis(ax, workers)
-        ax.set_xticklabels(_tick_labels(table, workers))
+        ax.set_xticklabels(tick_labels(table, workers))
         ax.set_ylabel(what)
         ax.set_ylim(bottom=0)
-    legend_below(fig, total)
-    _oversubscription_caption(fig, table)
-    return fig
+    return finish(fig, total, table)
 
 
 def efficiency(table: pd.DataFrame, title: str) -> Figure:
     modes = ", ".join(sorted(set(table["scaling"])))
     formula = {"strong": "n0·t0 / (N·tN)", "weak": "t0 / tN"}.get(modes, "t0 / tN")
     fig, (ax,) = new_figure(title, f"Scaling efficiency ({modes} scaling: {formula})")
-    workers = sorted(int(w) for w in table["workers"].unique())
+    workers = worker_counts(table)
     ax.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
-    for i, (variant, rows) in enumerate(_variants(table)):
-        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+    for colour, variant, rows in coloured_variants(table):
         suffix = f" · {variant}" if variant else ""
         ax.plot(
             rows["workers"],
@@ -227,17 +140,7 @@ def efficiency(table: pd.DataFrame, title: str) -> Figure:
     log2_workers_axis(ax, workers)
     ax.set_ylabel("efficiency (1 = ideal)")
     ax.set_ylim(bottom=0)
-    legend_below(fig, ax)
-    _oversubscription_caption(fig, table)
-    return fig
-
-
-def _bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], float]:
-    workers = sorted(int(w) for w in table["workers"].unique())
-    variants = list(short_labels(table["variant"]).values())
-    width = 0.8 / len(variants)
-    offsets = {v: (i - (len(variants) - 1) / 2) * width for i, v in enumerate(variants)}
-    return workers, offsets, width
+    return finish(fig, ax, table)
 
 
 def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
@@ -249,15 +152,14 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
     if not table["tta_mean"].notna().any():
         return _accuracy_bars(table, title)
     fig, (ax,) = new_figure(title, "Time to accuracy (evaluation included)")
-    workers, offsets, width = _bar_positions(table)
+    workers, offsets, width = bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
     top = (
         float(np.nanmax(table["tta_mean"] + table["tta_std"].fillna(0)))
         if table["tta_mean"].notna().any()
         else 1.0
     )
-    for i, (variant, rows) in enumerate(_variants(table)):
-        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+    for colour, variant, rows in coloured_variants(table):
         x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
         heights = rows["tta_mean"].fillna(0)
         bars = ax.bar(
@@ -285,14 +187,11 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
                 fontsize=8,
             )
     ax.set_xticks(range(len(workers)))
-    ax.set_xticklabels(_tick_labels(table, workers))
+    ax.set_xticklabels(tick_labels(table, workers))
     ax.set_xlabel("workers")
     ax.set_ylabel("seconds (mean ± std over converged runs)")
     ax.set_ylim(0, top * 1.2)
-    if any(v for v in offsets):
-        legend_below(fig, ax)
-    _oversubscription_caption(fig, table)
-    return fig
+    return finish(fig, ax, table, legend=any(v for v in offsets))
 
 
 def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
@@ -300,17 +199,11 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     column = "aat_mean" if budget else "best_metric_mean"
     what = "accuracy after the report's time budget" if budget else "best accuracy reached"
     fig, (ax,) = new_figure(title, f"No run reached the target: {what}")
-    workers, offsets, width = _bar_positions(table)
+    workers, offsets, width = bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
-    for i, (variant, rows) in enumerate(_variants(table)):
+    for colour, variant, rows in coloured_variants(table):
         x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
-        bars = ax.bar(
-            x,
-            rows[column].fillna(0),
-            width,
-            label=variant or None,
-            color=VARIANT_COLOURS[i % len(VARIANT_COLOURS)],
-        )
+        bars = ax.bar(x, rows[column].fillna(0), width, label=variant or None, color=colour)
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
             if row["oversubscribed"]:
                 bar.set_hatch("//")
@@ -332,17 +225,12 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
             label=f"target {float(target.iloc[0]):.0%}",
         )
     ax.set_xticks(range(len(workers)))
-    ax.set_xticklabels(_tick_labels(table, workers))
+    ax.set_xticklabels(tick_labels(table, workers))
     ax.set_xlabel("workers")
     ax.set_ylabel("test accuracy, % (mean over runs)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, 1.05)
-    legend_below(fig, ax)
-    _oversubscription_caption(fig, table)
-    return fig
-
-
-LINE_STYLES = ["-", "--", ":", "-."]
+    return finish(fig, ax, table)
 
 
 def curves(
@@ -416,15 +304,13 @@ def curves(
     acc.set_ylabel("accuracy, %")
     acc.yaxis.set_major_formatter(PercentFormatter(1.0))
     loss.set_ylabel("test loss (mean per example)")
-    legend_below(fig, acc)
-    _oversubscription_caption(fig, table)
-    return fig
+    return finish(fig, acc, table)
 
 
 def phases(table: pd.DataFrame, title: str) -> Figure:
     """Per-step time split into phases (mean over ranks and runs), stacked per worker count."""
     fig, (ax,) = new_figure(title, "Where a step's time goes (steady state, mean over ranks)")
-    workers, offsets, width = _bar_positions(table)
+    workers, offsets, width = bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
     drawn = False
     names = short_labels(table["variant"])
@@ -461,13 +347,11 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
                     fontsize=7,
                 )
     ax.set_xticks(range(len(workers)))
-    ax.set_xticklabels(_tick_labels(table, workers))
+    ax.set_xticklabels(tick_labels(table, workers))
     ax.set_xlabel("workers" + ("" if crowded else " (labels: comm ratio mean/max over ranks)"))
     ax.set_ylabel("milliseconds per step")
     ax.margins(y=0.15)
-    legend_below(fig, ax)
-    _oversubscription_caption(fig, table)
-    return fig
+    return finish(fig, ax, table)
 
 
 def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8) -> Figure:
@@ -496,8 +380,8 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
 
     colour_keys = sorted({colour_key(v) for v in pairs})
     marker_keys = sorted({marker_key(v) for v in pairs})
-    palette = VARIANT_COLOURS if len(colour_keys) <= 10 else _palette("tab20")
-    colours = {k: palette[i % len(palette)] for i, k in enumerate(colour_keys)}
+    chosen = VARIANT_COLOURS if len(colour_keys) <= 10 else palette("tab20")
+    colours = {k: chosen[i % len(chosen)] for i, k in enumerate(colour_keys)}
     markers = {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(marker_keys)}
     for i, (variant, rows) in enumerate(frame.groupby("variant", sort=True)):
         colour = colours[colour_key(variant)]
@@ -507,7 +391,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
             continue
         for _, row in rows.iterrows():
             share = row["comm_ratio_mean"]
-            parts = [f"N={_worker_label(row)}"] if several else []
+            parts = [f"N={worker_label(row)}"] if several else []
             parts += [] if pd.isna(share) else [f"{share:.0%}"]
             # alternate above and below: algorithms with the same bytes sit side by side
             point = (row["bytes_per_step_mean"], row["step_time_mean"] * 1000)
@@ -541,7 +425,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
     fig.legend(
         handles=handles, loc="outside lower center", ncols=columns, fontsize=8, frameon=False
     )
-    _oversubscription_caption(fig, table)
+    oversubscription_caption(fig, table)
     return fig
 
 
@@ -550,26 +434,22 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     fig, (ax,) = new_figure(title, f"Cost vs time ({price_label})")
     reached = bool(table["tta_mean"].notna().any())
     x_col, y_col = ("tta_mean", "cost_to_target") if reached else ("elapsed_mean", "cost_mean")
-    for i, (variant, rows) in enumerate(_variants(table)):
-        colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
+    for colour, variant, rows in coloured_variants(table):
         ax.plot(rows[x_col], rows[y_col], "o-", color=colour, label=variant or None)
         for _, row in rows.iterrows():
             if not (pd.isna(row[x_col]) or pd.isna(row[y_col])):
                 ax.annotate(
-                    f"N={_worker_label(row)}",
+                    f"N={worker_label(row)}",
                     (row[x_col], row[y_col]),
                     textcoords="offset points",
                     xytext=(5, 5),
                     fontsize=8,
                 )
     if not table[y_col].notna().any():
-        _note(ax, "no cost to show: no run finished")
+        note(ax, "no cost to show: no run finished")
     what = "time to accuracy" if reached else "run time (no run reached the target)"
     ax.set_xlabel(f"{what}, seconds (mean)")
     ax.set_ylabel(f"cost to {'target' if reached else 'finish'}, {currency}")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: money(value)))
     ax.margins(x=0.12, y=0.12)  # room for the N= labels
-    if any(v for v, _ in _variants(table)):
-        legend_below(fig, ax)
-    _oversubscription_caption(fig, table)
-    return fig
+    return finish(fig, ax, table, legend=any(v for v, _ in variants(table)))

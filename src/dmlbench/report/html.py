@@ -27,6 +27,7 @@ from dmlbench.prices import Price
 from dmlbench.report import analysis, figures, prediction_figures
 from dmlbench.report.formats import fmt, milliseconds, plural, seconds
 from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
+from dmlbench.report.variants import short_labels, variant_legend
 from dmlbench.results.records import FINISHED, CommRun, RunRecord
 
 
@@ -234,7 +235,7 @@ class TableView:
 
 
 def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
-    names = analysis.short_labels(table["variant"])  # as the figures and the legend name them
+    names = short_labels(table["variant"])  # as the figures and the legend name them
     table = table.assign(variant=table["variant"].map(names))
     columns = scaling_columns(table, budget_s)
     aat = f" AAT: best accuracy within {budget_s:g} s." if budget_s is not None else ""
@@ -248,7 +249,7 @@ def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
 
 def _variant_legend(table: pd.DataFrame) -> list[dict[str, Any]]:
     """The table that spells out the figures' variant letters (none when labels are short)."""
-    legend = analysis.variant_legend(table["variant"])
+    legend = variant_legend(table["variant"])
     if legend.empty:
         return []
     rows = [Row([str(cell) for cell in row]) for row in legend.itertuples(index=False)]
@@ -259,7 +260,7 @@ def _variant_legend(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _runs_table(runs: pd.DataFrame) -> TableView:
-    names = analysis.short_labels(runs["variant"])
+    names = short_labels(runs["variant"])
     varied = len(names) > 1
     head = [
         "run",

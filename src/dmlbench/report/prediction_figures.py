@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
-from dmlbench.report.figures import VARIANT_COLOURS, legend_below, log2_workers_axis, new_figure
+from dmlbench.report.drawing import VARIANT_COLOURS, legend_below, log2_workers_axis, new_figure
 from dmlbench.report.formats import plural
 
 

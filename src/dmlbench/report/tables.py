@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from dmlbench.report.analysis import short_labels
 from dmlbench.report.formats import (
     MISSING,
     fmt,
@@ -20,6 +19,7 @@ from dmlbench.report.formats import (
     plural,
     seconds,
 )
+from dmlbench.report.variants import short_labels
 
 Column = tuple[str, str, Callable[[pd.Series], str]]
 

@@ -115,8 +115,8 @@ def _network(run: RunRecord) -> str:
 
 def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
     """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows."""
-    from dmlbench.report.analysis import short_labels
     from dmlbench.report.tables import disturbed_note, scaling_columns
+    from dmlbench.report.variants import short_labels
 
     tables = []
     for (task, sweep), rows in table.groupby(["task", "sweep"], sort=False):

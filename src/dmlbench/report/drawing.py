@@ -1,0 +1,144 @@
+"""What every figure of the report shares: colours, markers, a figure's size and title,
+the log2 workers axis and its oversubscription marks, each variant's colour and short
+label, and the legend below the plot. Figures are drawn without pyplot: no global
+state, no GUI backend."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.artist import Artist
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator, ScalarFormatter
+
+from dmlbench.report.variants import short_labels
+
+PHASE_COLOURS = {
+    "data": "#8c8c8c",
+    "forward": "#4c78a8",
+    "backward": "#72b7b2",
+    "comm": "#e45756",
+    "optimizer": "#f2cf5b",
+}
+
+
+def palette(name: str) -> list[tuple[float, float, float, float]]:
+    """A qualitative matplotlib colour map's colours (RGBA), in order."""
+    colours = colormaps[name]
+    return [colours(index) for index in range(colours.N)]
+
+
+VARIANT_COLOURS = palette("tab10")
+MARKERS = "os^Dvph*X"
+WIDTH, HEIGHT = 5.6, 3.8  # inches: drawn half a page wide, fonts stay readable
+LINE_STYLES = ["-", "--", ":", "-."]
+
+
+def new_figure(title: str, heading: str, ncols: int = 1) -> tuple[Figure, list]:
+    fig = Figure(figsize=(WIDTH * (1.45 if ncols > 1 else 1), HEIGHT), layout="constrained")
+    axes = list(np.atleast_1d(fig.subplots(1, ncols)))
+    fig.suptitle(f"{heading}\n{title}", fontsize=10, x=0.01, ha="left")
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+        ax.spines[["top", "right"]].set_visible(False)
+    return fig, axes
+
+
+def worker_label(row: pd.Series) -> str:
+    return f"{int(row['workers'])}{'*' if row.get('oversubscribed') else ''}"
+
+
+def tick_labels(table: pd.DataFrame, workers: list[int]) -> list[str]:
+    over = set(table.loc[table["oversubscribed"], "workers"].astype(int))
+    return [f"{w}{'*' if w in over else ''}" for w in workers]
+
+
+def log2_workers_axis(ax, workers: list[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(workers)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("workers")
+    if len(workers) == 1:
+        ax.set_xlim(workers[0] / 1.5, workers[0] * 1.5)
+
+
+def variants(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(short label, rows by workers) per variant, in order of appearance."""
+    names = short_labels(table["variant"])  # sorted: the same colour in every figure
+    groups = dict(list(table.groupby("variant", sort=False)))
+    return [(short, groups[label].sort_values("workers")) for label, short in names.items()]
+
+
+def legend_below(fig: Figure, ax, title: str | None = None) -> None:
+    """``ax``'s legend below the plot area, outside it; repeated labels shown once."""
+    handles, labels = ax.get_legend_handles_labels()
+    unique: dict[str, Artist] = {}
+    for handle, label in zip(handles, labels, strict=True):
+        unique.setdefault(label, handle)
+    if unique:
+        columns = min(3, len(unique))
+        fig.legend(
+            list(unique.values()),
+            list(unique),
+            loc="outside lower center",
+            ncols=columns,
+            fontsize=9,
+            frameon=False,
+            title=title,
+            title_fontsize=8,
+        )
+        rows = math.ceil(len(unique) / columns)
+        if rows > 2:  # a long legend gets room of its own instead of squashing the plot
+            width, height = fig.get_size_inches()
+            fig.set_size_inches(width, height + 0.22 * (rows - 2))
+
+
+def note(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#666")
+
+
+def oversubscription_caption(fig: Figure, table: pd.DataFrame) -> None:
+    """Say in the title which worker counts shared cores (constrained layout keeps it clear)."""
+    over = table[table["oversubscribed"]]
+    if not over.empty:
+        cores = int(over["cores"].max())
+        counts = ", ".join(str(n) for n in sorted(set(over["workers"])))
+        title = fig.get_suptitle()
+        fig.suptitle(
+            f"{title}\n* oversubscribed: {counts} workers on {cores} cores share them",
+            fontsize=10,
+            x=0.01,
+            ha="left",
+        )
+
+
+def bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], float]:
+    workers = sorted(int(w) for w in table["workers"].unique())
+    variants = list(short_labels(table["variant"]).values())
+    width = 0.8 / len(variants)
+    offsets = {v: (i - (len(variants) - 1) / 2) * width for i, v in enumerate(variants)}
+    return workers, offsets, width
+
+
+def worker_counts(table: pd.DataFrame) -> list[int]:
+    """The worker counts of a table, in numeric order."""
+    return sorted(int(w) for w in table["workers"].unique())
+
+
+def coloured_variants(table: pd.DataFrame) -> Iterator[tuple[tuple, str, pd.DataFrame]]:
+    """(colour, short label, rows by workers) per variant: the same colour in every figure."""
+    for i, (variant, rows) in enumerate(variants(table)):
+        yield VARIANT_COLOURS[i % len(VARIANT_COLOURS)], variant, rows
+
+
+def finish(fig: Figure, ax, table: pd.DataFrame, legend: bool = True) -> Figure:
+    """The legend below ``ax`` (when asked) and the oversubscription caption."""
+    if legend:
+        legend_below(fig, ax)
+    oversubscription_caption(fig, table)
+    return fig

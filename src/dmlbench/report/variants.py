@@ -1,0 +1,121 @@
+"""What tells a group's runs apart: a variant label per run (``momentum=0.9
+exchange=powersgd``), built from the spec keys that differ besides the worker count and
+seed, and the short names figures draw when labels are long."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from dmlbench.spec.overrides import flatten
+
+# Spec keys that never make two runs different experiments.
+_NOT_VARIANT = {"workers", "seed", "data_dir", "download", "plugins", "save_model"}
+# Keys that follow the worker count: a variant only when they vary at a fixed count
+# (local batch under weak/strong scaling; nproc_per_node, nodes: 2×2 against 1×4).
+_BATCH_KEYS = {"recipe.local_batch", "global_batch", "nodes", "nproc_per_node"}
+
+
+def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
+    """A label per run for what differs within its group besides workers and seed.
+
+    Batch sizes count only when they vary at a fixed worker count (weak and strong
+    scaling change them with the workers; that is the experiment, not a variant). The
+    network's settings count as one key, ``network``, its profile's name or rate.
+    """
+    labels = pd.Series("", index=frame.index, dtype=object)
+    for _, group in frame.groupby(group_by, sort=False):
+        flat = pd.DataFrame(
+            [
+                {
+                    k: json.dumps(v, sort_keys=True)
+                    for k, v in flatten(json.loads(s)).items()
+                    if not k.startswith("network.")
+                }
+                for s in group["spec"]
+            ],
+            index=group.index,
+        )
+        flat["network"] = group["network"].map(json.dumps)
+        flat["workers"] = group["workers"]
+        keys = []
+        for key in flat.columns:
+            present = set(flat[key].dropna())
+            if len(present) < len(flat[key]) and present <= {_newer_defaults().get(key)}:
+                continue  # an option older runs' specs lack, at its default where present
+            if key in _NOT_VARIANT or flat[key].nunique(dropna=False) < 2:
+                continue
+            if key in _BATCH_KEYS and flat.groupby("workers")[key].nunique().max() < 2:
+                continue
+            keys.append(key)
+        for index in group.index:
+            labels[index] = " ".join(
+                f"{_key_text(k)}={_value_text(_loads(flat.at[index, k]))}" for k in keys
+            )
+    return labels
+
+
+def _key_text(key: str) -> str:
+    """A spec key in a variant label: its last part (``momentum``), with the part before
+    where the last is a table's key (``alpha_by_workers.1``, α at 1 worker)."""
+    parts = key.split(".")
+    return ".".join(parts[-2:]) if len(parts) > 1 and not parts[-1].isidentifier() else parts[-1]
+
+
+def _loads(text: Any) -> Any:
+    """A flattened spec value; None where this run's spec lacks the key."""
+    return json.loads(text) if isinstance(text, str) else None
+
+
+@functools.cache
+def _newer_defaults() -> dict[str, str]:
+    """Run options' defaults as the flattened spec writes them (JSON)."""
+    from dmlbench.spec import RunSpec
+
+    return {
+        name: json.dumps(field.get_default(call_default_factory=True), sort_keys=True, default=str)
+        for name, field in RunSpec.model_fields.items()
+        if not field.is_required()
+    }
+
+
+def _value_text(value: Any) -> str:
+    """A spec value in a variant label: strings bare, the rest as compact JSON (no spaces,
+    so a label splits back into its ``key=value`` parts)."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+# A variant label longer than this is drawn as a letter, spelt out in a legend table.
+SHORT_LABEL = 28
+
+
+def short_labels(variants: Iterable[str]) -> dict[str, str]:
+    """A short name for each variant label, in sorted order (so every figure of a section
+    names and colours a variant alike): the label itself when every label is short, else
+    ``A``, ``B``, ... (see :func:`variant_legend`)."""
+    unique = sorted({str(v) for v in variants})
+    if all(len(v) <= SHORT_LABEL for v in unique):
+        return {v: v for v in unique}
+    letters = [chr(ord("A") + i) if i < 26 else f"V{i + 1}" for i in range(len(unique))]
+    return dict(zip(unique, letters, strict=True))
+
+
+def variant_pairs(label: str) -> dict[str, str]:
+    """A variant label's ``key=value`` pairs, as a mapping."""
+    return dict(part.split("=", 1) for part in str(label).split() if "=" in part)
+
+
+def variant_legend(variants: Iterable[str]) -> pd.DataFrame:
+    """The legend table of :func:`short_labels`: one row per variant, a column per key
+    that varies, empty when no label was shortened."""
+    names = short_labels(variants)
+    if all(short == label for label, short in names.items()):
+        return pd.DataFrame()
+    rows = []
+    for label, short in names.items():
+        rows.append({"variant": short, **variant_pairs(label)})
+    return pd.DataFrame(rows).fillna("—")
