@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from dmlbench.cli.options import (
+    STORE,
     Command,
     Group,
     JsonOption,
@@ -17,7 +18,6 @@ from dmlbench.cli.options import (
     err_console,
     open_store,
     print_json,
-    store_path,
 )
 
 bench_app = typer.Typer(
@@ -52,11 +52,10 @@ def allreduce(
     overrides: Annotated[
         list[str] | None, typer.Option("--set", "-s", help="any benchmark key: key=value")
     ] = None,
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     json_out: JsonOption = False,
 ) -> None:
     """Latency, algorithm and bus bandwidth of all-reduce over message sizes."""
-    store = store_path(store)
     from dmlbench.cli.views.tables import comm_table
     from dmlbench.launch.bench import resolve_bench, run_comm_bench
     from dmlbench.launch.request import worker_counts

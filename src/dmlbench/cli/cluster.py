@@ -9,13 +9,13 @@ from typing import Annotated, Any
 import typer
 
 from dmlbench.cli.options import (
+    STORE,
     JsonOption,
     StoreOption,
     checked_output,
     console,
     open_store,
     print_json,
-    store_path,
 )
 
 
@@ -76,7 +76,7 @@ def simulate_cluster(
     algorithm: Annotated[
         str, typer.Option(help="ring (flat, gloo's) or hierarchical (NCCL's shape)")
     ] = "ring",
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     png: Annotated[
         Path | None,
         typer.Option(
@@ -104,7 +104,7 @@ def simulate_cluster(
         task,
         cluster,
         nodes,
-        store_path(store),
+        store,
         converge_from,
         devices_per_node=devices_per_node,
         hardware_file=hardware,

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from dmlbench.cli.options import (
+    STORE,
     Command,
     ConfigOption,
     DataDirOption,
@@ -21,7 +22,6 @@ from dmlbench.cli.options import (
     open_store,
     show_stored_run,
     spec_from,
-    store_path,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
@@ -68,7 +68,7 @@ def fit(
         str | None,
         typer.Option(help="a Dask scheduler's address (default: a LocalCluster on loopback)"),
     ] = None,
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     json_out: JsonOption = False,
 ) -> None:
     """Train a registered task with the Dask estimator and store it like any run.
@@ -76,7 +76,6 @@ def fit(
     The task gives the data, model, optimizer and target; --damper gives the batch
     schedule in place of the recipe's learning-rate schedule. Stops between epochs.
     """
-    store = store_path(store)
     # Dask's own logs (a worker's traceback, its chatter at shutdown) stay out of the
     # terminal: what failed is the run's one-line error, kept in the store too
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")

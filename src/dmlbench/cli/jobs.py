@@ -12,6 +12,7 @@ import typer
 
 from dmlbench.cli.options import (
     DEFAULT_TASK,
+    STORE,
     ConfigOption,
     NprocPerNodeOption,
     SetOption,
@@ -21,7 +22,6 @@ from dmlbench.cli.options import (
     console,
     flag,
     spec_from,
-    store_path,
 )
 from dmlbench.errors import DmlbenchError, SpecError
 
@@ -64,7 +64,7 @@ def slurm(
     ] = None,
     config: ConfigOption = None,
     overrides: SetOption = None,
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -79,7 +79,6 @@ def slurm(
     shares. In the job, `dmlbench run` on the first node starts one srun task per node
     and records the run in the store; scancel stores it as interrupted.
     """
-    store = store_path(store)
     from dmlbench.files import write_file
     from dmlbench.launch.slurm import SbatchOptions, sbatch_script
     from dmlbench.launch.slurm import submit as submit_script

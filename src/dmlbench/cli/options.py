@@ -67,8 +67,9 @@ class Group(_BareHelp, typer.core.TyperGroup):
 DEFAULT_TASK = "digits-mlp"
 
 
+STORE = Path(DEFAULT_STORE)  # --store's default, where DMLBENCH_STORE is not set
 StoreOption = Annotated[
-    Path | None,
+    Path,
     typer.Option(
         "--store",
         envvar=STORE_ENV,
@@ -164,11 +165,6 @@ def checked_output(what: str, folder: bool = False) -> Any:
 
     check.output = "folder" if folder else "file"  # type: ignore[attr-defined]
     return check
-
-
-def store_path(given: Path | None) -> Path:
-    """--store (or ``DMLBENCH_STORE``, which typer reads for it), or the default."""
-    return given if given is not None else Path(DEFAULT_STORE)
 
 
 def print_json(data: Any) -> None:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from dmlbench.cli.options import (
+    STORE,
     EpochsOption,
     JsonOption,
     PriceOption,
@@ -18,7 +19,6 @@ from dmlbench.cli.options import (
     console,
     open_store,
     print_json,
-    store_path,
 )
 from dmlbench.report.formats import plural
 
@@ -42,7 +42,7 @@ def simulate(
     nproc_per_node: Annotated[
         str | None, typer.Option(help="workers per node: one count, or one per --nodes value")
     ] = None,
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     price: PriceOption = None,
     prices: PricesOption = None,
     png: Annotated[
@@ -77,7 +77,6 @@ def simulate(
     nearest measured global batch otherwise, and said so). For a cluster you do not
     have, from its hardware profile: `dmlbench simulate-cluster`.
     """
-    store = store_path(store)
     from dmlbench.launch.request import layouts, worker_counts
     from dmlbench.perfmodel.simulate import simulate as predict_scaling
     from dmlbench.prices import choose_price
@@ -129,7 +128,7 @@ def advise(
         int | None, typer.Option(help="the local batch you plan (default: the recipe's)", min=1)
     ] = None,
     epochs: EpochsOption = None,
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     price: PriceOption = None,
     prices: PricesOption = None,
     memory_per_worker: Annotated[
@@ -179,7 +178,6 @@ def advise(
     every number says where it came from. Needs runs of the task (one with 2+ workers
     for the noise scale) and `dmlbench bench allreduce` in the same store.
     """
-    store = store_path(store)
     if cluster is not None:
         from dmlbench.cli.cluster import advise_cluster
 

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from dmlbench.cli.options import (
+    STORE,
     BudgetOption,
     IncludeDisturbedOption,
     JsonOption,
@@ -24,14 +25,13 @@ from dmlbench.cli.options import (
     flag,
     open_store,
     selected_runs,
-    store_path,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
 
 
 def report(
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -54,7 +54,6 @@ def report(
     include_disturbed: IncludeDisturbedOption = False,
 ) -> None:
     """Scaling tables in the terminal and one self-contained HTML report with plots."""
-    store = store_path(store)
     from dmlbench.files import check_output_file, check_output_folder
 
     results = open_store(store, existing=True)  # before the report's imports (pandas: seconds)
@@ -115,7 +114,7 @@ def compare(
     by: Annotated[
         str, typer.Option(help="columns to group by, comma-separated (e.g. workers,exchange)")
     ] = "workers",
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     sweep: SweepFilter = None,
     task: TaskFilter = None,
     budget: BudgetOption = None,
@@ -138,7 +137,6 @@ def compare(
 ) -> None:
     """Aggregated runs side by side: repeats as mean ± std and olympic mean, speedup,
     efficiency, comm ratio and cost."""
-    store = store_path(store)
     runs = selected_runs(store, sweep, task)  # before the report's imports
     from dmlbench.cli.views.tables import scaling_tables
     from dmlbench.prices import choose_price
@@ -200,7 +198,7 @@ def export(
             callback=checked_output("export folder", folder=True),
         ),
     ],
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     formats: Annotated[
         list[str] | None,
         typer.Option("--format", help="csv and/or parquet (default: both, where pyarrow is there)"),
@@ -210,7 +208,6 @@ def export(
 ) -> None:
     """Write runs, evaluations, phases (and communication micro-benchmarks, unless
     filtered by sweep or task) as CSV and/or Parquet files."""
-    store = store_path(store)
     from dmlbench.files import check_output_folder
     from dmlbench.report.export import check_formats, default_formats
     from dmlbench.report.export import export as export_tables

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from dmlbench.cli.options import (
+    STORE,
     JsonOption,
     StoreOption,
     console,
@@ -17,7 +18,6 @@ from dmlbench.cli.options import (
     flag,
     open_store,
     print_json,
-    store_path,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
@@ -28,7 +28,7 @@ def results(
     run_id: Annotated[
         str | None, typer.Argument(help="one run: its id, or a unique start or end of it")
     ] = None,
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     json_out: JsonOption = False,
     import_dirs: Annotated[
         list[Path] | None,
@@ -63,7 +63,6 @@ def results(
     MLPerf's logs are marked external: they sit beside your own in `results`, `compare`
     and `report` (e.g. `compare --task mlperf/resnet --by workers`).
     """
-    store = store_path(store)
     if upgrade:
         _upgrade(store)
         return

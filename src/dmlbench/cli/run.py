@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from dmlbench.cli.options import (
     DEFAULT_TASK,
+    STORE,
     ConfigOption,
     DataDirOption,
     JsonOption,
@@ -32,7 +33,6 @@ from dmlbench.cli.options import (
     open_store,
     print_json,
     show_stored_run,
-    store_path,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.results.store import Rerun
@@ -57,7 +57,7 @@ def run(
     ] = None,
     data_dir: DataDirOption = None,
     network: NetworkOption = None,
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     dry_run: Annotated[bool, flag("--dry-run", help="resolve the spec, start nothing")] = False,
     json_out: JsonOption = False,
     quiet: QuietOption = False,
@@ -122,7 +122,6 @@ def run(
     --nnodes with --rdzv-endpoint makes this one node of a job over several hosts;
     --nodes emulates such a cluster on this machine.
     """
-    store = store_path(store)
     from dmlbench.launch.request import RunFlags, plan_run
     from dmlbench.resolve import deviations, resolve_spec
 

@@ -11,6 +11,7 @@ import typer
 from rich.markup import escape
 
 from dmlbench.cli.options import (
+    STORE,
     DataDirOption,
     JsonOption,
     PluginOption,
@@ -22,7 +23,6 @@ from dmlbench.cli.options import (
     flag,
     open_store,
     print_json,
-    store_path,
 )
 from dmlbench.report.formats import plural
 from dmlbench.results.store import Rerun
@@ -38,7 +38,7 @@ def sweep(
     rerun: RerunOption = Rerun.failed,
     plugins: PluginOption = None,
     data_dir: DataDirOption = None,
-    store: StoreOption = None,
+    store: StoreOption = STORE,
     json_out: JsonOption = False,
     quiet: QuietOption = True,
 ) -> None:
@@ -47,7 +47,6 @@ def sweep(
     Running it again skips what the store already has (see --rerun); Ctrl-C keeps
     every finished run.
     """
-    store = store_path(store)
     from dmlbench.launch.slurm import SlurmJob
     from dmlbench.spec.sweep import load_sweep_file
 

@@ -102,17 +102,7 @@ def _build_wide_resnet(options: StrictModel, shape: tuple[int, ...], outputs: in
 
 def _build_imagenet_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
     assert isinstance(options, ImageNetResNetOptions)
-    try:
-        return ImageNetResNet(
-            options.depth,
-            outputs,
-            in_channels=shape[0],
-            zero_init_residual=options.zero_init_residual,
-            groups=options.groups,
-            width_per_group=options.width_per_group,
-        )
-    except ValueError as error:
-        raise SpecError(str(error)) from None
+    return ImageNetResNet(num_classes=outputs, in_channels=shape[0], **options.model_dump())
 
 
 def _build_vgg16(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
@@ -125,37 +115,13 @@ def _build_alexnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -
 
 def _build_vit(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
     assert isinstance(options, ViTOptions)
-    try:
-        return VisionTransformer(
-            outputs,
-            image=shape[-1],
-            patch=options.patch,
-            width=options.width,
-            depth=options.depth,
-            heads=options.heads,
-            mlp=options.mlp,
-            dropout=options.dropout,
-            in_channels=shape[0],
-        )
-    except ValueError as error:
-        raise SpecError(str(error)) from None
+    return VisionTransformer(outputs, image=shape[-1], in_channels=shape[0], **options.model_dump())
 
 
 def _build_gpt(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
     """``shape`` is (context,): tokens a sequence holds; ``outputs`` the vocabulary."""
     assert isinstance(options, GPTOptions)
-    try:
-        return GPT(
-            outputs,
-            shape[0],
-            width=options.width,
-            depth=options.depth,
-            heads=options.heads,
-            dropout=options.dropout,
-            checkpoint_activations=options.checkpoint_activations,
-        )
-    except ValueError as error:
-        raise SpecError(str(error)) from None
+    return GPT(outputs, shape[0], **options.model_dump())
 
 
 def _build_mlp(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
@@ -197,4 +163,9 @@ def validate_model_spec(spec: ModelSpec) -> StrictModel:
 
 
 def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
-    return MODELS[spec.name].build(validate_model_spec(spec), input_shape, num_outputs)
+    """The model a spec names; a shape its options cannot take (heads that do not divide
+    the width, an image the patches do not tile) is refused in one line."""
+    try:
+        return MODELS[spec.name].build(validate_model_spec(spec), input_shape, num_outputs)
+    except ValueError as error:
+        raise SpecError(f"model {spec.name}: {error}") from None

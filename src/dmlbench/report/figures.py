@@ -50,6 +50,22 @@ from dmlbench.report.variants import short_labels, variant_pairs
 from dmlbench.results.schema import PHASES
 
 
+def _line(ax, rows: pd.DataFrame, column: str, style: str, colour, label: str, error=None) -> None:
+    """A variant's ``column`` against its worker counts (with error bars, if given)."""
+    if error is None:
+        ax.plot(rows["workers"], rows[column], style, color=colour, label=label)
+    else:
+        ax.errorbar(
+            rows["workers"],
+            rows[column],
+            yerr=error,
+            fmt=style,
+            color=colour,
+            capsize=3,
+            label=label,
+        )
+
+
 def speedup(table: pd.DataFrame, title: str) -> Figure:
     """Speedup against the smallest worker count, in TTA and throughput, with ideal."""
     fig, (ax,) = new_figure(title, "Speedup vs workers")
@@ -59,13 +75,7 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
     ax.plot(workers, ideal, "k--", lw=1, label="ideal (linear)")
     for colour, variant, rows in coloured_variants(table):
         suffix = f" · {variant}" if variant else ""
-        ax.plot(
-            rows["workers"],
-            rows["speedup_throughput"],
-            "o-",
-            color=colour,
-            label=f"throughput{suffix}",
-        )
+        _line(ax, rows, "speedup_throughput", "o-", colour, f"throughput{suffix}")
         if rows["speedup_tta"].notna().any():
             base = rows.iloc[0]
             rel = np.sqrt(
@@ -74,15 +84,7 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
             )
             error = (rows["speedup_tta"] * rel).fillna(0).to_numpy(copy=True)
             error[0] = 0.0  # the baseline against itself is exactly 1
-            ax.errorbar(
-                rows["workers"],
-                rows["speedup_tta"],
-                yerr=error,
-                fmt="s:",
-                color=colour,
-                capsize=3,
-                label=f"time to accuracy{suffix}",
-            )
+            _line(ax, rows, "speedup_tta", "s:", colour, f"time to accuracy{suffix}", error)
     log2_workers_axis(ax, workers)
     ax.set_ylabel(f"speedup over {plural(n0, 'worker')} (×)")
     return finish(fig, ax, table)
@@ -98,14 +100,9 @@ def throughput(table: pd.DataFrame, title: str) -> Figure:
             f"b = {int(rows['local_batch'].iloc[0])}" if rows["local_batch"].nunique() == 1 else ""
         )
         label = variant or batch or f"B = {int(rows['global_batch'].iloc[0])}"
-        total.plot(rows["workers"], rows["throughput_mean"], "o-", color=colour, label=label)
-        each.plot(
-            rows["workers"],
-            rows["throughput_mean"] / rows["workers"],
-            "o-",
-            color=colour,
-            label=label,
-        )
+        per_worker = rows.assign(per_worker=rows["throughput_mean"] / rows["workers"])
+        _line(total, rows, "throughput_mean", "o-", colour, label)
+        _line(each, per_worker, "per_worker", "o-", colour, label)
     for ax, what in ((total, "samples/s, all workers"), (each, "samples/s per worker")):
         log2_workers_axis(ax, workers)
         ax.set_xticklabels(tick_labels(table, workers))
@@ -122,21 +119,9 @@ def efficiency(table: pd.DataFrame, title: str) -> Figure:
     ax.axhline(1.0, color="k", ls="--", lw=1, label="ideal")
     for colour, variant, rows in coloured_variants(table):
         suffix = f" · {variant}" if variant else ""
-        ax.plot(
-            rows["workers"],
-            rows["efficiency_step"],
-            "o-",
-            color=colour,
-            label=f"time per step{suffix}",
-        )
+        _line(ax, rows, "efficiency_step", "o-", colour, f"time per step{suffix}")
         if rows["efficiency_tta"].notna().any():
-            ax.plot(
-                rows["workers"],
-                rows["efficiency_tta"],
-                "s:",
-                color=colour,
-                label=f"time to accuracy{suffix}",
-            )
+            _line(ax, rows, "efficiency_tta", "s:", colour, f"time to accuracy{suffix}")
     log2_workers_axis(ax, workers)
     ax.set_ylabel("efficiency (1 = ideal)")
     ax.set_ylim(bottom=0)

@@ -218,14 +218,29 @@ class ResultsStore:
         or when the store has it already as ``claim`` counts it (see
         :func:`dmlbench.sweep.pending`): two copies of one sweep share its points.
         """
-        self._writable()
         folder = run_dir or self.run_dir(run_id)
-        self.hold(run_id, folder)
+        row = rows.begun_run(run_id, spec, deviations, environment, sweep, folder)
+        self._begin("runs", row, folder, claim)
+
+    def _begin(self, table: str, row: rows.Row, run_dir: Path, claim: Rerun | None = None) -> None:
+        """Hold the run's lock, then insert its row; the lock goes if the insert fails."""
+        self._writable()
+        run_id = row["run_id"]
+        self.hold(run_id, run_dir)
         try:
-            self._insert_run(run_id, spec, deviations, environment, sweep, claim, folder)
+            with self._connect(write=True) as db:
+                if claim is not None and row.get("run_key"):
+                    db.execute("BEGIN IMMEDIATE")  # nobody claims between check and insert
+                    self._check_claim(db, row["sweep"], row["run_key"], claim)
+                rows.insert(db, table, [row])
         except BaseException:
-            self._locks.pop(run_id).release()
+            self._release(run_id)
             raise
+
+    def _release(self, run_id: str) -> None:
+        lock = self._locks.pop(run_id, None)
+        if lock is not None:
+            lock.release()
 
     def hold(self, run_id: str, run_dir: Path) -> None:
         """Take the run's ``launcher.lock`` (released by ``finish``); refused in one line
@@ -246,9 +261,7 @@ class ResultsStore:
         self._writable()
         with self._connect(write=True) as db:
             db.execute("DELETE FROM runs WHERE run_id=? AND status='running'", (run_id,))
-        lock = self._locks.pop(run_id, None)
-        if lock is not None:
-            lock.release()
+        self._release(run_id)
 
     def status_of(self, run_id: str) -> str | None:
         """A training or communication run's stored status; None when it is not stored."""
@@ -259,23 +272,6 @@ class ResultsStore:
                 if found is not None:
                     return str(found["status"])
         return None
-
-    def _insert_run(
-        self,
-        run_id: str,
-        spec: dict[str, Any],
-        deviations: dict[str, Any],
-        environment: dict[str, Any],
-        sweep: dict[str, Any] | None,
-        claim: Rerun | None,
-        run_dir: Path,
-    ) -> None:
-        row = rows.begun_run(run_id, spec, deviations, environment, sweep, run_dir)
-        with self._connect(write=True) as db:
-            if claim is not None and row["run_key"]:
-                db.execute("BEGIN IMMEDIATE")  # no other launcher claims between check and insert
-                self._check_claim(db, row["sweep"], row["run_key"], claim)
-            rows.insert(db, "runs", [row])
 
     def add_external(
         self,
@@ -312,24 +308,12 @@ class ResultsStore:
         """Complete the run in one transaction and release its lock (also on failure)."""
         try:
             self._writable()
-            self._complete_run(run_id, status, summary, evals, error)
+            with self._connect(write=True) as db:
+                rows.update(db, "runs", run_id, rows.completed_run(status, summary, error))
+                rows.insert(db, "evals", rows.evaluations(run_id, evals))
+                rows.insert(db, "phases", rows.phase_totals(run_id, summary))
         finally:
-            lock = self._locks.pop(run_id, None)
-            if lock is not None:
-                lock.release()
-
-    def _complete_run(
-        self,
-        run_id: str,
-        status: str,
-        summary: RunSummary,
-        evals: Sequence[Evaluation],
-        error: str | None,
-    ) -> None:
-        with self._connect(write=True) as db:
-            rows.update(db, "runs", run_id, rows.completed_run(status, summary, error))
-            rows.insert(db, "evals", rows.evaluations(run_id, evals))
-            rows.insert(db, "phases", rows.phase_totals(run_id, summary))
+            self._release(run_id)
 
     def _check_claim(self, db: sqlite3.Connection, sweep: str, key: str, rerun: Rerun) -> None:
         rows = db.execute(
@@ -366,35 +350,21 @@ class ResultsStore:
         run_dir: Path | None = None,
     ) -> None:
         """Insert a communication micro-benchmark as ``running`` and hold its lock."""
-        self._writable()
         folder = run_dir or self.run_dir(run_id)
-        self.hold(run_id, folder)
-        try:
-            row = rows.begun_comm(run_id, spec, environment, folder)
-            with self._connect(write=True) as db:
-                rows.insert(db, "comm_runs", [row])
-        except BaseException:
-            self._locks.pop(run_id).release()
-            raise
+        self._begin("comm_runs", rows.begun_comm(run_id, spec, environment, folder), folder)
 
     def finish_comm(
         self, run_id: str, *, status: str, results: list[dict[str, Any]], error: str | None
     ) -> None:
+        """Complete the micro-benchmark with its measurements and release its lock."""
         try:
             self._writable()
-            self._complete_comm(run_id, status, results, error)
+            with self._connect(write=True) as db:
+                row = {"status": status, "finished_at": rows.now_iso(), "error": error}
+                rows.update(db, "comm_runs", run_id, row)
+                rows.insert(db, "comm_results", rows.comm_results(run_id, results))
         finally:
-            lock = self._locks.pop(run_id, None)
-            if lock is not None:
-                lock.release()
-
-    def _complete_comm(
-        self, run_id: str, status: str, results: list[dict[str, Any]], error: str | None
-    ) -> None:
-        with self._connect(write=True) as db:
-            row = {"status": status, "finished_at": rows.now_iso(), "error": error}
-            rows.update(db, "comm_runs", run_id, row)
-            rows.insert(db, "comm_results", rows.comm_results(run_id, results))
+            self._release(run_id)
 
     def comm_runs(self, run_id: str | None = None) -> list[CommRun]:
         """Communication micro-benchmarks, oldest first, each with its per-size results."""
