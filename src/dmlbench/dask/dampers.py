@@ -25,8 +25,8 @@ increase the batch size").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import Field, dataclass, fields
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,10 @@ class Damping:
 
 
 class Damper:
-    """Base class: subclasses give :meth:`wanted`; the hybrid rule is applied here."""
+    """Base class: subclasses give :meth:`wanted`; the hybrid rule is applied here. Every
+    damper is a frozen dataclass of its options."""
 
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
     initial: int
     max_batch_size: int | None
 
@@ -71,7 +73,7 @@ class Damper:
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The constructor's arguments (scikit-learn's protocol, so ``clone`` copies a damper)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def _check(self) -> None:
         if self.initial < 1:

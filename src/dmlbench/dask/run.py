@@ -57,14 +57,14 @@ def make_damper(name: str, initial: int, options: dict[str, float | int | None])
     if cls is None:
         raise SpecError(f"unknown damper {name!r}: choose {', '.join(DAMPER_NAMES)}")
     given = {key: value for key, value in options.items() if value is not None}
-    takes = set(cls.__dataclass_fields__) - {"initial"}  # type: ignore[attr-defined]
+    takes = set(cls.__dataclass_fields__) - {"initial"}
     extra = sorted(set(given) - takes)
     if extra:
         flags = ", ".join("--" + key.replace("_", "-") for key in extra)
         allowed = ", ".join("--" + key.replace("_", "-") for key in sorted(takes)) or "none"
         raise SpecError(f"damper {cls.__name__} does not take {flags} (it takes {allowed})")
     try:
-        return cls(initial=initial, **given)  # type: ignore[call-arg]
+        return cls(**{"initial": initial, **given})
     except (TypeError, ValueError) as error:
         raise SpecError(str(error)) from None
 
@@ -175,15 +175,16 @@ def fit_task(
         raise SpecError("dask fit trains on a task's data: synthetic_data is for `dmlbench run`")
     prepare_data(spec)
     data = task.load(spec.data_dir)
-    if not isinstance(data.train_x, torch.Tensor):
+    if spec.validation_split:
+        data = data.hold_out(spec.validation_split)
+    train, test = data.train_x, data.test_x
+    if not (isinstance(train, torch.Tensor) and isinstance(test, torch.Tensor)):
         raise SpecError(
             f"dask fit holds a task's data in memory; {spec.task}'s images stay files "
             "(decoded as it trains): run it with `dmlbench run`"
         )
-    if spec.validation_split:
-        data = data.hold_out(spec.validation_split)
-    x_train = np.ascontiguousarray(data.plain.eval(data.train_x).numpy(), dtype=np.float32)
-    x_test = np.ascontiguousarray(data.plain.eval(data.test_x).numpy(), dtype=np.float32)
+    x_train = np.ascontiguousarray(data.plain.eval(train).numpy(), dtype=np.float32)
+    x_test = np.ascontiguousarray(data.plain.eval(test).numpy(), dtype=np.float32)
     y_train, y_test = data.train_y.numpy(), data.test_y.numpy()
     torch.manual_seed(spec.seed)
     from dmlbench.models import build_model

@@ -84,8 +84,8 @@ def read_python_batch(path: Path) -> Arrays:
                     pixels = raw
                 elif raw in (b"labels", b"data", b"filenames", b"batch_label"):
                     key = raw
-            elif opcode.name in _INT_OPS and key == b"labels":
-                labels.append(int(arg))  # type: ignore[arg-type]
+            elif opcode.name in _INT_OPS and key == b"labels" and isinstance(arg, int):
+                labels.append(arg)
     except (ValueError, EOFError, OSError) as error:
         raise _corrupt(path, f"unreadable pickle stream: {error}") from None
     if pixels is None or not labels:

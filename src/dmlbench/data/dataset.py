@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from dmlbench.data.augment import ChannelNormalize, random_crop_flip
+from dmlbench.data.images import ImageFiles
 
 HOLD_OUT_SEED = 0  # the validation split's draw: one for every run, whatever its seed
 
@@ -58,6 +59,11 @@ class Shapes:
         return Shapes(len(torch.arange(self.count)[index].reshape(-1)), self.item)
 
 
+# A split's examples: in memory, as files decoded when a batch is taken, or, with
+# synthetic data, only their count and shape.
+Examples = torch.Tensor | ImageFiles | Shapes
+
+
 @dataclass(frozen=True)
 class Dataset:
     """Train and test tensors plus what the model needs to know about them.
@@ -66,9 +72,9 @@ class Dataset:
     tasks with one output (logistic regression).
     """
 
-    train_x: torch.Tensor
+    train_x: Examples
     train_y: torch.Tensor
-    test_x: torch.Tensor
+    test_x: Examples
     test_y: torch.Tensor
     num_outputs: int
     augment: Preprocess = Preprocess()  # training batches when the recipe augments
@@ -114,9 +120,9 @@ class Dataset:
         ``tokens``, sequences of ``item[0]`` token ids below ``num_outputs``."""
         ids = Preprocess(ids=True) if tokens else Preprocess()
         return cls(
-            Shapes(train, item),  # type: ignore[arg-type]
+            Shapes(train, item),
             torch.zeros(train, dtype=torch.int64),
-            Shapes(test, item),  # type: ignore[arg-type]
+            Shapes(test, item),
             torch.zeros(test, dtype=torch.int64),
             num_outputs=num_outputs,
             augment=ids,

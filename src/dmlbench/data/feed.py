@@ -61,7 +61,9 @@ class Feed:
         if self._batches is not None:
             x, y = next(self._batches)
         else:
-            x, y = self.data.train_x[indices], self.data.train_y[indices]
+            images = self.data.train_x
+            assert isinstance(images, torch.Tensor)  # files are decoded by the batches above
+            x, y = images[indices], self.data.train_y[indices]
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
         return self.preprocess.train(x, self.generator), y

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import DmlbenchError, chosen
 from dmlbench.names import shorten
 
 if TYPE_CHECKING:
@@ -178,9 +178,11 @@ def plan_run(
                 "--rdzv-endpoint runs one job across hosts, not a sweep: start "
                 "one job at a time (or sweep an emulated cluster, --nodes)"
             )
-        mode = flags.scaling or ("strong" if flags.global_batch is not None else "none")
+        mode: Scaling = "strong" if flags.global_batch is not None else "none"
+        if flags.scaling:
+            mode = chosen("--scaling", [flags.scaling], get_args(Scaling))[0]
         name = flags.name or f"{task}-{mode if mode != 'none' else 'workers'}"
-        sweep = SweepRequest(name, mode, counts or [1], repeats)  # type: ignore[arg-type]
+        sweep = SweepRequest(name, mode, counts or [1], repeats)
     return RunRequest(
         task=task,
         store=store,

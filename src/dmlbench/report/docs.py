@@ -79,7 +79,8 @@ def _type_name(annotation: Any) -> str:
 
 
 def _default(info: FieldInfo) -> str:
-    shown = (info.json_schema_extra or {}).get("shown_default")  # type: ignore[union-attr]
+    extra = info.json_schema_extra
+    shown = extra.get("shown_default") if isinstance(extra, dict) else None
     if shown is not None:
         return str(shown)
     if info.is_required():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +33,7 @@ class _Stored:
     """What every stored record answers: its layout and its JSON form."""
 
     __slots__ = ()
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
     spec: dict[str, Any]
 
     @property
@@ -40,7 +41,7 @@ class _Stored:
         return int(self.spec.get("nodes") or 1)
 
     def as_dict(self) -> dict[str, Any]:
-        fields = dataclasses.asdict(self)  # type: ignore[call-overload]
+        fields = dataclasses.asdict(self)
         summary = getattr(self, "summary", None)
         if summary is not None:  # the keys it was given, as the store keeps them
             fields["summary"] = summary.model_dump(mode="json", exclude_unset=True)

@@ -28,9 +28,9 @@ def load_imagenet(data_dir: Path) -> Dataset:
     val_names, val_labels, _ = imagenet.scan(root / "val", classes)
     normalize = Preprocess(ChannelNormalize(MEAN, STD))
     return Dataset(
-        ImageFiles(root / "train", train_names),  # type: ignore[arg-type]
+        ImageFiles(root / "train", train_names),
         torch.from_numpy(train_labels),
-        ImageFiles(root / "val", val_names),  # type: ignore[arg-type]
+        ImageFiles(root / "val", val_names),
         torch.from_numpy(val_labels),
         num_outputs=len(classes),
         augment=normalize,  # random-resized crop and flip happen as files are decoded

@@ -12,6 +12,7 @@ from torch import nn
 
 from dmlbench.comm.collectives import all_reduce_sum
 from dmlbench.data import Dataset, eval_shard
+from dmlbench.data.dataset import Shapes
 from dmlbench.data.feed import Feed
 from dmlbench.data.images import ImageFiles
 from dmlbench.heartbeat import beat
@@ -54,6 +55,7 @@ class Evaluator:
     def sums(self, step: int) -> list[float]:
         """This rank's [correct, loss sum, count] on its slice of the test set, then the
         same on its slice of the training subset, if there is one."""
+        assert not isinstance(self.data.test_x, Shapes)  # synthetic data is never evaluated
         sums = self._metric_sums(self.data.test_x, self.data.test_y, step)
         if len(self.train_subset):
             ys = self.data.train_y[self.train_subset]
@@ -72,10 +74,12 @@ class Evaluator:
         """The training-accuracy subset's images: gathered at each evaluation from memory
         (not kept: up to a million examples), or the same file subset every time (its
         decoding processes are kept for the next evaluation)."""
-        if not isinstance(self.data.train_x, ImageFiles):
-            return self.data.train_x[self.train_subset]
+        images = self.data.train_x
+        assert not isinstance(images, Shapes)  # synthetic data is never evaluated
+        if not isinstance(images, ImageFiles):
+            return images[self.train_subset]
         if self._subset_files is None:
-            self._subset_files = self.data.train_x[self.train_subset]
+            self._subset_files = images[self.train_subset]
         return self._subset_files
 
     def _metric_sums(

@@ -21,6 +21,7 @@ from torch import nn
 from dmlbench.comm import make_exchange
 from dmlbench.comm.collectives import all_gather_named, squared_norm
 from dmlbench.data import Dataset, EpochSharding
+from dmlbench.data.dataset import Shapes
 from dmlbench.data.feed import Feed
 from dmlbench.data.images import batches
 from dmlbench.errors import SpecError
@@ -263,7 +264,9 @@ class Trainer:
         if self.spec.synthetic_data:
             x, y = self.feed.take(torch.arange(size))
             return self._layout(x), y
-        x, y = next(batches(self.data.train_x, self.data.train_y, range(size), size, 0))
+        images = self.data.train_x
+        assert not isinstance(images, Shapes)  # synthetic data took the branch above
+        x, y = next(batches(images, self.data.train_y, range(size), size, 0))
         return self._layout(self.preprocess.eval(x.to(self.device))), y.to(self.device)
 
     def _count_flops(self) -> int:
