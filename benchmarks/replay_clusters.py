@@ -118,12 +118,10 @@ def main() -> None:
     if args.png:
         _, inputs = replays["goyal"]
         figure = cluster_scaling(
-            {
-                "task": GOYAL_TASK,
-                "cluster": hardware.cluster(GOYAL_CLUSTER).describe(),
-                "rows": inputs["rows"],
-                "published": published_points(GOYAL_TASK, GOYAL_CLUSTER),
-            }
+            GOYAL_TASK,
+            hardware.cluster(GOYAL_CLUSTER).describe(),
+            inputs["rows"],
+            published_points(GOYAL_TASK, GOYAL_CLUSTER),
         )
         write_figure(figure, args.png, dpi=150)
         print(f"figure: {args.png}")

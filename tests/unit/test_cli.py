@@ -83,7 +83,10 @@ def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
             ["run", "--workers", "1,2", "--scaling", "weak", "--global-batch", "64", "--dry-run"],
             "global_batch belongs to strong scaling",
         ),
-        (["run", "--workers", "1,2", "--scaling", "sideways", "--dry-run"], "--scaling 'sideways': choose"),
+        (
+            ["run", "--workers", "1,2", "--scaling", "sideways", "--dry-run"],
+            "--scaling 'sideways': choose",
+        ),
         (
             ["run", "--workers", "1,2", "--rerun", "sometimes", "--dry-run"],
             "'sometimes' is not one",

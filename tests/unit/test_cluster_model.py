@@ -166,13 +166,13 @@ def test_a_tasks_step_is_counted_on_the_meta_device() -> None:
 
 def test_simulate_cluster_says_where_its_efficiency_came_from() -> None:
     result = simulate_cluster(GOYAL_TASK, "goyal2017-bigbasin", [1, 32])
-    assert result["efficiency"] == DEFAULT_EFFICIENCY
-    assert result["efficiency_source"].startswith("assumed")
+    assert result.efficiency == DEFAULT_EFFICIENCY
+    assert result.efficiency_source.startswith("assumed")
     assert [p["workers"] for p in published_points(GOYAL_TASK, "goyal2017-bigbasin")] == [256, 352]
     assert published_points(GOYAL_TASK, "dgx-h100") == []
     given = simulate_cluster(GOYAL_TASK, "dgx-h100", [1, 2], 4, efficiency=0.3, dtype="bf16")
-    assert given["efficiency_source"] == "given (--efficiency)"
-    assert [r["workers"] for r in given["rows"]] == [4, 8]
+    assert given.efficiency_source == "given (--efficiency)"
+    assert [r["workers"] for r in given.rows] == [4, 8]
     with pytest.raises(SpecError, match="--nodes"):
         simulate_cluster(GOYAL_TASK, "dgx-h100", [])
 
@@ -293,8 +293,8 @@ def test_a_run_on_the_device_lends_its_share_of_the_data_sheets_peak() -> None:
     assert efficiency_from_runs(runs + small, h200, "fp32", 256)[0] == pytest.approx(72.6 / 67)  # type: ignore[index]
     # simulate takes the runs at the recipe's batch (32 images): launch-bound, 8.6%
     measured = simulate_cluster(GOYAL_TASK, "dgx-h200", [1, 2], runs=runs + small, dtype="tf32")
-    assert measured["efficiency"] == pytest.approx(42.6 / 494.5)
-    assert measured["efficiency_source"].startswith("measured: 1 tf32 run(s) at 32 a device")
+    assert measured.efficiency == pytest.approx(42.6 / 494.5)
+    assert measured.efficiency_source.startswith("measured: 1 tf32 run(s) at 32 a device")
 
 
 def test_a_measured_curve_gives_the_compute_at_any_local_batch() -> None:
@@ -303,12 +303,12 @@ def test_a_measured_curve_gives_the_compute_at_any_local_batch() -> None:
     sample) gives the compute at the simulated local batch in place of --efficiency."""
     curve = [[32, 0.012 + 32 * 0.00018], [256, 0.012 + 256 * 0.00018]]
     result = simulate_cluster(GOYAL_TASK, "dgx-h200", [1, 4], local_batch=64, curve=curve)
-    assert result["local_batch"] == 64
-    assert result["rows"][0]["compute_s"] == pytest.approx(0.012 + 64 * 0.00018)
-    assert "12.0 ms fixed" in result["efficiency_source"]
+    assert result.local_batch == 64
+    assert result.rows[0]["compute_s"] == pytest.approx(0.012 + 64 * 0.00018)
+    assert "12.0 ms fixed" in result.efficiency_source
     one = simulate_cluster(GOYAL_TASK, "dgx-h200", [1], local_batch=64, samples_per_s=3200)
-    assert one["rows"][0]["compute_s"] == pytest.approx(64 / 3200)
-    assert one["efficiency_source"].startswith("measured")
+    assert one.rows[0]["compute_s"] == pytest.approx(64 / 3200)
+    assert one.efficiency_source.startswith("measured")
 
 
 @pytest.mark.parametrize(
@@ -346,7 +346,7 @@ def test_the_two_level_algorithm_on_a_cluster_hides_the_flat_rings_latency() -> 
     algorithm (NCCL's shape on NVLink and InfiniBand) pays 2·7 inside and 2·95 between."""
     flat = simulate_cluster(GOYAL_TASK, "dgx-a100", [96], dtype="bf16")
     two = simulate_cluster(GOYAL_TASK, "dgx-a100", [96], dtype="bf16", algorithm="hierarchical")
-    assert two["algorithm"] == "hierarchical"
-    assert two["rows"][0]["allreduce_s"] < flat["rows"][0]["allreduce_s"] / 3
+    assert two.algorithm == "hierarchical"
+    assert two.rows[0]["allreduce_s"] < flat.rows[0]["allreduce_s"] / 3
     with pytest.raises(SpecError, match="ring or hierarchical"):
         simulate_cluster(GOYAL_TASK, "dgx-a100", [2], algorithm="ps")

@@ -90,13 +90,11 @@ def test_a_measured_noise_scale_in_the_runs_is_the_fits_prior() -> None:
 
     runs = [_run(64, 40_000), _run(256, 44_000), _run(1024, 47_000)]
     rows = [{"global_batch": 512, "samples_per_s": 1000.0}]
-    plain: dict = {"rows": [dict(r) for r in rows]}
-    add_time_to_train(plain, [*runs, _run(64, 40_000)], "t")
+    plain_rows, prior_rows = [dict(r) for r in rows], [dict(r) for r in rows]
+    plain = add_time_to_train(plain_rows, [*runs, _run(64, 40_000)], "t")
     measured = [*runs, _run(64, 40_000, noise=20_000.0)]  # the same points, one measured
-    prior: dict = {"rows": [dict(r) for r in rows]}
-    add_time_to_train(prior, measured, "t")
-    assert plain["convergence"]["noise_scale_prior"] is None
-    assert prior["convergence"]["noise_scale_prior"] == 20_000.0
-    gap = abs(prior["convergence"]["b_noise"] - 20_000)
-    assert gap < abs(plain["convergence"]["b_noise"] - 20_000)
-    assert prior["rows"][0]["time_to_train_s"] != plain["rows"][0]["time_to_train_s"]
+    prior = add_time_to_train(prior_rows, measured, "t")
+    assert plain["noise_scale_prior"] is None
+    assert prior["noise_scale_prior"] == 20_000.0
+    assert abs(prior["b_noise"] - 20_000) < abs(plain["b_noise"] - 20_000)
+    assert prior_rows[0]["time_to_train_s"] != plain_rows[0]["time_to_train_s"]

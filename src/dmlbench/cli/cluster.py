@@ -4,7 +4,7 @@ profile, with time to train; and `advise --cluster`'s plan on the same model."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,6 +17,9 @@ from dmlbench.cli.options import (
     open_store,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from dmlbench.perfmodel.cluster import ClusterSimulation
 
 
 def simulate_cluster(
@@ -115,16 +118,17 @@ def simulate_cluster(
         curve=read_curve(curve) if curve is not None else None,
         algorithm=algorithm,
     )
-    result["published"] = published_points(task, cluster)
+    result.published = published_points(task, cluster)
     if json_out:
-        print_json(result)
+        print_json(result.to_json())
     else:
         console.print(cluster_table(result))
     if png:
         from dmlbench.files import write_figure
         from dmlbench.report.prediction_figures import cluster_scaling
 
-        write_figure(cluster_scaling(result), png, "--png file")
+        figure = cluster_scaling(result.task, result.cluster, result.rows, result.published)
+        write_figure(figure, png, "--png file")
         console.print(f"scaling plot: {png}", markup=False, soft_wrap=True)
 
 
@@ -135,7 +139,7 @@ def _cluster_time_to_train(
     store: Path,
     converge_from: str | None,
     **options: Any,
-) -> dict[str, Any]:
+) -> ClusterSimulation:
     """`simulate-cluster` and `advise --cluster`: the task on the profile, calibrated
     from its runs in ``store``, with time to train fitted on ``converge_from``'s runs
     (the task's own by default)."""
@@ -148,7 +152,7 @@ def _cluster_time_to_train(
     result = simulate_cluster(task, cluster, counts, runs=runs, **options)
     source = converge_from or task
     converged = stored.runs(task=source) if stored and source != task else runs
-    add_time_to_train(result, converged, source)
+    result.convergence = add_time_to_train(result.rows, converged, source)
     return result
 
 
@@ -192,12 +196,12 @@ def advise_cluster(
     plan = plan_cluster(result, chosen.per_worker_hour, deadline, budget)
     plan.update(
         task=task,
-        cluster=result["cluster"],
+        cluster=result.cluster,
         price={"name": chosen.name, "per_device_hour": chosen.per_worker_hour},
-        compute=result["efficiency_source"],
-        convergence=result["convergence"],
-        local_batch=result["local_batch"],
-        algorithm=result["algorithm"],
+        compute=result.efficiency_source,
+        convergence=result.convergence,
+        local_batch=result.local_batch,
+        algorithm=result.algorithm,
     )
     if json_out:
         print_json(plan)

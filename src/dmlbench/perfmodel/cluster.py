@@ -15,9 +15,10 @@ device's peak, communication from the cluster's links, overlapped as DDP overlap
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +298,29 @@ def measured_compute(curve: Sequence[Sequence[float]], batch: float) -> tuple[fl
     )
 
 
+@dataclass
+class ClusterSimulation:
+    """`simulate-cluster`'s result: a row per node count (see :func:`scale`; with time to
+    train added by :func:`add_time_to_train`) and where each input came from."""
+
+    task: str
+    cluster: dict[str, Any]  # the profile, as Cluster.describe() says it
+    dtype: str
+    peak_flops: float  # one device's, at dtype
+    efficiency: float  # the share of that peak a step reaches
+    efficiency_source: str  # measured, given, from the task's runs, or assumed
+    flops_per_step: float
+    gradient_bytes: float
+    local_batch: int
+    algorithm: str
+    rows: list[dict[str, Any]]
+    convergence: dict[str, Any] | None = None  # the samples-to-target fit, or why none
+    published: list[dict[str, Any]] = field(default_factory=list)  # a replay's points
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 def simulate_cluster(
     task: str,
     cluster_key: str,
@@ -311,7 +335,7 @@ def simulate_cluster(
     samples_per_s: float | None = None,
     curve: Sequence[Sequence[float]] | None = None,
     algorithm: str = "ring",
-) -> dict[str, Any]:
+) -> ClusterSimulation:
     """`dmlbench simulate-cluster TASK --cluster PROFILE`: the scaling table and where its inputs
     came from. Compute comes, first found, from a measured ``curve`` of the device's
     step against its local batch, a measured ``samples_per_s`` of one device at the
@@ -355,19 +379,19 @@ def simulate_cluster(
         algorithm=chosen,
         compute_s=compute,
     )
-    return {
-        "task": task,
-        "cluster": cluster.describe(),
-        "dtype": dtype,
-        "peak_flops": cluster.accelerator.peak_flops(dtype),
-        "efficiency": share,
-        "efficiency_source": source,
-        "flops_per_step": cost.flops_per_step,
-        "gradient_bytes": cost.gradient_bytes,
-        "local_batch": cost.local_batch,
-        "algorithm": algorithm,
-        "rows": rows,
-    }
+    return ClusterSimulation(
+        task=task,
+        cluster=cluster.describe(),
+        dtype=dtype,
+        peak_flops=cluster.accelerator.peak_flops(dtype),
+        efficiency=share,
+        efficiency_source=source,
+        flops_per_step=cost.flops_per_step,
+        gradient_bytes=cost.gradient_bytes,
+        local_batch=cost.local_batch,
+        algorithm=algorithm,
+        rows=rows,
+    )
 
 
 def convergence_points(runs: Sequence[Any]) -> list[tuple[float, float]]:
@@ -380,12 +404,14 @@ def convergence_points(runs: Sequence[Any]) -> list[tuple[float, float]]:
     ]
 
 
-def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) -> None:
+def add_time_to_train(
+    rows: list[dict[str, Any]], runs: Sequence[Any], source: str
+) -> dict[str, Any]:
     """Time to train on each row of a cluster simulation: samples to converge at its
     global batch (McCandlish's form fitted through ``runs``, with its 95% band) over the
     row's throughput, plus evaluation at the runs' median share of training time; a
     gradient noise scale the runs measured (``B_simple``) is the fit's prior. Rows
-    are left as they are, and ``result["convergence"]`` says why, with fewer than two
+    are left as they are, and the fit it returns says why, with fewer than two
     batches to fit."""
     import statistics
 
@@ -394,13 +420,12 @@ def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) 
     points = convergence_points(runs)
     batches = sorted({b for b, _ in points})
     if len(batches) < 2:
-        result["convergence"] = {
+        return {
             "source": source,
             "note": f"time to train needs runs of {source} that reached the target at two or "
             f"more global batches (the store has {len(batches)}): run or import them "
             "(`results --import-mlperf`), or give --converge-from",
         }
-        return
     noise = [
         float(run.summary.noise_scale["b_simple"])
         for run in runs
@@ -416,7 +441,7 @@ def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) 
         if run.status == "success" and run.summary.eval_s and run.summary.train_s
     ]
     eval_share = statistics.median(shares) if shares else 0.0
-    for row in result["rows"]:
+    for row in rows:
         batch = row["global_batch"]
         samples = scaling.predict(batch)
         low, high = scaling.band(batch)
@@ -425,7 +450,7 @@ def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) 
         row["time_to_train_s"] = samples * per_sample if samples > 0 else None
         row["time_to_train_band_s"] = [max(low, 0.0) * per_sample, high * per_sample]
         row["extrapolated"] = scaling.extrapolates(batch)
-    result["convergence"] = {
+    return {
         "source": source,
         "runs": len(points),
         "batches": batches,
@@ -437,7 +462,7 @@ def add_time_to_train(result: dict[str, Any], runs: Sequence[Any], source: str) 
 
 
 def plan_cluster(
-    result: dict[str, Any],
+    result: ClusterSimulation,
     price_per_device_hour: float,
     deadline_s: float | None = None,
     budget: float | None = None,
@@ -448,10 +473,10 @@ def plan_cluster(
     row that meets it, with a budget the fastest that fits it, with both the cheapest
     that meets both. ``result`` is :func:`simulate_cluster`'s with time to train added."""
     rows = []
-    for row in result["rows"]:
+    for row in result.rows:
         if row.get("time_to_train_s") is None:
             raise SpecError(
-                (result.get("convergence") or {}).get("note")
+                (result.convergence or {}).get("note")
                 or "no time to train: the fit of samples to the target failed"
             )
         slow = row["time_to_train_band_s"][1]

@@ -5,6 +5,8 @@ the published points. Drawn as the report's other figures are
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
@@ -83,26 +85,27 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
     return fig
 
 
-def cluster_scaling(result: dict) -> Figure:
+def cluster_scaling(
+    task: str, info: dict[str, Any], rows: list[dict[str, Any]], published: list[dict[str, Any]]
+) -> Figure:
     """`dmlbench simulate-cluster --cluster`: predicted speedup and efficiency against devices,
     with a replay's published points where one matches the task and cluster."""
-    info = result["cluster"]
     fig, (speed, share) = new_figure(
-        f"{result['task']} on {info['name']}", "Predicted weak scaling (DDP overlap)", ncols=2
+        f"{task} on {info['name']}", "Predicted weak scaling (DDP overlap)", ncols=2
     )
-    frame = pd.DataFrame(result["rows"])
+    frame = pd.DataFrame(rows)
     workers = [int(w) for w in frame["workers"]]
     base = workers[0]
     speed.plot(workers, [w / base for w in workers], "k--", lw=1, label="ideal (linear)")
     speed.plot(workers, frame["speedup"], "o-", color=VARIANT_COLOURS[0], label="dmlbench")
     share.plot(workers, frame["efficiency"] * 100, "o-", color=VARIANT_COLOURS[0], label="dmlbench")
-    for point in result["published"]:
+    for point in published:
         published_speedup = point["speedup"] * info["devices_per_node"] / base
         label = f"published ({point['source'].split(',')[0]})"
         speed.plot(point["workers"], published_speedup, "s", color=VARIANT_COLOURS[1], label=label)
         efficiency = 100 * published_speedup * base / point["workers"]
         share.plot(point["workers"], efficiency, "s", color=VARIANT_COLOURS[1], label=label)
-    shown = sorted({*workers, *(int(p["workers"]) for p in result["published"])})
+    shown = sorted({*workers, *(int(p["workers"]) for p in published)})
     for ax in (speed, share):
         log2_workers_axis(ax, shown)
         ax.set_xlabel("devices")

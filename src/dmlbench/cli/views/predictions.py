@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from dmlbench.perfmodel.cluster import ClusterSimulation
 
 from dmlbench.report.formats import (
     money,
@@ -90,11 +93,11 @@ def prediction_table(result: dict[str, Any]) -> Table:
     return table
 
 
-def cluster_table(result: dict[str, Any]) -> Group:
+def cluster_table(result: ClusterSimulation) -> Group:
     """`dmlbench simulate-cluster TASK --cluster PROFILE`: the scaling table and its inputs."""
-    info = result["cluster"]
+    info = result.cluster
     table = Table(
-        title=escape(f"{result['task']} on {info['name']}: weak scaling, DDP overlap"),
+        title=escape(f"{result.task} on {info['name']}: weak scaling, DDP overlap"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -109,7 +112,7 @@ def cluster_table(result: dict[str, Any]) -> Group:
     for column in (*columns, "speedup", "eff."):
         wide = {"epoch": 7, "eff.": 6}.get(column)  # "921.4 s", "100.0%"
         table.add_column(column, justify="right", no_wrap=True, min_width=wide)
-    for row in result["rows"]:
+    for row in result.rows:
         table.add_row(
             str(row["nodes"]),
             str(row["workers"]),
@@ -121,19 +124,19 @@ def cluster_table(result: dict[str, Any]) -> Group:
             f"{row['speedup']:.1f}×",
             percent(row["efficiency"]),
         )
-    trained = "time_to_train_s" in result["rows"][0]
+    trained = "time_to_train_s" in result.rows[0]
     tables = [table, _time_to_train_table(result)] if trained else [table]
     lines = [
-        f"compute: {1e3 * result['rows'][0]['compute_s']:.1f} ms a step = "
-        f"{result['flops_per_step'] / 1e9:,.1f} GFLOP (local batch {result['local_batch']}) "
-        f"÷ ({result['peak_flops'] / 1e12:g} TFLOP/s {result['dtype']} "
-        f"peak × {result['efficiency']:.0%} efficiency, {result['efficiency_source']})",
-        f"comm: {result.get('algorithm', 'ring')} all-reduce of "
-        f"{result['gradient_bytes'] / 1e6:,.1f} MB of gradients in DDP's buckets (1 MiB, "
+        f"compute: {1e3 * result.rows[0]['compute_s']:.1f} ms a step = "
+        f"{result.flops_per_step / 1e9:,.1f} GFLOP (local batch {result.local_batch}) "
+        f"÷ ({result.peak_flops / 1e12:g} TFLOP/s {result.dtype} "
+        f"peak × {result.efficiency:.0%} efficiency, {result.efficiency_source})",
+        f"comm: {result.algorithm} all-reduce of "
+        f"{result.gradient_bytes / 1e6:,.1f} MB of gradients in DDP's buckets (1 MiB, "
         "then 25 MiB); exposed: the ms of it past the end of backward",
         f"hardware: {info['source']}",
     ]
-    convergence = result.get("convergence") or {}
+    convergence = result.convergence or {}
     if trained:
         lines.append(
             f"to train: samples to the target at B (McCandlish's E = E_min(1 + B/B_noise), "
@@ -149,13 +152,13 @@ def cluster_table(result: dict[str, Any]) -> Group:
             f"({convergence['eval_share']:.0%} of training, as in those runs)"
             + (
                 "; † B outside the fitted batches: extrapolated"
-                if any(r["extrapolated"] for r in result["rows"])
+                if any(r["extrapolated"] for r in result.rows)
                 else ""
             )
         )
     elif convergence.get("note"):
         lines.append(convergence["note"])
-    for point in result["published"]:
+    for point in result.published:
         lines.append(
             f"published: {point['workers']} devices, speedup {point['speedup']:.1f}× "
             f"({point['source']})"
@@ -163,13 +166,13 @@ def cluster_table(result: dict[str, Any]) -> Group:
     return Group(*tables, *(Text(line) for line in lines))
 
 
-def _time_to_train_table(result: dict[str, Any]) -> Table:
+def _time_to_train_table(result: ClusterSimulation) -> Table:
     """Time to train on each row of a cluster simulation, beside the scaling table (one
     table of both would not fit a terminal of 80 columns)."""
     table = Table(title="time to train to the target", title_justify="left", box=box.SIMPLE_HEAD)
     for column in ("nodes", "dev", "B", "samples", "to train", "95% band"):
         table.add_column(column, justify="right", no_wrap=True)
-    for row in result["rows"]:
+    for row in result.rows:
         low, high = row["time_to_train_band_s"]
         table.add_row(
             str(row["nodes"]),
