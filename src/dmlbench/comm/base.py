@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -16,6 +16,9 @@ from dmlbench.strict import StrictModel
 
 class NoOptions(StrictModel):
     """An exchange without settings of its own."""
+
+
+OptionsT = TypeVar("OptionsT", bound=StrictModel)
 
 
 class GradientExchange(ABC):
@@ -43,6 +46,11 @@ class GradientExchange(ABC):
         # Set by the trainer before ``prepare``: note the gradient norms of each step
         # (see ``gradient_norms``) for the gradient noise scale.
         self.measure_norms = False
+
+    def options_as(self, kind: type[OptionsT]) -> OptionsT:
+        """The exchange's options as the class its ``Options`` names."""
+        assert isinstance(self.options, kind)
+        return self.options
 
     def wrap_optimizer(
         self,

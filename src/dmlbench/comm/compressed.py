@@ -48,21 +48,18 @@ class Fp16Exchange(DDPExchange):
 
     name = "fp16"
     exact = False
+    compress = staticmethod(default_hooks.fp16_compress_hook)
 
     def hook(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        self.bytes_sent += bucket.buffer().numel() * 2
-        return default_hooks.fp16_compress_hook(None, bucket)  # type: ignore[arg-type]
+        self.bytes_sent += bucket.buffer().numel() * 2  # two bytes a value
+        return self.compress(None, bucket)  # type: ignore[arg-type]
 
 
-class Bf16Exchange(DDPExchange):
+class Bf16Exchange(Fp16Exchange):
     """As ``fp16`` with bfloat16: fp32's range, 8 bits of mantissa."""
 
     name = "bf16"
-    exact = False
-
-    def hook(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        self.bytes_sent += bucket.buffer().numel() * 2
-        return default_hooks.bf16_compress_hook(None, bucket)  # type: ignore[arg-type]
+    compress = staticmethod(default_hooks.bf16_compress_hook)
 
 
 class PowerSGDOptions(StrictModel):
@@ -86,8 +83,7 @@ class PowerSGDExchange(DDPExchange):
     Options = PowerSGDOptions
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        options = self.options
-        assert isinstance(options, PowerSGDOptions)
+        options = self.options_as(PowerSGDOptions)
         self.state = powersgd.PowerSGDState(
             process_group=None,
             matrix_approximation_rank=options.rank,
@@ -228,8 +224,7 @@ class TopKExchange(FlatCompressedExchange):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         prepared = super().prepare(model)
-        options = self.options
-        assert isinstance(options, TopKOptions)
+        options = self.options_as(TopKOptions)
         self.error_feedback = options.error_feedback
         self.k = max(1, math.ceil(options.ratio * (self.flat.numel() - 1)))  # of d entries
         if self.error_feedback:

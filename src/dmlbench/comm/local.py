@@ -55,8 +55,7 @@ class LocalSGDExchange(AllReduceExchange):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         prepared = super().prepare(model)
-        options = self.options
-        assert isinstance(options, LocalSGDOptions)
+        options = self.options_as(LocalSGDOptions)
         self.period = options.period
         self.sync_steps = round(options.sync_epochs * self.steps_per_epoch)
         self.step = 0
@@ -151,8 +150,7 @@ class GossipExchange(AllReduceExchange):
 
     def prepare(self, model: nn.Module) -> nn.Module:
         prepared = super().prepare(model)
-        options = self.options
-        assert isinstance(options, GossipOptions)
+        options = self.options_as(GossipOptions)
         world = world_size()
         rank = dist.get_rank() if world > 1 else 0
         self.out_peers, self.in_peers = gossip_peers(options.topology, rank, world)

@@ -205,8 +205,7 @@ class SSPExchange(ParameterServerExchange):
     Options = SSPOptions
 
     def staleness(self) -> int | None:
-        options = self.options
-        assert isinstance(options, SSPOptions)
+        options = self.options_as(SSPOptions)
         return options.staleness
 
 

@@ -382,18 +382,9 @@ class DaskEstimator(RoutedParams):
                 decay * self._noise[1] + (1 - decay) * trace,
             )
 
-    def record_update(
-        self,
-        record: Record,
-        update: Update,
-        damping: Damping,
-        *,
-        tasks: int,
-        target: int | None,
-        wall: float,
-    ) -> None:
+    def record_update(self, record: Record, update: Update, damping: Damping) -> None:
         loss = update.loss
-        batch = update.batch_size or damping.batch_size
+        batch = update.batch_size
         if self._initial_loss is None:
             self._initial_loss = loss
         self._loss_ema = loss if self._loss_ema is None else 0.9 * self._loss_ema + 0.1 * loss
@@ -404,12 +395,12 @@ class DaskEstimator(RoutedParams):
                 "update": self.n_updates_,
                 "epoch": state.epoch,
                 "batch_size": batch,
-                "tasks": tasks,
+                "tasks": update.tasks,
                 "workers": update.workers,
-                "target_workers": target,
+                "target_workers": update.target_workers,
                 "lr": self.base_lrs_[0] * damping.lr_factor,
                 "loss": loss,
-                "wall_s": wall,
+                "wall_s": update.wall_s,
                 "compute_s": update.compute_s,
                 "noise_scale": state.noise_scale,
             }

@@ -30,13 +30,17 @@ Record = dict[str, Any]
 
 @dataclass(frozen=True)
 class Update:
-    """What one model update's workers reported: the batch's mean loss, how many
-    workers computed it, the slowest one's compute seconds, and the batch's size."""
+    """One model update as an engine saw it: the batch's mean loss, how many workers
+    computed it, the slowest one's compute seconds, the batch's size, the tasks it was
+    split into, the workers the cluster was scaled to, and its wall clock."""
 
     loss: float
     workers: int
     compute_s: float
-    batch_size: int | None = None
+    batch_size: int
+    tasks: int
+    target_workers: int | None  # None: the cluster cannot be scaled
+    wall_s: float
 
 
 def _most_common(values: list[int]) -> int | None:

@@ -47,16 +47,7 @@ class DaskEstimator(Protocol):
     def observe_noise(
         self, small: float, small_batch: float, big: float, big_batch: int, decay: float = 0.9
     ) -> None: ...
-    def record_update(
-        self,
-        record: Record,
-        update: Update,
-        damping: Damping,
-        *,
-        tasks: int,
-        target: int | None,
-        wall: float,
-    ) -> None: ...
+    def record_update(self, record: Record, update: Update, damping: Damping) -> None: ...
     def finish_epoch(self, record: Record, wall: float) -> Record: ...
     def note(self, message: str) -> None: ...
 

@@ -53,8 +53,16 @@ class Centralised(Engine):
                 est.note(f"update {est.n_updates_ + 1}: {message}")
             self._step(results, len(index), damping.lr_factor)
             wall = time.perf_counter() - begin
-            update = results_summary(results, len(index))
-            est.record_update(record, update, damping, tasks=tasks, target=target, wall=wall)
+            update = Update(
+                loss=sum(r.loss_sum for r in results) / len(index),
+                workers=len({r.worker for r in results}),
+                compute_s=max(r.compute_s for r in results),
+                batch_size=len(index),
+                tasks=tasks,
+                target_workers=target,
+                wall_s=wall,
+            )
+            est.record_update(record, update, damping)
         return est.finish_epoch(record, time.perf_counter() - start)
 
     def _step(self, results: list[remote.GradientResult], batch: int, lr_factor: float) -> None:
@@ -224,12 +232,3 @@ class ActorPool:
             future.release()
         self.starting.clear()
         self.alive.clear()
-
-
-def results_summary(results: list[remote.GradientResult], batch: int) -> Update:
-    return Update(
-        loss=sum(r.loss_sum for r in results) / batch,
-        workers=len({r.worker for r in results}),
-        compute_s=max(r.compute_s for r in results),
-        batch_size=batch,
-    )

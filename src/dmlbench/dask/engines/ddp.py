@@ -60,20 +60,17 @@ class DDP(Engine):
         est.optimizer_.load_state_dict(rank0.state.optimizer_state)
         est.restore_base_lrs()
         for u, (damping, index) in enumerate(zip(dampings, batches, strict=True)):
+            compute = max(r.compute_s[u] for r in results)
             update = Update(
                 loss=sum(r.loss_sums[u] for r in results) / len(index),
                 workers=len(results),
-                compute_s=max(r.compute_s[u] for r in results),
+                compute_s=compute,
                 batch_size=len(index),
-            )
-            est.record_update(
-                record,
-                update,
-                damping,
                 tasks=len(results),
-                target=target,
-                wall=update.compute_s,
+                target_workers=target,
+                wall_s=compute,  # the ranks ran the epoch alone: no driver in between
             )
+            est.record_update(record, update, damping)
         return est.finish_epoch(record, time.perf_counter() - start)
 
     def _rank_gone(self, ranks: list[str], wait_s: float = 10.0) -> bool:
