@@ -12,9 +12,9 @@ from dmlbench.cli.options import (
     STORE,
     JsonOption,
     StoreOption,
-    checked_output,
     console,
     open_store,
+    output_option,
     print_json,
 )
 
@@ -82,9 +82,7 @@ def simulate_cluster(
     store: StoreOption = STORE,
     png: Annotated[
         Path | None,
-        typer.Option(
-            help="write the scaling plot here (PNG)", callback=checked_output("--png file")
-        ),
+        output_option("write the scaling plot here (PNG)", "--png file"),
     ] = None,
     json_out: JsonOption = False,
 ) -> None:

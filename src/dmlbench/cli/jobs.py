@@ -18,9 +18,9 @@ from dmlbench.cli.options import (
     SetOption,
     StoreOption,
     TaskArgument,
-    checked_output,
     console,
     flag,
+    output_option,
     spec_from,
 )
 from dmlbench.errors import DmlbenchError, SpecError
@@ -67,9 +67,7 @@ def slurm(
     store: StoreOption = STORE,
     out: Annotated[
         Path | None,
-        typer.Option(
-            help="write the script here, not stdout", callback=checked_output("batch script")
-        ),
+        output_option("write the script here, not stdout", "batch script"),
     ] = None,
     submit: Annotated[bool, flag("--submit", help="submit it with sbatch")] = False,
 ) -> None:
@@ -169,9 +167,7 @@ def k8s(
     overrides: SetOption = None,
     out: Annotated[
         Path | None,
-        typer.Option(
-            help="write the manifests here, not stdout", callback=checked_output("manifest file")
-        ),
+        output_option("write the manifests here, not stdout", "manifest file"),
     ] = None,
 ) -> None:
     """Write Kubernetes manifests that run one task on several pods.

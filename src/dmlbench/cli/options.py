@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -146,25 +147,35 @@ EpochsOption = Annotated[
 ]
 
 
-def checked_output(what: str, folder: bool = False) -> Any:
-    """An option callback that refuses an output path in one line before the command
-    does any work: a file option (``--out``, ``--png``) takes a regular file or a free
-    name, a folder option a folder or a free name (see :mod:`dmlbench.files`). The
-    writer checks again as it writes; this is so that nothing is computed in vain.
-    ``output`` on the callback marks the option for the test that walks every command."""
+def output_option(help: str, what: str, *, folder: bool = False) -> Any:
+    """A ``--out``/``--png`` option whose path is refused in one line before the command
+    does any work: a file option takes a regular file or a free name, a folder option a
+    folder or a free name (see :mod:`dmlbench.files`). The writer checks again as it
+    writes; this is so that nothing is computed in vain."""
+    return typer.Option(help=help, callback=OutputCheck(what, folder))
 
-    def check(value: Path | None) -> Path | None:
+
+@dataclass
+class OutputCheck:
+    """The callback of :func:`output_option`; ``output`` (in its ``__dict__``, which
+    typer's wrapper copies) marks the option for the test that walks every command."""
+
+    what: str
+    folder: bool = False
+    output: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.output = "folder" if self.folder else "file"
+
+    def __call__(self, value: Path | None) -> Path | None:
         if value is not None:
             from dmlbench.files import check_output_file, check_output_folder
 
-            if folder:
-                check_output_folder(value, what, make=False)
+            if self.folder:
+                check_output_folder(value, self.what, make=False)
             else:
-                check_output_file(value, what)
+                check_output_file(value, self.what)
         return value
-
-    check.output = "folder" if folder else "file"  # type: ignore[attr-defined]
-    return check
 
 
 def print_json(data: Any) -> None:

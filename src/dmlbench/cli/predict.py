@@ -15,9 +15,9 @@ from dmlbench.cli.options import (
     PriceOption,
     PricesOption,
     StoreOption,
-    checked_output,
     console,
     open_store,
+    output_option,
     print_json,
 )
 from dmlbench.report.formats import plural
@@ -47,10 +47,7 @@ def simulate(
     prices: PricesOption = None,
     png: Annotated[
         Path | None,
-        typer.Option(
-            help="write the predicted speedup plot here (PNG)",
-            callback=checked_output("--png file"),
-        ),
+        output_option("write the predicted speedup plot here (PNG)", "--png file"),
     ] = None,
     epochs: EpochsOption = None,
     host_bandwidth: Annotated[

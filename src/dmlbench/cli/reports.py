@@ -20,10 +20,10 @@ from dmlbench.cli.options import (
     StoreOption,
     SweepFilter,
     TaskFilter,
-    checked_output,
     console,
     flag,
     open_store,
+    output_option,
     selected_runs,
 )
 from dmlbench.errors import DmlbenchError
@@ -34,10 +34,7 @@ def report(
     store: StoreOption = STORE,
     out: Annotated[
         Path | None,
-        typer.Option(
-            help="HTML file to write (default: STORE/report.html)",
-            callback=checked_output("report"),
-        ),
+        output_option("HTML file to write (default: STORE/report.html)", "report"),
     ] = None,
     sweep: SweepFilter = None,
     task: TaskFilter = None,
@@ -46,9 +43,8 @@ def report(
     prices: PricesOption = None,
     png: Annotated[
         Path | None,
-        typer.Option(
-            help="also write every figure as PNG into this folder",
-            callback=checked_output("--png folder", folder=True),
+        output_option(
+            "also write every figure as PNG into this folder", "--png folder", folder=True
         ),
     ] = None,
     include_disturbed: IncludeDisturbedOption = False,
@@ -193,10 +189,7 @@ def compare(
 def export(
     out: Annotated[
         Path,
-        typer.Option(
-            help="folder for runs/evals/phases files",
-            callback=checked_output("export folder", folder=True),
-        ),
+        output_option("folder for runs/evals/phases files", "export folder", folder=True),
     ],
     store: StoreOption = STORE,
     formats: Annotated[

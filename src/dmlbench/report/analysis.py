@@ -30,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,7 @@ import pandas as pd
 
 from dmlbench.report.variants import variant_labels
 from dmlbench.results.mlperf import olympic_mean
-from dmlbench.results.records import FINISHED, CommRun, RunRecord
+from dmlbench.results.records import FINISHED, CommResult, CommRun, Evaluation, RunRecord
 from dmlbench.results.schema import PHASES
 
 GROUP = ["task", "sweep"]
@@ -156,36 +157,30 @@ def _layout(run: RunRecord) -> dict[str, Any]:
     return {"nodes": nodes, "nproc_per_node": per_node, "layout": f"{nodes}×{per_node}"}
 
 
+def _per_item(
+    runs: Iterable[Any], items: str, identity: Mapping[str, Callable[[Any], Any]], kind: type
+) -> pd.DataFrame:
+    """One row per item of each run (an evaluation, a message size): the run's
+    ``identity`` columns, then the item's fields; the columns are there without rows."""
+    rows = [
+        {**{column: get(run) for column, get in identity.items()}, **dataclasses.asdict(item)}
+        for run in runs
+        for item in getattr(run, items)
+    ]
+    columns = [*identity, *(f.name for f in dataclasses.fields(kind))]
+    return pd.DataFrame(rows, columns=columns)
+
+
 def evals_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     """Every evaluation of every run, with the run's identifying columns."""
-    rows = [
-        {
-            "run_id": r.run_id,
-            "task": r.task,
-            "sweep": r.sweep or "single runs",
-            "workers": r.workers,
-            "seed": r.seed,
-            **dataclasses.asdict(e),
-        }
-        for r in runs
-        for e in r.evals
-    ]
-    columns = [
-        "run_id",
-        "task",
-        "sweep",
-        "workers",
-        "seed",
-        "epoch",
-        "step",
-        "samples",
-        "elapsed_s",
-        "compute_elapsed_s",
-        "metric",
-        "loss",
-        "train_metric",
-    ]
-    return pd.DataFrame(rows, columns=columns)
+    identity: dict[str, Callable[[RunRecord], Any]] = {
+        "run_id": attrgetter("run_id"),
+        "task": attrgetter("task"),
+        "sweep": lambda run: run.sweep or "single runs",
+        "workers": attrgetter("workers"),
+        "seed": attrgetter("seed"),
+    }
+    return _per_item(runs, "evals", identity, Evaluation)
 
 
 def phases_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
@@ -414,41 +409,6 @@ def _scale(table: pd.DataFrame, index: Any, row: pd.Series, base: pd.Series, mod
 
 def comm_frame(comm_runs: Sequence[CommRun]) -> pd.DataFrame:
     """One row per (micro-benchmark run, message size), with the run's identity."""
-    rows = [
-        {
-            "run_id": r.run_id,
-            "op": r.op,
-            "backend": r.backend,
-            "workers": r.workers,
-            "nodes": r.nodes,
-            "network": r.network,
-            "status": r.status,
-            "cores": r.cores,
-            "created_at": r.created_at,
-            **dataclasses.asdict(row),
-        }
-        for r in comm_runs
-        for row in r.results
-    ]
-    columns = [
-        "run_id",
-        "op",
-        "backend",
-        "workers",
-        "nodes",
-        "network",
-        "status",
-        "cores",
-        "created_at",
-        "scope",
-        "bytes",
-        "repeats",
-        "iterations",
-        "latency_s",
-        "latency_min_s",
-        "latency_max_s",
-        "latency_std_s",
-        "algbw",
-        "busbw",
-    ]
-    return pd.DataFrame(rows, columns=columns)
+    columns = ("run_id", "op", "backend", "workers", "nodes", "network", "status", "cores")
+    identity = {column: attrgetter(column) for column in (*columns, "created_at")}
+    return _per_item(comm_runs, "results", identity, CommResult)

@@ -12,12 +12,12 @@ import json
 import os
 import sqlite3
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dmlbench.results.records import Evaluation, RunSummary
+from dmlbench.results.records import CommResult, Evaluation, RunSummary
 
 Row = Mapping[str, Any]
 
@@ -205,29 +205,11 @@ def begun_comm(
     }
 
 
-_COMM_RESULT = (
-    "bytes",
-    "repeats",
-    "latency_s",
-    "latency_min_s",
-    "latency_max_s",
-    "latency_std_s",
-    "algbw",
-    "busbw",
-)
-
-
 def comm_results(run_id: str, results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A micro-benchmark's measurements, one row a message size (and scope)."""
-    return [
-        {
-            "run_id": run_id,
-            **{column: r[column] for column in _COMM_RESULT},
-            "iterations": r.get("iterations", 1),
-            "scope": r.get("scope"),
-        }
-        for r in results
-    ]
+    known = {f.name for f in fields(CommResult)}
+    measured = [{key: value for key, value in r.items() if key in known} for r in results]
+    return [{"run_id": run_id, **asdict(CommResult(**{"iterations": 1, **m}))} for m in measured]
 
 
 def without_run_id(row: sqlite3.Row) -> dict[str, Any]:
