@@ -40,7 +40,16 @@ class LocalSGDOptions(StrictModel):
     )
 
 
-class LocalSGDExchange(AllReduceExchange):
+class ReplicaExchange(AllReduceExchange):
+    """Each worker keeps a replica of its own and steps on its own gradients; the
+    replicas are mixed now and then, not every step: an approximation of synchronous
+    SGD (open division), whose stop votes are spread out as its messages are."""
+
+    exact = False
+    vote_every = 16
+
+
+class LocalSGDExchange(ReplicaExchange):
     """Local SGD (Stich 2019; Lin et al. 2020 for post-local SGD): every worker steps on
     its own gradients; every H steps the replicas' parameters are averaged (torch's
     ``average_parameters``, one coalesced all-reduce). With ``sync_epochs`` the first E
@@ -49,8 +58,6 @@ class LocalSGDExchange(AllReduceExchange):
     synchronous SGD: averaging is linear, and so is each replica's update."""
 
     name = "local-sgd"
-    exact = False
-    vote_every = 16
     Options = LocalSGDOptions
 
     def prepare(self, model: nn.Module) -> nn.Module:
@@ -135,7 +142,7 @@ class GossipOptions(StrictModel):
     topology: Topology = Field("ring", description="the graph workers mix over")
 
 
-class GossipExchange(AllReduceExchange):
+class GossipExchange(ReplicaExchange):
     """Decentralised SGD (Lian et al. 2017), adapt then combine: every worker steps on
     its own gradient, then replaces its parameters by the uniform average of its own
     and its in-peers' (sent with isend/irecv: no all-reduce, no barrier beyond the
@@ -144,8 +151,6 @@ class GossipExchange(AllReduceExchange):
     rank 0's. On the complete graph it is synchronous SGD."""
 
     name = "gossip"
-    exact = False
-    vote_every = 16
     Options = GossipOptions
 
     def prepare(self, model: nn.Module) -> nn.Module:

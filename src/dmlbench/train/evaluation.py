@@ -5,10 +5,8 @@ training set too. The trainer puts the model in evaluation mode around it."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 
 import torch
-from torch import nn
 
 from dmlbench.comm.collectives import all_reduce_sum
 from dmlbench.data import Dataset, eval_shard
@@ -17,6 +15,7 @@ from dmlbench.data.feed import Feed
 from dmlbench.data.images import ImageFiles
 from dmlbench.heartbeat import beat
 from dmlbench.models.losses import LOSSES
+from dmlbench.tasks import TaskDefinition
 from dmlbench.train.context import DistContext
 
 TRAIN_SUBSET_SEED = 0  # the draw of training accuracy's examples: one for every run
@@ -25,30 +24,26 @@ TRAIN_SUBSET_SEED = 0  # the draw of training accuracy's examples: one for every
 class Evaluator:
     def __init__(
         self,
-        model: nn.Module,
+        forward: Callable[[torch.Tensor], torch.Tensor],
+        task: TaskDefinition,
         data: Dataset,
         feed: Feed,
         ctx: DistContext,
-        *,
-        loss: str,
-        batch: int,
         train_examples: int,
-        layout: Callable[[torch.Tensor], torch.Tensor],
-        autocast: Callable[[], AbstractContextManager],
-        preprocess: Callable[[torch.Tensor], torch.Tensor],
     ) -> None:
-        self.model, self.data, self.feed, self.ctx = model, data, feed, ctx
-        self.loss_fn, self.correct_fn = LOSSES[loss]
-        self.batch, self.layout, self.autocast, self.preprocess = (
-            batch,
-            layout,
-            autocast,
-            preprocess,
-        )
+        """``forward``: the model's output on a batch as read (preprocessed, in the model's
+        layout and precision), in evaluation mode."""
+        self.forward, self.data, self.feed, self.ctx = forward, data, feed, ctx
+        self.loss_fn, self.correct_fn = LOSSES[task.loss]
+        self.batch = task.eval_batch
         # training accuracy's examples: one fixed draw, the same on every rank and run
         wanted = min(train_examples, len(data.train_x))
         draw = torch.Generator().manual_seed(TRAIN_SUBSET_SEED)
-        self.train_subset = torch.randperm(len(data.train_x), generator=draw)[:wanted]
+        self.train_subset = (
+            torch.randperm(len(data.train_x), generator=draw)[:wanted]
+            if wanted
+            else torch.zeros(0, dtype=torch.int64)  # none: no shuffle of a million names
+        )
         self._subset_files: ImageFiles | None = None
 
     @torch.no_grad()
@@ -94,8 +89,7 @@ class Evaluator:
             beat(step, "eval")
             x = x_part.to(device, non_blocking=True)
             y = y_part.to(device, non_blocking=True)
-            with self.autocast():
-                out = self.model(self.layout(self.preprocess(x)))
+            out = self.forward(x)
             correct += self.correct_fn(out, y)
             loss_sum += self.loss_fn(out, y).sum()
         return [correct.item(), loss_sum.item(), float(len(shard))]

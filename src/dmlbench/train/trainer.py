@@ -108,18 +108,8 @@ class Trainer:
         )
         self.timer = PhaseTimer(ctx.synchronize if self.device.type == "cuda" else None)
         self.autocast = autocast_for(spec.recipe.precision, self.device)
-        self.evaluator = Evaluator(
-            self.model,
-            data,
-            self.feed,
-            ctx,
-            loss=task.loss,
-            batch=task.eval_batch,
-            train_examples=spec.train_metric_examples,
-            layout=self._layout,
-            autocast=self.autocast,
-            preprocess=self.preprocess.eval,
-        )
+        examples = spec.train_metric_examples
+        self.evaluator = Evaluator(self._eval_forward, task, data, self.feed, ctx, examples)
         self.step = 0
         self._loss_sum = torch.zeros((), device=self.device)
         # this epoch's sums of |small-batch gradient|² and |big-batch gradient|², and steps
@@ -135,6 +125,11 @@ class Trainer:
             convolutional = any(isinstance(m, nn.Conv2d) for m in self.model.modules())
             return convolutional and self.spec.exchange in CHANNELS_LAST_EXCHANGES
         return bool(setting)
+
+    def _eval_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's output on a batch of evaluation examples as read."""
+        with self.autocast():
+            return self.model(self._layout(self.preprocess.eval(x)))
 
     def _layout(self, x: torch.Tensor) -> torch.Tensor:
         """Images in the model's memory layout."""
