@@ -34,16 +34,14 @@ from dmlbench.cli import (
     sweeps,
     tasks,
 )
-from dmlbench.cli.options import Command, Group, err_console, flag, show_logs
+from dmlbench.cli.options import Command, command_group, err_console, flag, show_logs
 from dmlbench.errors import DmlbenchError
 from dmlbench.names import shorten
 
 MAX_ERROR_CHARS = 2000
 
-app = typer.Typer(
-    cls=Group,
-    help="Benchmark distributed data-parallel training: time to accuracy, phases, scaling.",
-    no_args_is_help=True,
+app = command_group(
+    "Benchmark distributed data-parallel training: time to accuracy, phases, scaling.",
     pretty_exceptions_enable=False,
     add_completion=False,
 )

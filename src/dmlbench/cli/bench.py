@@ -9,22 +9,18 @@ import typer
 from dmlbench.cli.options import (
     STORE,
     Command,
-    Group,
     JsonOption,
     NetworkOption,
     NprocPerNodeOption,
     StoreOption,
+    command_group,
     console,
     err_console,
     open_store,
     print_json,
 )
 
-bench_app = typer.Typer(
-    cls=Group,
-    help="Micro-benchmarks of the communication layer (mlbench's task 0).",
-    no_args_is_help=True,
-)
+bench_app = command_group("Micro-benchmarks of the communication layer (mlbench's task 0).")
 
 
 @bench_app.command("allreduce", cls=Command)

@@ -21,6 +21,28 @@ from dmlbench.cli.options import (
 if TYPE_CHECKING:
     from dmlbench.perfmodel.cluster import ClusterSimulation
 
+# The options `simulate-cluster` and `advise --cluster` share.
+CurveOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="one device's measured step time against its local batch (JSON [[batch, "
+        "seconds], ...], from benchmarks/local_batch_curve.py), in place of --efficiency: "
+        "the compute at any local batch"
+    ),
+]
+ConvergeFromOption = Annotated[
+    str | None,
+    typer.Option(
+        help="fit samples to the target against the global batch on this task's runs in "
+        "the store (default: the task's own; e.g. mlperf/resnet after `results "
+        "--import-mlperf`)"
+    ),
+]
+DtypeOption = Annotated[str, typer.Option(help="the dtype of the devices' peak FLOP/s")]
+AlgorithmOption = Annotated[
+    str, typer.Option(help="the all-reduce: ring (flat, gloo's) or hierarchical (NCCL's shape)")
+]
+
 
 def simulate_cluster(
     task: Annotated[str, typer.Argument(help="task to predict")],
@@ -45,7 +67,7 @@ def simulate_cluster(
             max=1.0,
         ),
     ] = None,
-    dtype: Annotated[str, typer.Option(help="the peak's dtype")] = "fp32",
+    dtype: DtypeOption = "fp32",
     hardware: Annotated[Path | None, typer.Option(help="your own hardware YAML, added")] = None,
     local_batch: Annotated[
         int | None,
@@ -59,26 +81,10 @@ def simulate_cluster(
             max=1e12,
         ),
     ] = None,
-    curve: Annotated[
-        Path | None,
-        typer.Option(
-            help="one device's measured step time against its local batch "
-            "(JSON [[batch, seconds], ...], from benchmarks/local_batch_curve.py), in place "
-            "of --efficiency: the compute at any --local-batch"
-        ),
-    ] = None,
-    converge_from: Annotated[
-        str | None,
-        typer.Option(
-            help="fit samples to the target against the global batch on "
-            "this task's runs in the store (default: the task's own; e.g. mlperf/resnet "
-            "after `results --import-mlperf`)"
-        ),
-    ] = None,
+    curve: CurveOption = None,
+    converge_from: ConvergeFromOption = None,
     nodes: Annotated[str, typer.Option(help="node counts, e.g. 1,2,4,8")] = "1,2,4,8",
-    algorithm: Annotated[
-        str, typer.Option(help="ring (flat, gloo's) or hierarchical (NCCL's shape)")
-    ] = "ring",
+    algorithm: AlgorithmOption = "ring",
     store: StoreOption = STORE,
     png: Annotated[
         Path | None,

@@ -12,12 +12,12 @@ from dmlbench.cli.options import (
     Command,
     ConfigOption,
     DataDirOption,
-    Group,
     JsonOption,
     SeedOption,
     SetOption,
     StoreOption,
     TaskArgument,
+    command_group,
     err_console,
     open_store,
     show_stored_run,
@@ -26,11 +26,7 @@ from dmlbench.cli.options import (
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
 
-dask_app = typer.Typer(
-    cls=Group,
-    help="Elastic training on Dask: the scikit-learn estimator whose batch grows.",
-    no_args_is_help=True,
-)
+dask_app = command_group("Elastic training on Dask: the scikit-learn estimator whose batch grows.")
 
 
 @dask_app.command("fit", cls=Command)

@@ -62,7 +62,12 @@ class Command(_BareHelp, typer.core.TyperCommand):
 
 
 class Group(_BareHelp, typer.core.TyperGroup):
-    """Every dmlbench command group (``typer.Typer(cls=Group)``)."""
+    """Every dmlbench command group (see :func:`command_group`)."""
+
+
+def command_group(help: str, **settings: Any) -> typer.Typer:
+    """A group of commands (``dmlbench bench …``): its help without arguments."""
+    return typer.Typer(cls=Group, help=help, no_args_is_help=True, **settings)
 
 
 DEFAULT_TASK = "digits-mlp"

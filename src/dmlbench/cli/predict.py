@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from dmlbench.cli.cluster import AlgorithmOption, ConvergeFromOption, CurveOption, DtypeOption
 from dmlbench.cli.options import (
     STORE,
     EpochsOption,
@@ -154,18 +155,10 @@ def advise(
         float | None,
         typer.Option(help="with --cluster: the most to spend on the training run", min=0),
     ] = None,
-    converge_from: Annotated[
-        str | None,
-        typer.Option(help="with --cluster: fit samples to the target on this task's runs"),
-    ] = None,
-    curve: Annotated[
-        Path | None,
-        typer.Option(help="with --cluster: a device's measured step against local batch"),
-    ] = None,
-    dtype: Annotated[str, typer.Option(help="with --cluster: the peak's dtype")] = "fp32",
-    algorithm: Annotated[
-        str, typer.Option(help="with --cluster: ring (flat) or hierarchical (NCCL's shape)")
-    ] = "ring",
+    converge_from: ConvergeFromOption = None,
+    curve: CurveOption = None,
+    dtype: DtypeOption = "fp32",
+    algorithm: AlgorithmOption = "ring",
     json_out: JsonOption = False,
 ) -> None:
     """Recommend workers, local batch and learning-rate rule for a task.
@@ -173,7 +166,9 @@ def advise(
     Joins the gradient noise scale the task's runs measured, the store's epochs to the
     target by global batch, and the performance model's step time on the network;
     every number says where it came from. Needs runs of the task (one with 2+ workers
-    for the noise scale) and `dmlbench bench allreduce` in the same store.
+    for the noise scale) and `dmlbench bench allreduce` in the same store. With
+    --cluster, the plan on a hardware profile (--nodes, --deadline, --budget,
+    --converge-from, --curve, --dtype and --algorithm go with it).
     """
     if cluster is not None:
         from dmlbench.cli.cluster import advise_cluster

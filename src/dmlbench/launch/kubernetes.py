@@ -180,30 +180,14 @@ def manifests(
         container["resources"] = resources.to_manifest()
     volumes: list[dict[str, Any]] = [
         {"name": "spec", "configMap": {"name": name}},
-        {
-            "name": "store",
-            **(
-                {"persistentVolumeClaim": {"claimName": store_claim}}
-                if store_claim
-                else {"emptyDir": {}}
-            ),
-        },
+        {"name": "store", **_claim_or_empty(store_claim, read_only=False)},
         {"name": "shm", "emptyDir": {"medium": "Memory"}},
     ]
     # the datasets: a claim that holds them, or an emptyDir each pod downloads into
     container["volumeMounts"].append(
         {"name": "data", "mountPath": DATA_DIR, "readOnly": bool(data_claim)}
     )
-    volumes.append(
-        {
-            "name": "data",
-            **(
-                {"persistentVolumeClaim": {"claimName": data_claim, "readOnly": True}}
-                if data_claim
-                else {"emptyDir": {}}
-            ),
-        }
-    )
+    volumes.append({"name": "data", **_claim_or_empty(data_claim, read_only=True)})
     tries = max(1, int(spec.stall_timeout_s * 2) // 2)
     waiting = ["python", "-c", WAIT_FOR_NAME.format(tries=tries), endpoint_host]
     wait = {"name": "wait-for-rendezvous", "image": image, "command": waiting}
@@ -220,29 +204,39 @@ def manifests(
         return [config_map, _pytorchjob(meta, labels, pod, spec.nodes)]
     pod["spec"]["subdomain"] = name  # with the Service: <name>-<index>.<name> resolves
     service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {**meta, "labels": labels},
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {"dmlbench/run": name},
-            "ports": [{"name": "rendezvous", "port": DEFAULT_PORT}],
-        },
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": {"dmlbench/run": name},
+        "ports": [{"name": "rendezvous", "port": DEFAULT_PORT}],
     }
     job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {**meta, "labels": labels},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": spec.nodes,
-            "parallelism": spec.nodes,
-            "backoffLimit": 0,
-            "template": pod,
-        },
+        "completionMode": "Indexed",
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        "backoffLimit": 0,
+        "template": pod,
     }
-    return [config_map, service, job]
+    return [
+        config_map,
+        _labelled("v1", "Service", meta, labels, service),
+        _labelled("batch/v1", "Job", meta, labels, job),
+    ]
+
+
+def _labelled(
+    api: str, kind: str, meta: dict[str, Any], labels: dict[str, str], spec: dict[str, Any]
+) -> dict[str, Any]:
+    """An object of the run: its metadata carries the run's labels."""
+    return {"apiVersion": api, "kind": kind, "metadata": {**meta, "labels": labels}, "spec": spec}
+
+
+def _claim_or_empty(claim: str | None, *, read_only: bool) -> dict[str, Any]:
+    """A volume from a persistent volume claim, or an empty folder the pod fills."""
+    if claim is None:
+        return {"emptyDir": {}}
+    return {
+        "persistentVolumeClaim": {"claimName": claim, **({"readOnly": True} if read_only else {})}
+    }
 
 
 def _pytorchjob(
@@ -266,12 +260,8 @@ def _pytorchjob(
     }
     if nodes > 1:
         replicas["Worker"] = {"replicas": nodes - 1, "restartPolicy": "Never", "template": pod}
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {**meta, "labels": labels},
-        "spec": {"runPolicy": {"backoffLimit": 0}, "pytorchReplicaSpecs": replicas},
-    }
+    job = {"runPolicy": {"backoffLimit": 0}, "pytorchReplicaSpecs": replicas}
+    return _labelled("kubeflow.org/v1", "PyTorchJob", meta, labels, job)
 
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
