@@ -114,3 +114,16 @@ def test_bf16_precision_runs_forward_in_bfloat16_and_fp32_leaves_it_alone() -> N
     with autocast_for("fp32", torch.device("cpu"))():
         assert layer(x).dtype == torch.float32
     assert layer.weight.dtype == torch.float32  # the weights stay fp32
+
+
+def test_the_l2_penalty_counts_weight_matrices_and_kernels_only() -> None:
+    from dmlbench.optim import l2_penalty
+
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    weight = model[0].weight
+    expected = 0.5 * 0.1 * float((weight * weight).sum())  # not the bias, not the norm
+    penalty = l2_penalty(model, 0.1)
+    assert float(penalty) == pytest.approx(expected)
+    penalty.backward()
+    assert torch.allclose(weight.grad, 0.1 * weight)  # its gradient is c·w
+    assert float(l2_penalty(nn.BatchNorm1d(2), 0.1)) == 0.0  # nothing to penalise

@@ -146,5 +146,7 @@ def clip_gradients(params: Iterable[nn.Parameter], max_norm: float) -> None:
 
 def l2_penalty(model: nn.Module, coefficient: float) -> torch.Tensor:
     """``coefficient/2 · ‖w‖²`` over weight matrices and kernels (biases and norms excluded)."""
+    import torch
+
     weights = [p for p in model.parameters() if p.ndim > 1]
     return 0.5 * coefficient * sum(((w * w).sum() for w in weights), torch.zeros(()))
