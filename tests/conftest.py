@@ -30,18 +30,20 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 # so that every launcher, worker and node agent the tests start inherits it.
 os.environ["DMLBENCH_NETEM_PREFIX"] = "t" + secrets.token_hex(2)[:3]
 
-import helpers  # noqa: E402  (found through the path set above)
-
-# The CLI's rich consoles take their width from COLUMNS when first imported, and an
-# xdist worker starts with COLUMNS=80: a worker starts as wide as the commands the
-# tests run, so that no assertion meets a line break. (Not the main process: its
-# terminal prints pytest's own lines.)
-if "PYTEST_XDIST_WORKER" in os.environ:
-    os.environ["COLUMNS"] = helpers.COLUMNS
-
 # the fixtures more than one test module uses
 pytest_plugins = ["helpers"]
 DURATIONS: dict[str, float] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The CLI's rich consoles take their width from COLUMNS when first imported, and an
+    xdist worker starts with COLUMNS=80: a worker starts as wide as the commands the
+    tests run, so that no assertion meets a line break. (Not the main process: its
+    terminal prints pytest's own lines.)"""
+    from helpers import COLUMNS
+
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        os.environ["COLUMNS"] = COLUMNS
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

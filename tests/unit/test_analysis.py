@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from rich.console import Console
 
 from dmlbench.report import analysis, variants
 from dmlbench.results.records import Evaluation, RunRecord, RunSummary
@@ -599,3 +600,44 @@ def test_a_variant_of_a_table_entry_names_the_table() -> None:
     labels = list(analysis.runs_frame(runs)["variant"])
     assert labels == ["alpha_by_workers.1=25", "alpha_by_workers.1=200"]  # not "1=25"
     assert variants.variant_pairs(labels[0]) == {"alpha_by_workers.1": "25"}
+
+
+def _loss_goal(run: RunRecord, losses: list[float]) -> RunRecord:
+    """``run`` of a task whose goal is a test loss of 3.9 (kjv-gpt's kind): its
+    evaluations have these losses, each at a token accuracy of 16%."""
+    pairs = zip(run.evals, losses, strict=True)
+    evals = [dataclasses.replace(e, loss=x, metric=0.16) for e, x in pairs]
+    spec = {**run.spec, "recipe": {**run.spec["recipe"], "goal": "loss", "target": 3.9}}
+    return dataclasses.replace(run, spec=spec, target=3.9, best_metric=0.16, evals=evals)
+
+
+def test_a_loss_goals_best_is_its_lowest_loss_in_every_view() -> None:
+    """Issue 56, item 1: a task whose goal is a loss shows its lowest test loss as its
+    best (not its token accuracy), compares on it (the least wins), and its figure
+    without a converged run draws losses beside "target loss 3.9", not "target 390%"."""
+    from dmlbench.cli.views.tables import runs_table
+    from dmlbench.report import figures, tables
+
+    evals = [(10.0, 0.1), (20.0, 0.1)]
+    runs = [
+        _loss_goal(stored_run("a", 1, tta=None, evals=evals), [4.6, 4.2]),
+        _loss_goal(stored_run("b", 2, tta=None, evals=evals), [4.5, 4.4]),
+    ]
+    assert [run.best for run in runs] == [4.2, 4.4]
+    assert stored_run("c", 1, tta=1.0).best == 0.91  # an accuracy goal: its best accuracy
+    frame = analysis.runs_frame(runs)
+    table = analysis.scaling_table(frame)
+    assert list(table["best_mean"]) == [4.2, 4.4] and set(table["goal"]) == {"loss"}
+    (show,) = [show for key, _, show in tables.SCALING_COLUMNS if key == "best"]
+    assert [show(row) for _, row in table.iterrows()] == ["4.200", "4.400"]
+    chosen = analysis.best_of(table.assign(workers=1), "best_metric", ["workers"])
+    assert list(chosen["best_mean"]) == [4.2]  # the least loss, not the most
+    console = Console(width=200, record=True)
+    console.print(runs_table(runs))
+    shown = console.export_text()
+    assert "4.200" in shown and "16.0%" not in shown
+    figure = figures.time_to_accuracy(table, "t")
+    texts = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert "target loss 3.9" in texts and not any("390%" in t for t in texts)
+    labels = [t.get_text() for t in figure.axes[0].texts]
+    assert labels[0].startswith("4.200")

@@ -180,9 +180,17 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
 
 
 def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
-    budget = "aat_mean" in table and table["aat_mean"].notna().any()
-    column = "aat_mean" if budget else "best_metric_mean"
-    what = "accuracy after the report's time budget" if budget else "best accuracy reached"
+    """No run reached the target: the best each point got, in the goal's terms (the
+    lowest test loss for a loss goal), beside the target."""
+    by_loss = "goal" in table and bool((table["goal"] == "loss").all())
+    budget = not by_loss and "aat_mean" in table and table["aat_mean"].notna().any()
+    if by_loss:
+        column, what, shown = "best_mean", "lowest test loss reached", "{:.3f}"
+    elif budget:
+        column, what, shown = "aat_mean", "accuracy after the report's time budget", "{:.1%}"
+    else:
+        column = "best_mean" if "best_mean" in table else "best_metric_mean"
+        what, shown = "best accuracy reached", "{:.1%}"
     fig, (ax,) = new_figure(title, f"No run reached the target: {what}")
     workers, offsets, width = bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
@@ -195,26 +203,28 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
             ax.text(
                 bar.get_x() + bar.get_width() / 2,
                 bar.get_height(),
-                f"{row[column]:.1%}\n0/{int(row['runs'])} reached",
+                f"{shown.format(row[column])}\n0/{int(row['runs'])} reached",
                 ha="center",
                 va="bottom",
                 fontsize=8,
             )
     target = table["target"].dropna() if "target" in table else pd.Series(dtype=float)
     if len(target):
-        ax.axhline(
-            float(target.iloc[0]),
-            color="k",
-            ls="--",
-            lw=1,
-            label=f"target {float(target.iloc[0]):.0%}",
-        )
+        value = float(target.iloc[0])
+        label = f"target loss {value:g}" if by_loss else f"target {value:.0%}"
+        ax.axhline(value, color="k", ls="--", lw=1, label=label)
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(tick_labels(table, workers))
     ax.set_xlabel("workers")
-    ax.set_ylabel("test accuracy, % (mean over runs)")
-    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylim(0, 1.05)
+    if by_loss:
+        ax.set_ylabel("test loss, lowest (mean over runs)")
+        ax.set_ylim(
+            0, max(float(table[column].max()), float(target.max() if len(target) else 0)) * 1.2
+        )
+    else:
+        ax.set_ylabel("test accuracy, % (mean over runs)")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylim(0, 1.05)
     return finish(fig, ax, table)
 
 

@@ -69,6 +69,13 @@ def percent(value: Any, decimals: int = 1) -> str:
     return MISSING if missing(value) else f"{100 * value:.{decimals}f}%"
 
 
+def goal_value(goal: str, value: Any, decimals: int = 1) -> str:
+    """A value of a task's goal: ``3.912`` for a loss, ``76.0%`` for an accuracy."""
+    if missing(value):
+        return MISSING
+    return f"{value:.3f}" if goal == "loss" else percent(value, decimals)
+
+
 def mean_std(mean: Any, std: Any) -> str:
     """``12.0 ± 2.0``; just the mean when there is no spread; ``—`` when there is no mean."""
     if missing(mean):

@@ -25,7 +25,7 @@ import dmlbench
 from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
 from dmlbench.report import analysis, figures, prediction_figures
-from dmlbench.report.formats import fmt, milliseconds, plural, seconds
+from dmlbench.report.formats import fmt, goal_value, milliseconds, plural, seconds
 from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
 from dmlbench.report.variants import short_labels, variant_legend
 from dmlbench.results.records import FINISHED, CommRun, RunRecord
@@ -283,7 +283,7 @@ def _runs_table(runs: pd.DataFrame) -> TableView:
             str(run["seed"]),
             run["status"] + ("†" if run["disturbed"] else ""),
             seconds(run["tta_s"]),
-            fmt(run["best_metric"], ".2%"),
+            goal_value(run["goal"], run["best"], 2),
             fmt(run["epochs"], ".1f"),
             milliseconds(run["step_time_s"]),
             fmt(run["comm_ratio_max"], ".1%"),

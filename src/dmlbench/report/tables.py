@@ -11,6 +11,7 @@ import pandas as pd
 from dmlbench.report.formats import (
     MISSING,
     fmt,
+    goal_value,
     human_bytes,
     mean_std,
     milliseconds,
@@ -61,7 +62,7 @@ SCALING_COLUMNS: list[Column] = [
     ("olympic", "TTA olympic s", lambda r: seconds(r["tta_olympic"])),
     ("compute", "TTA w/o eval s", lambda r: seconds(r["tta_compute_mean"])),
     ("aat", "AAT", lambda r: fmt(r.get("aat_mean"), ".2%")),
-    ("best", "best", lambda r: fmt(r["best_metric_mean"], ".2%")),
+    ("best", "best", lambda r: goal_value(r.get("goal", "accuracy"), r.get("best_mean"), 2)),
     ("step", "step ms", lambda r: milliseconds(r["step_time_mean"])),
     ("thr", "samples/s", lambda r: fmt(r["throughput_mean"], ",.0f")),
     (

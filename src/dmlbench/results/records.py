@@ -265,6 +265,14 @@ class RunRecord(_Stored):
         recipe = self.spec.get("recipe") or {}
         return str(self.summary.goal or recipe.get("goal") or "accuracy")
 
+    @property
+    def best(self) -> float | None:
+        """Its best evaluation in its goal's terms: the lowest test loss for a loss goal,
+        the highest accuracy otherwise."""
+        if self.goal == "loss":
+            return min((e.loss for e in self.evals), default=None)
+        return self.best_metric
+
 
 @dataclass(frozen=True, slots=True)
 class CommResult:

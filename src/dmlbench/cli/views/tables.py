@@ -13,9 +13,9 @@ from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.docs import describe_schedule
 from dmlbench.report.formats import (
     fmt,
+    goal_value,
     human_bytes,
     microseconds,
-    percent,
     plural,
     seconds,
 )
@@ -100,7 +100,7 @@ def runs_table(runs: list[RunRecord]) -> Table:
             f"{run.local_batch}/{run.global_batch}",
             f"[{style}]{word}[/{style}]" if style else word,
             seconds(run.time_to_accuracy_s, unit=True),
-            percent(run.best_metric),
+            goal_value(run.goal, run.best),
             fmt(run.epochs, ".1f"),
             *([escape(_network(run) or "—")] if shaped else []),
         )
