@@ -210,3 +210,26 @@ def test_threads_beyond_the_machine_are_refused_before_anything_starts(
         resolve_spec("synthetic-mlp", workers=2, threads_per_worker=cores * 4 + 1).check_threads(
             cores
         )
+
+
+def test_naming_another_model_drops_the_old_models_options() -> None:
+    """Issue 56, item 4: `--set recipe.model.name=vgg16` on a ResNet task was refused
+    for the ResNet's `depth` until its options were cleared by hand."""
+    from dmlbench.resolve import resolve_spec
+    from dmlbench.spec.overrides import deep_merge
+
+    other = resolve_spec("imagenet-resnet50", overrides=["recipe.model.name=vgg16"])
+    assert other.recipe.model.name == "vgg16" and other.recipe.model.options == {}
+    same = resolve_spec(
+        "imagenet-resnet50",
+        overrides=["recipe.model.name=imagenet-resnet", "recipe.model.options.depth=18"],
+    )
+    assert same.recipe.model.options == {"depth": 18, "zero_init_residual": True}
+    tree = {"model": {"name": "imagenet-resnet", "options": {"depth": 50}}, "lr": 0.1}
+    deep_merge(tree, {"model": {"name": "vit"}})  # a spec file's other model
+    assert tree == {"model": {"name": "vit"}, "lr": 0.1}
+    deep_merge(tree, {"model": {"name": "vit", "options": {"depth": 2}}})  # the same one
+    assert tree["model"] == {"name": "vit", "options": {"depth": 2}}
+    optimizer = {"optimizer": {"name": "sgd", "momentum": 0.9}}
+    deep_merge(optimizer, {"optimizer": {"name": "lars"}})  # no options: fields are shared
+    assert optimizer == {"optimizer": {"name": "lars", "momentum": 0.9}}

@@ -92,16 +92,16 @@ def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
 def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     """Merge ``extra`` into ``base`` recursively (in place) and return ``base``.
 
-    A mapping that changes the schedule ``kind`` replaces the schedule wholesale, since
-    the fields of one kind mean nothing to another.
+    A mapping that changes the schedule ``kind``, or the model's ``name``, replaces it
+    wholesale, since the fields of one kind (one model's options) mean nothing to
+    another.
     """
     for key, value in extra.items():
         current = base.get(key)
         same_kind = not (
             isinstance(value, Mapping)
             and isinstance(current, Mapping)
-            and "kind" in value
-            and value["kind"] != current.get("kind")
+            and any(_another(current, value, tag) for tag in ("kind", "name"))
         )
         if isinstance(value, Mapping) and isinstance(current, dict) and same_kind:
             deep_merge(current, value)
@@ -110,9 +110,24 @@ def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
     return base
 
 
+def _another(current: Mapping[str, Any], new: Mapping[str, Any], tag: str) -> bool:
+    """Whether ``new`` names another kind of thing than ``current`` by ``tag``: a
+    schedule's ``kind``, or a model's ``name`` (a mapping with ``options``)."""
+    if tag not in new or new[tag] == current.get(tag):
+        return False
+    return tag == "kind" or "options" in current
+
+
 def assign(tree: dict[str, Any], key: str, value: Any) -> str:
-    """Set spec key ``key`` (full path or unique suffix) to an already parsed ``value``."""
+    """Set spec key ``key`` (full path or unique suffix) to an already parsed ``value``.
+    Naming another model drops the old one's options (set new ones after it)."""
     path = resolve_key(tree, key)
+    parent, _, leaf = path.rpartition(".")
+    node: Any = tree
+    for part in parent.split(".") if parent else []:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict) and _another(node, {leaf: value}, leaf) and leaf == "name":
+        node["options"] = {}
     set_path(tree, path, value)
     return path
 
