@@ -19,6 +19,33 @@ def test_tasks_lists_every_reference_task(dmlbench) -> None:
     assert "cifar10-resnet56" in table and "α/√t" in table
 
 
+def test_models_and_exchanges_list_every_registered_one_with_its_options(dmlbench) -> None:
+    """Issue 56, item 4: the model zoo and the exchanges were named only in errors."""
+    from dmlbench.catalogue import OPEN_EXCHANGES, SYNC_EXCHANGES
+    from dmlbench.comm.exchange import EXCHANGES, is_exact
+    from dmlbench.models import MODELS
+
+    assert list(EXCHANGES) == [*SYNC_EXCHANGES, *OPEN_EXCHANGES]  # --help's list is whole
+    assert all(is_exact(name) for name in SYNC_EXCHANGES)
+    assert not any(is_exact(name) for name in OPEN_EXCHANGES)
+    code, out, _ = dmlbench("exchanges", "--json")
+    exchanges = {e["name"]: e for e in json.loads(out)}
+    assert code == 0 and list(exchanges) == list(EXCHANGES)
+    assert all(e["summary"] for e in exchanges.values())  # each says what it is
+    assert exchanges["fsdp"]["sharded"] and exchanges["fsdp"]["division"] == "closed"
+    topk = {o["name"]: o for o in exchanges["topk"]["options"]}
+    assert exchanges["topk"]["division"] == "open" and "ratio" in topk
+    code, out, _ = dmlbench("models", "--json")
+    models = {m["name"]: m for m in json.loads(out)}
+    assert code == 0 and list(models) == list(MODELS)
+    depth = next(o for o in models["imagenet-resnet"]["options"] if o["name"] == "depth")
+    assert depth["default"] == "50" and "ResNet-18" in depth["meaning"]
+    code, out, _ = dmlbench("exchanges")
+    assert code == 0 and "ef-signsgd" in out and "open division" in out
+    code, out, _ = dmlbench("run", "--help")
+    assert code == 0 and all(name in out for name in EXCHANGES)
+
+
 def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
     code, out, _ = dmlbench(
         "run",

@@ -47,6 +47,8 @@ app = command_group(
 )
 COMMANDS: dict[str, Callable[..., None]] = {
     "tasks": tasks.tasks,
+    "models": tasks.models,
+    "exchanges": tasks.exchanges,
     "spec": tasks.spec,
     "run": run.run,
     "results": results.results,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
+from dmlbench.catalogue import OPEN_EXCHANGES, SYNC_EXCHANGES
 from dmlbench.cli.options import (
     DEFAULT_TASK,
     STORE,
@@ -53,7 +54,11 @@ def run(
     overrides: SetOption = None,
     plugins: PluginOption = None,
     exchange: Annotated[
-        str | None, typer.Option(help="gradient exchange: allreduce (reference) or ddp")
+        str | None,
+        typer.Option(
+            help=f"gradient exchange: {', '.join(SYNC_EXCHANGES)} (synchronous SGD), or "
+            f"{', '.join(OPEN_EXCHANGES)}; `dmlbench exchanges` lists their options"
+        ),
     ] = None,
     data_dir: DataDirOption = None,
     network: NetworkOption = None,

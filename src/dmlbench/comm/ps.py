@@ -201,6 +201,9 @@ class ParameterServerExchange(AllReduceExchange):
 
 
 class SSPExchange(ParameterServerExchange):
+    """The parameter server with stale synchronous parallel: a worker runs ahead of the
+    slowest by at most ``staleness`` steps."""
+
     name = "ssp"
     Options = SSPOptions
 
@@ -210,6 +213,8 @@ class SSPExchange(ParameterServerExchange):
 
 
 class AsyncParameterServerExchange(ParameterServerExchange):
+    """The parameter server without waiting: each worker pushes and pulls on its own."""
+
     name = "ps-async"
 
     def staleness(self) -> int | None:

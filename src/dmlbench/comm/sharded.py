@@ -39,6 +39,9 @@ ParamGroups = list[dict[str, Any]]
 
 
 class ZeroOneExchange(DDPExchange):
+    """DDP with the optimizer's state sharded across the workers (ZeRO stage 1): each
+    steps its shard and the parameters are broadcast back."""
+
     name = "zero1"
 
     def wrap_optimizer(
@@ -63,6 +66,9 @@ class FSDPOptions(StrictModel):
 
 
 class FSDPExchange(GradientExchange):
+    """torch's fully sharded data parallel (FSDP2): parameters, gradients and optimizer
+    state sharded, each unit's parameters gathered for its forward and backward."""
+
     name = "fsdp"
     overlapped = True
     sharded = True

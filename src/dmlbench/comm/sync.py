@@ -33,6 +33,9 @@ DDP_NO_BUFFER_SYNC = (
 
 
 class AllReduceExchange(GradientExchange):
+    """The reference: after backward, one flat all-reduce of every gradient (its time
+    measured alone, as comm)."""
+
     name = "allreduce"
     overlapped = False
 
@@ -70,6 +73,9 @@ class AllReduceExchange(GradientExchange):
 
 
 class DDPExchange(GradientExchange):
+    """torch's DistributedDataParallel: gradients all-reduced in buckets while backward
+    runs (only the tail that outlasts backward counts as comm)."""
+
     name = "ddp"
     overlapped = True
     vote_every = 16  # a separate message: at most 16 steps past a time budget

@@ -81,6 +81,7 @@ class ModelEntry:
     options: type[StrictModel]
     build: Callable[[StrictModel, tuple[int, ...], int], nn.Module]
     """(options, input shape of one example, number of outputs) → module"""
+    summary: str = ""  # one line for `dmlbench models`
 
 
 MODELS: dict[str, ModelEntry] = {}
@@ -134,15 +135,22 @@ def _build_linear(options: StrictModel, shape: tuple[int, ...], outputs: int) ->
     return Linear(math.prod(shape), outputs, options.zero_init)
 
 
-register_model("resnet", ModelEntry(ResNetOptions, _build_resnet))
-register_model("wide-resnet", ModelEntry(WideResNetOptions, _build_wide_resnet))
-register_model("imagenet-resnet", ModelEntry(ImageNetResNetOptions, _build_imagenet_resnet))
-register_model("vgg16", ModelEntry(NoOptions, _build_vgg16))
-register_model("alexnet", ModelEntry(NoOptions, _build_alexnet))
-register_model("vit", ModelEntry(ViTOptions, _build_vit))
-register_model("gpt", ModelEntry(GPTOptions, _build_gpt))
-register_model("mlp", ModelEntry(MLPOptions, _build_mlp))
-register_model("linear", ModelEntry(LinearOptions, _build_linear))
+for _name, _entry in {
+    "resnet": ModelEntry(ResNetOptions, _build_resnet, "CIFAR ResNet (He et al. 2015)"),
+    "wide-resnet": ModelEntry(
+        WideResNetOptions, _build_wide_resnet, "wide ResNet (Zagoruyko and Komodakis 2016)"
+    ),
+    "imagenet-resnet": ModelEntry(
+        ImageNetResNetOptions, _build_imagenet_resnet, "ImageNet ResNet-18 to 152, ResNeXt"
+    ),
+    "vgg16": ModelEntry(NoOptions, _build_vgg16, "VGG-16 (Simonyan and Zisserman 2015)"),
+    "alexnet": ModelEntry(NoOptions, _build_alexnet, "AlexNet (Krizhevsky et al. 2012)"),
+    "vit": ModelEntry(ViTOptions, _build_vit, "vision transformer (Dosovitskiy et al. 2021)"),
+    "gpt": ModelEntry(GPTOptions, _build_gpt, "GPT-2-style decoder on token ids"),
+    "mlp": ModelEntry(MLPOptions, _build_mlp, "multi-layer perceptron on flat features"),
+    "linear": ModelEntry(LinearOptions, _build_linear, "a linear model (logistic regression)"),
+}.items():
+    register_model(_name, _entry)
 
 
 def validate_model_spec(spec: ModelSpec) -> StrictModel:

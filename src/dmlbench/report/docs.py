@@ -155,3 +155,47 @@ def spec_markdown() -> str:
         lines.append("")
         pending = found + pending
     return "\n".join(lines)
+
+
+def options_of(model: type[BaseModel]) -> list[dict[str, str]]:
+    """A registered thing's options (a model's, an exchange's): name, type, default and
+    meaning, as `dmlbench models` and `dmlbench exchanges` show them."""
+    return [
+        {
+            "name": name,
+            "type": _type_name(info.annotation),
+            "default": _default(info).strip("`"),
+            "meaning": info.description or "",
+        }
+        for name, info in model.model_fields.items()
+    ]
+
+
+def exchanges_described() -> list[dict[str, Any]]:
+    """Every gradient exchange: its division, whether it shards, and its options."""
+    from dmlbench.comm.base import NoOptions
+    from dmlbench.comm.exchange import EXCHANGES
+
+    described = []
+    for name, exchange in EXCHANGES.items():
+        doc = (exchange.__doc__ or "").strip().split("\n\n")[0]
+        described.append(
+            {
+                "name": name,
+                "summary": " ".join(doc.replace("``", "").split()),
+                "division": "closed" if getattr(exchange, "exact", False) else "open",
+                "sharded": bool(getattr(exchange, "sharded", False)),
+                "options": options_of(getattr(exchange, "Options", NoOptions)),
+            }
+        )
+    return described
+
+
+def models_described() -> list[dict[str, Any]]:
+    """Every registered model with its options (``recipe.model.options``)."""
+    from dmlbench.models import MODELS
+
+    return [
+        {"name": name, "summary": entry.summary, "options": options_of(entry.options)}
+        for name, entry in MODELS.items()
+    ]

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from dmlbench.catalogue import OPEN_EXCHANGES
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.spec.recipe import Recipe
 from dmlbench.strict import (
@@ -51,10 +52,11 @@ class RunSpec(WorkersSpec):
     )
     exchange: str = Field(
         "allreduce",
-        description="a name in comm.exchange.EXCHANGES. allreduce: one flat all-reduce "
-        "after backward (comm measured alone); ddp: DistributedDataParallel's bucketed "
-        "all-reduce overlapped with backward; open division: fp16, bf16, powersgd, signsgd, "
-        "ef-signsgd, topk, local-sgd, gossip, ps-sync, ssp, ps-async",
+        description="how gradients are exchanged (`dmlbench exchanges` lists them with "
+        "their options). allreduce: one flat all-reduce after backward (comm measured "
+        "alone); ddp: DistributedDataParallel's bucketed all-reduce overlapped with "
+        "backward; zero1 and fsdp: sharded optimizer state, or parameters too; open "
+        f"division: {', '.join(OPEN_EXCHANGES)}",
     )
     exchange_options: dict[str, Any] = Field(
         default_factory=dict,

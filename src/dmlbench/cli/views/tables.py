@@ -58,6 +58,23 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
     return table
 
 
+def registry_table(title: str, entries: list[dict[str, Any]]) -> Table:
+    """What a registry holds (models, exchanges): a row each, with its options."""
+    table = Table(title=title, title_justify="left", show_lines=True, expand=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("what", ratio=2)
+    table.add_column("options (default): meaning", ratio=3)
+    for entry in entries:
+        what = entry["summary"]
+        if "division" in entry:
+            what += f"\n{entry['division']} division" + (", sharded" if entry["sharded"] else "")
+        options = [
+            f"{o['name']} ({o['default']}): {o['meaning']}".rstrip(": ") for o in entry["options"]
+        ]
+        table.add_row(escape(entry["name"]), escape(what), escape("\n".join(options) or "—"))
+    return table
+
+
 def runs_table(runs: list[RunRecord]) -> Table:
     """One line per run, narrow enough for an 80-column terminal."""
     captions = []
