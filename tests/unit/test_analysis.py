@@ -641,3 +641,21 @@ def test_a_loss_goals_best_is_its_lowest_loss_in_every_view() -> None:
     assert "target loss 3.9" in texts and not any("390%" in t for t in texts)
     labels = [t.get_text() for t in figure.axes[0].texts]
     assert labels[0].startswith("4.200")
+
+
+def test_a_run_of_another_model_is_titled_with_it() -> None:
+    """Issue 56, item 4: a run of `imagenet-resnet50` with `recipe.model.name=vgg16`
+    was titled as the task's own ResNet-50."""
+    from dmlbench.cli.views.summary import run_summary
+    from dmlbench.report.html import section_title
+
+    own = stored_run("a", 1, tta=1.0)
+    spec = {**own.spec, "recipe": {**own.spec["recipe"], "model": {"name": "vgg16"}}}
+    changed = {"recipe.model.name": {"reference": "resnet", "actual": "vgg16"}}
+    other = dataclasses.replace(own, run_id="b", spec=spec, deviations=changed)
+    assert own.title == "t" and other.title == "t (model vgg16)"
+    console = Console(width=200, record=True)
+    console.print(run_summary(other))
+    assert "t (model vgg16) · 1 worker" in console.export_text()
+    assert section_title(analysis.runs_frame([other])).startswith("t (model vgg16) · ")
+    assert section_title(analysis.runs_frame([own, other])).startswith("t · ")  # mixed

@@ -66,6 +66,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
             {
                 "run_id": run.run_id,
                 "task": run.task,
+                "title": run.title,  # the task, and its model where another than its own
                 "sweep": run.sweep or "single runs",
                 "scaling": run.scaling or "none",
                 "division": run.division,

@@ -60,7 +60,9 @@ def _hardware(runs: pd.DataFrame) -> str:
 def section_title(runs: pd.DataFrame) -> str:
     division = "+".join(sorted(set(runs["division"])))
     date = str(runs["created_at"].max())[:10]
-    return f"{runs['task'].iloc[0]} · {division} division · {_hardware(runs)} · {date}"
+    titles = set(runs["title"]) if "title" in runs else {runs["task"].iloc[0]}
+    name = titles.pop() if len(titles) == 1 else runs["task"].iloc[0]  # else in the variants
+    return f"{name} · {division} division · {_hardware(runs)} · {date}"
 
 
 def build_sections(

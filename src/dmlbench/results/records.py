@@ -266,6 +266,15 @@ class RunRecord(_Stored):
         return str(self.summary.goal or recipe.get("goal") or "accuracy")
 
     @property
+    def title(self) -> str:
+        """Its task, with the model it ran where that is not the task's own:
+        ``imagenet-resnet50 (model vgg16)``."""
+        if "recipe.model.name" not in self.deviations:
+            return self.task
+        model = (self.spec.get("recipe") or {}).get("model") or {}
+        return f"{self.task} (model {model.get('name')})"
+
+    @property
     def best(self) -> float | None:
         """Its best evaluation in its goal's terms: the lowest test loss for a loss goal,
         the highest accuracy otherwise."""

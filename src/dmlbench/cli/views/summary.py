@@ -47,7 +47,7 @@ def run_summary(run: RunRecord) -> Table:
     nodes = summary.nodes or 1
     layout = f" ({nodes} nodes × {summary.nproc_per_node})" if nodes > 1 else ""
     title = escape(
-        f"{run.task} · {plural(run.workers, 'worker')}{layout} · "
+        f"{run.title} · {plural(run.workers, 'worker')}{layout} · "
         f"{run.division} division · run {run.run_id}"
     )
     table = _fields_table(title)
