@@ -212,3 +212,32 @@ def test_calibration_prefers_undisturbed_runs_and_says_so() -> None:
     assert only.compute_disturbed and "disturbed by other processes" in calibration_text(
         dataclasses.asdict(only)
     )
+
+
+def test_calibration_takes_runs_of_one_exchange_precision_and_model() -> None:
+    """Issue 56, item 3: compute at 2 workers was the mean of a zero1 run (615 ms a step)
+    and an fsdp run (1,148 ms). Runs of one setup are used, and the others are said."""
+    import dataclasses
+
+    from dmlbench.report.tables import calibration_text
+
+    def of(run: RunRecord, exchange: str, precision: str = "fp32") -> RunRecord:
+        recipe = {"precision": precision, "model": {"name": "gpt", "options": {"depth": 2}}}
+        return dataclasses.replace(run, exchange=exchange, spec={"recipe": recipe})
+
+    zero1 = [of(task_run(f"z{i}", 0.615, workers=2), "zero1") for i in range(2)]
+    fsdp = of(task_run("f", 1.148, workers=2), "fsdp")
+    chosen = calibrate_task([*zero1, fsdp], "t")  # two zero1 runs against one fsdp
+    assert chosen.compute_step_s == pytest.approx(0.615)
+    assert chosen.setup == "zero1 · fp32 · gpt (depth=2)"
+    assert chosen.compute_runs == ["z0", "z1"] and chosen.other_setups == {
+        "fsdp · fp32 · gpt (depth=2)": 1
+    }
+    said = calibration_text(dataclasses.asdict(chosen))
+    assert "with zero1 · fp32 · gpt (depth=2) (runs z0, z1)" in said
+    assert "1 run of other setups left out" in said
+    pinned = calibrate_task([*zero1, fsdp], "t", calibrate_from=["f"])
+    assert pinned.compute_step_s == pytest.approx(1.148) and pinned.setup.startswith("fsdp")
+    bf16 = of(task_run("b", 0.3, workers=2), "zero1", "bf16")
+    with pytest.raises(DmlbenchError, match="differ in exchange, precision or model"):
+        calibrate_task([*zero1, bf16], "t", calibrate_from=["z0", "b"])

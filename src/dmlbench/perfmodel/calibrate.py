@@ -82,6 +82,8 @@ class TaskCalibration:
     # disturbed, the disturbed runs compute came from (``compute_disturbed``).
     disturbed_runs: list[str] = field(default_factory=list)
     compute_disturbed: bool = False
+    setup: str = ""  # the exchange, precision and model every run used came from
+    other_setups: dict[str, int] = field(default_factory=dict)  # runs left out, by setup
 
     def epochs_to_target(self, global_batch: int) -> tuple[float, bool]:
         """(epochs, measured?) at ``global_batch``; else the nearest measured batch's."""
@@ -131,6 +133,33 @@ def timed_runs(runs: Sequence[RunRecord], task: str) -> list[RunRecord]:
     ]
 
 
+def setup_of(run: RunRecord) -> str:
+    """What makes two runs' steps comparable: ``exchange · precision · model``."""
+    recipe = run.spec.get("recipe") or {}
+    model = recipe.get("model") or {}
+    options = model.get("options") or {}
+    shown = ", ".join(f"{key}={options[key]}" for key in sorted(options))
+    name = f"{model.get('name', '?')}" + (f" ({shown})" if shown else "")
+    return f"{run.exchange} · {recipe.get('precision', 'fp32')} · {name}"
+
+
+def _one_setup(runs: list[RunRecord], picked: list[RunRecord] | None) -> str:
+    """The setup calibration uses: the picked runs' (one only), else the one most runs
+    share (a tie: the one with the most at the fewest workers, then by name)."""
+    if picked:
+        setups = sorted({setup_of(r) for r in picked})
+        if len(setups) > 1:
+            raise DmlbenchError(
+                f"--calibrate-from: the runs differ in exchange, precision or model "
+                f"({'; '.join(setups)}); name runs of one"
+            )
+        return setups[0]
+    counts = Counter(setup_of(r) for r in runs)
+    fewest = min(r.workers for r in runs)
+    first = Counter(setup_of(r) for r in runs if r.workers == fewest)
+    return min(counts, key=lambda s: (-counts[s], -first[s], s))
+
+
 def compute_step_s(run: RunRecord) -> float:
     """Mean over ranks of data + forward + backward + optimizer seconds per steady step."""
     per_rank = [
@@ -143,19 +172,25 @@ def compute_step_s(run: RunRecord) -> float:
 def calibrate_task(
     runs: Sequence[RunRecord], task: str, *, calibrate_from: Sequence[str] = ()
 ) -> TaskCalibration:
-    """From ``task``'s finished, unshaped runs; compute from the fewest workers measured,
-    or from the runs ``calibrate_from`` names. Undisturbed runs are preferred: disturbed
-    ones (:mod:`dmlbench.results.contention`) are used only when no other was measured.
-    Runs whose compute per step disagrees by more than :data:`DISAGREEMENT` are refused
-    in one line that names them."""
-    mine = timed_runs(runs, task)
-    if not mine:
+    """From ``task``'s finished, unshaped runs of one setup (exchange, precision and
+    model: :func:`setup_of`; the one most runs share, or the one of the runs
+    ``calibrate_from`` names); compute from the fewest workers measured, or from the
+    named runs. Undisturbed runs are preferred: disturbed ones
+    (:mod:`dmlbench.results.contention`) are used only when no other was measured. Runs
+    whose compute per step disagrees by more than :data:`DISAGREEMENT` are refused in
+    one line that names them."""
+    timed = timed_runs(runs, task)
+    if not timed:
         raise DmlbenchError(
             f"no finished run of {task} in the store to calibrate compute from; run "
             f"`dmlbench run {task}` with the same --store first"
         )
-    if calibrate_from:
-        base = _pick(mine, calibrate_from, task)
+    picked = _pick(timed, calibrate_from, task) if calibrate_from else None
+    setup = _one_setup(timed, picked)
+    mine = [r for r in timed if setup_of(r) == setup]
+    others = Counter(setup_of(r) for r in timed if setup_of(r) != setup)
+    if picked:
+        base = picked
         if len({r.workers for r in base}) > 1:
             raise DmlbenchError("--calibrate-from: name runs of one worker count")
         fewest = base[0].workers
@@ -170,15 +205,15 @@ def calibrate_task(
         base = [r for r in base if r.local_batch == batch]
     used = {r.run_id for r in base}
     left_out = [r.run_id for r in mine if r.disturbed and r.run_id not in used]
-    timed = sorted((compute_step_s(r), r.run_id) for r in base)
-    (low, low_id), (high, high_id) = timed[0], timed[-1]
+    steps = sorted((compute_step_s(r), r.run_id) for r in base)
+    (low, low_id), (high, high_id) = steps[0], steps[-1]
     if high > DISAGREEMENT * low:
         raise DmlbenchError(
             f"the runs of {task} at {fewest} worker(s) disagree on compute: {low * 1e3:.2f} "
             f"ms/step ({low_id}) against {high * 1e3:.2f} ms/step ({high_id}), as when one "
             "shared the machine; name the one to trust with --calibrate-from RUN_ID"
         )
-    compute = [seconds for seconds, _ in timed]
+    compute = [seconds for seconds, _ in steps]
     grads = [r.summary.gradient_bytes for r in base if r.summary.gradient_bytes]
     if not grads:
         raise DmlbenchError(f"the runs of {task} predate gradient-size recording; run it again")
@@ -207,7 +242,9 @@ def calibrate_task(
         eval_s_per_epoch=statistics.median(eval_total) if eval_total else 0.0,
         epochs_by_batch={b: statistics.mean(v) for b, v in epochs.items()},
         runs=len(mine),
-        compute_runs=[run_id for _, run_id in timed],
+        compute_runs=[run_id for _, run_id in steps],
         disturbed_runs=left_out or [r.run_id for r in base if r.disturbed],
         compute_disturbed=any(r.disturbed for r in base),
+        setup=setup,
+        other_setups=dict(sorted(others.items())),
     )

@@ -165,10 +165,14 @@ def calibration_text(calibration: Mapping[str, Any]) -> str:
         source += " — disturbed by other processes, so compute is overstated"
     elif disturbed:
         source += f"; {plural(len(disturbed), 'disturbed run')} left out"
+    setup = calibration.get("setup")  # absent in predictions saved before
+    others = calibration.get("other_setups") or {}
+    if others:
+        source += f"; {plural(sum(others.values()), 'run')} of other setups left out"
     return (
         f"compute {calibration['compute_step_s'] * 1e3:.2f} ms per step measured at "
-        f"{plural(calibration['workers'], 'worker')}{source}; "
-        f"{calibration['gradient_bytes'] / 1e6:.2f} MB of gradients per step"
+        f"{plural(calibration['workers'], 'worker')}{f' with {setup}' if setup else ''}"
+        f"{source}; {calibration['gradient_bytes'] / 1e6:.2f} MB of gradients per step"
     )
 
 
