@@ -114,7 +114,9 @@ def test_slurm_command_writes_scripts_and_refuses_bad_input(
 INJECTED = "x\ntouch {marker}"
 
 
-@pytest.mark.parametrize("option", ["--partition", "--time", "--account", "--store"])
+@pytest.mark.parametrize(
+    "option", ["--partition", "--time", "--account", "--store", "--python", "--setup"]
+)
 def test_no_value_given_to_slurm_runs_as_shell(dmlbench, tmp_path: Path, option: str) -> None:
     marker = tmp_path / "PWNED"
     code, text, err = dmlbench("slurm", "synthetic-mlp", option, INJECTED.format(marker=marker))
@@ -153,3 +155,42 @@ def test_hostile_names_stay_data_in_a_batch_script(dmlbench, tmp_path: Path, mon
     assert not (tmp_path / "x.sbatch").exists()
     with pytest.raises(Exception, match="not what sbatch accepts"):
         SbatchOptions(job_name="a\nb")
+
+
+def test_the_clusters_setup_python_and_data_go_into_the_script(dmlbench, tmp_path: Path) -> None:
+    """Issue 56, item 8: a cluster's `module load` lines, its own Python and its data
+    folder; the data folder of the host that wrote the script is not sent along."""
+    lines = tmp_path / "setup.sh"
+    lines.write_text("module load cuda/12\n\texport NCCL_SOCKET_IFNAME=ib0\n")
+    code, text, err = dmlbench(
+        "slurm",
+        "synthetic-mlp",
+        "--setup",
+        "module purge",
+        "--setup-file",
+        str(lines),
+        "--python",
+        "/opt/py/bin/python3",
+        "--data-dir",
+        "/scratch/data",
+        "--store",
+        str(tmp_path / "s"),
+    )
+    assert code == 0, err
+    script = text.splitlines()
+    first = script.index("module purge")
+    assert script[first : first + 3] == [
+        "module purge",
+        "module load cuda/12",
+        "\texport NCCL_SOCKET_IFNAME=ib0",
+    ]
+    assert first < script.index("set -euo pipefail")  # modules' scripts read unset names
+    assert "/opt/py/bin/python3 -m dmlbench run --config" in text
+    body = text.split("<<'DMLBENCH_EOF'\n", 1)[1].split("\nDMLBENCH_EOF", 1)[0]
+    assert json.loads(body)["data_dir"] == "/scratch/data"
+    code, text, err = dmlbench("slurm", "synthetic-mlp", "--store", str(tmp_path / "s"))
+    body = text.split("<<'DMLBENCH_EOF'\n", 1)[1].split("\nDMLBENCH_EOF", 1)[0]
+    assert code == 0 and "data_dir" not in json.loads(body)  # each node's own default
+    lines.write_bytes(b"\xff\xfe")
+    code, _, err = dmlbench("slurm", "synthetic-mlp", "--setup-file", str(lines))
+    assert code == 2 and "not UTF-8" in err

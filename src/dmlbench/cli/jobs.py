@@ -33,10 +33,12 @@ def _cluster_spec(
     nodes: int,
     per_node: int,
     engine: str,
+    data_dir: Path | None = None,
 ) -> Any:
     """The spec a scheduler's job runs: resolved here, so mistakes are refused before
     anything is submitted; the hosts' own network, never an emulated one."""
-    spec = spec_from(task, config, overrides, nodes=nodes, nproc_per_node=per_node)
+    where = {"data_dir": str(data_dir)} if data_dir else {}
+    spec = spec_from(task, config, overrides, nodes=nodes, nproc_per_node=per_node, **where)
     if spec.network.enabled:
         raise DmlbenchError(
             f"--network emulates a cluster on one machine; on {engine} the "
@@ -70,6 +72,24 @@ def slurm(
         output_option("write the script here, not stdout", "batch script"),
     ] = None,
     submit: Annotated[bool, flag("--submit", help="submit it with sbatch")] = False,
+    python: Annotated[
+        str | None,
+        typer.Option(help="the Python on the nodes that has dmlbench (default: this one's path)"),
+    ] = None,
+    setup: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="a shell line the job runs before dmlbench, e.g. 'module load cuda' or "
+            "'export NCCL_SOCKET_IFNAME=ib0' (repeatable)"
+        ),
+    ] = None,
+    setup_file: Annotated[
+        Path | None, typer.Option(help="a file of such lines, run after --setup's")
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="where the nodes find the datasets (default: the spec's data_dir)"),
+    ] = None,
 ) -> None:
     """Write an sbatch script that runs a task (or a sweep) on Slurm nodes.
 
@@ -78,13 +98,14 @@ def slurm(
     and records the run in the store; scancel stores it as interrupted.
     """
     from dmlbench.files import write_file
-    from dmlbench.launch.slurm import SbatchOptions, sbatch_script
+    from dmlbench.launch.slurm import SbatchOptions, sbatch_script, setup_lines
     from dmlbench.launch.slurm import submit as submit_script
     from dmlbench.names import file_stem, one_line
 
     root = store.expanduser().resolve()
     one_line(str(root), "--store")
-    program = [sys.executable, "-m", "dmlbench"]
+    program = [one_line(python, "--python") if python else sys.executable, "-m", "dmlbench"]
+    lines = setup_lines(setup or [], setup_file)
     given = Path(target) if target else None
     if given is not None and given.suffix in (".yaml", ".yml", ".toml"):
         from dmlbench.spec.sweep import load_sweep_file
@@ -102,10 +123,14 @@ def slurm(
             raise DmlbenchError("--array shares a sweep's points among tasks; give a sweep file")
         from dmlbench.launch.node import job_spec
 
-        spec = _cluster_spec(
-            target, config, overrides, nodes, nproc_per_node or max(1, gpus_per_node), "Slurm"
-        )
-        embedded = json.dumps(job_spec(spec), indent=1) + "\n"
+        per_node = nproc_per_node or max(1, gpus_per_node)
+        spec = _cluster_spec(target, config, overrides, nodes, per_node, "Slurm", data_dir)
+        from dmlbench.spec.run import DEFAULT_DATA_DIR
+
+        data = job_spec(spec)
+        if spec.data_dir == DEFAULT_DATA_DIR:  # the nodes' own default, not this host's
+            data.pop("data_dir")
+        embedded = json.dumps(data, indent=1) + "\n"
         suffix, name = ".json", spec.task
         command = [*program, "run", "--config", "{file}", "--store", str(root), "--quiet"]
     options = SbatchOptions(
@@ -119,7 +144,7 @@ def slurm(
         job_name=file_stem(f"dmlbench-{name}"),
     )
     logs = root / "slurm"
-    text = sbatch_script(command, embedded, suffix, options, logs)
+    text = sbatch_script(command, embedded, suffix, options, logs, lines)
     if out is None and not submit:
         sys.stdout.write(text)
         return

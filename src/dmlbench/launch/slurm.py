@@ -30,7 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -326,15 +326,49 @@ class SbatchOptions:
         return [f"#SBATCH --{key}={value}" for key, value in wanted if value is not None]
 
 
+SETUP_MAX_BYTES = 64 << 10  # a --setup-file: module loads and exports, not a program
+
+
+def setup_lines(lines: Sequence[str], file: Path | None) -> list[str]:
+    """The shell lines a job runs before dmlbench (``module load``, ``export NCCL_…``, a
+    container's activation): ``--setup`` lines, then a ``--setup-file``'s. They are the
+    user's own shell, kept as given; each is one line without control characters (a
+    tab aside), so none can break out of the script around it."""
+    from dmlbench.files import read_bounded
+    from dmlbench.names import one_line
+
+    given = list(lines)
+    if file is not None:
+        data = read_bounded(file, SETUP_MAX_BYTES, "--setup-file")
+        try:
+            given += data.decode().splitlines()
+        except UnicodeDecodeError:
+            raise DmlbenchError(f"--setup-file {file} is not UTF-8 text") from None
+    for line in given:
+        one_line(line.replace("\t", " "), "a --setup line")
+        if SCRIPT_MARKER in line:
+            raise DmlbenchError(f"a --setup line holds the text {SCRIPT_MARKER}; rename it")
+    return given
+
+
+SCRIPT_MARKER = "DMLBENCH_EOF"  # ends the spec embedded in a script
+
+
 def sbatch_script(
-    command: list[str], embedded: str, suffix: str, options: SbatchOptions, log_dir: Path
+    command: list[str],
+    embedded: str,
+    suffix: str,
+    options: SbatchOptions,
+    log_dir: Path,
+    setup: Sequence[str] = (),
 ) -> str:
-    """A batch script that writes ``embedded`` (the resolved spec, or the sweep file) to
-    a temporary file, and runs ``command`` with ``{file}`` standing for that file.
+    """A batch script that runs the ``setup`` lines (see :func:`setup_lines`), writes
+    ``embedded`` (the resolved spec, or the sweep file) to a temporary file, and runs
+    ``command`` with ``{file}`` standing for that file.
 
     The file is in the script, so the script alone is the job: sbatch copies it to the
     node that runs it, and nothing but the store must be on a shared file system."""
-    marker = "DMLBENCH_EOF"
+    marker = SCRIPT_MARKER
     if marker in embedded:
         raise DmlbenchError(f"the spec holds the text {marker}; rename what holds it")
     words = " ".join('"$spec"' if w == "{file}" else shlex.quote(w) for w in command)
@@ -344,6 +378,8 @@ def sbatch_script(
             "# Written by `dmlbench slurm`; submit with sbatch. One task per node: the",
             "# launcher on the first node starts the others with srun (dmlbench.launch.slurm).",
             *options.directives(log_dir),
+            # before `set -u`: environment modules' scripts read unset variables
+            *(["# --setup: the cluster's own lines, before dmlbench", *setup] if setup else []),
             "set -euo pipefail",
             f'spec="$(mktemp --suffix={suffix})"',
             "trap 'rm -f \"$spec\"' EXIT",
