@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,6 +46,12 @@ def simple_noise_scale(g2: float, trace: float) -> float | None:
     if not (math.isfinite(g2) and math.isfinite(trace)) or g2 <= 0:
         return None
     return max(trace, 0.0) / g2
+
+
+# Fewer updates than this measure too little of the gradient's noise to advise a batch
+# on: the estimate is a ratio of two noisy sums (the issue that set it saw B_simple ≈ 2
+# from 20 steps of a task whose noise scale is in the hundreds).
+MIN_ADVICE_STEPS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,7 @@ class NoiseScaleMeter:
     big_sum: float = 0.0
     small_count: int = 0
     big_count: int = 0
+    epochs: list[tuple[float, int, float, int]] = field(default_factory=list)  # their sums
 
     def add_sums(self, small_sum: float, small_count: int, big_sum: float, big_count: int) -> None:
         """Fold in sums gathered elsewhere (e.g. another worker's, or another epoch's)."""
@@ -111,15 +118,48 @@ class NoiseScaleMeter:
         epoch.add_sums(
             small, round(sum(rank[2] for rank in ranks)), ranks[0][1], round(ranks[0][2])
         )
-        self.add_sums(epoch.small_sum, epoch.small_count, epoch.big_sum, epoch.big_count)
+        sums = (epoch.small_sum, epoch.small_count, epoch.big_sum, epoch.big_count)
+        self.add_sums(*sums)
+        if epoch.small_count and epoch.big_count:
+            self.epochs.append(sums)
         return epoch.estimate()
+
+    def band(self) -> tuple[float, float] | None:
+        """A 95% interval of ``B_simple``: a jackknife over the epochs (each left out in
+        turn) of the estimate over all of them; None with fewer than three epochs, or
+        where an estimate without one of them is not resolved."""
+        whole = self.estimate()
+        if len(self.epochs) < 3 or whole is None or whole.b_simple is None:
+            return None
+        left_out = []
+        for small_sum, small_count, big_sum, big_count in self.epochs:
+            rest = NoiseScaleMeter(self.small_batch, self.big_batch, self.population)
+            rest.add_sums(
+                self.small_sum - small_sum,
+                self.small_count - small_count,
+                self.big_sum - big_sum,
+                self.big_count - big_count,
+            )
+            estimate = rest.estimate()
+            if estimate is None or estimate.b_simple is None:
+                return None
+            left_out.append(estimate.b_simple)
+        n, mean = len(left_out), sum(left_out) / len(left_out)
+        error = math.sqrt((n - 1) / n * sum((b - mean) ** 2 for b in left_out))
+        return max(0.0, whole.b_simple - 1.96 * error), whole.b_simple + 1.96 * error
 
     def summary(self) -> dict[str, Any] | None:
         """The estimate over everything added, with the batch sizes it compared."""
         estimate = self.estimate()
         if estimate is None:
             return None
-        return {**estimate.as_dict(), "small_batch": self.small_batch, "big_batch": self.big_batch}
+        band = self.band()
+        return {
+            **estimate.as_dict(),
+            "small_batch": self.small_batch,
+            "big_batch": self.big_batch,
+            **({"band": list(band)} if band else {}),
+        }
 
     def _effective(self, batch: float) -> float:
         n = self.population

@@ -107,11 +107,12 @@ def test_epochs_are_measured_or_modelled_through_the_noise_scale() -> None:
 
 def test_noise_evidence_is_the_median_of_the_runs_that_measured_one() -> None:
     runs = [
-        timed("a", 1e-3, noise_scale={"b_simple": 100.0}),
-        timed("b", 1e-3, noise_scale={"b_simple": 300.0}),
-        timed("c", 1e-3, noise_scale={"b_simple": 200.0}),
+        timed("a", 1e-3, noise_scale={"b_simple": 100.0, "steps": 500}),
+        timed("b", 1e-3, noise_scale={"b_simple": 300.0, "steps": 500}),
+        timed("c", 1e-3, noise_scale={"b_simple": 200.0, "steps": 100}),
         timed("d", 1e-3, noise_scale=None),
         timed("e", 1e-3),
+        timed("f", 1e-3, noise_scale={"b_simple": 2.0, "steps": 20}),  # too few steps
     ]
     found = noise_evidence(runs, "synthetic-mlp")
     assert found is not None and found.b_simple == 200.0 and found.runs == ["a", "b", "c"]

@@ -97,3 +97,34 @@ def test_the_summary_line_says_where_the_batch_stands(b_simple: float | None, sa
     assert says in text and "over 2,000 steps, from batches of 32 and 64" in text
     if b_simple is not None:
         assert f"B_simple ≈ {b_simple:,.0f}" in text and "batch of 64" in text
+
+
+def test_the_noise_scale_has_a_band_and_is_not_advised_on_from_few_steps() -> None:
+    """Issue 56, item 6: B_simple ≈ 2 from 20 steps was advised on, without a band. The
+    band is a jackknife over epochs; it holds the truth, and narrows with more epochs."""
+    from dmlbench.cli.views.summary import noise_text
+
+    truth, small, big = 200.0, 32, 64
+    g2, trace = 1.0, 200.0  # B_simple = tr(Σ)/|G|²
+    generator = torch.Generator().manual_seed(0)
+
+    def meter(epochs: int, steps: int = 50) -> NoiseScaleMeter:
+        made = NoiseScaleMeter(small, big)
+        for _ in range(epochs):
+            # each step's squared norms: their expectations, with 30% noise around them
+            noise = 1 + 0.3 * torch.randn(2, steps, generator=generator)
+            small_sum = float(((g2 + trace / small) * noise[0]).sum())
+            big_sum = float(((g2 + trace / big) * noise[1]).sum())
+            made.add_epoch([[small_sum, big_sum, float(steps)]])
+        return made
+
+    few, many = meter(4), meter(40)
+    low, high = few.band()
+    assert low < truth < high
+    narrow = many.band()
+    assert narrow[0] < truth < narrow[1] and narrow[1] - narrow[0] < (high - low) / 2
+    assert meter(2).band() is None  # fewer than three epochs: no band
+    said = noise_text({**few.summary(), "steps": 200})
+    assert f"95% band {low:,.0f}–{high:,.0f}" in said and "batch of 64" in said
+    short = noise_text({"b_simple": 2.0, "steps": 20, "small_batch": 32, "big_batch": 64})
+    assert "too few steps to advise" in short and "well" not in short

@@ -160,6 +160,7 @@ INPUT_OPTIONS = {
     "curve",
     "hardware",
     "file",
+    "setup_file",
 }
 # What each command with an output option needs besides it, to reach the check.
 OUTPUT_CALLS = {

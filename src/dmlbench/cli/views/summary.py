@@ -233,20 +233,31 @@ def noise_text(noise: dict[str, Any]) -> str:
     """The summary's noise-scale line: B_simple, what it was measured from, and what it
     says about the batch (McCandlish et al. 2018: steps fall almost in proportion to the
     batch below B_simple; far above it, a larger batch mostly adds epochs)."""
+    from dmlbench.noise import MIN_ADVICE_STEPS
+
     small, big = int(noise["small_batch"]), int(noise["big_batch"])
     source = f"over {noise['steps']:,} steps, from batches of {small} and {big}"
     if noise.get("b_simple") is None:
         return f"not resolved {source}: the gradient is smaller than its noise"
     scale = noise["b_simple"]
-    if big < scale / 2:
+    band = noise.get("band")
+    within = f" (95% band {band[0]:,.0f}–{band[1]:,.0f})" if band else ""
+    if noise["steps"] < MIN_ADVICE_STEPS:
+        return (
+            f"B_simple ≈ {scale:,.0f} {source}: too few steps to advise a batch on "
+            f"(dmlbench does from {MIN_ADVICE_STEPS})"
+        )
+    if band and band[0] <= big <= band[1]:
+        advice = "within the band: near it"
+    elif big < scale / 2:
         advice = "well below it, so a larger batch would still save steps almost in proportion"
     elif big > 2 * scale:
         advice = "well above it, so a larger batch would mostly cost more epochs"
     else:
         advice = "near it"
     return (
-        f"B_simple ≈ {scale:,.0f}, the batch beyond which a larger one mostly costs "
-        f"epochs ({source}); this run's batch of {big} is {advice}"
+        f"B_simple ≈ {scale:,.0f}{within}, the batch beyond which a larger one mostly "
+        f"costs epochs ({source}); this run's batch of {big} is {advice}"
     )
 
 
