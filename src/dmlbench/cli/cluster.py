@@ -178,9 +178,10 @@ def advise_cluster(
 ) -> None:
     """`advise TASK --cluster PROFILE --deadline S | --budget X`: the same model as
     `simulate-cluster` with time to train, a row per node count, and the choice."""
+    from dmlbench.advise.deadline import plan_cluster
     from dmlbench.cli.views.predictions import plan_table
     from dmlbench.errors import SpecError
-    from dmlbench.perfmodel.cluster import plan_cluster, read_curve
+    from dmlbench.perfmodel.cluster import read_curve
     from dmlbench.prices import choose_price
 
     if deadline is None and budget is None:
