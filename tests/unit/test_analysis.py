@@ -659,3 +659,31 @@ def test_a_run_of_another_model_is_titled_with_it() -> None:
     assert "t (model vgg16) · 1 worker" in console.export_text()
     assert section_title(analysis.runs_frame([other])).startswith("t (model vgg16) · ")
     assert section_title(analysis.runs_frame([own, other])).startswith("t · ")  # mixed
+
+
+def test_the_memory_line_says_when_the_tuned_allocators_cache_is_in_the_peak() -> None:
+    """Issue 56, item 2: 233 MiB measured against 114 MiB predicted, and nothing said."""
+    from dmlbench.cli.views.memory import memory_text
+
+    mib = 1 << 20
+    account = {"parameters": 20 * mib, "gradients": 20 * mib, "optimizer_state": 20 * mib}
+
+    def measured(peak: int, allocator: str) -> RunRecord:
+        run = stored_run("a", 1, tta=1.0)
+        summary = RunSummary.model_validate(
+            {
+                "memory_account": {**account, "activations": 40 * mib},
+                "memory_start_bytes": [100 * mib],
+                "training_peak_bytes": [100 * mib + peak],
+                "cpu_allocator": allocator,
+            }
+        )
+        return dataclasses.replace(run, summary=summary)
+
+    high = memory_text(measured(233 * mib, "tuned (glibc keeps freed memory)"))
+    assert "233 MiB per worker" in high and "tuned allocator keeps" in high
+    predicted = re.search(r"predicted (\d+) MiB", high)
+    assert predicted and f"The {233 - int(predicted[1])} MiB above the prediction" in high
+    assert "keeps" not in memory_text(measured(233 * mib, "returning (glibc gives back)"))
+    close = memory_text(measured(int(predicted[1]) * mib, "tuned (glibc keeps freed memory)"))
+    assert "keeps" not in close  # as predicted: nothing to explain
