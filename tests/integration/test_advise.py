@@ -16,7 +16,9 @@ def test_advise_from_a_real_store(tmp_path: Path) -> None:
     inside("run", "synthetic-mlp", "--workers", "1", "--store", store)
     no_bench = inside("advise", "synthetic-mlp", "--store", store, check=False)
     assert no_bench.returncode == 2 and "bench allreduce" in no_bench.stderr
-    inside("run", "synthetic-mlp", "--workers", "2", "--store", store)
+    # 2 epochs of 64 steps: enough for advice on the noise scale (100 steps or more)
+    full = ("--set", "stop_at_target=false", "--set", "recipe.max_epochs=2")
+    inside("run", "synthetic-mlp", "--workers", "2", *full, "--store", store)
     inside(
         "run", "synthetic-mlp", "--workers", "1", "--set", "recipe.local_batch=64", "--store", store
     )
