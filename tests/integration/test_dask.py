@@ -239,7 +239,8 @@ def test_a_worker_dying_mid_fit_is_survived(tmp_path: Path, digits: tuple) -> No
         with pytest.warns(RuntimeWarning) as caught:
             est.fit(x_train, y_train)
         assert any("lost a worker" in str(w.message) for w in caught)
-        assert time.monotonic() - start < 60
+        # a cap against a hang, not a speed: 38 s in CI, 65 s with a third test beside
+        assert time.monotonic() - start < 150
     assert not marker.exists()  # the worker did die
     assert [e["examples"] for e in est.history_] == [len(x_train)] * 2
     assert est.score(x_test, y_test) > 0.8
