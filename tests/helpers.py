@@ -463,3 +463,47 @@ def slurm() -> Iterator[SlurmCluster]:
             yield cluster
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# ------------------------------------------------------------ MLPerf's compliance checker
+
+SEPARATOR = "-" * 30  # between the checker's messages
+
+
+def mlperf_checker(log: Path, ruleset: str, out: Path) -> tuple[bool, list[str]]:
+    """mlperf-logging's compliance checker on ``log``, run as MLPerf runs it (its command,
+    ``--usage training``): whether it passed, and its messages, one per failed rule."""
+    checker = [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training"]
+    done = subprocess.run(
+        [*checker, "--ruleset", ruleset, str(log), "--log_output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    kept = [
+        line.removeprefix("WARNING - ")
+        for line in (done.stdout + done.stderr).splitlines()
+        if not line.startswith(("INFO - ", "ERROR - ", "** "))
+    ]
+    messages = [" ".join(part.split()) for part in "\n".join(kept).split(SEPARATOR)]
+    return done.returncode == 0, [m for m in messages if m]
+
+
+def mlperf_common_messages(log: Path, ruleset: str = "4.1.0") -> list[str]:
+    """The checker's messages on ``log`` against the rules every benchmark shares (its
+    round's ``common.yaml``), for a task that is not one of MLPerf's benchmarks: on the
+    whole path the checker looks for a file of rules named after the benchmark, and
+    stops on a name it does not know. (Its module-level queue of the rule files that
+    ``common.yaml`` asks for next is emptied after.)"""
+    from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser
+
+    rules = Path(mlp_compliance.__file__).parent / f"training_{ruleset}" / "common.yaml"
+    checker = mlp_compliance.make_checker("training", ruleset, False, False)
+    lines, errors = mlp_parser.parse_file(str(log), ruleset=ruleset)
+    try:
+        checker.configured_checks(lines, str(rules))
+    finally:
+        mlp_compliance.enqueued_configs.clear()
+    found = [*checker.overwritable.values(), *checker.not_overwritable]
+    return [str(error) for _, error in errors] + [" ".join(m.split()) for m in found]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import COLUMNS
+from helpers import COLUMNS, mlperf_common_messages
 
 from dmlbench.dask.dampers import GeoDamp
 from dmlbench.dask.simulate import schedule
@@ -77,6 +77,9 @@ def test_a_dask_fit_is_stored_and_compared_beside_a_torch_run(tmp_path: Path) ->
     assert {r["exchange"] for r in json.loads(listed)} == {"dask-centralised", "allreduce"}
     dmlbench("report", "--store", store, "--out", str(tmp_path / "report.html"))
     assert "dask-centralised" in (tmp_path / "report.html").read_text()
+    logs = sorted((tmp_path / "store" / "runs").glob("*/events.log"))
+    assert len(logs) == 2  # the fit's and the torch run's: MLPerf's common rules hold
+    assert [mlperf_common_messages(log) for log in logs] == [[], []]
 
 
 def _epoch_ends(sizes: list[int], n: int) -> list[int]:

@@ -8,13 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import inside
+from helpers import inside, mlperf_checker
 
 from dmlbench.data import imagenet
 from dmlbench.launch import run_benchmark
 from dmlbench.models import build_model
 from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
+from dmlbench.results.compliance import CLOSED_RULES_NOT_MET
 from dmlbench.results.events import EVENTS_FILE, read_events
 from dmlbench.tasks import get_task
 
@@ -39,11 +40,30 @@ def _run(store: ResultsStore, task: str, workers: int, *overrides: str):
 
 
 def test_imagenet_resnet_trains_on_files_decoded_as_it_runs(
-    store: ResultsStore, sample: Path
+    store: ResultsStore, sample: Path, tmp_path: Path
 ) -> None:
+    """... and its log passes MLPerf's compliance checker for ResNet (the last round that
+    had it), in MLPerf's open division; set to closed, it fails exactly the rules
+    dmlbench lists as not met."""
     outcome, row = _run(store, "imagenet-resnet50", 2, f"data_dir={sample}", *QUICK)
     assert outcome.status in ("success", "target_not_reached") and row.steps == 3
-    events = read_events(Path(outcome.run_dir) / EVENTS_FILE)
+    log = Path(outcome.run_dir) / EVENTS_FILE
+    passed, messages = mlperf_checker(log, "3.1.0", tmp_path / "checker.log")
+    assert passed and not messages, messages
+    closed = tmp_path / "closed.log"
+    closed.write_text(
+        log.read_text().replace(
+            '"submission_division", "value": "open"', '"submission_division", "value": "closed"'
+        )
+    )
+    passed, messages = mlperf_checker(closed, "3.1.0", tmp_path / "checker.log")
+    named = {
+        key
+        for key in CLOSED_RULES_NOT_MET
+        if any(f"'{key}'" in m or f" {key} " in m for m in messages)
+    }
+    assert not passed and len(messages) == len(CLOSED_RULES_NOT_MET) == len(named), messages
+    events = read_events(log)
     start = next(e for e in events if e["key"] == "run_start")
     assert (start["metadata"]["train_examples"], start["metadata"]["test_examples"]) == (24, 6)
     assert (

@@ -377,6 +377,32 @@ def test_progress_counts_steps_before_the_first_epoch_ends() -> None:
     assert bar.progress.tasks[0].fields["steps"] == "212/212 steps"
 
 
+def test_progress_shows_the_last_word_and_when_the_run_evaluates() -> None:
+    """The bar shows rank 0's word (loss, tokens or samples a second, MFU, memory) and an
+    evaluating state; an older log's word, with the step only, shows no figures."""
+    import io
+
+    from rich.console import Console
+
+    from dmlbench.cli.views.progress import RunProgress
+
+    bar = RunProgress(Console(file=io.StringIO()), "t")
+    bar([{"key": "run_start", "value": None, "metadata": {"step_limit": 300}}])
+    bar([{"key": "train_progress", "value": 5, "metadata": {"epoch_num": 1}}])
+    assert bar.progress.tasks[0].fields["rate"] == ""
+    word = {"train_loss": 2.3456, "samples_per_s": 812.25, "mfu": 0.123, "memory_bytes": 3 << 20}
+    bar([{"key": "train_progress", "value": 10, "metadata": {"epoch_num": 1, **word}}])
+    fields = bar.progress.tasks[0].fields
+    assert fields["rate"] == "loss 2.346 · 812.2 samples/s · MFU 12.3% · 3 MiB", fields
+    words = {**word, "tokens_per_s": 104_000.0}
+    bar([{"key": "train_progress", "value": 20, "metadata": {"epoch_num": 1, **words}}])
+    assert "104,000 tokens/s" in bar.progress.tasks[0].fields["rate"]
+    assert "samples/s" not in bar.progress.tasks[0].fields["rate"]
+    bar([{"key": "eval_start", "value": None, "metadata": {"epoch_num": 1.0}}])
+    assert bar.progress.tasks[0].fields["status"] == "evaluating"
+    bar.progress.console.print(bar.progress.get_renderable())  # every column finds its fields
+
+
 def test_progress_clock_runs_from_run_start_to_run_stop() -> None:
     """The bar's time is the run's: not start-up, and not frozen at the last step while
     the final evaluation runs (a 2:07 bar beside a 169.4 s summary)."""

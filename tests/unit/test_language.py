@@ -470,6 +470,39 @@ def test_predicted_memory_by_strategy() -> None:
     assert full["total"] == (100 + 200) / 4 + 150 + 30 + 2 * 10
     kept = predicted_bytes(account, "fsdp", 4, {"reshard_after_forward": False})
     assert kept["gathered"] == 100 and kept["total"] > full["total"]
+    # backward starts with two gradients the size of the output: the loss's, the softmax's
+    logits = MemoryAccount(**{**account.__dict__, "outputs": 40})
+    assert predicted_bytes(logits, "zero1", 4)["first_gradients"] == 80
+    assert predicted_bytes(logits, "zero1", 4)["total"] == zero["total"] + 80
+    assert predicted_bytes(logits, "fsdp", 4)["total"] == full["total"] + 80
+    moved = predicted_bytes(logits, "ddp", 4)  # A + 2L = 230 > G + T = 200: now backward
+    assert (moved["at"], moved["total"]) == (1.0, 100 + 200 + 100 + 230)
+
+
+def test_a_step_counted_on_the_meta_device_gives_its_output_bytes() -> None:
+    """The language model's logits, batch × tokens × vocabulary floats: the size of
+    backward's first gradients."""
+    from dmlbench.models import build_model
+    from dmlbench.models.losses import LOSSES
+    from dmlbench.spec.recipe import ModelSpec
+    from dmlbench.train.measures import count_step_flops
+
+    spec = ModelSpec(name="gpt", options={"width": 32, "depth": 1, "heads": 2})
+    x = torch.randint(0, 64, (3, 16))
+    counted = count_step_flops(
+        lambda: build_model(spec, (16,), 64),
+        x,
+        x,
+        LOSSES["next_token"][0],
+        torch.device("cpu"),
+        "fp32",
+    )
+    assert counted.output_bytes == 3 * 16 * 64 * 4
+    assert counted.flops > 0 and counted.kept_bytes > counted.output_bytes
+    account = counted.memory_account(
+        build_model(spec, (16,), 64), torch.optim.SGD([torch.zeros(1)])
+    )
+    assert account["outputs"] == counted.output_bytes
 
 
 def test_the_peak_of_the_steps_restarts_without_evaluation() -> None:

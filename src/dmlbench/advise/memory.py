@@ -116,8 +116,13 @@ def advise_memory(
     latest = accounted[-1]
     batch = local_batch or latest.local_batch
     base = MemoryAccount.from_summary(latest.summary.memory_account or {})
+    scale = batch / latest.local_batch  # what one worker's batch makes grows with it
     account = MemoryAccount(
-        **{**base.__dict__, "activations": base.activations * batch / latest.local_batch}
+        **{
+            **base.__dict__,
+            "activations": base.activations * scale,
+            "outputs": base.outputs * scale,
+        }
     )
     fits = []
     for name, exchange, options in STRATEGIES:

@@ -4,21 +4,24 @@ The accounting (made by every run: see the trainer's ``memory_account``) is the 
 model's parameters ``P``, gradients ``G`` and optimizer state ``O`` in bytes, the
 activations autograd keeps for backward of one worker's batch ``A``, the temporaries
 the optimizer's step allocates ``T`` (torch's foreach Adam and AdamW: one
-parameter-sized tensor per parameter, the second moment's square root), and the largest
-FSDP unit's parameters ``U`` with the parameters that stay with the root ``R``.
+parameter-sized tensor per parameter, the second moment's square root), the model's
+output for one worker's batch ``L`` (its logits), and the largest FSDP unit's
+parameters ``U`` with the parameters that stay with the root ``R``.
 
-A worker's memory peaks either at the start of backward (every activation kept) or
-during the optimizer's step (every gradient there, activations freed). With ``N``
-workers it holds throughout (``held``), and adds at each of the two moments:
+A worker's memory peaks either at the start of backward (every activation kept, and
+backward's first two gradients, the loss's with respect to the log-probabilities and
+the softmax's with respect to the logits: ``2L``, which a language model's vocabulary
+makes large) or during the optimizer's step (every gradient there, activations freed).
+With ``N`` workers it holds throughout (``held``), and adds at each of the two moments:
 
 ==================  ===================================  ===========  ================
 exchange            held                                 backward     optimizer step
 ==================  ===================================  ===========  ================
-``allreduce``       P + O + G (the flat gradient buffer)  A            T
-``ddp``             P + O + G (DDP's buckets)             A            G + T
-``zero1``           P + O/N + G (DDP's buckets)           A            G + T/N
-``fsdp``            (P + O)/N                             A + R + 2U   G/N + T/N
-``fsdp``, kept      (P + O)/N                             A + P        G/N + T/N
+``allreduce``       P + O + G (the flat gradient buffer)  A + 2L       T
+``ddp``             P + O + G (DDP's buckets)             A + 2L       G + T
+``zero1``           P + O/N + G (DDP's buckets)           A + 2L       G + T/N
+``fsdp``            (P + O)/N                             A+2L+R+2U    G/N + T/N
+``fsdp``, kept      (P + O)/N                             A + 2L + P   G/N + T/N
 ==================  ===================================  ===========  ================
 
 (``fsdp``: the root's parameters stay gathered for the whole forward, one unit is
@@ -46,6 +49,7 @@ class MemoryAccount:
     optimizer_state: float
     activations: float  # kept for backward, for one worker's batch
     optimizer_temporaries: float = 0.0  # allocated within the optimizer's step
+    outputs: float = 0.0  # the model's output for one worker's batch (0: not counted)
     largest_unit: float = 0.0  # parameters of FSDP's largest unit
     root: float = 0.0  # parameters FSDP keeps with the root module
 
@@ -71,6 +75,7 @@ def predicted_bytes(
         held = {"parameters": p / n, "optimizer_state": o / n}
         backward = {
             "activations": a,
+            "first_gradients": 2 * account.outputs,
             "gathered": p if kept else account.root + 2 * account.largest_unit,
         }
         step = {"gradients": g / n, "optimizer_temporaries": t / n}
@@ -80,7 +85,7 @@ def predicted_bytes(
             "optimizer_state": o / n if exchange == "zero1" else o,
             "buckets" if exchange in ("ddp", "zero1") else "gradients": g,
         }
-        backward = {"activations": a}
+        backward = {"activations": a, "first_gradients": 2 * account.outputs}
         step = {"optimizer_temporaries": t / n if exchange == "zero1" else t}
         if exchange in ("ddp", "zero1"):
             step["gradients"] = g

@@ -2,9 +2,12 @@
 tools read: ``:::MLLOG {"namespace": "", "time_ms": ..., "event_type": ..., "key": ...,
 "value": ..., "metadata": {...}}``, one line per event.
 
-Keys written: ``init_start``, ``init_stop``, ``run_start``, ``train_progress``,
-``epoch_stop`` (per-rank phase seconds), ``eval_accuracy`` (with ``epoch_num``,
-``samples_count``...), ``run_stop`` (status and totals). ``time_ms`` keeps microseconds
+Keys written: ``cache_clear``, ``init_start``, the submission's keys MLPerf's checker
+asks for (:mod:`dmlbench.results.compliance`), ``init_stop``, ``run_start``,
+``epoch_start``, ``train_progress`` (rank 0's word: see :mod:`dmlbench.train.progress`),
+``epoch_stop`` (per-rank phase seconds), ``eval_start``, ``eval_stop``,
+``eval_accuracy`` (with ``epoch_num``, ``samples_count``...), ``run_stop`` (status and
+totals). ``time_ms`` keeps microseconds
 (a fraction of a millisecond). Each line is flushed when written, so a crash loses at
 most the line being written, and readers skip a torn last line.
 

@@ -58,6 +58,9 @@ class TaskDefinition:
     num_outputs: int | None = None
     augmentation: str = "pad 4 + random 32×32 crop, horizontal flip"
     """What ``recipe.augment`` does to this task's images, in words (``dmlbench tasks``)."""
+    mlperf_benchmark: str | None = None
+    """MLPerf Training's name of this benchmark (``resnet``), where the task is one of its
+    benchmarks; a run's log names it as ``submission_benchmark`` (else the task's name)."""
 
     def synthetic(self) -> Dataset:
         """The task's shapes and counts, no images: see ``synthetic_data``."""

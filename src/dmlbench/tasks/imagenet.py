@@ -84,5 +84,6 @@ register_task(
         augmentation="random-resized crop to 224² (8–100% of the area, aspect 3/4–4/3) + "
         "horizontal flip; evaluation: shorter side 256, centre 224² crop",
         num_outputs=imagenet.NUM_CLASSES,
+        mlperf_benchmark="resnet",
     )
 )

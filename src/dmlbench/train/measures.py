@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -119,6 +120,39 @@ class RunMeasures:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class StepCount:
+    """One worker's training step as counted on the meta device."""
+
+    flops: int = 0  # of one forward and backward
+    kept_bytes: int = 0  # what forward keeps for backward
+    output_bytes: int = 0  # the model's output (backward's first gradients are its size)
+
+    def memory_account(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        """The model's memory accounting in whole-model bytes (see perfmodel.memory)."""
+        params = list(model.parameters())
+        whole = float(sum(p.numel() * p.element_size() for p in params))
+        units = [
+            float(sum(p.numel() * p.element_size() for p in unit.parameters()))
+            for unit in shard_units(model)
+        ]
+        slots = state_slots(optimizer)
+        return {
+            "parameters": whole,
+            "gradients": float(
+                sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+            ),
+            "optimizer_state": slots * whole,
+            # foreach Adam and AdamW take the second moment's square root: one
+            # parameter-sized tensor a parameter, for the step's length
+            "optimizer_temporaries": whole if slots >= 2 else 0.0,
+            "activations": float(self.kept_bytes),
+            "outputs": float(self.output_bytes),
+            "largest_unit": max(units, default=0.0),
+            "root": whole - sum(units),
+        }
+
+
 def count_step_flops(
     replica: Callable[[], nn.Module],
     x: torch.Tensor,
@@ -126,55 +160,32 @@ def count_step_flops(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     device: torch.device,
     precision: str,
-) -> tuple[int, int]:
-    """FLOPs of one forward and backward of the batch ``x, y``, and the bytes its forward
-    keeps for backward, counted on a ``replica()`` of the model made on the meta device:
-    no memory (the run's peak memory is its own), no collectives (a sharded model's
-    would be)."""
+) -> StepCount:
+    """FLOPs of one forward and backward of the batch ``x, y``, the bytes its forward
+    keeps for backward and those of the model's output, counted on a ``replica()`` of
+    the model made on the meta device: no memory (the run's peak memory is its own), no
+    collectives (a sharded model's would be)."""
     x, y = x.to("meta"), y.to("meta")
     with forked_rng(device), torch.device("meta"):
         shadow = replica()
     dtype = None if precision == "fp32" else torch.bfloat16
-    kept = 0
+    kept = output = 0
 
     def forward(model: nn.Module) -> torch.Tensor:
-        nonlocal kept
+        nonlocal kept, output
         with SavedForBackward(model) as saved:
-            loss = loss_fn(model(x), y).mean()
-        kept = saved.bytes
+            out = model(x)
+            loss = loss_fn(out, y).mean()
+        kept, output = saved.bytes, out.numel() * out.element_size()
         return loss
 
     # backward too: activation checkpointing recomputes forward there, as it ran
     with AsOnDevice(device.type, dtype):
         flops = step_flops(shadow, forward, device)
-    return flops, kept
+    return StepCount(flops, kept, output)
 
 
 def cpu_samples(ranks: list[list[float]]) -> list[dict[str, float | None]]:
     """Each rank's contention clocks by name; a clock the machine does not have is None."""
     samples = [dict(zip(CONTENTION_FIELDS, rank, strict=True)) for rank in ranks]
     return [{k: None if math.isnan(v) else v for k, v in sample.items()} for sample in samples]
-
-
-def memory_account(
-    model: nn.Module, optimizer: torch.optim.Optimizer, activation_bytes: int
-) -> dict[str, float]:
-    """The model's memory accounting in whole-model bytes (see perfmodel.memory)."""
-    params = list(model.parameters())
-    whole = float(sum(p.numel() * p.element_size() for p in params))
-    units = [
-        float(sum(p.numel() * p.element_size() for p in unit.parameters()))
-        for unit in shard_units(model)
-    ]
-    slots = state_slots(optimizer)
-    return {
-        "parameters": whole,
-        "gradients": float(sum(p.numel() * p.element_size() for p in params if p.requires_grad)),
-        "optimizer_state": slots * whole,
-        # foreach Adam and AdamW take the second moment's square root: one
-        # parameter-sized tensor a parameter, for the step's length
-        "optimizer_temporaries": whole if slots >= 2 else 0.0,
-        "activations": float(activation_bytes),
-        "largest_unit": max(units, default=0.0),
-        "root": whole - sum(units),
-    }

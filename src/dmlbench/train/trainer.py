@@ -46,10 +46,9 @@ from dmlbench.train.hardware import (
     to_channels_last,
     tune_allocator,
 )
-from dmlbench.train.measures import RunMeasures, count_step_flops, cpu_samples, memory_account
+from dmlbench.train.measures import RunMeasures, StepCount, count_step_flops, cpu_samples
+from dmlbench.train.progress import ProgressMeter
 from dmlbench.train.timers import PhaseTimer
-
-PROGRESS_EVERY_S = 2.0
 
 
 class Trainer:
@@ -65,7 +64,7 @@ class Trainer:
         self.events = events or EventLog(None)
         self.device = ctx.device
         self.measures = RunMeasures(self.device)  # before the model exists
-        self.activation_bytes = 0  # kept for backward by one step's forward (counted)
+        self.counted = StepCount()  # one step on the meta device: FLOPs, bytes kept
         self.allocator = tune_allocator(spec.cpu_allocator)  # the trainer owns its process
         torch.manual_seed(spec.seed)  # same initial weights on every rank
         self.model = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
@@ -144,10 +143,9 @@ class Trainer:
         mode, batch, workers = self.spec.noise_scale, self.spec.local_batch, self.ctx.world_size
         if mode is False or not self.exchange.exact or self.exchange.sharded:
             return None
-        if workers == 1 and mode == "auto":
+        # synthetic data: one fixed random batch a worker, no noise of the data to measure
+        if (workers == 1 and mode == "auto") or self.spec.synthetic_data:
             return None
-        if self.spec.synthetic_data:
-            return None  # one fixed random batch a worker: no noise of the data to measure
         examples = len(self.data.train_x)  # an epoch draws batches without replacement
         if workers == 1:
             return NoiseScaleMeter(batch // 2, batch, population=examples)
@@ -274,10 +272,10 @@ class Trainer:
             )
             return to_channels_last(model) if self.channels_last else model
 
-        flops, self.activation_bytes = count_step_flops(
+        self.counted = count_step_flops(
             replica, x, y, self.loss_fn, self.device, self.spec.recipe.precision
         )
-        return flops * (2 if self.split_batch else 1)
+        return self.counted.flops * (2 if self.split_batch else 1)
 
     def _compile(self) -> float:
         """``torch.compile`` the model and compile it with one forward and backward, before
@@ -316,6 +314,8 @@ class Trainer:
             self.device, torch.get_num_threads(), spec.recipe.precision, spec.peak_tflops
         )
         compile_s = self._compile() if spec.compile else None
+        tokens = self.data.input_shape[0] if self.task.loss == "next_token" else None
+        self.progress = ProgressMeter(self.device, sharding.global_batch, tokens, flops, peak)
         self.events.log(
             "run_start",
             world_size=self.ctx.world_size,
@@ -325,9 +325,7 @@ class Trainer:
             step_limit=self.step_limit(),
             target=spec.recipe.target,
             goal=spec.recipe.goal,
-            tokens_per_sample=(
-                self.data.input_shape[0] if self.task.loss == "next_token" else None
-            ),
+            tokens_per_sample=tokens,
             train_examples=len(self.data.train_x),
             test_examples=len(self.data.test_x),
             threads_per_worker=torch.get_num_threads(),
@@ -350,12 +348,14 @@ class Trainer:
         if self.ctx.world_size > 1:
             dist.barrier()
         self.measures.start_clock()
+        self.progress.restart(self.step)
         reason: str | None = None
         best = tta = tta_compute = None
         epoch = 0
         previous = [0.0] * len(ALL_PHASES)
         while reason is None:
             first_step = self.step
+            self.events.log("epoch_start", epoch_num=epoch + 1)
             reason = self._train_epoch(epoch)
             epoch += 1
             previous = self._log_epoch(epoch, self.step - first_step, previous)
@@ -365,6 +365,7 @@ class Trainer:
                 continue  # random images: nothing to evaluate
             if epoch % spec.eval_every_epochs == 0 or reason is not None:
                 metrics, elapsed, compute_elapsed = self._evaluate_and_log()
+                self.progress.restart(self.step)
                 accuracy = metrics["accuracy"]
                 best = accuracy if best is None else max(best, accuracy)
                 if tta is None and spec.recipe.reached(accuracy, metrics["loss"]):
@@ -383,8 +384,7 @@ class Trainer:
 
     def _run_steps(self, rows: torch.Tensor, epoch: int) -> str | None:
         budget, limit = self.spec.recipe.time_budget_s, self.step_limit()
-        last_progress = time.perf_counter()
-        for row in rows:
+        for done, row in enumerate(rows, 1):
             vote = None
             if budget is not None and self.step % self.exchange.vote_every == 0:
                 vote = self.measures.elapsed() >= budget
@@ -392,20 +392,23 @@ class Trainer:
                 return "time_budget"
             if self.step >= limit:
                 return "max_steps" if limit == self.spec.max_steps else "max_epochs"
-            if self.ctx.is_main and time.perf_counter() - last_progress > PROGRESS_EVERY_S:
-                last_progress = time.perf_counter()
-                self.events.log("train_progress", self.step, epoch_num=epoch + 1)
+            if self.ctx.is_main and self.progress.due():
+                word = self.progress.word(self.step, self._loss_sum, done)
+                self.events.log("train_progress", self.step, epoch_num=epoch + 1, **word)
         return None
 
     def _evaluate_and_log(self) -> tuple[dict[str, float], float, float]:
         """Evaluate; log ``eval_accuracy``; return (metrics, elapsed, elapsed without eval)."""
+        epoch_num = round(self.step / self.sharding.steps_per_epoch, 4)
+        self.events.log("eval_start", epoch_num=epoch_num)
         metrics = self.evaluate()
+        self.events.log("eval_stop", epoch_num=epoch_num)
         elapsed = self.measures.elapsed()
         compute_elapsed = elapsed - self.timer.seconds["eval"]
         self.events.log(
             "eval_accuracy",
             metrics["accuracy"],
-            epoch_num=round(self.step / self.sharding.steps_per_epoch, 4),
+            epoch_num=epoch_num,
             step=self.step,
             samples_count=self.step * self.sharding.global_batch,
             eval_loss=metrics["loss"],
@@ -432,6 +435,7 @@ class Trainer:
         self.events.log(
             "epoch_stop",
             epoch,
+            epoch_num=epoch,
             step=self.step,
             train_loss=losses / max(1.0, sum(rank["steps"] for rank in ranks)),
             phases=[dict(zip(ALL_PHASES, rank["phases"], strict=True)) for rank in ranks],
@@ -488,7 +492,7 @@ class Trainer:
         mine = self.measures.memory_of_this_rank(self.model, self.optimizer)
         ranks = all_gather_named(mine, self.device)
         return {
-            "memory_account": memory_account(self.model, self.optimizer, self.activation_bytes),
+            "memory_account": self.counted.memory_account(self.model, self.optimizer),
             "memory_start_bytes": [rank["start"] for rank in ranks],
             "training_peak_bytes": [rank["training_peak"] for rank in ranks],  # steps only
             "parameter_bytes_local": [rank["parameters"] for rank in ranks],

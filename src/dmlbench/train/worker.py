@@ -6,17 +6,25 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from dmlbench.listeners import NODE_ADDRESS_ENV
+from dmlbench.resolve import deviations
+from dmlbench.results.compliance import Submission, log_cache_clear, platform
+from dmlbench.results.environment import cpu_model
 from dmlbench.results.events import EVENTS_FILE, EventLog
 from dmlbench.spec import RunSpec
 from dmlbench.tasks import get_task, import_plugins
 from dmlbench.train.agreement import agree
 from dmlbench.train.context import DistContext
 from dmlbench.train.trainer import Trainer
+
+if TYPE_CHECKING:
+    from dmlbench.data import Dataset
+    from dmlbench.tasks.base import TaskDefinition
 
 MODEL_FILE = "model.pt"
 AGREEMENT_TIMEOUT_S = 120.0
@@ -35,6 +43,22 @@ def _lost_a_peer(error: BaseException) -> bool:
     )
 
 
+def _submission(spec: RunSpec, task: TaskDefinition, data: Dataset, trainer: Trainer) -> Submission:
+    """What the run's log says of it for MLPerf's compliance checker."""
+    device = trainer.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    return Submission(
+        benchmark=task.mlperf_benchmark or task.name,
+        platform=platform(trainer.ctx.nodes, name),
+        division="open" if deviations(spec) else "closed",
+        seed=spec.seed,
+        global_batch=trainer.sharding.global_batch,
+        optimizer=spec.recipe.optimizer.name,
+        train_samples=len(data.train_x),
+        eval_samples=len(data.test_x),
+    )
+
+
 @record
 def run_worker(spec_json: str, run_dir: str) -> None:
     """Load data, train, and (rank 0) log events and save weights; always leave the group."""
@@ -50,6 +74,7 @@ def run_worker(spec_json: str, run_dir: str) -> None:
             views = agree(json.loads(spec_json), store, address, AGREEMENT_TIMEOUT_S)
             hosts = [view["address"] for view in views]
         task = get_task(spec.task)
+        log_cache_clear(events)
         events.log(
             "init_start",
             rank_count=ctx.world_size,
@@ -63,6 +88,7 @@ def run_worker(spec_json: str, run_dir: str) -> None:
         if spec.validation_split:
             data = data.hold_out(spec.validation_split)
         trainer = Trainer(spec, task, data, ctx, events)
+        _submission(spec, task, data, trainer).log(events)
         events.log("init_stop")
         try:
             trainer.train()

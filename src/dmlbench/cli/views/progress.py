@@ -6,9 +6,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
 
-from dmlbench.report.formats import (
-    percent,
-)
+from dmlbench.report.formats import human_bytes, percent
 from dmlbench.results.events import Event
 
 
@@ -34,13 +32,14 @@ class RunProgress:
             TextColumn("{task.description}"),
             BarColumn(),
             TextColumn("{task.fields[steps]}"),  # done/limit: a short run moves here too
+            TextColumn("{task.fields[rate]}"),  # rank 0's last word: loss, speed, memory
             TextColumn("{task.fields[status]}"),
             RunClock(),
             console=console,
             transient=False,
         )
         self.bar = self.progress.add_task(
-            title, total=None, status="preparing data, starting workers", steps=""
+            title, total=None, status="preparing data, starting workers", steps="", rate=""
         )
         self.best: float | None = None
         self.limit: int | None = None
@@ -64,11 +63,16 @@ class RunProgress:
             if key == "init_start":
                 self.progress.update(self.bar, status="loading data")
             elif key == "run_start":  # the run's clock starts: the bar's too, so they agree
-                self.progress.reset(self.bar, total=meta["step_limit"], status="training", steps="")
+                self.progress.reset(
+                    self.bar, total=meta["step_limit"], status="training", steps="", rate=""
+                )
                 self.by_loss = meta.get("goal") == "loss"
                 self._steps(0, meta["step_limit"])
             elif key == "train_progress":
                 self._steps(event["value"])
+                self.progress.update(self.bar, rate=rate(meta))
+            elif key == "eval_start":
+                self.progress.update(self.bar, status="evaluating")
             elif key == "epoch_stop":
                 self._steps(meta["step"])
             elif key == "eval_accuracy":
@@ -83,3 +87,20 @@ class RunProgress:
             elif key == "run_stop":
                 self._steps(meta["steps"], meta["steps"])
                 self.progress.stop_task(self.bar)
+
+
+def rate(word: dict) -> str:
+    """A ``train_progress`` word in a few fields: loss, samples (or tokens) a second,
+    MFU, memory; a field a word lacks (a log from before they were said) is left out."""
+    parts = []
+    if isinstance(loss := word.get("train_loss"), float):
+        parts.append(f"loss {loss:.3f}")
+    if isinstance(tokens := word.get("tokens_per_s"), float):
+        parts.append(f"{tokens:,.0f} tokens/s")
+    elif isinstance(samples := word.get("samples_per_s"), float):
+        parts.append(f"{samples:,.1f} samples/s")
+    if isinstance(mfu := word.get("mfu"), float):
+        parts.append(f"MFU {percent(mfu)}")
+    if isinstance(memory := word.get("memory_bytes"), int):
+        parts.append(human_bytes(memory))
+    return " · ".join(parts)
