@@ -4,6 +4,7 @@ trained on two workers, judged by its validation loss."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -91,15 +92,26 @@ def test_sharded_strategies_reach_ddps_weights(store: ResultsStore, kjv: Path) -
 
 @pytest.mark.multiprocess
 def test_advise_says_which_strategy_fits_a_memory_budget(store: ResultsStore) -> None:
+    """Predicted memory decides at a worker count no run measured; where runs measured
+    a strategy, the larger of predicted and measured does."""
     quick = ["synthetic_data=true", "max_steps=4", "warmup_steps_excluded=1"]
-    run_benchmark(resolve_spec("kjv-gpt", workers=1, overrides=quick), store, echo=False)
+    spec = resolve_spec("kjv-gpt", workers=1, exchange="ddp", overrides=quick)
+    run_benchmark(spec, store, echo=False)
 
-    def advise(budget: str) -> dict:
-        command = ["advise", "kjv-gpt", "--memory-per-worker", budget, "--workers", "4"]
+    def advise(budget: str, workers: str = "4") -> dict:
+        command = ["advise", "kjv-gpt", "--memory-per-worker", budget, "--workers", workers]
         return json.loads(inside(*command, "--json", "--store", str(store.root)).stdout)
+
+    alone = advise("1TiB", "1")["strategies"]
+    measured = alone[0]["measured_bytes"]  # ddp at 1 worker: the run above
+    assert measured > 0 and [s["measured_bytes"] for s in alone[1:]] == [None] * 3
+    needs = math.ceil(max(measured, alone[0]["predicted_bytes"]))
+    assert advise(str(needs), "1")["strategies"][0]["fits"]
+    assert not advise(str(needs - 1), "1")["strategies"][0]["fits"]
 
     roomy = advise("1TiB")
     assert roomy["choice"] == "ddp" and all(s["fits"] for s in roomy["strategies"])
+    assert all(s["measured_bytes"] is None for s in roomy["strategies"])  # none at 4
     sizes = {s["strategy"]: s["predicted_bytes"] for s in roomy["strategies"]}
     assert sizes["fsdp"] < sizes["zero1"] < sizes["ddp"]  # sharding saves memory
     tight = advise(str(int(sizes["fsdp"]) + 1))

@@ -3,8 +3,10 @@
 The NERSC guide's decision: if the model fits a worker, plain data parallelism; if not,
 shard it. Here "fits" is :mod:`dmlbench.perfmodel.memory`'s prediction from the
 accounting of the task's latest stored run, with the activations scaled to the local
-batch planned; the cost is the median steady step time of the task's stored runs of
-each strategy at the planned worker count (undisturbed ones first), where there are any.
+batch planned, or, where the task's stored runs of a strategy at the planned worker
+count and batch measured more (the tuned allocator keeps freed blocks, and the
+prediction leaves the runtime's own buffers out), the most they measured; the cost is
+the median steady step time of those runs (undisturbed ones first), where there are any.
 Strategies are tried in the order of their communication: DDP (an all-reduce a step),
 ZeRO-1 (and the updated parameters broadcast), FSDP keeping gathered parameters (an
 all-gather and a reduce-scatter a unit), FSDP (an all-gather more).
@@ -60,9 +62,15 @@ class StrategyFit:
     exchange: str
     options: dict[str, Any]
     predicted: dict[str, float]
-    fits: bool
+    measured: int | None  # the most the task's runs at the worker count and batch measured
+    fits: bool  # the larger of predicted and measured is within the budget
     step_s: float | None  # measured, median over the task's runs at the worker count
     runs: int
+
+    @property
+    def needs(self) -> float:
+        """What a worker needs: the larger of predicted and measured."""
+        return max(self.predicted["total"], self.measured or 0)
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class MemoryAdvice:
                     "exchange": f.exchange,
                     "exchange_options": f.options,
                     "predicted_bytes": f.predicted["total"],
+                    "measured_bytes": f.measured,
                     "fits": f.fits,
                     "step_s": f.step_s,
                     "runs": f.runs,
@@ -139,9 +148,18 @@ def advise_memory(
         ]
         quiet = [r for r in mine if not r.disturbed] or mine
         step = statistics.median(r.summary.step_time_s or 0.0 for r in quiet) if quiet else None
+        measured = [size for r in mine if (size := r.measured_memory) is not None]
+        most = max(measured) if measured else None
         fits.append(
             StrategyFit(
-                name, exchange, options, predicted, predicted["total"] <= budget, step, len(quiet)
+                name,
+                exchange,
+                options,
+                predicted,
+                most,
+                max(predicted["total"], most or 0) <= budget,
+                step,
+                len(quiet),
             )
         )
     return MemoryAdvice(task, workers, batch, budget, account, latest.run_id, fits)

@@ -275,6 +275,16 @@ class RunRecord(_Stored):
         return f"{self.task} (model {model.get('name')})"
 
     @property
+    def measured_memory(self) -> int | None:
+        """A worker's memory in training steps as measured: its peak less its memory when
+        the trainer started, the most of any worker; None where not measured."""
+        peaks = self.summary.training_peak_bytes or []
+        starts = self.summary.memory_start_bytes or []
+        if not peaks or len(peaks) != len(starts):
+            return None
+        return int(max(peak - start for peak, start in zip(peaks, starts, strict=True)))
+
+    @property
     def best(self) -> float | None:
         """Its best evaluation in its goal's terms: the lowest test loss for a loss goal,
         the highest accuracy otherwise."""

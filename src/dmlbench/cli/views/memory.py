@@ -22,12 +22,9 @@ CACHE_NOTED = 0.15
 def memory_text(run: RunRecord) -> str:
     """Measured (peak less start, the most of any worker) against predicted memory."""
     summary = run.summary
-    account = summary.memory_account
-    peaks = summary.training_peak_bytes or []
-    starts = summary.memory_start_bytes
-    if not account or not starts or len(peaks) != len(starts):
+    account, measured = summary.memory_account, run.measured_memory
+    if not account or measured is None:
         return ""
-    measured = max(peak - start for peak, start in zip(peaks, starts, strict=True))
     parts = predicted_bytes(
         MemoryAccount.from_summary(account),
         run.exchange,
@@ -68,10 +65,9 @@ def memory_advice_table(advice: Any) -> Group:
         ),
         title_justify="left",
     )
-    for column in ("strategy", "exchange", "memory a worker", "fits", "step (measured)"):
-        table.add_column(
-            column, justify="right" if column.startswith(("memory", "step")) else "left"
-        )
+    columns = ("strategy", "exchange", "predicted", "measured", "fits", "step (measured)")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("strategy", "exchange") else "right")
     for fit in advice.fits:
         step = f"{seconds(fit.step_s, unit=True)} ({fit.runs} runs)" if fit.step_s else "—"
         options = ", ".join(f"{k}={v}".lower() for k, v in fit.options.items())
@@ -79,6 +75,7 @@ def memory_advice_table(advice: Any) -> Group:
             fit.name,
             escape(fit.exchange + (f" ({options})" if options else "")),
             human_bytes(fit.predicted["total"]),
+            human_bytes(fit.measured) if fit.measured is not None else "—",
             "yes" if fit.fits else "[red]no[/red]",
             step,
         )
@@ -96,7 +93,7 @@ def memory_advice_table(advice: Any) -> Group:
         if choice.step_s and ddp.step_s:
             cost = f", {choice.step_s / ddp.step_s:.2f}× DDP's measured step time"
         verdict = (
-            f"DDP needs {human_bytes(ddp.predicted['total'])}: shard with {choice.name} "
+            f"DDP needs {human_bytes(ddp.needs)}: shard with {choice.name} "
             f"(--exchange {choice.exchange}"
             + (" --set 'exchange_options={reshard_after_forward: false}'" if choice.options else "")
             + f"){cost}."
@@ -106,8 +103,10 @@ def memory_advice_table(advice: Any) -> Group:
         f"Predicted from run {advice.source}'s accounting: parameters {human_bytes(a.parameters)}, "
         f"gradients {human_bytes(a.gradients)}, optimizer state {human_bytes(a.optimizer_state)} "
         f"(+{human_bytes(a.optimizer_temporaries)} in its step), activations "
-        f"{human_bytes(a.activations)} at local batch {advice.local_batch}; see "
-        "docs/memory.md for the formulas. Step times: the task's stored runs at this worker "
-        "count and batch."
+        f"{human_bytes(a.activations)} and output {human_bytes(a.outputs)} (backward starts "
+        f"with two gradients its size) at local batch {advice.local_batch}; see "
+        "docs/memory.md for the formulas. Measured memory (peak less start, the most of a "
+        "run's workers) and step times: the task's stored runs at this worker count and "
+        "batch; a strategy fits when the larger of predicted and measured does."
     )
     return Group(table, Text(verdict), source)

@@ -1,0 +1,109 @@
+"""Predicted against measured memory on every task's default configuration: DDP, ZeRO-1
+and FSDP at 2 workers.
+
+    python benchmarks/memory_tasks.py                       # every task
+    python benchmarks/memory_tasks.py --tasks kjv-gpt,digits-mlp
+
+Each run is the task's reference recipe (its model, local batch and optimizer) with
+``cpu_allocator=returning`` (glibc gives back every block over 128 KiB when freed, so
+resident memory follows the live tensors), synthetic batches where the task has an
+input shape (DLBS's mode: no data to read, no evaluation) and its own data otherwise,
+5 steps. Measured: a worker's peak anonymous resident memory in training steps less its
+resident memory when the trainer started, the most of any worker. Predicted: what
+:mod:`dmlbench.perfmodel.memory` makes of the run's own accounting. A task whose data is
+not on this machine is listed as skipped. Results go to
+``benchmarks/results/memory/tasks.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
+from dmlbench.results import ResultsStore
+from dmlbench.tasks import all_tasks, get_task
+
+OUT = Path(__file__).parent / "results" / "memory"
+EXCHANGES = ("ddp", "zero1", "fsdp")
+WORKERS = 2
+STEPS = ["max_steps=5", "warmup_steps_excluded=2", "cpu_allocator=returning"]
+MIB = 1 << 20
+
+
+def run(store: Path, task: str, exchange: str) -> dict:
+    synthetic = get_task(task).input_shape is not None
+    command = [sys.executable, "-m", "dmlbench", "run", task, "--workers", str(WORKERS)]
+    command += ["--exchange", exchange, "--store", str(store), "--quiet"]
+    for override in [*STEPS, f"synthetic_data={str(synthetic).lower()}"]:
+        command += ["--set", override]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    newest = ResultsStore(store).runs()[-1]
+    if newest.spec.get("task") != task or newest.status == "failed" or done.returncode > 1:
+        return {"task": task, "exchange": exchange, "skipped": done.stderr.strip()[-300:]}
+    summary = newest.summary
+    measured = max(
+        peak - start
+        for peak, start in zip(summary.training_peak_bytes, summary.memory_start_bytes, strict=True)
+    )
+    account = MemoryAccount.from_summary(summary.memory_account)
+    predicted = predicted_bytes(account, exchange, WORKERS)
+    return {
+        "task": task,
+        "exchange": exchange,
+        "local_batch": newest.local_batch,
+        "synthetic": synthetic,
+        "measured_mib": measured / MIB,
+        "predicted_mib": predicted["total"] / MIB,
+        "error": measured / predicted["total"] - 1,
+        "at": "backward" if predicted["at"] else "optimizer step",
+        "first_gradients_mib": predicted.get("first_gradients", 0.0) / MIB,
+        "account_mib": {k: v / MIB for k, v in summary.memory_account.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", default="")
+    args = parser.parse_args()
+    names = (
+        args.tasks.split(",")
+        if args.tasks
+        else [t.name for t in all_tasks() if not t.builtin_for_tests]
+    )
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for task in names:
+            for exchange in EXCHANGES:
+                row = run(Path(folder) / "store", task, exchange)
+                rows.append(row)
+                if "skipped" in row:
+                    print(f"{task:<18} {exchange:<6} skipped: {row['skipped'][-120:]}")
+                    break
+                print(
+                    f"{task:<18} {exchange:<6} measured {row['measured_mib']:8.1f} MiB, "
+                    f"predicted {row['predicted_mib']:8.1f} MiB ({row['error']:+.1%}) at "
+                    f"{row['at']}; first gradients {row['first_gradients_mib']:.1f} MiB",
+                    flush=True,
+                )
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = {
+        "command": "python benchmarks/memory_tasks.py"
+        + (f" --tasks {args.tasks}" * bool(args.tasks)),
+        "machine": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "rows": rows,
+    }
+    (OUT / "tasks.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
