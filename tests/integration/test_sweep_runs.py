@@ -131,31 +131,48 @@ def chromium() -> str:
     )
 
 
-# Counts the figures the browser laid out; only the test's copy of a report carries it.
+# Counts the figures the browser laid out, and what it found wrong with their layout: a
+# figure's title cut at its edge or meeting a y-axis label (the figures tag both), a
+# table wider than the page (its scroller scrolls). Only the test's copy carries it.
 RENDER_CHECK = """
-(function(){var figs=document.querySelectorAll('figure.plot'),ok=0;
+(function(){var figs=document.querySelectorAll('figure.plot'),ok=0,bad=[];
+function meets(a,b){return a.left<b.right&&b.left<a.right&&a.top<b.bottom&&b.top<a.bottom;}
 figs.forEach(function(f){var s=f.querySelector('svg');if(!s)return;var r=s.getBoundingClientRect();
-if(r.width>100&&r.height>50&&s.querySelectorAll('path,use,text').length>10)ok++;});
+if(r.width>100&&r.height>50&&s.querySelectorAll('path,use,text').length>10)ok++;
+var t=f.querySelector('[id="figure-title"]');if(!t){bad.push(f.id+' has no title');return;}
+var tr=t.getBoundingClientRect();
+if(tr.left<r.left-1||tr.right>r.right+1)bad.push(f.id+' title cut');
+f.querySelectorAll('[id="axis-ylabel"]').forEach(function(l){
+if(meets(tr,l.getBoundingClientRect()))bad.push(f.id+' title meets a y label');});});
+document.querySelectorAll('.scroll').forEach(function(s,i){if(s.scrollWidth>s.clientWidth+1)
+bad.push('table '+i+' is '+(s.scrollWidth-s.clientWidth)+' px too wide');});
 document.body.setAttribute('data-figures',figs.length);
-document.body.setAttribute('data-rendered',ok);})();
+document.body.setAttribute('data-rendered',ok);
+document.body.setAttribute('data-layout',bad.join('; ')||'ok');})();
 """
 
 
 def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> None:
+    """Self-contained, every run traceable, and laid out at 1,400 px: no figure's title
+    cut off or run into by an axis label, no table past the page's edge. The store also
+    holds an all-reduce benchmark and a prediction, whose figures the report draws."""
+    store = Path(shutil.copytree(weak_store, tmp_path / "store"))
+    inside("bench", "allreduce", "--workers", "2", "--max-bytes", "4096", "--store", str(store))
+    inside("simulate", "digits-mlp", "--workers", "1,2,4,8", "--store", str(store))
     out, png = tmp_path / "report.html", tmp_path / "png"
     done = inside(
-        "report", "--store", str(weak_store), "--out", str(out), "--png", str(png), "--budget", "30"
+        "report", "--store", str(store), "--out", str(out), "--png", str(png), "--budget", "30"
     )
-    assert "6 figures, 4 runs" in done.stdout
+    assert "8 figures, 4 runs" in done.stdout, done.stdout
     page = out.read_text()
     fetches = re.findall(
         r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|url\(\s*["']?https?:|@import""", page
     )
     assert fetches == []  # self-contained: nothing is loaded from anywhere
-    for run in stored(weak_store):
+    for run in stored(store):
         assert f'id="run-{run["run_id"]}"' in page  # every run's spec is traceable
     assert page.count("digits-mlp · closed division · ") >= 2  # the figure titles
-    assert len(list(png.glob("*.png"))) == 6
+    assert len(list(png.glob("*.png"))) == 8
     assert all(p.stat().st_size > 10_000 for p in png.glob("*.png"))
     assert "<script" not in page  # users' reports carry no script
     probe = tmp_path / "probe.html"
@@ -171,7 +188,7 @@ def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> N
             "--disable-component-update",
             "--disable-sync",
             f"--user-data-dir={tmp_path / 'profile'}",
-            "--window-size=1200,2000",
+            "--window-size=1400,2000",
             "--dump-dom",
             probe.as_uri(),
         ],
@@ -184,7 +201,9 @@ def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> N
     figures = re.search(r'data-figures="(\d+)"', body.group(0))
     rendered = re.search(r'data-rendered="(\d+)"', body.group(0))
     assert figures and rendered, body.group(0)
-    assert int(figures.group(1)) == 6 and int(rendered.group(1)) == 6
+    assert int(figures.group(1)) == 8 and int(rendered.group(1)) == 8
+    layout = re.search(r'data-layout="([^"]*)"', body.group(0))
+    assert layout and layout.group(1) == "ok", body.group(0)
 
 
 def unwrapped(text: str) -> str:

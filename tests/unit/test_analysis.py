@@ -628,6 +628,23 @@ def test_a_variant_of_a_table_entry_names_the_table() -> None:
     assert variants.variant_pairs(labels[0]) == {"alpha_by_workers.1": "25"}
 
 
+def test_a_run_of_another_model_is_labelled_by_its_model_alone() -> None:
+    """Issue 56, item 7: a vgg16 run beside ResNet-50's read "depth=null
+    zero_init_residual=null options={}"."""
+    runs = []
+    for i, model in enumerate(
+        [
+            {"name": "imagenet-resnet", "options": {"depth": 50, "zero_init_residual": True}},
+            {"name": "vgg16", "options": {}},
+        ]
+    ):
+        run = stored_run(f"m{i}", 1, tta=5.0, seed=i)
+        recipe = {**run.spec["recipe"], "model": model}
+        runs.append(dataclasses.replace(run, spec={**run.spec, "recipe": recipe}))
+    labels = list(analysis.runs_frame(runs)["variant"])
+    assert labels == ["model=imagenet-resnet depth=50 zero_init_residual=true", "model=vgg16"]
+
+
 def _loss_goal(run: RunRecord, losses: list[float]) -> RunRecord:
     """``run`` of a task whose goal is a test loss of 3.9 (kjv-gpt's kind): its
     evaluations have these losses, each at a token accuracy of 16%."""

@@ -116,6 +116,15 @@ def test_a_hardware_file_is_read_within_bounds_and_never_echoed(dmlbench, tmp_pa
     assert code == 2 and "1024" in err and "Traceback" not in err  # typer's usage error
 
 
+def test_an_epoch_the_task_cannot_time_says_why(dmlbench) -> None:
+    """Issue 56, item 7: kjv-gpt's epoch showed "—" with no reason."""
+    code, out, err = dmlbench("simulate-cluster", "kjv-gpt", "--cluster", "dgx-h100")
+    assert code == 0, err
+    assert "epoch: — because kjv-gpt declares no training-set size" in " ".join(out.split())
+    code, out, _ = dmlbench("simulate-cluster", GOYAL_TASK, "--cluster", "dgx-a100")
+    assert code == 0 and "epoch: —" not in out
+
+
 def test_compute_comes_from_flops_peak_and_efficiency() -> None:
     a100 = load_hardware().accelerators["a100-sxm4-80gb"]
     assert compute_step_s(312e12, a100, "bf16", 0.5) == pytest.approx(2.0)

@@ -6,6 +6,7 @@ state, no GUI backend."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterator
 
 import numpy as np
@@ -38,10 +39,27 @@ WIDTH, HEIGHT = 5.6, 3.8  # inches: drawn half a page wide, fonts stay readable
 LINE_STYLES = ["-", "--", ":", "-."]
 
 
+# The width of a character of the figures' font, as a share of its size in points
+# (DejaVu Sans averages 0.55 over text and digits): enough to wrap by, not to lay out.
+CHAR_WIDTH = 0.55
+TITLE_SIZE = 10
+# Of a figure's height, what a y-axis label may take: the rest is the title above the
+# axes, the ticks, the axis label and the legend below them.
+YLABEL_SHARE = 0.6
+TITLE_GID, YLABEL_GID = "figure-title", "axis-ylabel"  # what a browser test looks for
+
+
+def wrapped(text: str, points: float, size: float) -> str:
+    """``text``'s lines wrapped to ``points`` at font ``size``."""
+    width = max(12, int(points / (CHAR_WIDTH * size)))
+    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
+
+
 def new_figure(title: str, heading: str, ncols: int = 1) -> tuple[Figure, list]:
     fig = Figure(figsize=(WIDTH * (1.45 if ncols > 1 else 1), HEIGHT), layout="constrained")
     axes = list(np.atleast_1d(fig.subplots(1, ncols)))
-    fig.suptitle(f"{heading}\n{title}", fontsize=10, x=0.01, ha="left")
+    text = wrapped(f"{heading}\n{title}", fig.get_figwidth() * 72 * 0.97, TITLE_SIZE)
+    fig.suptitle(text, fontsize=TITLE_SIZE, x=0.01, ha="left").set_gid(TITLE_GID)
     for ax in axes:
         ax.grid(True, alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
@@ -57,9 +75,14 @@ def tick_labels(table: pd.DataFrame, workers: list[int]) -> list[str]:
     return [f"{w}{'*' if w in over else ''}" for w in workers]
 
 
-def log2_workers_axis(ax, workers: list[int]) -> None:
+def log2_workers_axis(ax, workers: list[int], thin: bool = False) -> None:
+    """A log2 axis of worker counts, a tick each; ``thin``: past 8 counts, ticks at the
+    powers of two only (else their labels run together)."""
     ax.set_xscale("log", base=2)
-    ax.set_xticks(workers)
+    ticks = workers
+    if thin and len(ticks) > 8:
+        ticks = [w for w in workers if w & (w - 1) == 0] or workers
+    ax.set_xticks(ticks)
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("workers")
@@ -134,6 +157,18 @@ def coloured_variants(table: pd.DataFrame) -> Iterator[tuple[tuple, str, pd.Data
     """(colour, short label, rows by workers) per variant: the same colour in every figure."""
     for i, (variant, rows) in enumerate(variants(table)):
         yield VARIANT_COLOURS[i % len(VARIANT_COLOURS)], variant, rows
+
+
+def fit_labels(fig: Figure) -> Figure:
+    """Each y-axis label wrapped to the height it may take (a long one ran up into the
+    title above the axes), and tagged for the browser test; call before saving."""
+    height = fig.get_figheight() * 72 * YLABEL_SHARE
+    for ax in fig.axes:
+        label = ax.yaxis.label
+        if label.get_text():
+            label.set_text(wrapped(label.get_text(), height, float(label.get_fontsize())))
+            label.set_gid(YLABEL_GID)
+    return fig
 
 
 def finish(fig: Figure, ax, table: pd.DataFrame, legend: bool = True) -> Figure:

@@ -87,7 +87,21 @@ def speedup(table: pd.DataFrame, title: str) -> Figure:
             _line(ax, rows, "speedup_tta", "s:", colour, f"time to accuracy{suffix}", error)
     log2_workers_axis(ax, workers)
     ax.set_ylabel(f"speedup over {plural(n0, 'worker')} (×)")
+    _say_why_empty(ax, table, ("speedup_throughput", "speedup_tta"), "speedup")
     return finish(fig, ax, table)
+
+
+def _say_why_empty(ax, table: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
+    """A panel with no point of ``columns`` says why instead of standing empty."""
+    if any(table[column].notna().any() for column in columns):
+        return
+    why = (
+        "every count was timed by disturbed runs only:\nsee the note above "
+        "(--include-disturbed counts them)"
+        if table["timed_disturbed"].any()
+        else "no finished run to compare against"
+    )
+    note(ax, f"no {what} to draw: {why}")
 
 
 def throughput(table: pd.DataFrame, title: str) -> Figure:
@@ -124,6 +138,7 @@ def efficiency(table: pd.DataFrame, title: str) -> Figure:
             _line(ax, rows, "efficiency_tta", "s:", colour, f"time to accuracy{suffix}")
     log2_workers_axis(ax, workers)
     ax.set_ylabel("efficiency (1 = ideal)")
+    _say_why_empty(ax, table, ("efficiency_step", "efficiency_tta"), "efficiency")
     ax.set_ylim(bottom=0)
     return finish(fig, ax, table)
 

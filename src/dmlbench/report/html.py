@@ -25,6 +25,7 @@ import dmlbench
 from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
 from dmlbench.report import analysis, figures, prediction_figures
+from dmlbench.report.drawing import fit_labels
 from dmlbench.report.formats import fmt, goal_value, milliseconds, plural, seconds
 from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
 from dmlbench.report.variants import short_labels, variant_legend
@@ -153,6 +154,7 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     if finished["workers"].nunique() > 1:  # a speedup needs two worker counts
         made["speedup"] = figures.speedup(finished, title)
         made["efficiency"] = figures.efficiency(finished, title)
+    throughput_only = (section.runs["status"] == "throughput").all()
     if (section.runs["status"] == "throughput").any():  # synthetic data: DLBS's tables
         made["throughput"] = figures.throughput(finished, title)
     else:
@@ -175,7 +177,7 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     # variants that send different amounts at one worker count: e.g. an algorithm sweep
     if finished.groupby("workers")["bytes_per_step_mean"].nunique().max() > 1:
         made["bytes-vs-step-time"] = figures.bytes_and_step_time(finished, title)
-    if price is not None:
+    if price is not None and not throughput_only:  # no accuracy: no cost to reach it
         made["cost"] = figures.cost(finished, price.label, title, price.currency)
     return made
 
@@ -194,7 +196,7 @@ def _target_loss(task: str) -> float | None:
 
 def svg_of(fig: Figure) -> str:
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    fit_labels(fig).savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
     svg = re.sub(r"<metadata>.*?</metadata>", "", text[text.index("<svg") :], flags=re.S)
     size = re.compile(r'<svg([^>]*?) width="[^"]*" height="[^"]*"')
@@ -208,7 +210,7 @@ def save_pngs(sections: Sequence[Section], folder: Path, dpi: int = 200) -> list
     for section in sections:
         for name, fig in section.figures.items():
             image = io.BytesIO()
-            fig.savefig(image, format="png", dpi=dpi)
+            fit_labels(fig).savefig(image, format="png", dpi=dpi)
             paths.append(
                 write_file(folder / f"{section.slug}-{name}.png", image.getvalue(), "figure")
             )

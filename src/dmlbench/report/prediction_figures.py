@@ -11,7 +11,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
-from dmlbench.report.drawing import VARIANT_COLOURS, legend_below, log2_workers_axis, new_figure
+from dmlbench.report.drawing import (
+    VARIANT_COLOURS,
+    fit_labels,
+    legend_below,
+    log2_workers_axis,
+    new_figure,
+)
 from dmlbench.report.formats import plural
 
 
@@ -82,7 +88,7 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
     ax.set_ylabel(f"speedup in time to accuracy over {plural(n0, 'worker')} (×)")
     ax.yaxis.set_major_formatter(ScalarFormatter())
     legend_below(fig, ax)
-    return fig
+    return fit_labels(fig)  # simulate --png saves it as it is
 
 
 def cluster_scaling(
@@ -107,11 +113,13 @@ def cluster_scaling(
         share.plot(point["workers"], efficiency, "s", color=VARIANT_COLOURS[1], label=label)
     shown = sorted({*workers, *(int(p["workers"]) for p in published)})
     for ax in (speed, share):
-        log2_workers_axis(ax, shown)
+        log2_workers_axis(ax, shown, thin=True)
         ax.set_xlabel("devices")
         ax.tick_params(axis="x", labelrotation=45)  # 256 and 352 sit close on a log axis
+    speed.set_yscale("log", base=2)  # as the devices: "ideal" is a straight line
+    speed.yaxis.set_major_formatter(ScalarFormatter())
     speed.set_ylabel(f"speedup over {base} devices (×)")
     share.set_ylabel("scaling efficiency (%)")
     share.set_ylim(0, 105)
     legend_below(fig, speed)
-    return fig
+    return fit_labels(fig)  # simulate-cluster --png saves it as it is

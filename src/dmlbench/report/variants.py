@@ -54,14 +54,30 @@ def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
             keys.append(key)
         for index in group.index:
             labels[index] = " ".join(
-                f"{_key_text(k)}={_value_text(_loads(flat.at[index, k]))}" for k in keys
+                f"{_key_text(k)}={_value_text(_loads(flat.at[index, k]))}"
+                for k in keys
+                if _says(k, flat.at[index, k])
             )
     return labels
+
+
+def _says(key: str, value: Any) -> bool:
+    """Whether a key's value tells this run apart: an option of another model than this
+    run's (absent from its spec) or an empty table does not ("depth=null
+    zero_init_residual=null options={}" labelled a vgg16 run beside ResNet-50's)."""
+    if value == "{}":
+        return False
+    return isinstance(value, str) or not key.startswith(MODEL_OPTIONS)
+
+
+MODEL_OPTIONS = "recipe.model.options"
 
 
 def _key_text(key: str) -> str:
     """A spec key in a variant label: its last part (``momentum``), with the part before
     where the last is a table's key (``alpha_by_workers.1``, α at 1 worker)."""
+    if key == "recipe.model.name":
+        return "model"
     parts = key.split(".")
     return ".".join(parts[-2:]) if len(parts) > 1 and not parts[-1].isidentifier() else parts[-1]
 

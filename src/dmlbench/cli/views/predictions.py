@@ -136,6 +136,11 @@ def cluster_table(result: ClusterSimulation) -> Group:
         "then 25 MiB); exposed: the ms of it past the end of backward",
         f"hardware: {info['source']}",
     ]
+    if not result.rows[0]["epoch_s"]:
+        lines.append(
+            f"epoch: — because {result.task} declares no training-set size before its "
+            "data is read (a language model's samples depend on its tokenizer)"
+        )
     convergence = result.convergence or {}
     if trained:
         lines.append(
