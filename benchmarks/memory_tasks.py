@@ -45,9 +45,15 @@ def run(store: Path, task: str, exchange: str) -> dict:
     for override in [*STEPS, f"synthetic_data={str(synthetic).lower()}"]:
         command += ["--set", override]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
-    newest = ResultsStore(store).runs()[-1]
-    if newest.spec.get("task") != task or newest.status == "failed" or done.returncode > 1:
-        return {"task": task, "exchange": exchange, "skipped": done.stderr.strip()[-300:]}
+    mine = [r for r in ResultsStore(store).runs() if r.task == task and r.exchange == exchange]
+    if done.returncode > 1 or not mine or mine[-1].status == "failed":
+        why = (mine[-1].error if mine else "") or done.stderr.strip() or done.stdout.strip()
+        return {
+            "task": task,
+            "exchange": exchange,
+            "skipped": (why or f"exit {done.returncode}")[-300:],
+        }
+    newest = mine[-1]
     summary = newest.summary
     measured = max(
         peak - start

@@ -186,12 +186,18 @@ def test_download_verifies_checksum(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match=r"expected 0000.*discarded"):
         download(source.as_uri(), other, checksum="0" * 64)
     assert not other.exists() and not list(other.parent.glob(".*part"))
+    assert other.parent.is_dir()  # it holds file.bin
 
 
-def test_failed_download_says_what_to_do(tmp_path: Path) -> None:
+def test_failed_download_says_what_to_do_and_leaves_no_folder(tmp_path: Path) -> None:
     missing = (tmp_path / "nowhere.tar.gz").as_uri()
     with pytest.raises(DatasetError, match=r"could not download .*--data-dir"):
-        download(missing, tmp_path / "x.tar.gz", checksum="0" * 64)
+        download(missing, tmp_path / "cache" / "cifar10" / "x.tar.gz", checksum="0" * 64)
+    assert not (tmp_path / "cache").exists()  # issue 56: an empty folder was left behind
+    (tmp_path / "kept").mkdir()  # a folder that was there stays
+    with pytest.raises(DatasetError):
+        download(missing, tmp_path / "kept" / "new" / "x.tar.gz", checksum="0" * 64)
+    assert (tmp_path / "kept").is_dir() and not (tmp_path / "kept" / "new").exists()
 
 
 @pytest.mark.parametrize("name", ["small.svm", "small.svm.bz2"])

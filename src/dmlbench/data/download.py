@@ -18,7 +18,9 @@ CHUNK = 1 << 20
 
 
 def download(url: str, dest: Path, *, checksum: str, algorithm: str = "sha256") -> Path:
-    """Fetch ``url`` to ``dest`` and verify its checksum; the file appears only if it matches."""
+    """Fetch ``url`` to ``dest`` and verify its checksum; the file appears only if it
+    matches, and a failed download leaves none of the folders it made behind."""
+    made = [folder for folder in (dest.parent, *dest.parent.parents) if not folder.exists()]
     dest.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.new(algorithm)
     fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
@@ -30,6 +32,7 @@ def download(url: str, dest: Path, *, checksum: str, algorithm: str = "sha256") 
                 out.write(block)
     except (urllib.error.URLError, OSError, TimeoutError) as error:
         tmp.unlink(missing_ok=True)
+        _remove_empty(made)
         reason = getattr(error, "reason", error)
         raise DatasetError(
             f"could not download {url} ({reason}); put {dest.name} in a folder yourself "
@@ -37,12 +40,22 @@ def download(url: str, dest: Path, *, checksum: str, algorithm: str = "sha256") 
         ) from None
     if digest.hexdigest() != checksum:
         tmp.unlink(missing_ok=True)
+        _remove_empty(made)
         raise DatasetError(
             f"{url} downloaded with {algorithm} {digest.hexdigest()}, expected {checksum}; "
             "the file was discarded: retry, or fetch it yourself and pass --data-dir"
         )
     tmp.replace(dest)
     return dest
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove these folders, deepest first, while they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _regular_members_only(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
