@@ -212,6 +212,20 @@ def test_threads_beyond_the_machine_are_refused_before_anything_starts(
         )
 
 
+def test_run_takes_another_model_by_name(dmlbench) -> None:
+    """`run --model` is `--set recipe.model.name=...` before the other --set: the old
+    model's options dropped, the new one's set after; a name stays data."""
+    import json
+
+    other = ("--model", "vit", "--set", "recipe.model.options.depth=2")
+    code, out, err = dmlbench("run", "imagenet-resnet50", *other, "--dry-run", "--json")
+    assert code == 0, err
+    model = json.loads(out)["spec"]["recipe"]["model"]
+    assert model == {"name": "vit", "options": {"depth": 2}}
+    code, _, err = dmlbench("run", "imagenet-resnet50", "--model", "x: [1", "--dry-run")
+    assert code == 2 and "unknown model 'x: [1'" in err
+
+
 def test_naming_another_model_drops_the_old_models_options() -> None:
     """Issue 56, item 4: `--set recipe.model.name=vgg16` on a ResNet task was refused
     for the ResNet's `depth` until its options were cleared by hand."""

@@ -60,6 +60,13 @@ def run(
             f"{', '.join(OPEN_EXCHANGES)}; `dmlbench exchanges` lists their options"
         ),
     ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="another model than the recipe's (`dmlbench models`); its options start at "
+            "their defaults: --set recipe.model.options.KEY=VALUE"
+        ),
+    ] = None,
     data_dir: DataDirOption = None,
     network: NetworkOption = None,
     store: StoreOption = STORE,
@@ -131,6 +138,8 @@ def run(
     from dmlbench.resolve import deviations, resolve_spec
 
     config_task, config_data = load_config(config)
+    if model is not None:  # as --set recipe.model.name=MODEL, before the other --set
+        overrides = [f"recipe.model.name={json.dumps(model)}", *(overrides or [])]
     flags = RunFlags(
         store=store,
         task=task or config_task,
