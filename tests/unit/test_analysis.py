@@ -590,6 +590,14 @@ def test_best_of_keeps_each_worker_counts_fastest_variant() -> None:
     assert list(most["workers"]) == [1, 2] and len(most) == 2
     everything = analysis.best_of(table, "time_to_accuracy", [])  # one per (task, sweep)
     assert len(everything) == 1 and everything["tta_olympic"].iloc[0] == pytest.approx(7.0)
+    # a baseline timed by disturbed runs only gives no speedup here either (it did)
+    busy = [dataclasses.replace(r, disturbed=r.workers == 1) for r in runs]
+    table = analysis.scaling_table(analysis.runs_frame(busy))
+    assert table["speedup_tta"].isna().all()
+    assert analysis.best_of(table, "time_to_accuracy", ["workers"])["speedup_tta"].isna().all()
+    counted = analysis.scaling_table(analysis.runs_frame(busy), include_disturbed=True)
+    picked = analysis.best_of(counted, "time_to_accuracy", ["workers"], include_disturbed=True)
+    assert picked["speedup_tta"].iloc[1] == pytest.approx(11.0 / 7.0)
 
 
 def test_training_accuracy_and_a_target_loss_are_drawn_where_present() -> None:

@@ -165,7 +165,7 @@ def compare(
         currency=chosen.currency,
     )
     if best_by is not None:
-        table = analysis.best_of(table, best_by, within)
+        table = analysis.best_of(table, best_by, within, include_disturbed)
         if not json_out and not csv_out:
             column, less = analysis.BEST_BY[best_by]
             console.print(

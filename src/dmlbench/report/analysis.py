@@ -346,11 +346,15 @@ BEST_BY = {
 }
 
 
-def best_of(table: pd.DataFrame, criterion: str, group: Sequence[str]) -> pd.DataFrame:
+def best_of(
+    table: pd.DataFrame, criterion: str, group: Sequence[str], include_disturbed: bool = False
+) -> pd.DataFrame:
     """Per (task, sweep, ``group``...), the scaling table's row best by ``criterion``: the
     point a tuning protocol picks (mlbench: per worker count, the learning rate that
     reaches the target on the validation split first). Speedup and efficiency are then
-    against the best row of the fewest workers, whatever its variant."""
+    against the best row of the fewest workers, whatever its variant, and, as in the
+    scaling table, not where either was timed by disturbed runs only, unless
+    ``include_disturbed``."""
     column, less = BEST_BY[criterion]
     if table.empty:
         return table
@@ -368,7 +372,12 @@ def best_of(table: pd.DataFrame, criterion: str, group: Sequence[str]) -> pd.Dat
             base = series.loc[series["workers"].idxmin()]
             for index, row in series.iterrows():
                 picked.loc[index, "baseline_workers"] = int(base["workers"])
-                _scale(picked, index, row, base, row["scaling"])
+                for column in ("speedup_tta", "speedup_throughput"):
+                    picked.loc[index, column] = math.nan
+                for column in ("efficiency_tta", "efficiency_step"):
+                    picked.loc[index, column] = math.nan
+                if include_disturbed or not (row["timed_disturbed"] or base["timed_disturbed"]):
+                    _scale(picked, index, row, base, row["scaling"])
     return picked.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
