@@ -88,6 +88,9 @@ def test_sharded_strategies_reach_ddps_weights(store: ResultsStore, kjv: Path) -
         assert weights.keys() == reference.keys()
         for name, value in reference.items():
             torch.testing.assert_close(weights[name], value, rtol=0, atol=1e-6, msg=exchange)
+    # FSDP's collectives run inside torch: what they carry is not counted, not 0 bytes
+    sent = {run.exchange: run.summary.bytes_per_step for run in store.runs()}
+    assert sent["ddp"] > 0 and sent["zero1"] > sent["ddp"] and sent["fsdp"] is None
 
 
 @pytest.mark.multiprocess

@@ -264,6 +264,7 @@ def _powersgd_numel(rank: int, min_rate: float) -> int:
     [
         ("allreduce", "{}", 4 * P + 4, 0),  # one flat fp32 all-reduce, the vote in one slot
         ("ddp", "{}", 4 * P, 0),  # fp32 buckets
+        ("zero1", "{}", 8 * P, 0),  # DDP's buckets, then the updated parameters broadcast
         ("fp16", "{}", 2 * P, 0),  # half-precision buckets
         ("local-sgd", "{period: 4}", P, 4 * P),  # fp32 parameters every 4th step
         ("signsgd", "{}", 4 + -(-P // 8), 0),  # a bit per parameter and one float

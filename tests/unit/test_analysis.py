@@ -520,6 +520,16 @@ def test_an_algorithm_sweep_plots_bytes_against_step_time() -> None:
     points = sorted((line.get_xdata()[0], line.get_ydata()[0]) for line in ax.get_lines())
     assert points == [(800.0, 4.0), (1_300.0, 5.0), (40_000.0, 12.0)]  # ms per step
     assert sorted(t.get_text() for t in ax.texts) == ["20%", "30%", "60%"]
+    assert ax.get_ylim()[1] > 12.0  # room above the slowest point
+    fsdp = stored_run("fsdp", 4, tta=5.0, exchange="fsdp", step_time=0.006, comm=(0.1, 0.1))
+    fsdp = dataclasses.replace(
+        fsdp, summary=fsdp.summary.model_copy(update={"bytes_per_step": None})
+    )
+    (section,) = build_sections([*runs, fsdp], price=None)
+    (ax,) = section.figures["bytes-vs-step-time"].axes
+    assert len(ax.get_lines()) == 3 and "bytes not counted: exchange=fsdp" in [
+        t.get_text() for t in ax.texts
+    ]
     same = [
         dataclasses.replace(r, summary=r.summary.model_copy(update={"bytes_per_step": 100.0}))
         for r in runs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -31,6 +32,9 @@ class GradientExchange(ABC):
     # Each worker holds a shard of the parameters and gradients, never the whole: what
     # needs them whole (an L2 term in the loss, the gradient noise scale) is refused.
     sharded: ClassVar[bool] = False
+    # False where the collectives run inside a library that does not say what they carry
+    # (torch's FSDP): ``sent`` is then NaN, not a count of nothing.
+    counts_bytes: ClassVar[bool] = True
     Options: ClassVar[type[StrictModel]] = NoOptions
 
     def __init__(
@@ -46,6 +50,10 @@ class GradientExchange(ABC):
         # Set by the trainer before ``prepare``: note the gradient norms of each step
         # (see ``gradient_norms``) for the gradient noise scale.
         self.measure_norms = False
+
+    def sent(self) -> float:
+        """The bytes this worker has handed to collectives; NaN where not counted."""
+        return float(self.bytes_sent) if self.counts_bytes else math.nan
 
     def options_as(self, kind: type[OptionsT]) -> OptionsT:
         """The exchange's options as the class its ``Options`` names."""

@@ -43,6 +43,7 @@ class ZeroOneExchange(DDPExchange):
     steps its shard and the parameters are broadcast back."""
 
     name = "zero1"
+    parameter_bytes = 0  # broadcast after each step (none on one worker)
 
     def wrap_optimizer(
         self, make: Callable[[ParamGroups], torch.optim.Optimizer], groups: ParamGroups
@@ -51,10 +52,19 @@ class ZeroOneExchange(DDPExchange):
 
         if world_size() == 1:
             return make(groups)
+        # each step's updated shards are broadcast back: the whole model's parameters
+        self.parameter_bytes = sum(
+            p.numel() * p.element_size() for group in groups for p in group["params"]
+        )
         plain = make(groups)  # the recipe's optimizer: its class and settings
         accepted = inspect.signature(type(plain)).parameters
         settings = {k: v for k, v in plain.defaults.items() if k in accepted and k != "params"}
         return ZeroRedundancyOptimizer(groups, optimizer_class=type(plain), **settings)
+
+    def after_step(self) -> bool:
+        """Count the parameters ZeRO's step broadcast (timed in the optimizer's phase)."""
+        self.bytes_sent += self.parameter_bytes
+        return False
 
 
 class FSDPOptions(StrictModel):
@@ -72,6 +82,7 @@ class FSDPExchange(GradientExchange):
     name = "fsdp"
     overlapped = True
     sharded = True
+    counts_bytes = False  # its gathers and reduce-scatters run inside torch's FSDP
     vote_every = 16  # a separate message: at most 16 steps past a time budget
     Options = FSDPOptions
 

@@ -453,7 +453,7 @@ class Trainer:
     ) -> RunStop:
         excluded = self.spec.warmup_steps_excluded if self.measures.warm is not None else 0
         mine = self.measures.of_this_rank(self.timer.vector(), self.step, excluded)
-        ranks = all_gather_named({**mine, "sent": float(self.exchange.bytes_sent)}, self.device)
+        ranks = all_gather_named({**mine, "sent": self.exchange.sent()}, self.device)
         status = "success" if tta is not None else "target_not_reached"
         if self.spec.synthetic_data:
             status = "throughput"  # random images: there is no accuracy to reach
