@@ -30,7 +30,7 @@ class RunProgress:
     def __init__(self, console: Console, title: str) -> None:
         self.progress = Progress(
             TextColumn("{task.description}"),
-            BarColumn(),
+            BarColumn(bar_width=16),  # room for the word beside it in 100 columns
             TextColumn("{task.fields[steps]}"),  # done/limit: a short run moves here too
             TextColumn("{task.fields[rate]}"),  # rank 0's last word: loss, speed, memory
             TextColumn("{task.fields[status]}"),
