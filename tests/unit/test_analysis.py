@@ -646,6 +646,20 @@ def test_a_variant_of_a_table_entry_names_the_table() -> None:
     assert variants.variant_pairs(labels[0]) == {"alpha_by_workers.1": "25"}
 
 
+def test_throughput_runs_stay_out_of_time_to_accuracy_and_cost() -> None:
+    """Issue 56, item 7: a throughput-mode run showed "∞" time to accuracy and a cost to
+    finish; beside an accuracy run of the same task it now shows neither."""
+    runs = [
+        stored_run("acc", 2, tta=5.0),
+        stored_run("thr", 4, tta=None, status="throughput"),
+    ]
+    table = analysis.scaling_table(analysis.runs_frame(runs), price_per_worker_hour=1.0)
+    accuracy, throughput = table.iloc[0], table.iloc[1]
+    assert accuracy["tta_olympic"] == pytest.approx(5.0) and accuracy["cost_mean"] > 0
+    assert throughput["throughput_only"] and math.isnan(throughput["tta_olympic"])
+    assert math.isnan(throughput["cost_mean"]) and math.isnan(throughput["cost_to_target"])
+
+
 def test_a_run_of_another_model_is_labelled_by_its_model_alone() -> None:
     """Issue 56, item 7: a vgg16 run beside ResNet-50's read "depth=null
     zero_init_residual=null options={}"."""

@@ -282,7 +282,8 @@ def scaling_table(
         quiet = finished[~finished["disturbed"]]
         if not include_disturbed and not quiet.empty:
             finished = quiet
-        tta = finished["tta_s"].where(finished["converged"], math.inf)
+        measured = finished[finished["status"] != "throughput"]  # no accuracy: no time to it
+        tta = measured["tta_s"].where(measured["converged"], math.inf)
         converged = finished.loc[finished["converged"], "tta_s"]
         row = dict(zip(keys, values, strict=True))
         done = group["status"].isin(FINISHED)
@@ -329,6 +330,8 @@ def scaling_table(
             workers = row.get("workers", group["workers"].iloc[0])
             row["cost_to_target"] = row["tta_mean"] / 3600 * workers * price_per_worker_hour
             row["cost_mean"] = row["elapsed_mean"] / 3600 * workers * price_per_worker_hour
+            if row["throughput_only"]:  # a throughput run finishes nothing worth a cost
+                row["cost_mean"] = math.nan
             row["currency"] = currency
         rows.append(row)
     table = pd.DataFrame(rows)
