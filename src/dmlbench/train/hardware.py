@@ -123,12 +123,16 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def cache_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
+def device_name(device: torch.device) -> str:
+    """What the worker computes on: the GPU's name, or the CPU's model."""
     from dmlbench.results.environment import cpu_model
 
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+
+
+def cache_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
     return (
-        f"{where} · {_name(dtype)} · {threads} threads · torch {torch.__version__} · "
+        f"{device_name(device)} · {_name(dtype)} · {threads} threads · torch {torch.__version__} · "
         f"GEMM probe {PROBE_VERSION}"
     )
 

@@ -14,12 +14,12 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from dmlbench.listeners import NODE_ADDRESS_ENV
 from dmlbench.resolve import deviations
 from dmlbench.results.compliance import Submission, log_cache_clear, platform
-from dmlbench.results.environment import cpu_model
 from dmlbench.results.events import EVENTS_FILE, EventLog
 from dmlbench.spec import RunSpec
 from dmlbench.tasks import get_task, import_plugins
 from dmlbench.train.agreement import agree
 from dmlbench.train.context import DistContext
+from dmlbench.train.hardware import device_name
 from dmlbench.train.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -45,11 +45,9 @@ def _lost_a_peer(error: BaseException) -> bool:
 
 def _submission(spec: RunSpec, task: TaskDefinition, data: Dataset, trainer: Trainer) -> Submission:
     """What the run's log says of it for MLPerf's compliance checker."""
-    device = trainer.device
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
     return Submission(
         benchmark=task.mlperf_benchmark or task.name,
-        platform=platform(trainer.ctx.nodes, name),
+        platform=platform(trainer.ctx.nodes, device_name(trainer.device)),
         division="open" if deviations(spec) else "closed",
         seed=spec.seed,
         global_batch=trainer.sharding.global_batch,
@@ -88,7 +86,8 @@ def run_worker(spec_json: str, run_dir: str) -> None:
         if spec.validation_split:
             data = data.hold_out(spec.validation_split)
         trainer = Trainer(spec, task, data, ctx, events)
-        _submission(spec, task, data, trainer).log(events)
+        if ctx.is_main:  # the only rank that logs
+            _submission(spec, task, data, trainer).log(events)
         events.log("init_stop")
         try:
             trainer.train()
