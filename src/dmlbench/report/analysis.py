@@ -371,29 +371,19 @@ def best_of(
     picked = table.loc[score.groupby([table[k] for k in keys], sort=False).idxmin()]
     picked = picked.reset_index(drop=True)
     if "workers" in keys:
+        picked[list(SCALED)] = math.nan  # against another baseline now
         for _, series in picked.groupby(GROUP, sort=False):
             base = series.loc[series["workers"].idxmin()]
             for index, row in series.iterrows():
                 picked.loc[index, "baseline_workers"] = int(base["workers"])
-                for column in ("speedup_tta", "speedup_throughput"):
-                    picked.loc[index, column] = math.nan
-                for column in ("efficiency_tta", "efficiency_step"):
-                    picked.loc[index, column] = math.nan
-                if include_disturbed or not (row["timed_disturbed"] or base["timed_disturbed"]):
-                    _scale(picked, index, row, base, row["scaling"])
+                _scale(picked, index, row, base, row["scaling"], include_disturbed)
     return picked.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def _add_scaling(
     table: pd.DataFrame, frame: pd.DataFrame, keys: list[str], include_disturbed: bool
 ) -> pd.DataFrame:
-    for column in (
-        "baseline_workers",
-        "speedup_tta",
-        "speedup_throughput",
-        "efficiency_tta",
-        "efficiency_step",
-    ):
+    for column in ("baseline_workers", *SCALED):
         table[column] = math.nan
     table["scaling"] = "none"
     if "workers" not in keys:
@@ -409,14 +399,26 @@ def _add_scaling(
         for index, row in series.iterrows():
             table.loc[index, "scaling"] = mode
             table.loc[index, "baseline_workers"] = n0
-            if not include_disturbed and (row["timed_disturbed"] or base["timed_disturbed"]):
-                continue  # a disturbed time would make a speedup up, as a busy baseline does
-            _scale(table, index, row, base, mode)
+            _scale(table, index, row, base, mode, include_disturbed)
     return table.sort_values([*series_keys, "workers"], kind="stable").reset_index(drop=True)
 
 
-def _scale(table: pd.DataFrame, index: Any, row: pd.Series, base: pd.Series, mode: str) -> None:
-    """Row ``index``'s speedups and efficiencies against ``base`` (fewer workers)."""
+SCALED = ("speedup_tta", "speedup_throughput", "efficiency_tta", "efficiency_step")
+
+
+def _scale(
+    table: pd.DataFrame,
+    index: Any,
+    row: pd.Series,
+    base: pd.Series,
+    mode: str,
+    include_disturbed: bool,
+) -> None:
+    """Row ``index``'s speedups and efficiencies against ``base`` (fewer workers); none
+    where either was timed by disturbed runs only, unless ``include_disturbed``: a
+    disturbed time would make a speedup up, as a busy baseline does."""
+    if not include_disturbed and (row["timed_disturbed"] or base["timed_disturbed"]):
+        return
     n0, n = int(base["workers"]), int(row["workers"])
     table.loc[index, "speedup_tta"] = base["tta_mean"] / row["tta_mean"]
     table.loc[index, "speedup_throughput"] = row["throughput_mean"] / base["throughput_mean"]
