@@ -143,20 +143,23 @@ def setup_of(run: RunRecord) -> str:
     return f"{run.exchange} · {recipe.get('precision', 'fp32')} · {name}"
 
 
-def _one_setup(runs: list[RunRecord], picked: list[RunRecord] | None) -> str:
+def _one_setup(
+    runs: list[RunRecord], picked: list[RunRecord] | None, setups: dict[str, str]
+) -> str:
     """The setup calibration uses: the picked runs' (one only), else the one most runs
-    share (a tie: the one with the most at the fewest workers, then by name)."""
+    share (a tie: the one with the most at the fewest workers, then by name). ``setups``
+    is each run's, by id."""
     if picked:
-        setups = sorted({setup_of(r) for r in picked})
-        if len(setups) > 1:
+        named = sorted({setups[r.run_id] for r in picked})
+        if len(named) > 1:
             raise DmlbenchError(
                 f"--calibrate-from: the runs differ in exchange, precision or model "
-                f"({'; '.join(setups)}); name runs of one"
+                f"({'; '.join(named)}); name runs of one"
             )
-        return setups[0]
-    counts = Counter(setup_of(r) for r in runs)
+        return named[0]
+    counts = Counter(setups[r.run_id] for r in runs)
     fewest = min(r.workers for r in runs)
-    first = Counter(setup_of(r) for r in runs if r.workers == fewest)
+    first = Counter(setups[r.run_id] for r in runs if r.workers == fewest)
     return min(counts, key=lambda s: (-counts[s], -first[s], s))
 
 
@@ -186,9 +189,10 @@ def calibrate_task(
             f"`dmlbench run {task}` with the same --store first"
         )
     picked = _pick(timed, calibrate_from, task) if calibrate_from else None
-    setup = _one_setup(timed, picked)
-    mine = [r for r in timed if setup_of(r) == setup]
-    others = Counter(setup_of(r) for r in timed if setup_of(r) != setup)
+    setups = {r.run_id: setup_of(r) for r in timed}
+    setup = _one_setup(timed, picked, setups)
+    mine = [r for r in timed if setups[r.run_id] == setup]
+    others = Counter(other for other in setups.values() if other != setup)
     if picked:
         base = picked
         if len({r.workers for r in base}) > 1:
