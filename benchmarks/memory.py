@@ -95,10 +95,7 @@ def _run(store: Path, workers: int, exchange: str, options: dict, allocator: str
     if run.status != "throughput":
         raise SystemExit(f"{exchange} × {workers}: {run.status}: {run.error or done.stderr[-500:]}")
     summary = run.summary
-    measured = max(
-        peak - start
-        for peak, start in zip(summary.training_peak_bytes, summary.memory_start_bytes, strict=True)
-    )
+    measured = run.measured_memory  # peak less start, the most of any worker
     predicted = predicted_bytes(
         MemoryAccount.from_summary(summary.memory_account), exchange, workers, options
     )

@@ -55,10 +55,7 @@ def run(store: Path, task: str, exchange: str) -> dict:
         }
     newest = mine[-1]
     summary = newest.summary
-    measured = max(
-        peak - start
-        for peak, start in zip(summary.training_peak_bytes, summary.memory_start_bytes, strict=True)
-    )
+    measured = newest.measured_memory  # peak less start, the most of any worker
     account = MemoryAccount.from_summary(summary.memory_account)
     predicted = predicted_bytes(account, exchange, WORKERS)
     return {
