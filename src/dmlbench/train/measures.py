@@ -128,7 +128,9 @@ class StepCount:
     kept_bytes: int = 0  # what forward keeps for backward
     output_bytes: int = 0  # the model's output (backward's first gradients are its size)
 
-    def memory_account(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    def memory_account(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, float]:
         """The model's memory accounting in whole-model bytes (see perfmodel.memory)."""
         params = list(model.parameters())
         whole = float(sum(p.numel() * p.element_size() for p in params))
