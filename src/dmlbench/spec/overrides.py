@@ -123,11 +123,12 @@ def assign(tree: dict[str, Any], key: str, value: Any) -> str:
     Naming another model drops the old one's options (set new ones after it)."""
     path = resolve_key(tree, key)
     parent, _, leaf = path.rpartition(".")
-    node: Any = tree
-    for part in parent.split(".") if parent else []:
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict) and _another(node, {leaf: value}, leaf) and leaf == "name":
-        node["options"] = {}
+    if leaf == "name":
+        node: Any = tree
+        for part in parent.split(".") if parent else []:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and _another(node, {"name": value}, "name"):
+            node["options"] = {}
     set_path(tree, path, value)
     return path
 
