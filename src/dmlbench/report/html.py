@@ -154,8 +154,8 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     if finished["workers"].nunique() > 1:  # a speedup needs two worker counts
         made["speedup"] = figures.speedup(finished, title)
         made["efficiency"] = figures.efficiency(finished, title)
-    throughput_only = (section.runs["status"] == "throughput").all()
-    if (section.runs["status"] == "throughput").any():  # synthetic data: DLBS's tables
+    synthetic = section.runs["status"] == "throughput"
+    if synthetic.any():  # synthetic data: DLBS's tables
         made["throughput"] = figures.throughput(finished, title)
     else:
         made["time-to-accuracy"] = figures.time_to_accuracy(finished, title)
@@ -177,7 +177,7 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     # variants that send different amounts at one worker count: e.g. an algorithm sweep
     if finished.groupby("workers")["bytes_per_step_mean"].nunique().max() > 1:
         made["bytes-vs-step-time"] = figures.bytes_and_step_time(finished, title)
-    if price is not None and not throughput_only:  # no accuracy: no cost to reach it
+    if price is not None and not synthetic.all():  # no accuracy: no cost to reach it
         made["cost"] = figures.cost(finished, price.label, title, price.currency)
     return made
 
