@@ -283,6 +283,26 @@ def test_a_worker_lost_between_updates_is_survived(
 
 
 @pytest.mark.slow
+def test_a_worker_that_stops_answering_fails_the_send_within_the_timeout(digits: tuple) -> None:
+    """A worker that takes the broadcast's bytes but never answers (stopped here; a
+    worker that left mid-broadcast did the same in CI, dask/distributed#5704) fails
+    the fit in one line after its tries, not never."""
+    x_train, _, y_train, _ = digits
+    with cluster(2) as local, Client(local, set_as_default=False) as client:
+        frozen = min(client.run(os.getpid).values())
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(RuntimeError, match="could not send the training data") as caught:
+                classifier(client, timeout=2).fit(x_train, y_train)
+            waited = time.monotonic() - started
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+    assert "\n" not in str(caught.value) and "no answer within timeout=2 s" in str(caught.value)
+    assert waited < 5 * 2 + 60  # five tries of 2 s, and a busy machine; never is the bug
+
+
+@pytest.mark.slow
 def test_the_noise_scale_damper_sets_the_batch_from_measured_noise(client: Client) -> None:
     """Two or more gradient tasks per update give small- and big-batch gradient norms;
     their running B_simple estimate drives NoiseScaleDamp."""

@@ -158,7 +158,11 @@ def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> N
     holds an all-reduce benchmark and a prediction, whose figures the report draws."""
     store = Path(shutil.copytree(weak_store, tmp_path / "store"))
     inside("bench", "allreduce", "--workers", "2", "--max-bytes", "4096", "--store", str(store))
-    inside("simulate", "digits-mlp", "--workers", "1,2,4,8", "--store", str(store))
+    # the sweep's two 1-worker runs may disagree on compute when CI shares the machine;
+    # naming one (as the refusal says) keeps the prediction, which is all the page needs
+    alone = next(r["run_id"] for r in stored(store) if r["workers"] == 1)
+    workers = ("--workers", "1,2,4,8")
+    inside("simulate", "digits-mlp", *workers, "--calibrate-from", alone, "--store", str(store))
     out, png = tmp_path / "report.html", tmp_path / "png"
     done = inside(
         "report", "--store", str(store), "--out", str(out), "--png", str(png), "--budget", "30"

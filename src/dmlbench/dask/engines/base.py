@@ -94,26 +94,38 @@ class Session:
         """Send the data and recipe to the workers (once per fit; again after a loss).
         Retried when a worker leaves mid-broadcast (the cluster may be scaling down).
 
-        Each try is bounded by the session's timeout: a worker that leaves during a
-        broadcast can leave it waiting forever (dask/distributed#5704: the scheduler
-        retries the replication to the gone worker), which hung a grid search's fit
-        beside other work; the next try finds the cluster settled."""
+        Each try is bounded by the session's timeout, from outside the scatter:
+        distributed's own ``timeout`` only bounds the wait for workers to exist, and a
+        broadcast to a worker that left (dask/distributed#5704) or stopped answering
+        waits forever; that hung a grid search's fit in CI. The next try finds the
+        cluster settled."""
         for attempt in range(attempts):
             try:
-                self.data_future = self.client.scatter(
-                    self.data, broadcast=True, hash=False, timeout=self.timeout
-                )
-                self.recipe_future = self.client.scatter(
-                    self.recipe, broadcast=True, hash=False, timeout=self.timeout
-                )
+                self.data_future = self.broadcast(self.data)
+                self.recipe_future = self.broadcast(self.recipe)
                 break
             except (KeyError, OSError) as error:  # TimeoutError is an OSError
                 if attempt == attempts - 1:
+                    why = (
+                        f"a worker gave no answer within timeout={self.timeout:g} s, "
+                        f"{attempts} times; check that every worker is alive, or raise timeout"
+                        if isinstance(error, TimeoutError)
+                        else f"{type(error).__name__}: {error}"
+                    )
                     raise RuntimeError(
-                        f"could not send the training data to the Dask workers: "
-                        f"{type(error).__name__}: {error}"
+                        f"could not send the training data to the Dask workers: {why}"
                     ) from None
                 time.sleep(0.2 * (attempt + 1))
+
+    def broadcast(self, value: object) -> Future:
+        """One value to every worker, given up (TimeoutError) after the timeout."""
+
+        def scatter() -> Any:  # runs on the client's loop: returns the coroutine
+            return self.client.scatter(
+                value, broadcast=True, hash=False, timeout=self.timeout, asynchronous=True
+            )
+
+        return self.client.sync(scatter, callback_timeout=self.timeout)
 
     def drain_notes(self) -> list[str]:
         notes, self.notes = self.notes, []
