@@ -12,7 +12,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast lint docs install browser slurm corpus clean
+.PHONY: run test test-fast lint docs install browser slurm corpus jemalloc clean
 
 # pip compiles what it installs on one core; compileall does it on all of them (half the
 # install's time on 2 cores). -qq: like pip, it passes over the few files of the packages'
@@ -26,8 +26,19 @@ $(BIN)/dmlbench: pyproject.toml
 
 install: $(BIN)/dmlbench
 
-run: install
+run: install jemalloc
 	$(BIN)/dmlbench run digits-mlp --workers 2
+
+# Workers run on jemalloc (cpu_allocator: jemalloc, the default): Debian's libjemalloc2.
+# Without it they run on glibc, tuned, and each run says so in one line.
+jemalloc:
+	@ldconfig -p 2>/dev/null | grep -q 'libjemalloc\.so' || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing jemalloc for the workers (apt-get install libjemalloc2)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjemalloc2 >/dev/null; \
+	  else \
+	    echo "workers run on jemalloc where it is installed: sudo apt-get install libjemalloc2"; \
+	  fi
 
 # The report test opens the HTML report in headless Chromium (Debian's package).
 browser:
@@ -66,7 +77,7 @@ corpus:
 # on two xdist workers: its tests wait on processes, networks and daemons about a third
 # of the time, which the other worker fills. Tests that act on the whole machine
 # (namespaces, Slurm) run in one worker, one at a time (tests/conftest.py).
-test: install browser slurm corpus lint test-fast
+test: install browser slurm corpus jemalloc lint test-fast
 	$(BIN)/python -m pytest tests/integration -n 2 \
 	  --durations-file=test-durations/integration.csv
 

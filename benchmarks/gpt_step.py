@@ -11,11 +11,14 @@ Each round runs, in rotating order, one fresh process per contender:
   decay 0.1, foreach), gradient clipping at norm 1, one random batch of 16 sequences
   made once; forward, next-token cross-entropy, backward, clip, step. ``torch`` threads
   as many as dmlbench gives its worker; timed with ``perf_counter`` after warm-up steps.
+- ``plain-jemalloc``: the same loop with jemalloc preloaded and told to keep what it
+  frees (``expert.py``; issue 57).
 - ``dmlbench``: ``kjv-gpt`` with ``synthetic_data=true`` (one random batch of token
   ids, no evaluation) through ``run_benchmark``, its defaults on; the step time is the
   steady phases' sum over the steady steps.
 
-Reported: mean ms per step of each and the ratio dmlbench / plain (goal ≤ 1.0), tokens/s,
+Reported: mean ms per step of each and the ratios dmlbench / plain and / plain-jemalloc
+(goal ≤ 1.0 each), tokens/s,
 and the model FLOPs utilisation: torchtitan's count (6 × parameters + attention, per
 token) × tokens/s against the GEMM probe's peak. Results go to
 ``benchmarks/results/gpt_step.json``.
@@ -34,11 +37,12 @@ import tempfile
 from pathlib import Path
 
 import torch
+from expert import jemalloc_env
 
 HERE = Path(__file__).parent
 
 PLAIN = r"""
-import json, math, sys, time
+import ctypes, json, math, sys, time
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -97,7 +101,8 @@ def main():
         opt.step()
         if step >= warmup:
             times.append(time.perf_counter() - start)
-    print(json.dumps({"step_s": sum(times) / len(times)}))
+    on_jemalloc = hasattr(ctypes.CDLL(None), "mallctl")  # preloaded: its symbols are global
+    print(json.dumps({"step_s": sum(times) / len(times), "jemalloc": on_jemalloc}))
 
 if __name__ == "__main__":
     main()
@@ -127,25 +132,29 @@ def main():
         "status": outcome.status, "step_s": step_s, "batch": row.local_batch,
         "flops_per_step": summary.flops_per_step, "peak": summary.peak_flops_per_s,
         "peak_source": summary.peak_source, "threads": summary.threads_per_worker,
-        "disturbed": row.disturbed,
+        "disturbed": row.disturbed, "cpu_allocator": summary.cpu_allocator,
+        "page_faults_per_step": max(summary.page_faults_per_step or [0]),
     }))
 
 if __name__ == "__main__":
     main()
 """
 
-CONTENDERS = ["dmlbench", "plain"]
+CONTENDERS = ["dmlbench", "plain", "plain-jemalloc"]
 
 
 def _last_json(text: str) -> dict:
     return json.loads(text.strip().splitlines()[-1])
 
 
-def _run(code: str, *args: str) -> dict:
+def _run(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, env=env
     )
-    return _last_json(done.stdout)
+    got = _last_json(done.stdout)
+    if "jemalloc" in got and got["jemalloc"] != (env is not None):
+        raise SystemExit(f"the plain loop ran on jemalloc: {got['jemalloc']}, not as asked")
+    return got
 
 
 def main() -> None:
@@ -159,10 +168,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "gpt_step.json")
     args = parser.parse_args()
     rows: list[dict] = []
-    threads, batch = None, kjv_recipe().local_batch
+    threads, batch, jemalloc = None, kjv_recipe().local_batch, jemalloc_env()
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for who in CONTENDERS[r % 2 :] + CONTENDERS[: r % 2]:  # rotating order
+            turn = r % len(CONTENDERS)
+            for who in CONTENDERS[turn:] + CONTENDERS[:turn]:  # rotating order
                 if who == "dmlbench":
                     got = _run(
                         DMLBENCH, str(Path(tmp) / "store"), str(args.warmup), str(args.steps)
@@ -170,7 +180,9 @@ def main() -> None:
                     threads = got["threads"]
                 else:
                     count = threads or torch.get_num_threads()
-                    got = _run(PLAIN, str(count), str(batch), str(args.warmup), str(args.steps))
+                    plain = (str(count), str(batch), str(args.warmup), str(args.steps))
+                    env = jemalloc if who == "plain-jemalloc" else None
+                    got = _run(PLAIN, *plain, env=env)
                 rows.append({"round": r, "who": who, **got})
                 print(f"round {r} {who:10s} {got['step_s'] * 1000:8.1f} ms per step", flush=True)
     means = {
@@ -178,6 +190,7 @@ def main() -> None:
         for who in CONTENDERS
     }
     ratio = means["dmlbench"] / means["plain"]
+    ratio_je = means["dmlbench"] / means["plain-jemalloc"]
     last = next(row for row in reversed(rows) if row["who"] == "dmlbench")
     model = GPT(VOCAB, CONTEXT, **kjv_recipe().model.options)
     tokens_per_step = batch * CONTEXT
@@ -187,7 +200,8 @@ def main() -> None:
     print(
         f"kjv-gpt's model, {batch} × {CONTEXT} tokens, ms per step: "
         + ", ".join(f"{who} {t * 1000:.1f}" for who, t in means.items())
-        + f"; dmlbench / plain {ratio:.3f}; {tokens_per_s:,.0f} tokens/s; MFU "
+        + f"; dmlbench / plain {ratio:.3f}, / plain-jemalloc {ratio_je:.3f}; "
+        f"{tokens_per_s:,.0f} tokens/s; MFU "
         f"{mfu:.1%} (torchtitan's count), {counted:.1%} (torch's flop counter) of "
         f"{last['peak'] / 1e9:.0f} GFLOP/s ({last['peak_source']})"
     )
@@ -200,6 +214,9 @@ def main() -> None:
         "rounds": rows,
         "ms_per_step": {who: t * 1000 for who, t in means.items()},
         "ratio": ratio,
+        "ratio_to_jemalloc": ratio_je,
+        "page_faults_per_step": last["page_faults_per_step"],
+        "cpu_allocator": last["cpu_allocator"],
         "tokens_per_s": tokens_per_s,
         "mfu_torchtitan": mfu,
         "utilisation_flop_counter": counted,

@@ -11,13 +11,16 @@ Each round runs, in rotating order, one fresh process per contender:
   as many as dmlbench gives its worker. Timed with ``perf_counter`` after warm-up steps.
 - ``plain-channels-last``: the same loop with the model and batch in channels-last
   memory layout (a line an expert adds; dmlbench's default for convolutional models).
+- ``plain-jemalloc``: the channels-last loop with jemalloc preloaded and told to keep
+  what it frees (``expert.py``: the next thing an expert adds; issue 57).
 - ``dmlbench``: ``imagenet-resnet50`` with ``synthetic_data=true`` (DLBS's throughput
-  mode) through ``run_benchmark``, its fast defaults on (channels-last, tuned
-  allocator); the step time is the steady phases' sum over the steady steps.
+  mode) through ``run_benchmark``, its fast defaults on (channels-last, jemalloc);
+  the step time is the steady phases' sum over the steady steps.
 
 Reported: mean ms per step of each round and overall, the ratios dmlbench / plain
-(≤ 1.0 is the goal, ≤ 0.9 the aim) and dmlbench / plain-channels-last, and dmlbench's
-utilisation of the GEMM probe's peak. Results go to ``benchmarks/results/imagenet_step.json``.
+(≤ 1.0 is the goal, ≤ 0.9 the aim), / plain-channels-last and / plain-jemalloc (≤ 1.0),
+dmlbench's page faults a step and its utilisation of the GEMM probe's peak. Results go
+to ``benchmarks/results/imagenet_step.json``.
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ import tempfile
 from pathlib import Path
 
 import torch
+from expert import jemalloc_env
 
 HERE = Path(__file__).parent
 
 PLAIN = r"""
-import json, sys, time
+import ctypes, json, sys, time
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -95,7 +99,8 @@ for step in range(warmup + steps):
     optimizer.step()
     if step >= warmup:
         times.append(time.perf_counter() - start)
-print(json.dumps({"step_s": sum(times) / len(times)}))
+on_jemalloc = hasattr(ctypes.CDLL(None), "mallctl")  # preloaded: its symbols are global
+print(json.dumps({"step_s": sum(times) / len(times), "jemalloc": on_jemalloc}))
 """
 
 DMLBENCH = r"""
@@ -124,13 +129,15 @@ def main():
         "flops_per_step": summary.flops_per_step, "peak": summary.peak_flops_per_s,
         "peak_source": summary.peak_source, "threads": summary.threads_per_worker,
         "channels_last": summary.channels_last, "disturbed": row.disturbed,
+        "page_faults_per_step": max(summary.page_faults_per_step or [0]),
+        "cpu_allocator": summary.cpu_allocator,
     }))
 
 if __name__ == "__main__":
     main()
 """
 
-CONTENDERS = ["dmlbench", "plain", "plain-channels-last"]
+CONTENDERS = ["dmlbench", "plain", "plain-channels-last", "plain-jemalloc"]
 BLOCKS = {18: None, 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
 
 
@@ -139,7 +146,13 @@ def _last_json(text: str) -> dict:
 
 
 def run_plain(
-    threads: int, batch: int, warmup: int, steps: int, depth: int, channels_last: bool
+    threads: int,
+    batch: int,
+    warmup: int,
+    steps: int,
+    depth: int,
+    channels_last: bool,
+    env: dict[str, str] | None = None,
 ) -> dict:
     blocks = BLOCKS[depth]
     if blocks is None:
@@ -147,9 +160,12 @@ def run_plain(
     args = [str(threads), str(batch), str(warmup), str(steps), json.dumps(blocks)]
     args.append("1" if channels_last else "0")
     out = subprocess.run(
-        [sys.executable, "-c", PLAIN, *args], capture_output=True, text=True, check=True
+        [sys.executable, "-c", PLAIN, *args], capture_output=True, text=True, check=True, env=env
     )
-    return _last_json(out.stdout)
+    got = _last_json(out.stdout)
+    if got["jemalloc"] != (env is not None):
+        raise SystemExit(f"the plain loop ran on jemalloc: {got['jemalloc']}, not as asked")
+    return got
 
 
 def run_dmlbench(store: Path, batch: int, warmup: int, steps: int, depth: int) -> dict:
@@ -170,10 +186,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "imagenet_step.json")
     args = parser.parse_args()
     rows: list[dict] = []
-    threads = None
+    threads, jemalloc = None, jemalloc_env()
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for who in CONTENDERS[r % 3 :] + CONTENDERS[: r % 3]:  # rotating order
+            turn = r % len(CONTENDERS)
+            for who in CONTENDERS[turn:] + CONTENDERS[:turn]:  # rotating order
                 if who == "dmlbench":
                     got = run_dmlbench(
                         Path(tmp) / "store", args.batch, args.warmup, args.steps, args.model_depth
@@ -186,7 +203,8 @@ def main() -> None:
                         args.warmup,
                         args.steps,
                         args.model_depth,
-                        channels_last=who == "plain-channels-last",
+                        channels_last=who != "plain",
+                        env=jemalloc if who == "plain-jemalloc" else None,
                     )
                 rows.append({"round": r, "who": who, **got})
                 print(f"round {r} {who:20s} {got['step_s'] * 1000:8.0f} ms per step", flush=True)
@@ -196,12 +214,14 @@ def main() -> None:
     }
     ratio = means["dmlbench"] / means["plain"]
     ratio_cl = means["dmlbench"] / means["plain-channels-last"]
+    ratio_je = means["dmlbench"] / means["plain-jemalloc"]
     last = next(row for row in reversed(rows) if row["who"] == "dmlbench")
     utilisation = last["flops_per_step"] / means["dmlbench"] / last["peak"]
     print(
         f"ResNet-{args.model_depth}, batch {args.batch}, ms per step: "
         + ", ".join(f"{who} {t * 1000:.0f}" for who, t in means.items())
-        + f"; dmlbench / plain {ratio:.3f}, / plain-channels-last {ratio_cl:.3f}; "
+        + f"; dmlbench / plain {ratio:.3f}, / plain-channels-last {ratio_cl:.3f}, "
+        f"/ plain-jemalloc {ratio_je:.3f}; "
         f"utilisation {utilisation:.1%} of {last['peak'] / 1e9:.0f} GFLOP/s "
         f"({last['peak_source']})"
     )
@@ -215,6 +235,9 @@ def main() -> None:
         "ms_per_step": {who: t * 1000 for who, t in means.items()},
         "ratio": ratio,
         "ratio_to_channels_last": ratio_cl,
+        "ratio_to_jemalloc": ratio_je,
+        "page_faults_per_step": last["page_faults_per_step"],
+        "cpu_allocator": last["cpu_allocator"],
         "utilisation": utilisation,
         "hardware": {"cpus": os.cpu_count(), "machine": platform.processor() or platform.machine()},
         "versions": {"torch": torch.__version__, "python": platform.python_version()},

@@ -14,8 +14,10 @@ recipe through ``dmlbench run cifar10-resnet20 --workers 1`` with its defaults (
 ``--compile`` adds a compiled dmlbench run to each round, ``--default-allocator`` one
 with glibc's own allocator settings).
 
-Each round runs the plain loop, then dmlbench; ratios are dmlbench's time over the
-plain loop's from the same round (the machine drifts between rounds, not within one).
+Each round runs the plain loop, the plain loop again in a process of its own with
+jemalloc preloaded (``plain-jemalloc``, ``expert.py``: what an expert adds; issue 57),
+then dmlbench; ratios are dmlbench's time over each plain loop's from the same round
+(the machine drifts between rounds, not within one).
 Utilisation is FLOP/s over the peak of a 2048² float32 GEMM on the same threads,
 measured once here: the faster of torch.matmul (the BLAS) and oneDNN (a 1×1
 convolution), as dmlbench's own probe does. The JSON summary goes to ``--out``.
@@ -24,6 +26,7 @@ convolution), as dmlbench's own probe does. The JSON summary goes to ``--out``.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -40,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from expert import jemalloc_env
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -268,6 +272,22 @@ def dmlbench_run(args: argparse.Namespace, store: Path, *extra: str) -> dict[str
     }
 
 
+def plain_jemalloc(args: argparse.Namespace, seed: int, peak: float) -> dict[str, Any]:
+    """The plain loop in a process of its own with jemalloc preloaded (``expert.py``)."""
+    command = [sys.executable, __file__, "--data-dir", str(args.data_dir)]
+    command += ["--threads", str(args.threads), "--plain-seed", str(seed)]
+    if args.steps:
+        command += ["--steps", str(args.steps)]
+    done = subprocess.run(command, capture_output=True, text=True, env=jemalloc_env())
+    if done.returncode or not done.stdout.strip():
+        sys.exit(f"the plain-jemalloc loop failed: {done.stderr.strip().splitlines()[-1:]}")
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    if not got.pop("jemalloc"):
+        sys.exit("the plain-jemalloc loop ran without jemalloc")
+    got["utilisation"] = got["flops_per_step"] * got["steps"] / got["train_s"] / peak
+    return got
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=Path("../shared/data/cifar10"))
@@ -281,8 +301,13 @@ def main() -> None:
         help="also a dmlbench run with cpu_allocator=default",
     )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "single_node.json")
+    parser.add_argument("--plain-seed", type=int, help=argparse.SUPPRESS)  # one plain loop
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.plain_seed is not None:  # the plain-jemalloc contender's own process
+        got = plain_loop(read_cifar(args.data_dir), args.steps, seed=args.plain_seed)
+        print(json.dumps({**got, "jemalloc": hasattr(ctypes.CDLL(None), "mallctl")}))
+        return
     peaks = gemm_peaks(args.threads)
     peak = max(peaks.values())
     print(
@@ -303,11 +328,13 @@ def main() -> None:
             plain["utilisation"] = (
                 plain["flops_per_step"] * plain["steps"] / plain["train_s"] / peak
             )
-            row: dict[str, Any] = {"plain": plain}
+            expert = plain_jemalloc(args, number, peak)
+            row: dict[str, Any] = {"plain": plain, "plain-jemalloc": expert}
             for name, extra in variants.items():
                 row[name] = dmlbench_run(args, Path(scratch) / f"store-{number}", *extra)
                 ours = row[name]
                 ours["ratio_train"] = ours["train_s"] / plain["train_s"]
+                ours["ratio_train_jemalloc"] = ours["train_s"] / row["plain-jemalloc"]["train_s"]
                 # both sides' utilisation the same way: every step's FLOPs over the
                 # training time, against the peak measured here
                 ours["utilisation_reported"] = ours["utilisation"]
@@ -325,18 +352,21 @@ def main() -> None:
                 line.append(
                     f"{name} {ours['train_s']:.1f} s (+{ours['eval_s']:.1f} s eval, "
                     f"{ours['utilisation']:.0%}, {ours['page_faults_per_step']:,.0f} "
-                    f"faults): {ours['ratio_train']:.2f}× training, "
+                    f"faults): {ours['ratio_train']:.2f}× training "
+                    f"({ours['ratio_train_jemalloc']:.2f}× plain-jemalloc's "
+                    f"{row['plain-jemalloc']['train_s']:.1f} s), "
                     f"{ours['ratio_with_eval']:.2f}× with evaluation"
                 )
             print("; ".join(line), flush=True)
     medians = {
         name: {
             k: statistics.median(r[name][k] for r in rounds)
-            for k in ("ratio_train", "ratio_with_eval", "utilisation")
+            for k in ("ratio_train", "ratio_train_jemalloc", "ratio_with_eval", "utilisation")
         }
         for name in variants
     }
-    medians["plain"] = {"utilisation": statistics.median(r["plain"]["utilisation"] for r in rounds)}
+    for plain in ("plain", "plain-jemalloc"):
+        medians[plain] = {"utilisation": statistics.median(r[plain]["utilisation"] for r in rounds)}
     bookkeeping = instrumentation_per_step()
     step = statistics.median(r["dmlbench"]["train_s"] / r["dmlbench"]["steps"] for r in rounds)
     print(

@@ -50,7 +50,8 @@ def one_variant(
     profile: bool,
 ) -> dict[str, Any]:
     """Runs in its own process: time ``steps`` steps; page faults per step."""
-    from dmlbench.train.hardware import page_faults, tune_allocator
+    from dmlbench.train.allocator import tune_allocator
+    from dmlbench.train.hardware import page_faults
 
     in_effect = tune_allocator(allocator)  # first, as a worker does before its model
     import torch

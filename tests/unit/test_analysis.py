@@ -756,7 +756,9 @@ def test_the_memory_line_says_when_the_tuned_allocators_cache_is_in_the_peak() -
         return dataclasses.replace(run, summary=summary)
 
     high = memory_text(measured(233 * mib, "tuned (glibc keeps freed memory)"))
-    assert "233 MiB per worker" in high and "tuned allocator keeps" in high
+    assert "233 MiB per worker" in high and "allocator (tuned) keeps" in high
+    jemalloc = memory_text(measured(233 * mib, "jemalloc 5.3.0 (keeps freed memory)"))
+    assert "allocator (jemalloc) keeps" in jemalloc
     predicted = re.search(r"predicted (\d+) MiB", high)
     assert predicted and f"The {233 - int(predicted[1])} MiB above the prediction" in high
     assert "keeps" not in memory_text(measured(233 * mib, "returning (glibc gives back)"))

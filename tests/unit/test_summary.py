@@ -191,7 +191,7 @@ def test_a_run_without_a_flop_count_has_no_utilisation() -> None:
 
 def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     from dmlbench.cli.views.summary import compilation_text, hardware_text, time_split
-    from dmlbench.train import hardware
+    from dmlbench.train import allocator
 
     source = "GEMM probe: 2048², float32, 2 threads, oneDNN"
     summary = RunSummary.model_validate(
@@ -216,8 +216,14 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     assert "1,600 samples/s per worker" in text and "peak memory 191 MiB" in text
     assert "; 4 page faults per step (the most); channels-last" in text
     assert text.endswith("; channels-last")
-    tuned = hardware_text(summary.model_copy(update={"cpu_allocator": hardware.TUNED}))
-    assert tuned.endswith("; channels-last and tuned allocator")
+
+    def kept_by(record: str) -> str:
+        return hardware_text(summary.model_copy(update={"cpu_allocator": record}))
+
+    assert kept_by(allocator.TUNED).endswith("; channels-last and tuned allocator")
+    assert kept_by("jemalloc 5.3.0 (keeps freed memory)").endswith("; channels-last and jemalloc")
+    fallback = allocator.TUNED + " in place of jemalloc, which was not preloaded"
+    assert kept_by(fallback).endswith("; channels-last and tuned allocator (no jemalloc)")
     assert hardware_text(RunSummary()) == ""
     assert time_split(RunSummary(train_s=198.1, eval_s=17.0)) == (
         ": training 198.1 s, evaluation 17.0 s"

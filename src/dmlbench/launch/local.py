@@ -169,15 +169,33 @@ def chosen_start_method() -> str:
     return chosen
 
 
-def start_method() -> str:
+_SERVED: dict[str, str] | None = None  # the allocator's environment the fork server has
+
+
+def start_method(allocator: dict[str, str]) -> str:
     """The chosen start method, with the fork server started now if that is the one (it
-    keeps this process's stderr, the terminal, for good: not a run's start-up log)."""
+    keeps this process's stderr, the terminal, for good: not a run's start-up log).
+
+    The fork server starts in the ``allocator``'s environment (jemalloc's preload), as
+    its workers must: a preloaded allocator serves a process from its start, and
+    children inherit it. A server started in another one (a run before with another
+    ``cpu_allocator``, or anything else of this process) is stopped and started anew;
+    where Python cannot stop it, workers are spawned instead."""
+    global _SERVED
     chosen = chosen_start_method()
     if chosen == "forkserver":
         from multiprocessing import forkserver
 
+        server = forkserver._forkserver
+        if allocator != _SERVED and getattr(server, "_forkserver_pid", None) is not None:
+            stop = getattr(server, "_stop", None)
+            if stop is None:  # not in this Python: spawn, which execs in the environment
+                return "spawn"
+            stop()
         forkserver.set_forkserver_preload(list(PRELOAD))
-        forkserver.ensure_running()
+        with _environment(allocator):
+            forkserver.ensure_running()
+        _SERVED = dict(allocator)
     return chosen
 
 
@@ -194,11 +212,13 @@ def launch_workers(
     rendezvous: Rendezvous | None = None,
     placed: list[int] | None = None,
     per_namespace: int = 1,
+    allocator: dict[str, str] | None = None,
 ) -> None:
     """Run ``entrypoint(*args)`` in ``workers`` processes to completion.
 
     ``per_namespace`` workers share each of the ``topology``'s namespaces (a node of an
-    emulated cluster) in order; one each by default.
+    emulated cluster) in order; one each by default. ``allocator`` is the environment
+    that preloads the workers' C allocator (:func:`dmlbench.train.allocator.preload`).
 
     With a ``rendezvous`` these are this node's workers of a multi-node job; ``placed``
     then receives the global ranks that ran here (rank 0's node records the run).
@@ -242,7 +262,7 @@ def launch_workers(
         rdzv_configs=configs,
         max_restarts=0,
         monitor_interval=0.1,
-        start_method=start_method(),
+        start_method=start_method(allocator or {}),
         local_addr=host,
         log_line_prefix_template="[rank${rank}]: ",
         logs_specs=DefaultLogsSpecs(
@@ -256,6 +276,7 @@ def launch_workers(
         "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", interface or "lo"),
         NODE_ADDRESS_ENV: host,
         **SHARE_STORE_ENV,
+        **(allocator or {}),
         **(env or {}),
     }
     settings["environment"] = {**os.environ, **values}
@@ -322,6 +343,7 @@ def launch_local(
     rendezvous: Rendezvous | None = None,
     placed: list[int] | None = None,
     env: dict[str, str] | None = None,
+    allocator: dict[str, str] | None = None,
 ) -> None:
     """Run this node's training workers to completion (see :func:`launch_workers`):
     ``spec.workers`` on one host, ``spec.per_node`` of a multi-node job."""
@@ -338,4 +360,5 @@ def launch_local(
         rendezvous=rendezvous,
         placed=placed,
         env=env,
+        allocator=allocator,
     )

@@ -31,6 +31,7 @@ from dmlbench.results import ResultsStore
 from dmlbench.results.rundir import OUTCOME_FILE, write_json
 from dmlbench.results.store import Rerun
 from dmlbench.spec import RunSpec
+from dmlbench.train.allocator import preload
 
 if TYPE_CHECKING:  # the Slurm path is imported where it runs
     from dmlbench.launch.slurm import SlurmJob
@@ -104,6 +105,7 @@ class LocalLauncher(Launcher):
         self.network = spec.network.resolve() if spec.network.enabled else None
         self.placed: list[int] = []
         self.peak_env: dict[str, str] = {}
+        self.allocator: dict[str, str] = {}  # the workers' C allocator's preload
         self.run: OpenedRun | None = None
         self.topology: Any = None
 
@@ -119,6 +121,9 @@ class LocalLauncher(Launcher):
         if self.network:
             preflight(self.network)  # not root, or no way to emulate it: refused first
         prepare_data(spec)
+        self.allocator, absent = preload(spec.cpu_allocator)
+        if absent:
+            LOG.warning("%s", absent)
         peak, self.peak_env = machine_peak(spec)
         return {"peak_flops": peak}
 
@@ -138,6 +143,7 @@ class LocalLauncher(Launcher):
             rendezvous=self.rendezvous,
             placed=self.placed,
             env=self.peak_env,
+            allocator=self.allocator,
         )
         attempt.status = ""
 

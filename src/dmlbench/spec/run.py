@@ -88,14 +88,16 @@ class RunSpec(WorkersSpec):
         description="torch.compile the model before the clock starts (compile time is "
         "reported apart); the same maths, fused kernels",
     )
-    cpu_allocator: Literal["tuned", "default", "returning"] = Field(
-        "tuned",
-        description="tuned: the worker's C library (glibc) keeps the memory a step frees "
-        "for the next step instead of returning it to the kernel and faulting it in again, "
-        "whatever the process did before; the same maths. default: glibc's own, whose "
-        "thresholds depend on the largest block the process has freed so far. returning: "
-        "every block over 128 KiB goes back to the kernel when freed, so resident memory "
-        "follows the live tensors (slower; for measuring memory)",
+    cpu_allocator: Literal["jemalloc", "tuned", "default", "returning"] = Field(
+        "jemalloc",
+        description="jemalloc: the workers run on jemalloc, preloaded and told to keep the "
+        "memory a step frees for the next step instead of returning it to the kernel and "
+        "faulting it in again (where it is not installed, the run says so and uses tuned); "
+        "the same maths. tuned: glibc, its thresholds fixed so it keeps what it frees up "
+        "to 32 MiB a block. default: glibc's own, whose thresholds depend on the largest "
+        "block the process has freed so far. returning: every block over 128 KiB goes back "
+        "to the kernel when freed, so resident memory follows the live tensors (slower; "
+        "for measuring memory)",
     )
     peak_tflops: float | None = Field(
         None,

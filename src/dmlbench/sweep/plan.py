@@ -33,7 +33,7 @@ _KEY_DEFAULTS = {
     "train_metric_examples": 0,
     "channels_last": "auto",
     "compile": False,
-    "cpu_allocator": "tuned",
+    "cpu_allocator": "jemalloc",  # tuned before: the same maths, and resumed alike
     "peak_tflops": None,
     "synthetic_data": False,
     "loader_processes": "auto",

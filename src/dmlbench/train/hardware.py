@@ -9,21 +9,16 @@
   for that run, named so, and not cached.
 - :func:`peak_memory_bytes`: the process's peak resident memory on a CPU, the device's
   peak allocation on a GPU.
-- :func:`tune_allocator` keeps the memory a step frees for the next step. glibc
-  returns freed blocks above its mmap threshold to the kernel, and the next step faults
-  them in again page by page; the threshold rises only after the process frees a block
-  that large, so a step's cost depends on the process's history. Here a ResNet-20 step
-  at batch 32 in a fresh process faulted 6,000 pages and took 38 ms, against 29 ms once
-  tuned; :class:`FaultCounter` counts the faults of the training steps.
+- :class:`FaultCounter` counts the page faults of the training steps: memory a step
+  frees and the allocator hands back to the kernel is faulted in again by the next
+  (:mod:`dmlbench.train.allocator` keeps it instead).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
-import platform
 import resource
 import time
 from collections.abc import Callable
@@ -47,15 +42,6 @@ CACHE_FILE = "peak-flops.json"
 # workers that probed at once would each see the others as load, probe for nothing on a
 # busy machine, and start seconds later.
 PEAK_ENV = "DMLBENCH_PEAK"
-# glibc's mallopt parameters (malloc.h) and the values a tuned allocator sets: blocks up
-# to glibc's largest mmap threshold come from the heap, and up to 1 GiB freed at its top
-# stays there instead of going back to the kernel
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD = 32 * 2**20  # glibc's maximum on 64-bit machines
-TRIM_THRESHOLD = 2**30
-TUNED = "tuned (glibc keeps freed memory: mmap threshold 32 MiB, trim threshold 1 GiB)"
-RETURN_THRESHOLD = 128 * 2**10  # glibc's default start, fixed: no dynamic raise
-RETURNING = "returning (glibc gives back every block over 128 KiB when freed)"
 
 
 def cache_dir() -> Path:
@@ -205,30 +191,6 @@ def peak_for(
 ) -> Peak:
     """The peak for a worker of a recipe with ``precision`` (``fp32`` or ``bf16``)."""
     return peak_flops(device, threads, dtype=_dtype(precision), configured_tflops=configured_tflops)
-
-
-def tune_allocator(setting: str) -> str:
-    """Apply the run's ``cpu_allocator`` setting to this process; returns what is in
-    effect. ``tuned`` on glibc fixes its mmap and trim thresholds high, so a step's freed
-    tensors are reused by the next step instead of being returned to the kernel and
-    faulted in again, whatever the process did before; the settings last for the
-    process. ``returning`` fixes them low instead: every block over 128 KiB goes back to
-    the kernel when freed, so resident memory follows the live tensors (slower; for
-    measuring memory). Elsewhere, and for ``default``, the C library's own behaviour
-    stays."""
-    if setting not in ("tuned", "returning"):
-        return "default"
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return "default (the C library is not glibc)"
-    libc = ctypes.CDLL(None)
-    low = setting == "returning"
-    answers = [
-        libc.mallopt(M_MMAP_THRESHOLD, RETURN_THRESHOLD if low else MMAP_THRESHOLD),
-        libc.mallopt(M_TRIM_THRESHOLD, RETURN_THRESHOLD if low else TRIM_THRESHOLD),
-    ]
-    if answers != [1, 1]:
-        return "default (glibc refused the thresholds)"
-    return RETURNING if low else TUNED
 
 
 def page_faults() -> int:

@@ -38,14 +38,10 @@ from dmlbench.results.schema import ALL_PHASES
 from dmlbench.spec import RunSpec
 from dmlbench.spec.run import CHANNELS_LAST_EXCHANGES
 from dmlbench.tasks import TaskDefinition
+from dmlbench.train.allocator import tune_allocator
 from dmlbench.train.context import DistContext
 from dmlbench.train.evaluation import Evaluator
-from dmlbench.train.hardware import (
-    autocast_for,
-    peak_for,
-    to_channels_last,
-    tune_allocator,
-)
+from dmlbench.train.hardware import autocast_for, peak_for, to_channels_last
 from dmlbench.train.measures import RunMeasures, StepCount, count_step_flops, cpu_samples
 from dmlbench.train.progress import ProgressMeter
 from dmlbench.train.timers import PhaseTimer

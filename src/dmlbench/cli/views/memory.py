@@ -14,6 +14,9 @@ from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
 from dmlbench.report.formats import human_bytes, seconds
 from dmlbench.results.records import RunRecord
 
+# how a run's cpu_allocator record starts when its allocator kept freed memory
+KEEPS = ("jemalloc", "tuned")
+
 # Measured memory more than this share above the prediction, with the tuned allocator,
 # is said to include the allocator's cache (it keeps a step's freed blocks).
 CACHE_NOTED = 0.15
@@ -46,11 +49,11 @@ def memory_text(run: RunRecord) -> str:
         text += f"; optimizer state held {human_bytes(max(state))} per worker"
     over = measured - parts["total"]
     allocator = str(summary.cpu_allocator or "")
-    if allocator.startswith("tuned") and over > CACHE_NOTED * parts["total"]:
+    if allocator.startswith(KEEPS) and over > CACHE_NOTED * parts["total"]:
         text += (
-            f". The {human_bytes(over)} above the prediction include freed memory the tuned "
-            "allocator keeps for the next step (docs/memory.md); cpu_allocator=returning "
-            "measures without it"
+            f". The {human_bytes(over)} above the prediction include freed memory the "
+            f"allocator ({allocator.split()[0]}) keeps for the next step (docs/memory.md); "
+            "cpu_allocator=returning measures without it"
         )
     return text
 

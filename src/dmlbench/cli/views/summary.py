@@ -222,8 +222,11 @@ def hardware_text(summary: RunSummary) -> str:
         for name, used in (("channels-last", summary.channels_last), ("compiled", summary.compiled))
         if used
     ]
-    if str(summary.cpu_allocator or "").startswith("tuned"):
-        on.append("tuned allocator")
+    allocator = str(summary.cpu_allocator or "")
+    if allocator.startswith("jemalloc"):
+        on.append("jemalloc")
+    elif allocator.startswith("tuned"):
+        on.append("tuned allocator" + (" (no jemalloc)" if "jemalloc" in allocator else ""))
     if parts and on:
         parts.append(" and ".join(on))
     return "; ".join(parts)

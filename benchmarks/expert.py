@@ -1,0 +1,28 @@
+"""What an expert adds to a plain PyTorch loop on a CPU: jemalloc, preloaded and told to
+keep what it frees, as Intel's PyTorch CPU guides recommend (issue 57's contender).
+
+The step benchmarks (``imagenet_step.py``, ``gpt_step.py``, ``single_node.py``) run
+their plain loop once more in this environment, as ``plain-jemalloc``. The settings are
+the issue's, measured there: dmlbench's own (``dmlbench.train.allocator``) differ in
+having no background thread, which its fork server could not pass on to its workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+MALLOC_CONF = (
+    "oversize_threshold:1,background_thread:true,metadata_thp:auto,"
+    "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+)
+
+
+def jemalloc_env() -> dict[str, str]:
+    """This process's environment with jemalloc preloaded; exits in one line without it."""
+    from dmlbench.train.allocator import JEMALLOC_INSTALL, find_jemalloc
+
+    library = find_jemalloc()
+    if library is None:
+        sys.exit(f"the plain-jemalloc contender needs jemalloc: {JEMALLOC_INSTALL}")
+    return {**os.environ, "LD_PRELOAD": library, "MALLOC_CONF": MALLOC_CONF}
