@@ -58,6 +58,23 @@ def process_tree(root: int) -> set[int]:
     return tree
 
 
+def holding(folder: Path) -> list[int]:
+    """Processes with a file under ``folder`` open (a run's logs: whatever its workers
+    started writes there), wherever they hang in the process tree."""
+    inside_ = str(folder.resolve()) + os.sep
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            targets = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:  # gone, or not ours to read
+            continue
+        if any(target.startswith(inside_) for target in targets):
+            found.append(int(entry.name))
+    return found
+
+
 def command_line(pid: int) -> str:
     try:
         return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()

@@ -89,6 +89,35 @@ def die_with_parent(parent: int, *, via_server: bool = False) -> None:
         os._exit(1)
 
 
+def leave_the_server() -> None:
+    """Close the fork server's liveness pipe, which a process forked by a server inherits.
+
+    The server exits when the last copy of that pipe's write end closes: it is its
+    starter's, and so tells the server its starter is gone. Every process forked from
+    the server receives a copy (multiprocessing's forkserver passes it on, for processes
+    that start processes of their own), so a killed launcher left a server waiting on
+    its workers and workers (who die with the server) waiting on a store that was gone;
+    a training worker that failed left its data loader's server and processes behind,
+    each waiting on the other. A spawned or plainly forked process has none."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if server is not None and fd is not None and getattr(server, "_forkserver_pid", 0) is None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = server._forkserver_address = None
+
+
+def die_with_the_server_or_parent() -> None:
+    """For a helper process (a data loader's): end with whatever started it. Forked by a
+    fork server, it leaves the server's liveness pipe, so that the server ends when the
+    process that started the server does, and dies with the server; otherwise it dies
+    with its parent."""
+    leave_the_server()
+    die_with_parent(os.getppid())
+
+
 def parent_pid(pid: int) -> int | None:
     """The parent of process ``pid`` (Linux's /proc); None where that cannot be read."""
     try:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from dmlbench.errors import DatasetError
-from dmlbench.system import process_cpu_s
+from dmlbench.system import die_with_the_server_or_parent, process_cpu_s
 
 # Per-channel statistics of ImageNet's training set (pixels scaled to [0, 1]).
 MEAN = (0.485, 0.456, 0.406)
@@ -219,6 +219,9 @@ class _Rows:
 def _one_thread(_: int) -> None:
     torch.set_num_threads(1)  # each loader process decodes one image at a time
     os.nice(10)  # and yields the core to the model's threads, which wait for each other
+    # torch's own check watches the loader's parent, here a fork server that a worker
+    # which failed left running: both waited on each other for good
+    die_with_the_server_or_parent()
 
 
 def _one_line(error: Exception) -> DatasetError:

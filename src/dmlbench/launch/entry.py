@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.heartbeat import start_heartbeat
-from dmlbench.system import die_with_parent
+from dmlbench.system import die_with_parent, leave_the_server
 
 # The environment this module was imported in: the fork server's, which its workers
 # inherit, or a spawned worker's own before torch's agent adds the rank's variables.
@@ -39,25 +38,6 @@ def take_environment(launcher: dict[str, str]) -> None:
     agent = {k: v for k, v in os.environ.items() if _IMPORTED_IN.get(k) != v}
     os.environ.clear()
     os.environ.update({**launcher, **agent})
-
-
-def leave_the_server() -> None:
-    """Close the fork server's liveness pipe, which a forked worker inherits.
-
-    The server exits when the last copy of that pipe's write end closes: it is the
-    launcher's, and so tells the server the launcher is gone. Every worker forked from
-    the server receives a copy (multiprocessing's forkserver passes it on, for workers
-    that start processes of their own), so a killed launcher left a server waiting on
-    its workers and workers (who die with the server) waiting on a store that was gone.
-    A spawned worker has none."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if server is not None and fd is not None and getattr(server, "_forkserver_pid", 0) is None:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-        server._forkserver_alive_fd = server._forkserver_address = None
 
 
 def _end_quietly(signum: int, frame: Any) -> None:
