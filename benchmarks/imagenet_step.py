@@ -184,13 +184,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--model-depth", type=int, default=50, choices=[50, 101, 152])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "imagenet_step.json")
+    parser.add_argument(
+        "--against",
+        nargs="+",
+        choices=CONTENDERS[1:],
+        default=CONTENDERS[1:],
+        help="the plain loops dmlbench is compared with (default: all)",
+    )
     args = parser.parse_args()
+    contenders = ["dmlbench", *args.against]
     rows: list[dict] = []
     threads, jemalloc = None, jemalloc_env()
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            turn = r % len(CONTENDERS)
-            for who in CONTENDERS[turn:] + CONTENDERS[:turn]:  # rotating order
+            turn = r % len(contenders)
+            for who in contenders[turn:] + contenders[:turn]:  # rotating order
                 if who == "dmlbench":
                     got = run_dmlbench(
                         Path(tmp) / "store", args.batch, args.warmup, args.steps, args.model_depth
@@ -210,19 +218,17 @@ def main() -> None:
                 print(f"round {r} {who:20s} {got['step_s'] * 1000:8.0f} ms per step", flush=True)
     means = {
         who: statistics.mean(row["step_s"] for row in rows if row["who"] == who)
-        for who in CONTENDERS
+        for who in contenders
     }
-    ratio = means["dmlbench"] / means["plain"]
-    ratio_cl = means["dmlbench"] / means["plain-channels-last"]
-    ratio_je = means["dmlbench"] / means["plain-jemalloc"]
+    ratios = {who: means["dmlbench"] / means[who] for who in args.against}
     last = next(row for row in reversed(rows) if row["who"] == "dmlbench")
     utilisation = last["flops_per_step"] / means["dmlbench"] / last["peak"]
     print(
         f"ResNet-{args.model_depth}, batch {args.batch}, ms per step: "
         + ", ".join(f"{who} {t * 1000:.0f}" for who, t in means.items())
-        + f"; dmlbench / plain {ratio:.3f}, / plain-channels-last {ratio_cl:.3f}, "
-        f"/ plain-jemalloc {ratio_je:.3f}; "
-        f"utilisation {utilisation:.1%} of {last['peak'] / 1e9:.0f} GFLOP/s "
+        + "; dmlbench / "
+        + ", / ".join(f"{who} {ratio:.3f}" for who, ratio in ratios.items())
+        + f"; utilisation {utilisation:.1%} of {last['peak'] / 1e9:.0f} GFLOP/s "
         f"({last['peak_source']})"
     )
     result = {
@@ -233,9 +239,9 @@ def main() -> None:
         "timed_steps": args.steps,
         "rounds": rows,
         "ms_per_step": {who: t * 1000 for who, t in means.items()},
-        "ratio": ratio,
-        "ratio_to_channels_last": ratio_cl,
-        "ratio_to_jemalloc": ratio_je,
+        "ratio": ratios.get("plain"),
+        "ratio_to_channels_last": ratios.get("plain-channels-last"),
+        "ratio_to_jemalloc": ratios.get("plain-jemalloc"),
         "page_faults_per_step": last["page_faults_per_step"],
         "cpu_allocator": last["cpu_allocator"],
         "utilisation": utilisation,
