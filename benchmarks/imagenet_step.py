@@ -1,7 +1,8 @@
 """ResNet-50's training step: dmlbench against a plain PyTorch loop, side by side.
 
     python benchmarks/imagenet_step.py                   # 3 rounds, batch 32, 1 worker
-    python benchmarks/imagenet_step.py --rounds 5 --steps 10 --model-depth 18
+    python benchmarks/imagenet_step.py --rounds 5 --steps 10 --model-depth 101
+    python benchmarks/imagenet_step.py --rounds 6 --against plain-jemalloc  # one ratio
 
 Each round runs, in rotating order, one fresh process per contender:
 
