@@ -48,4 +48,10 @@ def test_a_named_library_that_is_no_jemalloc_is_refused_in_one_line(
     monkeypatch.setenv(allocator.JEMALLOC_ENV, str(impostor))
     with pytest.raises(SpecError, match="does not preload as jemalloc") as wrong:
         allocator.preload("jemalloc")
-    assert "\n" not in str(missing.value) + str(wrong.value)
+    spaced = tmp_path / "my libs" / "libjemalloc.so.2"
+    spaced.parent.mkdir()
+    spaced.write_text("a path LD_PRELOAD would split")
+    monkeypatch.setenv(allocator.JEMALLOC_ENV, str(spaced))
+    with pytest.raises(SpecError, match="spaces or colons") as split:
+        allocator.preload("jemalloc")
+    assert "\n" not in str(missing.value) + str(wrong.value) + str(split.value)

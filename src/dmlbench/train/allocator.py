@@ -40,7 +40,6 @@ from dmlbench.errors import SpecError
 JEMALLOC_CONF = "oversize_threshold:1,dirty_decay_ms:-1,muzzy_decay_ms:-1,metadata_thp:auto"
 JEMALLOC_ENV = "DMLBENCH_JEMALLOC"  # a library path, where it is not the system's
 JEMALLOC_INSTALL = "Debian/Ubuntu: apt-get install libjemalloc2"
-CHOICES = ("jemalloc", "tuned", "returning", "default")
 
 # glibc's mallopt parameters (malloc.h) and the values a tuned allocator sets: blocks up
 # to glibc's largest mmap threshold come from the heap, and up to 1 GiB freed at its top
@@ -62,6 +61,11 @@ def find_jemalloc() -> str | None:
         path = Path(named)
         if not path.is_file():
             raise SpecError(f"{JEMALLOC_ENV}={named!r} is not a file: name jemalloc's library")
+        if any(c.isspace() or c == ":" for c in str(path.resolve())):  # LD_PRELOAD's separators
+            raise SpecError(
+                f"{JEMALLOC_ENV}={named!r}: LD_PRELOAD cannot hold a path with spaces or "
+                "colons; link the library from a plain path"
+            )
         if not _preloads(str(path.resolve())):
             raise SpecError(f"{JEMALLOC_ENV}={named!r} does not preload as jemalloc")
         return str(path.resolve())
@@ -93,7 +97,8 @@ def preload(setting: str) -> tuple[dict[str, str], str | None]:
     if platform.system() != "Linux":
         return (
             {},
-            "cpu_allocator=jemalloc is preloaded on Linux only: the workers use the C library's",
+            "cpu_allocator=jemalloc is preloaded on Linux only: the workers use the C "
+            "library's allocator",
         )
     library = find_jemalloc()
     if library is None:
