@@ -3,6 +3,7 @@ and FSDP at 2 workers.
 
     python benchmarks/memory_tasks.py                       # every task
     python benchmarks/memory_tasks.py --tasks kjv-gpt,digits-mlp
+    python benchmarks/memory_tasks.py --runtime             # the constant K, first
 
 Each run is the task's reference recipe (its model, local batch and optimizer) with
 ``cpu_allocator=returning`` (glibc gives back every block over 128 KiB when freed, so
@@ -12,12 +13,19 @@ input shape (DLBS's mode: no data to read, no evaluation) and its own data other
 resident memory when the trainer started, the most of any worker. Predicted: what
 :mod:`dmlbench.perfmodel.memory` makes of the run's own accounting. A task whose data is
 not on this machine is listed as skipped. Results go to
-``benchmarks/results/memory/tasks.json``.
+``benchmarks/results/memory/tasks.json`` (``--tasks`` replaces only its tasks' rows).
+
+``--runtime`` measures the prediction's constant ``K`` (what a worker allocates whatever
+the model) on a model with almost nothing in it, ``digits-mlp --model linear``, which no
+task's row uses: measured less predicted without ``K``, the most of ``--repeats`` runs.
+The figures go to ``benchmarks/results/memory/runtime.json`` and, by hand, into
+:data:`dmlbench.perfmodel.memory.RUNTIME_CPU_BYTES`, before the tasks are measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import subprocess
@@ -38,10 +46,11 @@ STEPS = ["max_steps=5", "warmup_steps_excluded=2", "cpu_allocator=returning"]
 MIB = 1 << 20
 
 
-def run(store: Path, task: str, exchange: str) -> dict:
+def run(store: Path, task: str, exchange: str, model: str = "") -> dict:
     synthetic = get_task(task).input_shape is not None
     command = [sys.executable, "-m", "dmlbench", "run", task, "--workers", str(WORKERS)]
     command += ["--exchange", exchange, "--store", str(store), "--quiet"]
+    command += ["--model", model] if model else []
     for override in [*STEPS, f"synthetic_data={str(synthetic).lower()}"]:
         command += ["--set", override]
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
@@ -69,13 +78,58 @@ def run(store: Path, task: str, exchange: str) -> dict:
         "at": "backward" if predicted["at"] else "optimizer step",
         "first_gradients_mib": predicted.get("first_gradients", 0.0) / MIB,
         "account_mib": {k: v / MIB for k, v in summary.memory_account.items()},
+        "unaccounted_mib": (
+            measured
+            - predicted_bytes(dataclasses.replace(account, runtime=0.0), exchange, WORKERS)["total"]
+        )
+        / MIB,
     }
+
+
+def runtime(repeats: int) -> None:
+    """K by exchange: measured less predicted without K on the linear model."""
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for exchange in EXCHANGES:
+            for _ in range(repeats):
+                row = run(Path(folder) / "store", "digits-mlp", exchange, model="linear")
+                if "skipped" in row:
+                    sys.exit(f"{exchange}: {row['skipped']}")
+                rows.append(row)
+                print(f"{exchange:<6} unaccounted {row['unaccounted_mib']:.3f} MiB", flush=True)
+    constants = {
+        exchange: max(r["unaccounted_mib"] for r in rows if r["exchange"] == exchange) * MIB
+        for exchange in EXCHANGES
+    }
+    print("RUNTIME_CPU_BYTES =", {k: round(v) for k, v in constants.items()})
+    write(
+        "runtime.json",
+        f"python benchmarks/memory_tasks.py --runtime --repeats {repeats}",
+        {"model": "digits-mlp --model linear", "runtime_bytes": constants, "rows": rows},
+    )
+
+
+def write(name: str, command: str, body: dict) -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = {
+        "command": command,
+        "machine": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        **body,
+    }
+    (OUT / name).write_text(json.dumps(result, indent=1) + "\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="")
+    parser.add_argument("--runtime", action="store_true", help="measure the constant K")
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    if args.runtime:
+        runtime(args.repeats)
+        return
     names = (
         args.tasks.split(",")
         if args.tasks
@@ -96,16 +150,13 @@ def main() -> None:
                     f"{row['at']}; first gradients {row['first_gradients_mib']:.1f} MiB",
                     flush=True,
                 )
-    OUT.mkdir(parents=True, exist_ok=True)
-    result = {
-        "command": "python benchmarks/memory_tasks.py"
-        + (f" --tasks {args.tasks}" * bool(args.tasks)),
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "rows": rows,
-    }
-    (OUT / "tasks.json").write_text(json.dumps(result, indent=1) + "\n")
+    command = "python benchmarks/memory_tasks.py"
+    previous = OUT / "tasks.json"
+    if args.tasks and previous.is_file():  # keep the other tasks' rows
+        kept = json.loads(previous.read_text())
+        rows = [r for r in kept["rows"] if r["task"] not in names] + rows
+        command = f"{kept['command']}; then {command} --tasks {args.tasks}"
+    write("tasks.json", command, {"rows": rows})
 
 
 if __name__ == "__main__":

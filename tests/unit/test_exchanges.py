@@ -3,6 +3,8 @@ gossip graphs. The multi-process behaviour is in test_training.py."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from torch import nn
@@ -156,3 +158,22 @@ def test_gathered_values_come_back_by_name_not_by_position() -> None:
     assert rank == {"phases": [1.0, 2.0, 3.0], "faults": 7.0, "cpu": [4.0, 5.0], "sent": 2.5}
     (empty,) = all_gather_named({"none": [], "one": 1.0}, torch.device("cpu"))
     assert empty == {"none": [], "one": 1.0}
+
+
+def test_what_an_exchange_imports_when_first_used_loads_before_the_memory_is_measured() -> None:
+    """ZeRO's optimizer module costs megabytes of a worker's memory when imported: the
+    trainer loads it before it reads the starting memory, so it is not counted as the
+    run's. Fresh interpreters, as a worker's first import would be."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; from dmlbench.comm import load_modules; "
+        "before = 'torch.distributed.optim' in sys.modules; load_modules('zero1'); "
+        "print(before, 'torch.distributed.optim' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "True"], done.stderr
+    for name, exchange in EXCHANGES.items():  # each names a module that exists
+        for module in exchange.modules:
+            assert importlib.util.find_spec(module) is not None, (name, module)

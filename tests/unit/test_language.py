@@ -477,6 +477,20 @@ def test_predicted_memory_by_strategy() -> None:
     assert predicted_bytes(logits, "fsdp", 4)["total"] == full["total"] + 80
     moved = predicted_bytes(logits, "ddp", 4)  # A + 2L = 230 > G + T = 200: now backward
     assert (moved["at"], moved["total"]) == (1.0, 100 + 200 + 100 + 230)
+    # the worker's runtime K is held at both moments, whatever the exchange
+    with_k = MemoryAccount(**{**account.__dict__, "runtime": 7})
+    for exchange in ("ddp", "zero1", "fsdp", "allreduce"):
+        plain, more = predicted_bytes(account, exchange, 4), predicted_bytes(with_k, exchange, 4)
+        assert (more["total"], more["other"]) == (plain["total"] + 7, plain["other"] + 7)
+        assert more["runtime"] == 7 and "runtime" not in plain
+
+
+def test_the_runtime_constant_is_a_cpu_worker_s_and_falls_back_to_ddp_s() -> None:
+    from dmlbench.perfmodel.memory import RUNTIME_CPU_BYTES, runtime_bytes
+
+    assert runtime_bytes("zero1", "cpu") == RUNTIME_CPU_BYTES["zero1"] > 0
+    assert runtime_bytes("powersgd", "cpu") == RUNTIME_CPU_BYTES["ddp"] > 0
+    assert runtime_bytes("zero1", "cuda") == 0.0  # a GPU measures its tensors only
 
 
 def test_a_step_counted_on_the_meta_device_gives_its_output_bytes() -> None:
@@ -500,9 +514,9 @@ def test_a_step_counted_on_the_meta_device_gives_its_output_bytes() -> None:
     assert counted.output_bytes == 3 * 16 * 64 * 4
     assert counted.flops > 0 and counted.kept_bytes > counted.output_bytes
     account = counted.memory_account(
-        build_model(spec, (16,), 64), torch.optim.SGD([torch.zeros(1)])
+        build_model(spec, (16,), 64), torch.optim.SGD([torch.zeros(1)]), runtime=5.0
     )
-    assert account["outputs"] == counted.output_bytes
+    assert account["outputs"] == counted.output_bytes and account["runtime"] == 5.0
 
 
 def test_the_peak_of_the_steps_restarts_without_evaluation() -> None:

@@ -15,14 +15,14 @@ all-gather and a reduce-scatter a unit), FSDP (an all-gather more).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from dmlbench.errors import SpecError
 from dmlbench.names import shorten
-from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
+from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes, runtime_bytes
 from dmlbench.results.records import RunRecord
 
 STRATEGIES: list[tuple[str, str, dict[str, Any]]] = [
@@ -135,7 +135,9 @@ def advise_memory(
     )
     fits = []
     for name, exchange, options in STRATEGIES:
-        predicted = predicted_bytes(account, exchange, workers, options)
+        # the runtime K is the exchange's own (none where the run did not count one: a GPU)
+        own = replace(account, runtime=runtime_bytes(exchange, "cpu") if base.runtime else 0.0)
+        predicted = predicted_bytes(own, exchange, workers, options)
         mine = [
             r
             for r in runs

@@ -5,7 +5,15 @@ from dmlbench.comm.exchange import (
     AllReduceExchange,
     DDPExchange,
     GradientExchange,
+    load_modules,
     make_exchange,
 )
 
-__all__ = ["EXCHANGES", "AllReduceExchange", "DDPExchange", "GradientExchange", "make_exchange"]
+__all__ = [
+    "EXCHANGES",
+    "AllReduceExchange",
+    "DDPExchange",
+    "GradientExchange",
+    "load_modules",
+    "make_exchange",
+]

@@ -35,6 +35,10 @@ class GradientExchange(ABC):
     # False where the collectives run inside a library that does not say what they carry
     # (torch's FSDP): ``sent`` is then NaN, not a count of nothing.
     counts_bytes: ClassVar[bool] = True
+    # Modules its methods import when first called (heavy ones, kept out of the CLI):
+    # the trainer imports them before it measures the worker's starting memory, so a
+    # module's code and objects are not counted as the run's memory.
+    modules: ClassVar[tuple[str, ...]] = ()
     Options: ClassVar[type[StrictModel]] = NoOptions
 
     def __init__(

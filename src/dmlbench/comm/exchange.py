@@ -19,7 +19,9 @@ declare their ``Options`` (validated with the spec) and register in ``EXCHANGES`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import importlib
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -48,10 +50,11 @@ __all__ = [
     "check_options",
     "is_exact",
     "is_sharded",
+    "load_modules",
     "make_exchange",
 ]
 
-EXCHANGES: dict[str, Callable[..., GradientExchange]] = {
+EXCHANGES: dict[str, type[GradientExchange]] = {
     "allreduce": AllReduceExchange,
     "ddp": DDPExchange,
     "zero1": ZeroOneExchange,
@@ -77,6 +80,15 @@ def make_exchange(
     steps_per_epoch: int = 1,
 ) -> GradientExchange:
     return EXCHANGES[name](device, options, steps_per_epoch)
+
+
+def load_modules(name: str) -> None:
+    """Import the modules the exchange imports when first used (see
+    ``GradientExchange.modules``), so that they are in the process before its memory is
+    measured; one that is missing is left for the exchange to refuse in its own words."""
+    for module in EXCHANGES[name].modules:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
 
 
 def check_options(name: str, options: Mapping[str, Any]) -> StrictModel:

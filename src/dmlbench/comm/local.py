@@ -47,6 +47,7 @@ class ReplicaExchange(AllReduceExchange):
 
     exact = False
     vote_every = 16
+    modules = ("torch.distributed.algorithms.model_averaging.utils",)
 
 
 class LocalSGDExchange(ReplicaExchange):

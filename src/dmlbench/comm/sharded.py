@@ -43,6 +43,7 @@ class ZeroOneExchange(DDPExchange):
     steps its shard and the parameters are broadcast back."""
 
     name = "zero1"
+    modules = ("torch.distributed.optim",)
     parameter_bytes = 0  # broadcast after each step (none on one worker)
 
     def wrap_optimizer(
@@ -83,6 +84,11 @@ class FSDPExchange(GradientExchange):
     overlapped = True
     sharded = True
     counts_bytes = False  # its gathers and reduce-scatters run inside torch's FSDP
+    modules = (
+        "torch.distributed.device_mesh",
+        "torch.distributed.fsdp",
+        "torch.distributed.tensor",
+    )
     vote_every = 16  # a separate message: at most 16 steps past a time budget
     Options = FSDPOptions
 

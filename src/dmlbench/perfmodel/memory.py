@@ -6,7 +6,10 @@ activations autograd keeps for backward of one worker's batch ``A``, the tempora
 the optimizer's step allocates ``T`` (torch's foreach Adam and AdamW: one
 parameter-sized tensor per parameter, the second moment's square root), the model's
 output for one worker's batch ``L`` (its logits), and the largest FSDP unit's
-parameters ``U`` with the parameters that stay with the root ``R``.
+parameters ``U`` with the parameters that stay with the root ``R``, and on a CPU the
+worker's runtime ``K``: what its exchange and trainer allocate whatever the model
+(DDP's reducer, ZeRO's and FSDP's Python state, the run's own objects), a measured
+constant (:data:`RUNTIME_CPU_BYTES`).
 
 A worker's memory peaks either at the start of backward (every activation kept, and
 backward's first two gradients, the loss's with respect to the log-probabilities and
@@ -23,6 +26,8 @@ exchange            held                                 backward     optimizer 
 ``fsdp``            (P + O)/N                             A+2L+R+2U    G/N + T/N
 ``fsdp``, kept      (P + O)/N                             A + 2L + P   G/N + T/N
 ==================  ===================================  ===========  ================
+
+and ``K`` held besides, for every exchange.
 
 (``fsdp``: the root's parameters stay gathered for the whole forward, one unit is
 gathered and the next prefetched; "kept" is ``reshard_after_forward=false``: every unit
@@ -41,6 +46,22 @@ from typing import Any
 
 SHARDED = ("zero1", "fsdp")
 
+# K: a worker's memory in training steps that no model accounts for, by exchange, on a
+# CPU (2 workers, glibc returning freed blocks, torch 2.13, Python 3.11). Measured on a
+# model with almost nothing in it (``digits-mlp --model linear``: 650 parameters) as
+# measured less predicted, the most of two runs' workers, before and apart from the
+# tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
+# (benchmarks/results/memory/runtime.json). Other exchanges take DDP's. A GPU's
+# measured memory is its allocated tensors only, so it has none.
+RUNTIME_CPU_BYTES = {"ddp": 352_644.0, "zero1": 1_042_072.0, "fsdp": 1_768_364.0}
+
+
+def runtime_bytes(exchange: str, device_type: str) -> float:
+    """``K`` for a run of this exchange on this kind of device."""
+    if device_type != "cpu":
+        return 0.0
+    return RUNTIME_CPU_BYTES.get(exchange, RUNTIME_CPU_BYTES["ddp"])
+
 
 @dataclass(frozen=True)
 class MemoryAccount:
@@ -52,6 +73,7 @@ class MemoryAccount:
     outputs: float = 0.0  # the model's output for one worker's batch (0: not counted)
     largest_unit: float = 0.0  # parameters of FSDP's largest unit
     root: float = 0.0  # parameters FSDP keeps with the root module
+    runtime: float = 0.0  # the worker's own, whatever the model (0: not counted)
 
     @classmethod
     def from_summary(cls, account: Mapping[str, Any]) -> MemoryAccount:
@@ -89,6 +111,8 @@ def predicted_bytes(
         step = {"optimizer_temporaries": t / n if exchange == "zero1" else t}
         if exchange in ("ddp", "zero1"):
             step["gradients"] = g
+    if account.runtime:
+        held["runtime"] = account.runtime
     at_backward = sum(backward.values()) >= sum(step.values())
     parts = {**held, **(backward if at_backward else step)}
     other = sum(held.values()) + sum((step if at_backward else backward).values())

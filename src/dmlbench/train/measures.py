@@ -129,9 +129,10 @@ class StepCount:
     output_bytes: int = 0  # the model's output (backward's first gradients are its size)
 
     def memory_account(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, runtime: float = 0.0
     ) -> dict[str, float]:
-        """The model's memory accounting in whole-model bytes (see perfmodel.memory)."""
+        """The model's memory accounting in whole-model bytes, with the worker's
+        ``runtime`` (see perfmodel.memory)."""
         params = list(model.parameters())
         whole = float(sum(p.numel() * p.element_size() for p in params))
         units = [
@@ -152,6 +153,7 @@ class StepCount:
             "outputs": float(self.output_bytes),
             "largest_unit": max(units, default=0.0),
             "root": whole - sum(units),
+            "runtime": runtime,
         }
 
 

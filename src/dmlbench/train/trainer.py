@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from dmlbench.comm import make_exchange
+from dmlbench.comm import load_modules, make_exchange
 from dmlbench.comm.collectives import all_gather_named, squared_norm
 from dmlbench.data import Dataset, EpochSharding
 from dmlbench.data.dataset import Shapes
@@ -32,6 +32,7 @@ from dmlbench.models.losses import LOSSES
 from dmlbench.noise import NoiseScaleMeter
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
 from dmlbench.optim.build import clip_gradients, parameter_groups
+from dmlbench.perfmodel.memory import runtime_bytes
 from dmlbench.results.events import EventLog
 from dmlbench.results.records import RunStop
 from dmlbench.results.schema import ALL_PHASES
@@ -59,6 +60,7 @@ class Trainer:
         self.spec, self.task, self.data, self.ctx = spec, task, data, ctx
         self.events = events or EventLog(None)
         self.device = ctx.device
+        load_modules(spec.exchange)  # their code is not the run's memory
         self.measures = RunMeasures(self.device)  # before the model exists
         self.counted = StepCount()  # one step on the meta device: FLOPs, bytes kept
         self.allocator = tune_allocator(spec.cpu_allocator)  # the trainer owns its process
@@ -488,7 +490,9 @@ class Trainer:
         mine = self.measures.memory_of_this_rank(self.model, self.optimizer)
         ranks = all_gather_named(mine, self.device)
         return {
-            "memory_account": self.counted.memory_account(self.model, self.optimizer),
+            "memory_account": self.counted.memory_account(
+                self.model, self.optimizer, runtime_bytes(self.spec.exchange, self.device.type)
+            ),
             "memory_start_bytes": [rank["start"] for rank in ranks],
             "training_peak_bytes": [rank["training_peak"] for rank in ranks],  # steps only
             "parameter_bytes_local": [rank["parameters"] for rank in ranks],

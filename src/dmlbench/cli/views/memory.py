@@ -107,7 +107,9 @@ def memory_advice_table(advice: Any) -> Group:
         f"gradients {human_bytes(a.gradients)}, optimizer state {human_bytes(a.optimizer_state)} "
         f"(+{human_bytes(a.optimizer_temporaries)} in its step), activations "
         f"{human_bytes(a.activations)} and output {human_bytes(a.outputs)} (backward starts "
-        f"with two gradients its size) at local batch {advice.local_batch}; see "
+        f"with two gradients its size) at local batch {advice.local_batch}"
+        + (", and a CPU worker's own runtime, measured by exchange" if a.runtime else "")
+        + "; see "
         "docs/memory.md for the formulas. Measured memory (peak less start, the most of a "
         "run's workers) and step times: the task's stored runs at this worker count and "
         "batch; a strategy fits when the larger of predicted and measured does."
