@@ -9,6 +9,7 @@ having no background thread, which its fork server could not pass on to its work
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -26,3 +27,19 @@ def jemalloc_env() -> dict[str, str]:
     if library is None:
         sys.exit(f"the plain-jemalloc contender needs jemalloc: {JEMALLOC_INSTALL}")
     return {**os.environ, "LD_PRELOAD": library, "MALLOC_CONF": MALLOC_CONF}
+
+
+def last_json(text: str) -> dict:
+    """A contender's result: the last line it printed, as JSON."""
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def plain_result(text: str, env: dict[str, str] | None) -> dict:
+    """A plain loop's result, once it shows the loop ran on the allocator asked for: its
+    ``jemalloc`` (whether jemalloc served it, read there from its global ``mallctl``)
+    against whether ``env`` preloaded it."""
+    got = last_json(text)
+    served = got.pop("jemalloc", None)
+    if served is not None and served != (env is not None):
+        sys.exit(f"the plain loop ran on jemalloc: {served}, not as asked")
+    return got

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from expert import jemalloc_env
+from expert import jemalloc_env, plain_result
 
 HERE = Path(__file__).parent
 
@@ -143,18 +143,11 @@ if __name__ == "__main__":
 CONTENDERS = ["dmlbench", "plain", "plain-jemalloc"]
 
 
-def _last_json(text: str) -> dict:
-    return json.loads(text.strip().splitlines()[-1])
-
-
 def _run(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
     done = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, env=env
     )
-    got = _last_json(done.stdout)
-    if "jemalloc" in got and got["jemalloc"] != (env is not None):
-        raise SystemExit(f"the plain loop ran on jemalloc: {got['jemalloc']}, not as asked")
-    return got
+    return plain_result(done.stdout, env)
 
 
 def main() -> None:

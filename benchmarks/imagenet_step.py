@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from expert import jemalloc_env
+from expert import jemalloc_env, last_json, plain_result
 
 HERE = Path(__file__).parent
 
@@ -142,10 +142,6 @@ CONTENDERS = ["dmlbench", "plain", "plain-channels-last", "plain-jemalloc"]
 BLOCKS = {18: None, 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
 
 
-def _last_json(text: str) -> dict:
-    return json.loads(text.strip().splitlines()[-1])
-
-
 def run_plain(
     threads: int,
     batch: int,
@@ -163,10 +159,7 @@ def run_plain(
     out = subprocess.run(
         [sys.executable, "-c", PLAIN, *args], capture_output=True, text=True, check=True, env=env
     )
-    got = _last_json(out.stdout)
-    if got["jemalloc"] != (env is not None):
-        raise SystemExit(f"the plain loop ran on jemalloc: {got['jemalloc']}, not as asked")
-    return got
+    return plain_result(out.stdout, env)
 
 
 def run_dmlbench(store: Path, batch: int, warmup: int, steps: int, depth: int) -> dict:
@@ -174,7 +167,7 @@ def run_dmlbench(store: Path, batch: int, warmup: int, steps: int, depth: int) -
     out = subprocess.run(
         [sys.executable, "-c", DMLBENCH, *args], capture_output=True, text=True, check=True
     )
-    return _last_json(out.stdout)
+    return last_json(out.stdout)
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from expert import jemalloc_env
+from expert import jemalloc_env, plain_result
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -278,12 +278,11 @@ def plain_jemalloc(args: argparse.Namespace, seed: int, peak: float) -> dict[str
     command += ["--threads", str(args.threads), "--plain-seed", str(seed)]
     if args.steps:
         command += ["--steps", str(args.steps)]
-    done = subprocess.run(command, capture_output=True, text=True, env=jemalloc_env())
+    env = jemalloc_env()
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode or not done.stdout.strip():
         sys.exit(f"the plain-jemalloc loop failed: {done.stderr.strip().splitlines()[-1:]}")
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    if not got.pop("jemalloc"):
-        sys.exit("the plain-jemalloc loop ran without jemalloc")
+    got = plain_result(done.stdout, env)
     got["utilisation"] = got["flops_per_step"] * got["steps"] / got["train_s"] / peak
     return got
 
