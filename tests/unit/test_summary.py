@@ -110,6 +110,20 @@ def test_a_quiet_run_and_a_busy_but_roomy_machine_are_not_disturbed() -> None:
     assert roomy["disturbed"] is False and roomy["machines"][0]["outside_cores"] > 6
 
 
+def test_time_a_hypervisor_stole_disturbs_a_run_whose_wait_cannot_show_it() -> None:
+    # stolen time is neither run nor waited in a guest: the worker waited 2% of its CPU
+    # time, but over the 10 s window the hypervisor took 8 core-s beside 12 busy ones
+    stolen = judge([_sample(12.0, 0.25, 12.2, steal=8.0)])
+    assert stolen["disturbed"] is True
+    assert stolen["machines"][0]["stolen_share"] == pytest.approx(0.8 / 2.02, abs=1e-3)
+    assert "hypervisor stole 0.80 of 2 cores, 40% of the time" in stolen["reason"]
+    # a little steal is not a disturbance, and neither is some beside a quiet worker
+    assert judge([_sample(19.0, 0.2, 19.5, steal=0.3)])["disturbed"] is False
+    assert judge([_sample(19.0, 0.2, 19.5, steal=2.0)])["disturbed"] is False  # 9%
+    no_steal_counter = judge([{**_sample(12.0, 0.25, 12.2), "machine_steal_s": None}])
+    assert no_steal_counter["disturbed"] is False
+
+
 def test_oversubscribing_by_its_own_layout_is_said_but_not_disturbed() -> None:
     # four 1-thread workers on 2 cores: each waits half the time; nobody else ran
     ranks = [_sample(5.0, 5.0, 20.2, threads=1.0) for _ in range(4)]

@@ -295,7 +295,7 @@ def _runs_table(runs: pd.DataFrame) -> TableView:
         ]
         rows.append(Row(cells, css=f"status-{run['status']}"))
     caption = (
-        "† disturbed: other processes took CPU its workers asked for."
+        "† disturbed: other processes took CPU its workers asked for, or a hypervisor did."
         if runs["disturbed"].any()
         else ""
     )

@@ -82,8 +82,8 @@ def runs_table(runs: list[RunRecord]) -> Table:
         captions.append("* open division (differs from the reference recipe)")
     if any(run.disturbed for run in runs):
         captions.append(
-            "† disturbed: other processes took CPU its workers asked for "
-            "(dmlbench results RUN says how much)"
+            "† disturbed: other processes took CPU its workers asked for, or a hypervisor "
+            "did (dmlbench results RUN says how much)"
         )
     table = Table(
         title=f"{len(runs)} stored runs",
