@@ -78,6 +78,13 @@ def resolve_key(tree: Mapping[str, Any], key: str) -> str:
 
 
 def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
+    node, leaf = _parent(tree, path)
+    node[leaf] = value
+
+
+def _parent(tree: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    """The mapping that holds ``path``'s last part (made on the way where missing), and
+    that part."""
     node = tree
     *parents, last = path.split(".")
     for part in parents:
@@ -86,7 +93,7 @@ def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
             child = {}
             node[part] = child
         node = child
-    node[last] = value
+    return node, last
 
 
 def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -122,14 +129,10 @@ def assign(tree: dict[str, Any], key: str, value: Any) -> str:
     """Set spec key ``key`` (full path or unique suffix) to an already parsed ``value``.
     Naming another model drops the old one's options (set new ones after it)."""
     path = resolve_key(tree, key)
-    parent, _, leaf = path.rpartition(".")
-    if leaf == "name":
-        node: Any = tree
-        for part in parent.split(".") if parent else []:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and _another(node, {"name": value}, "name"):
-            node["options"] = {}
-    set_path(tree, path, value)
+    node, leaf = _parent(tree, path)
+    if leaf == "name" and _another(node, {"name": value}, "name"):
+        node["options"] = {}
+    node[leaf] = value
     return path
 
 
