@@ -25,6 +25,7 @@ from dmlbench.train.hardware import FaultCounter, compiled_graphs, peak_memory_b
 from dmlbench.train.memory import (
     AsOnDevice,
     SavedForBackward,
+    decay_copy_bytes,
     local_bytes,
     optimizer_state,
     peak_bytes,
@@ -147,8 +148,9 @@ class StepCount:
             ),
             "optimizer_state": slots * whole,
             # foreach Adam and AdamW take the second moment's square root: one
-            # parameter-sized tensor a parameter, for the step's length
-            "optimizer_temporaries": whole if slots >= 2 else 0.0,
+            # parameter-sized tensor a parameter, for the step's length; foreach SGD and
+            # Adam copy the gradients to add weight decay
+            "optimizer_temporaries": (whole if slots >= 2 else 0.0) + decay_copy_bytes(optimizer),
             "activations": float(self.kept_bytes),
             "outputs": float(self.output_bytes),
             "largest_unit": max(units, default=0.0),

@@ -243,6 +243,24 @@ def state_slots(optimizer: torch.optim.Optimizer) -> float:
     return max(slots, default=0)
 
 
+def decay_copy_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Whole-model bytes of the gradient copy torch's foreach SGD and Adam make in their
+    step when they add L2 weight decay (``grads = _foreach_add(grads, params, alpha=wd)``:
+    a new tensor for every decayed parameter). AdamW decays the weights in place, and
+    the one-tensor-at-a-time loops hold one parameter's copy at a time: none counted."""
+    inner = getattr(optimizer, "optim", optimizer)  # ZeRO's groups hold every parameter
+    if not isinstance(inner, (torch.optim.SGD, torch.optim.Adam)):
+        return 0
+    return sum(
+        p.numel() * p.element_size()
+        for group in optimizer.param_groups
+        if group.get("weight_decay")
+        and group.get("foreach")
+        and not group.get("decoupled_weight_decay", False)
+        for p in group["params"]
+    )
+
+
 def restart_peak(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
