@@ -353,7 +353,9 @@ def test_a_rank_dying_mid_epoch_starts_a_new_generation(tmp_path: Path, digits: 
         start = time.monotonic()
         with pytest.warns(RuntimeWarning, match="lost a rank"):
             est.fit(x_train, y_train)
-        assert time.monotonic() - start < 60
+        # a cap against a hang (Dask's 400 s, gloo's 30 min), not a speed: 46-57 s in
+        # quiet CI runs, 62 s in one beside the README test
+        assert time.monotonic() - start < 200
     assert not marker.exists()
     assert [e["generation"] for e in est.history_] == [2, 2]
     assert est.score(x_test, y_test) > 0.8
