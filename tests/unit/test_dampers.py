@@ -55,6 +55,19 @@ def test_geodamp_and_its_learning_rate_twin() -> None:
     decay = GeoDampLR(initial=32, delay=60, factor=5)
     assert [decay(TrainState(epoch=e)).lr_factor for e in (0, 60, 120)] == [1, 0.2, 0.04]
     assert {decay(TrainState(epoch=e)).batch_size for e in (0, 60, 120)} == {32}
+    assert decay != GeoDamp(initial=32, delay=60, factor=5)  # twins, not equals
+    for twin in (GeoDamp, GeoDampLR):  # each refuses its own options by its own name
+        with pytest.raises(ValueError, match=f"^{twin.__name__}: delay must be > 0"):
+            twin(delay=0)
+
+
+def test_a_dampers_own_options_are_checked_after_the_shared_ones() -> None:
+    with pytest.raises(ValueError, match="^PadaDamp: rate must be"):
+        PadaDamp(rate=-1)
+    with pytest.raises(ValueError, match="^NoiseScaleDamp: scale must be"):
+        NoiseScaleDamp(scale=0)
+    with pytest.raises(ValueError, match="initial batch size"):  # the shared check first
+        NoiseScaleDamp(initial=0, scale=0)
 
 
 def test_hybrid_rule_decays_the_rate_past_the_cap() -> None:

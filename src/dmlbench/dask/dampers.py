@@ -75,7 +75,11 @@ class Damper:
         """The constructor's arguments (scikit-learn's protocol, so ``clone`` copies a damper)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def __post_init__(self) -> None:
+        self._check()
+
     def _check(self) -> None:
+        """Refuses impossible options; subclasses add their own after this one's."""
         if self.initial < 1:
             raise ValueError(f"{type(self).__name__}: initial batch size must be ≥ 1")
         if self.max_batch_size is not None and self.max_batch_size < self.initial:
@@ -90,9 +94,6 @@ class Constant(Damper):
     initial: int = 32
     max_batch_size: int | None = None
 
-    def __post_init__(self) -> None:
-        self._check()
-
     def wanted(self, state: TrainState) -> float:
         return self.initial
 
@@ -104,28 +105,18 @@ class GeoDamp(Damper):
     factor: float = 5.0
     max_batch_size: int | None = None
 
-    def __post_init__(self) -> None:
-        self._check()
+    def _check(self) -> None:
+        super()._check()
         if self.delay <= 0 or self.factor < 1:
-            raise ValueError("GeoDamp: delay must be > 0 and factor ≥ 1")
+            raise ValueError(f"{type(self).__name__}: delay must be > 0 and factor ≥ 1")
 
     def wanted(self, state: TrainState) -> float:
         return self.initial * self.factor ** math.floor(state.epoch / self.delay)
 
 
 @dataclass(frozen=True)
-class GeoDampLR(Damper):
+class GeoDampLR(GeoDamp):
     """GeoDamp's twin at a fixed batch size: the learning rate falls by ``factor``."""
-
-    initial: int = 32
-    delay: float = 60.0
-    factor: float = 5.0
-    max_batch_size: int | None = None
-
-    def __post_init__(self) -> None:
-        self._check()
-        if self.delay <= 0 or self.factor < 1:
-            raise ValueError("GeoDampLR: delay must be > 0 and factor ≥ 1")
 
     def wanted(self, state: TrainState) -> float:
         return self.initial
@@ -140,8 +131,8 @@ class PadaDamp(Damper):
     rate: float = 0.1  # examples added to the batch per model update
     max_batch_size: int | None = None
 
-    def __post_init__(self) -> None:
-        self._check()
+    def _check(self) -> None:
+        super()._check()
         if self.rate < 0:
             raise ValueError("PadaDamp: rate must be ≥ 0")
 
@@ -153,9 +144,6 @@ class PadaDamp(Damper):
 class AdaDamp(Damper):
     initial: int = 32
     max_batch_size: int | None = None
-
-    def __post_init__(self) -> None:
-        self._check()
 
     def wanted(self, state: TrainState) -> float:
         if not state.loss or not state.initial_loss or state.loss <= 0:
@@ -172,8 +160,8 @@ class NoiseScaleDamp(Damper):
     scale: float = 1.0
     max_batch_size: int | None = None
 
-    def __post_init__(self) -> None:
-        self._check()
+    def _check(self) -> None:
+        super()._check()
         if self.scale <= 0:
             raise ValueError("NoiseScaleDamp: scale must be > 0")
 
