@@ -699,7 +699,12 @@ def test_a_loss_goals_best_is_its_lowest_loss_in_every_view() -> None:
         _loss_goal(stored_run("b", 2, tta=None, evals=evals), [4.5, 4.4]),
     ]
     assert [run.best for run in runs] == [4.2, 4.4]
-    assert stored_run("c", 1, tta=1.0).best == 0.91  # an accuracy goal: its best accuracy
+    assert [run.best_eval.loss for run in runs if run.best_eval] == [4.2, 4.4]
+    accuracy = stored_run("c", 1, tta=1.0)
+    assert accuracy.best == 0.91  # an accuracy goal: its best accuracy
+    assert accuracy.best_eval is None  # no evaluation stored
+    climbing = stored_run("d", 1, tta=None, evals=[(10.0, 0.7), (20.0, 0.5)])
+    assert climbing.best_eval is climbing.evals[0]  # an accuracy goal's: the highest
     frame = analysis.runs_frame(runs)
     table = analysis.scaling_table(frame)
     assert list(table["best_mean"]) == [4.2, 4.4] and set(table["goal"]) == {"loss"}

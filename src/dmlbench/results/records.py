@@ -292,6 +292,15 @@ class RunRecord(_Stored):
             return min((e.loss for e in self.evals), default=None)
         return self.best_metric
 
+    @property
+    def best_eval(self) -> Evaluation | None:
+        """The evaluation :attr:`best` names (the first of equals), None before any."""
+        if not self.evals:
+            return None
+        if self.goal == "loss":
+            return min(self.evals, key=lambda e: e.loss)
+        return max(self.evals, key=lambda e: e.metric)
+
 
 @dataclass(frozen=True, slots=True)
 class CommResult:

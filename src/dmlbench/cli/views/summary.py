@@ -69,14 +69,13 @@ def run_summary(run: RunRecord) -> Table:
         table.add_row("accuracy", "not measured: synthetic data (DLBS's throughput mode)")
     else:
         table.add_row(f"time to {target}", "not reached")
-    if run.evals and run.goal == "loss":
-        best = min(run.evals, key=lambda e: e.loss)
+    best = run.best_eval
+    if best and run.goal == "loss":
         table.add_row(
             "best loss",
             f"{best.loss:.3f} at epoch {best.epoch:g} (accuracy {percent(best.metric)})",
         )
-    elif run.evals:
-        best = max(run.evals, key=lambda e: e.metric)
+    elif best:
         table.add_row("best accuracy", f"{percent(best.metric)} at epoch {best.epoch:g}")
     if run.epochs is not None:
         table.add_row(
@@ -358,7 +357,6 @@ def external_summary(run: RunRecord) -> Table:
             "throughput",
             f"{run.throughput:,.0f} samples/s, evaluation excluded where the log times it",
         )
-    if run.evals:
-        best = max(run.evals, key=lambda e: e.metric)
+    if best := run.best_eval:
         table.add_row("evaluations", f"{len(run.evals)}, best {percent(best.metric)}")
     return table
