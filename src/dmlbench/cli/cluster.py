@@ -100,7 +100,6 @@ def simulate_cluster(
     runs (--converge-from). `--cluster list` lists the profiles.
     """
     from dmlbench.cli.views.predictions import cluster_table, hardware_table
-    from dmlbench.perfmodel.cluster import read_curve
     from dmlbench.perfmodel.hardware import load_hardware
     from dmlbench.perfmodel.replays import published_points
 
@@ -119,7 +118,7 @@ def simulate_cluster(
         dtype=dtype,
         local_batch=local_batch,
         samples_per_s=samples_per_s,
-        curve=read_curve(curve) if curve is not None else None,
+        curve=curve,
         algorithm=algorithm,
     )
     result.published = published_points(task, cluster)
@@ -142,18 +141,20 @@ def _cluster_time_to_train(
     nodes: str,
     store: Path,
     converge_from: str | None,
+    curve: Path | None = None,
     **options: Any,
 ) -> ClusterSimulation:
     """`simulate-cluster` and `advise --cluster`: the task on the profile, calibrated
     from its runs in ``store``, with time to train fitted on ``converge_from``'s runs
     (the task's own by default)."""
     from dmlbench.launch.request import worker_counts
-    from dmlbench.perfmodel.cluster import add_time_to_train, simulate_cluster
+    from dmlbench.perfmodel.cluster import add_time_to_train, read_curve, simulate_cluster
 
     stored = open_store(store) if store.exists() else None
     runs = stored.runs(task=task) if stored else []
     counts = worker_counts(nodes, "--nodes", "node counts")
-    result = simulate_cluster(task, cluster, counts, runs=runs, **options)
+    curve_points = read_curve(curve) if curve is not None else None
+    result = simulate_cluster(task, cluster, counts, runs=runs, curve=curve_points, **options)
     source = converge_from or task
     converged = stored.runs(task=source) if stored and source != task else runs
     result.convergence = add_time_to_train(result.rows, converged, source)
@@ -181,7 +182,6 @@ def advise_cluster(
     from dmlbench.advise.deadline import plan_cluster
     from dmlbench.cli.views.predictions import plan_table
     from dmlbench.errors import SpecError
-    from dmlbench.perfmodel.cluster import read_curve
     from dmlbench.prices import choose_price
 
     if deadline is None and budget is None:
@@ -194,7 +194,7 @@ def advise_cluster(
         converge_from,
         dtype=dtype,
         local_batch=local_batch,
-        curve=read_curve(curve) if curve is not None else None,
+        curve=curve,
         algorithm=algorithm,
     )
     chosen = choose_price(price, prices)

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmlbench.models.resnet import init_conv_bn
+
 RESNET_LAYOUTS: dict[int, tuple[bool, tuple[int, int, int, int]]] = {
     18: (False, (2, 2, 2, 2)),  # (bottleneck?, blocks per stage)
     34: (False, (3, 4, 6, 3)),
@@ -125,12 +127,7 @@ class ImageNetResNet(nn.Module):
                 channels = blocks[-1].out_channels
         self.blocks = nn.Sequential(*blocks)
         self.fc = nn.Linear(channels, num_classes)
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(module, nn.BatchNorm2d):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        init_conv_bn(self)
         if zero_init_residual:
             for block in blocks:
                 nn.init.zeros_(block.last_norm().weight)
