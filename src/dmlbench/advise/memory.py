@@ -133,10 +133,11 @@ def advise_memory(
             "outputs": base.outputs * scale,
         }
     )
+    device = (latest.summary.device or "cpu").split(":")[0]
     fits = []
     for name, exchange, options in STRATEGIES:
-        # the runtime K is the exchange's own (none where the run did not count one: a GPU)
-        own = replace(account, runtime=runtime_bytes(exchange, "cpu") if base.runtime else 0.0)
+        # the runtime K is the exchange's own on the run's device (a GPU counts none)
+        own = replace(account, runtime=runtime_bytes(exchange, device) if base.runtime else 0.0)
         predicted = predicted_bytes(own, exchange, workers, options)
         mine = [
             r

@@ -153,12 +153,15 @@ def _verdict(machines: list[dict[str, Any]], waits: list[float]) -> dict[str, An
         return result
     result["wait_share_max"] = round(max(m["wait_share_max"] for m in measured), 4)
     result["disturbed"] = False
+
+    def where(m: dict[str, Any]) -> str:
+        return f" on the machine of ranks {_ranks(m['ranks'])}" if len(machines) > 1 else ""
+
     for m in measured:
-        where = f" on the machine of ranks {_ranks(m['ranks'])}" if len(machines) > 1 else ""
         if m["stolen_share"] >= WAIT_SHARE and m["steal_cores"] >= MIN_STEAL_CORES:
             result["disturbed"] = True
             result["reason"] = (
-                f"a hypervisor stole {m['steal_cores']:.2f} of {m['cores']:g} cores{where}, "
+                f"a hypervisor stole {m['steal_cores']:.2f} of {m['cores']:g} cores{where(m)}, "
                 f"{m['stolen_share']:.0%} of the time they ran: the workers' clocks ran on "
                 "while their threads could not"
             )
@@ -167,15 +170,14 @@ def _verdict(machines: list[dict[str, Any]], waits: list[float]) -> dict[str, An
         if m["wait_share_max"] < WAIT_SHARE:
             continue
         others = m["outside_cores"] + m["steal_cores"]
-        where = f" on the machine of ranks {_ranks(m['ranks'])}" if len(machines) > 1 else ""
         waited = (
-            f"workers{where} waited for a core {m['wait_share_max']:.0%} of the CPU time "
+            f"workers{where(m)} waited for a core {m['wait_share_max']:.0%} of the CPU time "
             "they asked for"
         )
         if others >= OUTSIDE_CORES:
             stolen = (
                 f" and a hypervisor stole {m['steal_cores']:.2f}"
-                if m["steal_cores"] >= 0.05
+                if m["steal_cores"] >= MIN_STEAL_CORES
                 else ""
             )
             result["disturbed"] = True
