@@ -12,7 +12,7 @@ PYTHON ?= python3
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast lint docs install browser slurm corpus jemalloc clean
+.PHONY: run test test-fast lint docs install jemalloc packages clean
 
 # pip compiles what it installs on one core; compileall does it on all of them (half the
 # install's time on 2 cores). -qq: like pip, it passes over the few files of the packages'
@@ -29,47 +29,37 @@ install: $(BIN)/dmlbench
 run: install jemalloc
 	$(BIN)/dmlbench run digits-mlp --workers 2
 
-# Workers run on jemalloc (cpu_allocator: jemalloc, the default): Debian's libjemalloc2.
-# Without it they run on glibc, tuned, and each run says so in one line.
+# Debian packages dmlbench uses, each found missing by a check that prints its name:
+#   libjemalloc2  workers run on jemalloc (cpu_allocator: jemalloc, the default); without
+#                 it they run on glibc, tuned, and each run says so in one line
+#   chromium      the report test opens the HTML report in headless Chromium
+#   slurm-wlm munge   the Slurm tests start a real Slurm (slurmctld, slurmd, munged)
+#   bible-kjv     the language-model tasks train on the King James Bible it exports
+need_jemalloc = ldconfig -p 2>/dev/null | grep -q 'libjemalloc\.so' || echo libjemalloc2;
+need_chromium = command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+  command -v google-chrome >/dev/null || echo chromium;
+need_slurm = { command -v slurmd >/dev/null && command -v munged >/dev/null; } || echo slurm-wlm munge;
+need_corpus = command -v bible >/dev/null || echo bible-kjv;
+
+# $(call apt_install,CHECKS): the packages CHECKS name, in one apt-get call (one index
+# update) as root on Debian; elsewhere one line says what to install (what needs them
+# skips or falls back).
+define apt_install
+	@missing=$$( { $(1) } | tr '\n' ' ' | sed 's/ *$$//'); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian packages: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else \
+	  echo "missing Debian packages (what needs them skips): sudo apt-get install $$missing"; \
+	fi
+endef
+
 jemalloc:
-	@ldconfig -p 2>/dev/null | grep -q 'libjemalloc\.so' || \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing jemalloc for the workers (apt-get install libjemalloc2)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjemalloc2 >/dev/null; \
-	  else \
-	    echo "workers run on jemalloc where it is installed: sudo apt-get install libjemalloc2"; \
-	  fi
+	$(call apt_install,$(need_jemalloc))
 
-# The report test opens the HTML report in headless Chromium (Debian's package).
-browser:
-	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
-	  command -v google-chrome >/dev/null || \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing Chromium for the report test (apt-get install chromium)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	  else \
-	    echo "the report test needs Chromium: sudo apt-get install chromium (or DMLBENCH_SKIP_BROWSER=1)"; \
-	  fi
-
-# The Slurm tests start a real Slurm (Debian's slurmctld, slurmd, munged) as root.
-slurm:
-	@command -v slurmd >/dev/null && command -v munged >/dev/null || \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing Slurm for the Slurm tests (apt-get install slurm-wlm munge)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
-	  else \
-	    echo "the Slurm tests need root and Debian's slurm-wlm and munge; they skip without"; \
-	  fi
-
-# The language-model tasks train on the King James Bible as Debian's bible-kjv exports it.
-corpus:
-	@command -v bible >/dev/null || \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing the King James Bible for the language-model tasks (apt-get install bible-kjv)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bible-kjv >/dev/null; \
-	  else \
-	    echo "the language-model tasks need Debian's bible-kjv: sudo apt-get install bible-kjv"; \
-	  fi
+packages:
+	$(call apt_install,$(need_jemalloc) $(need_chromium) $(need_slurm) $(need_corpus))
 
 # Two lanes: the unit lane (in-process, under a minute) first; a failure stops there.
 # Then the integration lane (real processes, clusters, Slurm, a browser). Each writes its
@@ -77,7 +67,7 @@ corpus:
 # on two xdist workers: its tests wait on processes, networks and daemons about a third
 # of the time, which the other worker fills. Tests that act on the whole machine
 # (namespaces, Slurm) run in one worker, one at a time (tests/conftest.py).
-test: install browser slurm corpus jemalloc lint test-fast
+test: install packages lint test-fast
 	$(BIN)/python -m pytest tests/integration -n 2 \
 	  --durations-file=test-durations/integration.csv
 
