@@ -62,9 +62,9 @@ def test_geodamp_and_its_learning_rate_twin() -> None:
 
 
 def test_a_dampers_own_options_are_checked_after_the_shared_ones() -> None:
-    with pytest.raises(ValueError, match="^PadaDamp: rate must be"):
+    with pytest.raises(ValueError, match=r"^PadaDamp: rate must be"):
         PadaDamp(rate=-1)
-    with pytest.raises(ValueError, match="^NoiseScaleDamp: scale must be"):
+    with pytest.raises(ValueError, match=r"^NoiseScaleDamp: scale must be"):
         NoiseScaleDamp(scale=0)
     with pytest.raises(ValueError, match="initial batch size"):  # the shared check first
         NoiseScaleDamp(initial=0, scale=0)

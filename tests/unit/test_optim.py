@@ -74,6 +74,56 @@ def test_adam_and_adamw_are_torchs_with_the_recipe_settings() -> None:
     assert "momentum" not in describe_optimizer(OptimizerSpec(name="lamb"))
 
 
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+@pytest.mark.parametrize(
+    ("weight_layout", "grad_layout"),
+    [
+        ("default", "default"),
+        ("channels_last", "channels_last"),
+        ("channels_last", "default"),
+        ("default", "channels_last"),
+    ],
+)
+def test_torchs_optimizers_run_fused_only_where_the_layouts_agree(
+    name: str, weight_layout: str, grad_layout: str
+) -> None:
+    """A fused kernel where parameter and gradient share a layout; foreach otherwise,
+    decided at the first step. torch 2.13's fused SGD on a CPU steps a channels-last
+    weight with a default-layout gradient to wrong weights without a word (off by 4.2
+    here), so every case must land where torch's one-tensor-at-a-time loop does."""
+    formats = {"default": torch.contiguous_format, "channels_last": torch.channels_last}
+    torch.manual_seed(0)
+    start, grad = torch.randn(16, 8, 3, 3), torch.randn(16, 8, 3, 3)
+    spec = OptimizerSpec(name=name, momentum=0.9 * (name == "sgd"), weight_decay=0.01)
+
+    def stepped(optimizer_of: object) -> tuple[torch.Tensor, torch.optim.Optimizer]:
+        weight = nn.Parameter(start.contiguous(memory_format=formats[weight_layout]))
+        optimizer = optimizer_of([weight])  # type: ignore[operator]
+        for _ in range(3):
+            weight.grad = grad.contiguous(memory_format=formats[grad_layout])
+            optimizer.step()
+        return weight.detach(), optimizer
+
+    def loop(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        built = build_optimizer(spec, params)
+        settings = {k: v for k, v in built.defaults.items() if k not in ("fused", "foreach")}
+        if name == "adamw":
+            settings.pop("decoupled_weight_decay", None)
+        return type(built)(params, **{**settings, "lr": 0.1, "foreach": False})
+
+    def ours(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        built = build_optimizer(spec, params)
+        for group in built.param_groups:
+            group["lr"] = 0.1  # as the trainer sets the schedule's rate every step
+        return built
+
+    expected, _ = stepped(loop)
+    got, optimizer = stepped(ours)
+    torch.testing.assert_close(got, expected)
+    (group,) = optimizer.param_groups
+    assert bool(group["fused"]) == (weight_layout == grad_layout)
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_every_optimizer_trains_a_small_model(name: str) -> None:
     torch.manual_seed(0)

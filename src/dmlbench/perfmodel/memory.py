@@ -3,9 +3,10 @@
 The accounting (made by every run: see the trainer's ``memory_account``) is the whole
 model's parameters ``P``, gradients ``G`` and optimizer state ``O`` in bytes, the
 activations autograd keeps for backward of one worker's batch ``A``, the temporaries
-the optimizer's step allocates ``T`` (torch's foreach Adam and AdamW: one
-parameter-sized tensor per parameter, the second moment's square root; foreach SGD and
-Adam with weight decay: a copy of the decayed parameters' gradients), the model's
+the optimizer's step allocates ``T`` (none for torch's fused kernels, dmlbench's
+default; where foreach ones run, FSDP's shards: Adam and AdamW one parameter-sized
+tensor per parameter, the second moment's square root, and SGD with weight decay a copy
+of the decayed parameters' gradients), the model's
 output for one worker's batch ``L`` (its logits), and the largest FSDP unit's
 parameters ``U`` with the parameters that stay with the root ``R``, and on a CPU the
 worker's runtime ``K``: what its exchange and trainer allocate whatever the model

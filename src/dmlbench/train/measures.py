@@ -25,13 +25,13 @@ from dmlbench.train.hardware import FaultCounter, compiled_graphs, peak_memory_b
 from dmlbench.train.memory import (
     AsOnDevice,
     SavedForBackward,
-    decay_copy_bytes,
     local_bytes,
     optimizer_state,
     peak_bytes,
     resident_bytes,
     restart_peak,
     state_slots,
+    step_temporary_bytes,
 )
 
 
@@ -147,10 +147,7 @@ class StepCount:
                 sum(p.numel() * p.element_size() for p in params if p.requires_grad)
             ),
             "optimizer_state": slots * whole,
-            # foreach Adam and AdamW take the second moment's square root: one
-            # parameter-sized tensor a parameter, for the step's length; foreach SGD and
-            # Adam copy the gradients to add weight decay
-            "optimizer_temporaries": (whole if slots >= 2 else 0.0) + decay_copy_bytes(optimizer),
+            "optimizer_temporaries": float(step_temporary_bytes(optimizer)),
             "activations": float(self.kept_bytes),
             "outputs": float(self.output_bytes),
             "largest_unit": max(units, default=0.0),
