@@ -124,6 +124,16 @@ def test_torchs_optimizers_run_fused_only_where_the_layouts_agree(
     assert bool(group["fused"]) == (weight_layout == grad_layout)
 
 
+def test_the_layout_check_waits_for_the_first_step_with_gradients() -> None:
+    weight = nn.Parameter(torch.randn(4, 2, 3, 3))
+    optimizer = build_optimizer(OptimizerSpec(name="sgd", momentum=0.9), [weight])
+    optimizer.step()  # no gradient yet: nothing steps, nothing is decided
+    assert optimizer.param_groups[0]["fused"]
+    weight.grad = torch.randn(4, 2, 3, 3).contiguous(memory_format=torch.channels_last)
+    optimizer.step()
+    assert not optimizer.param_groups[0]["fused"] and optimizer.param_groups[0]["foreach"]
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_every_optimizer_trains_a_small_model(name: str) -> None:
     torch.manual_seed(0)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from dmlbench.spec.recipe import OptimizerSpec
+
+LOG = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # a recipe names an optimizer, and is validated, without torch
     import torch
@@ -41,13 +44,17 @@ def _fastest(
 
 
 def _unfuse_mismatched(optimizer: torch.optim.Optimizer, handle: Any) -> None:
-    """Before the first step: a group any of whose gradients is laid out unlike its
-    parameter runs foreach from now on (fused kernels assume the same layout)."""
+    """Before the first step with gradients: a group any of whose gradients is laid out
+    unlike its parameter runs foreach from then on (fused kernels assume the same
+    layout). Later steps keep the layouts the first one had, so it checks once."""
+    if all(p.grad is None for group in optimizer.param_groups for p in group["params"]):
+        return  # nothing to step yet: check at the next step
     for group in optimizer.param_groups:
         if group.get("fused") and any(
             p.grad is not None and p.grad.stride() != p.stride() for p in group["params"]
         ):
             group["fused"], group["foreach"] = False, True
+            LOG.info("a gradient is laid out unlike its parameter: this group steps foreach")
     handle.remove()
 
 
