@@ -3,6 +3,7 @@ gossip graphs. The multi-process behaviour is in test_training.py."""
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 
 import pytest
@@ -24,6 +25,29 @@ def _prepared(name: str, options: dict | None = None, size: int = 13):
     exchange = make_exchange(name, CPU, options)
     exchange.prepare(model)
     return exchange, model.weight
+
+
+def test_allreduce_keeps_each_gradient_in_its_parameters_layout_inside_its_buffer() -> None:
+    """A channels-last model's gradients are views of the flat buffer laid out as their
+    weights are (a fused optimizer walks both alike; torch 2.13's fused SGD on a CPU
+    steps a mismatched pair to wrong weights), and backward fills them as it would
+    without the exchange."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(64, 2))
+    model = model.to(memory_format=torch.channels_last)
+    alone = copy.deepcopy(model)
+    exchange = make_exchange("allreduce", CPU, None)
+    exchange.prepare(model)
+    x = torch.randn(5, 3, 6, 6).contiguous(memory_format=torch.channels_last)
+    for net in (model, alone):
+        net(x).square().sum().backward()
+    weight = model[0].weight
+    assert weight.stride() != weight.contiguous().stride()  # a channels-last weight
+    for p, q in zip(model.parameters(), alone.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None
+        assert p.grad.stride() == p.stride()
+        assert p.grad.untyped_storage().data_ptr() == exchange.flat.untyped_storage().data_ptr()
+        torch.testing.assert_close(p.grad, q.grad)
 
 
 @pytest.mark.parametrize("size", [1, 7, 8, 9, 100])

@@ -47,7 +47,10 @@ class AllReduceExchange(GradientExchange):
         self.flat = torch.zeros(total + 1, device=self.device)
         offset = 0
         for p in self.params:
-            p.grad = self.flat[offset : offset + p.numel()].view_as(p)
+            # each gradient in its parameter's layout (a channels-last weight's too), as
+            # DDP's bucket views are: autograd then accumulates into it element for
+            # element, and a fused optimizer step may walk both alike (optim.build)
+            p.grad = self.flat[offset : offset + p.numel()].as_strided(p.shape, p.stride())
             offset += p.numel()
         self._norms: tuple[torch.Tensor, torch.Tensor] | None = None
         return model
