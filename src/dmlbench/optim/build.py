@@ -25,12 +25,13 @@ def _fastest(
     (``benchmarks/optimizer_step.py``). Else its foreach implementation: on an older
     torch or a device without a fused kernel, and for FSDP's shards (DTensors).
 
-    A fused kernel walks a parameter and its gradient as if laid out alike. Autograd
-    and DDP keep a gradient in its parameter's layout, but a gradient can be a view of a
-    flat buffer (the ``allreduce`` exchange's) while its weight is channels-last; torch
-    2.13's fused SGD on a CPU then pairs the wrong elements and steps to wrong weights,
-    silently (by 4.2 where the loop moves them 0.1). So a group with such a gradient at
-    the first step runs foreach from then on (see :func:`_unfuse_mismatched`)."""
+    A fused kernel walks a parameter and its gradient as if laid out alike. Autograd,
+    DDP and the ``allreduce`` exchange keep a gradient in its parameter's layout; one
+    set otherwise (a default-layout view of a flat buffer beside a channels-last
+    weight, as ``allreduce`` once made) makes torch 2.13's fused SGD on a CPU pair the
+    wrong elements and step to wrong weights, silently (by 4.2 where the loop moves
+    them 0.1). So a group with such a gradient at the first step runs foreach from then
+    on (see :func:`_unfuse_mismatched`)."""
     listed: list[Any] = list(params)
     if all(_dense(t) and not _is_dtensor(t) for t in _tensors(listed)):
         try:
