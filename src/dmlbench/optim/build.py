@@ -93,28 +93,12 @@ def _sgd(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Opt
 
 
 def _adam(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """Adam, or AdamW (decoupled weight decay) for a recipe that names it."""
     import torch
 
+    kind = torch.optim.AdamW if spec.name == "adamw" else torch.optim.Adam
     return _fastest(
-        torch.optim.Adam,
-        params,
-        lr=0.0,
-        betas=spec.betas,
-        eps=spec.eps,
-        weight_decay=spec.weight_decay,
-    )
-
-
-def _adamw(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    import torch
-
-    return _fastest(
-        torch.optim.AdamW,
-        params,
-        lr=0.0,
-        betas=spec.betas,
-        eps=spec.eps,
-        weight_decay=spec.weight_decay,
+        kind, params, lr=0.0, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay
     )
 
 
@@ -143,7 +127,7 @@ def _lamb(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Op
 OPTIMIZERS: dict[str, Callable[[OptimizerSpec, Iterable[nn.Parameter]], torch.optim.Optimizer]] = {
     "sgd": _sgd,
     "adam": _adam,
-    "adamw": _adamw,
+    "adamw": _adam,
     "lars": _lars,
     "lamb": _lamb,
 }
