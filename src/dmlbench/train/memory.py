@@ -257,15 +257,15 @@ def step_temporary_bytes(optimizer: torch.optim.Optimizer) -> int:
     """
     inner = getattr(optimizer, "optim", optimizer)  # ZeRO's groups hold every parameter
     builtin = isinstance(inner, (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW))
+    # a parameter-sized tensor whatever the decay: Adam's square root, LAMB's own
+    adams = (torch.optim.Adam, torch.optim.AdamW)  # AdamW subclasses Adam only lately
+    rooted = isinstance(inner, adams) if builtin else state_slots(optimizer) >= 2
     total = 0
     for group in optimizer.param_groups:
-        size = sum(p.numel() * p.element_size() for p in group["params"])
-        if not builtin:
-            total += size if state_slots(optimizer) >= 2 else 0
-        elif group.get("fused") or not group.get("foreach"):
+        if builtin and (group.get("fused") or not group.get("foreach")):
             continue
-        elif isinstance(inner, (torch.optim.Adam, torch.optim.AdamW)) or group["weight_decay"]:
-            total += size  # Adam's square root; SGD's decayed copy
+        if rooted or (builtin and group["weight_decay"]):  # or SGD's decayed copy
+            total += sum(p.numel() * p.element_size() for p in group["params"])
     return total
 
 
