@@ -15,7 +15,6 @@ given; 2 here).
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import platform
 import statistics
@@ -31,7 +30,6 @@ from dmlbench.tasks import get_task
 TASKS = ["digits-mlp", "cifar10-resnet20", "cifar10-wrn16-4", "kjv-gpt", "imagenet-resnet50"]
 # tasks whose data gives the shape (scikit-learn's digits: 8×8 pixels, 10 classes)
 SHAPES = {"digits-mlp": ((64,), 10)}
-KIND = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
 
 
 def optimizer_for(task: str, implementation: str) -> tuple[torch.optim.Optimizer, int]:
@@ -46,18 +44,10 @@ def optimizer_for(task: str, implementation: str) -> tuple[torch.optim.Optimizer
     for p in model.parameters():
         p.grad = torch.randn_like(p)
     spec = recipe.optimizer
-    made = OPTIMIZERS[spec.name](spec, parameter_groups(spec, model))
-    kind = KIND[spec.name]
-    accepted = inspect.signature(kind).parameters
-    settings = {
-        k: v
-        for k, v in made.defaults.items()
-        if k in accepted and k not in ("fused", "foreach", "differentiable")
-    }
-    groups = [
-        {k: v for k, v in g.items() if k in ("params", "weight_decay")} for g in made.param_groups
-    ]
-    optimizer = kind(groups, **{**settings, "lr": 0.01, implementation: True})
+    optimizer = OPTIMIZERS[spec.name](spec, parameter_groups(spec, model))
+    for group in optimizer.param_groups:  # before the first step, as optim.build switches
+        group["fused"], group["foreach"] = implementation == "fused", implementation == "foreach"
+        group["lr"] = 0.01
     return optimizer, sum(p.numel() for p in model.parameters())
 
 
