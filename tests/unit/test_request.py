@@ -107,3 +107,41 @@ def test_the_launch_path_is_decided_once_from_what_plan_run_read() -> None:
     assert step is not None and launch_path(2, True, step) == "node"
     assert launch_path(1, False, batch.slurm) == "local"  # one node needs no srun
     assert plan().slurm is None and launch_path(1, False, None) == "local"
+
+
+def test_the_fork_server_starts_early_only_where_this_process_starts_the_workers() -> None:
+    from dmlbench.launch.request import early_allocator
+
+    assert early_allocator(plan(), {}, []) == "jemalloc"  # the spec's default
+    assert early_allocator(plan(), {"cpu_allocator": "tuned"}, []) == "tuned"
+    given = early_allocator(plan(), {"cpu_allocator": "tuned"}, ["cpu_allocator=returning"])
+    assert given == "returning"  # --set wins over the file, as in the resolution
+    one_node = plan({"nodes": 2}, nnodes=2, rdzv_endpoint="h:1")
+    assert early_allocator(one_node, {"nodes": 2}, []) == "jemalloc"  # this node's workers
+    # another process starts them: an emulated cluster's agents, a Slurm job's steps
+    assert early_allocator(plan(nodes=2), {}, []) is None
+    assert early_allocator(plan(), {"nodes": 2}, []) is None
+    assert early_allocator(plan(), {}, ["nodes=4"]) is None
+    assert early_allocator(plan(env=BATCH), {}, []) is None
+    assert early_allocator(plan(), {}, ["not an override"]) is None  # resolution says why
+
+
+def test_the_launch_takes_the_fork_server_started_early(monkeypatch) -> None:
+    from multiprocessing import forkserver
+
+    from dmlbench.launch import forkserver as server
+
+    monkeypatch.setattr(server, "PRELOAD", ("json",))  # a light server: no torch
+    monkeypatch.delenv(server.START_METHOD_ENV, raising=False)
+    running = forkserver._forkserver
+    try:
+        server.start_early("default")
+        early = running._forkserver_pid
+        assert early is not None
+        assert server.start_method({}) == "forkserver" and running._forkserver_pid == early
+        # a run on another allocator gets a server started in its environment
+        assert server.start_method({"MALLOC_ARENA_MAX": "1"}) == "forkserver"
+        assert running._forkserver_pid not in (None, early)
+    finally:
+        running._stop()
+        server._SERVED = None  # no server now: the next launch starts one

@@ -134,8 +134,7 @@ def run(
     --nnodes with --rdzv-endpoint makes this one node of a job over several hosts;
     --nodes emulates such a cluster on this machine.
     """
-    from dmlbench.launch.request import RunFlags, plan_run
-    from dmlbench.resolve import deviations, resolve_spec
+    from dmlbench.launch.request import RunFlags, early_allocator, plan_run
 
     config_task, config_data = load_config(config)
     if model is not None:  # as --set recipe.model.name=MODEL, before the other --set
@@ -155,6 +154,13 @@ def run(
         rdzv_id=rdzv_id,
     )
     request = plan_run(flags, config_data, os.environ, DEFAULT_TASK)
+    allocator = None if dry_run else early_allocator(request, config_data, overrides or [])
+    if allocator is not None:  # its imports overlap the resolution's
+        from dmlbench.launch.forkserver import start_early
+
+        start_early(allocator)
+    from dmlbench.resolve import deviations, resolve_spec  # imports torch
+
     if request.sweep is not None:
         from dmlbench.cli.sweeps import run_sweep
         from dmlbench.spec.sweep import validate_sweep

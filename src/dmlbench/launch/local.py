@@ -14,14 +14,14 @@ CPU importing them before its first step (most of a short run, and on a 2-core m
 most of every run of a sweep); a forked one starts in milliseconds. The server never
 touches a GPU, so each worker initialises its device after the fork, as a spawned one
 does; it takes this process's environment at launch, not the server's (see
-:mod:`dmlbench.launch.entry`).
+:mod:`dmlbench.launch.entry`). `dmlbench run` starts the server before it resolves the
+spec, so that the server's imports overlap its own (:mod:`dmlbench.launch.forkserver`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
 import os
 import shutil
 import sys
@@ -43,9 +43,10 @@ from torch.distributed.elastic.rendezvous import (
 )
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-from dmlbench.errors import SpecError, WorkerFailed
+from dmlbench.errors import WorkerFailed
 from dmlbench.heartbeat import read_heartbeats
 from dmlbench.launch.entry import worker_entry
+from dmlbench.launch.forkserver import environment, start_method
 from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV, Rendezvous, RendezvousFull
 from dmlbench.launch.watchdog import REMOTE_GRACE_S, Watchdog
 from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, interface_of
@@ -53,20 +54,6 @@ from dmlbench.netem.topology import Topology
 from dmlbench.spec import RunSpec
 from dmlbench.system import signal_handlers_kept
 from dmlbench.train.worker import run_worker
-
-
-@contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    try:  # restored even when a value cannot be set (the ones before it were)
-        os.environ.update(values)
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextmanager
@@ -143,60 +130,6 @@ def _quiet_torch_launcher() -> None:
     names = [n for n in logging.root.manager.loggerDict if n.startswith(prefixes)]
     for name in {*prefixes, *names}:
         logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-# What the fork server imports for its workers: torch's optimizers import torch._dynamo
-# at their first step, a second of CPU
-PRELOAD = ("dmlbench.launch.entry", "dmlbench.train.worker", "torch._dynamo")
-
-
-START_METHOD_ENV = "DMLBENCH_START_METHOD"  # forkserver (the default) or spawn
-START_METHODS = ("forkserver", "spawn")
-
-
-def chosen_start_method() -> str:
-    """How workers start: ``DMLBENCH_START_METHOD`` (``spawn`` starts each one afresh:
-    for a plugin that cannot live in a forked process, or to compare), else
-    ``forkserver`` where the platform has it."""
-    chosen = os.environ.get(START_METHOD_ENV, "").strip() or "forkserver"
-    if chosen not in START_METHODS:
-        raise SpecError(
-            f"{START_METHOD_ENV}={chosen!r} is not a way to start workers: use "
-            f"{' or '.join(START_METHODS)}, or unset it"
-        )
-    if chosen not in multiprocessing.get_all_start_methods():
-        return "spawn"
-    return chosen
-
-
-_SERVED: dict[str, str] | None = None  # the allocator's environment the fork server has
-
-
-def start_method(allocator: dict[str, str]) -> str:
-    """The chosen start method, with the fork server started now if that is the one (it
-    keeps this process's stderr, the terminal, for good: not a run's start-up log).
-
-    The fork server starts in the ``allocator``'s environment (jemalloc's preload), as
-    its workers must: a preloaded allocator serves a process from its start, and
-    children inherit it. A server started in another one (a run before with another
-    ``cpu_allocator``, or anything else of this process) is stopped and started anew;
-    where Python cannot stop it, workers are spawned instead."""
-    global _SERVED
-    chosen = chosen_start_method()
-    if chosen == "forkserver":
-        from multiprocessing import forkserver
-
-        server = forkserver._forkserver
-        if allocator != _SERVED and getattr(server, "_forkserver_pid", None) is not None:
-            stop = getattr(server, "_stop", None)
-            if stop is None:  # not in this Python: spawn, which execs in the environment
-                return "spawn"
-            stop()
-        forkserver.set_forkserver_preload(list(PRELOAD))
-        with _environment(allocator):
-            forkserver.ensure_running()
-        _SERVED = dict(allocator)
-    return chosen
 
 
 def launch_workers(
@@ -287,7 +220,7 @@ def launch_workers(
     watchdog.start()
     try:
         start_log = log_dir / "start-up.log"
-        with _environment(values), signal_handlers_kept(), _start_up_output(start_log):
+        with environment(values), signal_handlers_kept(), _start_up_output(start_log):
             elastic_launch(config, worker_entry)(json.dumps(settings), target, *args)
     except ChildFailedError as error:
         if watchdog.verdict is not None:

@@ -118,6 +118,30 @@ class RunRequest:
         return {"nodes": self.nodes, "nproc_per_node": self.nproc_per_node}
 
 
+def early_allocator(
+    request: RunRequest, config: Mapping[str, Any], overrides: list[str]
+) -> str | None:
+    """The ``cpu_allocator`` of the workers this process will start itself (a run on this
+    machine, or this node's part of a job), read from the spec file and the ``--set``
+    overrides before the spec is resolved, so that their fork server can start early
+    (:func:`dmlbench.launch.forkserver.start_early`); ``None`` where another process
+    starts them (an emulated cluster's agents, a Slurm job's steps) or the overrides do
+    not read (the resolution says why)."""
+    from dmlbench.spec.overrides import parse_assignment
+    from dmlbench.spec.run import RunSpec
+
+    values = dict(config)
+    try:
+        values.update(parse_assignment(text) for text in overrides)
+    except DmlbenchError:
+        return None
+    nodes = request.nodes or values.get("nodes") or 1
+    if request.rdzv_endpoint is None and nodes != 1:
+        return None
+    setting = values.get("cpu_allocator", RunSpec.model_fields["cpu_allocator"].default)
+    return setting if isinstance(setting, str) else None
+
+
 def launch_path(nodes: int, rendezvous: bool, slurm: SlurmJob | None) -> LaunchPath:
     """The one place a run's launch path is decided: one node of a job across hosts
     (a rendezvous), a Slurm job's nodes (this is its batch script), an emulated cluster

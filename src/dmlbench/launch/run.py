@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import SpecError
+from dmlbench.launch.forkserver import chosen_start_method
 from dmlbench.launch.lifecycle import (
     Attempt,
     Launcher,
@@ -21,7 +22,7 @@ from dmlbench.launch.lifecycle import (
     name_lost_node,
     prepare_data,
 )
-from dmlbench.launch.local import chosen_start_method, launch_local
+from dmlbench.launch.local import launch_local
 from dmlbench.launch.rendezvous import Rendezvous
 from dmlbench.launch.request import launch_path
 from dmlbench.netem.host import preflight
