@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
+RENDEZVOUS_PORT = 29400  # torch's rendezvous port, torchrun's default
 NODE_ADDRESS_ENV = "DMLBENCH_NODE_ADDRESS"  # in a worker: the address its node's agent binds
 
 

@@ -130,7 +130,11 @@ def test_imports_stay_light() -> None:
         ("dmlbench.cli.app", set()),
         # what `run` decides and starts before it resolves the spec: the fork server's
         # imports overlap the resolution's (torch) only if these need none
-        ("dmlbench.launch.request, dmlbench.launch.forkserver, dmlbench.spec.overrides", set()),
+        (
+            "dmlbench.launch.request, dmlbench.launch.slurm, dmlbench.launch.forkserver, "
+            "dmlbench.spec.overrides, dmlbench.spec.run, dmlbench.train.allocator",
+            set(),
+        ),
         ("dmlbench.train.worker", {"torch"}),
         # every built-in task registers, recipe validated, without torch (`tasks`)
         ("dmlbench.tasks; dmlbench.tasks.all_tasks()", set()),

@@ -44,7 +44,7 @@ from dmlbench.launch.node import (
     node_folder,
     node_run_dirs,
 )
-from dmlbench.launch.rendezvous import DEFAULT_PORT
+from dmlbench.listeners import RENDEZVOUS_PORT
 from dmlbench.netem.host import check_can_emulate, preflight
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import Topology
@@ -222,7 +222,7 @@ class ClusterLauncher(Launcher):
         write_json(spec_file, node_spec(spec))
         topology = held.enter_context(Topology(spec.nodes, self.network, record_to=run.run_dir))
         held.callback(self.stop)  # inside the namespaces' lifetime: nothing outlives them
-        endpoint = f"{topology.address(0)}:{DEFAULT_PORT}"
+        endpoint = f"{topology.address(0)}:{RENDEZVOUS_PORT}"
         for index, namespace in enumerate(topology.namespaces):
             folder = node_folder(run.run_dir, index)
             folder.mkdir(parents=True)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch.node import job_spec, node_args
-from dmlbench.launch.rendezvous import DEFAULT_PORT
+from dmlbench.listeners import RENDEZVOUS_PORT
 from dmlbench.names import shorten
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def manifests(
     args = node_args(
         spec,
         f"{SPEC_DIR}/{SPEC_FILE}",
-        f"{endpoint_host}:{DEFAULT_PORT}",
+        f"{endpoint_host}:{RENDEZVOUS_PORT}",
         name,
         f"{STORE_DIR}/node-$(NODE_RANK)",
     )
@@ -168,7 +168,7 @@ def manifests(
             },
             {"name": "PYTHONUNBUFFERED", "value": "1"},
         ],
-        "ports": [{"name": "rendezvous", "containerPort": DEFAULT_PORT}],
+        "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}],
         "volumeMounts": [
             {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
             {"name": "store", "mountPath": STORE_DIR},
@@ -207,7 +207,7 @@ def manifests(
         "clusterIP": "None",
         "publishNotReadyAddresses": True,
         "selector": {"dmlbench/run": name},
-        "ports": [{"name": "rendezvous", "port": DEFAULT_PORT}],
+        "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}],
     }
     job = {
         "completionMode": "Indexed",
@@ -248,7 +248,7 @@ def _pytorchjob(
     master_host = f"{meta['name']}-master-0"
     container = pod["spec"]["containers"][0]
     args = container["args"]
-    args[args.index("--rdzv-endpoint") + 1] = f"{master_host}:{DEFAULT_PORT}"
+    args[args.index("--rdzv-endpoint") + 1] = f"{master_host}:{RENDEZVOUS_PORT}"
     args[args.index("--store") + 1] = f"{STORE_DIR}/$(POD_NAME)"
     container["env"][0] = {
         "name": "POD_NAME",

@@ -37,10 +37,9 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
 from dmlbench.errors import DmlbenchError
-from dmlbench.listeners import tcp_store_server
+from dmlbench.listeners import RENDEZVOUS_PORT, tcp_store_server
 
 BACKEND = "dmlbench-c10d"
-DEFAULT_PORT = 29400
 # Workers bootstrap from the agent's store (ours, bound); never from one of their own.
 SHARE_STORE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}
 
@@ -134,7 +133,7 @@ def _connect(host: str, port: int, wait: timedelta) -> TCPStore:
 
 
 def _create_handler(params: RendezvousParameters) -> RendezvousHandler:
-    host, port = parse_rendezvous_endpoint(params.endpoint, default_port=DEFAULT_PORT)
+    host, port = parse_rendezvous_endpoint(params.endpoint, default_port=RENDEZVOUS_PORT)
     read_timeout = timedelta(seconds=params.get_as_int("read_timeout", 60) or 60)
     store: Store | None = None
     is_host = params.get_as_bool("is_host")
@@ -186,7 +185,7 @@ class Rendezvous:
 
     @property
     def host_port(self) -> tuple[str, int]:
-        return parse_rendezvous_endpoint(self.endpoint, default_port=DEFAULT_PORT)
+        return parse_rendezvous_endpoint(self.endpoint, default_port=RENDEZVOUS_PORT)
 
     def address(self) -> str:
         """The address this node binds: ``local_addr``, or the one facing the endpoint."""
@@ -196,7 +195,7 @@ class Rendezvous:
         return address_towards(host, port)
 
 
-def address_towards(host: str, port: int = DEFAULT_PORT) -> str:
+def address_towards(host: str, port: int = RENDEZVOUS_PORT) -> str:
     """This host's address on the route to ``host`` (no packet is sent)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)

@@ -56,7 +56,7 @@ def run_benchmark(
 
     The path is :func:`~dmlbench.launch.request.launch_path`'s: ``spec.nodes > 1`` runs
     on the nodes of ``slurm``, the Slurm job this is the batch script of
-    (:class:`~dmlbench.launch.slurm.SlurmLauncher`), or else on an emulated cluster on
+    (:class:`~dmlbench.launch.srun.SlurmLauncher`), or else on an emulated cluster on
     this machine (:class:`~dmlbench.launch.cluster.ClusterLauncher`); with a
     ``rendezvous`` this process is one node of a multi-node job: it runs
     ``spec.per_node`` workers, and keeps the run in ``store`` if rank 0 ran here;
@@ -73,7 +73,7 @@ def run_benchmark(
     LOG.info("launch path: %s", path)
     launcher: Launcher
     if path == "slurm":
-        from dmlbench.launch.slurm import SlurmLauncher
+        from dmlbench.launch.srun import SlurmLauncher
 
         assert slurm is not None
         launcher = SlurmLauncher(spec, slurm)
