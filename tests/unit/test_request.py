@@ -145,3 +145,15 @@ def test_the_launch_takes_the_fork_server_started_early(monkeypatch) -> None:
     finally:
         running._stop()
         server._SERVED = None  # no server now: the next launch starts one
+
+
+def test_an_inline_sweep_is_the_sweep_file_it_stands_for() -> None:
+    from dmlbench.spec.sweep import validate_sweep
+
+    config = {"exchange": "ddp", "plugins": ["my_tasks"]}
+    request = plan(config, workers="1,2", global_batch=64, repeats=2)
+    sweep = validate_sweep(request.sweep_file(64, 3, config))
+    assert (sweep.name, sweep.task, sweep.scaling) == ("digits-mlp-strong", "digits-mlp", "strong")
+    assert (sweep.global_batch, sweep.repeats, sweep.seed) == (64, 2, 3)
+    assert sweep.axes == {"workers": [1, 2]} and sweep.plugins == ["my_tasks"]
+    assert sweep.set == {"exchange": "ddp"}  # the file's keys, every run

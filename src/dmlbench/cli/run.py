@@ -134,6 +134,7 @@ def run(
     --nnodes with --rdzv-endpoint makes this one node of a job over several hosts;
     --nodes emulates such a cluster on this machine.
     """
+    from dmlbench.launch.forkserver import start_early
     from dmlbench.launch.request import RunFlags, early_allocator, plan_run
 
     config_task, config_data = load_config(config)
@@ -154,32 +155,16 @@ def run(
         rdzv_id=rdzv_id,
     )
     request = plan_run(flags, config_data, os.environ, DEFAULT_TASK)
-    allocator = None if dry_run else early_allocator(request, config_data, overrides or [])
-    if allocator is not None:  # its imports overlap the resolution's
-        from dmlbench.launch.forkserver import start_early
-
-        start_early(allocator)
+    if not dry_run:  # the workers' fork server imports while the spec resolves
+        start_early(early_allocator(request, config_data, overrides or []))
     from dmlbench.resolve import deviations, resolve_spec  # imports torch
 
     if request.sweep is not None:
         from dmlbench.cli.sweeps import run_sweep
         from dmlbench.spec.sweep import validate_sweep
 
-        sweep = validate_sweep(
-            {
-                "name": request.sweep.name,
-                "task": request.task,
-                "scaling": request.sweep.scaling,
-                "global_batch": global_batch,
-                "repeats": request.sweep.repeats,
-                "seed": seed or 0,
-                "set": {k: v for k, v in config_data.items() if k != "plugins"},
-                "axes": {"workers": request.sweep.workers},
-                "plugins": config_data.get("plugins", []),
-            }
-        )
         run_sweep(
-            sweep,
+            validate_sweep(request.sweep_file(global_batch, seed or 0, config_data)),
             overrides=overrides or [],
             plugins=plugins or [],
             fields={

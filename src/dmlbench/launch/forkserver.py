@@ -88,14 +88,17 @@ def start_method(allocator: dict[str, str]) -> str:
     return chosen
 
 
-def start_early(cpu_allocator: str) -> None:
-    """Start the fork server now for a run whose workers will use ``cpu_allocator``, so
-    that its imports overlap what this process does before the launch (resolving the
-    spec imports torch). The launch reuses it; where the run turns out to use another
-    allocator, the launch starts the server anew, as it would have. Nothing here is the
-    run's business yet: a failure is left for the launch to meet and report."""
+def start_early(cpu_allocator: str | None) -> None:
+    """Start the fork server now for a run whose workers will use ``cpu_allocator``
+    (``None``: none to start here), so that its imports overlap what this process does
+    before the launch (resolving the spec imports torch). The launch reuses it; where
+    the run turns out to use another allocator, the launch starts the server anew, as
+    it would have. Nothing here is the run's business yet: a failure is left for the
+    launch to meet and report."""
     from dmlbench.train.allocator import preload
 
+    if cpu_allocator is None:
+        return
     try:
         allocator, _ = preload(cpu_allocator)
         start_method(allocator)

@@ -117,6 +117,24 @@ class RunRequest:
     def layout(self) -> dict[str, int | None]:
         return {"nodes": self.nodes, "nproc_per_node": self.nproc_per_node}
 
+    def sweep_file(
+        self, global_batch: int | None, seed: int, config: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The sweep file an inline sweep stands for: the worker counts as its one axis,
+        the spec file's keys as the values every run sets."""
+        assert self.sweep is not None
+        return {
+            "name": self.sweep.name,
+            "task": self.task,
+            "scaling": self.sweep.scaling,
+            "global_batch": global_batch,
+            "repeats": self.sweep.repeats,
+            "seed": seed,
+            "set": {k: v for k, v in config.items() if k != "plugins"},
+            "axes": {"workers": self.sweep.workers},
+            "plugins": config.get("plugins", []),
+        }
+
 
 def early_allocator(
     request: RunRequest, config: Mapping[str, Any], overrides: list[str]
