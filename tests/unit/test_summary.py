@@ -204,7 +204,8 @@ def test_a_run_without_a_flop_count_has_no_utilisation() -> None:
 
 
 def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
-    from dmlbench.cli.views.summary import compilation_text, hardware_text, time_split
+    from dmlbench.cli.views.machine import compilation_text, hardware_text
+    from dmlbench.cli.views.summary import time_split
     from dmlbench.train import allocator
 
     source = "GEMM probe: 2048², float32, 2 threads, oneDNN"
