@@ -15,9 +15,7 @@ round's seconds, the medians and their ratio (this checkout / the other).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+from summary import write_summary
 
 HERE = Path(__file__).parent
 REPO = HERE.parent
@@ -86,24 +84,15 @@ def main() -> None:
         f"median: this {medians['this']:.2f} s, {revision} {medians[revision]:.2f} s, "
         f"ratio {ratio:.3f}"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": "python benchmarks/cli_start.py " + " ".join(sys.argv[1:]),
-                "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-                "torch": torch.__version__,
-                "python": platform.python_version(),
-                "date": time.strftime("%Y-%m-%d"),
-                "against": revision,
-                "workers": args.workers,
-                "seconds": seconds,
-                "median_s": medians,
-                "ratio": ratio,
-            },
-            indent=1,
-        )
-        + "\n"
+    write_summary(
+        args.out,
+        {
+            "against": revision,
+            "workers": args.workers,
+            "seconds": seconds,
+            "median_s": medians,
+            "ratio": ratio,
+        },
     )
 
 

@@ -13,12 +13,11 @@ Results go to ``benchmarks/results/progress_word.json``.
 
 from __future__ import annotations
 
-import json
-import platform
 import time
 from pathlib import Path
 
 import torch
+from summary import write_summary
 
 from dmlbench.train.hardware import Peak
 from dmlbench.train.progress import PROGRESS_EVERY_S, ProgressMeter
@@ -57,20 +56,14 @@ def main() -> None:
             f"{task}: a word every {PROGRESS_EVERY_S:g} s adds {row['word_share']:.5%} of the "
             f"run's time; the check adds {row['check_share']:.5%} to each step"
         )
-    OUT.write_text(
-        json.dumps(
-            {
-                "command": "python benchmarks/progress_word.py",
-                "machine": platform.processor() or platform.machine(),
-                "torch": torch.__version__,
-                "word_s": word_s,
-                "check_s": check_s,
-                "every_s": PROGRESS_EVERY_S,
-                "tasks": rows,
-            },
-            indent=1,
-        )
-        + "\n"
+    write_summary(
+        OUT,
+        {
+            "word_s": word_s,
+            "check_s": check_s,
+            "every_s": PROGRESS_EVERY_S,
+            "tasks": rows,
+        },
     )
 
 

@@ -20,15 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import torch
+from summary import write_summary
 
 HERE = Path(__file__).parent
 METHODS = ("forkserver", "spawn")
@@ -129,23 +127,14 @@ def main() -> None:
         ):
             fork, spawn = medians["forkserver"][key], medians["spawn"][key]
             print(f"| {workers} | {label} | {fork:.2f} s | {spawn:.2f} s | {fork / spawn:.2f}× |")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": "python benchmarks/startup.py " + " ".join(sys.argv[1:]),
-                "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-                "torch": torch.__version__,
-                "python": platform.python_version(),
-                "date": time.strftime("%Y-%m-%d"),
-                "rounds": args.rounds,
-                "runs_per_launcher": args.runs,
-                "medians": summary,
-                "runs": results,
-            },
-            indent=1,
-        )
-        + "\n"
+    write_summary(
+        args.out,
+        {
+            "rounds": args.rounds,
+            "runs_per_launcher": args.runs,
+            "medians": summary,
+            "runs": results,
+        },
     )
     print(f"\nwrote {args.out}")
 

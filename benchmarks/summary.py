@@ -1,0 +1,33 @@
+"""What every benchmark's summary JSON starts with: the command that wrote it, the
+machine (its CPU model too: the machines of two sessions differ), the versions and the
+date, so that BENCHMARKS.md can say where each figure came from."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dmlbench.results.environment import cpu_model
+
+
+def write_summary(path: Path, fields: Mapping[str, Any]) -> None:
+    """Write ``fields`` to ``path`` as JSON, after the run's provenance."""
+    script = f"benchmarks/{Path(sys.argv[0]).name}"
+    provenance = {
+        "command": shlex.join(["python", script, *sys.argv[1:]]),
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**provenance, **fields}, indent=1) + "\n")
