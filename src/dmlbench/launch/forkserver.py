@@ -95,10 +95,10 @@ def start_early(cpu_allocator: str | None) -> None:
     the run turns out to use another allocator, the launch starts the server anew, as
     it would have. Nothing here is the run's business yet: a failure is left for the
     launch to meet and report."""
-    from dmlbench.train.allocator import preload
-
     if cpu_allocator is None:
         return
+    from dmlbench.train.allocator import preload
+
     try:
         allocator, _ = preload(cpu_allocator)
         start_method(allocator)
