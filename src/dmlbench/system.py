@@ -51,6 +51,21 @@ def sigterm_interrupts() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment for the block, then as they were."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:  # restored even when a value cannot be set (the ones before it were)
+        os.environ.update(values)
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
 def signal_handlers_kept() -> Iterator[None]:
     """Restore the handlers of :data:`LAUNCHER_SIGNALS` after the block. torch's elastic
     launcher installs its own and never puts ours back: a Ctrl-C between two runs of a

@@ -8,13 +8,12 @@ itself: the server's imports (about 4 s of one core) then overlap the launcher's
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
-from collections.abc import Iterator
 
 from dmlbench.errors import DmlbenchError, SpecError
+from dmlbench.system import environment
 
 LOG = logging.getLogger(__name__)
 
@@ -40,21 +39,6 @@ def chosen_start_method() -> str:
     if chosen not in multiprocessing.get_all_start_methods():
         return "spawn"
     return chosen
-
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment for the block, then as they were."""
-    saved = {k: os.environ.get(k) for k in values}
-    try:  # restored even when a value cannot be set (the ones before it were)
-        os.environ.update(values)
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 _SERVED: dict[str, str] | None = None  # the allocator's environment the fork server has

@@ -46,13 +46,13 @@ from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 from dmlbench.errors import WorkerFailed
 from dmlbench.heartbeat import read_heartbeats
 from dmlbench.launch.entry import worker_entry
-from dmlbench.launch.forkserver import environment, start_method
+from dmlbench.launch.forkserver import start_method
 from dmlbench.launch.rendezvous import BACKEND, SHARE_STORE_ENV, Rendezvous, RendezvousFull
 from dmlbench.launch.watchdog import REMOTE_GRACE_S, Watchdog
 from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, interface_of
 from dmlbench.netem.topology import Topology
 from dmlbench.spec import RunSpec
-from dmlbench.system import signal_handlers_kept
+from dmlbench.system import environment, signal_handlers_kept
 from dmlbench.train.worker import run_worker
 
 

@@ -70,7 +70,7 @@ class SlurmJob:
 
     def endpoint(self) -> str:
         """The first node's address and torch's rendezvous port."""
-        return f"{node_address(self.hosts()[0])}:{RENDEZVOUS_PORT}"
+        return rendezvous_endpoint(self.hosts()[0])
 
 
 def _scontrol(*args: str) -> str:
@@ -100,6 +100,12 @@ def node_address(name: str) -> str:
         if field.startswith("NodeAddr="):
             return field.split("=", 1)[1] or name
     return name
+
+
+def rendezvous_endpoint(host: str) -> str:
+    """Where a job's nodes meet when ``host`` hosts the rendezvous: its address (Slurm's
+    NodeAddr) and torch's rendezvous port."""
+    return f"{node_address(host)}:{RENDEZVOUS_PORT}"
 
 
 # -- sbatch scripts ---------------------------------------------------------------------

@@ -30,8 +30,7 @@ from dmlbench.launch.node import (
     node_error,
     node_run_dirs,
 )
-from dmlbench.launch.slurm import SlurmJob, node_address
-from dmlbench.listeners import RENDEZVOUS_PORT
+from dmlbench.launch.slurm import SlurmJob, rendezvous_endpoint
 from dmlbench.results.events import EVENTS_FILE
 from dmlbench.results.rundir import write_json
 
@@ -88,7 +87,7 @@ class SlurmLauncher(Launcher):
         write_json(run.run_dir / NODE_SPEC_FILE, job_spec(spec))
         log = self.srun_log(run)
         log.parent.mkdir(parents=True, exist_ok=True)
-        endpoint = f"{node_address(self.hosts[0])}:{RENDEZVOUS_PORT}"
+        endpoint = rendezvous_endpoint(self.hosts[0])
         cpus = os.environ.get("SLURM_CPUS_PER_TASK")
         command = [
             "srun",
