@@ -36,8 +36,6 @@ The JSON summary and the figure go to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -45,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from summary import write_summary
 from torch.utils.flop_counter import FlopCounterMode
 
 from dmlbench.dask.dampers import PAPER_EPOCHS, PAPER_SCHEDULES, Constant, Damper, GeoDamp
@@ -281,13 +280,6 @@ def main() -> None:
         + f"; the fastest is {base.max() / base.min():.2f}× faster than 128 → 128"
     )
     summary = {
-        "command": "python benchmarks/adadamp_paper.py"
-        + (f" --train --examples {args.examples}" if args.train else ""),
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-        },
         "calibration": measured,
         "short_run": {"fits": fits, "overhead_per_update_s": overhead},
         "update_time": {"here": vars(here), "gpu": vars(gpu)},
@@ -302,9 +294,7 @@ def main() -> None:
         ],
         "tables": {key: table.to_dict("records") for key, table in tables.items()},
     }
-    path = args.out / "paper.json"
-    path.write_text(json.dumps(summary, indent=1, default=float) + "\n")
-    print(f"summary: {path}")
+    write_summary(args.out / "paper.json", summary)
 
 
 if __name__ == "__main__":

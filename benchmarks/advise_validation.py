@@ -19,12 +19,13 @@ Both stores resume: points already measured are not run again.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from summary import write_summary
 
 from dmlbench.advise.recommend import advise_from_store
 from dmlbench.launch import run_benchmark
@@ -156,22 +157,17 @@ def main() -> int:
     verdict = "PASS" if ratio <= 1 + WITHIN else "FAIL"
     print(f"\nadvised point: {ratio:.2f}× the measured best ({verdict}: within {WITHIN:.0%})")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "task": args.task,
-                    "advice": advice.to_json(),
-                    "grid": rows,
-                    "ratio_to_best": ratio if math.isfinite(ratio) else None,
-                    "verdict": verdict,
-                    "repeats": args.repeats,
-                    "overrides": args.overrides,
-                },
-                indent=1,
-                default=str,
-            )
-            + "\n"
+        write_summary(
+            args.json,
+            {
+                "task": args.task,
+                "advice": advice.to_json(),
+                "grid": rows,
+                "ratio_to_best": ratio if math.isfinite(ratio) else None,
+                "verdict": verdict,
+                "repeats": args.repeats,
+                "overrides": args.overrides,
+            },
         )
     return 0 if verdict == "PASS" else 1
 

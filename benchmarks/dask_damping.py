@@ -37,6 +37,7 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
+from summary import write_summary
 
 from dmlbench.dask import DaskClassifier, History, plot_histories
 from dmlbench.dask.dampers import Constant, GeoDamp
@@ -310,20 +311,17 @@ def main() -> None:
         f" kB gradients; comm {source}"
     )
     print(net.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    with open(args.out / f"damping-{args.dataset}.json", "w") as handle:
-        json.dump(
-            {
-                "args": {k: str(v) for k, v in vars(args).items()},
-                "summary": summary,
-                "simulation": table.to_dict("records"),
-                "network": net.to_dict("records"),
-                # epoch records only: the update records of a CIFAR run are tens of MB
-                "histories": {n: [epochs_only(e.history_) for e, _ in r] for n, r in fits.items()},
-            },
-            handle,
-            indent=1,
-            default=float,
-        )
+    write_summary(
+        args.out / f"damping-{args.dataset}.json",
+        {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "summary": summary,
+            "simulation": table.to_dict("records"),
+            "network": net.to_dict("records"),
+            # epoch records only: the update records of a CIFAR run are tens of MB
+            "histories": {n: [epochs_only(e.history_) for e, _ in r] for n, r in fits.items()},
+        },
+    )
 
 
 if __name__ == "__main__":

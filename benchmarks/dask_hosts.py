@@ -18,7 +18,6 @@ new worker to join** (asked for, to counted by the scheduler; the median of
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -27,6 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from summary import write_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -142,8 +143,7 @@ def main() -> int:
             f"{row['overhead_ms'] / base['overhead_ms']:.2f}× | {row['join_median_s']:.2f} s |"
         )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"bandwidth": args.bandwidth, **results}, indent=1) + "\n")
+        write_summary(args.json, {"bandwidth": args.bandwidth, **results})
     return 0
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import platform
 import statistics
 import time
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 from distributed import Client, LocalCluster
+from summary import write_summary
 
 from dmlbench.dask import DaskClassifier
 from dmlbench.models.mlp import MLP
@@ -253,8 +253,7 @@ def main() -> None:
             f"{r['ddp']['update_ms'] / r['adadamp']['update_ms']:.2f}"
         )
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=1)
+        write_summary(args.json, {"models": results})
 
 
 if __name__ == "__main__":

@@ -27,9 +27,6 @@ token) × tokens/s against the GEMM probe's peak. Results go to
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +35,7 @@ from pathlib import Path
 
 import torch
 from expert import jemalloc_env, plain_result
+from summary import write_summary
 
 HERE = Path(__file__).parent
 
@@ -199,7 +197,6 @@ def main() -> None:
         f"{last['peak'] / 1e9:.0f} GFLOP/s ({last['peak_source']})"
     )
     result = {
-        "command": "python benchmarks/" + Path(__file__).name + " " + " ".join(sys.argv[1:]),
         "model": "GPT, vocabulary 4096, 128 tokens, width 128, 4 blocks, 4 heads",
         "batch": batch,
         "warmup_steps": args.warmup,
@@ -213,10 +210,8 @@ def main() -> None:
         "tokens_per_s": tokens_per_s,
         "mfu_torchtitan": mfu,
         "utilisation_flop_counter": counted,
-        "hardware": {"cpus": os.cpu_count(), "machine": platform.processor() or platform.machine()},
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
     }
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_summary(args.out, result)
 
 
 if __name__ == "__main__":

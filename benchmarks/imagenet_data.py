@@ -20,10 +20,9 @@ Results go to ``benchmarks/results/imagenet_data.json``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import io
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from summary import write_summary
 
 from dmlbench.data import imagenet
 from dmlbench.data.images import train_view
@@ -109,6 +109,17 @@ def rate(fn, files: list[bytes], repeats: int = 3) -> float:
     return len(files) / best
 
 
+def decoder_versions() -> dict[str, str]:
+    """The versions of the JPEG decoders installed here (each is optional)."""
+    versions = {}
+    for name, module in (("pillow", "PIL"), ("opencv", "cv2")):
+        try:
+            versions[name] = importlib.import_module(module).__version__
+        except ImportError:
+            continue
+    return versions
+
+
 def compare_decoders(sample: Path) -> dict:
     torch.set_num_threads(1)
     files = [p.read_bytes() for p in sorted((sample / "train").rglob("*.JPEG"))[:200]]
@@ -165,24 +176,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         sample = imagenet.write_sample(Path(tmp), args.classes, args.per_class, 4)
         result = {
-            "command": "python benchmarks/" + Path(__file__).name + " " + " ".join(sys.argv[1:]),
             "decoders": compare_decoders(sample),
             "runs": {}
             if args.skip_runs
             else {str(w): data_share(sample, w, args.steps) for w in args.workers},
-            "hardware": {"cpus": os.cpu_count(), "machine": platform.machine()},
-            "versions": {"torch": torch.__version__, "python": platform.python_version()},
         }
-    try:
-        import PIL
-
-        result["versions"]["pillow"] = PIL.__version__
-        import cv2
-
-        result["versions"]["opencv"] = cv2.__version__
-    except ImportError:
-        pass
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    result["decoder_versions"] = decoder_versions()
+    write_summary(args.out, result)
 
 
 if __name__ == "__main__":

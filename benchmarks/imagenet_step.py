@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +36,7 @@ from pathlib import Path
 
 import torch
 from expert import jemalloc_env, last_json, plain_result
+from summary import write_summary
 
 HERE = Path(__file__).parent
 
@@ -226,7 +225,6 @@ def main() -> None:
         f"({last['peak_source']})"
     )
     result = {
-        "command": "python benchmarks/" + Path(__file__).name + " " + " ".join(sys.argv[1:]),
         "model": f"ResNet-{args.model_depth}",
         "batch": args.batch,
         "warmup_steps": args.warmup,
@@ -239,10 +237,8 @@ def main() -> None:
         "page_faults_per_step": last["page_faults_per_step"],
         "cpu_allocator": last["cpu_allocator"],
         "utilisation": utilisation,
-        "hardware": {"cpus": os.cpu_count(), "machine": platform.processor() or platform.machine()},
-        "versions": {"torch": torch.__version__, "python": platform.python_version()},
     }
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_summary(args.out, result)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
+from summary import write_summary
 
 from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
 from dmlbench.results import ResultsStore
@@ -169,15 +168,7 @@ def main() -> None:
         if row["strategy"] == "zero1" and row["workers"] in ddp:
             share = row["optimizer_state_mib"] / ddp[row["workers"]]
             print(f"zero1 × {row['workers']}: optimizer state {share:.3f} of DDP's (1/N)")
-    OUT.mkdir(parents=True, exist_ok=True)
-    result = {
-        "command": "python benchmarks/memory.py --workers " + args.workers,
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "rows": rows,
-    }
-    (OUT / "memory.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_summary(OUT / "memory.json", {"rows": rows})
     figure(rows, OUT / "memory.png")
 
 

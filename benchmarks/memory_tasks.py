@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import torch
+from summary import write_summary
 
 from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
 from dmlbench.results import ResultsStore
@@ -102,23 +101,10 @@ def runtime(repeats: int) -> None:
         for exchange in EXCHANGES
     }
     print("RUNTIME_CPU_BYTES =", {k: round(v) for k, v in constants.items()})
-    write(
-        "runtime.json",
-        f"python benchmarks/memory_tasks.py --runtime --repeats {repeats}",
+    write_summary(
+        OUT / "runtime.json",
         {"model": "digits-mlp --model linear", "runtime_bytes": constants, "rows": rows},
     )
-
-
-def write(name: str, command: str, body: dict) -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    result = {
-        "command": command,
-        "machine": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        **body,
-    }
-    (OUT / name).write_text(json.dumps(result, indent=1) + "\n")
 
 
 def main() -> None:
@@ -150,13 +136,13 @@ def main() -> None:
                     f"{row['at']}; first gradients {row['first_gradients_mib']:.1f} MiB",
                     flush=True,
                 )
-    command = "python benchmarks/memory_tasks.py"
+    fields: dict = {"rows": rows}
     previous = OUT / "tasks.json"
-    if args.tasks and previous.is_file():  # keep the other tasks' rows
+    if args.tasks and previous.is_file():  # keep the other tasks' rows, and their commands
         kept = json.loads(previous.read_text())
-        rows = [r for r in kept["rows"] if r["task"] not in names] + rows
-        command = f"{kept['command']}; then {command} --tasks {args.tasks}"
-    write("tasks.json", command, {"rows": rows})
+        fields["rows"] = [r for r in kept["rows"] if r["task"] not in names] + rows
+        fields["other_rows_from"] = [*kept.get("other_rows_from", []), kept["command"]]
+    write_summary(previous, fields)
 
 
 if __name__ == "__main__":

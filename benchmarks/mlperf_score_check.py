@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 from pathlib import Path
 
 from mlperf_logging.result_summarizer import result_summarizer
+from summary import write_summary
 
 from dmlbench.results.mlperf import olympic_score, read_result, result_files
 
@@ -53,7 +53,7 @@ def main() -> None:
     worst = max(abs(r["dmlbench"] - r["mlperf_logging"]) for r in rows)
     print(f"{len(rows)} submissions; largest difference {worst * 60:.3f} s")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        write_summary(args.json, {"rows": rows})
 
 
 if __name__ == "__main__":

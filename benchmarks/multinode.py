@@ -27,17 +27,14 @@ Prints the tables for BENCHMARKS.md and writes ``benchmarks/results/multinode.js
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
+from summary import write_summary
 
-import dmlbench
 from dmlbench.launch import run_benchmark
 from dmlbench.launch.bench import resolve_bench, run_comm_bench
 from dmlbench.netem.profiles import NetworkSpec
@@ -233,22 +230,16 @@ def main() -> int:
         )
     median = statistics.median(errors)
     print(f"\nmedian absolute error: {median:.1%} over {len(errors)} comparisons (target <= 15%)")
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": " ".join(sys.argv),
-                "dmlbench": dmlbench.__version__,
-                "torch": torch.__version__,
-                "cpu": platform.processor() or platform.machine(),
-                "calibration": calibration.__dict__,
-                "compute_s": compute,
-                "training": training,
-                "gradient_bytes": {task: summary.gradient_bytes for task, summary in base.items()},
-                "model": model_rows,
-                "median_abs_error": median,
-            },
-            indent=1,
-        )
+    write_summary(
+        args.out,
+        {
+            "calibration": calibration.__dict__,
+            "compute_s": compute,
+            "training": training,
+            "gradient_bytes": {task: summary.gradient_bytes for task, summary in base.items()},
+            "model": model_rows,
+            "median_abs_error": median,
+        },
     )
     return 0
 

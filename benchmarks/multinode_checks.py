@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from summary import write_summary
 
 DMLBENCH = [sys.executable, "-m", "dmlbench", "run", "digits-mlp"]
 STEPS = ["--set", "max_steps=25", "--set", "stop_at_target=false", "--quiet", "--json"]
@@ -145,7 +146,6 @@ def lonely_node(root: Path) -> dict[str, Any]:
 def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="dmlbench-checks-"))
     result: dict[str, Any] = {
-        "command": "sudo .venv/bin/python benchmarks/multinode_checks.py",
         "max_abs_weight_difference_2x2_vs_1x4": {
             exchange: equivalence(root / exchange, exchange) for exchange in ("allreduce", "ddp")
         },
@@ -154,7 +154,7 @@ def main() -> int:
     if os.geteuid() == 0:
         result["killed_node_agent"] = killed_node(root)
     print(json.dumps(result, indent=1))
-    Path("benchmarks/results/multinode-checks.json").write_text(json.dumps(result, indent=1))
+    write_summary(Path("benchmarks/results/multinode-checks.json"), result)
     return 0
 
 

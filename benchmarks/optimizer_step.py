@@ -15,13 +15,12 @@ given; 2 here).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from summary import write_summary
 
 from dmlbench.models import build_model
 from dmlbench.optim.build import OPTIMIZERS, parameter_groups
@@ -101,15 +100,7 @@ def main() -> None:
             flush=True,
         )
     if args.out:
-        summary = {
-            "command": "python benchmarks/optimizer_step.py --out " + str(args.out),
-            "threads": args.threads,
-            "machine": platform.machine(),
-            "torch": torch.__version__,
-            "rows": rows,
-        }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+        write_summary(args.out, {"threads": args.threads, "rows": rows})
 
 
 if __name__ == "__main__":

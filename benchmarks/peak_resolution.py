@@ -30,7 +30,6 @@ prediction.
 from __future__ import annotations
 
 import argparse
-import json
 import mmap
 import os
 import platform
@@ -39,6 +38,7 @@ import statistics
 from pathlib import Path
 
 import torch
+from summary import write_summary
 
 from dmlbench.train.memory import peak_bytes, resident_bytes, restart_peak
 
@@ -109,17 +109,8 @@ def main() -> None:
             f"(median {row['error_kib_median']:+.0f}) over {args.trials} trials"
         )
     if args.out:
-        summary = {
-            "command": "python benchmarks/peak_resolution.py --trials "
-            f"{args.trials} --pages {' '.join(map(str, args.pages))} --seed {args.seed} "
-            f"--out {args.out}",
-            "cpus": len(cpus),
-            "kernel": platform.release(),
-            "torch": torch.__version__,
-            "rows": rows,
-        }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+        summary = {"cpus": len(cpus), "kernel": platform.release(), "rows": rows}
+        write_summary(args.out, summary)
 
 
 if __name__ == "__main__":

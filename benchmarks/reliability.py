@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from summary import write_summary
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the test plugin tasks (crash-hang) and helpers
 os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
@@ -1439,18 +1441,7 @@ def main() -> None:
             result["attack"] = name
             rows.append(result)
             print(f"  {result['happens']}", flush=True)
-    from dmlbench.results.environment import collect_environment
-
-    env = collect_environment()
-    record = {
-        "command": "sudo .venv/bin/python benchmarks/reliability.py"
-        + (f" --only {args.only}" if args.only else ""),
-        "host": {
-            k: env[k] for k in ("cpu_model", "cores", "torch", "python", "dmlbench", "git_revision")
-        },
-        "platform": platform.platform(),
-        "rows": rows,
-    }
+    record = {"platform": platform.platform(), "rows": rows}
     if args.only and args.out.is_file():  # keep the other attacks' latest results
         rerun = {r["attack"] for r in rows}
         earlier = json.loads(args.out.read_text())["rows"]
@@ -1458,8 +1449,7 @@ def main() -> None:
         order = list(ATTACKS)
         rows.sort(key=lambda r: order.index(r["attack"]) if r["attack"] in order else 99)
         record["rows"] = rows
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    write_summary(args.out, record)
     print("\n| fault | what happens | time to detect | what is kept |\n|---|---|---|---|")
     for r in rows:
         detect = "—" if r["detect_s"] is None else f"{r['detect_s']:.1f} s"

@@ -30,11 +30,11 @@ so it is about half the paper's time for the largest batches.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 import torch
+from summary import write_summary
 
 from dmlbench.dask.dampers import PAPER_EPOCHS, PAPER_SCHEDULES
 from dmlbench.dask.simulate import (
@@ -149,9 +149,7 @@ def main() -> None:
         f"{result['idealised_median_abs_error']:.1%} (the idealised engine)"
     )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"written: {args.json}")
+        write_summary(args.json, result)
 
 
 if __name__ == "__main__":

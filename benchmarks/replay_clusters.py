@@ -19,9 +19,10 @@ the DDP benchmark table its authors published in torch's repository stands in.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
+
+from summary import write_summary
 
 from dmlbench.files import write_figure
 from dmlbench.perfmodel.cluster import task_cost
@@ -126,9 +127,7 @@ def main() -> None:
         write_figure(figure, args.png, dpi=150)
         print(f"figure: {args.png}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
-        print(f"\nwritten: {args.json}")
+        write_summary(args.json, {"replays": result})
 
 
 if __name__ == "__main__":

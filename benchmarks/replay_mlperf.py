@@ -32,12 +32,13 @@ Per larger submission (a family's single-node submission is its calibration):
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from summary import write_summary
 
 # The per-kernel floor (3.8 µs, NVIDIA's "Getting Started with CUDA Graphs", 2019),
 # fixed before this replay and not fitted to it.
@@ -399,8 +400,7 @@ def main() -> None:
     show(result)
     if args.png:
         figure(result, args.png)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_summary(args.json, result)
 
 
 if __name__ == "__main__":

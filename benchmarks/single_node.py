@@ -29,7 +29,6 @@ import argparse
 import ctypes
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -44,6 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from expert import jemalloc_env, plain_result
+from summary import write_summary
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -374,27 +374,17 @@ def main() -> None:
     )
     for name, figures in medians.items():
         print(f"median {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": "python benchmarks/single_node.py " + " ".join(sys.argv[1:]),
-                "machine": {
-                    "cpu": platform.processor() or platform.machine(),
-                    "threads": args.threads,
-                    "torch": torch.__version__,
-                    "python": platform.python_version(),
-                },
-                "gemm_peak_flops_per_s": peak,
-                "gemm_paths_flops_per_s": peaks,
-                "rounds": rounds,
-                "medians": medians,
-                "bookkeeping_s_per_step": bookkeeping,
-            },
-            indent=1,
-        )
+    write_summary(
+        args.out,
+        {
+            "threads": args.threads,
+            "gemm_peak_flops_per_s": peak,
+            "gemm_paths_flops_per_s": peaks,
+            "rounds": rounds,
+            "medians": medians,
+            "bookkeeping_s_per_step": bookkeeping,
+        },
     )
-    print(f"summary: {args.out}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ namespace with its own host name), then, ``--repeats`` times and interleaved:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from summary import write_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -119,8 +120,7 @@ def main() -> int:
     summary["first_step_ratio"] = ratio
     print(f"\nsubmit to first step through Slurm: {ratio:.2f}× the direct start")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(summary, indent=1) + "\n")
+        write_summary(args.json, summary)
     return 0
 
 

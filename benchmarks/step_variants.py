@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from summary import write_summary
 
 HERE = Path(__file__).parent
 VARIANTS = {  # name: (channels_last, cpu_allocator, how it is compiled or None)
@@ -181,27 +182,15 @@ def main() -> None:
         )
         for op, share in top_ops.items():
             print(f"  {share:6.1%}  {op[:70]}")
-    import torch
-
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": "python benchmarks/step_variants.py " + " ".join(sys.argv[1:]),
-                "machine": {
-                    "cpu": platform.processor() or platform.machine(),
-                    "threads": args.threads,
-                    "torch": torch.__version__,
-                    "python": platform.python_version(),
-                },
-                "rounds": rounds,
-                "medians": medians,
-                "profiles": profiles,
-            },
-            indent=1,
-        )
+    write_summary(
+        args.out,
+        {
+            "threads": args.threads,
+            "rounds": rounds,
+            "medians": medians,
+            "profiles": profiles,
+        },
     )
-    print(f"summary: {args.out}")
 
 
 if __name__ == "__main__":
