@@ -67,6 +67,8 @@ def main() -> None:
             if key == "models":
                 for model, figures in value.items():
                     print(f"- {model}: " + ", ".join(f"{k} {v:.4g}" for k, v in figures.items()))
+            elif key.startswith("errors"):
+                print(f"- {key}: " + ", ".join(f"{n} {e:+.1%}" for n, e in value.items()))
             elif key != "rows":
                 print(f"- {key}: {value}")
         nulls = all(c.comm_free is not None for c in cells)

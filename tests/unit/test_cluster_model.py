@@ -197,6 +197,12 @@ def test_the_published_replays_are_within_their_goal() -> None:
     assert rows[2]["share"] == pytest.approx(0.117)  # the calibration point, by construction
     assert all(math.isfinite(c.error) for c in cells)
     assert rows[64]["share"] > rows[8]["share"] > rows[2]["share"]
+    # a fixed cost per call (measured on its own) flattens the growth with log2 N that the
+    # message steps alone predict: every cell's share is lower than without it
+    assert rows[2]["comm_s"] > inputs["call_cost_us"] * 1e-6 > 0
+    without = inputs["errors_without_the_call_cost"]
+    assert all(c.error < without[c.workers] for c in cells)
+    assert median_abs_error(cells) <= 0.15
 
 
 def test_the_ddp_benchmark_replay_predicts_every_cell_from_the_one_gpu_step() -> None:

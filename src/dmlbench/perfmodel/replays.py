@@ -189,8 +189,19 @@ MLBENCH_LINK = Link(7.5e9 / 8, 50e-6)
 """About 7.5 Gbit/s between n1-standard-4 nodes (mlbench's own measurement); one-way
 latency assumed 50 µs, typical of VMs in one Google Cloud zone (half a round trip of
 about 0.1 ms)."""
-MLBENCH_MESSAGE_COST_S = 20e-6
-"""Assumed: Open MPI's TCP transport costs some tens of µs a message in software."""
+MLBENCH_MESSAGE_COST_S = 11.7e-6
+"""Open MPI's TCP, one 8,004-byte message: half a ping-pong's round trip between two
+processes on loopback (no wire), measured on its own, before this replay used it
+(``benchmarks/mpi_call_cost.py``, ``benchmarks/results/mpi_call_cost.json``: Open MPI
+5.0, a 2-core Intel Xeon; launches 10.0–12.3 µs). It was assumed 20 µs before."""
+MLBENCH_CALL_COST_S = 55.1e-6
+"""What one aggregation costs beyond its message steps, measured the same way: an
+MPI_Allreduce at 2 processes less one MPI_Sendrecv (12.1 µs: the call's own work), and
+mlbench's host work around the call in torch (43.0 µs: pack the weights into one
+tensor, divide, unpack into views, give them back; launches 27.2–43.4 µs). It leaves
+out torch's MPI process group handing the call to its worker thread, so it is a floor."""
+MLBENCH_ASSUMED_MESSAGE_COST_S = 20e-6
+"""The earlier replay's assumption, for the comparison it prints."""
 MLBENCH_ALGORITHM: Algorithm = "tree"
 """mlbench's base image builds Open MPI 4.0.5, whose fixed decision rule all-reduces
 anything under 10,000 bytes by recursive doubling: ⌈log2 N⌉ rounds. The model's tree has
@@ -198,38 +209,66 @@ the same growth (2⌈log2 N⌉ message steps)."""
 
 
 def mlbench_2a(workers: Sequence[int] = (2, 4, 8, 16, 32, 64)) -> tuple[list[Cell], dict[str, Any]]:
-    """The communication share at 4 to 64 workers, compute calibrated at 2."""
+    """The communication share at 4 to 64 workers, compute calibrated at 2: each
+    aggregation a fixed cost per call plus the all-reduce's message steps."""
     size = 4 * (MLBENCH_FEATURES + 1)
-    calibration = CommCalibration(
-        alpha_s=MLBENCH_MESSAGE_COST_S,
-        host_busbw=float("inf"),
-        link_efficiency=1.0,
-        latencies_per_step=1.0,
-    )
 
-    def comm(n: int) -> float:
-        return allreduce_time(MLBENCH_ALGORITHM, n, size, MLBENCH_LINK, calibration)
+    def shares(
+        message_s: float, call_s: float, link: Link = MLBENCH_LINK
+    ) -> dict[int, dict[str, float]]:
+        calibration = CommCalibration(
+            alpha_s=message_s, host_busbw=float("inf"), link_efficiency=1.0, latencies_per_step=1.0
+        )
 
-    share_2 = MLBENCH_SHARE[2]
-    compute = comm(2) * (1 - share_2) / share_2  # weak scaling: the same local batch
-    rows = []
-    for n in workers:
-        exposed = comm(n)  # after the compute: a linear model has no backward to hide it
-        share = exposed / (compute + exposed)
-        rows.append({"workers": n, "compute_s": compute, "comm_s": exposed, "share": share})
-    at = {row["workers"]: row["share"] for row in rows}
+        def comm(n: int) -> float:
+            return call_s + allreduce_time(MLBENCH_ALGORITHM, n, size, link, calibration)
+
+        share_2 = MLBENCH_SHARE[2]
+        compute = comm(2) * (1 - share_2) / share_2  # weak scaling: the same local batch
+        # the all-reduce comes after the compute: a linear model has no backward to hide it
+        return {
+            n: {"compute_s": compute, "comm_s": comm(n), "share": comm(n) / (compute + comm(n))}
+            for n in workers
+        }
+
+    at = shares(MLBENCH_MESSAGE_COST_S, MLBENCH_CALL_COST_S)
+    rows = [{"workers": n, **figures} for n, figures in at.items()]
+    scored = [n for n in workers if n != 2 and n in MLBENCH_SHARE]
     cells = [
-        Cell(MLBENCH, "communication's share of a step", n, MLBENCH_SHARE[n], at[n], "")
-        for n in workers
-        if n != 2 and n in MLBENCH_SHARE
+        Cell(MLBENCH, "communication's share of a step", n, MLBENCH_SHARE[n], at[n]["share"], "")
+        for n in scored
     ]
+    before = shares(MLBENCH_ASSUMED_MESSAGE_COST_S, 0.0)
+    # the latency is assumed: the call cost makes the shares depend on it
+    latencies = {
+        f"{latency * 1e6:g} µs": shares(
+            MLBENCH_MESSAGE_COST_S, MLBENCH_CALL_COST_S, Link(MLBENCH_LINK.bandwidth, latency)
+        )
+        for latency in (25e-6, 100e-6)
+    }
     inputs = {
         "gradient_bytes": size,
         "link": {"gbit_per_s": 7.5, "latency_us": MLBENCH_LINK.latency_s * 1e6},
         "message_cost_us": MLBENCH_MESSAGE_COST_S * 1e6,
+        "call_cost_us": round(MLBENCH_CALL_COST_S * 1e6, 1),
         "algorithm": MLBENCH_ALGORITHM,
         "published": f"read off their figure ({MLBENCH_SOURCE}) by its pixel rows",
-        "calibration": (f"their {share_2:.1%} at 2 workers: compute {compute * 1e6:.0f} µs a step"),
+        "calibration": (
+            f"their {MLBENCH_SHARE[2]:.1%} at 2 workers: compute "
+            f"{at[2]['compute_s'] * 1e6:.0f} µs a step"
+        ),
+        "errors_without_the_call_cost": {  # the replay before, message cost assumed 20 µs
+            n: before[n]["share"] / MLBENCH_SHARE[n] - 1 for n in scored
+        },
+        "errors_of_the_null_that_comm_does_not_grow": {  # the share stays at 2 workers'
+            n: MLBENCH_SHARE[2] / MLBENCH_SHARE[n] - 1 for n in scored
+        },
+        **{
+            f"errors_at_latency_{name}": {
+                n: figures[n]["share"] / MLBENCH_SHARE[n] - 1 for n in scored
+            }
+            for name, figures in latencies.items()
+        },
         "rows": rows,
     }
     return cells, inputs
