@@ -181,9 +181,9 @@ def test_the_l2_penalty_counts_weight_matrices_and_kernels_only() -> None:
 
     model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
     weight = model[0].weight
-    expected = 0.5 * 0.1 * float((weight * weight).sum())  # not the bias, not the norm
+    expected = 0.5 * 0.1 * (weight * weight).sum().item()  # not the bias, not the norm
     penalty = l2_penalty(model, 0.1)
-    assert float(penalty) == pytest.approx(expected)
+    assert penalty.item() == pytest.approx(expected)
     penalty.backward()
     assert torch.allclose(weight.grad, 0.1 * weight)  # its gradient is c·w
     assert float(l2_penalty(nn.BatchNorm1d(2), 0.1)) == 0.0  # nothing to penalise
