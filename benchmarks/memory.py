@@ -8,8 +8,8 @@ parameters, so that parameters, gradients and Adam's state weigh against the
 activations of 4 sequences of 128 tokens a worker) on synthetic token batches (DLBS's
 mode: no evaluation), 8 steps of which 3 are warm-up. For each exchange and worker count
 it runs twice: with dmlbench's tuned allocator for the step time, tokens/s per worker
-and utilisation, and with ``cpu_allocator=returning`` (glibc gives back every block over
-128 KiB when freed, so resident memory follows the live tensors) for memory: a worker's
+and utilisation, and with ``cpu_allocator=returning`` (glibc gives back every block of
+4 KiB or more when freed, so resident memory follows the live tensors) for memory: a worker's
 peak resident memory in training steps less its resident memory when the trainer
 started (the most of any worker), beside what :mod:`dmlbench.perfmodel.memory` predicts
 from the model's accounting, and the optimizer state each worker held.

@@ -49,13 +49,13 @@ from typing import Any
 SHARDED = ("zero1", "fsdp")
 
 # K: a worker's memory in training steps that no model accounts for, by exchange, on a
-# CPU (2 workers, glibc returning freed blocks, torch 2.13, Python 3.11). Measured on a
-# model with almost nothing in it (``digits-mlp --model linear``: 650 parameters) as
-# measured less predicted, the most of two runs' workers, before and apart from the
-# tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
+# CPU (2 workers, glibc returning freed blocks of a page or more, torch 2.13, Python
+# 3.11). Measured on a model with almost nothing in it (``digits-mlp --model linear``:
+# 650 parameters) as measured less predicted, the most of two runs' workers, before and
+# apart from the tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
 # (benchmarks/results/memory/runtime.json). Other exchanges take DDP's. A GPU's
 # measured memory is its allocated tensors only, so it has none.
-RUNTIME_CPU_BYTES = {"ddp": 352_644.0, "zero1": 1_042_072.0, "fsdp": 1_768_364.0}
+RUNTIME_CPU_BYTES = {"ddp": 389_508.0, "zero1": 1_050_264.0, "fsdp": 1_805_228.0}
 
 
 def runtime_bytes(exchange: str, device_type: str) -> float:

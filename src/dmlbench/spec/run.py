@@ -95,7 +95,7 @@ class RunSpec(WorkersSpec):
         "faulting it in again (where it is not installed, the run says so and uses tuned); "
         "the same maths. tuned: glibc, its thresholds fixed so it keeps what it frees up "
         "to 32 MiB a block. default: glibc's own, whose thresholds depend on the largest "
-        "block the process has freed so far. returning: every block over 128 KiB goes back "
+        "block the process has freed so far. returning: every block of 4 KiB or more goes back "
         "to the kernel when freed, so resident memory follows the live tensors (slower; "
         "for measuring memory)",
     )

@@ -12,8 +12,8 @@ for every block above its mmap threshold, at most 32 MiB, so a ResNet-50 step fa
   Where the library is not found, the launcher says so in one line and the workers
   run on ``tuned`` glibc.
 - ``tuned``: glibc, its mmap and trim thresholds fixed high (:func:`tune_allocator`).
-- ``returning``: glibc returns every block over 128 KiB when freed, so resident memory
-  follows the live tensors (slower; for measuring memory).
+- ``returning``: glibc returns every block of 4 KiB or more when freed, so resident
+  memory follows the live tensors (slower; for measuring memory).
 - ``default``: the C library's own behaviour.
 
 The launcher's side (:func:`preload`) is torch-free; the worker's side
@@ -48,8 +48,12 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 32 * 2**20  # glibc's maximum on 64-bit machines
 TRIM_THRESHOLD = 2**30
 TUNED = "tuned (glibc keeps freed memory: mmap threshold 32 MiB, trim threshold 1 GiB)"
-RETURN_THRESHOLD = 128 * 2**10  # glibc's default start, fixed: no dynamic raise
-RETURNING = "returning (glibc gives back every block over 128 KiB when freed)"
+# returning: every block of a page or more is mapped on its own and unmapped when freed,
+# and the heap's free top goes back too. At glibc's default 128 KiB the heap kept the
+# smaller blocks a step frees: on digits-mlp (a 37.5 KiB model) ZeRO-1's step left 0.3
+# MiB resident that no tensor held (benchmarks/memory_tasks.py --widths)
+RETURN_THRESHOLD = 4096
+RETURNING = "returning (glibc gives back every block of 4 KiB or more when freed)"
 
 
 def find_jemalloc() -> str | None:
@@ -132,7 +136,7 @@ def tune_allocator(setting: str) -> str:
     thresholds high, so a step's freed tensors are reused by the next step instead of
     being returned to the kernel and faulted in again, whatever the process did before;
     the settings last for the process. ``returning`` fixes them low instead: every block
-    over 128 KiB goes back to the kernel when freed, so resident memory follows the live
+    of a page or more goes back to the kernel when freed, so resident memory follows the live
     tensors. Elsewhere, and for ``default``, the C library's own behaviour stays."""
     version = jemalloc_version()
     if version is not None:  # it serves every malloc: glibc's thresholds would do nothing
