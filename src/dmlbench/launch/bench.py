@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.comm.bench import comm_bench_worker
-from dmlbench.comm.mpi_bench import mpirun_path
+from dmlbench.comm.mpi_bench import mpirun_path, tcp_mpirun
 from dmlbench.errors import SpecError, WorkerFailed
 from dmlbench.launch.lifecycle import Attempt, Launcher, OpenedRun, close_run, execute
 from dmlbench.launch.local import launch_workers
@@ -93,31 +93,12 @@ def _launch_mpi(
         prefix = ["ip", "netns", "exec", topology.namespaces[0]]
     elif spec.mpi_isolate:
         prefix = private_network_prefix()
-    command = [
-        *prefix,
-        mpirun,
-        "-np",
-        str(spec.workers),
-        "--oversubscribe",
-        "--mca",
-        "pml",
-        "ob1",
-        "--mca",
-        "btl",
-        "tcp,self",
-        "--mca",
-        "btl_tcp_if_include",
-        interface,
-        "--bind-to",
-        "none",
-    ]
+    command = tcp_mpirun(mpirun, spec.workers, interface, prefix)
     env = dict(os.environ)
     if topology is not None:
         env[NAMESPACES_ENV] = json.dumps(topology.namespaces)
         env["PMIX_MCA_ptl_tcp_if_include"] = WORKER_IFNAME
         command += ["--prtemca", "ptl_tcp_if_include", WORKER_IFNAME, "-x", NAMESPACES_ENV]
-    if os.geteuid() == 0 or (prefix and "--map-root-user" in prefix):
-        command.append("--allow-run-as-root")
     results = str(run_dir / COMM_RESULTS_FILE)
     command += [sys.executable, "-m", "dmlbench.comm.mpi_bench", spec_json, results]
     log = run_dir / "logs" / "mpirun.log"
