@@ -97,6 +97,10 @@ def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
         (["report", "--store", "/nonexistent/store"], "no results store"),
         (["compare", "--store", "/nonexistent/store"], "no results store"),
         (["sweep", "/nonexistent/sweep.yaml"], "does not exist"),
+        (
+            ["run", "digits-mlp", "--set", "recipe.precision=tf32", "--set", "device=cpu"],
+            "has no TF32 tensor cores",
+        ),
         (["run", "--workers", "1,0"], "worker counts must be at least 1"),
         (
             ["run", "--workers", "1,3", "--scaling", "strong", "--dry-run"],

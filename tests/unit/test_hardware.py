@@ -83,7 +83,9 @@ def test_a_worker_takes_the_launchers_peak_for_its_own_threads_and_precision_onl
     monkeypatch.setenv("DMLBENCH_CACHE", str(tmp_path))
     probed: list[int] = []
 
-    def probe(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool, str]:
+    def probe(
+        device: torch.device, dtype: torch.dtype, threads: int, tf32: bool = False
+    ) -> tuple[float, bool, str]:
         probed.append(threads)
         return 1e9, True, "matmul"  # a busy machine: not cached
 
@@ -96,7 +98,8 @@ def test_a_worker_takes_the_launchers_peak_for_its_own_threads_and_precision_onl
     assert hardware.peak_for(cpu, 2, "fp32", None) == launcher and probed == [2]
     hardware.peak_for(cpu, 1, "fp32", None)  # other threads: a figure of its own
     hardware.peak_for(cpu, 2, "bf16", None)  # another precision too
-    assert probed == [2, 1, 2]
+    hardware.peak_for(cpu, 2, "tf32", None)  # float32 tensors, but other arithmetic
+    assert probed == [2, 1, 2, 2]
     monkeypatch.setenv(hardware.PEAK_ENV, "{not json")
     hardware.peak_for(cpu, 2, "fp32", None)
-    assert probed == [2, 1, 2, 2]
+    assert probed == [2, 1, 2, 2, 2]

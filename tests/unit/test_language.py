@@ -447,6 +447,21 @@ def test_meta_autocast_follows_each_devices_op_lists() -> None:
         assert out.shape == shape and out.dtype == torch.bfloat16
 
 
+def test_meta_autocast_runs_what_the_cpus_autocast_widens_in_float32() -> None:
+    """The CPU's autocast widens more than losses (cdist, prod: torch's op reference);
+    ``benchmarks/autocast_check.py`` holds every listed op against a device so."""
+    from dmlbench.train.memory import AsOnDevice
+
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    for op in (lambda t: torch.cdist(t, t), lambda t: torch.prod(t, -1), torch.relu):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            real = op(x).dtype
+        with AsOnDevice("cpu", torch.bfloat16):
+            meta = op(x.to("meta")).dtype
+        assert real == meta
+    assert real == torch.bfloat16  # relu: on no list, the type it was given
+
+
 def test_predicted_memory_by_strategy() -> None:
     from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
 

@@ -176,6 +176,16 @@ def test_bf16_precision_runs_forward_in_bfloat16_and_fp32_leaves_it_alone() -> N
     assert layer.weight.dtype == torch.float32  # the weights stay fp32
 
 
+def test_tf32_is_refused_in_one_line_on_a_device_without_tensor_cores() -> None:
+    from dmlbench.errors import SpecError
+    from dmlbench.train.hardware import autocast_for
+
+    before = torch.get_float32_matmul_precision()
+    with pytest.raises(SpecError, match="has no TF32 tensor cores.*use precision=fp32"):
+        autocast_for("tf32", torch.device("cpu"))
+    assert torch.get_float32_matmul_precision() == before  # nothing changed on the way
+
+
 def test_the_l2_penalty_counts_weight_matrices_and_kernels_only() -> None:
     from dmlbench.optim import l2_penalty
 

@@ -186,11 +186,12 @@ def machine_peak(spec: RunSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
     for GPU workers, which probe their own device."""
     import torch
 
-    from dmlbench.train.hardware import hand_down, peak_for
+    from dmlbench.train.hardware import check_precision, hand_down, peak_for
 
     if spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available()):
         return None, {}
     cpu, threads, precision = torch.device("cpu"), spec.threads(), spec.recipe.precision
+    check_precision(precision, cpu)  # before any worker starts
     peak = peak_for(cpu, threads, precision, spec.peak_tflops)
     record = {"flops_per_s": peak.flops_per_s, "source": peak.source}
     return record, hand_down(peak, cpu, threads, precision)

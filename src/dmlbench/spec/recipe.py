@@ -229,10 +229,11 @@ class Recipe(StrictModel):
     optimizer: OptimizerSpec = Field(default_factory=lambda: OptimizerSpec())
     schedule: Schedule
     l2: float = Field(0.0, ge=0.0, description="adds l2/2·‖w‖² to the loss")
-    precision: Literal["fp32", "bf16"] = Field(
+    precision: Literal["fp32", "tf32", "bf16"] = Field(
         "fp32",
         description="bf16: forward and loss under torch.autocast (weights, gradients "
-        "and the exchange stay fp32)",
+        "and the exchange stay fp32); tf32: float32 throughout, its matmuls on a GPU's "
+        "TF32 tensor cores (fp32 runs only convolutions so, torch's default)",
     )
     augment: bool = Field(False, description="the task's random training augmentation")
     goal: Literal["accuracy", "loss"] = Field(

@@ -21,7 +21,7 @@ import json
 import os
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from dmlbench.system import machine_cpu_s
 PROBE_SIZE = 2048  # a square GEMM this size keeps every core busy
 PROBE_REPEATS = 8
 PROBE_VERSION = 3  # in the cache's key: 1 timed torch.matmul alone; 2 no cuDNN path
+TF32_NAME = "tfloat32"  # float32 tensors, TF32 tensor-core arithmetic (precision=tf32)
 CACHE_FILE = "peak-flops.json"
 # The launcher's figure, handed to its workers ({"key", "flops_per_s", "source"} as JSON):
 # workers that probed at once would each see the others as load, probe for nothing on a
@@ -76,37 +77,54 @@ def gemm_paths(a: torch.Tensor, b: torch.Tensor) -> dict[str, Callable[[], torch
     return paths
 
 
-def _probe(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool, str]:
+@contextlib.contextmanager
+def tf32_math(enabled: bool = True) -> Iterator[None]:
+    """Float32 matmuls on TF32 tensor cores meanwhile (cuDNN's convolutions already are,
+    by torch's default); nothing when not ``enabled``."""
+    before = torch.get_float32_matmul_precision()
+    if enabled:
+        torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def _probe(
+    device: torch.device, dtype: torch.dtype, threads: int, tf32: bool = False
+) -> tuple[float, bool, str]:
     """The best FLOP/s of a few ``PROBE_SIZE``² GEMMs on ``device`` by each of torch's
-    paths, whether other processes used the machine's cores meanwhile (then the figure
-    is too low to keep), and the fastest path's name."""
+    paths (on TF32 tensor cores with ``tf32``), whether other processes used the
+    machine's cores meanwhile (then the figure is too low to keep), and the fastest
+    path's name."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        a = torch.randn(PROBE_SIZE, PROBE_SIZE, device=device, dtype=dtype)
-        b = torch.randn(PROBE_SIZE, PROBE_SIZE, device=device, dtype=dtype)
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        best: dict[str, float] = {}
-        busy, cpu, wall = machine_cpu_s()[0], time.process_time(), time.perf_counter()
-        for name, gemm in gemm_paths(a, b).items():
-            gemm()  # warm-up: thread pool, kernels
-            sync()
-            best[name] = float("inf")
-            for _ in range(PROBE_REPEATS):
-                start = time.perf_counter()
-                gemm()
+        with tf32_math(tf32):
+            a = torch.randn(PROBE_SIZE, PROBE_SIZE, device=device, dtype=dtype)
+            b = torch.randn(PROBE_SIZE, PROBE_SIZE, device=device, dtype=dtype)
+            sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+            best: dict[str, float] = {}
+            busy, cpu, wall = machine_cpu_s()[0], time.process_time(), time.perf_counter()
+            for name, gemm in gemm_paths(a, b).items():
+                gemm()  # warm-up: thread pool, kernels
                 sync()
-                best[name] = min(best[name], time.perf_counter() - start)
-        others = (machine_cpu_s()[0] - busy) - (time.process_time() - cpu)
-        disturbed = others > OUTSIDE_CORES * (time.perf_counter() - wall)  # NaN: not known
+                best[name] = float("inf")
+                for _ in range(PROBE_REPEATS):
+                    start = time.perf_counter()
+                    gemm()
+                    sync()
+                    best[name] = min(best[name], time.perf_counter() - start)
+            others = (machine_cpu_s()[0] - busy) - (time.process_time() - cpu)
+            disturbed = others > OUTSIDE_CORES * (time.perf_counter() - wall)  # NaN: not known
     finally:
         torch.set_num_threads(before)
     fastest = min(best, key=best.__getitem__)
     return 2 * PROBE_SIZE**3 / best[fastest], disturbed, fastest
 
 
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
+def _name(dtype: torch.dtype, tf32: bool = False) -> str:
+    return TF32_NAME if tf32 else str(dtype).removeprefix("torch.")
 
 
 def device_name(device: torch.device) -> str:
@@ -116,10 +134,10 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
 
 
-def cache_key(device: torch.device, dtype: torch.dtype, threads: int) -> str:
+def cache_key(device: torch.device, dtype: torch.dtype, threads: int, tf32: bool = False) -> str:
     return (
-        f"{device_name(device)} · {_name(dtype)} · {threads} threads · torch {torch.__version__} · "
-        f"GEMM probe {PROBE_VERSION}"
+        f"{device_name(device)} · {_name(dtype, tf32)} · {threads} threads · "
+        f"torch {torch.__version__} · GEMM probe {PROBE_VERSION}"
     )
 
 
@@ -135,7 +153,7 @@ def _handed_down(key: str) -> Peak | None:
 def hand_down(peak: Peak, device: torch.device, threads: int, precision: str) -> dict[str, str]:
     """The environment that gives a worker with ``threads`` threads on ``device`` this
     peak instead of a probe of its own."""
-    key = cache_key(device, _dtype(precision), threads)
+    key = cache_key(device, _dtype(precision), threads, precision == "tf32")
     return {PEAK_ENV: json.dumps({"key": key, **asdict(peak)})}
 
 
@@ -148,12 +166,14 @@ def peak_flops(
     threads: int,
     *,
     dtype: torch.dtype = torch.float32,
+    tf32: bool = False,
     configured_tflops: float | None = None,
 ) -> Peak:
-    """The peak a worker on ``device`` with ``threads`` threads is measured against."""
+    """The peak a worker on ``device`` with ``threads`` threads is measured against (in
+    ``dtype``; float32 on TF32 tensor cores with ``tf32``)."""
     if configured_tflops:
         return Peak(configured_tflops * 1e12, "configured")
-    key = cache_key(device, dtype, threads)
+    key = cache_key(device, dtype, threads, tf32)
     if handed := _handed_down(key):
         return handed
     path = cache_dir() / CACHE_FILE
@@ -165,7 +185,7 @@ def peak_flops(
             flops, source = entry["flops_per_s"], entry["source"]
             if isinstance(flops, int | float) and isinstance(source, str):
                 return Peak(float(flops), source)
-    peak, disturbed = probe_peak(device, threads, dtype)
+    peak, disturbed = probe_peak(device, threads, dtype, tf32)
     if disturbed:  # other processes took cores: not this machine's peak, probe next time
         return peak
     with contextlib.suppress(OSError):  # a read-only home: probe again next time
@@ -176,21 +196,30 @@ def peak_flops(
     return peak
 
 
-def probe_peak(device: torch.device, threads: int, dtype: torch.dtype) -> tuple[Peak, bool]:
+def probe_peak(
+    device: torch.device, threads: int, dtype: torch.dtype, tf32: bool = False
+) -> tuple[Peak, bool]:
     """One probe's peak, and whether other processes disturbed it (then its source says
     "on a busy machine"). :func:`peak_flops` keeps it under :func:`cache_key` unless
     disturbed."""
     kind = "GPU" if device.type == "cuda" else f"{threads} thread{'' if threads == 1 else 's'}"
-    flops, disturbed, fastest = _probe(device, dtype, threads)
-    source = f"GEMM probe: {PROBE_SIZE}², {_name(dtype)}, {kind}, {fastest}"
+    flops, disturbed, fastest = _probe(device, dtype, threads, tf32)
+    source = f"GEMM probe: {PROBE_SIZE}², {_name(dtype, tf32)}, {kind}, {fastest}"
     return Peak(flops, source + (", on a busy machine" if disturbed else "")), disturbed
 
 
 def peak_for(
     device: torch.device, threads: int, precision: str, configured_tflops: float | None
 ) -> Peak:
-    """The peak for a worker of a recipe with ``precision`` (``fp32`` or ``bf16``)."""
-    return peak_flops(device, threads, dtype=_dtype(precision), configured_tflops=configured_tflops)
+    """The peak for a worker of a recipe with ``precision`` (``fp32``, ``tf32`` or
+    ``bf16``)."""
+    return peak_flops(
+        device,
+        threads,
+        dtype=_dtype(precision),
+        tf32=precision == "tf32",
+        configured_tflops=configured_tflops,
+    )
 
 
 def page_faults() -> int:
@@ -234,16 +263,32 @@ def peak_memory_bytes(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
 
 
-def autocast_for(precision: str, device: torch.device) -> Callable[[], AbstractContextManager]:
-    """A context that runs forward (and the loss) in ``precision``; refused in one line on
-    a device that cannot."""
-    if precision == "fp32":
-        return contextlib.nullcontext
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+def check_precision(precision: str, device: torch.device) -> None:
+    """Refuses in one line a ``precision`` that ``device`` cannot run."""
+    if precision == "tf32" and (
+        device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 0)
+    ):
+        raise SpecError(
+            f"precision tf32: {device_name(device)} has no TF32 tensor cores (an NVIDIA GPU "
+            "of compute capability 8.0 or later has them); use precision=fp32"
+        )
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise SpecError(
             f"precision {precision}: {torch.cuda.get_device_name(device)} has no "
             "bfloat16; use precision=fp32"
         )
+
+
+def autocast_for(precision: str, device: torch.device) -> Callable[[], AbstractContextManager]:
+    """A context that runs forward (and the loss) in ``precision``; refused in one line on
+    a device that cannot. ``tf32`` needs no context: it lets this process's float32
+    matmuls run on TF32 tensor cores from now on (an Ampere or later GPU)."""
+    check_precision(precision, device)
+    if precision == "fp32":
+        return contextlib.nullcontext
+    if precision == "tf32":
+        torch.set_float32_matmul_precision("high")
+        return contextlib.nullcontext
     return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 

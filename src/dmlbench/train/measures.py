@@ -171,7 +171,7 @@ def count_step_flops(
     x, y = x.to("meta"), y.to("meta")
     with forked_rng(device), torch.device("meta"):
         shadow = replica()
-    dtype = None if precision == "fp32" else torch.bfloat16
+    dtype = torch.bfloat16 if precision == "bf16" else None  # tf32 keeps float32 tensors
     kept = output = 0
 
     def forward(model: nn.Module) -> torch.Tensor:

@@ -99,7 +99,27 @@ _FLOAT32_LOSSES = {
     F.hinge_embedding_loss,
 }
 AUTOCAST_OPS: dict[str, tuple[set[Any], set[Any]]] = {
-    "cpu": (_LOWER, _FLOAT32_LOSSES),
+    "cpu": (
+        _LOWER,
+        _FLOAT32_LOSSES
+        | {
+            torch.cdist,
+            torch.prod,
+            torch.Tensor.prod,
+            torch.trace,
+            torch.quantile,
+            torch.nanquantile,
+            F.avg_pool3d,
+            F.max_pool3d,
+            F.adaptive_avg_pool3d,
+            F.grid_sample,
+            F.cosine_embedding_loss,
+            F.triplet_margin_loss,
+            F.multi_margin_loss,
+            F.multilabel_margin_loss,
+            F.ctc_loss,
+        },
+    ),
     "cuda": (
         _LOWER | {torch.mv, torch.Tensor.mv, torch.addmv, torch.Tensor.addmv},
         _FLOAT32_LOSSES
