@@ -8,6 +8,8 @@ from torch's "Autocast Op Reference") instead. This holds them against the devic
 - **ops**: each op of the lists, and common ops on neither, called on the device under
   ``torch.autocast`` and on the meta device under ``AsOnDevice``, from float32 and from
   bfloat16 inputs: the output types must agree;
+- **attention**: the bytes each of the device's attention kernels keeps for backward,
+  against the fused kernel the replica counts;
 - **models**: the bytes a training step's forward keeps for backward, counted on the
   device (the real model, the trainer's layout and precision) and on the meta replica as
   a run counts them (``count_step_flops``), in fp32, tf32 (CUDA) and bf16.
@@ -131,6 +133,46 @@ def check_ops(device: str) -> list[dict[str, Any]]:
     return rows
 
 
+def check_attention(device: str) -> list[dict[str, Any]]:
+    """The small GPT's attention (8 sequences, 4 heads of 32, 128 tokens, causal): the
+    bytes each of the device's kernels keeps for backward, with and without dropout,
+    against the meta replica's fused kernel (``AsOnDevice``)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    shape = (8, 4, 128, 32)
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for dropout in (0.0, 0.1):
+
+            def attend(where: str, dtype: Any = dtype, dropout: float = dropout) -> Any:
+                q, k, v = (t.requires_grad_() for t in _inputs([shape] * 3, dtype, where))
+                with SavedForBackward(torch.nn.Identity()) as saved:
+                    out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+                return saved.bytes, out
+
+            with AsOnDevice(device):
+                meta, _ = attend("meta")
+            for backend in (None, *SDPBackend.__members__.values()):
+                if backend in (SDPBackend.ERROR, SDPBackend.OVERRIDEABLE):
+                    continue
+                name = "default" if backend is None else backend.name
+                try:
+                    with sdpa_kernel(backend) if backend is not None else contextlib.nullcontext():
+                        kept, _ = attend(device)
+                except RuntimeError as error:
+                    kept = f"refused: {str(error).splitlines()[0][:60]}"
+                rows.append(
+                    {
+                        "dtype": str(dtype),
+                        "dropout": dropout,
+                        "kernel": name,
+                        "device_bytes": kept,
+                        "meta_bytes": meta,
+                    }
+                )
+    return rows
+
+
 def _batch(task: Any, batch: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(0)
     shape, outputs = task.input_shape, task.num_outputs
@@ -138,6 +180,57 @@ def _batch(task: Any, batch: int, device: str) -> tuple[torch.Tensor, torch.Tens
         ids = torch.randint(0, outputs, (batch, *shape))
         return ids.to(device), ids.to(device)
     return torch.randn(batch, *shape).to(device), torch.randint(0, outputs, (batch,)).to(device)
+
+
+def kept_by_module(model: torch.nn.Module, forward: Callable[[], Any]) -> dict[str, int]:
+    """The bytes kept for backward while each leaf module (and each attention) ran
+    ``forward()``; a tensor kept twice counts where it was kept first."""
+    totals: dict[str, int] = {}
+    marks: dict[str, int] = {}
+    saved = SavedForBackward(model)
+    handles = []
+    for name, module in model.named_modules():
+        if next(module.children(), None) is None or name.endswith("attention"):
+
+            def before(*_: Any, name: str = name) -> None:
+                marks[name] = saved.bytes
+
+            def after(*_: Any, name: str = name) -> None:
+                totals[name] = totals.get(name, 0) + saved.bytes - marks[name]
+
+            handles += [
+                module.register_forward_pre_hook(before),
+                module.register_forward_hook(after),
+            ]
+    with saved:
+        forward()
+    for handle in handles:
+        handle.remove()
+    totals["(whole step)"] = saved.bytes
+    return totals
+
+
+def module_differences(
+    model: torch.nn.Module,
+    replica: Callable[[], torch.nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable[..., torch.Tensor],
+    autocast: Callable[[], Any],
+    dtype: torch.dtype | None,
+) -> list[dict[str, Any]]:
+    """The modules whose bytes kept for backward differ between the device and the meta
+    replica, the largest difference first."""
+    with autocast():
+        real = kept_by_module(model, lambda: loss_fn(model(x), y).mean())
+    with torch.device("meta"):
+        shadow = replica()
+    xm, ym = x.to("meta"), y.to("meta")
+    with AsOnDevice(x.device.type, dtype):
+        meta = kept_by_module(shadow, lambda: loss_fn(shadow(xm), ym).mean())
+    parts = [(k, real.get(k, 0), meta.get(k, 0)) for k in real | meta]
+    parts = sorted((p for p in parts if p[1] != p[2]), key=lambda p: p[2] - p[1])
+    return [{"module": k, "device": r, "meta": m} for k, r, m in parts[:12]]
 
 
 def check_models(device_name: str, precisions: list[str]) -> list[dict[str, Any]]:
@@ -171,6 +264,10 @@ def check_models(device_name: str, precisions: list[str]) -> list[dict[str, Any]
                     out = model(x)
                     loss_fn(out, y).mean()
                 counted = count_step_flops(replica, x, y, loss_fn, device, precision)
+            by_module = []
+            if abs(counted.kept_bytes / saved.bytes - 1) > 0.01:  # where the bytes part
+                dtype = torch.bfloat16 if precision == "bf16" else None
+                by_module = module_differences(model, replica, x, y, loss_fn, autocast, dtype)
             rows.append(
                 {
                     "task": task_name,
@@ -181,6 +278,7 @@ def check_models(device_name: str, precisions: list[str]) -> list[dict[str, Any]
                     "error": counted.kept_bytes / saved.bytes - 1,
                     "output_device": out.numel() * out.element_size(),
                     "output_meta": counted.output_bytes,
+                    "by_module": by_module,
                 }
             )
             del model, out
@@ -203,6 +301,14 @@ def main() -> None:
         mark = "ok" if row["same"] else "DIFFERS"
         real, meta = row["device"], row["meta"]
         print(f"{row['op']:24} from {row['inputs']:15} {real:16} meta {meta:16} {mark}")
+    attention = check_attention(args.device)
+    for row in attention:
+        kept = row["device_bytes"]
+        kept = f"{kept / 2**20:8.2f} MiB" if isinstance(kept, int) else kept
+        print(
+            f"attention {row['dtype']:15} dropout {row['dropout']}: {row['kernel']:20} keeps "
+            f"{kept} for backward; meta {row['meta_bytes'] / 2**20:.2f} MiB"
+        )
     models = check_models(args.device, precisions)
     for row in models:
         print(
@@ -210,6 +316,9 @@ def main() -> None:
             f"device {row['device_bytes'] / 2**20:9.2f} MiB, meta {row['meta_bytes'] / 2**20:9.2f} "
             f"MiB ({100 * row['error']:+.1f}%)"
         )
+        for part in row["by_module"]:
+            real, meta = part["device"], part["meta"]
+            print(f"    {part['module']:32} device {real:>10,} B, meta {meta:>10,} B")
     differ = [f"{r['op']} ({r['inputs']})" for r in ops if not r["same"]]
     print(
         f"ops: {len(ops) - len(differ)} of {len(ops)} agree"
@@ -217,7 +326,8 @@ def main() -> None:
     )
     if args.out:
         device = torch.cuda.get_device_name() if args.device == "cuda" else args.device
-        write_summary(args.out, {"device": device, "ops": ops, "models": models})
+        fields = {"device": device, "ops": ops, "attention": attention, "models": models}
+        write_summary(args.out, fields)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/bin/bash
 # dmlbench's checks that need a GPU, as one prepared script for a lent device:
-#   PARTS="path autocast curve" bash benchmarks/gpu_check.sh [STORE [OUT]]
+#   PARTS="path autocast curve" [REPEATS=1] bash benchmarks/gpu_check.sh [STORE [OUT]]
 # (PARTS: the default runs all three; results in BENCHMARKS.md, "The GPU path" and
 # "Time to train"; OUT gets the JSON summaries and a copy of the store after each part)
 #
@@ -43,7 +43,8 @@ if part curve; then
   for p in bf16 tf32; do
     for t in imagenet-resnet50:local-batch-curve kjv-gpt:local-batch-curve-gpt; do
       task=${t%%:*}
-      dmlbench sweep "benchmarks/sweeps/${t##*:}.yaml" --store "$S" --set recipe.precision=$p
+      dmlbench sweep "benchmarks/sweeps/${t##*:}.yaml" --store "$S" --set recipe.precision=$p \
+        --repeats "${REPEATS:-1}"
       $PY benchmarks/local_batch_curve.py --store "$S" --task "$task" --precision $p \
         --out "$O/$task-curve-$p.json"
       keep

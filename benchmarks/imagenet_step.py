@@ -81,22 +81,29 @@ def resnet(blocks, classes=1000):
 
 threads, batch, warmup, steps = (int(a) for a in sys.argv[1:5])
 blocks, channels_last = json.loads(sys.argv[5]), sys.argv[6] == "1"
+device, precision = sys.argv[7], sys.argv[8]
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-model = resnet(blocks)
+model = resnet(blocks).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
-x = torch.randn(batch, 3, 224, 224)
+x = torch.randn(batch, 3, 224, 224, device=device)
 if channels_last:
     model = model.to(memory_format=torch.channels_last)
     x = x.contiguous(memory_format=torch.channels_last)
-y = torch.randint(0, 1000, (batch,))
+y = torch.randint(0, 1000, (batch,), device=device)
+sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+if precision == "tf32":
+    torch.set_float32_matmul_precision("high")
+bf16 = precision == "bf16"
 times = []
 for step in range(warmup + steps):
     start = time.perf_counter()
     optimizer.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(x), y)
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+        loss = F.cross_entropy(model(x), y)
     loss.backward()
     optimizer.step()
+    sync()
     if step >= warmup:
         times.append(time.perf_counter() - start)
 on_jemalloc = hasattr(ctypes.CDLL(None), "mallctl")  # preloaded: its symbols are global
@@ -116,6 +123,7 @@ def main():
     overrides = [
         "synthetic_data=true", f"recipe.local_batch={batch}", f"max_steps={warmup + steps}",
         f"warmup_steps_excluded={warmup}", f"recipe.model.options.depth={depth}",
+        f"recipe.precision={sys.argv[6]}", f"device={sys.argv[7]}",
     ]
     spec = resolve_spec("imagenet-resnet50", workers=1, overrides=overrides)
     store = ResultsStore(Path(store_dir))
@@ -149,20 +157,30 @@ def run_plain(
     depth: int,
     channels_last: bool,
     env: dict[str, str] | None = None,
+    device: str = "cpu",
+    precision: str = "fp32",
 ) -> dict:
     blocks = BLOCKS[depth]
     if blocks is None:
         raise SystemExit("the plain loop has bottleneck ResNets only: --model-depth 50, 101, 152")
     args = [str(threads), str(batch), str(warmup), str(steps), json.dumps(blocks)]
-    args.append("1" if channels_last else "0")
+    args += ["1" if channels_last else "0", device, precision]
     out = subprocess.run(
         [sys.executable, "-c", PLAIN, *args], capture_output=True, text=True, check=True, env=env
     )
     return plain_result(out.stdout, env)
 
 
-def run_dmlbench(store: Path, batch: int, warmup: int, steps: int, depth: int) -> dict:
-    args = [str(store), str(batch), str(warmup), str(steps), str(depth)]
+def run_dmlbench(
+    store: Path,
+    batch: int,
+    warmup: int,
+    steps: int,
+    depth: int,
+    device: str = "cpu",
+    precision: str = "fp32",
+) -> dict:
+    args = [str(store), str(batch), str(warmup), str(steps), str(depth), precision, device]
     out = subprocess.run(
         [sys.executable, "-c", DMLBENCH, *args], capture_output=True, text=True, check=True
     )
@@ -177,6 +195,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--model-depth", type=int, default=50, choices=[50, 101, 152])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "imagenet_step.json")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
     parser.add_argument(
         "--against",
         nargs="+",
@@ -187,14 +207,21 @@ def main() -> None:
     args = parser.parse_args()
     contenders = ["dmlbench", *args.against]
     rows: list[dict] = []
-    threads, jemalloc = None, jemalloc_env()
+    threads = None
+    jemalloc = jemalloc_env() if "plain-jemalloc" in contenders else None
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             turn = r % len(contenders)
             for who in contenders[turn:] + contenders[:turn]:  # rotating order
                 if who == "dmlbench":
                     got = run_dmlbench(
-                        Path(tmp) / "store", args.batch, args.warmup, args.steps, args.model_depth
+                        Path(tmp) / "store",
+                        args.batch,
+                        args.warmup,
+                        args.steps,
+                        args.model_depth,
+                        args.device,
+                        args.precision,
                     )
                     threads = got["threads"]
                 else:
@@ -206,6 +233,8 @@ def main() -> None:
                         args.model_depth,
                         channels_last=who != "plain",
                         env=jemalloc if who == "plain-jemalloc" else None,
+                        device=args.device,
+                        precision=args.precision,
                     )
                 rows.append({"round": r, "who": who, **got})
                 print(f"round {r} {who:20s} {got['step_s'] * 1000:8.0f} ms per step", flush=True)
@@ -227,6 +256,8 @@ def main() -> None:
     result = {
         "model": f"ResNet-{args.model_depth}",
         "batch": args.batch,
+        "device": args.device,
+        "precision": args.precision,
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
         "rounds": rows,

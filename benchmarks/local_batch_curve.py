@@ -22,10 +22,12 @@ from pathlib import Path
 from dmlbench.results import ResultsStore
 
 
-def curve(store: Path, task: str, precision: str) -> list[list[float]]:
-    """The median steady step time of the finished one-device runs at each local batch."""
+def curve(stores: list[Path], task: str, precision: str) -> list[list[float]]:
+    """The median steady step time of the finished one-device runs at each local batch,
+    over every store given (the same sweep on two machines' leases, say)."""
     by_batch: dict[int, list[float]] = {}
-    for run in ResultsStore(store).runs(task=task):
+    runs = [run for store in stores for run in ResultsStore(store).runs(task=task)]
+    for run in runs:
         recipe = run.spec.get("recipe") or {}
         step = run.summary.step_time_s
         if run.finished and run.workers == 1 and recipe.get("precision") == precision and step:
@@ -45,7 +47,7 @@ def from_gpu_json(path: Path, task: str, precision: str) -> list[list[float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--store", type=Path)
+    source.add_argument("--store", type=Path, action="append", help="repeatable")
     source.add_argument("--gpu-json", type=Path, help="a GPU check's summary instead")
     parser.add_argument("--task", required=True)
     parser.add_argument("--precision", default="bf16")
@@ -55,10 +57,12 @@ def main() -> None:
         points = from_gpu_json(args.gpu_json, args.task, args.precision)
     else:
         points = curve(args.store, args.task, args.precision)
+        count = sum(1 for store in args.store for _ in ResultsStore(store).runs(task=args.task))
+        print(f"{count} stored runs of {args.task}")
     if len(points) < 2:
         raise SystemExit(
-            f"{args.store or args.gpu_json}: finished one-device runs of {args.task} at two "
-            "or more local batches needed"
+            f"{args.gpu_json or ', '.join(map(str, args.store))}: finished one-device runs "
+            f"of {args.task} at two or more local batches needed"
         )
     args.out.write_text(json.dumps(points) + "\n")
     for batch, seconds in points:
