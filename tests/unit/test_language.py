@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-import dmlbench.train.hardware  # noqa: F401  (registers the CPU attention kernel's FLOPs)
+import dmlbench.models.flops  # noqa: F401  (registers the CPU attention kernel's FLOPs)
 from dmlbench.data import text
 from dmlbench.errors import DatasetError
 from dmlbench.models import build_model
@@ -460,6 +460,26 @@ def test_meta_autocast_runs_what_the_cpus_autocast_widens_in_float32() -> None:
             meta = op(x.to("meta")).dtype
         assert real == meta
     assert real == torch.bfloat16  # relu: on no list, the type it was given
+
+
+def test_cuda_autocast_keeps_a_widened_losss_lower_precision_input_too() -> None:
+    """CUDA's softmax kernels widen bf16 logits themselves and keep them for backward
+    beside the float32 result (measured on an H200: benchmarks/autocast_check.py); the
+    CPU casts first and keeps the float32 copy alone. Backward runs through either."""
+    from dmlbench.train.memory import AsOnDevice, SavedForBackward
+
+    counted = {}
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(8, 10, bias=False)
+        x, target = torch.randn(4, 8), torch.tensor([1, 2, 3, 4])
+        with SavedForBackward(layer) as saved, AsOnDevice(device, torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(layer(x), target)
+        loss.backward()
+        assert loss.dtype == torch.float32 and layer.weight.grad is not None
+        assert layer.weight.grad.dtype == torch.float32 and layer.weight.grad.abs().sum() > 0
+        counted[device] = saved.bytes
+    assert counted["cuda"] - counted["cpu"] == 4 * 10 * 2  # the bf16 logits
 
 
 def test_predicted_memory_by_strategy() -> None:

@@ -49,7 +49,8 @@ def memory_text(run: RunRecord) -> str:
         text += f"; optimizer state held {human_bytes(max(state))} per worker"
     over = measured - parts["total"]
     allocator = str(summary.cpu_allocator or "")
-    if allocator.startswith(KEEPS) and over > CACHE_NOTED * parts["total"]:
+    on_cpu = not str(summary.device or "cpu").startswith("cuda")  # a GPU's peak: allocated
+    if on_cpu and allocator.startswith(KEEPS) and over > CACHE_NOTED * parts["total"]:
         text += (
             f". The {human_bytes(over)} above the prediction include freed memory the "
             f"allocator ({allocator.split()[0]}) keeps for the next step (docs/memory.md); "
