@@ -1,7 +1,8 @@
 """GPU runs' peak memory against dmlbench's prediction: as the run predicted it on the
 device, and as this revision predicts it (the activations counted again on the meta
-device under ``AsOnDevice("cuda")``, every other part as the run recorded it). Needs no
-GPU: it reads the stores a GPU check (``gpu_check.sh``) brought back.
+device under ``AsOnDevice("cuda")``, the runtime ``K`` as cuBLAS's workspaces on that
+GPU, every other part as the run recorded it). Needs no GPU: it reads the stores a GPU
+check (``gpu_check.sh``) brought back.
 
     python benchmarks/gpu_memory.py --store S [--store S2 ...] --out memory.json
 """
@@ -18,11 +19,14 @@ from summary import write_summary
 
 from dmlbench.models import build_model
 from dmlbench.models.losses import LOSSES
-from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
+from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes, runtime_bytes
 from dmlbench.results import ResultsStore
 from dmlbench.tasks import get_task
 from dmlbench.train.hardware import to_channels_last
 from dmlbench.train.memory import AsOnDevice, SavedForBackward
+
+# compute capability by the GPU's name (runs before the account recorded K carry none)
+CAPABILITY = {"H100": (9, 0), "H200": (9, 0), "A100": (8, 0), "V100": (7, 0)}
 
 
 def activations_now(task_name: str, batch: int, precision: str, channels_last: bool) -> int:
@@ -56,6 +60,8 @@ def rows(stores: list[Path]) -> list[dict[str, Any]]:
             now["activations"] = activations_now(
                 run.task, run.local_batch, precision, bool(run.summary.channels_last)
             )
+            capability = next((c for k, c in CAPABILITY.items() if k in run.gpus[0]), None)
+            now["runtime"] = runtime_bytes(run.exchange, "cuda", capability)
             after = predicted_bytes(MemoryAccount.from_summary(now), run.exchange, 1)
             found.append(
                 {

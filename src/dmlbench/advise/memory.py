@@ -136,8 +136,10 @@ def advise_memory(
     device = (latest.summary.device or "cpu").split(":")[0]
     fits = []
     for name, exchange, options in STRATEGIES:
-        # the runtime K is the exchange's own on the run's device (a GPU counts none)
-        own = replace(account, runtime=runtime_bytes(exchange, device) if base.runtime else 0.0)
+        # the runtime K: on a CPU the exchange's own; a GPU's (cuBLAS's workspaces) is the
+        # same for every exchange, as the run recorded it
+        cpu_own = runtime_bytes(exchange, device) if base.runtime else 0.0
+        own = replace(account, runtime=cpu_own if device == "cpu" else base.runtime)
         predicted = predicted_bytes(own, exchange, workers, options)
         mine = [
             r

@@ -11,7 +11,8 @@ output for one worker's batch ``L`` (its logits), and the largest FSDP unit's
 parameters ``U`` with the parameters that stay with the root ``R``, and on a CPU the
 worker's runtime ``K``: what its exchange and trainer allocate whatever the model
 (DDP's reducer, ZeRO's and FSDP's Python state, the run's own objects), a measured
-constant (:data:`RUNTIME_CPU_BYTES`).
+constant (:data:`RUNTIME_CPU_BYTES`); on a GPU, cuBLAS's workspaces as PyTorch sizes
+them (:func:`cuda_workspace_bytes`; cuDNN's, which grow with the batch, are not counted).
 
 A worker's memory peaks either at the start of backward (every activation kept, and
 backward's first two gradients, the loss's with respect to the log-probabilities and
@@ -58,8 +59,29 @@ SHARDED = ("zero1", "fsdp")
 RUNTIME_CPU_BYTES = {"ddp": 389_508.0, "zero1": 1_050_264.0, "fsdp": 1_805_228.0}
 
 
-def runtime_bytes(exchange: str, device_type: str) -> float:
-    """``K`` for a run of this exchange on this kind of device."""
+# PyTorch's cuBLAS workspace, per cuBLAS handle and stream, from its caching allocator
+# (aten/src/ATen/cuda/CublasHandlePool.cpp, torch 2.x): 32 MiB on compute capability 9.0
+# (Hopper: cuBLAS's own recommendation), else 4,096 KiB × 2 + 16 KiB × 8; cuBLASLt's
+# beside it, 1 MiB. A training step uses two handles: forward's thread and autograd's
+# backward thread each take one from their own pool window.
+MIB = 1024 * 1024
+CUBLAS_HANDLES_PER_STEP = 2
+CUBLASLT_WORKSPACE_BYTES = 1 * MIB
+
+
+def cuda_workspace_bytes(capability: tuple[int, int]) -> float:
+    """The cuBLAS and cuBLASLt workspaces a training step holds on a GPU of ``capability``."""
+    cublas = 32 * MIB if tuple(capability) == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+    return float(CUBLAS_HANDLES_PER_STEP * (cublas + CUBLASLT_WORKSPACE_BYTES))
+
+
+def runtime_bytes(
+    exchange: str, device_type: str, capability: tuple[int, int] | None = None
+) -> float:
+    """``K`` for a run of this exchange on this kind of device: on a CPU, the measured
+    constant; on a GPU (of ``capability``), cuBLAS's workspaces."""
+    if device_type == "cuda":
+        return cuda_workspace_bytes(capability) if capability else 0.0
     if device_type != "cpu":
         return 0.0
     return RUNTIME_CPU_BYTES.get(exchange, RUNTIME_CPU_BYTES["ddp"])
