@@ -181,7 +181,7 @@ def test_tf32_is_refused_in_one_line_on_a_device_without_tensor_cores() -> None:
     from dmlbench.train.hardware import autocast_for
 
     before = torch.get_float32_matmul_precision()
-    with pytest.raises(SpecError, match="has no TF32 tensor cores.*use precision=fp32"):
+    with pytest.raises(SpecError, match=r"has no TF32 tensor cores.*use precision=fp32"):
         autocast_for("tf32", torch.device("cpu"))
     assert torch.get_float32_matmul_precision() == before  # nothing changed on the way
 
