@@ -112,7 +112,9 @@ def _run(store: Path, workers: int, exchange: str, options: dict, allocator: str
         },
         "predicted_at": "backward" if predicted["at"] else "optimizer step",
         "optimizer_state_mib": max(summary.optimizer_state_bytes) / MIB,
-        "account_mib": {k: v / MIB for k, v in summary.memory_account.items()},
+        "account_mib": {
+            k: v / MIB for k, v in summary.memory_account.items() if isinstance(v, int | float)
+        },
         "disturbed": bool(summary.disturbed),
     }
 

@@ -79,7 +79,9 @@ def run(
         "error": measured / predicted["total"] - 1,
         "at": "backward" if predicted["at"] else "optimizer step",
         "first_gradients_mib": predicted.get("first_gradients", 0.0) / MIB,
-        "account_mib": {k: v / MIB for k, v in summary.memory_account.items()},
+        "account_mib": {
+            k: v / MIB for k, v in summary.memory_account.items() if isinstance(v, int | float)
+        },
         "unaccounted_mib": (
             measured
             - predicted_bytes(dataclasses.replace(account, runtime=0.0), exchange, WORKERS)["total"]

@@ -520,6 +520,29 @@ def test_predicted_memory_by_strategy() -> None:
         assert more["runtime"] == 7 and "runtime" not in plain
 
 
+def test_zero_partitions_as_torch_does_largest_first_to_the_emptiest_rank() -> None:
+    """digits-mlp with a hidden layer of 2,048: its 2,048 × 64 matrix alone goes to one
+    rank, the rest to the other; groups share the running totals."""
+    from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes, zero_largest_share
+
+    mlp = [[2048 * 64, 2048, 10 * 2048, 10]]
+    assert zero_largest_share(mlp, 2) == pytest.approx(131072 / 153610)
+    assert zero_largest_share([[4, 4], [4, 4]], 4) == 0.25  # even sizes: even shares
+    assert zero_largest_share([[8], [1, 1]], 2) == 0.8  # the second group fills rank 1
+    assert zero_largest_share([], 3) == pytest.approx(1 / 3)
+    account = MemoryAccount(
+        parameters=600,
+        gradients=600,
+        optimizer_state=600,
+        activations=0,
+        parameter_groups=((6, 1, 1),),
+    )
+    assert predicted_bytes(account, "zero1", 2)["optimizer_state"] == 450  # 6 of 8
+    assert predicted_bytes(account, "ddp", 2)["optimizer_state"] == 600
+    stored = MemoryAccount.from_summary({**account.__dict__, "parameter_groups": [[6, 1, 1]]})
+    assert stored == account  # a run's summary keeps the sizes as lists
+
+
 def test_the_runtime_constant_is_a_cpu_worker_s_and_falls_back_to_ddp_s() -> None:
     """On a GPU, K is cuBLAS's workspaces as torch sizes them, whatever the exchange: two
     handles (forward's thread, autograd's) × (32 MiB on Hopper + cuBLASLt's 1 MiB); an

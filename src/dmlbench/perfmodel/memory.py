@@ -30,7 +30,9 @@ exchange            held                                 backward     optimizer 
 ``fsdp``, kept      (P + O)/N                             A + 2L + P   G/N + T/N
 ==================  ===================================  ===========  ================
 
-and ``K`` held besides, for every exchange.
+and ``K`` held besides, for every exchange. ZeRO's ``/N`` is the largest rank's share
+of the parameters' elements as torch partitions them (:func:`zero_largest_share`),
+where the account records their sizes.
 
 (``fsdp``: the root's parameters stay gathered for the whole forward, one unit is
 gathered and the next prefetched; "kept" is ``reshard_after_forward=false``: every unit
@@ -43,7 +45,7 @@ when the C library gives freed memory back (``cpu_allocator=returning``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +89,20 @@ def runtime_bytes(
     return RUNTIME_CPU_BYTES.get(exchange, RUNTIME_CPU_BYTES["ddp"])
 
 
+def zero_largest_share(groups: Sequence[Sequence[float]], workers: int) -> float:
+    """The largest rank's share of the parameters' elements (so of their optimizer
+    state) when torch's ``ZeroRedundancyOptimizer`` partitions parameters of these sizes,
+    by optimizer group, among ``workers``: each group's parameters, largest first, go
+    to the rank holding the fewest elements so far. A model with a few large matrices
+    is partitioned unevenly: one hidden layer of 2,048 gives one of two ranks 85%."""
+    sizes = [0.0] * max(1, workers)
+    for group in groups:
+        for size in sorted(group, reverse=True):
+            sizes[sizes.index(min(sizes))] += size
+    total = sum(sizes)
+    return max(sizes) / total if total else 1.0 / len(sizes)
+
+
 @dataclass(frozen=True)
 class MemoryAccount:
     parameters: float
@@ -98,10 +114,25 @@ class MemoryAccount:
     largest_unit: float = 0.0  # parameters of FSDP's largest unit
     root: float = 0.0  # parameters FSDP keeps with the root module
     runtime: float = 0.0  # the worker's own, whatever the model (0: not counted)
+    # each optimizer group's parameter sizes in elements: ZeRO's partition (): not known
+    parameter_groups: tuple[tuple[float, ...], ...] = ()
 
     @classmethod
     def from_summary(cls, account: Mapping[str, Any]) -> MemoryAccount:
-        return cls(**{k: float(account.get(k) or 0.0) for k in cls.__dataclass_fields__})
+        groups = account.get("parameter_groups") or ()
+        sizes = {
+            k: float(account.get(k) or 0.0)
+            for k in cls.__dataclass_fields__
+            if k != "parameter_groups"
+        }
+        return cls(**sizes, parameter_groups=tuple(tuple(map(float, g)) for g in groups))
+
+    def zero_share(self, workers: int) -> float:
+        """The largest rank's share of the optimizer state under ZeRO: its partition's,
+        where the parameters' sizes are known, else 1/N."""
+        if self.parameter_groups:
+            return zero_largest_share(self.parameter_groups, workers)
+        return 1.0 / max(1, workers)
 
 
 def predicted_bytes(
@@ -126,13 +157,14 @@ def predicted_bytes(
         }
         step = {"gradients": g / n, "optimizer_temporaries": t / n}
     else:
+        share = account.zero_share(n) if exchange == "zero1" else 1.0  # the largest rank's
         held = {
             "parameters": p,
-            "optimizer_state": o / n if exchange == "zero1" else o,
+            "optimizer_state": o * share,
             "buckets" if exchange in ("ddp", "zero1") else "gradients": g,
         }
         backward = {"activations": a, "first_gradients": 2 * account.outputs}
-        step = {"optimizer_temporaries": t / n if exchange == "zero1" else t}
+        step = {"optimizer_temporaries": t * share}
         if exchange in ("ddp", "zero1"):
             step["gradients"] = g
     if account.runtime:

@@ -166,7 +166,7 @@ class RunStop(StopDetails):
     time_to_accuracy_compute_s: float | None
     best_metric: float | None
     target: float | None
-    memory_account: dict[str, float] | None = None  # the trainer's: see perfmodel.memory
+    memory_account: dict[str, Any] | None = None  # the trainer's: see perfmodel.memory
 
     def metadata(self) -> dict[str, Any]:
         """The event's metadata: the fields its maker set (None ones included)."""

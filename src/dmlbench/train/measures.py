@@ -129,11 +129,20 @@ class StepCount:
     kept_bytes: int = 0  # what forward keeps for backward
     output_bytes: int = 0  # the model's output (backward's first gradients are its size)
 
+    @staticmethod
+    def runtime_of(exchange: str, device: torch.device) -> float:
+        """The memory account's runtime ``K`` for a worker of ``exchange`` on ``device``."""
+        from dmlbench.perfmodel.memory import runtime_bytes
+
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        return runtime_bytes(exchange, device.type, capability)
+
     def memory_account(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, runtime: float = 0.0
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """The model's memory accounting in whole-model bytes, with the worker's
-        ``runtime`` (see perfmodel.memory)."""
+        ``runtime`` and each optimizer group's parameter sizes in elements, which ZeRO
+        partitions (see perfmodel.memory)."""
         params = list(model.parameters())
         whole = float(sum(p.numel() * p.element_size() for p in params))
         units = [
@@ -153,6 +162,9 @@ class StepCount:
             "largest_unit": max(units, default=0.0),
             "root": whole - sum(units),
             "runtime": runtime,
+            "parameter_groups": [
+                [int(p.numel()) for p in group["params"]] for group in optimizer.param_groups
+            ],
         }
 
 

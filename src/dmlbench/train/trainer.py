@@ -32,7 +32,6 @@ from dmlbench.models.losses import LOSSES
 from dmlbench.noise import NoiseScaleMeter
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
 from dmlbench.optim.build import clip_gradients, parameter_groups
-from dmlbench.perfmodel.memory import runtime_bytes
 from dmlbench.results.events import EventLog
 from dmlbench.results.records import RunStop
 from dmlbench.results.schema import ALL_PHASES
@@ -485,19 +484,13 @@ class Trainer:
         self.events.log("run_stop", stop.status, **stop.metadata())
         return stop
 
-    def _runtime_bytes(self) -> float:
-        """The memory account's runtime ``K`` for this worker's exchange and device."""
-        device = self.device
-        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-        return runtime_bytes(self.spec.exchange, device.type, capability)
-
     def _memory(self) -> dict[str, Any]:
         """The model's memory accounting and what each rank held."""
         mine = self.measures.memory_of_this_rank(self.model, self.optimizer)
         ranks = all_gather_named(mine, self.device)
         return {
             "memory_account": self.counted.memory_account(
-                self.model, self.optimizer, self._runtime_bytes()
+                self.model, self.optimizer, self.counted.runtime_of(self.spec.exchange, self.device)
             ),
             "memory_start_bytes": [rank["start"] for rank in ranks],
             "training_peak_bytes": [rank["training_peak"] for rank in ranks],  # steps only
