@@ -324,6 +324,8 @@ def test_saved_for_backward_counts_activations_once_and_not_parameters() -> None
     ("name", "options", "shape", "outputs", "loss"),
     [
         ("gpt", {"width": 32, "depth": 2, "heads": 4}, (16,), 50, "next_token"),
+        # attention dropout: the CPU's flash kernel has none, so torch's math kernel runs
+        ("gpt", {"width": 32, "depth": 2, "heads": 4, "dropout": 0.1}, (16,), 50, "next_token"),
         ("imagenet-resnet", {"depth": 18}, (3, 32, 32), 10, "cross_entropy"),
     ],
 )
@@ -362,7 +364,7 @@ def test_a_meta_replica_saves_for_backward_what_the_model_saves_on_the_cpu(
     with SavedForBackward(replica) as unaware:  # the meta device's own path, float32
         loss_fn(replica(x), y).mean()
     assert emulated.bytes == real.bytes
-    if autocast or name == "gpt":  # the casts; the attention matrices
+    if autocast or (name == "gpt" and not options.get("dropout")):  # casts; attention matrices
         assert emulated.bytes != unaware.bytes
 
 

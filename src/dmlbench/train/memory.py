@@ -234,6 +234,7 @@ class AsOnDevice(TorchFunctionMode):
         super().__init__()
         self.lower, self.float32 = AUTOCAST_OPS.get(device_type, AUTOCAST_OPS["cuda"])
         self.keep_input = _KEEP_LOWER_INPUT.get(device_type, set())
+        self.device_type = device_type
         self.dtype = dtype
 
     def __torch_function__(
@@ -269,9 +270,15 @@ class AsOnDevice(TorchFunctionMode):
                 return value
 
             args, kwargs = tree_map(cast, (args, kwargs))
-        if func is F.scaled_dot_product_attention:
+        if func is F.scaled_dot_product_attention and not self._unfused(args, kwargs):
             return _fused_attention(*args, **kwargs)
         return func(*args, **kwargs)
+
+    def _unfused(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Whether the device runs this attention by torch's math kernel, as the meta
+        device does: a CPU's, with dropout (its flash kernel has none)."""
+        dropout = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
+        return self.device_type == "cpu" and bool(dropout)
 
 
 def local_bytes(tensors: Iterable[Any]) -> int:
