@@ -24,9 +24,11 @@ def test_the_peak_is_probed_once_per_machine_and_threads_then_cached(
     probes: list[int] = []
     real = hardware._probe
 
-    def counted(device: torch.device, dtype: torch.dtype, threads: int) -> tuple[float, bool, str]:
+    def counted(
+        device: torch.device, dtype: torch.dtype, threads: int, tf32: bool = False
+    ) -> tuple[float, bool, str]:
         probes.append(threads)
-        flops, _, fastest = real(device, dtype, threads)
+        flops, _, fastest = real(device, dtype, threads, tf32)
         return flops, False, fastest  # as on a quiet machine
 
     monkeypatch.setattr(hardware, "_probe", counted)
