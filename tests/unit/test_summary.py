@@ -239,6 +239,8 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     assert kept_by("jemalloc 5.3.0 (keeps freed memory)").endswith("; channels-last and jemalloc")
     fallback = allocator.TUNED + " in place of jemalloc, which was not preloaded"
     assert kept_by(fallback).endswith("; channels-last and tuned allocator (no jemalloc)")
+    on_gpu = summary.model_copy(update={"cpu_allocator": fallback, "device": "cuda:0"})
+    assert hardware_text(on_gpu).endswith("and host's tuned allocator (no jemalloc)")
     assert hardware_text(RunSummary()) == ""
     assert time_split(RunSummary(train_s=198.1, eval_s=17.0)) == (
         ": training 198.1 s, evaluation 17.0 s"

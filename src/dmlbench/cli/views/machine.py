@@ -56,10 +56,11 @@ def hardware_text(summary: RunSummary) -> str:
         if used
     ]
     allocator = str(summary.cpu_allocator or "")
+    host = "host's " if str(summary.device or "").startswith("cuda") else ""  # not the GPU's
     if allocator.startswith("jemalloc"):
-        on.append("jemalloc")
+        on.append(f"{host}jemalloc")
     elif allocator.startswith("tuned"):
-        on.append("tuned allocator" + (" (no jemalloc)" if "jemalloc" in allocator else ""))
+        on.append(f"{host}tuned allocator" + (" (no jemalloc)" if "jemalloc" in allocator else ""))
     if parts and on:
         parts.append(" and ".join(on))
     return "; ".join(parts)
