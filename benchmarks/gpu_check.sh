@@ -1,7 +1,7 @@
 #!/bin/bash
 # dmlbench's checks that need a GPU, as one prepared script for a lent device:
-#   PARTS="path autocast curve" [REPEATS=1] bash benchmarks/gpu_check.sh [STORE [OUT]]
-# (PARTS: the default runs all three; results in BENCHMARKS.md, "The GPU path" and
+#   PARTS="path autocast workspace curve" [REPEATS=1] bash benchmarks/gpu_check.sh [STORE [OUT]]
+# (PARTS: the default runs all four; results in BENCHMARKS.md, "The GPU path" and
 # "Time to train"; OUT gets the JSON summaries and a copy of the store after each part)
 #
 # path:     ResNet-50 (fp32 with torch's default TF32 convolutions, and bf16) at 32 and
@@ -9,6 +9,8 @@
 #           then `simulate-cluster --cluster` with the efficiency the runs measured.
 # autocast: the meta replica's autocast op lists against the device's own autocast,
 #           op by op and as a model's bytes kept for backward (issue 54).
+# workspace: cuBLAS's workspaces measured apart from any run, against the runtime K a
+#           GPU worker is predicted with (perfmodel.memory.cuda_workspace_bytes).
 # curve:    issue 54, item 2: one device's step time against its local batch (8 to
 #           256) for ResNet-50 and the GPT, in bf16 and tf32: the measured curve that
 #           `simulate-cluster --cluster --curve` and `replay_mlperf.py --curve` take.
@@ -16,7 +18,7 @@ set -u
 S=${1:-gpu-check-store}
 O=${2:-.}
 PY=${PYTHON:-python3}
-PARTS=${PARTS:-"path autocast curve"}
+PARTS=${PARTS:-"path autocast workspace curve"}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 keep() { tar czf "$O/store.tar.gz" -C "$(dirname "$S")" "$(basename "$S")"; }
 R="--workers 1 --set synthetic_data=true --set warmup_steps_excluded=10 --store $S"
@@ -37,6 +39,10 @@ fi
 
 if part autocast; then
   $PY benchmarks/autocast_check.py --device cuda --out "$O/autocast.json"
+fi
+
+if part workspace; then
+  $PY benchmarks/cuda_workspace.py --out "$O/cuda-workspace.json"
 fi
 
 if part curve; then
