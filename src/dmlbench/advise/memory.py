@@ -138,8 +138,8 @@ def advise_memory(
     for name, exchange, options in STRATEGIES:
         # the runtime K: on a CPU the exchange's own; a GPU's (cuBLAS's workspaces) is the
         # same for every exchange, as the run recorded it
-        cpu_own = runtime_bytes(exchange, device) if base.runtime else 0.0
-        own = replace(account, runtime=cpu_own if device == "cpu" else base.runtime)
+        cpu = device == "cpu" and bool(base.runtime)
+        own = replace(account, runtime=runtime_bytes(exchange, device) if cpu else base.runtime)
         predicted = predicted_bytes(own, exchange, workers, options)
         mine = [
             r

@@ -57,7 +57,7 @@ SHARDED = ("zero1", "fsdp")
 # 650 parameters) as measured less predicted, the most of two runs' workers, before and
 # apart from the tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
 # (benchmarks/results/memory/runtime.json). Other exchanges take DDP's. A GPU's
-# measured memory is its allocated tensors only, so it has none.
+# measured memory is its allocated tensors only: its K is cuBLAS's workspaces (below).
 RUNTIME_CPU_BYTES = {"ddp": 389_508.0, "zero1": 1_050_264.0, "fsdp": 1_805_228.0}
 
 

@@ -222,6 +222,15 @@ def peak_for(
     )
 
 
+def runtime_for(exchange: str, device: torch.device) -> float:
+    """The memory account's runtime ``K`` for a worker of ``exchange`` on ``device``
+    (a GPU's depends on its compute capability)."""
+    from dmlbench.perfmodel.memory import runtime_bytes
+
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    return runtime_bytes(exchange, device.type, capability)
+
+
 def page_faults() -> int:
     """Page faults of this process so far (minor: memory the kernel had to map in)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

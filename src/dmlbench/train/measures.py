@@ -129,14 +129,6 @@ class StepCount:
     kept_bytes: int = 0  # what forward keeps for backward
     output_bytes: int = 0  # the model's output (backward's first gradients are its size)
 
-    @staticmethod
-    def runtime_of(exchange: str, device: torch.device) -> float:
-        """The memory account's runtime ``K`` for a worker of ``exchange`` on ``device``."""
-        from dmlbench.perfmodel.memory import runtime_bytes
-
-        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-        return runtime_bytes(exchange, device.type, capability)
-
     def memory_account(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, runtime: float = 0.0
     ) -> dict[str, Any]:

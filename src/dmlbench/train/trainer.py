@@ -41,7 +41,7 @@ from dmlbench.tasks import TaskDefinition
 from dmlbench.train.allocator import tune_allocator
 from dmlbench.train.context import DistContext
 from dmlbench.train.evaluation import Evaluator
-from dmlbench.train.hardware import autocast_for, peak_for, to_channels_last
+from dmlbench.train.hardware import autocast_for, peak_for, runtime_for, to_channels_last
 from dmlbench.train.measures import RunMeasures, StepCount, count_step_flops, cpu_samples
 from dmlbench.train.progress import ProgressMeter
 from dmlbench.train.timers import PhaseTimer
@@ -490,7 +490,7 @@ class Trainer:
         ranks = all_gather_named(mine, self.device)
         return {
             "memory_account": self.counted.memory_account(
-                self.model, self.optimizer, self.counted.runtime_of(self.spec.exchange, self.device)
+                self.model, self.optimizer, runtime_for(self.spec.exchange, self.device)
             ),
             "memory_start_bytes": [rank["start"] for rank in ranks],
             "training_peak_bytes": [rank["training_peak"] for rank in ranks],  # steps only
