@@ -5,6 +5,9 @@ cannot (issue 57). The workers' side, faults and all, is in the integration lane
 from __future__ import annotations
 
 import ctypes.util
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +58,39 @@ def test_a_named_library_that_is_no_jemalloc_is_refused_in_one_line(
     with pytest.raises(SpecError, match="spaces or colons") as split:
         allocator.preload("jemalloc")
     assert "\n" not in str(missing.value) + str(wrong.value) + str(split.value)
+
+
+FREED_HEAP = """
+import ctypes, sys, torch
+from dmlbench.train.measures import RunMeasures
+
+def anon() -> int:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("RssAnon:"))
+    return int(line.split()[1]) * 1024
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+blocks = [libc.malloc(1000) for _ in range(8192)]  # 8 MiB of the heap, below mmap's threshold
+for block in blocks:
+    ctypes.memset(block, 1, 1000)
+for block in blocks[:-1]:  # the last pins the heap's top: free() cannot trim it
+    libc.free(block)
+print(anon(), RunMeasures(torch.device("cpu")).resident_start, sep="|")
+"""
+
+
+def test_a_cpu_run_starts_its_memory_from_what_the_process_holds_not_what_it_freed() -> None:
+    """What a process freed before the run and glibc still holds would be taken back by
+    the run's first allocations without raising resident memory, so a start reading
+    that counts it reads the run low by as much (ZeRO-1 and DDP read 1.4 MiB apart on
+    the same model): the start is read after glibc gives its free pages back."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's heap on Linux only")
+    done = subprocess.run(
+        [sys.executable, "-c", FREED_HEAP], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    freed, start = (int(part) for part in done.stdout.strip().splitlines()[-1].split("|"))
+    assert freed - start >= 6 * 2**20  # most of the 8 MiB freed is not counted

@@ -162,3 +162,22 @@ def tune_allocator(setting: str) -> str:
     if answers != [1, 1]:
         return "default (glibc refused the thresholds)"
     return RETURNING if low else TUNED + fallback
+
+
+def release_free_heap() -> bool:
+    """Give the kernel every whole page glibc holds free (``malloc_trim(0)``), so that
+    the process's resident memory read next is what it uses, not what it happened to
+    free before; True where it did. The imports a run makes before its start reading
+    leave the heap in different shapes: DDP's left 1.5 MiB free that the model's first
+    allocations took back, ZeRO's none, so ZeRO-1 read up to 1.4 MiB more on the same
+    model (``benchmarks/memory_tasks.py --widths``). A no-op under jemalloc, off glibc,
+    and where the call fails."""
+    if jemalloc_version() is not None:
+        return False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        return False
+    return True

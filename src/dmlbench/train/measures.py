@@ -21,6 +21,7 @@ from dmlbench.comm.sharded import shard_units
 from dmlbench.models.flops import forked_rng, step_flops
 from dmlbench.results.contention import FIELDS as CONTENTION_FIELDS
 from dmlbench.system import machine_cpu_s, machine_id, thread_wait_s
+from dmlbench.train.allocator import release_free_heap
 from dmlbench.train.hardware import FaultCounter, compiled_graphs, peak_memory_bytes
 from dmlbench.train.memory import (
     AsOnDevice,
@@ -50,6 +51,8 @@ class RunMeasures:
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        if device.type == "cpu":
+            release_free_heap()  # the start is what the process holds, not what it freed
         self.resident_start = resident_bytes(device)
         self.training_peak = 0  # the most resident memory while steps ran (not evaluation)
         self.whole_peak = 0  # the run's peak before each restart of the steps' peak

@@ -60,9 +60,9 @@ class Trainer:
         self.events = events or EventLog(None)
         self.device = ctx.device
         load_modules(spec.exchange)  # their code is not the run's memory
+        self.allocator = tune_allocator(spec.cpu_allocator)  # the trainer owns its process
         self.measures = RunMeasures(self.device)  # before the model exists
         self.counted = StepCount()  # one step on the meta device: FLOPs, bytes kept
-        self.allocator = tune_allocator(spec.cpu_allocator)  # the trainer owns its process
         torch.manual_seed(spec.seed)  # same initial weights on every rank
         self.model = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
         self.model.to(self.device)
