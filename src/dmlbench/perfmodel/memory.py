@@ -56,9 +56,11 @@ SHARDED = ("zero1", "fsdp")
 # 3.11). Measured on a model with almost nothing in it (``digits-mlp --model linear``:
 # 650 parameters) as measured less predicted, the most of two runs' workers, before and
 # apart from the tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
-# (benchmarks/results/memory/runtime.json). Other exchanges take DDP's. A GPU's
-# measured memory is its allocated tensors only: its K is cuBLAS's workspaces (below).
-RUNTIME_CPU_BYTES = {"ddp": 389_508.0, "zero1": 1_050_264.0, "fsdp": 1_805_228.0}
+# (benchmarks/results/memory/runtime.json), with the start read after glibc gave back
+# its free pages (the two runs of each agree within 11 KiB). Other exchanges take
+# DDP's. A GPU's measured memory is its allocated tensors only: its K is cuBLAS's
+# workspaces (below).
+RUNTIME_CPU_BYTES = {"ddp": 1_511_812.0, "zero1": 1_339_820.0, "fsdp": 3_169_196.0}
 
 
 # PyTorch's cuBLAS workspace, per cuBLAS handle and stream, from its caching allocator
