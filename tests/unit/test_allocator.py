@@ -16,9 +16,10 @@ from dmlbench.errors import SpecError
 from dmlbench.train import allocator
 
 
-def test_only_jemalloc_is_preloaded() -> None:
-    for setting in ("tuned", "returning", "default"):
+def test_only_jemalloc_is_preloaded_and_returning_tells_mkl_to_keep_nothing() -> None:
+    for setting in ("tuned", "default"):
         assert allocator.preload(setting) == ({}, None)
+    assert allocator.preload("returning") == ({"MKL_DISABLE_FAST_MM": "1"}, None)
 
 
 def test_jemalloc_is_preloaded_with_settings_that_keep_freed_memory() -> None:

@@ -60,7 +60,7 @@ SHARDED = ("zero1", "fsdp")
 # its free pages (the two runs of each agree within 11 KiB). Other exchanges take
 # DDP's. A GPU's measured memory is its allocated tensors only: its K is cuBLAS's
 # workspaces (below).
-RUNTIME_CPU_BYTES = {"ddp": 1_511_812.0, "zero1": 1_339_820.0, "fsdp": 3_169_196.0}
+RUNTIME_CPU_BYTES = {"ddp": 1_503_620.0, "zero1": 1_335_724.0, "fsdp": 3_161_004.0}
 
 
 # PyTorch's cuBLAS workspace, per cuBLAS handle and stream, from its caching allocator

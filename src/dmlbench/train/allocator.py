@@ -12,8 +12,9 @@ for every block above its mmap threshold, at most 32 MiB, so a ResNet-50 step fa
   Where the library is not found, the launcher says so in one line and the workers
   run on ``tuned`` glibc.
 - ``tuned``: glibc, its mmap and trim thresholds fixed high (:func:`tune_allocator`).
-- ``returning``: glibc returns every block of 4 KiB or more when freed, so resident
-  memory follows the live tensors (slower; for measuring memory).
+- ``returning``: glibc returns every block of 4 KiB or more when freed, and MKL keeps
+  no buffers of its own between calls (``MKL_DISABLE_FAST_MM``), so resident memory
+  follows the live tensors (slower; for measuring memory).
 - ``default``: the C library's own behaviour.
 
 The launcher's side (:func:`preload`) is torch-free; the worker's side
@@ -54,6 +55,11 @@ TUNED = "tuned (glibc keeps freed memory: mmap threshold 32 MiB, trim threshold 
 # MiB resident that no tensor held (benchmarks/memory_tasks.py --widths)
 RETURN_THRESHOLD = 4096
 RETURNING = "returning (glibc gives back every block of 4 KiB or more when freed)"
+# MKL's own memory manager keeps the buffers its routines (a Linear's GEMM) allocate, for
+# the next call, whatever glibc's thresholds: about 80 KiB on digits-mlp's two layers
+# (not on a single one). Read where MKL first allocates, so it is in the workers'
+# environment from their start.
+MKL_KEEPS_NOTHING = {"MKL_DISABLE_FAST_MM": "1"}
 
 
 def find_jemalloc() -> str | None:
@@ -95,7 +101,10 @@ def _preloads(library: str) -> bool:
 
 def preload(setting: str) -> tuple[dict[str, str], str | None]:
     """The environment the workers start in for ``setting`` (jemalloc's library and its
-    settings, or nothing), and a line for the user where jemalloc is wanted but absent."""
+    settings; for ``returning``, MKL told to keep no buffers; else nothing), and a line
+    for the user where jemalloc is wanted but absent."""
+    if setting == "returning":
+        return dict(MKL_KEEPS_NOTHING), None
     if setting != "jemalloc":
         return {}, None
     if platform.system() != "Linux":
