@@ -57,9 +57,9 @@ SHARDED = ("zero1", "fsdp")
 # 650 parameters) as measured less predicted, the most of two runs' workers, before and
 # apart from the tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
 # (benchmarks/results/memory/runtime.json), with the start read after glibc gave back
-# its free pages (the two runs of each agree within 11 KiB). Other exchanges take
-# DDP's. A GPU's measured memory is its allocated tensors only: its K is cuBLAS's
-# workspaces (below).
+# its free pages and MKL keeping no buffers (the two runs of each agree within 12 KiB).
+# Other exchanges take DDP's. A GPU's measured memory is its allocated tensors only:
+# its K is cuBLAS's workspaces (below).
 RUNTIME_CPU_BYTES = {"ddp": 1_503_620.0, "zero1": 1_335_724.0, "fsdp": 3_161_004.0}
 
 

@@ -51,13 +51,13 @@ TRIM_THRESHOLD = 2**30
 TUNED = "tuned (glibc keeps freed memory: mmap threshold 32 MiB, trim threshold 1 GiB)"
 # returning: every block of a page or more is mapped on its own and unmapped when freed,
 # and the heap's free top goes back too. At glibc's default 128 KiB the heap kept the
-# smaller blocks a step frees: on digits-mlp (a 37.5 KiB model) ZeRO-1's step left 0.3
-# MiB resident that no tensor held (benchmarks/memory_tasks.py --widths)
+# smaller blocks a step frees: on digits-mlp (a 37.5 KiB model) up to 0.5 MiB resident
+# that no tensor held (benchmarks/memory_tasks.py --widths)
 RETURN_THRESHOLD = 4096
 RETURNING = "returning (glibc gives back every block of 4 KiB or more when freed)"
 # MKL's own memory manager keeps the buffers its routines (a Linear's GEMM) allocate, for
-# the next call, whatever glibc's thresholds: about 80 KiB on digits-mlp's two layers
-# (not on a single one). Read where MKL first allocates, so it is in the workers'
+# the next call, whatever glibc's thresholds: 60-100 KiB on digits-mlp's two layers
+# (nothing on its linear model). Read where MKL first allocates, so it is in the workers'
 # environment from their start.
 MKL_KEEPS_NOTHING = {"MKL_DISABLE_FAST_MM": "1"}
 
@@ -177,10 +177,11 @@ def release_free_heap() -> bool:
     """Give the kernel every whole page glibc holds free (``malloc_trim(0)``), so that
     the process's resident memory read next is what it uses, not what it happened to
     free before; True where it did. The imports a run makes before its start reading
-    leave the heap in different shapes: DDP's left 1.5 MiB free that the model's first
-    allocations took back, ZeRO's none, so ZeRO-1 read up to 1.4 MiB more on the same
-    model (``benchmarks/memory_tasks.py --widths``). A no-op under jemalloc, off glibc,
-    and where the call fails."""
+    leave the heap in different shapes: DDP's left about 1.3 MiB free that the model's
+    first allocations took back, ZeRO's almost none, so a DDP worker read 1.3 MiB less
+    than a ZeRO-1 worker building the same model (BENCHMARKS.md, "Memory predicted on
+    every task's default configuration"). A no-op under jemalloc, off glibc, and where
+    the call fails."""
     if jemalloc_version() is not None:
         return False
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
