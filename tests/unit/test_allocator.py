@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes.util
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -86,9 +85,9 @@ print(anon(), RunMeasures(torch.device("cpu")).resident_start, sep="|")
 def test_a_cpu_run_starts_its_memory_from_what_the_process_holds_not_what_it_freed() -> None:
     """What a process freed before the run and glibc still holds would be taken back by
     the run's first allocations without raising resident memory, so a start reading
-    that counts it reads the run low by as much (ZeRO-1 and DDP read 1.4 MiB apart on
+    that counts it reads the run low by as much (ZeRO-1 and DDP read 1.3 MiB apart on
     the same model): the start is read after glibc gives its free pages back."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if not allocator.on_glibc():
         pytest.skip("glibc's heap on Linux only")
     glibc_only = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # no jemalloc
     done = subprocess.run(

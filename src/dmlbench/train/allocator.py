@@ -138,6 +138,13 @@ def jemalloc_version() -> str | None:
     return (version.value or b"").decode(errors="replace").split("-")[0]
 
 
+@functools.cache
+def on_glibc() -> bool:
+    """Whether this is Linux with glibc, whose ``mallopt`` and ``malloc_trim`` the
+    settings below call (``platform.libc_ver`` reads the interpreter's file: once)."""
+    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+
+
 def tune_allocator(setting: str) -> str:
     """Apply the run's ``cpu_allocator`` setting to this process; returns what is in
     effect. ``jemalloc`` is in effect where the launcher preloaded it; without it, the
@@ -160,7 +167,7 @@ def tune_allocator(setting: str) -> str:
         setting, fallback = "tuned", " in place of jemalloc, which was not preloaded"
     if setting not in ("tuned", "returning"):
         return "default"
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if not on_glibc():
         return "default (the C library is not glibc)"
     libc = ctypes.CDLL(None)
     low = setting == "returning"
@@ -182,9 +189,7 @@ def release_free_heap() -> bool:
     than a ZeRO-1 worker building the same model (BENCHMARKS.md, "Memory predicted on
     every task's default configuration"). A no-op under jemalloc, off glibc, and where
     the call fails."""
-    if jemalloc_version() is not None:
-        return False
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    if jemalloc_version() is not None or not on_glibc():
         return False
     try:
         ctypes.CDLL(None).malloc_trim(0)
