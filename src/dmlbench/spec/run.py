@@ -95,9 +95,10 @@ class RunSpec(WorkersSpec):
         "faulting it in again (where it is not installed, the run says so and uses tuned); "
         "the same maths. tuned: glibc, its thresholds fixed so it keeps what it frees up "
         "to 32 MiB a block. default: glibc's own, whose thresholds depend on the largest "
-        "block the process has freed so far. returning: every block of 4 KiB or more goes back "
-        "to the kernel when freed, and MKL keeps no buffers between calls, so resident memory "
-        "follows the live tensors (slower; for measuring memory)",
+        "block the process has freed so far. returning: from the workers' start, glibc maps "
+        "every block of 4 KiB or more on its own and gives it back to the kernel when freed, "
+        "and MKL keeps no buffers between calls, so resident memory follows the live tensors "
+        "(slower; for measuring memory)",
     )
     peak_tflops: float | None = Field(
         None,

@@ -12,9 +12,10 @@ for every block above its mmap threshold, at most 32 MiB, so a ResNet-50 step fa
   Where the library is not found, the launcher says so in one line and the workers
   run on ``tuned`` glibc.
 - ``tuned``: glibc, its mmap and trim thresholds fixed high (:func:`tune_allocator`).
-- ``returning``: glibc returns every block of 4 KiB or more when freed, and MKL keeps
-  no buffers of its own between calls (``MKL_DISABLE_FAST_MM``), so resident memory
-  follows the live tensors (slower; for measuring memory).
+- ``returning``: glibc maps every block of 4 KiB or more on its own and returns it
+  when freed, from the process's start (``GLIBC_TUNABLES``), and MKL keeps no buffers
+  of its own between calls (``MKL_DISABLE_FAST_MM``), so resident memory follows the
+  live tensors (slower; for measuring memory).
 - ``default``: the C library's own behaviour.
 
 The launcher's side (:func:`preload`) is torch-free; the worker's side
@@ -45,7 +46,7 @@ JEMALLOC_INSTALL = "Debian/Ubuntu: apt-get install libjemalloc2"
 # glibc's mallopt parameters (malloc.h) and the values a tuned allocator sets: blocks up
 # to glibc's largest mmap threshold come from the heap, and up to 1 GiB freed at its top
 # stays there instead of going back to the kernel
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 MMAP_THRESHOLD = 32 * 2**20  # glibc's maximum on 64-bit machines
 TRIM_THRESHOLD = 2**30
 TUNED = "tuned (glibc keeps freed memory: mmap threshold 32 MiB, trim threshold 1 GiB)"
@@ -55,6 +56,22 @@ TUNED = "tuned (glibc keeps freed memory: mmap threshold 32 MiB, trim threshold 
 # that no tensor held (benchmarks/memory_tasks.py --widths)
 RETURN_THRESHOLD = 4096
 RETURNING = "returning (glibc gives back every block of 4 KiB or more when freed)"
+# ... and from the process's start, as glibc's tunables, read when a process starts (the
+# fork server's start, which its workers inherit). Set later (mallopt), a threshold only
+# decides how the heap grows: glibc first serves a block from the heap's free holes, and
+# the imports before it leave the heap about 100 MB of them, so a step's tensors landed
+# there and their pages stayed resident when freed. On digits-mlp with a hidden layer of
+# 512, a DDP worker's malloc'd bytes grew 605 KiB over the linear model's (its tensors:
+# 581 KiB predicted), its resident memory 1.1 MiB. No top pad: glibc would otherwise
+# grow the heap 128 KiB at a time and keep that much free at its top for the next block.
+RETURNING_TUNABLES = ":".join(
+    f"glibc.malloc.{name}={value}"
+    for name, value in (
+        ("mmap_threshold", RETURN_THRESHOLD),
+        ("trim_threshold", RETURN_THRESHOLD),
+        ("top_pad", 0),
+    )
+)
 # MKL's own memory manager keeps the buffers its routines (a Linear's GEMM) allocate, for
 # the next call, whatever glibc's thresholds: 60-100 KiB on digits-mlp's two layers
 # (nothing on its linear model). Read where MKL first allocates, so it is in the workers'
@@ -101,10 +118,13 @@ def _preloads(library: str) -> bool:
 
 def preload(setting: str) -> tuple[dict[str, str], str | None]:
     """The environment the workers start in for ``setting`` (jemalloc's library and its
-    settings; for ``returning``, MKL told to keep no buffers; else nothing), and a line
-    for the user where jemalloc is wanted but absent."""
+    settings; for ``returning``, glibc's thresholds as tunables, after any the user set,
+    and MKL told to keep no buffers; else nothing), and a line for the user where
+    jemalloc is wanted but absent."""
     if setting == "returning":
-        return dict(MKL_KEEPS_NOTHING), None
+        earlier = os.environ.get("GLIBC_TUNABLES", "").strip(":")
+        tunables = f"{earlier}:{RETURNING_TUNABLES}" if earlier else RETURNING_TUNABLES
+        return {"GLIBC_TUNABLES": tunables, **MKL_KEEPS_NOTHING}, None
     if setting != "jemalloc":
         return {}, None
     if platform.system() != "Linux":
@@ -151,9 +171,11 @@ def tune_allocator(setting: str) -> str:
     process falls back to ``tuned``. ``tuned`` on glibc fixes its mmap and trim
     thresholds high, so a step's freed tensors are reused by the next step instead of
     being returned to the kernel and faulted in again, whatever the process did before;
-    the settings last for the process. ``returning`` fixes them low instead: every block
-    of a page or more goes back to the kernel when freed, so resident memory follows the live
-    tensors. Elsewhere, and for ``default``, the C library's own behaviour stays."""
+    the settings last for the process. ``returning`` fixes them low instead, as the
+    launcher's tunables did from the process's start (:func:`preload`; only they keep
+    blocks out of the heap's earlier holes): every block of a page or more goes back to
+    the kernel when freed, so resident memory follows the live tensors. Elsewhere, and
+    for ``default``, the C library's own behaviour stays."""
     version = jemalloc_version()
     if version is not None:  # it serves every malloc: glibc's thresholds would do nothing
         kept = (
@@ -174,8 +196,9 @@ def tune_allocator(setting: str) -> str:
     answers = [
         libc.mallopt(M_MMAP_THRESHOLD, RETURN_THRESHOLD if low else MMAP_THRESHOLD),
         libc.mallopt(M_TRIM_THRESHOLD, RETURN_THRESHOLD if low else TRIM_THRESHOLD),
+        *([libc.mallopt(M_TOP_PAD, 0)] if low else []),
     ]
-    if answers != [1, 1]:
+    if set(answers) != {1}:
         return "default (glibc refused the thresholds)"
     return RETURNING if low else TUNED + fallback
 
