@@ -57,10 +57,11 @@ SHARDED = ("zero1", "fsdp")
 # 650 parameters) as measured less predicted, the most of two runs' workers, before and
 # apart from the tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
 # (benchmarks/results/memory/runtime.json), with the start read after glibc gave back
-# its free pages and MKL keeping no buffers (the two runs of each agree within 12 KiB).
+# its free pages, glibc's thresholds in effect from the workers' start and MKL keeping no
+# buffers (the two runs of each agree within 8 KiB).
 # Other exchanges take DDP's. A GPU's measured memory is its allocated tensors only:
 # its K is cuBLAS's workspaces (below).
-RUNTIME_CPU_BYTES = {"ddp": 1_503_620.0, "zero1": 1_335_724.0, "fsdp": 3_161_004.0}
+RUNTIME_CPU_BYTES = {"ddp": 1_491_332.0, "zero1": 1_335_724.0, "fsdp": 3_120_044.0}
 
 
 # PyTorch's cuBLAS workspace, per cuBLAS handle and stream, from its caching allocator
