@@ -115,7 +115,7 @@ def _run(store: Path, workers: int, exchange: str, options: dict, allocator: str
         "account_mib": {
             k: v / MIB for k, v in summary.memory_account.items() if isinstance(v, int | float)
         },
-        "disturbed": bool(summary.disturbed),
+        "disturbed": bool(run.disturbed),
     }
 
 
