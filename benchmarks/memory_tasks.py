@@ -17,10 +17,21 @@ resident memory when the trainer started, the most of any worker. Predicted: wha
 not on this machine is listed as skipped. Results go to
 ``benchmarks/results/memory/tasks.json`` (``--tasks`` replaces only its tasks' rows).
 
+``--flight-recorder`` measures what one record of torch's Flight Recorder takes (it
+keeps one for every collective, up to ``TORCH_FR_BUFFER_SIZE``), apart from any run: a
+two-process gloo group makes all-reduces and broadcasts of one small tensor in turn
+until the recorder is full and 1,000 more, reading glibc's allocated bytes
+(``mallinfo2``) and the records held every ``--every`` calls; the bytes at the first
+full reading over its records are the bytes a record (a run long enough fills it).
+The figure goes to
+``benchmarks/results/memory/flight_recorder.json`` and, by hand, into
+:data:`dmlbench.perfmodel.memory.FLIGHT_RECORD_BYTES`, before ``--runtime``.
+
 ``--runtime`` measures the prediction's constant ``K`` (what a worker allocates whatever
 the model) on a model with almost nothing in it, ``digits-mlp --model linear``, which no
-task's row uses: measured less predicted without ``K``, the most of ``--repeats`` runs.
-The figures go to ``benchmarks/results/memory/runtime.json`` and, by hand, into
+task's row uses: measured less predicted without ``K`` and less its Flight Recorder's
+records, the most of ``--repeats`` runs. The figures go to
+``benchmarks/results/memory/runtime.json`` and, by hand, into
 :data:`dmlbench.perfmodel.memory.RUNTIME_CPU_BYTES`, before the tasks are measured.
 """
 
@@ -36,7 +47,7 @@ from pathlib import Path
 
 from summary import write_summary
 
-from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
+from dmlbench.perfmodel.memory import FLIGHT_RECORD_BYTES, MemoryAccount, predicted_bytes
 from dmlbench.results import ResultsStore
 from dmlbench.tasks import all_tasks, get_task
 
@@ -68,6 +79,7 @@ def run(
     newest = mine[-1]
     summary = newest.summary
     measured = newest.measured_memory  # peak less start, the most of any worker
+    records = int((summary.memory_account or {}).get("flight_records") or 0)
     account = MemoryAccount.from_summary(summary.memory_account)
     predicted = predicted_bytes(account, exchange, WORKERS)
     return {
@@ -88,6 +100,7 @@ def run(
             - predicted_bytes(dataclasses.replace(account, runtime=0.0), exchange, WORKERS)["total"]
         )
         / MIB,
+        "flight_records": records,
     }
 
 
@@ -110,16 +123,94 @@ def runtime(repeats: int) -> None:
                 row = run(Path(folder) / "store", "digits-mlp", exchange, model="linear")
                 if "skipped" in row:
                     sys.exit(f"{exchange}: {row['skipped']}")
+                row["constant_mib"] = (
+                    row["unaccounted_mib"] - row["flight_records"] * FLIGHT_RECORD_BYTES / MIB
+                )
                 rows.append(row)
-                print(f"{exchange:<6} unaccounted {row['unaccounted_mib']:.3f} MiB", flush=True)
+                print(
+                    f"{exchange:<6} unaccounted {row['unaccounted_mib']:.3f} MiB, of which "
+                    f"{row['flight_records']} flight records: K {row['constant_mib']:.3f} MiB",
+                    flush=True,
+                )
     constants = {
-        exchange: max(r["unaccounted_mib"] for r in rows if r["exchange"] == exchange) * MIB
+        exchange: max(r["constant_mib"] for r in rows if r["exchange"] == exchange) * MIB
         for exchange in EXCHANGES
     }
     print("RUNTIME_CPU_BYTES =", {k: round(v) for k, v in constants.items()})
     write_summary(
         OUT / "runtime.json",
         {"model": "digits-mlp --model linear", "runtime_bytes": constants, "rows": rows},
+    )
+
+
+def _allocated() -> int:
+    """glibc's allocated bytes in this process: its heaps' and its mapped blocks'."""
+    import ctypes
+
+    names = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in names.split()]
+
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = Mallinfo2
+    info = libc.mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
+def _recorder_worker(rank: int, port: int, every: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from dmlbench.perfmodel.memory import flight_recorder_capacity
+    from dmlbench.train.memory import flight_records
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    tensor = torch.ones(16)
+    capacity = flight_recorder_capacity()
+    start, records = _allocated(), flight_records()
+    curve = [{"records": records, "bytes": 0}]
+    calls = 0
+    while calls < capacity + 1000:  # an all-reduce and a broadcast in turn, past full
+        if calls % 2:
+            dist.broadcast(tensor, src=0)
+        else:
+            dist.all_reduce(tensor)
+        calls += 1
+        if calls % every == 0:
+            curve.append({"records": flight_records(), "bytes": _allocated() - start})
+    if rank == 0:
+        Path(out).write_text(json.dumps({"calls": calls, "curve": curve}))
+    dist.destroy_process_group()
+
+
+def flight_recorder(every: int) -> None:
+    """Bytes a record of torch's Flight Recorder, from a two-process gloo group's own
+    allocations (see the module's text)."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from dmlbench.perfmodel.memory import flight_recorder_capacity
+
+    capacity = flight_recorder_capacity()
+    if capacity == 0:
+        sys.exit("TORCH_FR_BUFFER_SIZE=0: the Flight Recorder is off; unset it to measure")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "recorder.json"
+        mp.spawn(_recorder_worker, args=(port, every, str(out)), nprocs=2)
+        found = json.loads(out.read_text())
+    for point in found["curve"]:
+        print(f"{point['records']:>6} records: {point['bytes'] / 1024:7.0f} KiB allocated")
+    full = [p for p in found["curve"] if p["records"] >= capacity]
+    per_record = full[0]["bytes"] / full[0]["records"]
+    print(f"full at {capacity} records: FLIGHT_RECORD_BYTES = {per_record:.0f}")
+    write_summary(
+        OUT / "flight_recorder.json",
+        {**found, "capacity": capacity, "bytes_per_record": per_record},
     )
 
 
@@ -156,6 +247,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="")
     parser.add_argument("--runtime", action="store_true", help="measure the constant K")
+    parser.add_argument(
+        "--flight-recorder", action="store_true", help="measure a Flight Recorder record"
+    )
+    parser.add_argument("--every", type=int, default=250, help="--flight-recorder's step")
     parser.add_argument("--repeats", type=int, default=2, help="--runtime's runs an exchange")
     parser.add_argument(
         "--passes",
@@ -167,6 +262,9 @@ def main() -> None:
         "--widths", help="hidden widths of digits-mlp (e.g. 16,128,512): what grows with it"
     )
     args = parser.parse_args()
+    if args.flight_recorder:
+        flight_recorder(args.every)
+        return
     if args.runtime:
         runtime(args.repeats)
         return

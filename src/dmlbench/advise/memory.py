@@ -22,7 +22,12 @@ from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from dmlbench.errors import SpecError
 from dmlbench.names import shorten
-from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes, runtime_bytes
+from dmlbench.perfmodel.memory import (
+    MemoryAccount,
+    flight_recorder_capacity,
+    predicted_bytes,
+    runtime_bytes,
+)
 from dmlbench.results.records import RunRecord
 
 STRATEGIES: list[tuple[str, str, dict[str, Any]]] = [
@@ -136,10 +141,12 @@ def advise_memory(
     device = (latest.summary.device or "cpu").split(":")[0]
     fits = []
     for name, exchange, options in STRATEGIES:
-        # the runtime K: on a CPU the exchange's own; a GPU's (cuBLAS's workspaces) is the
-        # same for every exchange, as the run recorded it
+        # the runtime K: on a CPU the exchange's own, with the Flight Recorder full, as a
+        # whole training run leaves it; a GPU's (cuBLAS's workspaces) is the same for
+        # every exchange, as the run recorded it
         cpu = device == "cpu" and bool(base.runtime)
-        own = replace(account, runtime=runtime_bytes(exchange, device) if cpu else base.runtime)
+        whole_run = runtime_bytes(exchange, device, flight_records=flight_recorder_capacity())
+        own = replace(account, runtime=whole_run if cpu else base.runtime)
         predicted = predicted_bytes(own, exchange, workers, options)
         mine = [
             r

@@ -11,7 +11,10 @@ output for one worker's batch ``L`` (its logits), and the largest FSDP unit's
 parameters ``U`` with the parameters that stay with the root ``R``, and on a CPU the
 worker's runtime ``K``: what its exchange and trainer allocate whatever the model
 (DDP's reducer, ZeRO's and FSDP's Python state, the run's own objects), a measured
-constant (:data:`RUNTIME_CPU_BYTES`); on a GPU, cuBLAS's workspaces as PyTorch sizes
+constant (:data:`RUNTIME_CPU_BYTES`), and the records torch's Flight Recorder keeps of
+its collectives, which grow with the run up to 2,000 (:data:`FLIGHT_RECORD_BYTES`
+each: about 2 MiB, which on ``digits-mlp`` more than doubles a long run's figure); on
+a GPU, cuBLAS's workspaces as PyTorch sizes
 them (:func:`cuda_workspace_bytes`; cuDNN's, which grow with the batch, are not counted).
 
 A worker's memory peaks either at the start of backward (every activation kept, and
@@ -45,6 +48,7 @@ when the C library gives freed memory back (``cpu_allocator=returning``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +67,18 @@ SHARDED = ("zero1", "fsdp")
 # its K is cuBLAS's workspaces (below).
 RUNTIME_CPU_BYTES = {"ddp": 1_491_332.0, "zero1": 1_335_724.0, "fsdp": 3_120_044.0}
 
+# c10d's Flight Recorder: torch keeps a record of every collective, gloo's too (for
+# debugging hangs), up to TORCH_FR_BUFFER_SIZE records, 2,000 by default (torch 2.13,
+# torch/csrc/distributed/c10d/FlightRecorder.hpp). A record's bytes: measured apart from
+# any run, as glibc's allocated bytes over the records when the recorder is full, after
+# all-reduces and broadcasts of one small tensor in turn in a two-process gloo group
+# (python benchmarks/memory_tasks.py --flight-recorder,
+# benchmarks/results/memory/flight_recorder.json: 2.07 MiB for 2,000 records; 5 KiB
+# more over 1,000 calls beyond). Its records sit in a vector that doubles, so a recorder
+# part full holds up to a third more a record (1.38 KiB at 1,250 records).
+FLIGHT_RECORDER_CAPACITY = 2000
+FLIGHT_RECORD_BYTES = 1062.0
+
 
 # PyTorch's cuBLAS workspace, per cuBLAS handle and stream, from its caching allocator
 # (aten/src/ATen/cuda/CublasHandlePool.cpp, torch 2.x): 32 MiB on compute capability 9.0
@@ -80,16 +96,32 @@ def cuda_workspace_bytes(capability: tuple[int, int]) -> float:
     return float(CUBLAS_HANDLES_PER_STEP * (cublas + CUBLASLT_WORKSPACE_BYTES))
 
 
+def flight_recorder_capacity() -> int:
+    """How many records torch's Flight Recorder keeps at most in this environment
+    (``TORCH_FR_BUFFER_SIZE``, torch's default where unset or unreadable)."""
+    try:
+        return max(0, int(os.environ.get("TORCH_FR_BUFFER_SIZE", FLIGHT_RECORDER_CAPACITY)))
+    except ValueError:
+        return FLIGHT_RECORDER_CAPACITY
+
+
 def runtime_bytes(
-    exchange: str, device_type: str, capability: tuple[int, int] | None = None
+    exchange: str,
+    device_type: str,
+    capability: tuple[int, int] | None = None,
+    *,
+    flight_records: int = 0,
 ) -> float:
     """``K`` for a run of this exchange on this kind of device: on a CPU, the measured
-    constant; on a GPU (of ``capability``), cuBLAS's workspaces."""
+    constant and the Flight Recorder's ``flight_records`` records (a whole training run
+    fills it: :func:`flight_recorder_capacity`); on a GPU (of ``capability``), cuBLAS's
+    workspaces (the recorder is host memory, which a GPU's figure does not count)."""
     if device_type == "cuda":
         return cuda_workspace_bytes(capability) if capability else 0.0
     if device_type != "cpu":
         return 0.0
-    return RUNTIME_CPU_BYTES.get(exchange, RUNTIME_CPU_BYTES["ddp"])
+    constant = RUNTIME_CPU_BYTES.get(exchange, RUNTIME_CPU_BYTES["ddp"])
+    return constant + FLIGHT_RECORD_BYTES * max(0, flight_records)
 
 
 def zero_largest_share(groups: Sequence[Sequence[float]], workers: int) -> float:

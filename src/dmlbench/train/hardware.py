@@ -222,13 +222,14 @@ def peak_for(
     )
 
 
-def runtime_for(exchange: str, device: torch.device) -> float:
+def runtime_for(exchange: str, device: torch.device, flight_records: int = 0) -> float:
     """The memory account's runtime ``K`` for a worker of ``exchange`` on ``device``
-    (a GPU's depends on its compute capability)."""
+    (a GPU's depends on its compute capability) whose Flight Recorder holds
+    ``flight_records`` records."""
     from dmlbench.perfmodel.memory import runtime_bytes
 
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    return runtime_bytes(exchange, device.type, capability)
+    return runtime_bytes(exchange, device.type, capability, flight_records=flight_records)
 
 
 def page_faults() -> int:

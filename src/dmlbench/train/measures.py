@@ -26,6 +26,7 @@ from dmlbench.train.hardware import FaultCounter, compiled_graphs, peak_memory_b
 from dmlbench.train.memory import (
     AsOnDevice,
     SavedForBackward,
+    flight_records,
     local_bytes,
     optimizer_state,
     peak_bytes,
@@ -115,12 +116,14 @@ class RunMeasures:
 
     def memory_of_this_rank(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
         """What this rank held: resident memory at the start and while steps ran, its
-        parameters' and its optimizer state's bytes."""
+        parameters' and its optimizer state's bytes, and the collectives torch's Flight
+        Recorder keeps records of (after the steps: counting them allocates)."""
         return {
             "start": self.resident_start,
             "training_peak": self.training_peak,
             "parameters": local_bytes(model.parameters()),
             "optimizer_state": local_bytes(optimizer_state(optimizer)),
+            "flight_records": float(flight_records()),
         }
 
 

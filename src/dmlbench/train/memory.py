@@ -18,10 +18,14 @@ shares (see :mod:`dmlbench.perfmodel.memory` for the prediction it feeds).
   anonymous resident memory); :func:`restart_peak` and :func:`peak_bytes` its peak
   since the last restart (Linux resets a process's VmHWM when "5" is written to its
   ``clear_refs``), so the training steps' peak is told apart from an evaluation's.
+- :func:`flight_records`: how many collectives torch's Flight Recorder keeps a record
+  of, which a CPU worker's runtime memory grows with.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -381,3 +385,23 @@ def resident_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.memory_allocated(device))
     return _status().get("RssAnon", 0)
+
+
+# torch's own dump of the Flight Recorder as JSON (include collectives, only active)
+FLIGHT_RECORDER_DUMP = "_dump_fr_trace_json"
+
+
+def flight_records() -> int:
+    """How many collectives c10d's Flight Recorder holds records of now, in this process
+    (0 where this torch has none, or it is off: ``TORCH_FR_BUFFER_SIZE=0``). torch keeps
+    one for every collective of every process group, gloo's too, for debugging hangs, up
+    to ``TORCH_FR_BUFFER_SIZE`` (2,000 by default): about a KiB each, which a CPU worker's
+    resident memory counts (see perfmodel.memory). Asked through torch's own JSON dump,
+    once a run, after its steps: private API, so any failure reads as none."""
+    try:
+        c10d = importlib.import_module("torch._C._distributed_c10d")
+        dump = json.loads(getattr(c10d, FLIGHT_RECORDER_DUMP)(True, False))
+    except Exception:  # absent, renamed or refusing: nothing counted
+        return 0
+    entries = dump.get("entries") if isinstance(dump, dict) else None
+    return len(entries) if isinstance(entries, list) else 0
