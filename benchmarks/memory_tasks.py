@@ -22,10 +22,12 @@ keeps one for every collective, up to ``TORCH_FR_BUFFER_SIZE``), apart from any 
 two-process gloo group makes all-reduces and broadcasts of one small tensor in turn
 until the recorder is full and 1,000 more, reading glibc's allocated bytes
 (``mallinfo2``) and the records held every ``--every`` calls; the bytes at the first
-full reading over its records are the bytes a record (a run long enough fills it).
+full reading, less a record's own (the growth from the last reading on the same slots
+of the vector that holds them), over its slots are a slot's bytes.
 The figure goes to
 ``benchmarks/results/memory/flight_recorder.json`` and, by hand, into
-:data:`dmlbench.perfmodel.memory.FLIGHT_RECORD_BYTES`, before ``--runtime``.
+:data:`dmlbench.perfmodel.memory.FLIGHT_RECORD_BYTES` and ``FLIGHT_SLOT_BYTES``, before
+``--runtime``.
 
 ``--runtime`` measures the prediction's constant ``K`` (what a worker allocates whatever
 the model) on a model with almost nothing in it, ``digits-mlp --model linear``, which no
@@ -47,7 +49,7 @@ from pathlib import Path
 
 from summary import write_summary
 
-from dmlbench.perfmodel.memory import FLIGHT_RECORD_BYTES, MemoryAccount, predicted_bytes
+from dmlbench.perfmodel.memory import MemoryAccount, flight_recorder_bytes, predicted_bytes
 from dmlbench.results import ResultsStore
 from dmlbench.tasks import all_tasks, get_task
 
@@ -124,7 +126,7 @@ def runtime(repeats: int) -> None:
                 if "skipped" in row:
                     sys.exit(f"{exchange}: {row['skipped']}")
                 row["constant_mib"] = (
-                    row["unaccounted_mib"] - row["flight_records"] * FLIGHT_RECORD_BYTES / MIB
+                    row["unaccounted_mib"] - flight_recorder_bytes(row["flight_records"]) / MIB
                 )
                 rows.append(row)
                 print(
@@ -205,12 +207,20 @@ def flight_recorder(every: int) -> None:
         found = json.loads(out.read_text())
     for point in found["curve"]:
         print(f"{point['records']:>6} records: {point['bytes'] / 1024:7.0f} KiB allocated")
-    full = [p for p in found["curve"] if p["records"] >= capacity]
-    per_record = full[0]["bytes"] / full[0]["records"]
-    print(f"full at {capacity} records: FLIGHT_RECORD_BYTES = {per_record:.0f}")
+    # the vector of records doubles up to the power of two at or above the capacity: a
+    # record's own bytes from the growth between a reading past its last doubling and
+    # the first full one (the same slots), a slot's from what is left when full
+    slots = 1 << (capacity - 1).bit_length()
+    full = next(p for p in found["curve"] if p["records"] >= capacity)
+    after = next(p for p in found["curve"] if p["records"] > slots // 2)
+    if after["records"] == full["records"]:
+        sys.exit(f"--every {every}: no reading between {slots // 2} records and full")
+    own = (full["bytes"] - after["bytes"]) / (full["records"] - after["records"])
+    slot = (full["bytes"] - own * full["records"]) / slots
+    print(f"FLIGHT_RECORD_BYTES = {own:.0f}, FLIGHT_SLOT_BYTES = {slot:.0f} ({slots} slots)")
     write_summary(
         OUT / "flight_recorder.json",
-        {**found, "capacity": capacity, "bytes_per_record": per_record},
+        {**found, "capacity": capacity, "slots": slots, "record_bytes": own, "slot_bytes": slot},
     )
 
 

@@ -12,8 +12,8 @@ parameters ``U`` with the parameters that stay with the root ``R``, and on a CPU
 worker's runtime ``K``: what its exchange and trainer allocate whatever the model
 (DDP's reducer, ZeRO's and FSDP's Python state, the run's own objects), a measured
 constant (:data:`RUNTIME_CPU_BYTES`), and the records torch's Flight Recorder keeps of
-its collectives, which grow with the run up to 2,000 (:data:`FLIGHT_RECORD_BYTES`
-each: about 2 MiB, which on ``digits-mlp`` more than doubles a long run's figure); on
+its collectives, which grow with the run up to 2,000 (:func:`flight_recorder_bytes`:
+about 2 MiB when full, which on ``digits-mlp`` more than doubled a long run's figure); on
 a GPU, cuBLAS's workspaces as PyTorch sizes
 them (:func:`cuda_workspace_bytes`; cuDNN's, which grow with the batch, are not counted).
 
@@ -58,26 +58,39 @@ SHARDED = ("zero1", "fsdp")
 # K: a worker's memory in training steps that no model accounts for, by exchange, on a
 # CPU (2 workers, glibc returning freed blocks of a page or more, torch 2.13, Python
 # 3.11). Measured on a model with almost nothing in it (``digits-mlp --model linear``:
-# 650 parameters) as measured less predicted, the most of two runs' workers, before and
-# apart from the tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
+# 650 parameters) as measured less predicted and less its Flight Recorder's records
+# (below; 14-24 of them), the most of two runs' workers, before and apart from the
+# tasks it is added to: ``python benchmarks/memory_tasks.py --runtime``
 # (benchmarks/results/memory/runtime.json), with the start read after glibc gave back
 # its free pages, glibc's thresholds in effect from the workers' start and MKL keeping no
-# buffers (the two runs of each agree within 8 KiB).
+# buffers (the two runs of each agree within 16 KiB).
 # Other exchanges take DDP's. A GPU's measured memory is its allocated tensors only:
 # its K is cuBLAS's workspaces (below).
-RUNTIME_CPU_BYTES = {"ddp": 1_491_332.0, "zero1": 1_335_724.0, "fsdp": 3_120_044.0}
+RUNTIME_CPU_BYTES = {"ddp": 1_475_516.0, "zero1": 1_293_740.0, "fsdp": 3_082_156.0}
 
 # c10d's Flight Recorder: torch keeps a record of every collective, gloo's too (for
 # debugging hangs), up to TORCH_FR_BUFFER_SIZE records, 2,000 by default (torch 2.13,
-# torch/csrc/distributed/c10d/FlightRecorder.hpp). A record's bytes: measured apart from
-# any run, as glibc's allocated bytes over the records when the recorder is full, after
-# all-reduces and broadcasts of one small tensor in turn in a two-process gloo group
-# (python benchmarks/memory_tasks.py --flight-recorder,
-# benchmarks/results/memory/flight_recorder.json: 2.07 MiB for 2,000 records; 5 KiB
-# more over 1,000 calls beyond). Its records sit in a vector that doubles, so a recorder
-# part full holds up to a third more a record (1.38 KiB at 1,250 records).
+# torch/csrc/distributed/c10d/FlightRecorder.hpp). Its records sit in a vector that
+# doubles as it fills (1, 2, 4, ... 2,048 slots for 2,000), each slot FLIGHT_SLOT_BYTES,
+# and each record holds FLIGHT_RECORD_BYTES more of its own on the heap. Both measured
+# apart from any run, from glibc's allocated bytes while a two-process gloo group makes
+# all-reduces and broadcasts of one small tensor in turn (python
+# benchmarks/memory_tasks.py --flight-recorder,
+# benchmarks/results/memory/flight_recorder.json): a record's own from the growth
+# between 1,250 records and full (the same 2,048 slots), a slot's from what is left when
+# full. 2.07 MiB for 2,000 records, and 5 KiB more over 1,000 calls beyond.
 FLIGHT_RECORDER_CAPACITY = 2000
-FLIGHT_RECORD_BYTES = 1062.0
+FLIGHT_RECORD_BYTES = 484.0
+FLIGHT_SLOT_BYTES = 565.0
+
+
+def flight_recorder_bytes(records: int) -> float:
+    """What the Flight Recorder holding ``records`` records takes: their own bytes and
+    the slots of the vector they sit in (its size doubles: the next power of two)."""
+    if records <= 0:
+        return 0.0
+    slots = 1 << (records - 1).bit_length()
+    return FLIGHT_RECORD_BYTES * records + FLIGHT_SLOT_BYTES * slots
 
 
 # PyTorch's cuBLAS workspace, per cuBLAS handle and stream, from its caching allocator
@@ -121,7 +134,7 @@ def runtime_bytes(
     if device_type != "cpu":
         return 0.0
     constant = RUNTIME_CPU_BYTES.get(exchange, RUNTIME_CPU_BYTES["ddp"])
-    return constant + FLIGHT_RECORD_BYTES * max(0, flight_records)
+    return constant + flight_recorder_bytes(flight_records)
 
 
 def zero_largest_share(groups: Sequence[Sequence[float]], workers: int) -> float:

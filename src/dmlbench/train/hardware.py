@@ -222,14 +222,16 @@ def peak_for(
     )
 
 
-def runtime_for(exchange: str, device: torch.device, flight_records: int = 0) -> float:
-    """The memory account's runtime ``K`` for a worker of ``exchange`` on ``device``
-    (a GPU's depends on its compute capability) whose Flight Recorder holds
-    ``flight_records`` records."""
+def runtime_for(exchange: str, device: torch.device) -> tuple[float, int]:
+    """The memory account's runtime ``K`` for this worker of ``exchange`` on ``device``
+    (a GPU's depends on its compute capability) as it stands now, with the records its
+    Flight Recorder holds (a CPU worker's grows with them), and how many those are."""
     from dmlbench.perfmodel.memory import runtime_bytes
+    from dmlbench.train.memory import flight_records
 
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    return runtime_bytes(exchange, device.type, capability, flight_records=flight_records)
+    records = flight_records()
+    return runtime_bytes(exchange, device.type, capability, flight_records=records), records
 
 
 def page_faults() -> int:

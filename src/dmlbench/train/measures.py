@@ -26,7 +26,6 @@ from dmlbench.train.hardware import FaultCounter, compiled_graphs, peak_memory_b
 from dmlbench.train.memory import (
     AsOnDevice,
     SavedForBackward,
-    flight_records,
     local_bytes,
     optimizer_state,
     peak_bytes,
@@ -116,14 +115,12 @@ class RunMeasures:
 
     def memory_of_this_rank(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
         """What this rank held: resident memory at the start and while steps ran, its
-        parameters' and its optimizer state's bytes, and the collectives torch's Flight
-        Recorder keeps records of (after the steps: counting them allocates)."""
+        parameters' and its optimizer state's bytes."""
         return {
             "start": self.resident_start,
             "training_peak": self.training_peak,
             "parameters": local_bytes(model.parameters()),
             "optimizer_state": local_bytes(optimizer_state(optimizer)),
-            "flight_records": float(flight_records()),
         }
 
 
@@ -136,11 +133,15 @@ class StepCount:
     output_bytes: int = 0  # the model's output (backward's first gradients are its size)
 
     def memory_account(
-        self, model: nn.Module, optimizer: torch.optim.Optimizer, runtime: float = 0.0
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        runtime: float = 0.0,
+        flight_records: int = 0,
     ) -> dict[str, Any]:
         """The model's memory accounting in whole-model bytes, with the worker's
-        ``runtime`` and each optimizer group's parameter sizes in elements, which ZeRO
-        partitions (see perfmodel.memory)."""
+        ``runtime`` (and the Flight Recorder's records it counts) and each optimizer
+        group's parameter sizes in elements, which ZeRO partitions (see perfmodel.memory)."""
         params = list(model.parameters())
         whole = float(sum(p.numel() * p.element_size() for p in params))
         units = [
@@ -160,6 +161,7 @@ class StepCount:
             "largest_unit": max(units, default=0.0),
             "root": whole - sum(units),
             "runtime": runtime,
+            "flight_records": flight_records,
             "parameter_groups": [
                 [int(p.numel()) for p in group["params"]] for group in optimizer.param_groups
             ],

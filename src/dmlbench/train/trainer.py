@@ -488,13 +488,11 @@ class Trainer:
         """The model's memory accounting and what each rank held."""
         mine = self.measures.memory_of_this_rank(self.model, self.optimizer)
         ranks = all_gather_named(mine, self.device)
-        records = int(max(rank["flight_records"] for rank in ranks))
-        runtime = runtime_for(self.spec.exchange, self.device, records)
+        runtime, records = runtime_for(self.spec.exchange, self.device)
         return {
-            "memory_account": {
-                **self.counted.memory_account(self.model, self.optimizer, runtime),
-                "flight_records": records,
-            },
+            "memory_account": self.counted.memory_account(
+                self.model, self.optimizer, runtime, records
+            ),
             "memory_start_bytes": [rank["start"] for rank in ranks],
             "training_peak_bytes": [rank["training_peak"] for rank in ranks],  # steps only
             "parameter_bytes_local": [rank["parameters"] for rank in ranks],
