@@ -769,3 +769,21 @@ def test_the_memory_line_says_when_the_tuned_allocators_cache_is_in_the_peak() -
     assert "keeps" not in memory_text(measured(233 * mib, "returning (glibc gives back)"))
     close = memory_text(measured(int(predicted[1]) * mib, "tuned (glibc keeps freed memory)"))
     assert "keeps" not in close  # as predicted: nothing to explain
+    assert "flight records" not in close  # the run counted none
+
+
+def test_the_memory_line_says_how_many_flight_records_its_runtime_holds() -> None:
+    from dmlbench.cli.views.memory import memory_text
+
+    run = stored_run("a", 1, tta=1.0)
+    account = {"parameters": 1e6, "gradients": 1e6, "runtime": 3e6, "flight_records": 1463}
+    summary = RunSummary.model_validate(
+        {
+            "memory_account": account,
+            "memory_start_bytes": [1e8],
+            "training_peak_bytes": [1e8 + 6e6],
+            "cpu_allocator": "returning",
+        }
+    )
+    text = memory_text(dataclasses.replace(run, summary=summary))
+    assert re.search(r"runtime [\d.]+ MiB with 1,463 flight records", text), text

@@ -34,8 +34,11 @@ def memory_text(run: RunRecord) -> str:
         run.workers,
         run.spec.get("exchange_options"),
     )
+    records = int(account.get("flight_records") or 0)  # torch's, counted in the runtime
+    on_cpu = not str(summary.device or "cpu").startswith("cuda")  # a GPU's peak: allocated
+    recorded = f" with {records:,} flight records" if records and on_cpu else ""
     shares = ", ".join(
-        f"{name.replace('_', ' ')} {human_bytes(size)}"
+        f"{name.replace('_', ' ')} {human_bytes(size)}" + (recorded if name == "runtime" else "")
         for name, size in parts.items()
         if name not in ("total", "other", "at") and size
     )
@@ -49,7 +52,6 @@ def memory_text(run: RunRecord) -> str:
         text += f"; optimizer state held {human_bytes(max(state))} per worker"
     over = measured - parts["total"]
     allocator = str(summary.cpu_allocator or "")
-    on_cpu = not str(summary.device or "cpu").startswith("cuda")  # a GPU's peak: allocated
     if on_cpu and allocator.startswith(KEEPS) and over > CACHE_NOTED * parts["total"]:
         text += (
             f". The {human_bytes(over)} above the prediction include freed memory the "
