@@ -203,3 +203,30 @@ def test_version_comes_from_the_package_metadata(dmlbench) -> None:
 
     code, out, _ = dmlbench("--version")
     assert code == 0 and out.strip() == f"dmlbench {version('dmlbench')}"
+
+
+def test_help_joins_a_docstring_s_lines_so_the_terminal_wraps_each_paragraph_once() -> None:
+    """typer 0.29 kept a paragraph's single line breaks and rich wrapped the lines again,
+    leaving "the" and "not" on lines of their own in `simulate --help` at 80 columns."""
+    from typing import Any, cast
+
+    import typer
+
+    from dmlbench.cli.app import app
+    from dmlbench.report.formats import reflowed
+
+    text = "First line.\n\nOne paragraph\n  over two lines.\n\n- an item\n  going on\n- another"
+    assert reflowed(text) == (
+        "First line.\n\nOne paragraph over two lines.\n\n- an item going on\n- another"
+    )
+    assert reflowed("\b\nkept\nas is") == "\b\nkept\nas is" and reflowed(None) is None
+    simulate = cast(Any, typer.main.get_command(app)).commands["simulate"]
+    assert simulate.help and all("\n" not in paragraph for paragraph in simulate.help.split("\n\n"))
+
+
+def test_a_share_there_is_never_reads_zero_percent() -> None:
+    """The report's utilisation column read 0% for digits-mlp's 0.3% of the GEMM peak."""
+    from dmlbench.report.formats import MISSING, share
+
+    assert [share(v) for v in (0.003, 0.0949, 0.33, 1.0)] == ["0.3%", "9.5%", "33%", "100%"]
+    assert share(None) == share(float("nan")) == MISSING

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dmlbench.errors import DmlbenchError
-from dmlbench.report.formats import plural
+from dmlbench.report.formats import plural, reflowed
 from dmlbench.results.records import RunRecord
 from dmlbench.results.store import DEFAULT_STORE, STORE_ENV, Rerun
 
@@ -48,7 +48,14 @@ def flag(*names: str, **options: Any) -> Any:
 
 
 class _BareHelp:
-    """--help is a flag too: typer's own shows ``<bool>`` beside it."""
+    """--help is a flag too: typer's own shows ``<bool>`` beside it. Its text is
+    :func:`reflowed`."""
+
+    help: str | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = reflowed(self.help)
 
     def get_help_option(self, ctx: Any) -> Any:
         option = super().get_help_option(ctx)  # type: ignore[misc]

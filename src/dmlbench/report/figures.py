@@ -23,6 +23,7 @@ from matplotlib.ticker import (
     LogLocator,
     NullLocator,
     PercentFormatter,
+    ScalarFormatter,
 )
 
 from dmlbench.report.drawing import (
@@ -45,7 +46,7 @@ from dmlbench.report.drawing import (
     worker_counts,
     worker_label,
 )
-from dmlbench.report.formats import human_bytes, money, plural
+from dmlbench.report.formats import human_bytes, plural
 from dmlbench.report.variants import short_labels, variant_pairs
 from dmlbench.results.schema import PHASES
 
@@ -464,6 +465,10 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     what = "time to accuracy" if reached else "run time (no run reached the target)"
     ax.set_xlabel(f"{what}, seconds (mean)")
     ax.set_ylabel(f"cost to {'target' if reached else 'finish'}, {currency}")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: money(value)))
+    # ticks as close as the axis needs, never in exponent form (two significant figures,
+    # as the tables print money, wrote 0.0021 for 0.00205 and 0.00210 alike)
+    plain = ScalarFormatter(useOffset=False)
+    plain.set_scientific(False)
+    ax.yaxis.set_major_formatter(plain)
     ax.margins(x=0.12, y=0.12)  # room for the N= labels
     return finish(fig, ax, table, legend=any(v for v, _ in variants(table)))

@@ -1,4 +1,5 @@
-"""How every table writes a number: the terminal, the HTML report and `compare` alike.
+"""How every table writes a number: the terminal, the HTML report and `compare` alike,
+and how --help writes a docstring (:func:`reflowed`).
 
 Missing values (None, NaN, pandas' NA) print as ``—``. No pandas import here, so the
 terminal's run table stays fast to load.
@@ -6,7 +7,9 @@ terminal's run table stays fast to load.
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 from typing import Any
 
 MISSING = "—"
@@ -26,6 +29,14 @@ def fmt(value: Any, spec: str = ".2f") -> str:
     if isinstance(value, str):
         return value
     return MISSING if missing(value) else format(value, spec)
+
+
+def share(value: Any) -> str:
+    """A fraction as a percentage that never reads 0% for a share there is: ``33%``,
+    ``0.3%`` (a tiny model's share of the device's peak)."""
+    if missing(value):
+        return MISSING
+    return format(value, ".1%" if abs(value) < 0.1 else ".0%")
 
 
 def money(value: Any) -> str:
@@ -104,3 +115,25 @@ def flops(value: float, per_second: bool = False) -> str:
 def plural(count: int, noun: str) -> str:
     """``1 worker``, ``2 workers``, ``1,024 runs``."""
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+BULLET = re.compile(r"^(?:[-*] |\d+\. )")
+
+
+def reflowed(help: str | None) -> str | None:
+    """A docstring as --help should show it: each paragraph's lines joined, a list's
+    item by item. typer (0.29) keeps a paragraph's single line breaks, and rich then
+    wraps the lines again at the terminal's width, leaving a word or two on a line
+    of its own (``simulate --help`` at 80 columns)."""
+    if not help:
+        return help
+    paragraphs = []
+    for paragraph in inspect.cleandoc(help).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and not BULLET.match(line) and not paragraph.startswith("\b"):
+                lines[-1] += " " + line.strip()  # click's \b: a paragraph kept as it is
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)

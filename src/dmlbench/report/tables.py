@@ -19,6 +19,7 @@ from dmlbench.report.formats import (
     money,
     plural,
     seconds,
+    share,
 )
 from dmlbench.report.variants import short_labels
 
@@ -77,7 +78,7 @@ SCALING_COLUMNS: list[Column] = [
     ),
     ("bytes", "sent per step", lambda r: _bytes(r.get("bytes_per_step_mean"))),
     ("noise", "noise scale B_simple", lambda r: fmt(r.get("noise_scale_mean"), ",.0f")),
-    ("util", "utilisation", lambda r: fmt(r.get("utilisation_mean"), ".0%")),
+    ("util", "utilisation", lambda r: share(r.get("utilisation_mean"))),
     ("mem", "peak memory", lambda r: _bytes(r.get("peak_memory_max"))),
     (
         "comm",

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
-from dmlbench.report.formats import human_bytes, seconds
+from dmlbench.report.formats import human_bytes, plural, seconds
 from dmlbench.results.records import RunRecord
 
 # how a run's cpu_allocator record starts when its allocator kept freed memory
@@ -75,7 +75,8 @@ def memory_advice_table(advice: Any) -> Group:
     for column in columns:
         table.add_column(column, justify="left" if column in ("strategy", "exchange") else "right")
     for fit in advice.fits:
-        step = f"{seconds(fit.step_s, unit=True)} ({fit.runs} runs)" if fit.step_s else "—"
+        runs = plural(fit.runs, "run")
+        step = f"{seconds(fit.step_s, unit=True)} ({runs})" if fit.step_s else "—"
         options = ", ".join(f"{k}={v}".lower() for k, v in fit.options.items())
         table.add_row(
             fit.name,
