@@ -787,3 +787,21 @@ def test_the_memory_line_says_how_many_flight_records_its_runtime_holds() -> Non
     )
     text = memory_text(dataclasses.replace(run, summary=summary))
     assert re.search(r"runtime [\d.]+ MiB with 1,463 flight records", text), text
+
+
+def test_tables_show_a_noise_scale_only_from_runs_long_enough_to_advise_on() -> None:
+    """The walk's report showed B_simple 2 for a 40-step run whose summary said it was
+    too few steps to advise on; the tables now leave it out, as the summary and
+    advise do (from MIN_ADVICE_STEPS steps)."""
+    from dmlbench.noise import MIN_ADVICE_STEPS
+
+    def measured(run_id: str, steps: int) -> RunRecord:
+        run = stored_run(run_id, 2, tta=1.0)
+        noise = {"b_simple": 2.0 if steps < MIN_ADVICE_STEPS else 120.0, "steps": steps}
+        return dataclasses.replace(
+            run, summary=run.summary.model_copy(update={"noise_scale": noise})
+        )
+
+    frame = analysis.runs_frame([measured("short", 40), measured("long", MIN_ADVICE_STEPS)])
+    scales = dict(zip(frame["run_id"], frame["noise_scale"], strict=True))
+    assert math.isnan(scales["short"]) and scales["long"] == 120.0
