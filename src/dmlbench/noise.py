@@ -54,6 +54,15 @@ def simple_noise_scale(g2: float, trace: float) -> float | None:
 MIN_ADVICE_STEPS = 100
 
 
+def advisable_noise_scale(noise: dict[str, Any] | None) -> float | None:
+    """A run's B_simple (its summary's ``noise_scale``) where it was measured over enough
+    steps to advise on; None otherwise, so neither advice nor a table takes an estimate
+    from 20 steps as if it were one."""
+    if not noise or (noise.get("steps") or 0) < MIN_ADVICE_STEPS:
+        return None
+    return noise.get("b_simple")
+
+
 @dataclass(frozen=True, slots=True)
 class NoiseScale:
     """One estimate: ``B_simple`` and its two terms, over ``steps`` updates."""

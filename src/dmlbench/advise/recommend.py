@@ -64,15 +64,12 @@ class NoiseEvidence:
 def noise_evidence(runs: Sequence[RunRecord], task: str) -> NoiseEvidence | None:
     """The noise scale of ``task``'s finished runs that measured it over enough steps
     (:data:`~dmlbench.noise.MIN_ADVICE_STEPS`)."""
-    from dmlbench.noise import MIN_ADVICE_STEPS
+    from dmlbench.noise import advisable_noise_scale
 
     measured = [
-        (noise["b_simple"], r.run_id)
+        (scale, r.run_id)
         for r in runs
-        if r.task == task
-        and r.finished
-        and (noise := r.summary.noise_scale or {}).get("b_simple")
-        and (noise.get("steps") or 0) >= MIN_ADVICE_STEPS
+        if r.task == task and r.finished and (scale := advisable_noise_scale(r.summary.noise_scale))
     ]
     if not measured:
         return None

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dmlbench.noise import MIN_ADVICE_STEPS
+from dmlbench.noise import advisable_noise_scale
 from dmlbench.report.variants import variant_labels
 from dmlbench.results.mlperf import olympic_mean
 from dmlbench.results.records import FINISHED, CommResult, CommRun, Evaluation, RunRecord
@@ -52,15 +52,6 @@ def _per_step_phases(run: RunRecord) -> dict[str, float]:
     if not steady or not steps:
         return {}
     return {f"{p}_s": float(np.mean([r.get(p, 0.0) for r in steady])) / steps for p in PHASES}
-
-
-def resolved_noise_scale(noise: dict[str, Any] | None) -> float | None:
-    """A run's B_simple where it was measured over enough steps to advise on (the
-    summary and ``advise`` ask the same); None otherwise, so no table shows an estimate
-    from 20 steps as if it were one."""
-    if not noise or (noise.get("steps") or 0) < MIN_ADVICE_STEPS:
-        return None
-    return noise.get("b_simple")
 
 
 def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
@@ -106,7 +97,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "comm_ratio_mean": comm.get("mean"),
                 "comm_ratio_max": comm.get("max"),
                 "bytes_per_step": run.summary.bytes_per_step,
-                "noise_scale": resolved_noise_scale(run.summary.noise_scale),
+                "noise_scale": advisable_noise_scale(run.summary.noise_scale),
                 "flops_per_step": run.summary.flops_per_step,
                 "flops_per_s": run.summary.flops_per_s,
                 "utilisation": run.summary.utilisation,
