@@ -193,7 +193,7 @@ def flight_recorder(every: int) -> None:
 
     import torch.multiprocessing as mp
 
-    from dmlbench.perfmodel.memory import flight_recorder_capacity
+    from dmlbench.perfmodel.memory import flight_recorder_capacity, flight_recorder_slots
 
     capacity = flight_recorder_capacity()
     if capacity == 0:
@@ -210,7 +210,7 @@ def flight_recorder(every: int) -> None:
     # the vector of records doubles up to the power of two at or above the capacity: a
     # record's own bytes from the growth between a reading past its last doubling and
     # the first full one (the same slots), a slot's from what is left when full
-    slots = 1 << (capacity - 1).bit_length()
+    slots = flight_recorder_slots(capacity)
     full = next(p for p in found["curve"] if p["records"] >= capacity)
     after = next(p for p in found["curve"] if p["records"] > slots // 2)
     if after["records"] == full["records"]:

@@ -84,13 +84,18 @@ FLIGHT_RECORD_BYTES = 484.0
 FLIGHT_SLOT_BYTES = 565.0
 
 
+def flight_recorder_slots(records: int) -> int:
+    """The slots of the vector that holds ``records`` records: it doubles as it fills,
+    to the power of two at or above them."""
+    return 1 << (records - 1).bit_length() if records > 0 else 0
+
+
 def flight_recorder_bytes(records: int) -> float:
     """What the Flight Recorder holding ``records`` records takes: their own bytes and
-    the slots of the vector they sit in (its size doubles: the next power of two)."""
+    the slots of the vector they sit in."""
     if records <= 0:
         return 0.0
-    slots = 1 << (records - 1).bit_length()
-    return FLIGHT_RECORD_BYTES * records + FLIGHT_SLOT_BYTES * slots
+    return FLIGHT_RECORD_BYTES * records + FLIGHT_SLOT_BYTES * flight_recorder_slots(records)
 
 
 # PyTorch's cuBLAS workspace, per cuBLAS handle and stream, from its caching allocator
