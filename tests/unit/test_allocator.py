@@ -71,50 +71,10 @@ def test_a_named_library_that_is_no_jemalloc_is_refused_in_one_line(
     assert "\n" not in str(missing.value) + str(wrong.value) + str(split.value)
 
 
-FREED_HEAP = """
-import ctypes, sys, torch
-from dmlbench.train.measures import RunMeasures
-
-def anon() -> int:
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith("RssAnon:"))
-    return int(line.split()[1]) * 1024
-
-libc = ctypes.CDLL(None)
-libc.malloc.restype = ctypes.c_void_p
-libc.free.argtypes = [ctypes.c_void_p]
-blocks = [libc.malloc(1000) for _ in range(8192)]  # 8 MiB of the heap, below mmap's threshold
-for block in blocks:
-    ctypes.memset(block, 1, 1000)
-for block in blocks[:-1]:  # the last pins the heap's top: free() cannot trim it
-    libc.free(block)
-print(anon(), RunMeasures(torch.device("cpu")).resident_start, sep="|")
-"""
-
-
-def test_a_cpu_run_starts_its_memory_from_what_the_process_holds_not_what_it_freed() -> None:
-    """What a process freed before the run and glibc still holds would be taken back by
-    the run's first allocations without raising resident memory, so a start reading
-    that counts it reads the run low by as much (ZeRO-1 and DDP read 1.3 MiB apart on
-    the same model): the start is read after glibc gives its free pages back."""
-    if not allocator.on_glibc():
-        pytest.skip("glibc's heap on Linux only")
-    glibc_only = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # no jemalloc
-    done = subprocess.run(
-        [sys.executable, "-c", FREED_HEAP],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=glibc_only,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    freed, start = (int(part) for part in done.stdout.strip().splitlines()[-1].split("|"))
-    assert freed - start >= 6 * 2**20  # most of the 8 MiB freed is not counted
-
-
-HOLED_HEAP = """
+# what both heap tests start from: the process's anonymous resident memory, and blocks
+# of glibc's heap, each written so that its pages are resident
+HEAP = """
 import ctypes
-from dmlbench.train.allocator import release_free_heap, tune_allocator
 
 def anon() -> int:
     with open("/proc/self/status") as status:
@@ -131,6 +91,49 @@ def blocks(count: int, size: int) -> list[int]:
     for block in made:
         ctypes.memset(block, 1, size)
     return made
+"""
+
+FREED_HEAP = (
+    HEAP
+    + """
+import torch
+from dmlbench.train.measures import RunMeasures
+
+heap = blocks(8192, 1000)  # 8 MiB of the heap, below mmap's threshold
+for block in heap[:-1]:  # the last pins the heap's top: free() cannot trim it
+    libc.free(block)
+print(anon(), RunMeasures(torch.device("cpu")).resident_start, sep="|")
+"""
+)
+
+
+def heap_figures(script: str, env: dict[str, str]) -> list[str]:
+    """The last line of ``script``'s output in a fresh interpreter started in ``env``,
+    split at ``|``, and the line before it."""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    return [*lines[-2:-1], *lines[-1].split("|")]
+
+
+def test_a_cpu_run_starts_its_memory_from_what_the_process_holds_not_what_it_freed() -> None:
+    """What a process freed before the run and glibc still holds would be taken back by
+    the run's first allocations without raising resident memory, so a start reading
+    that counts it reads the run low by as much (ZeRO-1 and DDP read 1.3 MiB apart on
+    the same model): the start is read after glibc gives its free pages back."""
+    if not allocator.on_glibc():
+        pytest.skip("glibc's heap on Linux only")
+    glibc_only = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # no jemalloc
+    freed, start = (int(part) for part in heap_figures(FREED_HEAP, glibc_only)[-2:])
+    assert freed - start >= 6 * 2**20  # most of the 8 MiB freed is not counted
+
+
+HOLED_HEAP = (
+    HEAP
+    + """
+from dmlbench.train.allocator import release_free_heap, tune_allocator
 
 # as the imports before a run do: large blocks freed between others still held
 large = blocks(256, 65536)
@@ -144,6 +147,7 @@ for block in step:
     libc.free(block)
 print(before, anon(), sep="|")
 """
+)
 
 
 def test_returning_gives_a_steps_freed_blocks_back_whatever_the_heap_held_before() -> None:
@@ -156,11 +160,6 @@ def test_returning_gives_a_steps_freed_blocks_back_whatever_the_heap_held_before
         pytest.skip("glibc's tunables on Linux only")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "GLIBC_TUNABLES")}
     env.update(allocator.preload("returning")[0])
-    done = subprocess.run(
-        [sys.executable, "-c", HOLED_HEAP], capture_output=True, text=True, timeout=120, env=env
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    said, figures = done.stdout.strip().splitlines()[-2:]
+    said, before, after = heap_figures(HOLED_HEAP, env)
     assert said == allocator.RETURNING
-    before, after = (int(part) for part in figures.split("|"))
-    assert after - before < 2 * 2**20  # of the 8 MiB the step freed, almost nothing stays
+    assert int(after) - int(before) < 2 * 2**20  # of the 8 MiB the step freed, almost nothing stays
