@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dmlbench.errors import DatasetError, ResultsNotStored, StoreError, WorkerFailed
+from dmlbench.errors import DatasetError, ResultsNotStored, SpecError, StoreError, WorkerFailed
 from dmlbench.netem.host import NetworkError
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
@@ -175,6 +175,21 @@ def prepare_data(spec: RunSpec) -> None:
         raise DatasetError(
             f"{task.name}: the data under {spec.data_dir} holds {train:,} training and "
             f"{test:,} test examples: a run needs some of each"
+        )
+
+
+def check_device(device: str) -> None:
+    """Refuse ``device=cuda`` in one line where this host's workers would find no CUDA
+    device, before any data is fetched or any worker starts."""
+    if device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "a CPU build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
+        raise SpecError(
+            f"device=cuda: torch {torch.__version__} ({build}) sees no CUDA device on this "
+            "host; run with device=auto or cpu"
         )
 
 

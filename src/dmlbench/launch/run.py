@@ -17,6 +17,7 @@ from dmlbench.launch.lifecycle import (
     OpenedRun,
     ProgressFn,
     RunOutcome,
+    check_device,
     execute,
     machine_peak,
     name_lost_node,
@@ -121,6 +122,7 @@ class LocalLauncher(Launcher):
                 raise SpecError(f"--nnodes {rendezvous.nodes} but the spec has nodes={spec.nodes}")
         if self.network:
             preflight(self.network)  # not root, or no way to emulate it: refused first
+        check_device(spec.device)
         prepare_data(spec)
         self.allocator, absent = preload(spec.cpu_allocator)
         if absent:

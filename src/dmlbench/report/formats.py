@@ -36,6 +36,8 @@ def share(value: Any) -> str:
     ``0.3%`` (a tiny model's share of the device's peak)."""
     if missing(value):
         return MISSING
+    if 0 < abs(value) < 0.001:  # a CPU's curve on a GPU profile: 0.011%, not 0.0%
+        return f"{100 * value:.2g}%"
     return format(value, ".1%" if abs(value) < 0.1 else ".0%")
 
 
