@@ -12,8 +12,9 @@
 # workspace: cuBLAS's workspaces measured apart from any run, against the runtime K a
 #           GPU worker is predicted with (perfmodel.memory.cuda_workspace_bytes).
 # curve:    issue 54, item 2: one device's step time against its local batch (8 to
-#           256) for ResNet-50 and the GPT, in bf16 and tf32: the measured curve that
-#           `simulate-cluster --cluster --curve` and `replay_mlperf.py --curve` take.
+#           256) for ResNet-50 and the GPT, in bf16 and tf32 (`dmlbench bench curve`):
+#           the measured curve that `simulate-cluster --curve` and `replay_mlperf.py
+#           --curve` take.
 set -u
 S=${1:-gpu-check-store}
 O=${2:-.}
@@ -47,12 +48,9 @@ fi
 
 if part curve; then
   for p in bf16 tf32; do
-    for t in imagenet-resnet50:local-batch-curve kjv-gpt:local-batch-curve-gpt; do
-      task=${t%%:*}
-      dmlbench sweep "benchmarks/sweeps/${t##*:}.yaml" --store "$S" --set recipe.precision=$p \
-        --repeats "${REPEATS:-1}"
-      $PY benchmarks/local_batch_curve.py --store "$S" --task "$task" --precision $p \
-        --out "$O/$task-curve-$p.json"
+    for task in imagenet-resnet50 kjv-gpt; do
+      dmlbench bench curve $task --device cuda --precision $p --repeats "${REPEATS:-1}" \
+        --store "$S" --out "$O/$task-curve-$p.json"
       keep
     done
   done

@@ -47,10 +47,9 @@ from dmlbench.perfmodel.cluster import (
     KERNEL_FLOOR_S,
     ddp_buckets,
     ddp_step,
-    read_curve,
-    step_line,
 )
 from dmlbench.perfmodel.convergence import fit
+from dmlbench.perfmodel.curve import read_curve, step_line
 from dmlbench.perfmodel.hardware import Hardware, load_hardware
 from dmlbench.perfmodel.model import Layout, cluster_allreduce_time
 from dmlbench.perfmodel.workloads import WORKLOADS, Workload
@@ -130,7 +129,7 @@ def load_curve(path: Path | None) -> list[tuple[float, float]] | None:
     """A measured curve: ``[[local_batch, seconds per step], ...]`` on one device."""
     if path is None:
         return None
-    points = sorted((b, s) for b, s in read_curve(path))
+    points = list(read_curve(path).points)
     if len({b for b, _ in points}) < 2:
         sys.exit(f"{path}: a curve needs two or more local batches")
     return points

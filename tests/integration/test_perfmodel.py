@@ -99,3 +99,31 @@ def _groups(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
     for row in rows:
         groups.setdefault((row["network"], row["algorithm"]), []).append(row)
     return groups
+
+
+@pytest.mark.multiprocess
+def test_bench_curve_measures_a_devices_step_by_local_batch_and_reuses_its_runs(
+    tmp_path: Path,
+) -> None:
+    """Issue 54, item 2, in one command: a synthetic one-worker run at each local batch,
+    stored, and the curve file simulate-cluster reads, which says where it was measured."""
+    store, out = str(tmp_path / "store"), tmp_path / "curve.json"
+    args = ("bench", "curve", "cifar10-resnet20", "--local-batch", "2,8", "--steps", "2")
+    first = inside(*args, "--warmup", "1", "--out", str(out), "--store", store)
+    assert "2 to run" in first.stdout
+    written = json.loads(out.read_text())
+    assert (written["task"], written["precision"]) == ("cifar10-resnet20", "fp32")
+    assert [batch for batch, _ in written["points"]] == [2, 8]
+    assert len(written["runs"]) == 2 and written["device"]
+    stored = json.loads(inside("results", "--json", "--store", store).stdout)
+    steps = {run["local_batch"]: run["summary"]["step_time_s"] for run in stored}
+    assert {b: s for b, s in written["points"]} == pytest.approx(steps)
+    assert all(run["status"] == "throughput" and run["workers"] == 1 for run in stored)
+    again = inside(*args, "--warmup", "1", "--out", str(out), "--store", store, "--json")
+    assert "2 already in" in again.stderr and "0 to run" in again.stderr
+    assert json.loads(again.stdout) == written
+    cluster = ("--cluster", "dgx-h200", "--nodes", "1", "--local-batch", "4")
+    used = inside("simulate-cluster", "cifar10-resnet20", *cluster, "--curve", str(out), "--json")
+    source = json.loads(used.stdout)["efficiency_source"]
+    assert source.startswith("measured at local batch 2–8 on ")
+    assert "not measured on this profile's NVIDIA H200" in source

@@ -320,7 +320,7 @@ def test_a_measured_curve_gives_the_compute_at_any_local_batch() -> None:
     result = simulate_cluster(GOYAL_TASK, "dgx-h200", [1, 4], local_batch=64, curve=curve)
     assert result.local_batch == 64
     assert result.rows[0]["compute_s"] == pytest.approx(0.012 + 64 * 0.00018)
-    assert "12.0 ms fixed" in result.efficiency_source
+    assert "measured at local batch 32–256: 23.5 ms a step at 64" in result.efficiency_source
     one = simulate_cluster(GOYAL_TASK, "dgx-h200", [1], local_batch=64, samples_per_s=3200)
     assert one.rows[0]["compute_s"] == pytest.approx(64 / 3200)
     assert one.efficiency_source.startswith("measured")

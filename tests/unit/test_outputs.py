@@ -175,6 +175,7 @@ OUTPUT_CALLS = {
         "dgx-a100",
         "--png",
     ),
+    ("bench curve", "out"): ("bench", "curve", "cifar10-resnet20", "--store", "{store}", "--out"),
     ("slurm", "out"): ("slurm", "digits-mlp", "--out"),
     ("k8s", "out"): ("k8s", "digits-mlp", "--image", "img", "--out"),
 }

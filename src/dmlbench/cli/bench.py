@@ -1,7 +1,10 @@
-"""`dmlbench bench`: micro-benchmarks of the communication layer."""
+"""`dmlbench bench`: micro-benchmarks: all-reduce over message sizes (the communication
+layer), and one device's step against its local batch (the compute)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -12,15 +15,21 @@ from dmlbench.cli.options import (
     JsonOption,
     NetworkOption,
     NprocPerNodeOption,
+    QuietOption,
+    SetOption,
     StoreOption,
     command_group,
     console,
     err_console,
     open_store,
+    output_option,
     print_json,
 )
 
-bench_app = command_group("Micro-benchmarks of the communication layer (mlbench's task 0).")
+bench_app = command_group(
+    "Micro-benchmarks: all-reduce over message sizes (mlbench's task 0), and one device's "
+    "step against its local batch."
+)
 
 
 @bench_app.command("allreduce", cls=Command)
@@ -98,4 +107,90 @@ def allreduce(
     if json_out:
         print_json(runs)
     if failed:
+        raise typer.Exit(1)
+
+
+@bench_app.command("curve", cls=Command)
+def curve(
+    task: Annotated[str, typer.Argument(help="a task with an input shape (`dmlbench tasks`)")],
+    local_batch: Annotated[
+        str, typer.Option(help="local batches, e.g. 8,16,32 (a run each)")
+    ] = "8,16,32,64,128,256",
+    precision: Annotated[
+        str | None, typer.Option(help="fp32, tf32 or bf16 (default: the recipe's)")
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
+    out: Annotated[
+        Path | None,
+        output_option("write the curve here (default: curve-TASK-PRECISION.json)", "--out file"),
+    ] = None,
+    steps: Annotated[int, typer.Option(help="timed steps a run", min=1, max=100_000)] = 30,
+    warmup: Annotated[
+        int, typer.Option(help="steps a run takes before the clock starts", min=0, max=100_000)
+    ] = 10,
+    repeats: Annotated[
+        int, typer.Option(help="runs a batch; the curve takes their median", min=1)
+    ] = 1,
+    overrides: SetOption = None,
+    store: StoreOption = STORE,
+    json_out: JsonOption = False,
+    quiet: QuietOption = True,
+) -> None:
+    """One device's step time against its local batch: a one-worker run on synthetic
+    data (DLBS's throughput mode) at each --local-batch, each stored, and the curve file
+    that `simulate-cluster --curve` and `advise --cluster --curve` read.
+
+    Running it again reuses the runs the store has; Ctrl-C keeps them.
+    """
+    from dmlbench.cli.sweeps import run_sweep
+    from dmlbench.cli.views.predictions import curve_table
+    from dmlbench.files import check_output_file, write_file
+    from dmlbench.launch.lifecycle import check_device
+    from dmlbench.launch.request import worker_counts
+    from dmlbench.perfmodel.curve import curve_from_runs
+    from dmlbench.spec.sweep import validate_sweep
+    from dmlbench.tasks import get_task
+
+    batches = worker_counts(local_batch, "--local-batch", "local batches")
+    precision = precision or get_task(task).recipe.precision
+    path = out or Path(f"curve-{task}-{precision}.json")
+    check_output_file(path, "--out file")  # before any run, not after them all
+    check_device(device)
+    fixed = {
+        "workers": 1,
+        "device": device,
+        "synthetic_data": True,
+        "warmup_steps_excluded": warmup,
+        "max_steps": warmup + steps,
+        "recipe.precision": precision,
+    }
+    sweep = validate_sweep(
+        {
+            "name": f"curve-{task}-{device}-{precision}-{steps}x{warmup}",
+            "task": task,
+            "repeats": repeats,
+            "set": fixed,
+            "axes": {"recipe.local_batch": batches},
+        }
+    )
+    runs = run_sweep(
+        sweep, overrides=overrides, store=store, json_out=json_out, quiet=quiet, table=False
+    )
+    measured, elsewhere = curve_from_runs(runs, precision)
+    write_file(path, json.dumps(measured.to_json(), indent=1) + "\n", "--out file")
+    missing = sorted(set(batches) - {int(b) for b, _ in measured.points})
+    if json_out:
+        print_json(measured.to_json())
+    else:
+        console.print(curve_table(measured, elsewhere))
+        console.print(
+            f"curve: {path} (dmlbench simulate-cluster {task} --cluster PROFILE --curve {path})",
+            markup=False,
+            soft_wrap=True,
+        )
+    if missing:
+        err_console.print(
+            f"[yellow]no finished run at local batch {', '.join(map(str, missing))}: the "
+            "curve leaves them out (their runs: dmlbench results)[/yellow]"
+        )
         raise typer.Exit(1)

@@ -25,9 +25,8 @@ if TYPE_CHECKING:
 CurveOption = Annotated[
     Path | None,
     typer.Option(
-        help="one device's measured step time against its local batch (JSON [[batch, "
-        "seconds], ...], from benchmarks/local_batch_curve.py), in place of --efficiency: "
-        "the compute at any local batch"
+        help="one device's measured step time against its local batch (the file `dmlbench "
+        "bench curve` writes), in place of --efficiency: the compute at any local batch"
     ),
 ]
 ConvergeFromOption = Annotated[
@@ -148,7 +147,8 @@ def _cluster_time_to_train(
     from its runs in ``store``, with time to train fitted on ``converge_from``'s runs
     (the task's own by default)."""
     from dmlbench.launch.request import worker_counts
-    from dmlbench.perfmodel.cluster import add_time_to_train, read_curve, simulate_cluster
+    from dmlbench.perfmodel.cluster import add_time_to_train, simulate_cluster
+    from dmlbench.perfmodel.curve import read_curve
 
     stored = open_store(store) if store.exists() else None
     runs = stored.runs(task=task) if stored else []

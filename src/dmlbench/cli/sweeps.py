@@ -69,28 +69,33 @@ def sweep(
 def run_sweep(
     sweep: Any,
     *,
-    overrides: list[str],
-    plugins: list[str],
-    fields: dict[str, Any],
     store: Path,
-    rerun: Rerun,
-    plan_only: bool,
-    json_out: bool,
-    quiet: bool,
+    overrides: list[str] | None = None,
+    plugins: list[str] | None = None,
+    fields: dict[str, Any] | None = None,
+    rerun: Rerun = Rerun.failed,
+    plan_only: bool = False,
+    json_out: bool = False,
+    quiet: bool = True,
     repeats: int | None = None,
     slurm: Any = None,
-) -> None:
-    """Plan a sweep, then (unless ``plan_only``) run what the store does not have yet;
-    ``slurm``: the Slurm job this runs in (its runs of several nodes use its nodes)."""
+    table: bool = True,
+) -> list[Any]:
+    """Plan a sweep, then (unless ``plan_only``) run what the store does not have yet,
+    and return the sweep's stored runs; ``slurm``: the Slurm job this runs in (its runs
+    of several nodes use its nodes); ``table``: print the scaling table and exit 1 where
+    a run failed (else the caller reads the runs)."""
     from dmlbench.sweep import pending, plan_sweep
     from dmlbench.sweep import run_sweep as run_planned
 
-    plan = plan_sweep(sweep, overrides=overrides, plugins=plugins, fields=fields, repeats=repeats)
+    plan = plan_sweep(
+        sweep, overrides=overrides or (), plugins=plugins or (), fields=fields, repeats=repeats
+    )
     results = open_store(store)
     to_run, skipped = pending(plan, results, rerun)
     if plan_only:
         _print_plan(plan, {r.key for r in skipped}, json_out)
-        return
+        return []
     out = err_console if json_out else console
     out.print(
         f"sweep [bold]{escape(plan.sweep.name)}[/bold]: {plural(len(plan.runs), 'run')} planned, "
@@ -108,14 +113,14 @@ def run_sweep(
     )
     bars.close()
     runs = results.runs(sweep=plan.sweep.name)
-    if json_out:
+    if table and json_out:
         print_json(runs)
-    else:
+    elif table:
         from dmlbench.cli.views.tables import scaling_tables
         from dmlbench.report import analysis
 
-        table = analysis.scaling_table(analysis.runs_frame(runs))
-        for rich_table in scaling_tables(table):
+        frame = analysis.scaling_table(analysis.runs_frame(runs))
+        for rich_table in scaling_tables(frame):
             console.print(rich_table)
         console.print(
             f"{plural(len(outcome.finished), 'run')} done, {len(outcome.skipped)} skipped, "
@@ -130,8 +135,9 @@ def run_sweep(
             "interrupted: finished runs are stored; run the same command again to resume"
         )
         raise typer.Exit(130)
-    if outcome.failed:
+    if outcome.failed and table:
         raise typer.Exit(1)
+    return runs
 
 
 class _Bars:

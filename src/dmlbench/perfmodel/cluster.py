@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from dmlbench.errors import SpecError
+from dmlbench.perfmodel.curve import Curve
 from dmlbench.perfmodel.hardware import (
     DEFAULT_EFFICIENCY,
     Accelerator,
@@ -240,64 +241,6 @@ def efficiency_from_runs(
     return value, f"measured: {len(found)} {dtype} run(s){at} on {accelerator.name} ({runs_text})"
 
 
-def read_curve(path: Path) -> list[list[float]]:
-    """A measured curve file: JSON ``[[local batch, seconds a step], ...]``, bounded."""
-    import json
-    import math
-
-    from dmlbench.files import read_bounded
-
-    try:
-        data = json.loads(read_bounded(path, 1 << 20, "--curve file", SpecError))
-    except ValueError:
-        raise SpecError(f"--curve {path} is not JSON: give [[local batch, seconds], ...]") from None
-    ok = isinstance(data, list) and 0 < len(data) <= 1000
-    ok = ok and all(
-        isinstance(p, list)
-        and len(p) == 2
-        and all(type(v) in (int, float) and math.isfinite(v) and 0 < v <= 1e9 for v in p)
-        for p in data
-    )
-    if not ok:
-        raise SpecError(
-            f"--curve {path}: give 1 to 1,000 [local batch, seconds a step] pairs above 0"
-        )
-    return data
-
-
-def step_line(curve: Sequence[Sequence[float]]) -> tuple[float, float]:
-    """(fixed seconds, seconds a sample) of the least-squares line through a measured
-    curve of ``[local batch, seconds a step]`` at two or more batches; the intercept, a
-    step's fixed part (launches, the host), is at least 0."""
-    points = [(float(b), float(s)) for b, s in curve]
-    n = len(points)
-    mean_b = sum(b for b, _ in points) / n
-    mean_s = sum(s for _, s in points) / n
-    slope = sum((b - mean_b) * (s - mean_s) for b, s in points) / sum(
-        (b - mean_b) ** 2 for b, _ in points
-    )
-    return max(0.0, mean_s - slope * mean_b), slope
-
-
-def measured_compute(curve: Sequence[Sequence[float]], batch: float) -> tuple[float, str]:
-    """One device's compute per step at ``batch`` from what was measured on it: a curve
-    of ``[local batch, seconds a step]`` (``benchmarks/local_batch_curve.py`` writes
-    one). Two or more batches: :func:`step_line` through them; one: in proportion to
-    the batch."""
-    points = [(float(b), float(s)) for b, s in curve]
-    if not points or any(not (b > 0 and s > 0) for b, s in points):
-        raise SpecError("a measured curve holds [local batch, seconds a step] pairs above 0")
-    if len({b for b, _ in points}) == 1:
-        b1, s1 = points[0]
-        return s1 * batch / b1, f"measured: {s1 * 1e3:.1f} ms a step at {b1:g}, in proportion"
-    fixed, slope = step_line(points)
-    batches = ", ".join(f"{b:g}" for b, _ in sorted(points))
-    return fixed + slope * batch, (
-        f"measured at local batch {batches}: {fixed * 1e3:.1f} ms fixed + "
-        f"{slope * 1e6:.1f} µs a sample"
-    )
-
-
 @dataclass
 class ClusterSimulation:
     """`simulate-cluster`'s result: a row per node count (see :func:`scale`; with time to
@@ -333,7 +276,7 @@ def simulate_cluster(
     runs: Sequence[Any] = (),
     local_batch: int | None = None,
     samples_per_s: float | None = None,
-    curve: Sequence[Sequence[float]] | None = None,
+    curve: Curve | Sequence[Sequence[float]] | None = None,
     algorithm: str = "ring",
 ) -> ClusterSimulation:
     """`dmlbench simulate-cluster TASK --cluster PROFILE`: the scaling table and where its inputs
@@ -351,7 +294,9 @@ def simulate_cluster(
     cost = task_cost(task, local_batch)
     compute: float | None = None  # a measured step; None: the FLOPs over the peak × share
     if curve is not None:
-        compute, source = measured_compute(curve, cost.local_batch)
+        compute, source = curve_compute(
+            curve if isinstance(curve, Curve) else Curve.of(curve), cluster, dtype, cost.local_batch
+        )
     elif samples_per_s is not None:
         compute = cost.local_batch / samples_per_s
         source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
@@ -392,6 +337,19 @@ def simulate_cluster(
         algorithm=algorithm,
         rows=rows,
     )
+
+
+def curve_compute(curve: Curve, cluster: Cluster, dtype: str, batch: int) -> tuple[float, str]:
+    """A step's compute at ``batch`` read off a measured curve, and where it came from,
+    with a word where the curve was measured on another device or at another precision
+    than the profile's: it is used as measured."""
+    compute, source = curve.step_at(batch)
+    accelerator = cluster.accelerator
+    if curve.device and not any(token in curve.device for token in accelerator.matches):
+        source += f"; not measured on this profile's {accelerator.name}"
+    if curve.precision and curve.precision != dtype:
+        source += f"; the peak here is {dtype}'s"
+    return compute, source
 
 
 def convergence_points(runs: Sequence[Any]) -> list[tuple[float, float]]:

@@ -12,11 +12,15 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from dmlbench.perfmodel.cluster import ClusterSimulation
+    from dmlbench.perfmodel.curve import Curve
 
 from dmlbench.report.formats import (
+    microseconds,
+    milliseconds,
     money,
     percent,
     seconds,
+    share,
 )
 
 
@@ -130,7 +134,7 @@ def cluster_table(result: ClusterSimulation) -> Group:
         f"compute: {1e3 * result.rows[0]['compute_s']:.1f} ms a step = "
         f"{result.flops_per_step / 1e9:,.1f} GFLOP (local batch {result.local_batch}) "
         f"÷ ({result.peak_flops / 1e12:g} TFLOP/s {result.dtype} "
-        f"peak × {result.efficiency:.0%} efficiency, {result.efficiency_source})",
+        f"peak × {share(result.efficiency)} efficiency, {result.efficiency_source})",
         f"comm: {result.algorithm} all-reduce of "
         f"{result.gradient_bytes / 1e6:,.1f} MB of gradients in DDP's buckets (1 MiB, "
         "then 25 MiB); exposed: the ms of it past the end of backward",
@@ -208,6 +212,36 @@ def hardware_table(hardware: Any) -> Group:
         )
     sources = [Text(f"{key}: {profile.source}") for key, profile in hardware.clusters.items()]
     return Group(table, *sources)
+
+
+def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
+    """`dmlbench bench curve`: step time and samples/s at each local batch, where they
+    were measured, and the straight line through them (what the MLPerf replay reads)."""
+    from dmlbench.perfmodel.curve import step_line
+    from dmlbench.report.formats import plural
+
+    table = Table(
+        title=escape(f"{curve.task}: a step by local batch"),
+        title_justify="left",
+    )
+    for column in ("local batch", "step (ms)", "samples/s", "a sample (µs)"):
+        table.add_column(column, justify="right")
+    for batch, step in curve.points:
+        table.add_row(
+            f"{batch:g}", milliseconds(step), f"{batch / step:,.1f}", microseconds(step / batch)
+        )
+    lines = [Text(f"measured{curve.measured_on()}: {plural(len(curve.runs), 'run')}")]
+    if len(curve.points) > 1:
+        fixed, slope = step_line(curve)
+        lines.append(
+            Text(
+                f"least-squares line: {milliseconds(fixed)} ms fixed + "
+                f"{microseconds(slope)} µs a sample"
+            )
+        )
+    if elsewhere:
+        lines.append(Text(f"left out: {plural(elsewhere, 'run')} on another device"))
+    return Group(table, *lines)
 
 
 def plan_table(plan: dict[str, Any]) -> Group:

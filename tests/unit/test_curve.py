@@ -1,0 +1,190 @@
+"""One device's step against its local batch (issue 54, item 2): the curve file, how
+the model reads it at any batch, and the curve drawn from stored runs (no processes;
+`bench curve`'s real runs are in the integration lane)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dmlbench.errors import SpecError
+from dmlbench.perfmodel.cluster import simulate_cluster
+from dmlbench.perfmodel.curve import Curve, curve_from_runs, read_curve, step_line
+from dmlbench.perfmodel.replays import GOYAL_TASK
+from dmlbench.results.records import RunRecord, RunSummary
+
+# The shape an H200 measured for ResNet-50 in bf16 (BENCHMARKS.md): flat to 64 images
+# (launch-bound), linear beyond.
+H200 = [[8, 0.0254], [32, 0.0268], [64, 0.0332], [128, 0.0356], [256, 0.0599]]
+
+
+def test_the_curve_is_read_as_measured_between_its_batches() -> None:
+    """At a measured batch the step is the measured one, not a line's through them all
+    (the line misses the H200's 128 images by 15%); between two, on the segment."""
+    curve = Curve.of(H200)
+    for batch, seconds in H200:
+        assert curve.step_at(batch)[0] == pytest.approx(seconds)
+    fixed, slope = step_line(curve)
+    assert abs(fixed + slope * 128 - 0.0356) / 0.0356 > 0.1
+    between, says = curve.step_at(96)
+    assert between == pytest.approx((0.0332 + 0.0356) / 2)
+    assert says.startswith("measured at local batch 8–256") and "extrapolated" not in says
+
+
+def test_past_its_ends_the_curve_follows_its_end_segments_within_physical_bounds() -> None:
+    curve = Curve.of(H200)
+    # beyond: the last segment's slope (190 µs an image), the marginal cost there
+    beyond, says = curve.step_at(512)
+    assert beyond == pytest.approx(0.0599 + (0.0599 - 0.0356) / 128 * 256)
+    assert "extrapolated beyond 256" in says
+    # below: the first segment, flat (the launch floor); never below the per-sample
+    # time at the smallest batch measured
+    assert curve.step_at(4)[0] == pytest.approx(0.0254 - (0.0268 - 0.0254) / 24 * 4)
+    steep = Curve.of([[8, 0.008], [16, 0.032]])  # a segment steeper than proportion
+    assert steep.step_at(4)[0] == pytest.approx(0.004)  # in proportion, not 0 or less
+    # a last segment that falls (noise) extends flat; one that rises faster than in
+    # proportion grows only in proportion
+    noisy = Curve.of([[32, 0.0113], [64, 0.0102]])
+    assert noisy.step_at(128)[0] == pytest.approx(0.0102)
+    assert steep.step_at(32)[0] == pytest.approx(0.064)
+    # one point: in proportion
+    assert Curve.of([[32, 0.01]]).step_at(64)[0] == pytest.approx(0.02)
+
+
+def test_repeated_batches_count_as_their_median_and_bad_points_are_refused() -> None:
+    curve = Curve.of([[32, 0.03], [8, 0.01], [32, 0.02], [32, 0.07]])
+    assert curve.points == ((8.0, 0.01), (32.0, 0.03))
+    with pytest.raises(SpecError, match="pairs above 0"):
+        Curve.of([[8, 0.0]])
+
+
+def test_a_curve_file_says_where_it_was_measured_and_a_bare_list_still_reads(
+    tmp_path: Path,
+) -> None:
+    written = Curve.of(H200, task="imagenet-resnet50", device="NVIDIA H200", precision="bf16")
+    path = tmp_path / "curve.json"
+    path.write_text(json.dumps(written.to_json()))
+    assert read_curve(path) == written
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(H200))
+    assert read_curve(bare) == Curve.of(H200)
+    assert read_curve(bare).device is None
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        ({"format": "something else", "version": 1, "points": H200}, "not a dmlbench step curve"),
+        ({"format": "dmlbench step curve", "version": 2, "points": H200}, "of version 1"),
+        ({"format": "dmlbench step curve", "version": 1, "points": []}, "pairs above 0"),
+        (
+            {"format": "dmlbench step curve", "version": 1, "device": 7, "points": H200},
+            "device is not a short text",
+        ),
+        ([[8, float("inf")]], "pairs above 0"),  # written 1e999, which Python reads as inf
+        ("[[8, 0.01]", "not JSON"),
+    ],
+)
+def test_a_bad_curve_file_is_refused_in_one_line(tmp_path: Path, data: object, says: str) -> None:
+    path = tmp_path / "curve.json"
+    text = data if isinstance(data, str) else json.dumps(data).replace("Infinity", "1e999")
+    path.write_text(text)
+    with pytest.raises(SpecError, match=says) as error:
+        read_curve(path)
+    assert "\n" not in str(error.value)
+
+
+def test_a_curve_from_another_device_or_precision_is_used_but_said() -> None:
+    """The MLPerf replay moves a curve between devices on purpose; a user who does so
+    by mistake is told, in the line that says where the compute came from."""
+    h200 = Curve.of(H200, device="NVIDIA H200", precision="bf16")
+    same = simulate_cluster(GOYAL_TASK, "dgx-h200", [1], local_batch=64, curve=h200, dtype="bf16")
+    assert same.rows[0]["compute_s"] == pytest.approx(0.0332)
+    assert "not measured on" not in same.efficiency_source
+    assert "on NVIDIA H200 (bf16)" in same.efficiency_source
+    other = simulate_cluster(GOYAL_TASK, "dgx-a100", [1], local_batch=64, curve=h200)
+    assert other.rows[0]["compute_s"] == pytest.approx(0.0332)
+    assert "not measured on this profile's NVIDIA A100" in other.efficiency_source
+    assert "the peak here is fp32's" in other.efficiency_source
+
+
+def _run(run_id: str, batch: int, step: float, **changes: object) -> RunRecord:
+    values: dict[str, object] = {
+        "run_id": run_id,
+        "task": "imagenet-resnet50",
+        "status": "throughput",
+        "division": "open",
+        "created_at": f"2026-11-28T06:00:{run_id}",
+        "workers": 1,
+        "local_batch": batch,
+        "global_batch": batch,
+        "seed": 0,
+        "exchange": "allreduce",
+        "spec": {"recipe": {"precision": "bf16"}},
+        "deviations": {},
+        "environment": {},
+        "gpus": ["NVIDIA H200"],
+        "run_dir": "d",
+        "network": "none",
+        "summary": RunSummary(finished=True, step_time_s=step, device="cuda:0"),
+    }
+    values.update(changes)
+    return RunRecord(**values)  # type: ignore[arg-type]
+
+
+def test_the_curve_of_stored_runs_takes_the_newest_runs_device_and_medians() -> None:
+    runs = [
+        _run("01", 8, 0.025),
+        _run("02", 8, 0.027),
+        _run("03", 8, 0.040),
+        _run("04", 64, 0.033),
+        _run("05", 64, 0.5, gpus=["NVIDIA A100-SXM4-80GB"]),  # older, other
+        _run("06", 32, 0.2, status="failed"),  # did not end as planned
+        _run("07", 32, 0.2, workers=2),  # not one device's
+        _run("08", 16, 0.2, spec={"recipe": {"precision": "fp32"}}),  # another precision
+        _run("09", 16, 0.1, summary=RunSummary(finished=True, step_time_s=0.1, device="cpu")),
+        _run("10", 128, 0.036),
+    ]
+    curve, elsewhere = curve_from_runs(runs, "bf16")
+    assert curve.points == ((8.0, 0.027), (64.0, 0.033), (128.0, 0.036))
+    assert (curve.device, curve.precision, curve.task) == ("NVIDIA H200", "bf16", runs[0].task)
+    assert curve.runs == ("01", "02", "03", "04", "10")
+    assert elsewhere == 2  # the A100's and the CPU's
+    with pytest.raises(SpecError, match="no finished one-worker run"):
+        curve_from_runs(runs[5:8], "bf16")
+
+
+def test_bench_curve_refuses_before_any_run_what_it_could_not_finish(
+    dmlbench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unknown task, a bad batch list, or a default output name that is taken by a
+    folder: one line each, and no run is started (the store is not even made)."""
+    monkeypatch.chdir(tmp_path)
+    store = str(tmp_path / "store")
+    (tmp_path / "curve-cifar10-resnet20-bf16.json").mkdir()
+    for args, says in [
+        (("no-such-task",), "unknown task"),
+        (("cifar10-resnet20", "--local-batch", "8,x"), "--local-batch '8,x'"),
+        (("cifar10-resnet20", "--precision", "bf16"), "is a folder"),
+    ] + [(("cifar10-resnet20", "--device", "cuda"), "sees no CUDA device on this host")] * (
+        not torch.cuda.is_available()
+    ):
+        code, _, err = dmlbench("bench", "curve", *args, "--store", store)
+        assert code == 2 and says in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has a CUDA device")
+def test_a_run_on_cuda_where_there_is_none_is_refused_before_anything_starts(
+    dmlbench, tmp_path: Path
+) -> None:
+    """It failed inside the worker with torch's AttributeError (`_cuda_setDevice`)."""
+    store = tmp_path / "store"
+    code, _, err = dmlbench("run", "synthetic-mlp", "--set", "device=cuda", "--store", str(store))
+    assert code == 2 and "device=cuda: torch" in err and "device=auto or cpu" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not list(store.glob("runs/*"))
