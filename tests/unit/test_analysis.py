@@ -274,6 +274,13 @@ def test_worker_counts_sort_as_numbers() -> None:
     assert list(table["baseline_workers"]) == [2, 2, 2]
 
 
+def test_variants_sort_by_the_numbers_in_them() -> None:
+    """A local-batch sweep (`bench curve`) listed 16 before 4 and 8."""
+    runs = [stored_run(f"b{b}", 1, tta=1.0, local_batch=b) for b in (16, 4, 128, 8)]
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    assert list(table["variant"]) == [f"global_batch={b} local_batch={b}" for b in (4, 8, 16, 128)]
+
+
 def test_price_table_is_data_and_refuses_bad_entries(tmp_path) -> None:
     from dmlbench.errors import SpecError
     from dmlbench.prices import choose_price

@@ -109,6 +109,9 @@ def test_a_curve_from_another_device_or_precision_is_used_but_said() -> None:
     assert other.rows[0]["compute_s"] == pytest.approx(0.0332)
     assert "not measured on this profile's NVIDIA A100" in other.efficiency_source
     assert "the peak here is fp32's" in other.efficiency_source
+    another_task = Curve.of(H200, task="cifar10-resnet20")
+    with pytest.raises(SpecError, match="measured on cifar10-resnet20's step, not"):
+        simulate_cluster(GOYAL_TASK, "dgx-a100", [1], curve=another_task)
 
 
 def _run(run_id: str, batch: int, step: float, **changes: object) -> RunRecord:

@@ -129,18 +129,19 @@ def curve(
         int, typer.Option(help="steps a run takes before the clock starts", min=0, max=100_000)
     ] = 10,
     repeats: Annotated[
-        int, typer.Option(help="runs a batch; the curve takes their median", min=1)
+        int, typer.Option(help="runs a batch; the curve takes their median", min=1, max=100)
     ] = 1,
     overrides: SetOption = None,
     store: StoreOption = STORE,
     json_out: JsonOption = False,
     quiet: QuietOption = True,
 ) -> None:
-    """One device's step time against its local batch: a one-worker run on synthetic
-    data (DLBS's throughput mode) at each --local-batch, each stored, and the curve file
-    that `simulate-cluster --curve` and `advise --cluster --curve` read.
+    """One device's step time against its local batch: the curve file that
+    `simulate-cluster --curve` reads.
 
-    Running it again reuses the runs the store has; Ctrl-C keeps them.
+    A one-worker run on synthetic data (DLBS's throughput mode) at each --local-batch,
+    each stored; running it again reuses the runs the store has, and Ctrl-C keeps them.
+    `advise --cluster --curve` reads the curve too.
     """
     from dmlbench.cli.sweeps import run_sweep
     from dmlbench.cli.views.predictions import curve_table

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
@@ -401,7 +402,21 @@ def _add_scaling(
             table.loc[index, "scaling"] = mode
             table.loc[index, "baseline_workers"] = n0
             _scale(table, index, row, base, mode, include_disturbed)
-    return table.sort_values([*series_keys, "workers"], kind="stable").reset_index(drop=True)
+    ordered = table.sort_values([*series_keys, "workers"], kind="stable", key=_in_number_order)
+    return ordered.reset_index(drop=True)
+
+
+def _in_number_order(column: pd.Series) -> pd.Series:
+    """Variants in the order of the numbers in them: ``local_batch=4`` before
+    ``local_batch=16`` (as text, 16 came first)."""
+    if column.name != "variant":
+        return column
+
+    def key(text: Any) -> tuple[Any, ...]:
+        parts = re.split(r"(\d+)", str(text))
+        return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
+
+    return column.map(key)
 
 
 SCALED = ("speedup_tta", "speedup_throughput", "efficiency_tta", "efficiency_step")
