@@ -294,13 +294,13 @@ def simulate_cluster(
     cost = task_cost(task, local_batch)
     compute: float | None = None  # a measured step; None: the FLOPs over the peak × share
     if curve is not None:
-        measured = curve if isinstance(curve, Curve) else Curve.of(curve)
-        if measured.task is not None and measured.task != task:
+        read = curve if isinstance(curve, Curve) else Curve.of(curve)
+        if read.task is not None and read.task != task:
             raise SpecError(
-                f"--curve: measured on {measured.task}'s step, not {task}'s; measure "
+                f"--curve: measured on {read.task}'s step, not {task}'s; measure "
                 f"{task}'s with `dmlbench bench curve {task}`"
             )
-        compute, source = curve_compute(measured, cluster, dtype, cost.local_batch)
+        compute, source = curve_compute(read, cluster, dtype, cost.local_batch)
     elif samples_per_s is not None:
         compute = cost.local_batch / samples_per_s
         source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
