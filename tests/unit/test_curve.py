@@ -187,6 +187,7 @@ def test_bench_curve_refuses_before_any_run_what_it_could_not_finish(
     for args, says in [
         (("no-such-task",), "unknown task"),
         (("cifar10-resnet20", "--local-batch", "8,x"), "--local-batch '8,x'"),
+        (("cifar10-resnet20", "--precision", "../../x"), "one of fp32, tf32, bf16"),
         (("cifar10-resnet20", "--precision", "bf16"), "is a folder"),
     ] + [(("cifar10-resnet20", "--device", "cuda"), "sees no CUDA device on this host")] * (
         not torch.cuda.is_available()

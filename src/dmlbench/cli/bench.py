@@ -145,14 +145,18 @@ def curve(
     """
     from dmlbench.cli.sweeps import run_sweep
     from dmlbench.cli.views.predictions import curve_table
+    from dmlbench.errors import SpecError
     from dmlbench.files import check_output_file, write_file
     from dmlbench.launch.lifecycle import check_device
     from dmlbench.launch.request import worker_counts
     from dmlbench.perfmodel.curve import curve_from_runs
+    from dmlbench.spec.recipe import PRECISIONS
     from dmlbench.spec.sweep import validate_sweep
     from dmlbench.tasks import get_task
 
     batches = worker_counts(local_batch, "--local-batch", "local batches")
+    if precision is not None and precision not in PRECISIONS:  # it names the file
+        raise SpecError(f"--precision {precision!r}: one of {', '.join(PRECISIONS)}")
     precision = precision or get_task(task).recipe.precision
     path = out or Path(f"curve-{task}-{precision}.json")
     check_output_file(path, "--out file")  # before any run, not after them all

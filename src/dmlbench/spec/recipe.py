@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
 from dmlbench.strict import MAX_COUNT, StrictModel
+
+Precision = Literal["fp32", "tf32", "bf16"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 
 class ModelSpec(StrictModel):
@@ -229,7 +232,7 @@ class Recipe(StrictModel):
     optimizer: OptimizerSpec = Field(default_factory=lambda: OptimizerSpec())
     schedule: Schedule
     l2: float = Field(0.0, ge=0.0, description="adds l2/2·‖w‖² to the loss")
-    precision: Literal["fp32", "tf32", "bf16"] = Field(
+    precision: Precision = Field(
         "fp32",
         description="bf16: forward and loss under torch.autocast (weights, gradients "
         "and the exchange stay fp32); tf32: float32 throughout, its matmuls on a GPU's "
