@@ -285,6 +285,10 @@ def process_id() -> int:
     return os.getpid()
 
 
+def hold(value: object) -> None:
+    """Nothing: a task that makes its worker fetch ``value`` (see Session.broadcast)."""
+
+
 def ddp_teardown() -> bool:
     """Destroy this worker's process group, if any (end of fit, or a failed generation)."""
     import torch.distributed as dist

@@ -118,14 +118,38 @@ class Session:
                 time.sleep(0.2 * (attempt + 1))
 
     def broadcast(self, value: object) -> Future:
-        """One value to every worker, given up (TimeoutError) after the timeout."""
+        """One value to every worker, given up (TimeoutError) after the timeout: scattered
+        to one worker, then fetched by each of the others as a task's dependency.
+
+        Not ``scatter(broadcast=True)``: that runs the scheduler's replication loop,
+        which the Active Memory Manager (on by default) works against by dropping the
+        replicas it makes. In CI one such loop never ended; it held the scheduler's
+        replica lock, so every later broadcast to that cluster waited too, and three
+        fits in a row each failed after their five tries."""
 
         def scatter() -> Any:  # runs on the client's loop: returns the coroutine
-            return self.client.scatter(
-                value, broadcast=True, hash=False, timeout=self.timeout, asynchronous=True
-            )
+            return self.client.scatter(value, hash=False, timeout=self.timeout, asynchronous=True)
 
-        return self.client.sync(scatter, callback_timeout=self.timeout)
+        future = self.client.sync(scatter, callback_timeout=self.timeout)
+        fetched = [
+            self.client.submit(
+                remote.hold, future, workers=[address], allow_other_workers=False, pure=False
+            )
+            for address in self.workers.current()
+        ]
+        deadline = time.monotonic() + self.timeout
+        try:
+            for task in fetched:  # TimeoutError where one never answers
+                try:
+                    task.result(timeout=max(0.01, deadline - time.monotonic()))
+                except TimeoutError:
+                    raise
+                except (Exception, asyncio.CancelledError) as error:  # lost the worker or value
+                    raise OSError(f"a worker could not fetch it: {error!r:.100}") from None
+        finally:
+            for task in fetched:
+                task.release()
+        return future
 
     def drain_notes(self) -> list[str]:
         notes, self.notes = self.notes, []
