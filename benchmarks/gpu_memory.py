@@ -54,7 +54,7 @@ def rows(stores: list[Path]) -> list[dict[str, Any]]:
             account, measured = run.summary.memory_account, run.measured_memory
             if not (run.finished and account and measured and run.gpus):
                 continue
-            precision = (run.spec.get("recipe") or {}).get("precision", "fp32")
+            precision = run.precision
             before = predicted_bytes(MemoryAccount.from_summary(account), run.exchange, 1)
             now = dict(account)
             now["activations"] = activations_now(

@@ -226,10 +226,9 @@ def efficiency_from_runs(
     included; and which runs. ``None`` when none ran so."""
     found = []
     for run in runs:
-        precision = (run.spec.get("recipe") or {}).get("precision", "fp32")
         gpus = run.environment.get("gpus") or []
-        on_it = any(token in gpu for gpu in gpus for token in accelerator.matches)
-        same = precision == dtype or (precision, dtype) == ("fp32", "tf32")  # torch's TF32
+        on_it = any(accelerator.names(gpu) for gpu in gpus)
+        same = run.precision == dtype or (run.precision, dtype) == ("fp32", "tf32")  # TF32
         batch = local_batch is None or run.local_batch == local_batch
         if run.finished and on_it and same and batch and run.summary.flops_per_s:
             found.append((run.summary.flops_per_s / accelerator.peak_flops(dtype), run.run_id))
@@ -349,7 +348,7 @@ def curve_compute(curve: Curve, cluster: Cluster, dtype: str, batch: int) -> tup
     than the profile's: it is used as measured."""
     compute, source = curve.step_at(batch)
     accelerator = cluster.accelerator
-    if curve.device and not any(token in curve.device for token in accelerator.matches):
+    if curve.device and not accelerator.names(curve.device):
         source += f"; not measured on this profile's {accelerator.name}"
     if curve.precision and curve.precision != dtype:
         source += f"; the peak here is {dtype}'s"

@@ -200,7 +200,7 @@ def curve_from_runs(runs: Sequence[Any], precision: str | None = None) -> tuple[
         if run.finished
         and run.workers == 1
         and run.summary.step_time_s
-        and (precision is None or (run.spec.get("recipe") or {}).get("precision") == precision)
+        and (precision is None or run.precision == precision)
     ]
     if not found:
         raise SpecError(
@@ -217,7 +217,7 @@ def curve_from_runs(runs: Sequence[Any], precision: str | None = None) -> tuple[
         [(run.local_batch, float(run.summary.step_time_s)) for run in mine],
         task=newest.task,
         device=device,
-        precision=(newest.spec.get("recipe") or {}).get("precision"),
+        precision=newest.precision,
         runs=tuple(run.run_id for run in mine),
     )
     return curve, elsewhere

@@ -56,6 +56,10 @@ class Accelerator(StrictModel):
             )
         return self
 
+    def names(self, device: str) -> bool:
+        """Whether torch's name of a device (``NVIDIA H200``) is this accelerator."""
+        return any(token in device for token in self.matches)
+
     def peak_flops(self, dtype: str) -> float:
         if dtype not in self.peak_tflops:
             raise SpecError(

@@ -266,6 +266,11 @@ class RunRecord(_Stored):
         return str(self.summary.goal or recipe.get("goal") or "accuracy")
 
     @property
+    def precision(self) -> str:
+        """The recipe's precision (``fp32``, ``tf32``, ``bf16``; see ``Recipe.precision``)."""
+        return str((self.spec.get("recipe") or {}).get("precision", "fp32"))
+
+    @property
     def title(self) -> str:
         """Its task, with the model it ran where that is not the task's own:
         ``imagenet-resnet50 (model vgg16)``."""
