@@ -182,6 +182,15 @@ def test_docs_spec_page_is_generated_from_the_run_spec(dmlbench) -> None:
     assert "`kind: warmup_step`" in out and "| `network.bandwidth` |" in out
 
 
+def test_every_docs_page_is_in_the_readme_s_table() -> None:
+    """The README's table is how a newcomer finds a page: mkdocs's nav checks the site,
+    nothing else checked the README (the time-to-train page was missing from it)."""
+    readme = (REPO / "README.md").read_text()
+    pages = {p.name for p in (REPO / "docs").glob("*.md")} - {"index.md"}
+    missing = sorted(name for name in pages if f"](docs/{name})" not in readme)
+    assert not missing, f"docs pages the README's table does not link: {missing}"
+
+
 @pytest.mark.parametrize(
     ("name", "task"),
     [("digits.yaml", "digits-mlp"), ("cifar10-resnet20.toml", "cifar10-resnet20")],
