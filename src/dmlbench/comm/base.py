@@ -33,8 +33,8 @@ class GradientExchange(ABC):
     # needs them whole (an L2 term in the loss, the gradient noise scale) is refused.
     sharded: ClassVar[bool] = False
     # False where the collectives run inside a library that does not say what they carry
-    # (torch's FSDP): ``sent`` is then NaN, not a count of nothing.
-    counts_bytes: ClassVar[bool] = True
+    # (torch's FSDP before 2.9): ``sent`` is then NaN, not a count of nothing.
+    counts_bytes: bool = True
     # Modules its methods import when first called (heavy ones, kept out of the CLI):
     # the trainer imports them before it measures the worker's starting memory, so a
     # module's code and objects are not counted as the run's memory.

@@ -15,7 +15,10 @@ Both run on gloo as on NCCL: torch 2.13's gloo has all_gather_single and
 reduce_scatter_single (``all_gather_into_tensor`` and ``reduce_scatter_tensor`` before
 2.13; ``fsdp`` refuses in one line, naming the collective, where a backend lacks one).
 Communication overlaps forward and backward, so it is counted
-in those phases (``comm`` holds only the stop vote).
+in those phases (``comm`` holds only the stop vote). Its bytes are counted through
+FSDP's own hooks for custom collectives (``set_custom_all_gather`` and
+``set_custom_reduce_scatter``, torch 2.9 and later), as every exchange counts them: the
+tensor each worker hands in (an all-gather's shard, a reduce-scatter's whole gradients).
 """
 
 from __future__ import annotations
@@ -83,7 +86,6 @@ class FSDPExchange(GradientExchange):
     name = "fsdp"
     overlapped = True
     sharded = True
-    counts_bytes = False  # its gathers and reduce-scatters run inside torch's FSDP
     modules = (
         "torch.distributed.device_mesh",
         "torch.distributed.fsdp",
@@ -110,10 +112,13 @@ class FSDPExchange(GradientExchange):
         for unit in shard_units(model):
             fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        self.counts_bytes = _count_collectives(model, self)
+        self.stepping = False  # gathers for evaluation are not a step's
         self.model = model
         return model
 
     def zero_grad(self) -> None:
+        self.stepping = True
         self.model.zero_grad(set_to_none=True)
 
     def exchange(self, stop: bool | None) -> bool:
@@ -124,6 +129,7 @@ class FSDPExchange(GradientExchange):
         ranks may evaluate different numbers of batches with no collective between."""
         from torch.distributed.fsdp import FSDPModule
 
+        self.stepping = False
         broadcast_state(model, buffers_only=True)
         for module in model.modules():
             if isinstance(module, FSDPModule):
@@ -149,16 +155,56 @@ class FSDPExchange(GradientExchange):
         }
 
 
+class _CountedCollective:
+    """FSDP's all-gather or reduce-scatter, called as torch's default calls it, adding
+    the bytes this worker hands in to ``exchange.bytes_sent`` during training steps."""
+
+    def __init__(self, exchange: FSDPExchange, call: Callable[..., Any]) -> None:
+        self.exchange = exchange
+        self.call = call
+
+    def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, **how: Any) -> Any:
+        if self.exchange.stepping:
+            self.exchange.bytes_sent += input_tensor.numel() * input_tensor.element_size()
+        return self.call(output_tensor, input_tensor, **how)
+
+
+def _count_collectives(model: nn.Module, exchange: FSDPExchange) -> bool:
+    """Route every FSDP unit's collectives through :class:`_CountedCollective`; False
+    where this torch has no hooks for custom collectives (its bytes stay uncounted)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not hasattr(FSDPModule, "set_custom_reduce_scatter"):
+        return False
+    gather, scatter = _collective_names()
+    gathers = _CountedCollective(exchange, getattr(dist, gather))
+    scatters = _CountedCollective(exchange, getattr(dist, scatter))
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            unit: Any = module  # FSDP's AllGather and ReduceScatter are private: duck-typed
+            unit.set_custom_all_gather(gathers)
+            unit.set_custom_reduce_scatter(scatters)
+    return True
+
+
+def _collective_names() -> tuple[str, str]:
+    """The all-gather and reduce-scatter FSDP calls: torch 2.13 renamed them
+    (``*_single``) and deprecated the old names."""
+    if hasattr(dist, "all_gather_single"):
+        return "all_gather_single", "reduce_scatter_single"
+    return "all_gather_into_tensor", "reduce_scatter_tensor"
+
+
 def _check_collectives(device: torch.device) -> None:
     """Refuse in one line where the process group's backend lacks a collective FSDP
     needs (gloo gained them in torch 2.6; NCCL has them)."""
     if world_size() == 1:
         return
     probe = torch.zeros(world_size(), device=device)
-    # the names fully_shard calls: torch 2.13 renamed them (*_single) and deprecated the old
-    new = hasattr(dist, "all_gather_single")
-    gather = "all_gather_single" if new else "all_gather_into_tensor"
-    scatter = "reduce_scatter_single" if new else "reduce_scatter_tensor"
+    gather, scatter = _collective_names()
     for name, call in (
         (gather, lambda: getattr(dist, gather)(probe, probe[:1])),
         (scatter, lambda: getattr(dist, scatter)(probe[:1], probe)),

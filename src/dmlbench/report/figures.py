@@ -432,7 +432,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
     ax.margins(x=0.2, y=0.15)
     ax.set_ylim(bottom=0)  # after the margins: set first, it fixed the top at a point
     uncounted = table.loc[table["bytes_per_step_mean"].isna(), "variant"]
-    if len(uncounted):  # torch's FSDP says nothing of what its collectives carry
+    if len(uncounted):  # FSDP on a torch without hooks for custom collectives (before 2.9)
         shown = ", ".join(sorted({short_labels(table["variant"])[v] or "run" for v in uncounted}))
         ax.text(0.01, 0.02, f"bytes not counted: {shown}", transform=ax.transAxes, fontsize=7)
     columns = 4 if len(handles) > 6 else 3
