@@ -812,3 +812,44 @@ def test_tables_show_a_noise_scale_only_from_runs_long_enough_to_advise_on() -> 
     frame = analysis.runs_frame([measured("short", 40), measured("long", MIN_ADVICE_STEPS)])
     scales = dict(zip(frame["run_id"], frame["noise_scale"], strict=True))
     assert math.isnan(scales["short"]) and scales["long"] == 120.0
+
+
+def test_an_unmeasured_strategy_is_judged_as_the_measured_ones_are() -> None:
+    """advise chose DDP on its bare prediction while ZeRO-1's run, whose measurement
+    holds the allocator's cache, was over the budget: the unmeasured DDP now carries
+    the most a measured strategy there exceeded its prediction."""
+    from dmlbench.advise.memory import advise_memory
+    from dmlbench.cli.views.memory import memory_advice_table
+
+    mib = 1 << 20
+    account = {
+        "parameters": 20 * mib,
+        "gradients": 20 * mib,
+        "optimizer_state": 40 * mib,
+        "activations": 40 * mib,
+    }
+
+    def run(run_id: str, exchange: str, workers: int, used: float | None) -> RunRecord:
+        measured = {"memory_start_bytes": [0] * workers, "training_peak_bytes": [used] * workers}
+        summary = RunSummary.model_validate(
+            {"memory_account": account, "step_time_s": 0.01, **(measured if used else {})}
+        )
+        record = stored_run(run_id, workers, tta=1.0, exchange=exchange)
+        return dataclasses.replace(record, summary=summary)
+
+    accounting = run("a", "ddp", 1, None)
+    bare = {f.name: f.predicted["total"] for f in advise_memory([accounting], "t", 1, 2, 32).fits}
+    assert bare["zero1"] < bare["ddp"]  # the optimizer state is halved
+    zero = run("z", "zero1", 2, bare["zero1"] + 30 * mib)  # 30 MiB of cache measured
+    budget = int(bare["ddp"] + 15 * mib)
+    advice = advise_memory([accounting, zero], "t", budget, 2, 32)
+    fits = {f.name: f for f in advice.fits}
+    assert fits["ddp"].allowance == 30 * mib and not fits["ddp"].fits
+    assert fits["zero1"].allowance == 0 and fits["zero1"].fits
+    assert advice.choice is fits["zero1"]
+    assert advice.to_json()["strategies"][0]["allowance_bytes"] == 30 * mib
+    console = Console(width=200, record=True)
+    console.print(memory_advice_table(advice))
+    assert "run it once to measure it" in " ".join(console.export_text().split())
+    alone = advise_memory([accounting], "t", budget, 2, 32)  # nothing measured at 2
+    assert alone.choice is alone.fits[0] and alone.fits[0].allowance == 0

@@ -7,6 +7,10 @@ batch planned, or, where the task's stored runs of a strategy at the planned wor
 count and batch measured more (the tuned allocator keeps freed blocks, and the
 prediction leaves the runtime's own buffers out), the most they measured; the cost is
 the median steady step time of those runs (undisturbed ones first), where there are any.
+A strategy no run measured there is judged as the measured ones are: its prediction plus
+the most any measured strategy there exceeded its own (``allowance``), so an unmeasured
+DDP is not chosen on a bare prediction over a ZeRO-1 whose run counted the allocator's
+cache.
 Strategies are tried in the order of their communication: DDP (an all-reduce a step),
 ZeRO-1 (and the updated parameters broadcast), FSDP keeping gathered parameters (an
 all-gather and a reduce-scatter a unit), FSDP (an all-gather more).
@@ -68,14 +72,21 @@ class StrategyFit:
     options: dict[str, Any]
     predicted: dict[str, float]
     measured: int | None  # the most the task's runs at the worker count and batch measured
-    fits: bool  # the larger of predicted and measured is within the budget
     step_s: float | None  # measured, median over the task's runs at the worker count
     runs: int
+    budget: int
+    # unmeasured: the most a measured strategy at this point exceeded its prediction
+    allowance: float = 0.0
 
     @property
     def needs(self) -> float:
-        """What a worker needs: the larger of predicted and measured."""
-        return max(self.predicted["total"], self.measured or 0)
+        """What a worker needs: the larger of predicted and measured; unmeasured, the
+        prediction plus the allowance."""
+        return max(self.predicted["total"] + self.allowance, self.measured or 0)
+
+    @property
+    def fits(self) -> bool:
+        return self.needs <= self.budget
 
 
 @dataclass(frozen=True)
@@ -109,6 +120,7 @@ class MemoryAdvice:
                     "exchange_options": f.options,
                     "predicted_bytes": f.predicted["total"],
                     "measured_bytes": f.measured,
+                    "allowance_bytes": f.allowance,
                     "fits": f.fits,
                     "step_s": f.step_s,
                     "runs": f.runs,
@@ -162,16 +174,8 @@ def advise_memory(
         step = statistics.median(r.summary.step_time_s or 0.0 for r in quiet) if quiet else None
         measured = [size for r in mine if (size := r.measured_memory) is not None]
         most = max(measured) if measured else None
-        fits.append(
-            StrategyFit(
-                name,
-                exchange,
-                options,
-                predicted,
-                most,
-                max(predicted["total"], most or 0) <= budget,
-                step,
-                len(quiet),
-            )
-        )
+        fits.append(StrategyFit(name, exchange, options, predicted, most, step, len(quiet), budget))
+    over = [f.measured - f.predicted["total"] for f in fits if f.measured is not None]
+    allowance = max([0.0, *over])
+    fits = [f if f.measured is not None else replace(f, allowance=allowance) for f in fits]
     return MemoryAdvice(task, workers, batch, budget, account, latest.run_id, fits)

@@ -82,7 +82,9 @@ def memory_advice_table(advice: Any) -> Group:
             fit.name,
             escape(fit.exchange + (f" ({options})" if options else "")),
             human_bytes(fit.predicted["total"]),
-            human_bytes(fit.measured) if fit.measured is not None else "—",
+            human_bytes(fit.measured)
+            if fit.measured is not None
+            else (f"— (+{human_bytes(fit.allowance)})" if fit.allowance else "—"),
             "yes" if fit.fits else "[red]no[/red]",
             step,
         )
@@ -117,5 +119,12 @@ def memory_advice_table(advice: Any) -> Group:
         "docs/memory.md for the formulas. Measured memory (peak less start, the most of a "
         "run's workers) and step times: the task's stored runs at this worker count and "
         "batch; a strategy fits when the larger of predicted and measured does."
+        + (
+            f" One no run measured here is judged at its prediction +{human_bytes(allowance)}, "
+            "the most a measured one exceeded its own (the allocator's cache is in a "
+            "measurement): run it once to measure it."
+            if (allowance := max(f.allowance for f in advice.fits))
+            else ""
+        )
     )
     return Group(table, Text(verdict), source)

@@ -149,7 +149,13 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
         scaled = any(title == "speedup" for title, _ in columns)
         accuracy = not ("throughput_only" in rows and rows["throughput_only"].all())
         legend = (
-            ("conv: runs that reached the target; TTA mean±std over them; " if accuracy else "")
+            (
+                "conv: runs that reached the target; TTA mean±std over them; olympic: "
+                "MLPerf's score (fastest and slowest dropped; a run short of the target "
+                "counts as ∞); "
+                if accuracy
+                else ""
+            )
             + ("speedup and effic.: TTA/step time; " if scaled else "")
             + "comm: max over ranks"
         )
