@@ -151,8 +151,7 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
         legend = (
             (
                 "conv: runs that reached the target; TTA mean±std over them; olympic: "
-                "MLPerf's score (fastest and slowest dropped; a run short of the target "
-                "counts as ∞); "
+                "MLPerf's score (a run short of the target counts as ∞); "
                 if accuracy
                 else ""
             )
