@@ -158,6 +158,7 @@ def test_imported_runs_compare_beside_each_other(tmp_path: Path) -> None:
         ("fifo", "not a regular file"),
         ("device", "not a regular file"),
         ("no mllog", "holds no MLLOG line"),
+        ("absent", "does not exist"),
     ],
 )
 def test_a_damaged_log_is_one_line_and_nothing_is_stored(
@@ -177,6 +178,8 @@ def test_a_damaged_log_is_one_line_and_nothing_is_stored(
         os.mkfifo(path)
     elif damage == "device":
         path.symlink_to("/dev/zero")
+    elif damage == "absent":
+        pass  # a typo in the path: said as such, not as a layout
     else:
         path.write_text("launcher output only\n")
     store = tmp_path / "store"

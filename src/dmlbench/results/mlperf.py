@@ -362,6 +362,8 @@ def _round(path: Path) -> str | None:
 def result_files(given: Path) -> list[Path]:
     """The result logs in ``given``: a result file itself, or every ``result_N.txt``
     under a benchmark's, a system's, a submission's or a repository's folder."""
+    if not given.exists():
+        raise StoreError(f"{given} does not exist: give an MLPerf result file or folder")
     if not given.is_dir():  # a file, or what read_result refuses in one line
         return [given]
     found = sorted(p for p in given.rglob("result_*.txt") if RESULT_NAME.fullmatch(p.name))
