@@ -86,6 +86,11 @@ def test_a_curve_file_says_where_it_was_measured_and_a_bare_list_still_reads(
     bare.write_text(json.dumps(H200))
     assert read_curve(bare) == Curve.of(H200)
     assert read_curve(bare).device is None
+    # a batch whose run failed: the file says so, and a script can tell partial from whole
+    partial = Curve.of(H200[:-1], task="imagenet-resnet50", missing=(256,))
+    path.write_text(json.dumps(partial.to_json()))
+    assert json.loads(path.read_text())["missing"] == [256]
+    assert read_curve(path) == partial and "missing" not in written.to_json()
 
 
 @pytest.mark.parametrize(
@@ -97,6 +102,10 @@ def test_a_curve_file_says_where_it_was_measured_and_a_bare_list_still_reads(
         (
             {"format": "dmlbench step curve", "version": 1, "device": 7, "points": H200},
             "device is not a short text",
+        ),
+        (
+            {"format": "dmlbench step curve", "version": 1, "missing": ["x"], "points": H200},
+            "missing batches are not a list of counts",
         ),
         ([[8, float("inf")]], "pairs above 0"),  # written 1e999, which Python reads as inf
         ("[[8, 0.01]", "not JSON"),

@@ -4,6 +4,7 @@ layer), and one device's step against its local batch (the compute)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -182,8 +183,9 @@ def curve(
         sweep, overrides=overrides, store=store, json_out=json_out, quiet=quiet, table=False
     )
     measured, elsewhere = curve_from_runs(runs, precision)
-    write_file(path, json.dumps(measured.to_json(), indent=1) + "\n", "--out file")
     missing = sorted(set(batches) - {int(b) for b, _ in measured.points})
+    measured = replace(measured, missing=tuple(missing))  # a script reads it in the file
+    write_file(path, json.dumps(measured.to_json(), indent=1) + "\n", "--out file")
     if json_out:
         print_json(measured.to_json())
     else:

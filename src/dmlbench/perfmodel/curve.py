@@ -10,6 +10,8 @@ it was measured::
      "device": "NVIDIA H200", "precision": "bf16", "runs": ["…", …],
      "points": [[8, 0.0254], [16, 0.0261], …]}      # [local batch, seconds a step]
 
+and, where a batch's run failed (out of memory, say), ``"missing": [256]``.
+
 A bare ``[[local batch, seconds a step], ...]`` list still reads; it says nothing of
 where it was measured.
 
@@ -47,6 +49,7 @@ class Curve:
     device: str | None = None
     precision: str | None = None
     runs: tuple[str, ...] = ()
+    missing: tuple[int, ...] = ()  # local batches asked for that no run measured
 
     def __post_init__(self) -> None:
         if not self.points or any(not (b > 0 and s > 0) for b, s in self.points):
@@ -121,6 +124,7 @@ class Curve:
             "precision": self.precision,
             "runs": list(self.runs),
             "points": [[_number(b), s] for b, s in self.points],
+            **({"missing": list(self.missing)} if self.missing else {}),
         }
 
 
@@ -153,6 +157,14 @@ def read_curve(path: Path) -> Curve:
         if not (isinstance(runs, list) and len(runs) <= MAX_POINTS * 100):
             raise SpecError(f"--curve {path}: its runs are not a list of run ids")
         where["runs"] = tuple(str(run)[:200] for run in runs)
+        missing = data.get("missing") or []
+        if not (
+            isinstance(missing, list)
+            and len(missing) <= MAX_POINTS
+            and all(type(b) is int and b > 0 for b in missing)
+        ):
+            raise SpecError(f"--curve {path}: its missing batches are not a list of counts")
+        where["missing"] = tuple(missing)
         data = data.get("points")
     ok = isinstance(data, list) and 0 < len(data) <= MAX_POINTS
     ok = ok and all(
