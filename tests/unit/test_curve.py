@@ -5,6 +5,7 @@ the model reads it at any batch, and the curve drawn from stored runs (no proces
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,16 @@ def test_a_run_on_cuda_where_there_is_none_is_refused_before_anything_starts(
     assert code == 2 and "device=cuda: torch" in err and "device=auto or cpu" in err, err
     assert len(err.strip().splitlines()) == 1
     assert not list(store.glob("runs/*"))
+
+
+def test_each_device_model_measures_its_own_curve_in_a_shared_store() -> None:
+    """One store shared by two machines: a batch the H200 measured is not taken as
+    measured on the A100 (the sweep, the resume key, names the device's model)."""
+    from dmlbench.perfmodel.curve import curve_sweep
+
+    h200 = curve_sweep("imagenet-resnet50", "NVIDIA H200", "bf16", 30, 10)
+    a100 = curve_sweep("imagenet-resnet50", "NVIDIA A100-SXM4-40GB", "bf16", 30, 10)
+    assert h200 != a100 and h200 == "curve-imagenet-resnet50-nvidia-h200-bf16-30x10"
+    cpu = curve_sweep("digits-mlp", "AMD EPYC 7B13 64-Core Processor", "fp32", 30, 10)
+    assert re.fullmatch(r"curve-digits-mlp-[a-z0-9-]+-fp32-30x10", cpu)
+    assert curve_sweep("t", "../..//", "fp32", 1, 0) == "curve-t-device-fp32-1x0"  # data only

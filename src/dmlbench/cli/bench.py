@@ -150,7 +150,7 @@ def curve(
     from dmlbench.files import check_output_file, write_file
     from dmlbench.launch.lifecycle import check_device
     from dmlbench.launch.request import worker_counts
-    from dmlbench.perfmodel.curve import curve_from_runs
+    from dmlbench.perfmodel.curve import curve_from_runs, curve_sweep
     from dmlbench.spec.recipe import PRECISIONS
     from dmlbench.spec.sweep import validate_sweep
     from dmlbench.tasks import get_task
@@ -172,7 +172,7 @@ def curve(
     }
     sweep = validate_sweep(
         {
-            "name": f"curve-{task}-{device}-{precision}-{steps}x{warmup}",
+            "name": curve_sweep(task, _device_model(device), precision, steps, warmup),
             "task": task,
             "repeats": repeats,
             "set": fixed,
@@ -201,3 +201,14 @@ def curve(
             "curve leaves them out (their runs: dmlbench results)[/yellow]"
         )
         raise typer.Exit(1)
+
+
+def _device_model(device: str) -> str:
+    """The model of the device ``--device`` picks on this host: the GPU's name, or the
+    CPU's (``auto``: a GPU where torch sees one)."""
+    import torch
+
+    from dmlbench.train.hardware import device_name
+
+    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    return device_name(torch.device("cuda" if cuda else "cpu"))

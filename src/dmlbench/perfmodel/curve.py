@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -192,6 +193,14 @@ def step_line(curve: Curve | Sequence[Sequence[float]]) -> tuple[float, float]:
         (b - mean_b) ** 2 for b, _ in points
     )
     return max(0.0, mean_s - slope * mean_b), slope
+
+
+def curve_sweep(task: str, device: str, precision: str, steps: int, warmup: int) -> str:
+    """The sweep name a curve's runs are stored under: one per task, device model,
+    precision and step counts, so machines that share a store each measure their own
+    batches (``device``: the GPU's name or the CPU's model, as runs record it)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", device.lower()).strip("-")[:48] or "device"
+    return f"curve-{task}-{slug}-{precision}-{steps}x{warmup}"
 
 
 def device_name(run: Any) -> str:
