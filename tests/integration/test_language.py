@@ -103,6 +103,13 @@ def test_sharded_strategies_reach_ddps_weights(store: ResultsStore, kjv: Path) -
     kept = sent["fsdp", "{'reshard_after_forward': False}"]
     assert kept == pytest.approx(1.5 * ddp, rel=0.01)  # padding to a shard: a few bytes
     assert kept < full <= 2.02 * ddp
+    # on a CPU FSDP's collectives block the worker: their time is comm, taken out of the
+    # phase it ran in (never more than that phase took)
+    for run in store.runs():
+        if run.exchange == "fsdp":
+            assert (run.summary.phase_shares or {})["comm"]["mean"] > 0.01, run.run_id
+            for rank in run.summary.phases_steady or []:
+                assert min(rank.values()) >= 0, rank
     # ZeRO's largest shard is the prediction's: torch partitions greedily by size, and
     # the tied embedding alone outweighs every block here (not the even 1/N)
     zero = next(run for run in store.runs() if run.exchange == "zero1")

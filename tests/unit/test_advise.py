@@ -243,4 +243,10 @@ def test_the_summarys_phase_line_says_what_comm_holds_for_each_overlapped_exchan
         return console.export_text()
 
     assert "(ddp: comm is the part not hidden behind backward)" in shown("ddp")
+    # on a GPU its collectives run on streams, inside forward and backward
+    run = replace(run, summary=run.summary.model_copy(update={"device": "cuda:0"}))
     assert "(fsdp: its gathers and reduce-scatters are inside forward and backward" in shown("fsdp")
+    # on a CPU they block the worker: timed as comm, where its bytes were counted too
+    cpu = {"device": "cpu", "bytes_per_step": 8e6}
+    run = replace(run, summary=run.summary.model_copy(update=cpu))
+    assert "(fsdp: comm is its gathers and reduce-scatters, which block a CPU)" in shown("fsdp")

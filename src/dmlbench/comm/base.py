@@ -54,6 +54,7 @@ class GradientExchange(ABC):
         # Set by the trainer before ``prepare``: note the gradient norms of each step
         # (see ``gradient_norms``) for the gradient noise scale.
         self.measure_norms = False
+        self.phase = "forward"  # the step's phase now: set by the trainer
 
     def sent(self) -> float:
         """The bytes this worker has handed to collectives; NaN where not counted."""
@@ -102,9 +103,11 @@ class GradientExchange(ABC):
         does not see both (only synchronous SGD's average is a batch ``b·N`` gradient)."""
         return None
 
-    def exposed_comm(self, backward_end: float) -> float:
-        """Seconds of the backward phase spent only waiting on communication."""
-        return 0.0
+    def exposed_comm(self, backward_end: float) -> dict[str, float]:
+        """Seconds of each phase of this step spent only waiting on communication (DDP:
+        backward's tail; FSDP on a CPU: its collectives, wherever they ran); the trainer
+        moves them to ``comm``. It sets ``phase`` before forward and before backward."""
+        return {}
 
     def sync_buffers(self, model: nn.Module) -> None:
         """Before evaluation: every rank uses rank 0's BatchNorm statistics."""

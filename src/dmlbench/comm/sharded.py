@@ -14,8 +14,9 @@
 Both run on gloo as on NCCL: torch 2.13's gloo has all_gather_single and
 reduce_scatter_single (``all_gather_into_tensor`` and ``reduce_scatter_tensor`` before
 2.13; ``fsdp`` refuses in one line, naming the collective, where a backend lacks one).
-Communication overlaps forward and backward, so it is counted
-in those phases (``comm`` holds only the stop vote). Its bytes are counted through
+On a GPU its communication overlaps forward and backward, so it is counted in those
+phases (``comm`` holds only the stop vote); on a CPU each gather and reduce-scatter
+blocks the worker, and the time it blocks is moved to ``comm``. Its bytes are counted through
 FSDP's own hooks for custom collectives (``set_custom_all_gather`` and
 ``set_custom_reduce_scatter``, torch 2.9 and later), as every exchange counts them: the
 tensor each worker hands in (an all-gather's shard, a reduce-scatter's whole gradients).
@@ -24,6 +25,7 @@ tensor each worker hands in (an all-gather's shard, a reduce-scatter's whole gra
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -114,6 +116,7 @@ class FSDPExchange(GradientExchange):
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         self.counts_bytes = _count_collectives(model, self)
         self.stepping = False  # gathers for evaluation are not a step's
+        self.blocked: dict[str, float] = {}
         self.model = model
         return model
 
@@ -123,6 +126,10 @@ class FSDPExchange(GradientExchange):
 
     def exchange(self, stop: bool | None) -> bool:
         return self._vote_alone(stop)  # gradients were reduce-scattered during backward
+
+    def exposed_comm(self, backward_end: float) -> dict[str, float]:
+        blocked, self.blocked = self.blocked, {}
+        return blocked
 
     def sync_buffers(self, model: nn.Module) -> None:
         """Before evaluation: gather every unit's parameters and keep them gathered, so
@@ -167,9 +174,17 @@ class _CountedCollective:
         return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, **how: Any) -> Any:
-        if self.exchange.stepping:
-            self.exchange.bytes_sent += input_tensor.numel() * input_tensor.element_size()
-        return self.call(output_tensor, input_tensor, **how)
+        exchange = self.exchange
+        if not exchange.stepping:
+            return self.call(output_tensor, input_tensor, **how)
+        exchange.bytes_sent += input_tensor.numel() * input_tensor.element_size()
+        if input_tensor.device.type != "cpu" or how.get("async_op"):
+            return self.call(output_tensor, input_tensor, **how)  # a stream's: not waited on
+        start = time.perf_counter()
+        done = self.call(output_tensor, input_tensor, **how)
+        blocked = exchange.blocked
+        blocked[exchange.phase] = blocked.get(exchange.phase, 0.0) + time.perf_counter() - start
+        return done
 
 
 def _count_collectives(model: nn.Module, exchange: FSDPExchange) -> bool:

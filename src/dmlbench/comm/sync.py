@@ -103,9 +103,9 @@ class DDPExchange(GradientExchange):
         self.bytes_sent += bucket.buffer().numel() * bucket.buffer().element_size()
         return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
-    def exposed_comm(self, backward_end: float) -> float:
+    def exposed_comm(self, backward_end: float) -> dict[str, float]:
         launched, self._last_launch = self._last_launch, None
-        return max(0.0, backward_end - launched) if launched is not None else 0.0
+        return {"backward": max(0.0, backward_end - launched)} if launched is not None else {}
 
     def zero_grad(self) -> None:
         self.wrapped.zero_grad(set_to_none=True)

@@ -129,9 +129,8 @@ class Trainer:
 
     def _layout(self, x: torch.Tensor) -> torch.Tensor:
         """Images in the model's memory layout."""
-        if self.channels_last and x.dim() == 4:
-            return x.contiguous(memory_format=torch.channels_last)
-        return x
+        images = self.channels_last and x.dim() == 4
+        return x.contiguous(memory_format=torch.channels_last) if images else x
 
     def _noise_meter(self) -> NoiseScaleMeter | None:
         """The run's gradient noise scale meter, where it is measured (see ``noise_scale``):
@@ -172,8 +171,8 @@ class Trainer:
         beat(step, "forward")
         self.exchange.zero_grad()
         loss = self._forward_backward(x, y)
-        if self.exchange.overlapped:
-            timer.move(self.exchange.exposed_comm(timer.last), "backward", "comm")
+        for phase, waited in self.exchange.exposed_comm(timer.last).items():
+            timer.move(waited, phase, "comm")
         beat(step, "comm")
         stop = self.exchange.exchange(stop_vote)
         timer.lap("comm")
@@ -202,19 +201,20 @@ class Trainer:
         return stop
 
     def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Forward and backward on the batch; its mean loss, detached. With
-        ``split_batch``, as two halves whose gradients add up to the batch's, noting the
-        first half's own gradient norm on the way."""
+        """Forward and backward on the batch; its mean loss, detached. With ``split_batch``,
+        two halves whose gradients add up to the batch's, noting the first half's norm."""
         half = len(x) // 2 if self.split_batch else len(x)
         parts = [(x[:half], y[:half]), (x[half:], y[half:])] if half < len(x) else [(x, y)]
         total = torch.zeros((), device=self.device)
         for index, (part_x, part_y) in enumerate(parts):
             weight = len(part_x) / len(x)
+            self.exchange.phase = "forward"
             with self.autocast():
                 loss = self.loss_fn(self.net(part_x), part_y).mean()
             if self.spec.recipe.l2:
                 loss = loss + l2_penalty(self.model, self.spec.recipe.l2)
             self.timer.lap("forward")
+            self.exchange.phase = "backward"
             (loss * weight).backward()
             self.timer.lap("backward")
             if index == 0 and len(parts) > 1:  # the gradients hold weight × the half's

@@ -126,12 +126,16 @@ def run_summary(run: RunRecord) -> Table:
         note = ""
         if summary.comm_overlapped:
             exchange = run.exchange
-            note = (
-                f" ({exchange}: its gathers and reduce-scatters are inside forward and "
-                "backward; comm is the stop vote)"
-                if exchange == "fsdp"
-                else f" ({exchange}: comm is the part not hidden behind backward)"
-            )
+            if exchange != "fsdp":
+                note = f" ({exchange}: comm is the part not hidden behind backward)"
+            elif str(summary.device or "cpu").startswith("cpu") and summary.bytes_per_step:
+                # timed where its bytes are counted (older runs: neither)
+                note = f" ({exchange}: comm is its gathers and reduce-scatters, which block a CPU)"
+            else:
+                note = (
+                    f" ({exchange}: its gathers and reduce-scatters are inside forward and "
+                    "backward; comm is the stop vote)"
+                )
         table.add_row(
             f"phases mean/max over {len(summary.phases_steady or [])} ranks",
             "  ".join(cells) + note,
