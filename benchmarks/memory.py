@@ -7,12 +7,13 @@ Each run is ``kjv-gpt`` with a wider model (width 512, 6 blocks, 8 heads: 21 M
 parameters, so that parameters, gradients and Adam's state weigh against the
 activations of 4 sequences of 128 tokens a worker) on synthetic token batches (DLBS's
 mode: no evaluation), 8 steps of which 3 are warm-up. For each exchange and worker count
-it runs twice: with dmlbench's tuned allocator for the step time, tokens/s per worker
-and utilisation, and with ``cpu_allocator=returning`` (glibc gives back every block of
-4 KiB or more when freed, so resident memory follows the live tensors) for memory: a worker's
-peak resident memory in training steps less its resident memory when the trainer
-started (the most of any worker), beside what :mod:`dmlbench.perfmodel.memory` predicts
-from the model's accounting, and the optimizer state each worker held.
+it runs twice: with dmlbench's tuned allocator for the step time, tokens/s per worker,
+utilisation, comm share and bytes sent a step, and with ``cpu_allocator=returning``
+(glibc gives back every block of 4 KiB or more when freed, so resident memory follows
+the live tensors) for memory: a worker's peak resident memory in training steps less
+its resident memory when the trainer started (the most of any worker), beside what
+:mod:`dmlbench.perfmodel.memory` predicts from the model's accounting, and the
+optimizer state each worker held.
 Results go to ``benchmarks/results/memory/`` (JSON and a figure).
 """
 
@@ -65,6 +66,8 @@ def measure(store: Path, workers: int, exchange: str, options: dict) -> dict:
         "step_ms": fast["step_ms"],
         "tokens_per_s_per_worker": fast["tokens_per_s_per_worker"],
         "utilisation": fast["utilisation"],
+        "comm_share": fast["comm_share"],
+        "sent_mb_per_step": fast["sent_mb_per_step"],
         "step_ms_returning": lean["step_ms"],
         "disturbed": fast["disturbed"] or lean["disturbed"],
     }
@@ -105,6 +108,10 @@ def _run(store: Path, workers: int, exchange: str, options: dict, allocator: str
         "step_ms": 1000 * summary.step_time_s,
         "tokens_per_s_per_worker": summary.samples_per_s_per_worker * context,
         "utilisation": summary.utilisation,
+        # the steady steps' comm phase, mean over ranks, and what a worker handed to
+        # collectives a step (FSDP's: counted, and on a CPU its blocked calls timed)
+        "comm_share": (summary.phase_shares or {}).get("comm", {}).get("mean"),
+        "sent_mb_per_step": (summary.bytes_per_step or 0) / 1e6 or None,
         "measured_mib": measured / MIB,
         "predicted_mib": predicted["total"] / MIB,
         "predicted_parts_mib": {
@@ -159,6 +166,8 @@ def main() -> None:
                 print(
                     f"{row['strategy']:<22} × {workers}: {row['step_ms']:7.0f} ms/step "
                     f"{row['tokens_per_s_per_worker']:7.0f} tok/s/worker  "
+                    f"comm {row['comm_share'] or 0:4.0%}, {row['sent_mb_per_step'] or 0:5.1f} "
+                    "MB sent a step  "
                     f"memory {row['measured_mib']:6.0f} MiB measured, "
                     f"{row['predicted_mib']:6.0f} predicted "
                     f"({row['measured_mib'] / row['predicted_mib'] - 1:+.0%}); optimizer state "
