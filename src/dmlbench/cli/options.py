@@ -202,15 +202,13 @@ def print_json(data: Any) -> None:
 
 
 def _strict(value: Any) -> Any:
+    from dmlbench.results.events import map_leaves
+
     if hasattr(value, "as_dict"):
-        value = value.as_dict()
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: _strict(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_strict(item) for item in value]
-    return value
+        return _strict(value.as_dict())
+    if isinstance(value, dict | list | tuple):
+        return map_leaves(value, _strict)
+    return value if not isinstance(value, float) or math.isfinite(value) else None
 
 
 def _jsonable(value: Any) -> Any:

@@ -18,7 +18,9 @@ The readers take both.
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Literal, NotRequired, TypedDict
 
@@ -74,28 +76,32 @@ def mllog_line(key: str, value: Any, time_ms: float, metadata: dict[str, Any]) -
         return MLLOG_PREFIX + json.dumps(_finite(record), allow_nan=False)
 
 
+def map_leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` with ``leaf`` applied to everything in it that is not a dict, list or
+    tuple (tuples come back as lists, as JSON has them)."""
+    if isinstance(value, dict):
+        return {key: map_leaves(item, leaf) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [map_leaves(item, leaf) for item in value]
+    return leaf(value)
+
+
 def _finite(value: Any) -> Any:
     """``value`` with every float that is not finite written as its name (``NON_FINITE``)."""
-    if isinstance(value, float) and value != value:
-        return "NaN"
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return "Infinity" if value > 0 else "-Infinity"
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
+    return map_leaves(value, _named)
+
+
+def _named(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     return value
 
 
 def _floats(value: Any) -> Any:
     """The inverse of :func:`_finite`, on a parsed line."""
-    if isinstance(value, str):
-        return NON_FINITE.get(value, value)
-    if isinstance(value, dict):
-        return {key: _floats(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_floats(item) for item in value]
-    return value
+    return map_leaves(
+        value, lambda leaf: NON_FINITE.get(leaf, leaf) if isinstance(leaf, str) else leaf
+    )
 
 
 def parse_line(line: str) -> Event | None:
