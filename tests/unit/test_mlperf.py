@@ -287,6 +287,22 @@ def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
     assert "no node count meets what was asked" in none.stdout
     asked = inside(*args, *common, check=False)
     assert asked.returncode != 0 and "--deadline" in asked.stderr
+    # issue 54, item 4: it chooses the global batch too, over --local-batch's values
+    grid = json.loads(
+        inside(*args, *common, "--deadline", str(deadline), "--local-batch", "32,128").stdout
+    )
+    assert {(r["nodes"], r["local_batch"]) for r in grid["rows"]} == {
+        (n, b) for n in (1, 2, 4, 8) for b in (32, 128)
+    }
+    for row in grid["rows"]:
+        assert row["global_batch"] == row["devices"] * row["local_batch"]
+    meeting = [r for r in grid["rows"] if r["slow_s"] <= deadline]
+    assert grid["choice"] == min(meeting, key=lambda r: r["slow_cost"])
+    assert set(grid["compute"]) == {"32", "128"}  # where each batch's compute came from
+    shown = inside(*args, *common[:-1], "--deadline", str(deadline), "--local-batch", "32,128")
+    assert "compute at local batch 128 a device" in " ".join(shown.stdout.split())
+    one = inside("advise", "imagenet-resnet50", "--local-batch", "32,64", check=False)
+    assert one.returncode == 2 and "several go with --cluster" in one.stderr
 
 
 def test_a_compact_copys_header_becomes_the_origin_only_in_its_form(tmp_path: Path) -> None:

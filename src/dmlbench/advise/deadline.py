@@ -1,9 +1,10 @@
-"""`advise TASK --cluster PROFILE --deadline S | --budget X`: the node count to train on,
-from the cluster model's time to train (:mod:`dmlbench.perfmodel.cluster`) and a
-device's price."""
+"""`advise TASK --cluster PROFILE --deadline S | --budget X`: the node count and local
+batch (so the global batch) to train at, from the cluster model's time to train
+(:mod:`dmlbench.perfmodel.cluster`) and a device's price."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dmlbench.errors import SpecError
@@ -11,39 +12,22 @@ from dmlbench.perfmodel.cluster import ClusterSimulation
 
 
 def plan_cluster(
-    result: ClusterSimulation,
+    results: Sequence[ClusterSimulation],
     price_per_device_hour: float,
     deadline_s: float | None = None,
     budget: float | None = None,
 ) -> dict[str, Any]:
     """`advise --cluster`: each node count's time to train and cost (devices × hours ×
-    price), judged at the band's slow end (a plan that meets the deadline only when
-    training converges early is no plan), and the choice: with a deadline the cheapest
-    row that meets it, with a budget the fastest that fits it, with both the cheapest
-    that meets both. ``result`` is :func:`simulate_cluster`'s with time to train added."""
-    rows = []
-    for row in result.rows:
-        if row.get("time_to_train_s") is None:
-            raise SpecError(
-                (result.convergence or {}).get("note")
-                or "no time to train: the fit of samples to the target failed"
-            )
-        slow = row["time_to_train_band_s"][1]
-        hourly = row["workers"] * price_per_device_hour / 3600
-        rows.append(
-            {
-                "nodes": row["nodes"],
-                "devices": row["workers"],
-                "global_batch": row["global_batch"],
-                "time_to_train_s": row["time_to_train_s"],
-                "slow_s": slow,
-                "cost": row["time_to_train_s"] * hourly,
-                "slow_cost": slow * hourly,
-                "extrapolated": row["extrapolated"],
-                "meets_deadline": deadline_s is None or slow <= deadline_s,
-                "fits_budget": budget is None or slow * hourly <= budget,
-            }
-        )
+    price) at each local batch (a :func:`simulate_cluster` result each, with time to
+    train added), judged at the band's slow end (a plan that meets the deadline only
+    when training converges early is no plan), and the choice among them all: with a
+    deadline the cheapest row that meets it, with a budget the fastest that fits it,
+    with both the cheapest that meets both."""
+    rows = [
+        _row(result, row, price_per_device_hour, deadline_s, budget)
+        for result in results
+        for row in result.rows
+    ]
     fitting = [r for r in rows if r["meets_deadline"] and r["fits_budget"]]
     choice = None
     if fitting:
@@ -54,3 +38,32 @@ def plan_cluster(
         )
         choice = min(fitting, key=key)
     return {"rows": rows, "choice": choice, "deadline_s": deadline_s, "budget": budget}
+
+
+def _row(
+    result: ClusterSimulation,
+    row: dict[str, Any],
+    price_per_device_hour: float,
+    deadline_s: float | None,
+    budget: float | None,
+) -> dict[str, Any]:
+    if row.get("time_to_train_s") is None:
+        raise SpecError(
+            (result.convergence or {}).get("note")
+            or "no time to train: the fit of samples to the target failed"
+        )
+    slow = row["time_to_train_band_s"][1]
+    hourly = row["workers"] * price_per_device_hour / 3600
+    return {
+        "nodes": row["nodes"],
+        "devices": row["workers"],
+        "local_batch": result.local_batch,
+        "global_batch": row["global_batch"],
+        "time_to_train_s": row["time_to_train_s"],
+        "slow_s": slow,
+        "cost": row["time_to_train_s"] * hourly,
+        "slow_cost": slow * hourly,
+        "extrapolated": row["extrapolated"],
+        "meets_deadline": deadline_s is None or slow <= deadline_s,
+        "fits_budget": budget is None or slow * hourly <= budget,
+    }

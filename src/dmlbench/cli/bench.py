@@ -145,7 +145,7 @@ def curve(
     `advise --cluster --curve` reads the curve too.
     """
     from dmlbench.cli.sweeps import run_sweep
-    from dmlbench.cli.views.predictions import curve_table
+    from dmlbench.cli.views.clusters import curve_table
     from dmlbench.errors import SpecError
     from dmlbench.files import check_output_file, write_file
     from dmlbench.launch.lifecycle import check_device

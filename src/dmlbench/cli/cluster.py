@@ -98,7 +98,7 @@ def simulate_cluster(
     links from the profile, DDP's overlap; samples to the target fitted on the store's
     runs (--converge-from). `--cluster list` lists the profiles.
     """
-    from dmlbench.cli.views.predictions import cluster_table, hardware_table
+    from dmlbench.cli.views.clusters import cluster_table, hardware_table
     from dmlbench.perfmodel.hardware import load_hardware
     from dmlbench.perfmodel.replays import published_points
 
@@ -170,7 +170,7 @@ def advise_cluster(
     converge_from: str | None,
     curve: Path | None,
     dtype: str,
-    local_batch: int | None,
+    local_batches: list[int] | None,
     store: Path,
     price: str | None,
     prices: Path | None,
@@ -178,35 +178,40 @@ def advise_cluster(
     algorithm: str = "ring",
 ) -> None:
     """`advise TASK --cluster PROFILE --deadline S | --budget X`: the same model as
-    `simulate-cluster` with time to train, a row per node count, and the choice."""
+    `simulate-cluster` with time to train, a row per node count and local batch (the
+    recipe's, or each of ``local_batches``), and the choice."""
     from dmlbench.advise.deadline import plan_cluster
-    from dmlbench.cli.views.predictions import plan_table
+    from dmlbench.cli.views.clusters import plan_table
     from dmlbench.errors import SpecError
     from dmlbench.prices import choose_price
 
     if deadline is None and budget is None:
         raise SpecError("advise --cluster plans for a --deadline (seconds), a --budget, or both")
-    result = _cluster_time_to_train(
-        task,
-        cluster,
-        nodes,
-        store,
-        converge_from,
-        dtype=dtype,
-        local_batch=local_batch,
-        curve=curve,
-        algorithm=algorithm,
-    )
-    chosen = choose_price(price, prices)
-    plan = plan_cluster(result, chosen.per_worker_hour, deadline, budget)
+    chosen = choose_price(price, prices)  # a bad price is refused before any model is built
+    batches: list[int | None] = [*local_batches] if local_batches else [None]  # None: the recipe's
+    results = [
+        _cluster_time_to_train(
+            task,
+            cluster,
+            nodes,
+            store,
+            converge_from,
+            dtype=dtype,
+            local_batch=batch,
+            curve=curve,
+            algorithm=algorithm,
+        )
+        for batch in batches
+    ]
+    plan = plan_cluster(results, chosen.per_worker_hour, deadline, budget)
+    first = results[0]
     plan.update(
         task=task,
-        cluster=result.cluster,
+        cluster=first.cluster,
         price={"name": chosen.name, "per_device_hour": chosen.per_worker_hour},
-        compute=result.efficiency_source,
-        convergence=result.convergence,
-        local_batch=result.local_batch,
-        algorithm=result.algorithm,
+        compute={result.local_batch: result.efficiency_source for result in results},
+        convergence=first.convergence,
+        algorithm=first.algorithm,
     )
     if json_out:
         print_json(plan)

@@ -123,7 +123,11 @@ def advise(
         typer.Option(help="the worker count you plan (checked against guidelines)", min=1),
     ] = None,
     local_batch: Annotated[
-        int | None, typer.Option(help="the local batch you plan (default: the recipe's)", min=1)
+        str | None,
+        typer.Option(
+            help="the local batch you plan (default: the recipe's); with --cluster, "
+            "several to choose among, e.g. 32,64,128"
+        ),
     ] = None,
     epochs: EpochsOption = None,
     store: StoreOption = STORE,
@@ -170,6 +174,10 @@ def advise(
     --cluster, the plan on a hardware profile (--nodes, --deadline, --budget,
     --converge-from, --curve, --dtype and --algorithm go with it).
     """
+    from dmlbench.errors import SpecError
+    from dmlbench.launch.request import worker_counts
+
+    batches = worker_counts(local_batch, "--local-batch", "local batches") if local_batch else None
     if cluster is not None:
         from dmlbench.cli.cluster import advise_cluster
 
@@ -182,7 +190,7 @@ def advise(
             converge_from,
             curve,
             dtype,
-            local_batch,
+            batches,
             store,
             price,
             prices,
@@ -190,13 +198,16 @@ def advise(
             algorithm,
         )
         return
+    if batches is not None and len(batches) > 1:
+        raise SpecError(f"--local-batch {local_batch}: one batch (several go with --cluster)")
+    planned = batches[0] if batches else None
     if memory_per_worker is not None:
         from dmlbench.advise.memory import advise_memory, parse_bytes
         from dmlbench.cli.views.memory import memory_advice_table
 
         budget = parse_bytes(memory_per_worker)
         runs = open_store(store, existing=True).runs(task=task)
-        fit = advise_memory(runs, task, budget, workers or max_workers, local_batch)
+        fit = advise_memory(runs, task, budget, workers or max_workers, planned)
         if json_out:
             print_json(fit.to_json())
         else:
@@ -213,7 +224,7 @@ def advise(
         network=network,
         price_per_worker_hour=chosen.per_worker_hour,
         workers=workers,
-        local_batch=local_batch,
+        local_batch=planned,
         assume_epochs=epochs,
     )
     if json_out:

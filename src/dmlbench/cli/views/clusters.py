@@ -1,0 +1,234 @@
+"""What `dmlbench simulate-cluster`, `advise --cluster` and `bench curve` print: a
+task on a hardware profile, the profiles, a device's curve and the plan for a deadline
+or a budget."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from dmlbench.perfmodel.cluster import ClusterSimulation
+    from dmlbench.perfmodel.curve import Curve
+
+from dmlbench.report.formats import (
+    microseconds,
+    milliseconds,
+    percent,
+    seconds,
+    share,
+)
+
+
+def cluster_table(result: ClusterSimulation) -> Group:
+    """`dmlbench simulate-cluster TASK --cluster PROFILE`: the scaling table and its inputs."""
+    info = result.cluster
+    table = Table(
+        title=escape(f"{result.task} on {info['name']}: weak scaling, DDP overlap"),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        caption=escape(
+            f"step, comm, exposed: ms · {info['accelerator']} × {info['devices_per_node']} a "
+            "node · inside: "
+            f"{info['intra']} · between: {info['inter']}"
+        ),
+        caption_justify="left",
+    )
+    columns = ("nodes", "dev", "step", "comm", "exposed", "samples/s", "epoch")
+    for column in (*columns, "speedup", "eff."):
+        wide = {"epoch": 7, "eff.": 6}.get(column)  # "921.4 s", "100.0%"
+        table.add_column(column, justify="right", no_wrap=True, min_width=wide)
+    for row in result.rows:
+        table.add_row(
+            str(row["nodes"]),
+            str(row["workers"]),
+            f"{1e3 * row['step_s']:.1f}",
+            f"{1e3 * row['allreduce_s']:.1f}",
+            f"{1e3 * row['exposed_comm_s']:.1f}",
+            f"{row['samples_per_s']:,.0f}",
+            seconds(row["epoch_s"], unit=True) if row["epoch_s"] else "—",
+            f"{row['speedup']:.1f}×",
+            percent(row["efficiency"]),
+        )
+    trained = "time_to_train_s" in result.rows[0]
+    tables = [table, _time_to_train_table(result)] if trained else [table]
+    lines = [
+        f"compute: {1e3 * result.rows[0]['compute_s']:.1f} ms a step = "
+        f"{result.flops_per_step / 1e9:,.1f} GFLOP (local batch {result.local_batch}) "
+        f"÷ ({result.peak_flops / 1e12:g} TFLOP/s {result.dtype} "
+        f"peak × {share(result.efficiency)} efficiency, {result.efficiency_source})",
+        f"comm: {result.algorithm} all-reduce of "
+        f"{result.gradient_bytes / 1e6:,.1f} MB of gradients in DDP's buckets (1 MiB, "
+        "then 25 MiB); exposed: the ms of it past the end of backward",
+        f"hardware: {info['source']}",
+    ]
+    if not result.rows[0]["epoch_s"]:
+        lines.append(
+            f"epoch: — because {result.task} declares no training-set size before its "
+            "data is read (a language model's samples depend on its tokenizer)"
+        )
+    convergence = result.convergence or {}
+    if trained:
+        lines.append(
+            f"to train: samples to the target at B (McCandlish's E = E_min(1 + B/B_noise), "
+            f"fitted on {convergence['runs']} runs of {convergence['source']} at B = "
+            f"{', '.join(f'{b:,.0f}' for b in convergence['batches'])}: B_noise "
+            f"{convergence['b_noise']:,.0f}"
+            + (
+                f", the measured noise scale {convergence['noise_scale_prior']:,.0f} its prior"
+                if convergence.get("noise_scale_prior")
+                else ""
+            )
+            + ") ÷ samples/s, + evaluation "
+            f"({convergence['eval_share']:.0%} of training, as in those runs)"
+            + (
+                "; † B outside the fitted batches: extrapolated"
+                if any(r["extrapolated"] for r in result.rows)
+                else ""
+            )
+        )
+    elif convergence.get("note"):
+        lines.append(convergence["note"])
+    for point in result.published:
+        lines.append(
+            f"published: {point['workers']} devices, speedup {point['speedup']:.1f}× "
+            f"({point['source']})"
+        )
+    return Group(*tables, *(Text(line) for line in lines))
+
+
+def _time_to_train_table(result: ClusterSimulation) -> Table:
+    """Time to train on each row of a cluster simulation, beside the scaling table (one
+    table of both would not fit a terminal of 80 columns)."""
+    table = Table(title="time to train to the target", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("nodes", "dev", "B", "samples", "to train", "95% band"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in result.rows:
+        low, high = row["time_to_train_band_s"]
+        table.add_row(
+            str(row["nodes"]),
+            str(row["workers"]),
+            f"{row['global_batch']:,}",
+            f"{row['samples_to_target']:,.0f}",
+            seconds(row["time_to_train_s"], unit=True) + ("†" if row["extrapolated"] else ""),
+            f"{seconds(low, unit=True)}–{seconds(high, unit=True)}",
+        )
+    return table
+
+
+def hardware_table(hardware: Any) -> Group:
+    """`dmlbench simulate-cluster TASK --cluster list`: the cluster profiles, then their sources."""
+    table = Table(
+        title="cluster profiles: --cluster NAME (your own: --hardware FILE)", title_justify="left"
+    )
+    for column in ("name", "devices a node", "inside", "between"):
+        table.add_column(column)
+    for key, profile in hardware.clusters.items():
+        inter = hardware.interconnects[profile.inter]
+        accelerator = hardware.accelerators[profile.accelerator]
+        table.add_row(
+            key,
+            escape(f"{profile.devices_per_node} × {accelerator.name}"),
+            escape(hardware.interconnects[profile.intra].name),
+            escape(f"{inter.name} × {profile.nics_per_node}"),
+        )
+    sources = [Text(f"{key}: {profile.source}") for key, profile in hardware.clusters.items()]
+    return Group(table, *sources)
+
+
+def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
+    """`dmlbench bench curve`: step time and samples/s at each local batch, where they
+    were measured, and the straight line through them (what the MLPerf replay reads)."""
+    from dmlbench.perfmodel.curve import step_line
+    from dmlbench.report.formats import plural
+
+    table = Table(
+        title=escape(f"{curve.task}: a step by local batch"),
+        title_justify="left",
+    )
+    for column in ("local batch", "step (ms)", "samples/s", "a sample (µs)"):
+        table.add_column(column, justify="right")
+    for batch, step in curve.points:
+        table.add_row(
+            f"{batch:g}", milliseconds(step), f"{batch / step:,.1f}", microseconds(step / batch)
+        )
+    lines = [Text(f"measured{curve.measured_on()}: {plural(len(curve.runs), 'run')}")]
+    if len(curve.points) > 1:
+        fixed, slope = step_line(curve)
+        lines.append(
+            Text(
+                f"least-squares line: {milliseconds(fixed)} ms fixed + "
+                f"{microseconds(slope)} µs a sample"
+            )
+        )
+    if elsewhere:
+        lines.append(Text(f"left out: {plural(elsewhere, 'run')} on another device"))
+    return Group(table, *lines)
+
+
+def plan_table(plan: dict[str, Any]) -> Group:
+    """`advise TASK --cluster PROFILE --deadline/--budget`: each node count and local
+    batch, the choice."""
+    info = plan["cluster"]
+    wanted = []
+    if plan["deadline_s"] is not None:
+        wanted.append(f"within {seconds(plan['deadline_s'], unit=True)}")
+    if plan["budget"] is not None:
+        wanted.append(f"for at most {plan['budget']:,.2f}")
+    table = Table(
+        title=escape(
+            f"{plan['task']} on {info['name']}: training to the target " + " and ".join(wanted)
+        ),
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for column in ("nodes", "devices", "b", "B", "to train", "slow end", "cost", "slow end ", ""):
+        table.add_column(column, justify="right", no_wrap=True)
+    choice = plan["choice"]
+    for row in plan["rows"]:
+        ok = row["meets_deadline"] and row["fits_budget"]
+        mark = "←" if row is choice or row == choice else ("" if ok else "✗")
+        table.add_row(
+            str(row["nodes"]),
+            str(row["devices"]),
+            str(row["local_batch"]),
+            f"{row['global_batch']:,}",
+            seconds(row["time_to_train_s"], unit=True) + ("†" if row["extrapolated"] else ""),
+            seconds(row["slow_s"], unit=True),
+            f"{row['cost']:,.2f}",
+            f"{row['slow_cost']:,.2f}",
+            mark,
+        )
+    convergence = plan["convergence"]
+    lines = [
+        "slow end: the 95% band's slow end of samples to the target; a plan is judged "
+        "there (←: the choice; ✗: misses what was asked); b: a device's batch, B: the global",
+        f"cost at {plan['price']['per_device_hour']:g} a device-hour ({plan['price']['name']})",
+        *(
+            f"compute at local batch {b} a device: {source}"
+            for b, source in plan["compute"].items()
+        ),
+        f"communication: {plan['algorithm']} all-reduce",
+        f"samples to the target: fitted on {convergence['runs']} runs of {convergence['source']} "
+        f"at B = {', '.join(f'{b:,.0f}' for b in convergence['batches'])}"
+        + ("; † extrapolated past them" if any(r["extrapolated"] for r in plan["rows"]) else ""),
+    ]
+    if choice is None:
+        lines.insert(0, "no node count meets what was asked: raise the deadline or the budget")
+    else:
+        lines.insert(
+            0,
+            f"choice: {choice['nodes']} nodes ({choice['devices']} devices, b = "
+            f"{choice['local_batch']}, B = {choice['global_batch']:,}): "
+            f"{seconds(choice['time_to_train_s'], unit=True)} to train (at most "
+            f"{seconds(choice['slow_s'], unit=True)}), "
+            f"{choice['cost']:,.2f} (at most {choice['slow_cost']:,.2f})",
+        )
+    return Group(table, *(Text(line) for line in lines))
