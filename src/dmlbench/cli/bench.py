@@ -208,7 +208,6 @@ def _device_model(device: str) -> str:
     CPU's (``auto``: a GPU where torch sees one)."""
     import torch
 
-    from dmlbench.train.hardware import device_name
+    from dmlbench.train.hardware import device_name, uses_cuda
 
-    cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    return device_name(torch.device("cuda" if cuda else "cpu"))
+    return device_name(torch.device("cuda" if uses_cuda(device) else "cpu"))

@@ -201,9 +201,9 @@ def machine_peak(spec: RunSpec) -> tuple[dict[str, Any] | None, dict[str, str]]:
     for GPU workers, which probe their own device."""
     import torch
 
-    from dmlbench.train.hardware import check_precision, hand_down, peak_for
+    from dmlbench.train.hardware import check_precision, hand_down, peak_for, uses_cuda
 
-    if spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available()):
+    if uses_cuda(spec.device):
         return None, {}
     cpu, threads, precision = torch.device("cpu"), spec.threads(), spec.recipe.precision
     check_precision(precision, cpu)  # before any worker starts

@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from dmlbench.comm.group import Member, join_group
 from dmlbench.spec import RunSpec
+from dmlbench.train.hardware import uses_cuda
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class DistContext:
     @classmethod
     def initialize(cls, spec: RunSpec) -> DistContext:
         """Join the process group the launcher set up (``RANK``, ``MASTER_ADDR``... in env)."""
-        cuda = spec.device == "cuda" or (spec.device == "auto" and torch.cuda.is_available())
+        cuda = uses_cuda(spec.device)
         me = Member.from_env(cuda)
         backend = spec.backend if spec.backend != "auto" else ("nccl" if cuda else "gloo")
         join_group(backend, rank=me.rank, world_size=me.world_size, threads=spec.threads())

@@ -127,6 +127,12 @@ def _name(dtype: torch.dtype, tf32: bool = False) -> str:
     return TF32_NAME if tf32 else str(dtype).removeprefix("torch.")
 
 
+def uses_cuda(device: str) -> bool:
+    """Whether a run's ``device`` setting (auto, cpu or cuda) puts its workers on a GPU
+    on this host: cuda, or auto where torch sees one."""
+    return device == "cuda" or (device == "auto" and torch.cuda.is_available())
+
+
 def device_name(device: torch.device) -> str:
     """What the worker computes on: the GPU's name, or the CPU's model."""
     from dmlbench.results.environment import cpu_model
