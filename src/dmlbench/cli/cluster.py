@@ -3,6 +3,7 @@ profile, with time to train; and `advise --cluster`'s plan on the same model."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -105,19 +106,19 @@ def simulate_cluster(
     if cluster == "list":
         console.print(hardware_table(load_hardware(hardware)))
         return
-    result = _cluster_time_to_train(
+    (result,) = _cluster_time_to_train(
         task,
         cluster,
         nodes,
         store,
         converge_from,
+        curve=curve,
+        local_batches=[local_batch],
         devices_per_node=devices_per_node,
         hardware_file=hardware,
         efficiency=efficiency,
         dtype=dtype,
-        local_batch=local_batch,
         samples_per_s=samples_per_s,
-        curve=curve,
         algorithm=algorithm,
     )
     result.published = published_points(task, cluster)
@@ -141,11 +142,13 @@ def _cluster_time_to_train(
     store: Path,
     converge_from: str | None,
     curve: Path | None = None,
+    local_batches: Sequence[int | None] = (None,),
     **options: Any,
-) -> ClusterSimulation:
-    """`simulate-cluster` and `advise --cluster`: the task on the profile, calibrated
-    from its runs in ``store``, with time to train fitted on ``converge_from``'s runs
-    (the task's own by default)."""
+) -> list[ClusterSimulation]:
+    """`simulate-cluster` and `advise --cluster`: the task on the profile at each of
+    ``local_batches`` (None: the recipe's), calibrated from its runs in ``store``, with
+    time to train fitted on ``converge_from``'s runs (the task's own by default); the
+    store and the curve are read once for them all."""
     from dmlbench.launch.request import worker_counts
     from dmlbench.perfmodel.cluster import add_time_to_train, simulate_cluster
     from dmlbench.perfmodel.curve import read_curve
@@ -154,11 +157,16 @@ def _cluster_time_to_train(
     runs = stored.runs(task=task) if stored else []
     counts = worker_counts(nodes, "--nodes", "node counts")
     curve_points = read_curve(curve) if curve is not None else None
-    result = simulate_cluster(task, cluster, counts, runs=runs, curve=curve_points, **options)
     source = converge_from or task
     converged = stored.runs(task=source) if stored and source != task else runs
-    result.convergence = add_time_to_train(result.rows, converged, source)
-    return result
+    results = []
+    for batch in local_batches:
+        result = simulate_cluster(
+            task, cluster, counts, runs=runs, curve=curve_points, local_batch=batch, **options
+        )
+        result.convergence = add_time_to_train(result.rows, converged, source)
+        results.append(result)
+    return results
 
 
 def advise_cluster(
@@ -188,21 +196,17 @@ def advise_cluster(
     if deadline is None and budget is None:
         raise SpecError("advise --cluster plans for a --deadline (seconds), a --budget, or both")
     chosen = choose_price(price, prices)  # a bad price is refused before any model is built
-    batches: list[int | None] = [*local_batches] if local_batches else [None]  # None: the recipe's
-    results = [
-        _cluster_time_to_train(
-            task,
-            cluster,
-            nodes,
-            store,
-            converge_from,
-            dtype=dtype,
-            local_batch=batch,
-            curve=curve,
-            algorithm=algorithm,
-        )
-        for batch in batches
-    ]
+    results = _cluster_time_to_train(
+        task,
+        cluster,
+        nodes,
+        store,
+        converge_from,
+        curve=curve,
+        local_batches=local_batches or [None],
+        dtype=dtype,
+        algorithm=algorithm,
+    )
     plan = plan_cluster(results, chosen.per_worker_hour, deadline, budget)
     first = results[0]
     plan.update(
