@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -116,7 +117,7 @@ class FSDPExchange(GradientExchange):
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         self.counts_bytes = _count_collectives(model, self)
         self.stepping = False  # gathers for evaluation are not a step's
-        self.blocked: dict[str, float] = {}
+        self.blocked: defaultdict[str, float] = defaultdict(float)  # seconds by phase
         self.model = model
         return model
 
@@ -128,7 +129,7 @@ class FSDPExchange(GradientExchange):
         return self._vote_alone(stop)  # gradients were reduce-scattered during backward
 
     def exposed_comm(self, backward_end: float) -> dict[str, float]:
-        blocked, self.blocked = self.blocked, {}
+        blocked, self.blocked = self.blocked, defaultdict(float)
         return blocked
 
     def sync_buffers(self, model: nn.Module) -> None:
@@ -178,12 +179,11 @@ class _CountedCollective:
         if not exchange.stepping:
             return self.call(output_tensor, input_tensor, **how)
         exchange.bytes_sent += input_tensor.numel() * input_tensor.element_size()
-        if input_tensor.device.type != "cpu" or how.get("async_op"):
-            return self.call(output_tensor, input_tensor, **how)  # a stream's: not waited on
         start = time.perf_counter()
         done = self.call(output_tensor, input_tensor, **how)
-        blocked = exchange.blocked
-        blocked[exchange.phase] = blocked.get(exchange.phase, 0.0) + time.perf_counter() - start
+        # a CPU worker waits in the call; a GPU's runs on a stream, an async one later
+        if input_tensor.device.type == "cpu" and not how.get("async_op"):
+            exchange.blocked[exchange.phase] += time.perf_counter() - start
         return done
 
 
