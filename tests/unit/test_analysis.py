@@ -368,6 +368,41 @@ def test_results_table_shows_the_network_when_a_run_had_one() -> None:
     assert "no target" in missed and "target_not_reached" not in missed  # fits 80 columns
 
 
+def test_results_table_keeps_every_column_at_80_columns_beside_imported_runs() -> None:
+    """`dmlbench results > file` renders 80 columns. With MLPerf's imported runs (50-
+    character names, 4-digit batches, a system as their "network") beside this
+    machine's, the table cut figures short ("0.329…") and dropped its last column."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import runs_table
+
+    own = replace(stored_run("20261128-091818-50323c", 1, tta=0.329), task="digits-mlp")
+    long_name = "mlperf-v0.7-nvidia-dgx2h_n32_ngc20.06_mxnet-resnet-0"
+    imported = replace(
+        stored_run(long_name, 512, tta=2115.4, local_batch=65),
+        task="mlperf/resnet",
+        network="32xNVIDIA DGX-2H",
+        origin={"round": "v0.7"},
+        epochs=56.0,
+    )
+    synthetic = replace(stored_run("20261128-092310-b13d39", 2, tta=None), status="throughput")
+    console = Console(width=80, record=True)
+    console.print(runs_table([own, imported, synthetic]))
+    shown = console.export_text()
+    assert all(len(line) <= 80 for line in shown.splitlines())
+    assert "…" not in shown  # nothing cut short
+    header = next(line for line in shown.splitlines() if line.startswith("run"))
+    assert header.split() == ["run", "task", "N", "b/B", "status", "TTA", "best", "ep."]
+    assert "20261128-091818-50323c" in shown and "0.329 s" in shown  # this machine's whole
+    assert "2,115 s" in shown and "56.0" in shown and "65/33280" in shown
+    assert "DGX-2H" not in shown  # an imported run's system is its name, not a network
+    lines = shown.splitlines()
+    width = header.index("task")  # the run column's, where it folds
+    assert long_name in "".join(line[:width].strip() for line in lines[lines.index(header) :])
+
+
 def test_progress_counts_steps_before_the_first_epoch_ends() -> None:
     import io
 

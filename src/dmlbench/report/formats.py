@@ -65,6 +65,8 @@ def seconds(value: Any, *, unit: bool = False) -> str:
         return f"{value / 3600:.2f} h"
     size = abs(value)
     text = f"{value:.3f}" if size < 1 else f"{value:.2f}" if size < 10 else f"{value:,.1f}"
+    if unit and size >= 1000:
+        text = f"{value:,.0f}"  # "2,115 s": a tenth of a second is below its figures
     return f"{text} s" if unit else text
 
 

@@ -90,20 +90,22 @@ def runs_table(runs: list[RunRecord]) -> Table:
         title_justify="left",
         box=box.SIMPLE_HEAD,
         padding=0,  # the box draws one space between columns
-        pad_edge=False,
+        show_edge=False,
         caption="\n".join(captions) or None,
         caption_justify="left",
     )
     shaped = any(_network(run) for run in runs)
-    table.add_column("run", no_wrap=True, min_width=22)
+    # 22 characters hold a run of this machine's; an imported run's longer name folds
+    table.add_column("run", overflow="fold")  # folds only where the row would not fit
     widest = max((len(run.task) + (run.division == "open") for run in runs), default=4)
     table.add_column("task", overflow="fold", min_width=min(widest, 16))  # "name*" unbroken
-    table.add_column("N", justify="right", min_width=1)
+    table.add_column("N", justify="right", no_wrap=True)
     table.add_column("b/B", no_wrap=True, min_width=5)
-    table.add_column("status", no_wrap=True, min_width=7)
+    # "throughput only" breaks between its words
+    table.add_column("status", min_width=7, max_width=11)
     table.add_column("TTA", justify="right", no_wrap=True, min_width=6)
     table.add_column("best", justify="right", no_wrap=True, min_width=5)
-    table.add_column("epochs", justify="right", no_wrap=True, min_width=6)
+    table.add_column("ep.", justify="right", no_wrap=True, min_width=4)
     if shaped:  # only where some run had an emulated network: a WAN run stands out
         table.add_column("network", overflow="fold", min_width=8)
     for run in runs:
@@ -125,8 +127,9 @@ def runs_table(runs: list[RunRecord]) -> Table:
 
 
 def _network(run: RunRecord) -> str:
-    """The emulated network's name (a profile's, or the rate given), "" when unshaped."""
-    label = run.network or "none"
+    """The emulated network's name (a profile's, or the rate given), "" when unshaped or
+    when the run ran elsewhere (an imported run's system is in its name)."""
+    label = "none" if run.external else run.network or "none"
     return "" if label == "none" else label.split(" · ")[0]
 
 
