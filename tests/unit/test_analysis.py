@@ -886,5 +886,9 @@ def test_an_unmeasured_strategy_is_judged_as_the_measured_ones_are() -> None:
     console = Console(width=200, record=True)
     console.print(memory_advice_table(advice))
     assert "run it once to measure it" in " ".join(console.export_text().split())
+    narrow = Console(width=80, record=True)  # what `advise … > file` renders
+    narrow.print(memory_advice_table(advice))
+    text = narrow.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     alone = advise_memory([accounting], "t", budget, 2, 32)  # nothing measured at 2
     assert alone.choice is alone.fits[0] and alone.fits[0].allowance == 0

@@ -195,7 +195,7 @@ PREDICTION_COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
     ("step ms", lambda r: milliseconds(r["step_s"])),
     ("comm", lambda r: fmt(r["comm_ratio"], ".0%")),
     ("epochs", lambda r: f"{r['epochs']:.1f}{'' if r['epochs_measured'] else '*'}"),
-    ("TTA s", lambda r: fmt(r["tta_s"], ",.1f")),
+    ("TTA s", lambda r: seconds(r["tta_s"])),  # three figures: 0.213, 2,115.4
     ("speedup", lambda r: fmt(r["speedup"])),
     ("cost", lambda r: money(r.get("cost"))),
 ]

@@ -1,1 +1,25 @@
 """The terminal views of the `dmlbench` commands (rich tables, progress bars)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+
+def figures_table(title: str, caption: str | None = None, **options: Any) -> Table:
+    """A table of figures as every command prints them: a rule under the header and one
+    space between columns, so that ten columns of numbers fit 80 (``dmlbench … > file``
+    renders 80); where a row still would not fit, a column that may wrap wraps, and a
+    figure is never cut short."""
+    return Table(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=0,  # the box draws one space between columns
+        show_edge=False,
+        **options,
+    )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich import box
 from rich.console import Group
 from rich.markup import escape
 from rich.table import Table
@@ -16,6 +15,7 @@ if TYPE_CHECKING:
     from dmlbench.perfmodel.cluster import ClusterSimulation
     from dmlbench.perfmodel.curve import Curve
 
+from dmlbench.cli.views import figures_table
 from dmlbench.report.formats import (
     microseconds,
     milliseconds,
@@ -28,17 +28,13 @@ from dmlbench.report.formats import (
 def cluster_table(result: ClusterSimulation) -> Group:
     """`dmlbench simulate-cluster TASK --cluster PROFILE`: the scaling table and its inputs."""
     info = result.cluster
-    table = Table(
-        title=escape(f"{result.task} on {info['name']}: weak scaling, DDP overlap"),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        caption=escape(
+    table = figures_table(
+        escape(f"{result.task} on {info['name']}: weak scaling, DDP overlap"),
+        escape(
             f"step, comm, exposed: ms · {info['accelerator']} × {info['devices_per_node']} a "
             "node · inside: "
             f"{info['intra']} · between: {info['inter']}"
         ),
-        caption_justify="left",
     )
     columns = ("nodes", "dev", "step", "comm", "exposed", "samples/s", "epoch")
     for column in (*columns, "speedup", "eff."):
@@ -106,7 +102,7 @@ def cluster_table(result: ClusterSimulation) -> Group:
 def _time_to_train_table(result: ClusterSimulation) -> Table:
     """Time to train on each row of a cluster simulation, beside the scaling table (one
     table of both would not fit a terminal of 80 columns)."""
-    table = Table(title="time to train to the target", title_justify="left", box=box.SIMPLE_HEAD)
+    table = figures_table("time to train to the target")
     for column in ("nodes", "dev", "B", "samples", "to train", "95% band"):
         table.add_column(column, justify="right", no_wrap=True)
     for row in result.rows:
@@ -124,9 +120,7 @@ def _time_to_train_table(result: ClusterSimulation) -> Table:
 
 def hardware_table(hardware: Any) -> Group:
     """`dmlbench simulate-cluster TASK --cluster list`: the cluster profiles, then their sources."""
-    table = Table(
-        title="cluster profiles: --cluster NAME (your own: --hardware FILE)", title_justify="left"
-    )
+    table = figures_table("cluster profiles: --cluster NAME (your own: --hardware FILE)")
     for column in ("name", "devices a node", "inside", "between"):
         table.add_column(column)
     for key, profile in hardware.clusters.items():
@@ -148,10 +142,7 @@ def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
     from dmlbench.perfmodel.curve import step_line
     from dmlbench.report.formats import plural
 
-    table = Table(
-        title=escape(f"{curve.task}: a step by local batch"),
-        title_justify="left",
-    )
+    table = figures_table(escape(f"{curve.task}: a step by local batch"))
     for column in ("local batch", "step (ms)", "samples/s", "a sample (µs)"):
         table.add_column(column, justify="right")
     for batch, step in curve.points:
@@ -181,13 +172,8 @@ def plan_table(plan: dict[str, Any]) -> Group:
         wanted.append(f"within {seconds(plan['deadline_s'], unit=True)}")
     if plan["budget"] is not None:
         wanted.append(f"for at most {plan['budget']:,.2f}")
-    table = Table(
-        title=escape(
-            f"{plan['task']} on {info['name']}: training to the target " + " and ".join(wanted)
-        ),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
+    table = figures_table(
+        escape(f"{plan['task']} on {info['name']}: training to the target " + " and ".join(wanted))
     )
     for column in ("nodes", "devices", "b", "B", "to train", "slow end", "cost", "slow end ", ""):
         table.add_column(column, justify="right", no_wrap=True)

@@ -7,9 +7,9 @@ from typing import Any
 
 from rich.console import Group
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
+from dmlbench.cli.views import figures_table
 from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
 from dmlbench.report.formats import human_bytes, plural, seconds
 from dmlbench.results.records import RunRecord
@@ -64,16 +64,16 @@ def memory_text(run: RunRecord) -> str:
 def memory_advice_table(advice: Any) -> Group:
     """`dmlbench advise --memory-per-worker`: each strategy's predicted memory against
     the budget, its measured step time, and the choice."""
-    table = Table(
-        title=escape(
+    table = figures_table(
+        escape(
             f"{advice.task}: {advice.workers} workers × local batch {advice.local_batch}, "
             f"{human_bytes(advice.budget)} a worker"
-        ),
-        title_justify="left",
+        )
     )
     columns = ("strategy", "exchange", "predicted", "measured", "fits", "step (measured)")
     for column in columns:
-        table.add_column(column, justify="left" if column in ("strategy", "exchange") else "right")
+        text = column in ("strategy", "exchange")  # "(reshard_after_forward=false)" folds
+        table.add_column(column, justify="left" if text else "right", overflow="fold")
     for fit in advice.fits:
         runs = plural(fit.runs, "run")
         step = f"{seconds(fit.step_s, unit=True)} ({runs})" if fit.step_s else "—"

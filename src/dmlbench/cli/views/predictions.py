@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from dmlbench.cli.views import figures_table
 from dmlbench.report.formats import (
     money,
     percent,
@@ -19,14 +20,13 @@ from dmlbench.report.formats import (
 def advice_table(advice: Any, price: str) -> Group:
     """`dmlbench advise` for a person: the recommendation and the runners-up in a table,
     the plan's broken guidelines, and where every number came from."""
-    table = Table(
-        title=escape(f"{advice.task} on {advice.network}: ranked by predicted time to target"),
-        title_justify="left",
-        caption=escape(f"cost at {price}; epochs and compute: where they came from below"),
-        caption_justify="left",
+    table = figures_table(
+        escape(f"{advice.task} on {advice.network}: ranked by predicted time to target"),
+        escape(f"cost at {price}; epochs and compute: where they came from below"),
     )
     for column in ("", "N", "b / B", "epochs", "from", "step", "compute", "comm", "TTA", "cost"):
-        table.add_column(column, justify="left" if column in ("", "from", "compute") else "right")
+        text = column in ("", "from", "compute")  # a long word folds, never cut short
+        table.add_column(column, justify="left" if text else "right", overflow="fold")
 
     def row(mark: str, c: Any) -> None:
         table.add_row(
@@ -70,17 +70,15 @@ def prediction_table(result: dict[str, Any]) -> Table:
     from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text
 
     calibration = result["calibration"]
-    table = Table(
-        title=escape(
+    table = figures_table(
+        escape(
             f"{result['task']}: predicted (weak scaling, b = {calibration['local_batch']}; "
             f"{calibration_text(calibration)})"
         ),
-        title_justify="left",
-        caption=escape(
+        escape(
             "* epochs to the target assumed (--epochs, or the nearest measured global "
             f"batch's); evaluation sharded over the workers; cost at {result['price']}"
         ),
-        caption_justify="left",
     )
     for title, _ in PREDICTION_COLUMNS:
         table.add_column("algo" if title == "algorithm" else title, justify="right")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from dmlbench.cli.views import figures_table
 from dmlbench.cli.views.summary import STATUS_STYLE, STATUS_WORDS
 from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.docs import describe_schedule
@@ -85,15 +85,7 @@ def runs_table(runs: list[RunRecord]) -> Table:
             "† disturbed: other processes took CPU its workers asked for, or a hypervisor "
             "did (dmlbench results RUN says how much)"
         )
-    table = Table(
-        title=f"{len(runs)} stored runs",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        padding=0,  # the box draws one space between columns
-        show_edge=False,
-        caption="\n".join(captions) or None,
-        caption_justify="left",
-    )
+    table = figures_table(f"{len(runs)} stored runs", "\n".join(captions) or None)
     shaped = any(_network(run) for run in runs)
     # 22 characters hold a run of this machine's; an imported run's longer name folds
     table.add_column("run", overflow="fold")  # folds only where the row would not fit
@@ -167,14 +159,9 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             if short != label
         ]
         notes = [legend, *spelt, *(n for n in (caption, disturbed_note(rows)) if n)]
-        rich_table = Table(
-            title=escape(f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else "")),
-            title_justify="left",
-            box=box.SIMPLE_HEAD,
-            caption=escape("\n".join(notes)),
-            caption_justify="left",
-            padding=0,  # the box draws one space between columns
-            pad_edge=False,
+        rich_table = figures_table(
+            escape(f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else "")),
+            escape("\n".join(notes)),
         )
         for title, fn in columns:
             widest = max(len(fn(row)) for _, row in rows.iterrows())
@@ -195,17 +182,14 @@ def comm_table(run: CommRun) -> Table:
     spec = run.spec
     nodes = run.nodes
     layout = f" ({nodes} nodes × {run.workers // nodes})" if nodes > 1 else ""
-    table = Table(
-        title=escape(
+    table = figures_table(
+        escape(
             f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}{layout} · network "
             f"{run.network} · run {run.run_id}"
         ),
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        caption=f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "
+        f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "
         "each after a barrier; a repeat is `iter` back-to-back all-reduces and lasts as long "
         "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)",
-        caption_justify="left",
     )
     scoped = any(row.scope for row in run.results)
     if scoped:  # an emulated cluster: across nodes, within each node, two levels
@@ -241,15 +225,13 @@ def plan_table(plan: Any, stored: set[str]) -> Table:
     """A sweep's planned runs (a ``SweepPlan``); ``stored``: keys the store has."""
     from dmlbench.resolve import deviations
 
-    table = Table(
-        title=escape(
+    table = figures_table(
+        escape(
             f"sweep {plan.sweep.name}: {plural(len(plan.runs), 'run')} "
             f"({plan.sweep.scaling} scaling)"
         ),
-        title_justify="left",
-        caption=f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
+        f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
         "stored = already in the store",
-        caption_justify="left",
     )
     for column in ("#", "run", "N", "b / B", "seed", "division", "stored"):
         table.add_column(column)
