@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
@@ -67,3 +68,14 @@ def chosen(option: str, names: Sequence[str], allowed: Sequence[Choice]) -> list
             )
             raise SpecError(f"{option} {name!r}: choose {' or '.join(listed)}")
     return [by_name[name] for name in names]
+
+
+def unwritable(error: OSError, elsewhere: str) -> str:
+    """What to do where a write failed with ``error``: free space on a full disk, look
+    elsewhere where it is not writable or not there; ``elsewhere`` names the option
+    that points somewhere else (``--store``)."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"free space there (or pass another {elsewhere})"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"this user cannot write there: pass another {elsewhere}"
+    return f"pass another {elsewhere}"

@@ -92,6 +92,16 @@ def test_a_full_disk_refuses_a_run_before_it_starts(small_disk: SmallDisk, dmlbe
     assert list((store / "runs").glob("*")) == []  # no half-made run folder
 
 
+def test_a_store_that_cannot_be_made_is_not_called_a_full_disk(tmp_path: Path, dmlbench) -> None:
+    """A store below a file (or below /proc) said "free space there", which sends the
+    user after a disk that is not full."""
+    (tmp_path / "a-file").write_text("not a folder\n")
+    code, _, err = dmlbench("run", "synthetic-mlp", "--store", str(tmp_path / "a-file" / "s"))
+    assert code == 2 and "Traceback" not in err, err
+    assert "free space" not in err and "pass another --store" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_import_refuses_what_is_no_run_folder(tmp_path: Path, dmlbench) -> None:
     code, _, err = dmlbench("results", "--store", str(tmp_path / "s"), "--import", str(tmp_path))
     assert code == 2 and "not a dmlbench run folder" in err

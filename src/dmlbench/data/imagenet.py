@@ -24,7 +24,7 @@ from typing import IO
 import numpy as np
 
 from dmlbench.data.download import CHUNK, _regular_members_only, cache_root, writable_dir
-from dmlbench.errors import DatasetError
+from dmlbench.errors import DatasetError, unwritable
 from dmlbench.files import locked
 from dmlbench.names import shorten
 
@@ -186,7 +186,7 @@ def unpack(
         except OSError as error:  # the destination's side: a full disk, no permission
             raise DatasetError(
                 f"the archives in {root} could not be unpacked into {dest}: "
-                f"{error.strerror or error}; free space there (or pass another --data-dir)"
+                f"{error.strerror or error}; {unwritable(error, '--data-dir')}"
             ) from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)

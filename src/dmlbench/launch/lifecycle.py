@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dmlbench.errors import DatasetError, ResultsNotStored, SpecError, StoreError, WorkerFailed
+from dmlbench.errors import (
+    DatasetError,
+    ResultsNotStored,
+    SpecError,
+    StoreError,
+    WorkerFailed,
+    unwritable,
+)
 from dmlbench.netem.host import NetworkError
 from dmlbench.results import ResultsStore
 from dmlbench.results.environment import collect_environment
@@ -93,8 +100,8 @@ def open_run(
     except OSError as error:
         remove_run_dir(run_dir)
         raise StoreError(
-            f"cannot record the run in {run_dir}: {error}; free space there "
-            "(or pass another --store); nothing was started"
+            f"cannot record the run in {run_dir}: {error.strerror or error}; "
+            f"{unwritable(error, '--store')}; nothing was started"
         ) from None
     except BaseException:
         remove_run_dir(run_dir)

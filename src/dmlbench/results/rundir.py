@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dmlbench.errors import StoreError
+from dmlbench.errors import StoreError, unwritable
 
 SPEC_FILE = "spec.json"
 RECORD_FILE = "run.json"
@@ -93,7 +93,7 @@ def create_run_dir(runs: Path, spec: dict[str, Any], name: str | None = None) ->
         remove_run_dir(run_dir)
         raise StoreError(
             f"cannot create the run folder {run_dir}: {error.strerror or error}; "
-            "free space there (or pass another --store); nothing was started"
+            f"{unwritable(error, '--store')}; nothing was started"
         ) from None
     return run_id, run_dir
 
@@ -101,7 +101,8 @@ def create_run_dir(runs: Path, spec: dict[str, Any], name: str | None = None) ->
 def remove_run_dir(run_dir: Path) -> None:
     """Remove a run folder that never became a run (nothing of value is in it)."""
     for name in (SPEC_FILE, RECORD_FILE, LOCK_FILE, f".{SPEC_FILE}.tmp", f".{RECORD_FILE}.tmp"):
-        (run_dir / name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not only missing: below a file, never made
+            (run_dir / name).unlink()
     with contextlib.suppress(OSError):  # something else is in it: keep it
         run_dir.rmdir()
 
