@@ -445,6 +445,30 @@ def test_progress_shows_the_last_word_and_when_the_run_evaluates() -> None:
     bar.progress.console.print(bar.progress.get_renderable())  # every column finds its fields
 
 
+def test_progress_at_80_columns_keeps_the_title_the_steps_and_the_clock() -> None:
+    """At 80 columns a GPT run's bar read "k… 640/1… loss 4.253 · … (best l…": rich
+    cut every column to fit. Now the word and the status wrap, and the rest is whole."""
+    import io
+
+    from rich.console import Console
+
+    from dmlbench.cli.views.progress import RunProgress
+
+    out = io.StringIO()
+    bar = RunProgress(Console(file=out, width=80), "kjv-gpt × 2")
+    bar([{"key": "run_start", "value": None, "metadata": {"step_limit": 1234, "goal": "loss"}}])
+    word = {"train_loss": 4.2531, "tokens_per_s": 14331.0, "mfu": 0.566, "memory_bytes": 9 << 24}
+    bar([{"key": "train_progress", "value": 640, "metadata": {"epoch_num": 1, **word}}])
+    bar([{"key": "eval_accuracy", "value": 0.3, "metadata": {"eval_loss": 4.331, "epoch_num": 1}}])
+    bar.progress.console.print(bar.progress.get_renderable())
+    text = out.getvalue()
+    first = text.splitlines()[0]
+    assert "…" not in text and all(len(line) <= 80 for line in text.splitlines())
+    assert first.startswith("kjv-gpt × 2") and "640/1,234 steps" in first
+    assert first.rstrip().endswith("0:00:00")
+    assert "14,331" in text and "4.331)" in text  # wrapped, not cut
+
+
 def test_progress_clock_runs_from_run_start_to_run_stop() -> None:
     """The bar's time is the run's: not start-up, and not frozen at the last step while
     the final evaluation runs (a 2:07 bar beside a 169.4 s summary)."""

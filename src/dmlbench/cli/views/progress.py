@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
+from rich.table import Column
 from rich.text import Text
 
 from dmlbench.report.formats import human_bytes, percent
@@ -28,13 +29,16 @@ class RunProgress:
     summary reports."""
 
     def __init__(self, console: Console, title: str) -> None:
+        # the title, steps and clock stay whole; rank 0's word and the status wrap
+        # between their words where a line is narrower than they are (80 columns)
+        whole, wraps = Column(no_wrap=True), Column(overflow="fold")
         self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(bar_width=16),  # room for the word beside it in 100 columns
-            TextColumn("{task.fields[steps]}"),  # done/limit: a short run moves here too
-            TextColumn("{task.fields[rate]}"),  # rank 0's last word: loss, speed, memory
-            TextColumn("{task.fields[status]}"),
-            RunClock(),
+            TextColumn("{task.description}", table_column=whole),
+            BarColumn(bar_width=12),  # a finished run's line fits 80 columns
+            TextColumn("{task.fields[steps]}", table_column=whole),  # a short run moves too
+            TextColumn("{task.fields[rate]}", table_column=wraps),  # loss, speed, memory
+            TextColumn("{task.fields[status]}", table_column=wraps),
+            RunClock(table_column=whole),
             console=console,
             transient=False,
         )
