@@ -102,6 +102,17 @@ def test_a_store_that_cannot_be_made_is_not_called_a_full_disk(tmp_path: Path, d
     assert len(err.strip().splitlines()) == 1
 
 
+def test_a_data_dir_that_is_a_file_is_refused_before_a_download(tmp_path: Path, dmlbench) -> None:
+    """`--data-dir FILE` tried CIFAR-10's download and blamed the network."""
+    (tmp_path / "a-file").write_text("not a folder\n")
+    store = tmp_path / "s"
+    code, _, err = dmlbench(
+        "run", "cifar10-resnet20", "--data-dir", str(tmp_path / "a-file"), "--store", str(store)
+    )
+    assert code == 2 and "is a file, not a folder" in err and "could not download" not in err, err
+    assert not (store / "runs").exists() or list((store / "runs").glob("*")) == []
+
+
 def test_import_refuses_what_is_no_run_folder(tmp_path: Path, dmlbench) -> None:
     code, _, err = dmlbench("results", "--store", str(tmp_path / "s"), "--import", str(tmp_path))
     assert code == 2 and "not a dmlbench run folder" in err

@@ -172,6 +172,11 @@ def prepare_data(spec: RunSpec) -> None:
     task = get_task(spec.task)
     if spec.synthetic_data:
         return  # nothing is read
+    if spec.data_dir.exists() and not spec.data_dir.is_dir():  # not there: made or fetched
+        raise DatasetError(
+            f"--data-dir {spec.data_dir} is a file, not a folder: pass the folder that holds "
+            f"{task.name}'s data (or where it may be downloaded to)"
+        )
     task.prepare(spec.data_dir, spec.download)
     if task.count is None:
         return
