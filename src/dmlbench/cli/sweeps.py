@@ -30,7 +30,9 @@ from dmlbench.results.store import Rerun
 
 def sweep(
     file: Annotated[Path, typer.Argument(help="sweep file (YAML or TOML)")],
-    plan: Annotated[bool, flag("--plan", help="print the expanded runs, start nothing")] = False,
+    plan: Annotated[
+        bool, flag("--plan", "--dry-run", help="print the expanded runs, start nothing")
+    ] = False,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", "-s", help="override a key in every run")
     ] = None,
