@@ -82,6 +82,18 @@ def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
         ] == [(128, 128), (64, 128)]
 
 
+def test_a_sweep_plans_with_dry_run_as_a_run_does(dmlbench, tmp_path: Path) -> None:
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("task: digits-mlp\naxes: {workers: [1, 2]}\n")
+    plans = [
+        dmlbench("sweep", str(sweep), word, "--json", "--store", str(tmp_path / "s"))
+        for word in ("--plan", "--dry-run")
+    ]
+    assert [code for code, _, _ in plans] == [0, 0]
+    runs = [[r["spec"]["workers"] for r in json.loads(out)["runs"]] for _, out, _ in plans]
+    assert runs == [[1, 2], [1, 2]] and not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
