@@ -67,6 +67,7 @@ def test_a_dask_fit_is_stored_and_compared_beside_a_torch_run(tmp_path: Path) ->
     assert run["best_metric"] > 0.8 and run["global_batch"] == 32
     assert run["summary"]["largest_batch"] == 128
     assert {"engine", "batch_schedule"} <= set(run["deviations"])
+    assert run["deviations"]["batch_schedule"]["actual"].startswith("GeoDamp(initial=32, delay=1")
     assert "epoch 3:" in fit.stderr and "Traceback" not in fit.stderr
 
     dmlbench("run", "digits-mlp", "--set", "recipe.max_epochs=1", "--store", store, "--quiet")

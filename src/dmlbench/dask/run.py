@@ -134,7 +134,7 @@ def fit_deviations(spec: RunSpec, fit: DaskFit) -> dict[str, dict[str, Any]]:
     differ["batch_schedule"] = {
         "reference": f"constant {spec.recipe.local_batch} per worker, "
         f"{spec.recipe.schedule.describe()}",
-        "actual": f"{type(fit.damper).__name__}({fit.damper.get_params()})",
+        "actual": repr(fit.damper),  # GeoDamp(initial=32, delay=60, ...)
     }
     if spec.recipe.augment:
         differ["augment"] = {"reference": True, "actual": False}
