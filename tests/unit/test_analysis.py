@@ -316,6 +316,8 @@ def test_one_number_format_for_every_table() -> None:
     ]
     assert formats.seconds(12.34, unit=True) == "12.3 s"
     assert formats.seconds(7200, unit=True) == "2.00 h"
+    assert formats.seconds(2115.44, unit=True) == "2,115 s"  # no tenth below its figures
+    assert formats.seconds(2115.44) == "2,115.4"
     for absent in (None, math.nan, pd.NA):
         assert formats.seconds(absent) == formats.fmt(absent) == formats.percent(absent) == "—"
     assert formats.mean_std(12.0, 2.0) == "12.0 ± 2.00" and formats.mean_std(12.0, None) == "12.0"

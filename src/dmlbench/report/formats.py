@@ -56,7 +56,8 @@ def money(value: Any) -> str:
 
 def seconds(value: Any, *, unit: bool = False) -> str:
     """Three significant figures or so: ``0.123``, ``4.56``, ``1,234.5``; ``∞`` for a run
-    that never got there. With ``unit``: ``4.56 s``, and hours from an hour up."""
+    that never got there. With ``unit``: ``4.56 s``, ``1,234 s``, and hours from an hour
+    up."""
     if missing(value):
         return MISSING
     if math.isinf(value):

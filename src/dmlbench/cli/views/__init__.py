@@ -11,8 +11,8 @@ from rich.table import Table
 def figures_table(title: str, caption: str | None = None, **options: Any) -> Table:
     """A table of figures as every command prints them: a rule under the header and one
     space between columns, so that ten columns of numbers fit 80 (``dmlbench … > file``
-    renders 80); where a row still would not fit, a column that may wrap wraps, and a
-    figure is never cut short."""
+    renders 80). Where a row still would not fit, rich narrows the columns that may
+    wrap first: give text columns ``overflow="fold"`` and figures ``no_wrap``."""
     return Table(
         title=title,
         title_justify="left",

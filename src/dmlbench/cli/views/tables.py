@@ -87,8 +87,8 @@ def runs_table(runs: list[RunRecord]) -> Table:
         )
     table = figures_table(f"{len(runs)} stored runs", "\n".join(captions) or None)
     shaped = any(_network(run) for run in runs)
-    # 22 characters hold a run of this machine's; an imported run's longer name folds
-    table.add_column("run", overflow="fold")  # folds only where the row would not fit
+    # a run of this machine's is 22 characters; an imported run's longer name folds
+    table.add_column("run", overflow="fold")
     widest = max((len(run.task) + (run.division == "open") for run in runs), default=4)
     table.add_column("task", overflow="fold", min_width=min(widest, 16))  # "name*" unbroken
     table.add_column("N", justify="right", no_wrap=True)
