@@ -144,6 +144,10 @@ def test_imported_runs_compare_beside_each_other(tmp_path: Path) -> None:
     rows = json.loads(done.stdout)
     assert len(rows) == 1  # five repeats of one submission: one row
     assert rows[0]["runs"] == 5 and rows[0]["tta_olympic"] == pytest.approx(120.0)
+    # an update's time, as this machine's runs report it: compare's "step ms" was "—"
+    for run in ResultsStore(store).runs():
+        assert run.summary.step_time_s == pytest.approx(256 / run.throughput)
+    assert rows[0]["step_time_mean"] > 0
     shown = inside("compare", "--store", str(store), "--task", "mlperf/resnet").stdout
     words = " ".join(shown.split())  # the legend wraps where the terminal ends
     assert "olympic" in words and "a run short of the target counts as ∞" in words

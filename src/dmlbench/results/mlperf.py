@@ -449,6 +449,8 @@ def as_record(run: MlperfRun) -> dict[str, Any]:
         "epochs": run.epochs,
         "samples": run.samples,
         "throughput": run.throughput,
+        # an update's time, as a run of this machine's reports it: "step ms" in compare
+        "step_time_s": run.global_batch / run.throughput if run.throughput else None,
         "samples_per_s_per_worker": run.throughput / run.workers if run.throughput else None,
         "device": run.accelerator,
         "mlperf": {
