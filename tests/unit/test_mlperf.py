@@ -153,6 +153,25 @@ def test_imported_runs_compare_beside_each_other(tmp_path: Path) -> None:
     assert "olympic" in words and "a run short of the target counts as ∞" in words
 
 
+def test_a_report_of_imported_systems_draws_only_what_their_logs_hold(tmp_path: Path) -> None:
+    """Two MLPerf systems, each at one node count: the report drew a speedup of each
+    over itself against a linear line to 16×, an empty phases figure and an empty loss
+    panel (the logs hold accuracy only)."""
+    from dmlbench.report.html import build_sections
+
+    store = tmp_path / "store"
+    for name, nodes in (("box_n2", 2), ("box_n32", 32)):
+        sub = submission(tmp_path / name, name=name, nodes=nodes)
+        inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    runs = ResultsStore(store).runs()
+    assert sorted({r.workers for r in runs}) == [8, 128]
+    (section,) = build_sections(runs, price=None)
+    assert {"speedup", "efficiency", "phases"}.isdisjoint(section.figures)
+    assert "time-to-accuracy" in section.figures
+    (panel,) = section.figures["curves"].axes  # accuracy alone
+    assert panel.get_ylabel() == "accuracy, %"
+
+
 @pytest.mark.parametrize(
     ("damage", "says"),
     [

@@ -255,7 +255,11 @@ def curves(
     run evaluated once). Coloured by worker count; with several variants, coloured by
     variant and dashed by worker count. Training accuracy, where runs measured it, is a
     thin dotted line of the run's colour; a task's target loss a dashed line."""
-    fig, (acc, loss) = new_figure(title, "Accuracy and loss vs wall-clock time", ncols=2)
+    lossless = not evals["loss"].notna().any()  # MLPerf's logs say accuracy only
+    heading = "Accuracy vs wall-clock time" if lossless else "Accuracy and loss vs wall-clock time"
+    fig, axes = new_figure(title, heading, ncols=1 if lossless else 2)
+    acc, loss = axes[0], None if lossless else axes[1]
+    drawn = [(acc, "metric")] + ([] if loss is None else [(loss, "loss")])
     workers = sorted(int(w) for w in evals["workers"].unique())
     variant = evals["variant"] if "variant" in evals else pd.Series("", index=evals.index)
     names = short_labels(variant)
@@ -275,7 +279,7 @@ def curves(
             label = f"{name} · {label}"
         else:
             colour, style = by_count[n], "-"
-        for ax, column in ((acc, "metric"), (loss, "loss")):
+        for ax, column in drawn:
             ax.plot(
                 run["elapsed_s"],
                 run[column],
@@ -299,7 +303,7 @@ def curves(
             )
     if target is not None:
         acc.axhline(target, color="k", ls="--", lw=1, label=f"target {target:.0%}")
-    if target_loss is not None:
+    if target_loss is not None and loss is not None:
         loss.axhline(target_loss, color="k", ls="--", lw=1)
         loss.text(
             0.99,
@@ -310,11 +314,12 @@ def curves(
             fontsize="small",
             transform=loss.get_yaxis_transform(),
         )
-    acc.set_xlabel("wall-clock seconds since run start")
-    loss.set_xlabel("wall-clock seconds since run start")
+    for ax, _ in drawn:
+        ax.set_xlabel("wall-clock seconds since run start")
     acc.set_ylabel("accuracy, %")
     acc.yaxis.set_major_formatter(PercentFormatter(1.0))
-    loss.set_ylabel("test loss (mean per example)")
+    if loss is not None:
+        loss.set_ylabel("test loss (mean per example)")
     return finish(fig, acc, table)
 
 

@@ -30,6 +30,7 @@ from dmlbench.report.formats import fmt, goal_value, milliseconds, plural, secon
 from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
 from dmlbench.report.variants import short_labels, variant_legend
 from dmlbench.results.records import FINISHED, CommRun, RunRecord
+from dmlbench.results.schema import PHASES
 
 
 @dataclass
@@ -151,7 +152,8 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     made: dict[str, Figure] = {}
     if finished.empty:
         return made
-    if finished["workers"].nunique() > 1:  # a speedup needs two worker counts
+    # a speedup needs two worker counts of one variant (MLPerf's systems: one each)
+    if finished.groupby("variant")["workers"].nunique().max() > 1:
         made["speedup"] = figures.speedup(finished, title)
         made["efficiency"] = figures.efficiency(finished, title)
     synthetic = section.runs["status"] == "throughput"
@@ -173,7 +175,8 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
             if by_loss and value is not None
             else _target_loss(section.runs["task"].iloc[0]),
         )
-    made["phases"] = figures.phases(finished, title)
+    if finished[[f"{phase}_s" for phase in PHASES]].notna().any(axis=None):
+        made["phases"] = figures.phases(finished, title)  # an imported run has no phases
     # variants that send different amounts at one worker count: e.g. an algorithm sweep
     if finished.groupby("workers")["bytes_per_step_mean"].nunique().max() > 1:
         made["bytes-vs-step-time"] = figures.bytes_and_step_time(finished, title)
@@ -408,10 +411,13 @@ def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
             tables=[{"title": "", "table": _prediction_table(section)}],
         )
     else:
+        curves = section.figures.get("curves")  # accuracy and loss: two panels, full width
         view.update(
             heading=f"{section.task} · {section.sweep}",
             meta=section.title,
-            figures=_figures_view(section, wide=["curves"]),
+            figures=_figures_view(
+                section, wide=["curves"] if curves and len(curves.axes) > 1 else []
+            ),
             tables=[
                 *_variant_legend(section.table),
                 {"title": "Scaling table", "table": _scaling_table(section.table, budget_s)},
