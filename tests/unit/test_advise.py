@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import pytest
 
@@ -192,6 +193,25 @@ def test_the_guidelines_a_plan_breaks() -> None:
     assert on_one_host.sources["noise_scale"].startswith("not measured")
     measured_b = {c.local_batch: c.compute_source for c in on_one_host.candidates if c.workers == 1}
     assert measured_b[16] == "assumed ∝ b" and measured_b[32].endswith("extrapolated above b=16")
+
+
+def test_the_advice_table_keys_each_compute_source_and_fits_80_columns() -> None:
+    """A column of compute sources wrapped every row over four lines at 80 columns: each
+    row now names its source by a letter, and each source is spelt once below."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.predictions import advice_table
+
+    small = _advise(step_s=1.0, noise=16.0, link=Link(1.25e9), current=(2, 16))
+    console = Console(width=80, record=True)
+    console.print(advice_table(small, "example at 1 USD/worker-hour"))
+    text = console.export_text()
+    assert "…" not in text and all(len(line) <= 80 for line in text.splitlines())
+    shown = [small.best, *small.candidates[1:5], small.current, *small.worth_measuring[:3]]
+    sources = list(dict.fromkeys(c.compute_source for c in shown if c is not None))
+    spelt = [line.strip() for line in text.splitlines() if re.match(r"\s*compute [a-z]: ", line)]
+    keys = "abcdefghijklmnopqrstuvwxyz"[: len(sources)]
+    assert spelt == [f"compute {k}: {source}" for k, source in zip(keys, sources, strict=True)]
 
 
 def test_local_batches_below_the_measured_ones_are_worth_measuring_not_recommended() -> None:

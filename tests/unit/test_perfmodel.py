@@ -137,6 +137,11 @@ def test_calibration_reads_overhead_and_host_bandwidth() -> None:
     (only,) = calibrate_comm(runs).values()
     assert only.alpha_s == pytest.approx(3e-4 / 2)  # fastest small message over 2 steps
     assert only.host_busbw == 2e9
+    # `bench allreduce --workers 1` crosses no link: left out, not divided by 0 steps
+    alone = comm_run(1, unshaped)
+    assert calibrate_comm([*runs, alone]).keys() == {2}
+    with pytest.raises(DmlbenchError, match="at 2 or more workers"):
+        calibrate_comm([alone])
 
 
 def task_run(run_id: str, compute_s: float, workers: int = 1) -> RunRecord:

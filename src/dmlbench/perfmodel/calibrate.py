@@ -34,16 +34,23 @@ def _network_of(run: CommRun) -> tuple[float | None, float]:
 
 
 def calibrate_comm(comm_runs: Sequence[CommRun]) -> dict[int, CommCalibration]:
-    """One calibration per worker count measured on the unshaped host network."""
+    """One calibration per worker count measured on the unshaped host network; a run at
+    one worker is left out (an all-reduce of one rank crosses no link: no steps)."""
     by_workers: dict[int, list[CommRun]] = {}
     for run in comm_runs:
         one_host = run.nodes == 1  # not an emulated cluster
-        if run.status == "success" and _network_of(run) == (None, 0.0) and one_host and run.results:
+        if (
+            run.status == "success"
+            and _network_of(run) == (None, 0.0)
+            and one_host
+            and run.results
+            and run.workers > 1
+        ):
             by_workers.setdefault(run.workers, []).append(run)
     if not by_workers:
         raise DmlbenchError(
-            "no unshaped all-reduce benchmark in the store to calibrate from; run "
-            "`dmlbench bench allreduce --workers 2` (same --store) first"
+            "no unshaped all-reduce benchmark at 2 or more workers in the store to "
+            "calibrate from; run `dmlbench bench allreduce --workers 2` (same --store) first"
         )
     calibrations = {}
     for workers, runs in by_workers.items():

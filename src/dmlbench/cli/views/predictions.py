@@ -27,8 +27,12 @@ def advice_table(advice: Any, price: str) -> Group:
     for column in ("", "N", "b / B", "epochs", "from", "step", "compute", "comm", "TTA", "cost"):
         text = column in ("", "from", "compute")  # a long word folds, never cut short
         table.add_column(column, justify="left" if text else "right", overflow="fold")
+    # where each row's compute came from, a letter a source: the sentences are below,
+    # once each, where a column of them wrapped every row over four lines
+    keys: dict[str, str] = {}
 
     def row(mark: str, c: Any) -> None:
+        key = keys.setdefault(c.compute_source, "abcdefghijklmnopqrstuvwxyz"[len(keys) % 26])
         table.add_row(
             mark,
             str(c.workers),
@@ -36,7 +40,7 @@ def advice_table(advice: Any, price: str) -> Group:
             f"{c.epochs:.1f}",
             escape(c.epochs_source.split(":")[0]),
             f"{1e3 * c.step_s:.2f} ms",
-            escape(c.compute_source),
+            key,
             percent(c.comm_ratio),
             seconds(c.tta_s, unit=True),
             money(c.cost),
@@ -62,6 +66,7 @@ def advice_table(advice: Any, price: str) -> Group:
         lines += [f"  - {rule}" for rule in advice.broken]
     lines.append("from:")
     lines += [f"  {name}: {text}" for name, text in advice.sources.items()]
+    lines += [f"  compute {key}: {source}" for source, key in keys.items()]
     return Group(table, Text("\n".join(lines)))
 
 
