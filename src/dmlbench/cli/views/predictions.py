@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 from typing import Any
 
 from rich.console import Group
@@ -28,11 +29,12 @@ def advice_table(advice: Any, price: str) -> Group:
         text = column in ("", "from", "compute")  # a long word folds, never cut short
         table.add_column(column, justify="left" if text else "right", overflow="fold")
     # where each row's compute came from, a letter a source: the sentences are below,
-    # once each, where a column of them wrapped every row over four lines
+    # once each, where a column of them wrapped every row over four lines (at most nine
+    # rows, so never past z)
     keys: dict[str, str] = {}
 
     def row(mark: str, c: Any) -> None:
-        key = keys.setdefault(c.compute_source, "abcdefghijklmnopqrstuvwxyz"[len(keys) % 26])
+        key = keys.setdefault(c.compute_source, string.ascii_lowercase[len(keys)])
         table.add_row(
             mark,
             str(c.workers),
