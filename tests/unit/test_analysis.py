@@ -322,6 +322,13 @@ def test_one_number_format_for_every_table() -> None:
         assert formats.seconds(absent) == formats.fmt(absent) == formats.percent(absent) == "—"
     assert formats.mean_std(12.0, 2.0) == "12.0 ± 2.00" and formats.mean_std(12.0, None) == "12.0"
     assert formats.milliseconds(0.00123) == "1.23" and formats.percent(0.971) == "97.1%"
+    assert [formats.microseconds(v) for v in (4.2e-6, 0.0845, 0.14163, 0.8407, 12.3456)] == [
+        "4",
+        "84,500",
+        "142,000",
+        "841,000",
+        "12,300,000",
+    ]
     assert [formats.plural(n, "worker") for n in (1, 2, 1024)] == [
         "1 worker",
         "2 workers",

@@ -77,8 +77,12 @@ def milliseconds(value: Any) -> str:
 
 
 def microseconds(value: float) -> str:
-    """Seconds shown as microseconds: whole ones, three figures from 0.1 s up."""
-    return f"{value * 1e6:,.0f}" if value < 0.1 else f"{value * 1e6:,.3g}"
+    """Seconds shown as whole microseconds; three figures from 0.1 s up (``142,000``,
+    not ``1.42e+05``, which a column of whole numbers reads badly)."""
+    micro = value * 1e6
+    if value >= 0.1:
+        micro = round(micro, 2 - math.floor(math.log10(micro)))
+    return f"{micro:,.0f}"
 
 
 def percent(value: Any, decimals: int = 1) -> str:

@@ -26,7 +26,14 @@ from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
 from dmlbench.report import analysis, figures, prediction_figures
 from dmlbench.report.drawing import fit_labels
-from dmlbench.report.formats import fmt, goal_value, milliseconds, plural, seconds
+from dmlbench.report.formats import (
+    fmt,
+    goal_value,
+    microseconds,
+    milliseconds,
+    plural,
+    seconds,
+)
 from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
 from dmlbench.report.variants import short_labels, variant_legend
 from dmlbench.results.records import FINISHED, CommRun, RunRecord
@@ -326,24 +333,13 @@ def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
 
 
 def _comm_table(section: Section) -> TableView:
-    head = [
-        "run",
-        "backend",
-        "N",
-        "network",
-        "size B",
-        "iter",
-        "latency µs",
-        "min µs",
-        "max µs",
-        "algbw MB/s",
-        "busbw MB/s",
-    ]
+    head = ["run", "backend", "N", "network", "size B", "iter", "latency µs", "min µs", "max µs"]
+    head += ["algbw MB/s", "busbw MB/s"]
     rows = []
     for _, r in section.runs.iterrows():
         cells: list[str | Link] = [r["run_id"], r["backend"], str(r["workers"]), r["network"]]
         cells += [f"{r['bytes']:,}", str(r["iterations"])]
-        cells += [f"{r[key] * 1e6:,.1f}" for key in ("latency_s", "latency_min_s", "latency_max_s")]
+        cells += [microseconds(r[key]) for key in ("latency_s", "latency_min_s", "latency_max_s")]
         cells += [f"{r['algbw'] / 1e6:,.2f}", f"{r['busbw'] / 1e6:,.2f}"]
         rows.append(Row(cells))
     return TableView(head, rows)
