@@ -46,6 +46,25 @@ def test_models_and_exchanges_list_every_registered_one_with_its_options(dmlbenc
     assert code == 0 and all(name in out for name in EXCHANGES)
 
 
+def test_networks_lists_the_profiles_a_run_can_name(dmlbench, tmp_path: Path) -> None:
+    """`network.profile` said "see `dmlbench networks`", a command that did not exist."""
+    from dmlbench.netem.profiles import NetworkSpec, load_profiles
+
+    code, out, _ = dmlbench("networks", "--json")
+    listed = {p["name"]: p for p in json.loads(out)}
+    assert code == 0 and list(listed) == list(load_profiles())
+    assert listed["wan-20ms"]["latency"] == "20ms"
+    for name in listed:  # every name it lists is one a run takes
+        assert NetworkSpec(profile=name).resolve().name == name
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("lab: {bandwidth: 40gbit, intra_bandwidth: 200gbit, description: ours}\n")
+    code, out, _ = dmlbench("networks", "--file", str(mine))
+    assert code == 0 and "lab" in out and "200gbit" in out and "wan-20ms" not in out
+    mine.write_text("lab: {bandwidth: fast}\n")
+    code, _, err = dmlbench("networks", "--file", str(mine))
+    assert code == 2 and "'fast' is not a positive rate" in err
+
+
 def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
     code, out, _ = dmlbench(
         "run",

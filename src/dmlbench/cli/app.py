@@ -49,6 +49,7 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "tasks": tasks.tasks,
     "models": tasks.models,
     "exchanges": tasks.exchanges,
+    "networks": tasks.networks,
     "spec": tasks.spec,
     "run": run.run,
     "results": results.results,

@@ -114,7 +114,7 @@ RerunOption = Annotated[
 NetworkOption = Annotated[
     str | None,
     typer.Option(
-        help="network profile (see src/dmlbench/netem/profiles.yaml): each worker in its own "
+        help="network profile (`dmlbench networks` lists them): each worker in its own "
         "namespace, shaped (root)"
     ),
 ]

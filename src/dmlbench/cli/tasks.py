@@ -1,10 +1,13 @@
-"""`dmlbench tasks` and `dmlbench spec`: the task registry and the run-spec keys, as a
-table, JSON or the docs pages."""
+"""`dmlbench tasks`, `models`, `exchanges`, `networks` and `spec`: what a run can name,
+as a table, JSON or the docs pages."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
+
+import typer
 
 from dmlbench.cli.options import JsonOption, console, flag, print_json
 
@@ -50,6 +53,25 @@ def exchanges(json_out: JsonOption = False) -> None:
         print_json(described)
     else:
         console.print(registry_table("dmlbench exchanges", described))
+
+
+def networks(
+    json_out: JsonOption = False,
+    file: Annotated[
+        Path | None,
+        typer.Option(help="your own profiles YAML (what network.profiles_file takes)"),
+    ] = None,
+) -> None:
+    """List the named network profiles (`--network NAME`): bandwidth and latency of a
+    link, between nodes and inside one."""
+    from dmlbench.cli.views.tables import networks_table
+    from dmlbench.netem.profiles import load_profiles
+
+    profiles = load_profiles(file)
+    if json_out:
+        print_json([{"name": name, **profile} for name, profile in profiles.items()])
+    else:
+        console.print(networks_table(profiles))
 
 
 def spec(

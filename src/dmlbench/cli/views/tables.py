@@ -75,6 +75,29 @@ def registry_table(title: str, entries: list[dict[str, Any]]) -> Table:
     return table
 
 
+def networks_table(profiles: dict[str, dict[str, Any]]) -> Table:
+    """`dmlbench networks`: each named profile's links; unset ones are left unshaped."""
+    table = figures_table(
+        "network profiles: --network NAME",
+        "bandwidth per link and direction, latency one way per packet; between nodes, or "
+        "between every worker when each is its own host. Your own values: --set "
+        "network.bandwidth=250mbit --set network.latency=5ms, or --set "
+        "network.profiles_file=FILE",
+    )
+    for column in ("name", "bandwidth", "latency", "inside a node", "what"):
+        table.add_column(column, overflow="fold")
+    for name, profile in profiles.items():
+        inside = [profile.get(key) for key in ("intra_bandwidth", "intra_latency")]
+        table.add_row(
+            escape(name),
+            escape(str(profile.get("bandwidth") or "unshaped")),
+            escape(str(profile.get("latency") or "—")),
+            escape(" · ".join(str(value) for value in inside if value) or "loopback"),
+            escape(str(profile.get("description") or "")),
+        )
+    return table
+
+
 def runs_table(runs: list[RunRecord]) -> Table:
     """One line per run, narrow enough for an 80-column terminal."""
     captions = []
