@@ -231,6 +231,8 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     assert "1,600 samples/s per worker" in text and "peak memory 191 MiB" in text
     assert "; 4 page faults per step (the most); channels-last" in text
     assert text.endswith("; channels-last")
+    one = summary.model_copy(update={"page_faults_per_step": [0.6, 1.2]})
+    assert "; 1 page fault per step (the most)" in hardware_text(one)
 
     def kept_by(record: str) -> str:
         return hardware_text(summary.model_copy(update={"cpu_allocator": record}))

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from dmlbench.report.formats import flops, human_bytes, percent, seconds
+from dmlbench.report.formats import flops, human_bytes, percent, plural, seconds
 from dmlbench.results.records import RunRecord, RunSummary
 
 
@@ -49,7 +49,7 @@ def hardware_text(summary: RunSummary) -> str:
         parts.append(f"peak memory {human_bytes(max(memory))} per worker (the most)")
     faults = summary.page_faults_per_step
     if faults:
-        parts.append(f"{max(faults):,.0f} page faults per step (the most)")
+        parts.append(f"{plural(round(max(faults)), 'page fault')} per step (the most)")
     on = [
         name
         for name, used in (("channels-last", summary.channels_last), ("compiled", summary.compiled))
