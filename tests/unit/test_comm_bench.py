@@ -63,3 +63,58 @@ def test_bad_benchmark_input_is_one_line(dmlbench) -> None:
         code, _, err = dmlbench(*args)
         assert code == 2 and message in err, err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_an_emulated_clusters_scopes_are_drawn_and_tabled_apart() -> None:
+    """The report joined an emulated cluster's three scopes (over every rank, within a
+    node, two levels) into one zig-zag line per run, its table had no scope column, and
+    the legend's long labels ran past both edges of the figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dmlbench.report.html import _comm_table, comm_section
+    from dmlbench.results.records import CommResult, CommRun
+
+    def result(size: int, scope: str | None) -> CommResult:
+        took = {"all": 4e-3, "node": 1e-3, "hierarchical": 5e-3, None: 2e-3}[scope] * size
+        return CommResult(size, 10, 1, took, took, took, 0.0, size / took, size / took, scope)
+
+    def run(run_id: str, nodes: int, scopes: list[str | None]) -> CommRun:
+        return CommRun(
+            run_id=run_id,
+            op="allreduce",
+            backend="gloo",
+            workers=4,
+            network="1gbit · 1000 Mbit/s",
+            status="success",
+            created_at="2026-11-28",
+            spec={"nodes": nodes},
+            environment={},
+            run_dir="d",
+            results=[result(size, scope) for scope in scopes for size in (4, 64, 1024)],
+        )
+
+    cluster = run("20261128-140055-51e0af", 2, ["all", "node", "hierarchical"])
+    section = comm_section([run("20261128-135446-832ed3", 1, [None]), cluster])
+    assert section is not None
+    figure = section.figures["allreduce"]
+    latency = figure.axes[0]
+    labels = latency.get_legend_handles_labels()[1]
+    assert labels == [
+        "gloo · 4 workers · 1gbit · 1000 Mbit/s",
+        *(f"gloo · 4 workers (2 nodes × 2) · 1gbit · 1000 Mbit/s · {s}" for s in SCOPE_WORDS),
+    ]
+    for line in latency.get_lines():  # no line joins two scopes: sizes only grow along it
+        sizes = list(line.get_xdata())
+        assert sizes == sorted(set(sizes))
+    FigureCanvasAgg(figure).draw()
+    (legend,) = figure.legends
+    box = legend.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= figure.bbox.width
+    table = _comm_table(section)
+    assert table.head[4] == "scope" and "2-level" in table.caption
+    cells = [row.cells for row in table.rows]
+    assert [c[4] for c in cells if c[0] == cluster.run_id][::3] == list(SCOPE_WORDS)
+    assert {c[2] for c in cells if c[0] == cluster.run_id} == {"4 (2×2)"}
+
+
+SCOPE_WORDS = ("all", "node", "2-level")

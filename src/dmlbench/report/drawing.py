@@ -44,6 +44,8 @@ LINE_STYLES = ["-", "--", ":", "-."]
 # enough to wrap by, not to lay out.
 CHAR_WIDTH = 0.52
 TITLE_SIZE = 10
+LEGEND_SIZE = 9
+LEGEND_HANDLE = 45  # points a legend entry takes besides its text: the line and spacing
 # Of a figure's height, what a y-axis label may take: the rest is the title above the
 # axes, the ticks, the axis label and the legend below them.
 YLABEL_SHARE = 0.6
@@ -105,18 +107,23 @@ def legend_below(fig: Figure, ax, title: str | None = None) -> None:
     for handle, label in zip(handles, labels, strict=True):
         unique.setdefault(label, handle)
     if unique:
-        columns = min(3, len(unique))
+        # up to three columns, as many as fit across the figure; a label too long for
+        # one line wraps, so that no label runs past the figure's edges
+        points = fig.get_figwidth() * 72 * 0.95
+        longest = max(len(label) for label in unique) * CHAR_WIDTH * LEGEND_SIZE
+        columns = max(1, min(3, len(unique), int(points // (longest + LEGEND_HANDLE))))
+        texts = [wrapped(label, points / columns - LEGEND_HANDLE, LEGEND_SIZE) for label in unique]
         fig.legend(
             list(unique.values()),
-            list(unique),
+            texts,
             loc="outside lower center",
             ncols=columns,
-            fontsize=9,
+            fontsize=LEGEND_SIZE,
             frameon=False,
             title=title,
             title_fontsize=8,
         )
-        rows = math.ceil(len(unique) / columns)
+        rows = math.ceil(len(unique) / columns) * max(text.count("\n") + 1 for text in texts)
         if rows > 2:  # a long legend gets room of its own instead of squashing the plot
             width, height = fig.get_size_inches()
             fig.set_size_inches(width, height + 0.22 * (rows - 2))

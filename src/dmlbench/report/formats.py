@@ -85,6 +85,14 @@ def microseconds(value: float) -> str:
     return f"{micro:,.0f}"
 
 
+# An emulated cluster's all-reduce benchmark times three scopes (CommResult.scope).
+SCOPES = {"all": "all", "node": "node", "hierarchical": "2-level"}
+SCOPE_NOTE = (
+    "scope: all = one all-reduce over every rank; node = within each node; 2-level = "
+    "reduce within each node, all-reduce among the nodes, broadcast back"
+)
+
+
 def percent(value: Any, decimals: int = 1) -> str:
     return MISSING if missing(value) else f"{100 * value:.{decimals}f}%"
 

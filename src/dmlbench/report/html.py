@@ -27,6 +27,8 @@ from dmlbench.prices import Price
 from dmlbench.report import analysis, figures, prediction_figures
 from dmlbench.report.drawing import fit_labels
 from dmlbench.report.formats import (
+    SCOPE_NOTE,
+    SCOPES,
     fmt,
     goal_value,
     microseconds,
@@ -333,16 +335,21 @@ def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
 
 
 def _comm_table(section: Section) -> TableView:
-    head = ["run", "backend", "N", "network", "size B", "iter", "latency µs", "min µs", "max µs"]
-    head += ["algbw MB/s", "busbw MB/s"]
+    runs = section.runs
+    scoped = "scope" in runs and runs["scope"].notna().any()
+    head = ["run", "backend", "N", "network", *(["scope"] if scoped else []), "size B", "iter"]
+    head += ["latency µs", "min µs", "max µs", "algbw MB/s", "busbw MB/s"]
     rows = []
-    for _, r in section.runs.iterrows():
-        cells: list[str | Link] = [r["run_id"], r["backend"], str(r["workers"]), r["network"]]
+    for _, r in runs.iterrows():
+        nodes = int(r.get("nodes") or 1)
+        layout = f" ({nodes}×{r['workers'] // nodes})" if nodes > 1 else ""
+        cells: list[str | Link] = [r["run_id"], r["backend"], f"{r['workers']}{layout}"]
+        cells += [r["network"], *([SCOPES.get(r["scope"] or "", "")] if scoped else [])]
         cells += [f"{r['bytes']:,}", str(r["iterations"])]
         cells += [microseconds(r[key]) for key in ("latency_s", "latency_min_s", "latency_max_s")]
         cells += [f"{r['algbw'] / 1e6:,.2f}", f"{r['busbw'] / 1e6:,.2f}"]
         rows.append(Row(cells))
-    return TableView(head, rows)
+    return TableView(head, rows, SCOPE_NOTE if scoped else "")
 
 
 def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:

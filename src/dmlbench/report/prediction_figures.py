@@ -18,48 +18,59 @@ from dmlbench.report.drawing import (
     log2_workers_axis,
     new_figure,
 )
-from dmlbench.report.formats import plural
+from dmlbench.report.formats import SCOPES, plural
+
+SCOPE_LINES = {"all": "-", "node": ":", "hierarchical": "--"}
 
 
 def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
-    """All-reduce latency and bus bandwidth against message size, a line per run."""
+    """All-reduce latency and bus bandwidth against message size: a colour per run, and
+    on an emulated cluster a line style per scope (over every rank, within a node, two
+    levels), which are different operations and are not joined."""
     fig, (lat, bus) = new_figure(
         title, "All-reduce: latency and bus bandwidth vs message size", ncols=2
     )
     labels: dict[str, str] = {}
     for run_id, rows in frame.groupby("run_id", sort=False):
         first = rows.iloc[0]
+        nodes = int(first.get("nodes") or 1)
+        workers = int(first["workers"])
+        layout = f" ({nodes} nodes × {workers // nodes})" if nodes > 1 else ""
         labels[str(run_id)] = (
-            f"{first['backend']} · {plural(int(first['workers']), 'worker')} · {first['network']}"
+            f"{first['backend']} · {plural(workers, 'worker')}{layout} · {first['network']}"
         )
     repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    scopes = frame["scope"].fillna("") if "scope" in frame else pd.Series("", frame.index)
     for i, (run_id, rows) in enumerate(frame.groupby("run_id", sort=False)):
         label = labels[str(run_id)]
         if label in repeated:  # two runs of one setting: tell them apart by run
             label += f" · run …{str(run_id)[-6:]}"
         colour = VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
-        rows = rows.sort_values("bytes")
-        lat.errorbar(
-            rows["bytes"],
-            rows["latency_s"] * 1e6,
-            yerr=[
-                (rows["latency_s"] - rows["latency_min_s"]) * 1e6,
-                (rows["latency_max_s"] - rows["latency_s"]) * 1e6,
-            ],
-            fmt="o-",
-            ms=3,
-            capsize=2,
-            color=colour,
-            label=label,
-        )
-        bus.plot(rows["bytes"], rows["busbw"] / 1e6, "o-", ms=3, color=colour, label=label)
+        for scope, part in rows.groupby(scopes[rows.index], sort=False):
+            line = SCOPE_LINES.get(str(scope), "-")
+            named = f"{label} · {SCOPES[str(scope)]}" if scope in SCOPES else label
+            part = part.sort_values("bytes")
+            lat.errorbar(
+                part["bytes"],
+                part["latency_s"] * 1e6,
+                yerr=[
+                    (part["latency_s"] - part["latency_min_s"]) * 1e6,
+                    (part["latency_max_s"] - part["latency_s"]) * 1e6,
+                ],
+                fmt="o" + line,
+                ms=3,
+                capsize=2,
+                color=colour,
+                label=named,
+            )
+            bus.plot(part["bytes"], part["busbw"] / 1e6, "o" + line, ms=3, color=colour)
     for ax in (lat, bus):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size, bytes")
     lat.set_yscale("log")
     lat.set_ylabel("latency µs (median; bars: min–max)")
     bus.set_ylabel("bus bandwidth MB/s (median)")
-    legend_below(fig, bus)
+    legend_below(fig, lat)
     return fig
 
 

@@ -12,6 +12,8 @@ from dmlbench.cli.views.summary import STATUS_STYLE, STATUS_WORDS
 from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.docs import describe_schedule
 from dmlbench.report.formats import (
+    SCOPE_NOTE,
+    SCOPES,
     fmt,
     goal_value,
     human_bytes,
@@ -22,9 +24,6 @@ from dmlbench.report.formats import (
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.spec.recipe import target_text
 from dmlbench.tasks import TaskDefinition
-
-# how far a communication benchmark's collective reached
-SCOPES = {"all": "all", "node": "node", "hierarchical": "2-level"}
 
 
 def tasks_table(tasks: list[TaskDefinition]) -> Table:
@@ -205,6 +204,7 @@ def comm_table(run: CommRun) -> Table:
     spec = run.spec
     nodes = run.nodes
     layout = f" ({nodes} nodes × {run.workers // nodes})" if nodes > 1 else ""
+    scoped = any(row.scope for row in run.results)
     table = figures_table(
         escape(
             f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}{layout} · network "
@@ -212,9 +212,9 @@ def comm_table(run: CommRun) -> Table:
         ),
         f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "
         "each after a barrier; a repeat is `iter` back-to-back all-reduces and lasts as long "
-        "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)",
+        "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)"
+        + (f"\n{SCOPE_NOTE}" if scoped else ""),
     )
-    scoped = any(row.scope for row in run.results)
     if scoped:  # an emulated cluster: across nodes, within each node, two levels
         table.add_column("scope")
     for column in ("size", "iter", "latency µs", "min µs", "max µs", "algbw MB/s", "busbw MB/s"):
