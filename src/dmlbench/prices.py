@@ -19,10 +19,29 @@ class Price:
     per_worker_hour: float
     currency: str = "USD"
     source: str = ""
+    # what one worker is: "cpu" (a machine without an accelerator), a part of an
+    # accelerator's name ("T4" prices "Tesla T4"), or None: any (a number given by hand)
+    device: str | None = None
 
     @property
     def label(self) -> str:
         return f"{self.name} at {self.per_worker_hour:g} {self.currency}/worker-hour"
+
+    def covers(self, device: str) -> bool:
+        """Whether this prices a worker on ``device`` (``cpu`` or an accelerator's name):
+        a CPU machine's price says nothing of what an A100 costs."""
+        if self.device is None:
+            return True
+        if self.device.lower() == "cpu":
+            return device.lower() == "cpu"
+        return device.lower() != "cpu" and self.device.lower() in device.lower()
+
+    @property
+    def what(self) -> str:
+        """What it prices, for a line that says why a run was left unpriced."""
+        if self.device is None:
+            return "any worker"
+        return "a CPU machine" if self.device.lower() == "cpu" else f"a worker on {self.device}"
 
 
 MAX_PRICE = 1e6  # per worker-hour: past any machine rented anywhere
@@ -53,8 +72,18 @@ def load_prices(path: Path | None = None) -> dict[str, Price]:
                 f"price table {path}: entry '{name}' needs a numeric per_worker_hour"
             ) from None
         _checked(value, f"price table {path}: entry {shorten(repr(name))}")
+        device = entry.get("device")
+        if device is not None and (not isinstance(device, str) or not device.strip()):
+            raise SpecError(
+                f"price table {path}: entry {shorten(repr(name))}'s device must be cpu or a "
+                "part of an accelerator's name, e.g. A100"
+            )
         prices[str(name)] = Price(
-            str(name), value, str(entry.get("currency", "USD")), str(entry.get("source", ""))
+            str(name),
+            value,
+            str(entry.get("currency", "USD")),
+            str(entry.get("source", "")),
+            device.strip() if device else None,
         )
     return prices
 

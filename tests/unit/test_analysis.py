@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from dmlbench.errors import SpecError
+from dmlbench.prices import Price, load_prices
 from dmlbench.report import analysis, variants
 from dmlbench.results.records import Evaluation, RunRecord, RunSummary
 
@@ -146,7 +148,7 @@ def strong_runs() -> list[dict[str, Any]]:
 
 
 def test_scaling_table_aggregates_repeats_and_computes_strong_scaling() -> None:
-    table = analysis.scaling_table(analysis.runs_frame(strong_runs()), price_per_worker_hour=2.0)
+    table = analysis.scaling_table(analysis.runs_frame(strong_runs()), price=Price("p", 2.0))
     one, two = table.iloc[0], table.iloc[1]
     assert list(table["workers"]) == [1, 2]
     assert (one["runs"], one["converged"], two["runs"], two["finished"], two["converged"]) == (
@@ -166,6 +168,44 @@ def test_scaling_table_aggregates_repeats_and_computes_strong_scaling() -> None:
     assert two["speedup_throughput"] == pytest.approx(0.010 / 0.006)
     assert two["cost_to_target"] == pytest.approx(6.5 / 3600 * 2 * 2.0)
     assert two["comm_ratio_max"] == pytest.approx(0.2)
+
+
+def test_a_price_costs_only_the_runs_on_the_device_it_is_for(tmp_path) -> None:
+    """The report priced 512 A100s of an imported MLPerf run at a CPU machine's 0.19 USD
+    an hour (3.25 USD to train ResNet-50); a price now says what a worker is, and runs
+    on another device are left unpriced and named."""
+    cpu = stored_run("cpu", 2, tta=3600.0)
+    gpu = dataclasses.replace(
+        stored_run("gpu", 8, tta=3600.0, sweep="g"),
+        summary=RunSummary(device="NVIDIA A100-SXM4-40GB (400W)"),
+    )
+    local = dataclasses.replace(  # a CUDA run of this machine's: its host's GPU
+        stored_run("cuda", 4, tta=3600.0, sweep="c"),
+        summary=RunSummary(device="cuda:0"),
+        gpus=["NVIDIA A100-SXM4-80GB"],
+    )
+    frame = analysis.runs_frame([cpu, gpu, local])
+    assert list(frame["device"]) == ["cpu", "NVIDIA A100-SXM4-40GB (400W)", "NVIDIA A100-SXM4-80GB"]
+    builtin = load_prices()["gcp-n1-standard-4"]
+    table = analysis.scaling_table(frame, price=builtin).set_index("sweep")
+    assert table.loc["s", "cost_to_target"] == pytest.approx(2 * 0.19)
+    assert table["cost_to_target"].drop("s").isna().all()
+    note = analysis.unpriced_note(table, builtin)
+    assert note is not None and "NVIDIA A100-SXM4-40GB (400W)" in note and "80GB" in note
+    assert "prices a CPU machine" in note
+    mine = tmp_path / "prices.yaml"
+    mine.write_text("a100: {per_worker_hour: 4.0, device: a100}\n")
+    a100 = load_prices(mine)["a100"]  # matched without regard to case
+    table = analysis.scaling_table(frame, price=a100).set_index("sweep")
+    assert table.loc["g", "cost_to_target"] == pytest.approx(8 * 4.0)
+    assert table.loc["c", "cost_to_target"] == pytest.approx(4 * 4.0)
+    assert math.isnan(table.loc["s", "cost_to_target"])
+    anything = analysis.scaling_table(frame, price=Price("custom", 1.0))  # --price 1: any
+    assert anything["cost_to_target"].notna().all()
+    assert analysis.unpriced_note(anything, Price("custom", 1.0)) is None
+    mine.write_text("a100: {per_worker_hour: 4.0, device: [a100]}\n")
+    with pytest.raises(SpecError, match="device must be cpu or a part of an accelerator"):
+        load_prices(mine)
 
 
 def test_weak_scaling_and_baseline_is_the_smallest_count() -> None:
@@ -728,7 +768,7 @@ def test_throughput_runs_stay_out_of_time_to_accuracy_and_cost() -> None:
         stored_run("acc", 2, tta=5.0),
         stored_run("thr", 4, tta=None, status="throughput"),
     ]
-    table = analysis.scaling_table(analysis.runs_frame(runs), price_per_worker_hour=1.0)
+    table = analysis.scaling_table(analysis.runs_frame(runs), price=Price("p", 1.0))
     accuracy, throughput = table.iloc[0], table.iloc[1]
     assert accuracy["tta_olympic"] == pytest.approx(5.0) and accuracy["cost_mean"] > 0
     assert throughput["throughput_only"] and math.isnan(throughput["tta_olympic"])

@@ -310,6 +310,9 @@ def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
     assert "no node count meets what was asked" in none.stdout
     asked = inside(*args, *common, check=False)
     assert asked.returncode != 0 and "--deadline" in asked.stderr
+    # the default price is a CPU machine's: an A100's hour is not priced at it
+    cpu = inside(*args, *common[:4], "--deadline", "1e9", check=False)
+    assert cpu.returncode != 0 and "gcp-n1-standard-4 prices a CPU machine" in cpu.stderr
     # issue 54, item 4: it chooses the global batch too, over --local-batch's values
     grid = json.loads(
         inside(*args, *common, "--deadline", str(deadline), "--local-batch", "32,128").stdout

@@ -207,8 +207,15 @@ def advise_cluster(
         dtype=dtype,
         algorithm=algorithm,
     )
-    plan = plan_cluster(results, chosen.per_worker_hour, deadline, budget)
     first = results[0]
+    accelerator = str(first.cluster["accelerator"])
+    if not chosen.covers(accelerator):  # an A100's hour at a CPU machine's price
+        raise SpecError(
+            f"{chosen.name} prices {chosen.what}, and this cluster's devices are "
+            f"{accelerator}: give --price (a device-hour's) or --prices FILE with an entry "
+            "whose device names them (e.g. device: A100)"
+        )
+    plan = plan_cluster(results, chosen.per_worker_hour, deadline, budget)
     plan.update(
         task=task,
         cluster=first.cluster,

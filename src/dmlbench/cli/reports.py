@@ -160,9 +160,8 @@ def compare(
         by=columns,
         budget_s=budget,
         evals=analysis.evals_frame(runs),
-        price_per_worker_hour=chosen.per_worker_hour,
+        price=chosen,
         include_disturbed=include_disturbed,
-        currency=chosen.currency,
     )
     if best_by is not None:
         table = analysis.best_of(table, best_by, within, include_disturbed)
@@ -184,6 +183,8 @@ def compare(
             console.print(rich_table)
     else:
         console.print(table.to_string(index=False))
+    if not (json_out or csv_out) and (note := analysis.unpriced_note(table, chosen)):
+        console.print(f"[yellow]note[/yellow] {escape(note)}")
 
 
 def export(

@@ -39,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.noise import advisable_noise_scale
+from dmlbench.prices import Price
 from dmlbench.report.variants import variant_labels
 from dmlbench.results.mlperf import olympic_mean
 from dmlbench.results.records import FINISHED, CommResult, CommRun, Evaluation, RunRecord
@@ -116,6 +117,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "cpu_wait_max": contention.get("wait_share_max"),
                 "contention": contention.get("reason"),
                 "cpu_model": run.cpu_model,
+                "device": run.device,
                 "host": run.host,
                 "torch_version": run.torch_version,
                 "git_revision": run.git_revision,
@@ -260,12 +262,13 @@ def scaling_table(
     by: Sequence[str] = ("workers",),
     budget_s: float | None = None,
     evals: pd.DataFrame | None = None,
-    price_per_worker_hour: float | None = None,
+    price: Price | None = None,
     include_disturbed: bool = False,
-    currency: str = "USD",
 ) -> pd.DataFrame:
     """One row per (task, sweep, variant, ``by``...): repeats aggregated, speedup,
-    efficiency, comm ratio, throughput, and cost when a price is given.
+    efficiency, comm ratio, throughput, and cost when a price is given: of the rows
+    whose runs ran on the device it is for; another's is left unpriced (``unpriced``
+    names its device).
 
     Failed and interrupted runs are counted in ``runs`` but not in the timings;
     runs that finished without reaching the target count as not converged. Disturbed
@@ -328,16 +331,33 @@ def scaling_table(
             row[column] = finished[column].mean() if column in finished else math.nan
         if "aat" in group:
             row["aat_mean"] = finished["aat"].mean()
-        if price_per_worker_hour is not None:
+        if price is not None:
             workers = row.get("workers", group["workers"].iloc[0])
-            row["cost_to_target"] = row["tta_mean"] / 3600 * workers * price_per_worker_hour
-            row["cost_mean"] = row["elapsed_mean"] / 3600 * workers * price_per_worker_hour
+            other = [d for d in dict.fromkeys(group["device"]) if not price.covers(d)]
+            hourly = math.nan if other else price.per_worker_hour
+            row["cost_to_target"] = row["tta_mean"] / 3600 * workers * hourly
+            row["cost_mean"] = row["elapsed_mean"] / 3600 * workers * hourly
             if row["throughput_only"]:  # a throughput run finishes nothing worth a cost
                 row["cost_mean"] = math.nan
-            row["currency"] = currency
+            row["currency"] = price.currency
+            row["unpriced"] = ", ".join(other) or None
         rows.append(row)
     table = pd.DataFrame(rows)
     return _add_scaling(table, frame, keys, include_disturbed)
+
+
+def unpriced_note(table: pd.DataFrame, price: Price) -> str | None:
+    """One line naming the devices whose rows ``price`` left without a cost; None if none."""
+    if "unpriced" not in table:
+        return None
+    devices = dict.fromkeys(d for cell in table["unpriced"].dropna() for d in cell.split(", "))
+    if not devices:
+        return None
+    return (
+        f"No cost for the runs on {', '.join(devices)}: {price.name} prices {price.what}. "
+        "--price PER_WORKER_HOUR, or --prices FILE with an entry whose device names theirs "
+        "(e.g. device: A100), prices them."
+    )
 
 
 # `compare --best-by`: the scaling table's column each criterion reads, and whether less

@@ -91,9 +91,8 @@ def build_sections(
         frame,
         budget_s=budget_s,
         evals=evals,
-        price_per_worker_hour=price.per_worker_hour if price else None,
+        price=price,
         include_disturbed=include_disturbed,
-        currency=price.currency if price else "USD",
     )
     sections = []
     for (task, sweep), members in frame.groupby(analysis.GROUP, sort=False):
@@ -107,6 +106,8 @@ def build_sections(
             evals=evals[evals["run_id"].isin(members["run_id"])],
         )
         section.notes = _notes(section)
+        if price is not None and (note := analysis.unpriced_note(section.table, price)):
+            section.notes.append(note)
         section.figures = _figures(section, price)
         sections.append(section)
     return sections
@@ -189,7 +190,8 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     # variants that send different amounts at one worker count: e.g. an algorithm sweep
     if finished.groupby("workers")["bytes_per_step_mean"].nunique().max() > 1:
         made["bytes-vs-step-time"] = figures.bytes_and_step_time(finished, title)
-    if price is not None and not synthetic.all():  # no accuracy: no cost to reach it
+    costs = finished.filter(["cost_to_target", "cost_mean"])  # of the runs the price is for
+    if price is not None and costs.notna().any(axis=None) and not synthetic.all():
         made["cost"] = figures.cost(finished, price.label, title, price.currency)
     return made
 

@@ -260,6 +260,15 @@ class RunRecord(_Stored):
         return self.status in FINISHED
 
     @property
+    def device(self) -> str:
+        """What a worker ran on: ``cpu``, or its accelerator's name (a CUDA run's is the
+        host's first GPU's; an imported run's, its system's)."""
+        device = str(self.summary.device or "cpu")
+        if device.startswith("cuda"):
+            return self.gpus[0] if self.gpus else "cuda"
+        return device
+
+    @property
     def goal(self) -> str:
         """What ``target`` is: ``accuracy`` or ``loss`` (see ``Recipe.goal``)."""
         recipe = self.spec.get("recipe") or {}
