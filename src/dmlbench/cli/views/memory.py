@@ -17,8 +17,9 @@ from dmlbench.results.records import RunRecord
 # how a run's cpu_allocator record starts when its allocator kept freed memory
 KEEPS = ("jemalloc", "tuned")
 
-# Measured memory more than this share above the prediction, with the tuned allocator,
-# is said to include the allocator's cache (it keeps a step's freed blocks).
+# Measured memory more than this share above the prediction, with an allocator that keeps
+# what is freed, is said to include its cache (it keeps a step's freed blocks); as far
+# below, to have reused memory freed before the trainer started.
 CACHE_NOTED = 0.15
 
 
@@ -52,13 +53,21 @@ def memory_text(run: RunRecord) -> str:
         text += f"; optimizer state held {human_bytes(max(state))} per worker"
     over = measured - parts["total"]
     allocator = str(summary.cpu_allocator or "")
-    if on_cpu and allocator.startswith(KEEPS) and over > CACHE_NOTED * parts["total"]:
+    if not (on_cpu and allocator.startswith(KEEPS)) or abs(over) <= CACHE_NOTED * parts["total"]:
+        return text
+    kept = allocator.split()[0]
+    if over > 0:
         text += (
             f". The {human_bytes(over)} above the prediction include freed memory the "
-            f"allocator ({allocator.split()[0]}) keeps for the next step (docs/memory.md); "
-            "cpu_allocator=returning measures without it"
+            f"allocator ({kept}) keeps for the next step (docs/memory.md)"
         )
-    return text
+    else:  # the steps took memory freed before the start, which counts in the start
+        text += (
+            f". The {human_bytes(-over)} below the prediction are memory the allocator "
+            f"({kept}) kept from before the trainer started (loading the data, building the "
+            "model) and the steps reused (docs/memory.md)"
+        )
+    return text + "; cpu_allocator=returning measures without it"
 
 
 def memory_advice_table(advice: Any) -> Group:
