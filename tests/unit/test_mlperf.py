@@ -135,6 +135,12 @@ def test_import_stores_every_run_and_prints_the_olympic_score(tmp_path: Path) ->
     assert len(ResultsStore(store).runs()) == 5
     shown = inside("results", "--store", str(store), runs[0].run_id)
     assert "imported, read-only" in shown.stdout and "MLPerf Training v0.7" in shown.stdout
+    assert "8 devices (2 nodes × 4)" in shown.stdout
+    one = submission(tmp_path / "one", times=(90.0,), name="box", nodes=1)
+    inside("results", "--store", str(store), "--import-mlperf", str(one))
+    alone = next(r for r in ResultsStore(store).runs() if r.nodes == 1)
+    shown = inside("results", "--store", str(store), alone.run_id)
+    assert "4 devices (1 node × 4)" in shown.stdout
 
 
 def test_imported_runs_compare_beside_each_other(tmp_path: Path) -> None:

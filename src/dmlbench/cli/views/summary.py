@@ -223,7 +223,7 @@ def external_summary(run: RunRecord) -> Table:
     origin, summary = run.origin or {}, run.summary
     mlperf = summary.mlperf or {}
     title = escape(
-        f"{run.task} · {plural(run.workers, 'device')} ({run.nodes} nodes × "
+        f"{run.task} · {plural(run.workers, 'device')} ({plural(run.nodes, 'node')} × "
         f"{summary.nproc_per_node}) · {run.division} division · run {run.run_id}"
     )
     table = _fields_table(title)
