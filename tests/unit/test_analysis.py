@@ -409,10 +409,11 @@ def test_results_table_shows_the_network_when_a_run_had_one() -> None:
         return console.export_text()
 
     plain = stored_run("plain", 1, tta=1.0)
-    assert "network" not in text([plain])  # nothing emulated: no column to read
+    assert "network" not in text([plain])  # nothing emulated: nothing to read
     wan = replace(stored_run("wan", 2, tta=9.0), network="wan-20ms · 100 Mbit/s, 20 ms")
     shown = text([plain, wan])
-    assert "network" in shown and "wan-20ms" in shown and "100 Mbit/s" not in shown
+    assert "on wan-20ms" in shown and "100 Mbit/s" not in shown  # under the task
+    assert "on NAME: under an emulated network" in shown
     missed = text([stored_run("miss", 1, tta=None)])
     assert "no target" in missed and "target_not_reached" not in missed  # fits 80 columns
 
@@ -450,6 +451,26 @@ def test_results_table_keeps_every_column_at_80_columns_beside_imported_runs() -
     lines = shown.splitlines()
     width = header.index("task")  # the run column's, where it folds
     assert long_name in "".join(line[:width].strip() for line in lines[lines.index(header) :])
+    # one more character (a 16-character task that missed its target, 3-digit N, a
+    # 7-character TTA, a network): the statuses wrap, and this machine's ids stay whole
+    crowded = [
+        replace(own, task="cifar10-resnet20", status="target_not_reached", network="1gbit"),
+        replace(imported, workers=768),
+        replace(synthetic, status="failed"),
+    ]
+    console = Console(width=80, record=True)
+    console.print(runs_table(crowded))
+    shown = console.export_text()
+    assert all(len(line) <= 80 for line in shown.splitlines()) and "…" not in shown
+    header = next(line for line in shown.splitlines() if line.startswith("run"))
+    assert header.split() == ["run", "task", "N", "b/B", "status", "TTA", "best", "ep."]
+    assert "20261128-091818-50323c" in shown and "20261128-092310-b13d39" in shown
+    assert "failed" in shown and "on 1gbit" in shown
+    status = header.index("status")
+    assert any(line[status:].startswith("no ") for line in shown.splitlines())
+    wide = Console(width=120, record=True)  # a wide terminal: nothing wraps
+    wide.print(runs_table(crowded, width=120))
+    assert "no target" in wide.export_text()
 
 
 def test_progress_counts_steps_before_the_first_epoch_ends() -> None:

@@ -62,7 +62,7 @@ def allreduce(
     json_out: JsonOption = False,
 ) -> None:
     """Latency, algorithm and bus bandwidth of all-reduce over message sizes."""
-    from dmlbench.cli.views.tables import comm_table
+    from dmlbench.cli.views.comm import comm_table
     from dmlbench.launch.bench import resolve_bench, run_comm_bench
     from dmlbench.launch.request import worker_counts
     from dmlbench.spec.bench import CommBenchSpec
@@ -123,7 +123,11 @@ def curve(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda")] = "auto",
     out: Annotated[
         Path | None,
-        output_option("write the curve here (default: curve-TASK-PRECISION.json)", "--out file"),
+        output_option(
+            "write the curve here (default: a file in this folder named for the task and "
+            "the precision)",
+            "--out file",
+        ),
     ] = None,
     steps: Annotated[int, typer.Option(help="timed steps a run", min=1, max=100_000)] = 30,
     warmup: Annotated[
@@ -137,8 +141,8 @@ def curve(
     json_out: JsonOption = False,
     quiet: QuietOption = True,
 ) -> None:
-    """One device's step time against its local batch: the curve file that
-    `simulate-cluster --curve` reads.
+    """One device's step time against its local batch: the curve file
+    (curve-TASK-PRECISION.json unless --out) that `simulate-cluster --curve` reads.
 
     A one-worker run on synthetic data (DLBS's throughput mode) at each --local-batch,
     each stored; running it again reuses the runs the store has, and Ctrl-C keeps them.

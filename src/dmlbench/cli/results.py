@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from dmlbench.cli.options import (
     STORE,
@@ -75,8 +74,9 @@ def results(
     results_store = open_store(
         store, existing=True
     )  # before the report's imports (pandas: seconds)
+    from dmlbench.cli.views.comm import comm_runs_table, comm_table
     from dmlbench.cli.views.summary import run_summary
-    from dmlbench.cli.views.tables import comm_table, runs_table
+    from dmlbench.cli.views.tables import runs_table
 
     if run_id:
         resolved = results_store.resolve_id(run_id)
@@ -94,17 +94,10 @@ def results(
     elif run_id:
         console.print(run_summary(runs[0]))
     else:
-        console.print(runs_table(runs))
+        console.print(runs_table(runs, width=console.width))
         comm_runs = results_store.comm_runs()
         if comm_runs:
-            console.print(f"{len(comm_runs)} communication micro-benchmarks:")
-            for run in comm_runs:
-                console.print(
-                    escape(
-                        f"  {run.run_id}  {run.op} {run.backend} × {run.workers}  "
-                        f"network {run.network}  {run.status}"
-                    )
-                )
+            console.print(comm_runs_table(comm_runs))
 
 
 def _upgrade(store: Path) -> None:

@@ -64,7 +64,7 @@ def networks(
 ) -> None:
     """List the named network profiles (`--network NAME`): bandwidth and latency of a
     link, between nodes and inside one."""
-    from dmlbench.cli.views.tables import networks_table
+    from dmlbench.cli.views.comm import networks_table
     from dmlbench.netem.profiles import load_profiles
 
     profiles = load_profiles(file)

@@ -1,4 +1,5 @@
-"""Tables for the terminal: tasks, stored runs, scaling, communication and sweep plans."""
+"""Tables for the terminal: tasks, registries, stored runs, scaling and sweep plans
+(communication's are in :mod:`dmlbench.cli.views.comm`)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,8 @@ from dmlbench.cli.views import figures_table
 from dmlbench.cli.views.summary import STATUS_STYLE, STATUS_WORDS
 from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.docs import describe_schedule
-from dmlbench.report.formats import (
-    SCOPE_NOTE,
-    SCOPES,
-    fmt,
-    goal_value,
-    human_bytes,
-    microseconds,
-    plural,
-    seconds,
-)
-from dmlbench.results.records import CommRun, RunRecord
+from dmlbench.report.formats import fmt, goal_value, plural, seconds
+from dmlbench.results.records import RunRecord
 from dmlbench.spec.recipe import target_text
 from dmlbench.tasks import TaskDefinition
 
@@ -74,31 +66,9 @@ def registry_table(title: str, entries: list[dict[str, Any]]) -> Table:
     return table
 
 
-def networks_table(profiles: dict[str, dict[str, Any]]) -> Table:
-    """`dmlbench networks`: each named profile's links; unset ones are left unshaped."""
-    table = figures_table(
-        "network profiles: --network NAME",
-        "bandwidth per link and direction, latency one way per packet; between nodes, or "
-        "between every worker when each is its own host. Your own values: --set "
-        "network.bandwidth=250mbit --set network.latency=5ms, or --set "
-        "network.profiles_file=FILE",
-    )
-    for column in ("name", "bandwidth", "latency", "inside a node", "what"):
-        table.add_column(column, overflow="fold")
-    for name, profile in profiles.items():
-        inside = [profile.get(key) for key in ("intra_bandwidth", "intra_latency")]
-        table.add_row(
-            escape(name),
-            escape(str(profile.get("bandwidth") or "unshaped")),
-            escape(str(profile.get("latency") or "—")),
-            escape(" · ".join(str(value) for value in inside if value) or "loopback"),
-            escape(str(profile.get("description") or "")),
-        )
-    return table
-
-
-def runs_table(runs: list[RunRecord]) -> Table:
-    """One line per run, narrow enough for an 80-column terminal."""
+def runs_table(runs: list[RunRecord], width: int = 80) -> Table:
+    """One line per run, narrow enough for a ``width``-column terminal (80: what
+    `dmlbench results > file` renders)."""
     captions = []
     if any(run.division == "open" for run in runs):
         captions.append("* open division (differs from the reference recipe)")
@@ -107,37 +77,57 @@ def runs_table(runs: list[RunRecord]) -> Table:
             "† disturbed: other processes took CPU its workers asked for, or a hypervisor "
             "did (dmlbench results RUN says how much)"
         )
+    if any(_network(run) for run in runs):
+        captions.append("on NAME: under an emulated network (`dmlbench networks`)")
     table = figures_table(f"{len(runs)} stored runs", "\n".join(captions) or None)
-    shaped = any(_network(run) for run in runs)
-    # a run of this machine's is 22 characters; an imported run's longer name folds
-    table.add_column("run", overflow="fold")
+    rows = [_run_row(run) for run in runs]
+    # A run of this machine's is 22 characters; an imported run's longer name folds.
+    # Where a line would pass ``width``, the status wraps between its words first ("no
+    # / target"), as rich would otherwise narrow the widest column, the run's, and fold
+    # this machine's ids too.
+    natural = [
+        max([least, *(len(line) for row in rows for line in row[i].split("\n"))])
+        for i, least in enumerate(RUN_LEAST)
+    ]
+    natural[0], natural[4] = min(natural[0], 22), min(natural[4], 11)
+    crowded = sum(natural) + len(natural) - 1 > width
+    longest_word = max((len(word) for row in rows for word in row[4].split()), default=7)
+    table.add_column(RUN_COLUMNS[0], overflow="fold")
     widest = max((len(run.task) + (run.division == "open") for run in runs), default=4)
     table.add_column("task", overflow="fold", min_width=min(widest, 16))  # "name*" unbroken
     table.add_column("N", justify="right", no_wrap=True)
     table.add_column("b/B", no_wrap=True, min_width=5)
-    # "throughput only" breaks between its words
-    table.add_column("status", min_width=7, max_width=11)
+    # "throughput only" breaks between its words, as every status does when crowded
+    table.add_column("status", max_width=longest_word if crowded else 11)
     table.add_column("TTA", justify="right", no_wrap=True, min_width=6)
     table.add_column("best", justify="right", no_wrap=True, min_width=5)
     table.add_column("ep.", justify="right", no_wrap=True, min_width=4)
-    if shaped:  # only where some run had an emulated network: a WAN run stands out
-        table.add_column("network", overflow="fold", min_width=8)
-    for run in runs:
-        status = run.status
-        style = STATUS_STYLE.get(status, "")
-        word = STATUS_WORDS.get(status, status) + ("†" if run.disturbed else "")
-        table.add_row(
-            run.run_id,
-            escape(run.task) + ("*" if run.division == "open" else ""),
-            str(run.workers),
-            f"{run.local_batch}/{run.global_batch}",
-            f"[{style}]{word}[/{style}]" if style else word,
-            seconds(run.time_to_accuracy_s, unit=True),
-            goal_value(run.goal, run.best),
-            fmt(run.epochs, ".1f"),
-            *([escape(_network(run) or "—")] if shaped else []),
-        )
+    for run, row in zip(runs, rows, strict=True):
+        style = STATUS_STYLE.get(run.status, "")
+        task, *network = row[1].split("\n")  # under the task: a ninth column did not fit
+        task = escape(task) + "".join(f"\n[dim]{escape(line)}[/dim]" for line in network)
+        status = f"[{style}]{row[4]}[/{style}]" if style else row[4]
+        table.add_row(row[0], task, row[2], row[3], status, *row[5:])
     return table
+
+
+RUN_COLUMNS = ("run", "task", "N", "b/B", "status", "TTA", "best", "ep.")
+RUN_LEAST = (3, 4, 1, 5, 6, 6, 5, 4)  # each column's header, or its min_width
+
+
+def _run_row(run: RunRecord) -> list[str]:
+    """A run's cells in the runs table, as plain text."""
+    network = _network(run)
+    return [
+        run.run_id,
+        run.task + ("*" if run.division == "open" else "") + (f"\non {network}" if network else ""),
+        str(run.workers),
+        f"{run.local_batch}/{run.global_batch}",
+        STATUS_WORDS.get(run.status, run.status) + "†" * bool(run.disturbed),
+        seconds(run.time_to_accuracy_s, unit=True),
+        goal_value(run.goal, run.best),
+        fmt(run.epochs, ".1f"),
+    ]
 
 
 def _network(run: RunRecord) -> str:
@@ -197,51 +187,6 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             rich_table.add_row(*(escape(fn(row)) for _, fn in columns))
         tables.append(rich_table)
     return tables
-
-
-def comm_table(run: CommRun) -> Table:
-    """One all-reduce micro-benchmark: latency and bandwidth per message size."""
-    spec = run.spec
-    nodes = run.nodes
-    layout = f" ({nodes} nodes × {run.workers // nodes})" if nodes > 1 else ""
-    scoped = any(row.scope for row in run.results)
-    table = figures_table(
-        escape(
-            f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}{layout} · network "
-            f"{run.network} · run {run.run_id}"
-        ),
-        f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "
-        "each after a barrier; a repeat is `iter` back-to-back all-reduces and lasts as long "
-        "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)"
-        + (f"\n{SCOPE_NOTE}" if scoped else ""),
-    )
-    if scoped:  # an emulated cluster: across nodes, within each node, two levels
-        table.add_column("scope")
-    for column in ("size", "iter", "latency µs", "min µs", "max µs", "algbw MB/s", "busbw MB/s"):
-        table.add_column(column, justify="right")
-    for row in run.results:
-        table.add_row(
-            *([SCOPES.get(row.scope or "", "")] if scoped else []),
-            human_bytes(row.bytes),
-            str(row.iterations),
-            microseconds(row.latency_s),
-            microseconds(row.latency_min_s),
-            microseconds(row.latency_max_s),
-            f"{row.algbw / 1e6:,.2f}",
-            f"{row.busbw / 1e6:,.2f}",
-        )
-    if run.error:
-        table.add_row(
-            f"[red]{run.status}[/red]",
-            escape(run.error),
-            "",
-            "",
-            "",
-            "",
-            "",
-            *([""] if scoped else []),
-        )
-    return table
 
 
 def plan_table(plan: Any, stored: set[str]) -> Table:
