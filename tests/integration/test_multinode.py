@@ -21,6 +21,7 @@ import torch
 from helpers import COLUMNS, cli, free_port, inside, root_only
 
 from dmlbench.netem import leftovers
+from dmlbench.results import ResultsStore
 
 STEPS = ["--set", "max_steps=25", "--set", "stop_at_target=false"]
 
@@ -267,6 +268,13 @@ def test_an_emulated_cluster_runs_the_multi_node_path(tmp_path: Path) -> None:
     folder = Path(run["run_dir"])
     assert sorted(p.name for p in (folder / "nodes").glob("node?")) == ["node0", "node1"]
     assert leftovers() == []
+    # its folder imports as it was stored: the log is in rank 0's node's folder
+    again = tmp_path / "again"
+    inside("results", "--store", str(again), "--import", str(folder))
+    (copy,) = ResultsStore(again).runs()
+    assert (copy.status, copy.steps, copy.epochs) == (run["status"], 25, run["epochs"])
+    assert copy.summary.emulated_nodes and copy.summary.rank0_node == summary["rank0_node"]
+    assert len(copy.evals) == len(run["evals"]) > 0
 
 
 @root_only

@@ -192,6 +192,30 @@ def test_import_reads_what_a_damaged_run_folder_holds(tmp_path: Path, dmlbench) 
     assert [r.run_id for r in ResultsStore(store).runs()] == ["damaged"]
 
 
+def test_import_reads_a_multi_node_runs_log_where_its_launcher_found_it(
+    tmp_path: Path, dmlbench
+) -> None:
+    """An emulated cluster's (or a Slurm job's) event log is in the folder of the node
+    that held rank 0: `--import` of its folder stored "success" with no time, no
+    evaluation and no epoch, and called its 2 × 2 nodes "a namespace per worker"."""
+    store = tmp_path / "s"
+    spec = {**resolve_spec("synthetic-mlp").to_json_dict(), "workers": 4, "nodes": 2}
+    folder = _run_folder(store, "cluster", spec=spec)
+    (folder / "events.jsonl").unlink()
+    node = folder / "nodes" / "node1" / "runs" / "cluster"  # rank 0 was on node 1
+    node.mkdir(parents=True)
+    (node / "events.log").write_text(json.dumps(GOOD_EVAL) + "\n")
+    known = {"emulated_nodes": True, "rank0_node": 1, "smuggled": "no field of a summary"}
+    outcome = {"status": "success", "error": None, "summary": known}
+    (folder / "outcome.json").write_text(json.dumps(outcome))
+    code, out, err = dmlbench("results", "--store", str(store), "--import", str(folder))
+    assert code == 0 and "imported run cluster (success)" in out, err
+    (row,) = ResultsStore(store).runs("cluster")
+    assert [e.metric for e in row.evals] == [0.5]
+    assert row.summary.emulated_nodes and row.summary.rank0_node == 1
+    assert "smuggled" not in row.summary.model_dump()
+
+
 @pytest.mark.parametrize("name", ["spec.json", "events.log", "run.json", "outcome.json"])
 @pytest.mark.parametrize("kind", ["zero", "fifo", "huge"])
 def test_import_reads_no_file_of_a_run_folder_without_a_bound(

@@ -35,21 +35,13 @@ from typing import Any
 
 from dmlbench.heartbeat import AGENT_FILE, read_heartbeat
 from dmlbench.launch.lifecycle import Attempt, Launcher, OpenedRun, prepare_data
-from dmlbench.launch.node import (
-    NODE_SPEC_FILE,
-    NODES_DIR,
-    job_spec,
-    node_args,
-    node_error,
-    node_folder,
-    node_run_dirs,
-)
+from dmlbench.launch.node import NODE_SPEC_FILE, job_spec, node_args, node_error
 from dmlbench.listeners import RENDEZVOUS_PORT
 from dmlbench.netem.host import check_can_emulate, preflight
 from dmlbench.netem.profiles import ResolvedNetwork
 from dmlbench.netem.topology import Topology
 from dmlbench.results import EVENTS_FILE, ResultsStore
-from dmlbench.results.rundir import write_json
+from dmlbench.results.rundir import NODES_DIR, node_folder, node_run_dirs, write_json
 from dmlbench.spec import RunSpec
 
 # After one node's agent dies, how long the others get to notice (their workers lose a

@@ -110,12 +110,22 @@ def open_run(
 
 
 def close_run(
-    store: ResultsStore, run_dir: Path, status: str, error: str | None, complete: Callable[[], None]
+    store: ResultsStore,
+    run_dir: Path,
+    status: str,
+    error: str | None,
+    complete: Callable[[], None],
+    known: dict[str, Any] | None = None,
 ) -> None:
     """Write ``outcome.json``, then complete the row with ``complete()``. When the store
-    cannot take it, the folder keeps everything and the error says how to import it."""
+    cannot take it, the folder keeps everything and the error says how to import it.
+    ``known``: the summary's fields the launcher added to what the event log says
+    (an emulated cluster's, the node that held rank 0), kept for an import."""
+    outcome: dict[str, Any] = {"status": status, "error": error}
+    if known:
+        outcome["summary"] = known
     with contextlib.suppress(OSError):  # a full disk: the event log is enough to import
-        write_json(run_dir / OUTCOME_FILE, {"status": status, "error": error})
+        write_json(run_dir / OUTCOME_FILE, outcome)
     try:
         complete()
     except StoreError as failure:
@@ -235,7 +245,13 @@ def settle(attempt: Attempt, events: list[Event], unfinished: str) -> None:
             attempt.error = unfinished
 
 
-def store_end(store: ResultsStore, run_id: str, run_dir: Path, attempt: Attempt) -> None:
+def store_end(
+    store: ResultsStore,
+    run_id: str,
+    run_dir: Path,
+    attempt: Attempt,
+    known: dict[str, Any] | None = None,
+) -> None:
     """Complete the run's row (see :func:`close_run`)."""
 
     def complete() -> None:
@@ -247,7 +263,7 @@ def store_end(store: ResultsStore, run_id: str, run_dir: Path, attempt: Attempt)
             error=attempt.error,
         )
 
-    close_run(store, run_dir, attempt.status, attempt.error, complete)
+    close_run(store, run_dir, attempt.status, attempt.error, complete, known)
 
 
 def name_lost_node(error: str, hosts: list[str], here: str) -> str:
@@ -338,8 +354,11 @@ class Launcher:
         logs = self.event_logs(run)
         holder = next((i for i, path in enumerate(logs) if path.is_file()), None)
         settle(attempt, read_events(logs[holder]) if holder is not None else [], self.unfinished)
+        read = attempt.summary.model_dump(exclude_unset=True)
         self.settled(attempt, holder)
-        store_end(store, run.run_id, run.run_dir, attempt)
+        added = attempt.summary.model_dump(mode="json", exclude_unset=True)
+        known = {key: value for key, value in added.items() if key not in read}
+        store_end(store, run.run_id, run.run_dir, attempt, known)
         return True
 
     def ranks(self) -> tuple[int, ...]:

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from dmlbench.spec import RunSpec
 
 NODE_SPEC_FILE = "node-spec.json"  # the spec every node of a job runs, in its folder
-NODES_DIR = "nodes"  # in a multi-node run's folder: node<i>/, each node's own store
 
 
 def node_args(spec: RunSpec, spec_file: str, endpoint: str, run_id: str, store: str) -> list[str]:
@@ -53,18 +52,6 @@ def job_spec(spec: RunSpec) -> dict[str, Any]:
     data = spec.to_json_dict()
     data.pop("network")
     return data
-
-
-def node_folder(run_dir: Path, index: int) -> Path:
-    """Node ``index``'s own store inside a multi-node run's folder (or inside the store
-    a node under srun was given)."""
-    return run_dir / NODES_DIR / f"node{index}"
-
-
-def node_run_dirs(run_dir: Path, run_id: str, nodes: int) -> list[Path]:
-    """Each node's folder of the run ``run_id`` (in its own store inside the run's
-    folder), in node order: where the node that held rank 0 left the event log."""
-    return [node_folder(run_dir, index) / "runs" / run_id for index in range(nodes)]
 
 
 def node_error(nodes: Iterable[tuple[str, Path]]) -> str | None:

@@ -177,8 +177,8 @@ def plan_run(
 ) -> RunRequest:
     """Decide what `dmlbench run` does. ``config``: the keys of the run spec file (its
     ``task`` included), ``env``: the process's environment (Slurm's variables)."""
-    from dmlbench.launch.node import node_folder
     from dmlbench.launch.slurm import SlurmJob
+    from dmlbench.results.rundir import node_folder
 
     task = flags.task or config.get("task") or default_task  # the argument wins
     counts = worker_counts(flags.workers)

@@ -22,17 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.launch.lifecycle import Attempt, Launcher, OpenedRun, prepare_data
-from dmlbench.launch.node import (
-    NODE_SPEC_FILE,
-    NODES_DIR,
-    job_spec,
-    node_args,
-    node_error,
-    node_run_dirs,
-)
+from dmlbench.launch.node import NODE_SPEC_FILE, job_spec, node_args, node_error
 from dmlbench.launch.slurm import SlurmJob, rendezvous_endpoint
 from dmlbench.results.events import EVENTS_FILE
-from dmlbench.results.rundir import write_json
+from dmlbench.results.rundir import NODES_DIR, node_run_dirs, write_json
 
 if TYPE_CHECKING:
     from dmlbench.results import ResultsStore

@@ -17,13 +17,14 @@ from typing import Any
 
 from dmlbench.errors import DmlbenchError, StoreError
 from dmlbench.names import shorten
-from dmlbench.results.events import events_file, read_events_counted
+from dmlbench.results.events import EVENTS_FILE, events_file, read_events_counted
 from dmlbench.results.records import RunSummary
 from dmlbench.results.rundir import (
     COMM_RESULTS_FILE,
     OUTCOME_FILE,
     RECORD_FILE,
     SPEC_FILE,
+    node_run_dirs,
     read_json,
 )
 from dmlbench.results.store import ResultsStore
@@ -116,7 +117,7 @@ def import_run_dir(
     if "op" in spec:
         return _import_comm(store, run_dir, run_id, spec, record, outcome, stored)
     _check_spec(spec, run_dir / SPEC_FILE)
-    log = events_file(run_dir)
+    log = _event_log(run_dir, run_id, spec)
     events, skipped = read_events_counted(log)
     try:
         summary, evals = summarize(events), eval_history(events)
@@ -124,6 +125,7 @@ def import_run_dir(
         raise StoreError(
             f"the event log {log} is damaged beyond reading its summary; nothing was imported"
         ) from None
+    summary = _with_known(summary, outcome.get("summary"))
     status = outcome.get("status") if isinstance(outcome.get("status"), str) else None
     status = status or (summary.status or "failed")
     error = outcome.get("error") if isinstance(outcome.get("error"), str) else None
@@ -151,6 +153,33 @@ def import_run_dir(
         store.finish(run_id, status="failed", summary=RunSummary(), evals=[], error=damaged)
         return Imported(run_id, "run", "failed", skipped)
     return Imported(run_id, "run", status, skipped)
+
+
+def _event_log(run_dir: Path, run_id: str, spec: dict[str, Any]) -> Path:
+    """The run's event log: in its folder, or where a multi-node run's launcher found it,
+    in the folder of the node that held rank 0 (an emulated cluster's, a Slurm job's)."""
+    own = events_file(run_dir)
+    nodes = spec.get("nodes")
+    if own.exists() or type(nodes) is not int or not 1 < nodes <= MAX_NODES:
+        return own
+    logs = (folder / EVENTS_FILE for folder in node_run_dirs(run_dir, run_id, nodes))
+    return next((log for log in logs if log.is_file()), own)
+
+
+MAX_NODES = 4096
+
+
+def _with_known(summary: RunSummary, known: Any) -> RunSummary:
+    """The summary with what its launcher added to the event log (``outcome.json``'s
+    ``summary``: an emulated cluster's, the node that held rank 0); a damaged one is
+    left out, as a damaged outcome reads as missing."""
+    if not isinstance(known, dict):
+        return summary
+    fields = {key: value for key, value in known.items() if key in RunSummary.model_fields}
+    try:
+        return RunSummary.model_validate({**summary.model_dump(exclude_unset=True), **fields})
+    except ValueError:  # pydantic's ValidationError is one
+        return summary
 
 
 def _mapping(value: Any) -> dict[str, Any]:

@@ -26,6 +26,19 @@ RECORD_FILE = "run.json"
 OUTCOME_FILE = "outcome.json"
 LOCK_FILE = "launcher.lock"
 COMM_RESULTS_FILE = "comm_results.json"  # a communication benchmark's per-size results
+NODES_DIR = "nodes"  # in a multi-node run's folder: node<i>/, each node's own store
+
+
+def node_folder(run_dir: Path, index: int) -> Path:
+    """Node ``index``'s own store inside a multi-node run's folder (or inside the store
+    a node under srun was given)."""
+    return run_dir / NODES_DIR / f"node{index}"
+
+
+def node_run_dirs(run_dir: Path, run_id: str, nodes: int) -> list[Path]:
+    """Each node's folder of the run ``run_id`` (in its own store inside the run's
+    folder), in node order: where the node that held rank 0 left the event log."""
+    return [node_folder(run_dir, index) / "runs" / run_id for index in range(nodes)]
 
 
 def new_run_id() -> str:
