@@ -780,6 +780,15 @@ def test_a_variant_of_a_table_entry_names_the_table() -> None:
     labels = list(analysis.runs_frame(runs)["variant"])
     assert labels == ["alpha_by_workers.1=25", "alpha_by_workers.1=200"]  # not "1=25"
     assert variants.variant_pairs(labels[0]) == {"alpha_by_workers.1": "25"}
+    # an imported run's network is its system, with a space: the report's variants table
+    # showed "1xNVIDIA" for "1xNVIDIA DGX-1"
+    label = "system=dgx1_ngc20.06_mxnet nodes=1 network=1xNVIDIA DGX-1 local_batch=208"
+    assert variants.variant_pairs(label) == {
+        "system": "dgx1_ngc20.06_mxnet",
+        "nodes": "1",
+        "network": "1xNVIDIA DGX-1",
+        "local_batch": "208",
+    }
 
 
 def test_throughput_runs_stay_out_of_time_to_accuracy_and_cost() -> None:

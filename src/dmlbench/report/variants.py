@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -100,8 +101,8 @@ def _newer_defaults() -> dict[str, str]:
 
 
 def _value_text(value: Any) -> str:
-    """A spec value in a variant label: strings bare, the rest as compact JSON (no spaces,
-    so a label splits back into its ``key=value`` parts)."""
+    """A spec value in a variant label: strings bare (spaces and all: :func:`variant_pairs`
+    reads a value up to the next key), the rest as compact JSON."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
@@ -121,8 +122,12 @@ def short_labels(variants: Iterable[str]) -> dict[str, str]:
 
 
 def variant_pairs(label: str) -> dict[str, str]:
-    """A variant label's ``key=value`` pairs, as a mapping."""
-    return dict(part.split("=", 1) for part in str(label).split() if "=" in part)
+    """A variant label's ``key=value`` pairs, as a mapping; a value runs to the next
+    key, spaces and all (an imported run's network, ``1xNVIDIA DGX-1``)."""
+    return dict(_PAIR.findall(str(label)))
+
+
+_PAIR = re.compile(r"(?:^|\s)([^\s=]+)=(.*?)(?=\s[^\s=]+=|$)")
 
 
 def variant_legend(variants: Iterable[str]) -> pd.DataFrame:
