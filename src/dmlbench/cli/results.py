@@ -94,8 +94,9 @@ def results(
     elif run_id:
         console.print(run_summary(runs[0]))
     else:
-        console.print(runs_table(runs, width=console.width))
         comm_runs = results_store.comm_runs()
+        if runs or not comm_runs:  # "0 stored runs" above micro-benchmarks said nothing
+            console.print(runs_table(runs, width=console.width))
         if comm_runs:
             console.print(comm_runs_table(comm_runs))
 
