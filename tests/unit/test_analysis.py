@@ -505,7 +505,7 @@ def test_progress_shows_the_last_word_and_when_the_run_evaluates() -> None:
     word = {"train_loss": 2.3456, "samples_per_s": 812.25, "mfu": 0.123, "memory_bytes": 3 << 20}
     bar([{"key": "train_progress", "value": 10, "metadata": {"epoch_num": 1, **word}}])
     fields = bar.progress.tasks[0].fields
-    assert fields["rate"] == "loss 2.346 · 812.2 samples/s · MFU 12.3% · 3 MiB", fields
+    assert fields["rate"] == "train loss 2.346 · 812.2 samples/s · MFU 12.3% · 3 MiB", fields
     words = {**word, "tokens_per_s": 104_000.0}
     bar([{"key": "train_progress", "value": 20, "metadata": {"epoch_num": 1, **words}}])
     assert "104,000 tokens/s" in bar.progress.tasks[0].fields["rate"]
@@ -537,6 +537,10 @@ def test_progress_at_80_columns_keeps_the_title_the_steps_and_the_clock() -> Non
     assert first.startswith("kjv-gpt × 2") and "640/1,234 steps" in first
     assert first.rstrip().endswith("0:00:00")
     assert "14,331" in text and "4.331)" in text  # wrapped, not cut
+    # which loss is which: the word's is training's, the evaluation's is the test loss
+    fields = bar.progress.tasks[0].fields
+    assert fields["rate"].startswith("train loss 4.253 · ")
+    assert fields["status"] == "epoch 1: test loss 4.331 (best 4.331)"
 
 
 def test_progress_clock_runs_from_run_start_to_run_stop() -> None:

@@ -83,10 +83,11 @@ class RunProgress:
                 value = meta["eval_loss"] if self.by_loss else event["value"]
                 better = min if self.by_loss else max
                 self.best = value if self.best is None else better(self.best, value)
-                shown = (lambda v: f"loss {v:.3f}") if self.by_loss else percent
+                # "test loss": beside the word's training loss, which of the two it is
+                shown = f"test loss {value:.3f}" if self.by_loss else percent(value)
+                best = f"{self.best:.3f}" if self.by_loss else percent(self.best)
                 self.progress.update(
-                    self.bar,
-                    status=f"epoch {meta['epoch_num']:g}: {shown(value)} (best {shown(self.best)})",
+                    self.bar, status=f"epoch {meta['epoch_num']:g}: {shown} (best {best})"
                 )
             elif key == "run_stop":
                 self._steps(meta["steps"], meta["steps"])
@@ -94,11 +95,11 @@ class RunProgress:
 
 
 def rate(word: dict) -> str:
-    """A ``train_progress`` word in a few fields: loss, samples (or tokens) a second,
+    """A ``train_progress`` word in a few fields: training loss, samples (or tokens) a second,
     MFU, memory; a field a word lacks (a log from before they were said) is left out."""
     parts = []
     if isinstance(loss := word.get("train_loss"), float):
-        parts.append(f"loss {loss:.3f}")
+        parts.append(f"train loss {loss:.3f}")
     if isinstance(tokens := word.get("tokens_per_s"), float):
         parts.append(f"{tokens:,.0f} tokens/s")
     elif isinstance(samples := word.get("samples_per_s"), float):
