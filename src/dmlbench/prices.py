@@ -36,6 +36,14 @@ class Price:
             return device.lower() == "cpu"
         return device.lower() != "cpu" and self.device.lower() in device.lower()
 
+    def unpriced(self, devices: str) -> str:
+        """Why runs on ``devices`` get no cost at this price, and how to give them one."""
+        return (
+            f"no cost: {self.name} prices {self.what}, and the runs ran on {devices}; "
+            "--price PER_WORKER_HOUR, or --prices FILE with an entry whose device names "
+            "theirs (e.g. device: A100), prices them"
+        )
+
     @property
     def what(self) -> str:
         """What it prices, for a line that says why a run was left unpriced."""

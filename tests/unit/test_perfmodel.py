@@ -246,3 +246,45 @@ def test_calibration_takes_runs_of_one_exchange_precision_and_model() -> None:
     bf16 = of(task_run("b", 0.3, workers=2), "zero1", "bf16")
     with pytest.raises(DmlbenchError, match="differ in exchange, precision or model"):
         calibrate_task([*zero1, bf16], "t", calibrate_from=["z0", "b"])
+
+
+def test_simulate_and_advise_cost_only_what_the_price_is_for(tmp_path) -> None:
+    """A store of GPU runs was predicted at the default price, a CPU machine's 0.19 USD
+    an hour: now such a prediction has no cost and says why, until a price for the GPU."""
+    from dmlbench.advise.recommend import advise_from_store
+    from dmlbench.perfmodel.simulate import simulate
+    from dmlbench.prices import Price, load_prices
+    from dmlbench.resolve import resolve_spec
+    from dmlbench.results import ResultsStore
+
+    store = ResultsStore(tmp_path / "s")
+    bench = {"op": "allreduce", "workers": 2, "nodes": 1, "backend": "gloo", "network": {}}
+    from dmlbench.results.environment import collect_environment
+
+    here = collect_environment()
+    store.begin_comm("c", bench, here)
+    sizes = [(4, 1e-4), (2**24, 0.01)]
+    rows = [
+        {"bytes": b, "repeats": 3, "iterations": 1, "latency_s": t, "latency_min_s": t}
+        | {"latency_max_s": t, "latency_std_s": 0.0, "algbw": b / t, "busbw": b / t}
+        for b, t in sizes
+    ]
+    store.finish_comm("c", status="success", results=rows, error=None)
+    measured = task_run("g", 0.01)
+    spec = resolve_spec("synthetic-mlp").to_json_dict()
+    store.begin("g", spec, {}, {**here, "gpus": ["NVIDIA H200"]})
+    summary = measured.summary.model_copy(update={"device": "cuda:0"})
+    store.finish("g", status="success", summary=summary, evals=measured.evals)
+    cpu = load_prices()["gcp-n1-standard-4"]
+    predicted = simulate(store, "synthetic-mlp", [1, 2], ["10gbit"], ["ring"], price=cpu)
+    assert predicted.calibration.device == "NVIDIA H200"
+    assert all(row["cost"] is None for row in predicted.rows)
+    assert predicted.unpriced and "prices a CPU machine" in predicted.unpriced
+    assert "the runs ran on NVIDIA H200" in predicted.unpriced
+    h200 = Price("h200", 4.0, device="H200")
+    priced = simulate(store, "synthetic-mlp", [1, 2], ["10gbit"], ["ring"], price=h200)
+    assert priced.unpriced is None and all(row["cost"] > 0 for row in priced.rows)
+    advice = advise_from_store(store, "synthetic-mlp", max_workers=2, network="10gbit", price=cpu)
+    assert advice.best.cost is None and advice.unpriced == predicted.unpriced
+    advice = advise_from_store(store, "synthetic-mlp", max_workers=2, network="10gbit", price=h200)
+    assert advice.best.cost and advice.best.cost > 0 and advice.unpriced is None

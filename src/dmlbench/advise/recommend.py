@@ -39,6 +39,7 @@ from dmlbench.errors import DmlbenchError
 if TYPE_CHECKING:
     from dmlbench.perfmodel import CommCalibration, Link
     from dmlbench.perfmodel.calibrate import TaskCalibration
+    from dmlbench.prices import Price
     from dmlbench.results.records import RunRecord
     from dmlbench.results.store import ResultsStore
     from dmlbench.tasks import TaskDefinition
@@ -232,6 +233,7 @@ class Advice:
     # faster than the best on paper, but their compute is extrapolated below the batches
     # measured: measure one before trusting it
     worth_measuring: list[Candidate] = field(default_factory=list)
+    unpriced: str | None = None  # why there is no cost: the price is for another device
 
     @property
     def best(self) -> Candidate:
@@ -363,7 +365,7 @@ def advise_from_store(
     *,
     max_workers: int,
     network: str,
-    price_per_worker_hour: float | None = None,
+    price: Price | None = None,
     workers: int | None = None,
     local_batch: int | None = None,
     assume_epochs: float | None = None,
@@ -380,19 +382,24 @@ def advise_from_store(
     runs = store.runs(task=task)
     links, _ = resolve_links([network])
     cores = len(os.sched_getaffinity(0)) if network == "none" else None
-    return advise(
+    calibration = calibrate_task(runs, task)
+    priced = price is not None and price.covers(calibration.device)  # a CPU's is no GPU's
+    advice = advise(
         definition,
-        calibrate_task(runs, task),
+        calibration,
         compute_model(runs, task, cores),
         calibrate_comm(store.comm_runs()),
         noise_evidence(runs, task),
         max_workers=max_workers,
         network=network,
         link=links[network],
-        price_per_worker_hour=price_per_worker_hour,
+        price_per_worker_hour=price.per_worker_hour if price and priced else None,
         current=(workers or max_workers, local_batch or definition.recipe.local_batch),
         assume_epochs=assume_epochs,
     )
+    if price is not None and not priced:
+        advice.unpriced = price.unpriced(calibration.device)
+    return advice
 
 
 def _epochs_text(epochs: EpochModel) -> str:

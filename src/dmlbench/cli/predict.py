@@ -222,13 +222,13 @@ def advise(
         task,
         max_workers=max_workers,
         network=network,
-        price_per_worker_hour=chosen.per_worker_hour,
+        price=chosen,
         workers=workers,
         local_batch=planned,
         assume_epochs=epochs,
     )
     if json_out:
-        print_json({**advice.to_json(), "price": chosen.label})
+        print_json({**advice.to_json(), "price": chosen.label, "unpriced": advice.unpriced})
         return
     from dmlbench.cli.views.predictions import advice_table
 

@@ -90,6 +90,7 @@ class TaskCalibration:
     disturbed_runs: list[str] = field(default_factory=list)
     compute_disturbed: bool = False
     setup: str = ""  # the exchange, precision and model every run used came from
+    device: str = "cpu"  # what the runs compute came from ran on (RunRecord.device)
     other_setups: dict[str, int] = field(default_factory=dict)  # runs left out, by setup
 
     def epochs_to_target(self, global_batch: int) -> tuple[float, bool]:
@@ -258,4 +259,5 @@ def calibrate_task(
         compute_disturbed=any(r.disturbed for r in base),
         setup=setup,
         other_setups=dict(sorted(others.items())),
+        device=base[0].device,
     )

@@ -32,6 +32,7 @@ class Simulation:
     comm: dict[int, CommCalibration]  # by worker count measured
     rows: list[dict[str, Any]]
     price: str  # the price's label
+    unpriced: str | None = None  # why there is no cost: the price is for another device
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class Simulation:
             },
             "predictions": self.rows,
             "price": self.price,
+            "unpriced": self.unpriced,
         }
 
 
@@ -95,6 +97,7 @@ def simulate(
         faster = parse_rate(host_bandwidth) / 8
         comm = {n: dataclasses.replace(c, host_busbw=faster) for n, c in comm.items()}
     calibration = calibrate_task(store.runs(task=task), task, calibrate_from=calibrate_from)
+    priced = price.covers(calibration.device)  # a CPU machine's price is no GPU's
     rows = []
     for name, link in links.items():
         for algorithm in chosen:
@@ -122,7 +125,7 @@ def simulate(
                     eval_s_per_epoch=calibration.eval_s_per_epoch * calibration.workers / count,
                     link=link,
                     calibration=comm_for(comm, max(2, count)),
-                    price_per_worker_hour=price.per_worker_hour,
+                    price_per_worker_hour=price.per_worker_hour if priced else None,
                     layout=layout,
                 )
                 base_tta = base_tta or guess.tta_s
@@ -144,4 +147,5 @@ def simulate(
                         "cost": guess.cost,
                     }
                 )
-    return Simulation(task, calibration, comm, rows, price.label)
+    unpriced = None if priced else price.unpriced(calibration.device)
+    return Simulation(task, calibration, comm, rows, price.label, unpriced)

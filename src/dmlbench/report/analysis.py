@@ -353,11 +353,8 @@ def unpriced_note(table: pd.DataFrame, price: Price) -> str | None:
     devices = dict.fromkeys(d for cell in table["unpriced"].dropna() for d in cell.split(", "))
     if not devices:
         return None
-    return (
-        f"No cost for the runs on {', '.join(devices)}: {price.name} prices {price.what}. "
-        "--price PER_WORKER_HOUR, or --prices FILE with an entry whose device names theirs "
-        "(e.g. device: A100), prices them."
-    )
+    sentence = price.unpriced(", ".join(devices))
+    return sentence[0].upper() + sentence[1:] + "."
 
 
 # `compare --best-by`: the scaling table's column each criterion reads, and whether less

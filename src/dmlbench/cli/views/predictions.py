@@ -19,11 +19,12 @@ from dmlbench.report.formats import (
 
 
 def advice_table(advice: Any, price: str) -> Group:
+    price = f"cost at {price}" if advice.unpriced is None else advice.unpriced
     """`dmlbench advise` for a person: the recommendation and the runners-up in a table,
     the plan's broken guidelines, and where every number came from."""
     table = figures_table(
         escape(f"{advice.task} on {advice.network}: ranked by predicted time to target"),
-        escape(f"cost at {price}; epochs and compute: where they came from below"),
+        escape(f"{price}; epochs and compute: where they came from below"),
     )
     for column in ("", "N", "b / B", "epochs", "from", "step", "compute", "comm", "TTA", "cost"):
         text = column in ("", "from", "compute")  # a long word folds, never cut short
@@ -84,7 +85,8 @@ def prediction_table(result: dict[str, Any]) -> Table:
         ),
         escape(
             "* epochs to the target assumed (--epochs, or the nearest measured global "
-            f"batch's); evaluation sharded over the workers; cost at {result['price']}"
+            "batch's); evaluation sharded over the workers; "
+            + (result.get("unpriced") or f"cost at {result['price']}")
         ),
     )
     for title, _ in PREDICTION_COLUMNS:
