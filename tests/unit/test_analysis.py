@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 from typing import Any
@@ -1005,3 +1006,29 @@ def test_an_unmeasured_strategy_is_judged_as_the_measured_ones_are() -> None:
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     alone = advise_memory([accounting], "t", budget, 2, 32)  # nothing measured at 2
     assert alone.choice is alone.fits[0] and alone.fits[0].allowance == 0
+
+
+def test_bar_labels_stand_up_where_side_by_side_they_would_run_together() -> None:
+    """Six variants' "not reached 0/1" labels, across their narrow bars, overlapped into
+    "not nreached"; up their bars they stand apart, and two variants' stay across."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from dmlbench.report.drawing import HEIGHT, WIDTH, bar_label
+
+    def labelled(variants: int) -> list:
+        figure = Figure(figsize=(WIDTH, HEIGHT))
+        ax = figure.subplots()
+        width = 0.8 / variants  # as bar_positions spaces a group's bars
+        bars = ax.bar([i * width for i in range(variants)], [1.0] * variants, width)
+        ax.set_xlim(-0.5, 2.5)  # three worker counts
+        for bar in bars:
+            bar_label(ax, bar, "not reached\n0/2", 1.0, 3)
+        FigureCanvasAgg(figure).draw()
+        return list(ax.texts)
+
+    six = labelled(6)
+    assert {text.get_rotation() for text in six} == {90.0}
+    boxes = [text.get_window_extent() for text in six]
+    assert all(left.x1 <= right.x0 for left, right in itertools.pairwise(boxes))
+    assert {text.get_rotation() for text in labelled(2)} == {0.0}

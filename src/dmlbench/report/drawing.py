@@ -156,6 +156,29 @@ def bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], flo
     return workers, offsets, width
 
 
+def bar_label(ax, bar, text: str, y: float, workers: int) -> None:
+    """``text`` above ``bar`` (at ``y``), across it where its longest line fits the
+    bar's slot, else up it on one line: side by side, six variants' labels ran into each
+    other ("not nreached"). ``workers``: the groups of bars across the axes."""
+    fig = ax.get_figure()
+    axes_pt = ax.get_position().width * fig.get_figwidth() * 72
+    slot_pt = bar.get_width() / 0.8 * axes_pt / max(workers, 1)  # bar and its share of gap
+    longest = max(len(line) for line in text.split("\n")) * CHAR_WIDTH * BAR_LABEL_SIZE
+    upright = longest > slot_pt
+    ax.text(
+        bar.get_x() + bar.get_width() / 2,
+        y,
+        " ".join(text.split("\n")) if upright else text,
+        ha="center",
+        va="bottom",
+        fontsize=BAR_LABEL_SIZE,
+        rotation=90 if upright else 0,
+    )
+
+
+BAR_LABEL_SIZE = 8
+
+
 def worker_counts(table: pd.DataFrame) -> list[int]:
     """The worker counts of a table, in numeric order."""
     return sorted(int(w) for w in table["workers"].unique())

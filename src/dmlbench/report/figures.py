@@ -33,6 +33,7 @@ from dmlbench.report.drawing import (
     PHASE_COLOURS,
     VARIANT_COLOURS,
     WIDTH,
+    bar_label,
     bar_positions,
     coloured_variants,
     finish,
@@ -179,14 +180,7 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
             if not row["converged"]:
                 text = f"not reached\n0/{int(row['runs'])}"
             above = bar.get_height() + (0 if pd.isna(row["tta_std"]) else row["tta_std"])
-            ax.text(
-                bar.get_x() + bar.get_width() / 2,
-                above + 0.02 * top,
-                text,
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
+            bar_label(ax, bar, text, above + 0.02 * top, len(workers))
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(tick_labels(table, workers))
     ax.set_xlabel("workers")
@@ -216,14 +210,8 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
             if row["oversubscribed"]:
                 bar.set_hatch("//")
-            ax.text(
-                bar.get_x() + bar.get_width() / 2,
-                bar.get_height(),
-                f"{shown.format(row[column])}\n0/{int(row['runs'])} reached",
-                ha="center",
-                va="bottom",
-                fontsize=8,
-            )
+            text = f"{shown.format(row[column])}\n0/{int(row['runs'])} reached"
+            bar_label(ax, bar, text, bar.get_height(), len(workers))
     target = table["target"].dropna() if "target" in table else pd.Series(dtype=float)
     if len(target):
         value = float(target.iloc[0])
