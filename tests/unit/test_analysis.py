@@ -260,6 +260,20 @@ def test_an_option_older_runs_lack_is_no_variant_at_its_default() -> None:
     assert labels["off"] == "noise_scale=false" and labels["old"] == "noise_scale=null"
 
 
+def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:
+    """A torch run beside a Dask fit read "delay=null factor=null engine=null ...": every
+    key of the fit's ``dask`` section, which the torch run's spec has not."""
+    import dataclasses
+
+    torch_run = stored_run("torch", 2, tta=5.0)
+    fit = stored_run("fit", 2, tta=6.0, seed=1, exchange="dask-centralised")
+    dask = {"engine": "centralised", "damper": {"name": "GeoDamp", "delay": 2.0}}
+    fit = dataclasses.replace(fit, spec={**fit.spec, "dask": dask})
+    labels = analysis.runs_frame([torch_run, fit]).set_index("run_id")["variant"]
+    assert labels["torch"] == "exchange=allreduce"
+    assert labels["fit"] == "exchange=dask-centralised delay=2.0 name=GeoDamp engine=centralised"
+
+
 def test_disturbed_runs_are_left_out_of_timings_and_speedup_unless_asked() -> None:
     # the 1-worker baseline shared the machine: 5× slower steps, a fake 5× speedup
     runs = [

@@ -53,22 +53,28 @@ def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
             if key in _BATCH_KEYS and flat.groupby("workers")[key].nunique().max() < 2:
                 continue
             keys.append(key)
-        for index in group.index:
+        for index, spec in zip(group.index, group["spec"], strict=True):
+            sections = set(json.loads(spec))
             labels[index] = " ".join(
                 f"{_key_text(k)}={_value_text(_loads(flat.at[index, k]))}"
                 for k in keys
-                if _says(k, flat.at[index, k])
+                if _says(k, flat.at[index, k], sections)
             )
     return labels
 
 
-def _says(key: str, value: Any) -> bool:
+def _says(key: str, value: Any, sections: set[str]) -> bool:
     """Whether a key's value tells this run apart: an option of another model than this
-    run's (absent from its spec) or an empty table does not ("depth=null
-    zero_init_residual=null options={}" labelled a vgg16 run beside ResNet-50's)."""
+    run's (absent from its spec), a key of a section its spec lacks (a Dask fit's
+    ``dask.*`` beside a torch run: "delay=null factor=null ...") or an empty table does
+    not ("depth=null zero_init_residual=null options={}" labelled a vgg16 run beside
+    ResNet-50's)."""
     if value == "{}":
         return False
-    return isinstance(value, str) or not key.startswith(MODEL_OPTIONS)
+    if isinstance(value, str):
+        return True
+    section, _, rest = key.partition(".")
+    return not key.startswith(MODEL_OPTIONS) and (not rest or section in sections)
 
 
 MODEL_OPTIONS = "recipe.model.options"
