@@ -260,6 +260,22 @@ def test_an_option_older_runs_lack_is_no_variant_at_its_default() -> None:
     assert labels["off"] == "noise_scale=false" and labels["old"] == "noise_scale=null"
 
 
+def test_a_dask_fits_summary_says_its_workers_are_the_most_it_may_use() -> None:
+    """`dask fit --max-workers 2` whose second worker never joined read "digits-mlp · 2
+    workers" above "up to 1 worker"."""
+    import dataclasses
+
+    from dmlbench.cli.views.summary import run_summary
+
+    fit = stored_run("fit", 2, tta=5.0, exchange="dask-centralised")
+    summary = RunSummary.model_validate({"engine": "dask", "most_workers": 1})
+    console = Console(width=200, record=True)
+    console.print(run_summary(dataclasses.replace(fit, summary=summary)))
+    assert "t · up to 2 workers · closed division" in console.export_text()
+    console.print(run_summary(stored_run("torch", 2, tta=5.0)))
+    assert "t · 2 workers · closed division" in console.export_text()
+
+
 def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:
     """A torch run beside a Dask fit read "delay=null factor=null engine=null ...": every
     key of the fit's ``dask`` section, which the torch run's spec has not."""

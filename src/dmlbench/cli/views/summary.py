@@ -50,8 +50,10 @@ def run_summary(run: RunRecord) -> Table:
     summary = run.summary
     nodes = summary.nodes or 1
     layout = f" ({nodes} nodes × {summary.nproc_per_node})" if nodes > 1 else ""
+    # a Dask fit's workers are the most it may scale to, not the ones that joined
+    most = "up to " if summary.engine == "dask" else ""
     title = escape(
-        f"{run.title} · {plural(run.workers, 'worker')}{layout} · "
+        f"{run.title} · {most}{plural(run.workers, 'worker')}{layout} · "
         f"{run.division} division · run {run.run_id}"
     )
     table = _fields_table(title)
