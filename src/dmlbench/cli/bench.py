@@ -65,6 +65,7 @@ def allreduce(
     from dmlbench.cli.views.comm import comm_table
     from dmlbench.launch.bench import resolve_bench, run_comm_bench
     from dmlbench.launch.request import worker_counts
+    from dmlbench.report.formats import layout
     from dmlbench.spec.bench import CommBenchSpec
     from dmlbench.spec.overrides import apply_overrides, deep_merge
 
@@ -88,9 +89,9 @@ def allreduce(
     runs, failed = [], False
     for spec in specs:
         out = err_console if json_out else console
-        layout = f" ({spec.nodes} nodes × {spec.per_node})" if spec.nodes > 1 else ""
         out.print(
-            f"all-reduce · {spec.backend} · {spec.workers} workers{layout} · network "
+            f"all-reduce · {spec.backend} · {spec.workers} workers"
+            f"{layout(spec.nodes, spec.per_node)} · network "
             f"{spec.network.label()} · {len(spec.sizes())} sizes up to "
             f"{spec.max_bytes:,} bytes …",
             markup=False,

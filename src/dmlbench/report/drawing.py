@@ -148,10 +148,13 @@ def oversubscription_caption(fig: Figure, table: pd.DataFrame) -> None:
         )
 
 
+GROUP_WIDTH = 0.8  # of the 1 between worker counts, what a count's bars take together
+
+
 def bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], float]:
     workers = sorted(int(w) for w in table["workers"].unique())
     variants = list(short_labels(table["variant"]).values())
-    width = 0.8 / len(variants)
+    width = GROUP_WIDTH / len(variants)
     offsets = {v: (i - (len(variants) - 1) / 2) * width for i, v in enumerate(variants)}
     return workers, offsets, width
 
@@ -162,7 +165,7 @@ def bar_label(ax, bar, text: str, y: float, workers: int) -> None:
     other ("not nreached"). ``workers``: the groups of bars across the axes."""
     fig = ax.get_figure()
     axes_pt = ax.get_position().width * fig.get_figwidth() * 72
-    slot_pt = bar.get_width() / 0.8 * axes_pt / max(workers, 1)  # bar and its share of gap
+    slot_pt = bar.get_width() / GROUP_WIDTH * axes_pt / max(workers, 1)  # and its share of gap
     longest = max(len(line) for line in text.split("\n")) * CHAR_WIDTH * BAR_LABEL_SIZE
     upright = longest > slot_pt
     ax.text(

@@ -85,6 +85,14 @@ def microseconds(value: float) -> str:
     return f"{micro:,.0f}"
 
 
+def layout(nodes: int, per_node: int, compact: bool = False) -> str:
+    """What follows a worker count on several nodes: `` (2 nodes × 4)``, or `` (2×4)``
+    in a narrow column; nothing on one node."""
+    if nodes <= 1:
+        return ""
+    return f" ({nodes}×{per_node})" if compact else f" ({nodes} nodes × {per_node})"
+
+
 # An emulated cluster's all-reduce benchmark times three scopes (CommResult.scope).
 SCOPES = {"all": "all", "node": "node", "hierarchical": "2-level"}
 SCOPE_NOTE = (

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 import dmlbench
 from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
-from dmlbench.report import analysis, figures, prediction_figures
+from dmlbench.report import analysis, figures, formats, prediction_figures
 from dmlbench.report.drawing import fit_labels
 from dmlbench.report.formats import (
     SCOPE_NOTE,
@@ -344,8 +344,8 @@ def _comm_table(section: Section) -> TableView:
     rows = []
     for _, r in runs.iterrows():
         nodes = int(r.get("nodes") or 1)
-        layout = f" ({nodes}×{r['workers'] // nodes})" if nodes > 1 else ""
-        cells: list[str | Link] = [r["run_id"], r["backend"], f"{r['workers']}{layout}"]
+        on = formats.layout(nodes, r["workers"] // nodes, compact=True)
+        cells: list[str | Link] = [r["run_id"], r["backend"], f"{r['workers']}{on}"]
         cells += [r["network"], *([SCOPES.get(r["scope"] or "", "")] if scoped else [])]
         cells += [f"{r['bytes']:,}", str(r["iterations"])]
         cells += [microseconds(r[key]) for key in ("latency_s", "latency_min_s", "latency_max_s")]

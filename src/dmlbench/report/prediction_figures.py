@@ -18,7 +18,7 @@ from dmlbench.report.drawing import (
     log2_workers_axis,
     new_figure,
 )
-from dmlbench.report.formats import SCOPES, plural
+from dmlbench.report.formats import SCOPES, layout, plural
 
 SCOPE_LINES = {"all": "-", "node": ":", "hierarchical": "--"}
 
@@ -35,9 +35,9 @@ def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
         first = rows.iloc[0]
         nodes = int(first.get("nodes") or 1)
         workers = int(first["workers"])
-        layout = f" ({nodes} nodes × {workers // nodes})" if nodes > 1 else ""
         labels[str(run_id)] = (
-            f"{first['backend']} · {plural(workers, 'worker')}{layout} · {first['network']}"
+            f"{first['backend']} · {plural(workers, 'worker')}{layout(nodes, workers // nodes)}"
+            f" · {first['network']}"
         )
     repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
     scopes = frame["scope"].fillna("") if "scope" in frame else pd.Series("", frame.index)

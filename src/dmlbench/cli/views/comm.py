@@ -10,7 +10,14 @@ from rich.table import Table
 
 from dmlbench.cli.views import figures_table
 from dmlbench.cli.views.summary import STATUS_WORDS
-from dmlbench.report.formats import SCOPE_NOTE, SCOPES, human_bytes, microseconds, plural
+from dmlbench.report.formats import (
+    SCOPE_NOTE,
+    SCOPES,
+    human_bytes,
+    layout,
+    microseconds,
+    plural,
+)
 from dmlbench.results.records import CommRun
 
 
@@ -44,12 +51,11 @@ def comm_runs_table(runs: list[CommRun]) -> Table:
     for column in ("run", "op", "backend", "N", "network", "status"):
         table.add_column(column, overflow="fold", justify="right" if column == "N" else "left")
     for run in runs:
-        layout = f" ({run.nodes}×{run.workers // run.nodes})" if run.nodes > 1 else ""
         table.add_row(
             run.run_id,
             escape(run.op),
             escape(run.backend),
-            f"{run.workers}{layout}",
+            f"{run.workers}{layout(run.nodes, run.workers // run.nodes, compact=True)}",
             escape(run.network.split(" · ")[0]),
             STATUS_WORDS.get(run.status, run.status),
         )
@@ -60,11 +66,11 @@ def comm_table(run: CommRun) -> Table:
     """One all-reduce micro-benchmark: latency and bandwidth per message size."""
     spec = run.spec
     nodes = run.nodes
-    layout = f" ({nodes} nodes × {run.workers // nodes})" if nodes > 1 else ""
     scoped = any(row.scope for row in run.results)
     table = figures_table(
         escape(
-            f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}{layout} · network "
+            f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}"
+            f"{layout(nodes, run.workers // nodes)} · network "
             f"{run.network} · run {run.run_id}"
         ),
         f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "

@@ -14,11 +14,7 @@ from dmlbench.cli.views.machine import (
     hardware_text,
 )
 from dmlbench.cli.views.memory import memory_text
-from dmlbench.report.formats import (
-    percent,
-    plural,
-    seconds,
-)
+from dmlbench.report.formats import layout, percent, plural, seconds
 from dmlbench.results.records import RunRecord, RunSummary
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import target_text
@@ -49,11 +45,11 @@ def run_summary(run: RunRecord) -> Table:
         return external_summary(run)
     summary = run.summary
     nodes = summary.nodes or 1
-    layout = f" ({nodes} nodes × {summary.nproc_per_node})" if nodes > 1 else ""
+    on = layout(nodes, summary.nproc_per_node or 0)
     # a Dask fit's workers are the most it may scale to, not the ones that joined
     most = "up to " if summary.engine == "dask" else ""
     title = escape(
-        f"{run.title} · {most}{plural(run.workers, 'worker')}{layout} · "
+        f"{run.title} · {most}{plural(run.workers, 'worker')}{on} · "
         f"{run.division} division · run {run.run_id}"
     )
     table = _fields_table(title)
