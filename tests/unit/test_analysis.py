@@ -903,6 +903,34 @@ def test_a_loss_goals_best_is_its_lowest_loss_in_every_view() -> None:
     assert labels[0].startswith("4.200")
 
 
+def test_a_loss_goals_accuracy_after_time_is_its_least_loss_within_the_budget() -> None:
+    """`report --budget` on kjv-gpt showed AAT 16.27%: the token accuracy, where the goal
+    is a loss. Within the budget a loss goal's best is its least test loss, shown and
+    compared as one, and the terminal legend says which the column holds."""
+    from dmlbench.cli.views.tables import scaling_tables
+    from dmlbench.report import tables
+
+    evals = [(10.0, 0.1), (20.0, 0.1), (30.0, 0.1)]
+    runs = [
+        _loss_goal(stored_run("a", 1, tta=None, evals=evals), [4.6, 4.2, 3.0]),
+        _loss_goal(stored_run("b", 2, tta=None, evals=evals), [4.5, 4.4, 4.1]),
+        stored_run("c", 1, tta=None, evals=[(10.0, 0.5), (20.0, 0.7), (30.0, 0.9)]),
+    ]
+    aat = analysis.accuracy_after_time(analysis.evals_frame(runs), 25.0)
+    assert list(aat) == pytest.approx([4.2, 4.4, 0.7])  # not 3.0 (too late), not 0.16
+    frame = analysis.runs_frame(runs[:2])
+    table = analysis.scaling_table(frame, budget_s=25, evals=analysis.evals_frame(runs[:2]))
+    (show,) = [show for key, _, show in tables.SCALING_COLUMNS if key == "aat"]
+    assert [show(row) for _, row in table.iterrows()] == ["4.200", "4.400"]
+    chosen = analysis.best_of(table.assign(workers=1), "accuracy_after_time", ["workers"])
+    assert list(chosen["aat_mean"]) == [4.2]  # the least loss, not the most
+    console = Console(width=200, record=True)
+    for rich_table in scaling_tables(table, budget_s=25):
+        console.print(rich_table)
+    assert "AAT: least test loss within 25 s" in console.export_text()
+    assert tables.aat_note(table, None) is None
+
+
 def test_a_run_of_another_model_is_titled_with_it() -> None:
     """Issue 56, item 4: a run of `imagenet-resnet50` with `recipe.model.name=vgg16`
     was titled as the task's own ResNet-50."""

@@ -193,11 +193,13 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     """No run reached the target: the best each point got, in the goal's terms (the
     lowest test loss for a loss goal), beside the target."""
     by_loss = "goal" in table and bool((table["goal"] == "loss").all())
-    budget = not by_loss and "aat_mean" in table and table["aat_mean"].notna().any()
-    if by_loss:
+    budget = "aat_mean" in table and table["aat_mean"].notna().any()
+    if budget:
+        best = "lowest test loss" if by_loss else "best accuracy"
+        column, what = "aat_mean", f"{best} within the report's time budget"
+        shown = "{:.3f}" if by_loss else "{:.1%}"
+    elif by_loss:
         column, what, shown = "best_mean", "lowest test loss reached", "{:.3f}"
-    elif budget:
-        column, what, shown = "aat_mean", "accuracy after the report's time budget", "{:.1%}"
     else:
         column = "best_mean" if "best_mean" in table else "best_metric_mean"
         what, shown = "best accuracy reached", "{:.1%}"

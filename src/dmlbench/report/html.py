@@ -36,7 +36,7 @@ from dmlbench.report.formats import (
     plural,
     seconds,
 )
-from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text, scaling_columns
+from dmlbench.report.tables import PREDICTION_COLUMNS, aat_note, calibration_text, scaling_columns
 from dmlbench.report.variants import short_labels, variant_legend
 from dmlbench.results.records import FINISHED, CommRun, RunRecord
 from dmlbench.results.schema import PHASES
@@ -256,7 +256,7 @@ def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
     names = short_labels(table["variant"])  # as the figures and the legend name them
     table = table.assign(variant=table["variant"].map(names))
     columns = scaling_columns(table, budget_s)
-    aat = f" AAT: best accuracy within {budget_s:g} s." if budget_s is not None else ""
+    aat = f" {note}." if (note := aat_note(table, budget_s)) else ""
     return TableView(
         [title for title, _ in columns],
         [Row([str(cell(row)) for _, cell in columns]) for _, row in table.iterrows()],

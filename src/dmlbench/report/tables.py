@@ -53,6 +53,18 @@ def disturbed_note(table: pd.DataFrame) -> str | None:
     return note
 
 
+def aat_note(table: pd.DataFrame, budget_s: float | None) -> str | None:
+    """What the AAT column holds, in the goals of ``table``'s rows (None without a budget)."""
+    if budget_s is None:
+        return None
+    goals = set(table["goal"]) if "goal" in table else {"accuracy"}
+    what = {
+        frozenset({"loss"}): "least test loss",
+        frozenset({"accuracy"}): "best accuracy",
+    }.get(frozenset(goals), "best accuracy (least test loss for a loss goal)")
+    return f"AAT: {what} within {budget_s:g} s"
+
+
 SCALING_COLUMNS: list[Column] = [
     ("workers", "N", _workers),
     ("variant", "variant", lambda r: r["variant"] or "—"),
@@ -62,7 +74,7 @@ SCALING_COLUMNS: list[Column] = [
     ("tta", "TTA s (mean ± std)", lambda r: mean_std(r["tta_mean"], r["tta_std"])),
     ("olympic", "TTA olympic s", lambda r: seconds(r["tta_olympic"])),
     ("compute", "TTA w/o eval s", lambda r: seconds(r["tta_compute_mean"])),
-    ("aat", "AAT", lambda r: fmt(r.get("aat_mean"), ".2%")),
+    ("aat", "AAT", lambda r: goal_value(r.get("goal", "accuracy"), r.get("aat_mean"), 2)),
     ("best", "best", lambda r: goal_value(r.get("goal", "accuracy"), r.get("best_mean"), 2)),
     ("step", "step ms", lambda r: milliseconds(r["step_time_mean"])),
     ("thr", "samples/s", lambda r: fmt(r["throughput_mean"], ",.0f")),

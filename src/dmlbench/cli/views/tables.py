@@ -139,7 +139,7 @@ def _network(run: RunRecord) -> str:
 
 def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
     """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows."""
-    from dmlbench.report.tables import disturbed_note, scaling_columns
+    from dmlbench.report.tables import aat_note, disturbed_note, scaling_columns
     from dmlbench.report.variants import short_labels
 
     tables = []
@@ -162,6 +162,7 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
                 if accuracy
                 else ""
             )
+            + (f"{aat}; " if accuracy and (aat := aat_note(rows, budget_s)) else "")
             + ("speedup and effic.: TTA/step time; " if scaled else "")
             + "comm: max over ranks"
         )
