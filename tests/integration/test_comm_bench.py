@@ -40,7 +40,7 @@ def test_allreduce_benchmark_runs_on_real_gloo_workers(tmp_path: Path) -> None:
     listed = inside("results", "--store", store).stdout
     (line,) = [line for line in listed.splitlines() if run["run_id"] in line]
     assert line.split()[1:] == ["allreduce", "gloo", "2", "none", "success"]
-    assert "1 communication micro-benchmark" in listed and "stored runs" not in listed
+    assert "1 communication micro-benchmark" in listed and "stored run" not in listed
     one = json.loads(inside("results", run["run_id"][-6:], "--json", "--store", store).stdout)
     assert one["results"] == run["results"]
     report = inside("report", "--store", store, "--out", str(tmp_path / "r.html")).stdout

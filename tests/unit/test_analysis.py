@@ -441,6 +441,7 @@ def test_results_table_shows_the_network_when_a_run_had_one() -> None:
 
     plain = stored_run("plain", 1, tta=1.0)
     assert "network" not in text([plain])  # nothing emulated: nothing to read
+    assert text([plain]).split()[:3] == ["1", "stored", "run"]  # not "1 stored runs"
     wan = replace(stored_run("wan", 2, tta=9.0), network="wan-20ms · 100 Mbit/s, 20 ms")
     shown = text([plain, wan])
     assert "on wan-20ms" in shown and "100 Mbit/s" not in shown  # under the task
