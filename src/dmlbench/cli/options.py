@@ -131,7 +131,11 @@ SweepFilter = Annotated[str | None, typer.Option(help="only this sweep's runs")]
 TaskFilter = Annotated[str | None, typer.Option(help="only this task's runs")]
 BudgetOption = Annotated[
     float | None,
-    typer.Option(help="accuracy after time: best accuracy within this many seconds", min=0),
+    typer.Option(
+        help="accuracy after time (AAT): the best accuracy, or least test loss, within "
+        "this many seconds",
+        min=0,
+    ),
 ]
 PriceOption = Annotated[
     str | None,
