@@ -427,6 +427,30 @@ def test_report_page_escapes_what_runs_recorded() -> None:
     assert "<script" not in page and "No runs stored yet" in page
 
 
+def test_runs_still_running_are_not_counted_and_the_report_says_so() -> None:
+    """A Slurm job array's task printed its sweep's table while the other task's run of
+    a point was running: "conv 1/2", as if one of two had missed the target. A run still
+    running is not a result yet: it is left out of the table and a note says so, and a
+    section whose runs are all running renders with that note and no table."""
+    from dmlbench.report.html import build_sections, render_html
+
+    running = [stored_run(r, w, tta=None, status="running") for r, w in (("b", 1), ("c", 2))]
+    runs = [stored_run("a", 1, tta=1.0), *running]
+    frame = analysis.runs_frame(runs)
+    table = analysis.scaling_table(frame)
+    assert list(table["workers"]) == [1] and list(table["runs"]) == [1]  # not 2, not a row at 2
+    assert analysis.running_note(frame) == "2 runs are still running and not counted yet."
+    assert analysis.running_note(analysis.runs_frame(runs[:2])).startswith("1 run is still")
+    assert analysis.running_note(analysis.runs_frame(runs[:1])) is None
+    (section,) = build_sections(runs)
+    assert "2 runs are still running and not counted yet." in section.notes
+    assert not any("failed or" in note for note in section.notes)  # running is not failed
+    (alone,) = build_sections(running)  # nothing finished yet
+    assert alone.table.empty and not alone.figures
+    page = render_html([alone], running, store="s", budget_s=None, price=None)
+    assert "still running and not counted yet" in page and "Scaling table" not in page
+
+
 def test_results_table_shows_the_network_when_a_run_had_one() -> None:
     from dataclasses import replace
 

@@ -84,7 +84,7 @@ def report(
         predictions=predictions,
         include_disturbed=include_disturbed,
     )
-    training = [s.table for s in sections if s.kind == "training"]
+    training = [s.table for s in sections if s.kind == "training" and len(s.table)]
     if training:  # the report's own tables, in the order scaling_table sorts them
         table = pd.concat(training).sort_values(
             ["task", "sweep", "variant", "workers"], kind="stable"
@@ -183,7 +183,8 @@ def compare(
             console.print(rich_table)
     else:
         console.print(table.to_string(index=False))
-    if not (json_out or csv_out) and (note := analysis.unpriced_note(table, chosen)):
+    notes = [analysis.running_note(frame), analysis.unpriced_note(table, chosen)]
+    for note in filter(None, notes) if not (json_out or csv_out) else ():
         console.print(f"[yellow]note[/yellow] {escape(note)}")
 
 

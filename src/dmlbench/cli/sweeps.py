@@ -121,9 +121,11 @@ def run_sweep(
         from dmlbench.cli.views.tables import scaling_tables
         from dmlbench.report import analysis
 
-        frame = analysis.scaling_table(analysis.runs_frame(runs))
-        for rich_table in scaling_tables(frame):
+        frame = analysis.runs_frame(runs)
+        for rich_table in scaling_tables(analysis.scaling_table(frame)):
             console.print(rich_table)
+        if note := analysis.running_note(frame):  # another task of a job array's
+            console.print(note, markup=False)
         console.print(
             f"{plural(len(outcome.finished), 'run')} done, {len(outcome.skipped)} skipped, "
             + (f"{len(outcome.elsewhere)} run by another launcher, " if outcome.elsewhere else "")

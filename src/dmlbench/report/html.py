@@ -36,9 +36,10 @@ from dmlbench.report.formats import (
     plural,
     seconds,
 )
+from dmlbench.report.notes import section_notes
 from dmlbench.report.tables import PREDICTION_COLUMNS, aat_note, calibration_text, scaling_columns
 from dmlbench.report.variants import short_labels, variant_legend
-from dmlbench.results.records import FINISHED, CommRun, RunRecord
+from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 
 
@@ -96,7 +97,8 @@ def build_sections(
     )
     sections = []
     for (task, sweep), members in frame.groupby(analysis.GROUP, sort=False):
-        rows = table[(table["task"] == task) & (table["sweep"] == sweep)]
+        # none when every run of the section is still running (not a result yet)
+        rows = table[(table["task"] == task) & (table["sweep"] == sweep)] if len(table) else table
         section = Section(
             task=str(task),
             sweep=str(sweep),
@@ -105,7 +107,7 @@ def build_sections(
             table=rows.reset_index(drop=True),
             evals=evals[evals["run_id"].isin(members["run_id"])],
         )
-        section.notes = _notes(section)
+        section.notes = section_notes(members, section.table)
         if price is not None and (note := analysis.unpriced_note(section.table, price)):
             section.notes.append(note)
         section.figures = _figures(section, price)
@@ -113,53 +115,10 @@ def build_sections(
     return sections
 
 
-def _notes(section: Section) -> list[str]:
-    notes = []
-    over = section.runs[section.runs["oversubscribed"]]
-    if not over.empty:
-        cores = int(over["cores"].max())
-        counts = ", ".join(str(n) for n in sorted(set(over["workers"])))
-        notes.append(
-            f"Oversubscribed: {counts} workers ran on a machine with {cores} cores (the "
-            "recorded core count), so workers shared cores and their times say more about "
-            "the machine than about scaling."
-        )
-    disturbed = section.runs[section.runs["disturbed"]]
-    if not disturbed.empty:
-        worst = disturbed.loc[disturbed["cpu_wait_max"].astype(float).idxmax()]
-        notes.append(
-            f"Disturbed (†): {plural(len(disturbed), 'run')} ran while other processes took "
-            f"CPU their workers asked for (worst, {worst['run_id']}: {worst['contention']}). "
-            "Where an undisturbed repeat exists the disturbed ones are left out of the "
-            "timings; a point timed only by disturbed runs gets no speedup or efficiency. "
-            "Run them again on a quiet machine, or pass --include-disturbed to count them."
-        )
-    failed = section.runs[~section.runs["status"].isin(FINISHED)]
-    if not failed.empty:
-        notes.append(
-            f"{plural(len(failed), 'run')} failed or were interrupted; they are listed below "
-            "and left out of the timings."
-        )
-    missed = section.runs[section.runs["status"] == "target_not_reached"]
-    if not missed.empty:
-        notes.append(
-            f"{plural(len(missed), 'run')} finished without reaching the target; they count as not "
-            "converged (shown as k/n reached) and are excluded from time-to-accuracy means."
-        )
-    modes = set(section.table["scaling"]) - {"none"}
-    if modes:
-        notes.append(
-            f"Scaling: {', '.join(sorted(modes))}. Speedup and efficiency are against "
-            f"{plural(int(section.table['baseline_workers'].min()), 'worker')}, the smallest count "
-            "present."
-        )
-    return notes
-
-
 def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
     table, title = section.table, section.title
-    finished = table[table["finished"] > 0]
     made: dict[str, Figure] = {}
+    finished = table[table["finished"] > 0] if len(table) else table
     if finished.empty:
         return made
     # a speedup needs two worker counts of one variant (MLPerf's systems: one each)
@@ -427,7 +386,9 @@ def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
                 *_variant_legend(section.table),
                 {"title": "Scaling table", "table": _scaling_table(section.table, budget_s)},
                 {"title": "Runs", "table": _runs_table(section.runs)},
-            ],
+            ]
+            if len(section.table)  # else every run of it is still running
+            else [{"title": "Runs", "table": _runs_table(section.runs)}],
         )
     return view
 
