@@ -240,10 +240,14 @@ def _wait_idle(cluster: SlurmCluster, started: list[subprocess.Popen[bytes]]) ->
 
 
 if __name__ == "__main__":
+    import signal
     import sys
     import tempfile
 
+    # kill (SIGTERM) stops it as Ctrl-C does: daemons, namespaces and bridge go too
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with slurm_cluster(Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp())) as c:
         print(f"export SLURM_CONF={c.conf}  # nodes {c.nodes} at {c.addresses}", flush=True)
+        print("Ctrl-C (or kill) stops it and removes what it made", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             time.sleep(3600)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -129,6 +130,11 @@ def test_a_sweep_as_a_job_array_runs_each_point_once(slurm, tmp_path: Path) -> N
     runs = _runs(store)
     assert sorted(r.workers for r in runs) == [1, 2], _output(store)
     assert all(r.finished and r.sweep == "pair" for r in runs)
+    for out in (store / "slurm").glob("*.out"):  # each point: run here, or said to be not
+        text = out.read_text()
+        (counted,) = re.findall(r"(\d+) runs? done, 0 skipped, (?:(\d+) run by another)?", text)
+        claimed = text.count("by another launcher: run ")
+        assert int(counted[0]) + claimed == 2 and int(counted[1] or 0) == claimed, text
 
 
 @needs_slurm

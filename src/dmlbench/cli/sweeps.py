@@ -170,13 +170,13 @@ class _Bars:
 
     def done(self, run: Any, result: Any, error: Exception | None) -> None:
         """A run's end: its outcome, or why it did not run (another launcher ran the
-        point: skipped; an error)."""
+        point, as the sweep's last line counts it; an error)."""
         from dmlbench.errors import AlreadyClaimed
 
         self.close()
         out = self.out
         if isinstance(error, AlreadyClaimed):
-            out.print(f"  [yellow]skipped: {escape(str(error))}[/yellow]")
+            out.print(f"  [yellow]by another launcher: {escape(str(error))}[/yellow]")
             return
         if result is None:
             out.print(f"  [red]error[/red]: {escape(str(error))}")
