@@ -18,6 +18,7 @@ from dmlbench.cli.options import (
     output_option,
     print_json,
 )
+from dmlbench.errors import SpecError
 
 if TYPE_CHECKING:
     from dmlbench.perfmodel.cluster import ClusterSimulation
@@ -45,7 +46,6 @@ AlgorithmOption = Annotated[
 
 
 def simulate_cluster(
-    task: Annotated[str, typer.Argument(help="task to predict")],
     cluster: Annotated[
         str,
         typer.Option(
@@ -54,6 +54,10 @@ def simulate_cluster(
             "DDP's overlap; no store needed"
         ),
     ],
+    task: Annotated[
+        str | None,
+        typer.Argument(help="task to predict (none with --cluster list)", show_default=False),
+    ] = None,
     devices_per_node: Annotated[
         int | None,
         typer.Option(help="devices per node (default: the profile's)", min=1, max=1024),
@@ -106,6 +110,8 @@ def simulate_cluster(
     if cluster == "list":
         console.print(hardware_table(load_hardware(hardware)))
         return
+    if task is None:
+        raise SpecError(f"which task? dmlbench simulate-cluster TASK --cluster {cluster}")
     (result,) = _cluster_time_to_train(
         task,
         cluster,
@@ -190,7 +196,6 @@ def advise_cluster(
     recipe's, or each of ``local_batches``), and the choice."""
     from dmlbench.advise.deadline import plan_cluster
     from dmlbench.cli.views.clusters import plan_table
-    from dmlbench.errors import SpecError
     from dmlbench.prices import choose_price
 
     if deadline is None and budget is None:

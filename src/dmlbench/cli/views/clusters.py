@@ -119,7 +119,7 @@ def _time_to_train_table(result: ClusterSimulation) -> Table:
 
 
 def hardware_table(hardware: Any) -> Group:
-    """`dmlbench simulate-cluster TASK --cluster list`: the cluster profiles, then their sources."""
+    """`dmlbench simulate-cluster --cluster list`: the cluster profiles, then their sources."""
     table = figures_table("cluster profiles: --cluster NAME (your own: --hardware FILE)")
     for column in ("name", "devices a node", "inside", "between"):
         table.add_column(column)
