@@ -288,3 +288,6 @@ def test_simulate_and_advise_cost_only_what_the_price_is_for(tmp_path) -> None:
     assert advice.best.cost is None and advice.unpriced == predicted.unpriced
     advice = advise_from_store(store, "synthetic-mlp", max_workers=2, network="10gbit", price=h200)
     assert advice.best.cost and advice.best.cost > 0 and advice.unpriced is None
+    assert advice.current is None and not advice.broken  # no plan given: none checked
+    planned = advise_from_store(store, "synthetic-mlp", max_workers=2, network="10gbit", workers=2)
+    assert planned.current and (planned.current.workers, planned.current.local_batch) == (2, 16)

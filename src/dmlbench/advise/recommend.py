@@ -109,10 +109,10 @@ class ComputeModel:
     def line(self) -> str:
         points = ", ".join(str(b) for b in self.batches)
         fit = "fitted" if len(self.batches) > 1 else "assumed proportional to b from"
-        return (
-            f"{1e3 * self.fixed_s:.3f} ms + {1e6 * self.per_example_s:.2f} µs × b per step "
-            f"({fit} b={points} at {self.workers} worker(s))"
-        )
+        per = self.per_example_s  # 10.03 ms, not 10031.71 µs
+        each = f"{1e3 * per:.2f} ms" if per >= 1e-3 else f"{1e6 * per:.2f} µs"
+        workers = f"{self.workers} worker{'s' * (self.workers != 1)}"
+        return f"{1e3 * self.fixed_s:.3f} ms + {each} × b per step ({fit} b={points} at {workers})"
 
 
 def compute_model(runs: Sequence[RunRecord], task: str, cores: int | None) -> ComputeModel:
@@ -372,8 +372,9 @@ def advise_from_store(
 ) -> Advice:
     """:func:`advise` calibrated from ``store``: the task's runs and ``bench allreduce``.
     The plan checked against the guidelines is ``workers`` (default ``max_workers``) at
-    ``local_batch`` (default the recipe's). On the host network (``none``) the workers
-    share this machine's cores; on a profile each is a host of its own."""
+    ``local_batch`` (default the recipe's), when either is given. On the host network
+    (``none``) the workers share this machine's cores; on a profile each is a host of
+    its own."""
     from dmlbench.perfmodel import calibrate_comm, calibrate_task
     from dmlbench.perfmodel.simulate import resolve_links
     from dmlbench.tasks import get_task
@@ -394,7 +395,9 @@ def advise_from_store(
         network=network,
         link=links[network],
         price_per_worker_hour=price.per_worker_hour if price and priced else None,
-        current=(workers or max_workers, local_batch or definition.recipe.local_batch),
+        current=(workers or max_workers, local_batch or definition.recipe.local_batch)
+        if workers or local_batch
+        else None,  # no plan given: none to check, and no row of "yours"
         assume_epochs=assume_epochs,
     )
     if price is not None and not priced:

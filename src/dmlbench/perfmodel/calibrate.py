@@ -221,9 +221,9 @@ def calibrate_task(
     (low, low_id), (high, high_id) = steps[0], steps[-1]
     if high > DISAGREEMENT * low:
         raise DmlbenchError(
-            f"the runs of {task} at {fewest} worker(s) disagree on compute: {low * 1e3:.2f} "
-            f"ms/step ({low_id}) against {high * 1e3:.2f} ms/step ({high_id}), as when one "
-            "shared the machine; name the one to trust with --calibrate-from RUN_ID"
+            f"the runs of {task} at {fewest} worker{'s' * (fewest != 1)} disagree on compute: "
+            f"{low * 1e3:.2f} ms/step ({low_id}) against {high * 1e3:.2f} ms/step ({high_id}), "
+            "as when one shared the machine; name the one to trust with --calibrate-from RUN_ID"
         )
     compute = [seconds for seconds, _ in steps]
     grads = [r.summary.gradient_bytes for r in base if r.summary.gradient_bytes]
