@@ -211,6 +211,11 @@ def test_docs_spec_page_is_generated_from_the_run_spec(dmlbench) -> None:
     keys = [f"`{name}`" for name in RunSpec.model_fields] + ["`recipe.optimizer.momentum`"]
     assert all(f"| {key} |" in out for key in keys)  # every field has its row
     assert "`kind: warmup_step`" in out and "| `network.bandwidth` |" in out
+    code, shown, _ = dmlbench("spec")  # the terminal's: a key a line, its meaning below
+    lines = shown.splitlines()
+    assert code == 0 and all(f"  {name}  " in shown for name in RunSpec.model_fields)
+    assert "  workers  int, default 1" in lines and "  task  str, required" in lines
+    assert "`" not in shown and "| " not in shown  # no Markdown left in it
 
 
 def test_every_docs_page_is_in_the_readme_s_table() -> None:

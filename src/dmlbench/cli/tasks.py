@@ -85,10 +85,9 @@ def spec(
     if json_out:
         print_json(RunSpec.model_json_schema())
     else:
-        text = spec_markdown()
         if markdown:
-            sys.stdout.write(text + "\n")
+            sys.stdout.write(spec_markdown() + "\n")
         else:
-            from rich.markdown import Markdown
+            from dmlbench.cli.views.tables import spec_view
 
-            console.print(Markdown(text))
+            console.print(spec_view())

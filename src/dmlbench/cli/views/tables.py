@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Group
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
 from dmlbench.cli.views import figures_table
 from dmlbench.cli.views.summary import STATUS_STYLE, STATUS_WORDS
@@ -47,6 +50,29 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
             escape("\n".join(lines)),
         )
     return table
+
+
+def spec_view() -> Group:
+    """`dmlbench spec`: every key with its type and default on a line, and its meaning
+    indented below, which reads at 80 columns (a four-column table left the meaning a
+    fifth of the width)."""
+    from dmlbench.report.docs import SPEC_INTRO, spec_sections
+
+    def plain(text: str) -> str:  # Markdown's code marks and a link, as a terminal says it
+        return text.replace("`", "").replace("[Tasks](tasks.md)", "dmlbench tasks")
+
+    parts: list[Any] = [Text("Every key of a run spec", style="bold"), Text(plain(SPEC_INTRO))]
+    for title, doc, rows in spec_sections():
+        parts += [Text(), Text(plain(title), style="bold underline"), Text(plain(doc))]
+        for row in rows:
+            default = {"": "", "required": ", required"}.get(
+                row.default, f", default {plain(row.default)}"
+            )
+            head = Text(f"  {row.key}", style="bold") + Text(f"  {plain(row.type)}{default}")
+            parts.append(head)
+            if row.meaning:
+                parts.append(Padding(Text(plain(row.meaning), style="dim"), (0, 0, 0, 6)))
+    return Group(*parts)
 
 
 def registry_table(title: str, entries: list[dict[str, Any]]) -> Table:
