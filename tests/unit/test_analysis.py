@@ -276,6 +276,33 @@ def test_a_dask_fits_summary_says_its_workers_are_the_most_it_may_use() -> None:
     assert "t · 2 workers · closed division" in console.export_text()
 
 
+def test_an_interrupted_runs_summary_says_how_far_it_got() -> None:
+    """Ctrl-C in a sweep: the interrupted run's summary read "22.00 epochs, 484 steps, 0
+    samples in —". Without a run_stop, how far it got is what its last evaluation saw."""
+    from dmlbench.cli.views.summary import run_summary
+    from dmlbench.results.events import Event
+    from dmlbench.results.summary import summarize
+
+    def event(key: str, value: Any = None, **metadata: Any) -> Event:
+        return {"key": key, "value": value, "time_ms": 0, "metadata": metadata}
+
+    last = {"epoch_num": 2.0, "step": 44, "samples_count": 2816, "eval_loss": 0.2}
+    events = [
+        event("run_start", global_batch=64, target=0.99),
+        event("eval_accuracy", 0.95, **last, elapsed_s=0.7, compute_elapsed_s=0.6),
+    ]
+    run = dataclasses.replace(
+        stored_run("stopped", 2, tta=None, status="interrupted"), summary=summarize(events)
+    )
+    run = dataclasses.replace(run, samples=2816, elapsed_s=0.7, epochs=2.0, steps=44)
+    console = Console(width=200, record=True)
+    console.print(run_summary(run))
+    shown = console.export_text()
+    assert "2.00 epochs, 44 steps, 2,816 samples in 0.700 s (at its last evaluation)" in shown
+    console.print(run_summary(stored_run("done", 2, tta=5.0)))
+    assert "(at its last evaluation)" not in console.export_text().split("done")[-1]
+
+
 def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:
     """A torch run beside a Dask fit read "delay=null factor=null engine=null ...": every
     key of the fit's ``dask`` section, which the torch run's spec has not."""

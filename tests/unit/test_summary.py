@@ -65,6 +65,9 @@ def test_a_run_that_failed_after_reaching_its_target_says_when_it_did() -> None:
     assert summary.finished is False and summary.best_metric == 0.9
     assert summary.time_to_accuracy_s == 2.0
     assert summary.time_to_accuracy_compute_s == pytest.approx(1.9)
+    # how far it got, as its last evaluation saw it: an interrupted run's summary read
+    # "22.00 epochs, 484 steps, 0 samples in —"
+    assert (summary.steps, summary.samples, summary.elapsed_s) == (30, 240, 3.0)
 
 
 def test_throughput_uses_the_slowest_rank_and_steady_steps() -> None:

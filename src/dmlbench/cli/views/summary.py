@@ -80,11 +80,12 @@ def run_summary(run: RunRecord) -> Table:
     elif best:
         table.add_row("best accuracy", f"{percent(best.metric)} at epoch {best.epoch:g}")
     if run.epochs is not None:
+        stopped_early = not (run.finished or summary.finished)  # no run_stop: how far it got
         table.add_row(
             "trained",
             f"{run.epochs:.2f} epochs, {run.steps or 0:,} steps, "
             f"{run.samples or 0:,} samples in {seconds(run.elapsed_s, unit=True)}"
-            + time_split(summary),
+            + (" (at its last evaluation)" if stopped_early else time_split(summary)),
         )
     if summary.engine == "dask" and summary.throughput:
         per_update = (run.elapsed_s or 0) - (summary.eval_s or 0)
