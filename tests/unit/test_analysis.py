@@ -600,7 +600,9 @@ def test_progress_shows_the_last_word_and_when_the_run_evaluates() -> None:
 
 def test_progress_at_80_columns_keeps_the_title_the_steps_and_the_clock() -> None:
     """At 80 columns a GPT run's bar read "k… 640/1… loss 4.253 · … (best l…": rich
-    cut every column to fit. Now the word and the status wrap, and the rest is whole."""
+    cut every column to fit; then, wrapped in columns of their own, the word and the
+    status took six lines. Now the title, steps and clock make a line, and the status
+    and the word the lines below it, at the terminal's width."""
     import io
 
     from rich.console import Console
@@ -620,6 +622,9 @@ def test_progress_at_80_columns_keeps_the_title_the_steps_and_the_clock() -> Non
     assert first.startswith("kjv-gpt × 2") and "640/1,234 steps" in first
     assert first.rstrip().endswith("0:00:00")
     assert "14,331" in text and "4.331)" in text  # wrapped, not cut
+    below = " ".join(line.strip() for line in text.splitlines()[1:])
+    assert below.startswith("epoch 1: test loss 4.331 (best 4.331) · train loss 4.253 · ")
+    assert len(text.splitlines()) <= 3, text
     # which loss is which: the word's is training's, the evaluation's is the test loss
     fields = bar.progress.tasks[0].fields
     assert fields["rate"].startswith("train loss 4.253 · ")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from collections.abc import Iterable
+
+from rich.console import Console, RenderableType
+from rich.padding import Padding
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.table import Column
 from rich.text import Text
@@ -23,21 +26,31 @@ class RunClock(ProgressColumn):
         )
 
 
+class TwoLineProgress(Progress):
+    """The title, bar, steps and clock on one line, and below it what the run is doing
+    and rank 0's last word (loss, speed, memory), wrapping at the terminal's width: in
+    columns of their own at 80 columns they had a quarter of it and took six lines."""
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        for task in self.tasks:
+            said = [task.fields.get("status"), task.fields.get("rate")]
+            if detail := " · ".join(str(part) for part in said if part):
+                yield Padding(Text(detail, overflow="fold"), (0, 0, 0, 2))
+
+
 class RunProgress:
     """A progress bar fed with the run's events as rank 0 logs them. Its clock starts
     with the run's (after start-up) and stops at the run's end, so it shows the time the
     summary reports."""
 
     def __init__(self, console: Console, title: str) -> None:
-        # the title, steps and clock stay whole; rank 0's word and the status wrap
-        # between their words where a line is narrower than they are (80 columns)
-        whole, wraps = Column(no_wrap=True), Column(overflow="fold")
-        self.progress = Progress(
+        # the title, steps and clock stay whole; the status and rank 0's word go below
+        whole = Column(no_wrap=True)
+        self.progress = TwoLineProgress(
             TextColumn("{task.description}", table_column=whole),
             BarColumn(bar_width=12),  # a finished run's line fits 80 columns
             TextColumn("{task.fields[steps]}", table_column=whole),  # a short run moves too
-            TextColumn("{task.fields[rate]}", table_column=wraps),  # loss, speed, memory
-            TextColumn("{task.fields[status]}", table_column=wraps),
             RunClock(table_column=whole),
             console=console,
             transient=False,
