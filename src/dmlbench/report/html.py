@@ -329,7 +329,7 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
             result["task"], "predicted", title, rows, rows, pd.DataFrame(), kind="predicted"
         )
         section.figures = {
-            "predicted-speedup": prediction_figures.predicted_speedup(result["predictions"], title)
+            "speedup": prediction_figures.predicted_speedup(result["predictions"], title)
         }
         assumed = not rows["epochs_measured"].all()
         section.notes = [
