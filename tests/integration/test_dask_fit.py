@@ -69,6 +69,7 @@ def test_a_dask_fit_is_stored_and_compared_beside_a_torch_run(tmp_path: Path) ->
     assert {"engine", "batch_schedule"} <= set(run["deviations"])
     assert run["deviations"]["batch_schedule"]["actual"].startswith("GeoDamp(initial=32, delay=1")
     assert "epoch 3:" in fit.stderr and "Traceback" not in fit.stderr
+    assert f"starting Dask (up to 2 workers) on {DIGITS_TRAIN:,} training" in fit.stderr
 
     dmlbench("run", "digits-mlp", "--set", "recipe.max_epochs=1", "--store", store, "--quiet")
     compared = json.loads(dmlbench("compare", "--store", store, "--json").stdout)

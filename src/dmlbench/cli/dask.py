@@ -124,9 +124,17 @@ def fit(
 
     from dmlbench.dask.cluster import close_local
 
+    def starting(examples: int) -> None:  # an epoch of a real dataset takes minutes
+        err_console.print(
+            f"{spec.task}: starting Dask (up to {plural(fit.max_workers, 'worker')}) on "
+            f"{examples:,} training examples; a line an epoch follows",
+            highlight=False,
+            soft_wrap=True,
+        )
+
     results = open_store(store)
     try:
-        outcome = fit_task(spec, fit, results, progress=progress)
+        outcome = fit_task(spec, fit, results, progress=progress, starting=starting)
     except KeyboardInterrupt:
         err_console.print("interrupted: the fit is stored as interrupted")
         raise typer.Exit(130) from None

@@ -163,9 +163,15 @@ def _evaluate(est: DaskClassifier, x: np.ndarray, y: np.ndarray) -> tuple[float,
 
 
 def fit_task(
-    spec: RunSpec, fit: DaskFit, store: ResultsStore, progress: ProgressFn | None = None
+    spec: RunSpec,
+    fit: DaskFit,
+    store: ResultsStore,
+    progress: ProgressFn | None = None,
+    starting: Callable[[int], None] | None = None,
 ) -> RunOutcome:
-    """Train ``spec.task`` with the Dask estimator as ``fit`` says; store it as a run."""
+    """Train ``spec.task`` with the Dask estimator as ``fit`` says; store it as a run.
+    ``starting(examples)`` is called once the task's data passed its checks, before the
+    cluster starts; ``progress`` after every epoch."""
     task = get_task(spec.task)
     if task.loss != "cross_entropy":
         raise SpecError(
@@ -208,6 +214,8 @@ def fit_task(
         device=fit.device,
         random_state=spec.seed,
     )
+    if starting is not None:
+        starting(len(x_train))
     launcher = DaskLauncher(spec, fit, est, (x_train, y_train, x_test, y_test), progress)
     return execute(stored_spec(spec, fit), store, launcher, deviations=fit_deviations(spec, fit))
 
