@@ -1119,6 +1119,8 @@ def test_an_unmeasured_strategy_is_judged_as_the_measured_ones_are() -> None:
     narrow.print(memory_advice_table(advice))
     text = narrow.export_text()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    # the option whole, under the table: in its cell it folded "reshard_after_forwa|rd"
+    assert "fsdp, kept gathered: exchange_options reshard_after_forward=false" in text
     alone = advise_memory([accounting], "t", budget, 2, 32)  # nothing measured at 2
     assert alone.choice is alone.fits[0] and alone.fits[0].allowance == 0
 

@@ -73,23 +73,31 @@ def memory_text(run: RunRecord) -> str:
 def memory_advice_table(advice: Any) -> Group:
     """`dmlbench advise --memory-per-worker`: each strategy's predicted memory against
     the budget, its measured step time, and the choice."""
+    # a strategy's exchange options under the table: in its cell, at 80 columns,
+    # "(reshard_after_forward=false)" folded mid-word
+    options = {
+        fit.name: ", ".join(f"{k}={v}".lower() for k, v in fit.options.items())
+        for fit in advice.fits
+        if fit.options
+    }
     table = figures_table(
         escape(
             f"{advice.task}: {advice.workers} workers × local batch {advice.local_batch}, "
             f"{human_bytes(advice.budget)} a worker"
-        )
+        ),
+        escape("\n".join(f"{name}: exchange_options {said}" for name, said in options.items()))
+        or None,
     )
     columns = ("strategy", "exchange", "predicted", "measured", "fits", "step (measured)")
     for column in columns:
-        text = column in ("strategy", "exchange")  # "(reshard_after_forward=false)" folds
+        text = column in ("strategy", "exchange")
         table.add_column(column, justify="left" if text else "right", overflow="fold")
     for fit in advice.fits:
         runs = plural(fit.runs, "run")
         step = f"{seconds(fit.step_s, unit=True)} ({runs})" if fit.step_s else "—"
-        options = ", ".join(f"{k}={v}".lower() for k, v in fit.options.items())
         table.add_row(
             fit.name,
-            escape(fit.exchange + (f" ({options})" if options else "")),
+            escape(fit.exchange),
             human_bytes(fit.predicted["total"]),
             human_bytes(fit.measured)
             if fit.measured is not None
