@@ -78,13 +78,15 @@ def test_an_emulated_clusters_scopes_are_drawn_and_tabled_apart() -> None:
         took = {"all": 4e-3, "node": 1e-3, "hierarchical": 5e-3, None: 2e-3}[scope] * size
         return CommResult(size, 10, 1, took, took, took, 0.0, size / took, size / took, scope)
 
-    def run(run_id: str, nodes: int, scopes: list[str | None]) -> CommRun:
+    def run(
+        run_id: str, nodes: int, scopes: list[str | None], network: str = "1gbit · 1000 Mbit/s"
+    ) -> CommRun:
         return CommRun(
             run_id=run_id,
             op="allreduce",
             backend="gloo",
             workers=4,
-            network="1gbit · 1000 Mbit/s",
+            network=network,
             status="success",
             created_at="2026-11-28",
             spec={"nodes": nodes},
@@ -106,6 +108,10 @@ def test_an_emulated_clusters_scopes_are_drawn_and_tabled_apart() -> None:
     for line in latency.get_lines():  # no line joins two scopes: sizes only grow along it
         sizes = list(line.get_xdata())
         assert sizes == sorted(set(sizes))
+    host = comm_section([run("20261128-135447-aaaaaa", 1, [None], network="none")])
+    assert host is not None  # the host's own network: "unshaped", not "none"
+    (plain,) = host.figures["allreduce"].axes[0].get_legend_handles_labels()[1]
+    assert plain == "gloo · 4 workers · unshaped"
     FigureCanvasAgg(figure).draw()
     (legend,) = figure.legends
     box = legend.get_window_extent()

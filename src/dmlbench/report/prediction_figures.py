@@ -35,9 +35,10 @@ def comm_bandwidth(frame: pd.DataFrame, title: str) -> Figure:
         first = rows.iloc[0]
         nodes = int(first.get("nodes") or 1)
         workers = int(first["workers"])
+        network = first["network"]  # "none": the host's own, no emulated network
         labels[str(run_id)] = (
             f"{first['backend']} · {plural(workers, 'worker')}{layout(nodes, workers // nodes)}"
-            f" · {first['network']}"
+            + (f" · {network}" if network and network != "none" else " · unshaped")
         )
     repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
     scopes = frame["scope"].fillna("") if "scope" in frame else pd.Series("", frame.index)
