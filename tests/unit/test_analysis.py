@@ -981,6 +981,10 @@ def test_a_loss_goals_accuracy_after_time_is_its_least_loss_within_the_budget() 
     assert [show(row) for _, row in table.iterrows()] == ["4.200", "4.400"]
     chosen = analysis.best_of(table.assign(workers=1), "accuracy_after_time", ["workers"])
     assert list(chosen["aat_mean"]) == [4.2]  # the least loss, not the most
+    assert analysis.best_order(table, "accuracy_after_time") == "aat_mean, least"  # as said
+    mixed = pd.concat([table, table.assign(goal="accuracy")])
+    assert analysis.best_order(mixed, "best_metric") == "best_mean, most; a loss goal's least"
+    assert analysis.best_order(table, "throughput") == "throughput_mean, most"
     console = Console(width=200, record=True)
     for rich_table in scaling_tables(table, budget_s=25):
         console.print(rich_table)

@@ -166,10 +166,9 @@ def compare(
     if best_by is not None:
         table = analysis.best_of(table, best_by, within, include_disturbed)
         if not json_out and not csv_out:
-            column, less = analysis.BEST_BY[best_by]
             console.print(
-                f"best variant per {', '.join(within)} by {best_by} ({column}, "
-                f"{'least' if less else 'most'})",
+                f"best variant per {', '.join(within)} by {best_by} "
+                f"({analysis.best_order(table, best_by)})",
                 markup=False,
             )
     if json_out:
