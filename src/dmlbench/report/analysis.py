@@ -391,14 +391,12 @@ BEST_BY = {
 
 
 def best_order(table: pd.DataFrame, criterion: str) -> str:
-    """Which value of ``criterion``'s column :func:`best_of` keeps, as ``compare`` says
-    it: ``aat_mean, least`` for a loss goal's accuracy after time."""
+    """Which value of ``criterion``'s column :func:`best_of` keeps, as `compare` says it."""
     column, less = BEST_BY[criterion]
-    order = "least" if less else "most"
     goals = set(table["goal"]) if "goal" in table else set()
     if column in ("best_mean", "aat_mean") and "loss" in goals:  # a loss goal's is its least
-        order = "least" if goals == {"loss"} else "most; a loss goal's least"
-    return f"{column}, {order}"
+        return f"{column}, " + ("least" if goals == {"loss"} else "most; a loss goal's least")
+    return f"{column}, {'least' if less else 'most'}"
 
 
 def best_of(
