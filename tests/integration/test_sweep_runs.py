@@ -178,6 +178,7 @@ def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> N
     assert page.count("digits-mlp · closed division · ") >= 2  # the figure titles
     assert len(list(png.glob("*.png"))) == 8
     assert all(p.stat().st_size > 10_000 for p in png.glob("*.png"))
+    assert (png / "digits-mlp-predicted-speedup.png").is_file()  # not "-predicted-predicted-"
     assert "<script" not in page  # users' reports carry no script
     probe = tmp_path / "probe.html"
     probe.write_text(page.replace("</body>", f"<script>{RENDER_CHECK}</script></body>"))
