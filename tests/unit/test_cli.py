@@ -42,6 +42,11 @@ def test_models_and_exchanges_list_every_registered_one_with_its_options(dmlbenc
     assert depth["default"] == "50" and "ResNet-18" in depth["meaning"]
     code, out, _ = dmlbench("exchanges")
     assert code == 0 and "ef-signsgd" in out and "open division" in out
+    # a name a line, what it is and its options below: at 80 columns a three-column
+    # table left a dozen characters to a line
+    lines = [line.rstrip() for line in out.splitlines()]
+    assert "  fsdp  closed division, sharded" in lines
+    assert any(line.startswith("        reshard_after_forward (true): free") for line in lines)
     code, out, _ = dmlbench("run", "--help")
     assert code == 0 and all(name in out for name in EXCHANGES)
 

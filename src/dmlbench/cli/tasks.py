@@ -32,27 +32,27 @@ def tasks(
 def models(json_out: JsonOption = False) -> None:
     """List every model a recipe can name (`--set recipe.model.name=…`) with its options
     (`--set recipe.model.options.…`); naming another model drops the old one's options."""
-    from dmlbench.cli.views.tables import registry_table
+    from dmlbench.cli.views.tables import registry_view
     from dmlbench.report.docs import models_described
 
     described = models_described()
     if json_out:
         print_json(described)
     else:
-        console.print(registry_table("dmlbench models", described))
+        console.print(registry_view("dmlbench models", described))
 
 
 def exchanges(json_out: JsonOption = False) -> None:
     """List every gradient exchange (`--exchange`) with its division and its options
     (`--set exchange_options.…`)."""
-    from dmlbench.cli.views.tables import registry_table
+    from dmlbench.cli.views.tables import registry_view
     from dmlbench.report.docs import exchanges_described
 
     described = exchanges_described()
     if json_out:
         print_json(described)
     else:
-        console.print(registry_table("dmlbench exchanges", described))
+        console.print(registry_view("dmlbench exchanges", described))
 
 
 def networks(

@@ -75,21 +75,23 @@ def spec_view() -> Group:
     return Group(*parts)
 
 
-def registry_table(title: str, entries: list[dict[str, Any]]) -> Table:
-    """What a registry holds (models, exchanges): a row each, with its options."""
-    table = Table(title=title, title_justify="left", show_lines=True, expand=True)
-    table.add_column("name", no_wrap=True)
-    table.add_column("what", ratio=2)
-    table.add_column("options (default): meaning", ratio=3)
+def registry_view(title: str, entries: list[dict[str, Any]]) -> Group:
+    """What a registry holds (models, exchanges): a name a line with what it is, and its
+    options indented below, as `dmlbench spec` lists keys (a three-column table left a
+    dozen characters to a line at 80 columns, beside options mostly "—")."""
+    parts: list[Any] = [Text(title, style="bold")]
     for entry in entries:
-        what = entry["summary"]
-        if "division" in entry:
-            what += f"\n{entry['division']} division" + (", sharded" if entry["sharded"] else "")
-        options = [
-            f"{o['name']} ({o['default']}): {o['meaning']}".rstrip(": ") for o in entry["options"]
-        ]
-        table.add_row(escape(entry["name"]), escape(what), escape("\n".join(options) or "—"))
-    return table
+        division = (
+            f"  {entry['division']} division" + (", sharded" if entry["sharded"] else "")
+            if "division" in entry
+            else ""
+        )
+        parts += [Text(), Text(f"  {entry['name']}", style="bold") + Text(division)]
+        parts.append(Padding(Text(entry["summary"]), (0, 0, 0, 6)))
+        for option in entry["options"]:
+            said = f"{option['name']} ({option['default']}): {option['meaning']}".rstrip(": ")
+            parts.append(Padding(Text(said, style="dim"), (0, 0, 0, 8)))
+    return Group(*parts)
 
 
 def runs_table(runs: list[RunRecord], width: int = 80) -> Table:
