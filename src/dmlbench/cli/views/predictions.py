@@ -19,12 +19,12 @@ from dmlbench.report.formats import (
 
 
 def advice_table(advice: Any, price: str) -> Group:
-    price = f"cost at {price}" if advice.unpriced is None else advice.unpriced
     """`dmlbench advise` for a person: the recommendation and the runners-up in a table,
     the plan's broken guidelines, and where every number came from."""
+    cost = advice.unpriced or f"cost at {price}"
     table = figures_table(
         escape(f"{advice.task} on {advice.network}: ranked by predicted time to target"),
-        escape(f"{price}; epochs and compute: where they came from below"),
+        escape(f"{cost}; epochs and compute: where they came from below"),
     )
     for column in ("", "N", "b / B", "epochs", "from", "step", "compute", "comm", "TTA", "cost"):
         text = column in ("", "from", "compute")  # a long word folds, never cut short
