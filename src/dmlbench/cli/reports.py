@@ -182,9 +182,10 @@ def compare(
             console.print(rich_table)
     else:
         console.print(table.to_string(index=False))
-    notes = [analysis.running_note(frame), analysis.unpriced_note(table, chosen)]
-    for note in filter(None, notes) if not (json_out or csv_out) else ():
-        console.print(f"[yellow]note[/yellow] {escape(note)}")
+    if not (json_out or csv_out):
+        for note in (analysis.running_note(frame), analysis.unpriced_note(table, chosen)):
+            if note:
+                console.print(f"[yellow]note[/yellow] {escape(note)}")
 
 
 def export(

@@ -383,18 +383,19 @@ def unpriced_note(table: pd.DataFrame, price: Price) -> str | None:
 # is better. Time to accuracy is the olympic mean, where a run that missed counts as ∞.
 BEST_BY = {
     "time_to_accuracy": ("tta_olympic", True),
-    "accuracy_after_time": ("aat_mean", False),  # the least for a loss goal
-    "best_metric": ("best_mean", False),  # the least for a loss goal
+    "accuracy_after_time": ("aat_mean", False),
+    "best_metric": ("best_mean", False),
     "throughput": ("throughput_mean", False),
     "cost_to_target": ("cost_to_target", True),
 }
+LEAST_FOR_LOSS = ("aat_mean", "best_mean")  # in a loss goal's terms: its least is its best
 
 
 def best_order(table: pd.DataFrame, criterion: str) -> str:
     """Which value of ``criterion``'s column :func:`best_of` keeps, as `compare` says it."""
     column, less = BEST_BY[criterion]
     goals = set(table["goal"]) if "goal" in table else set()
-    if column in ("best_mean", "aat_mean") and "loss" in goals:  # a loss goal's is its least
+    if column in LEAST_FOR_LOSS and "loss" in goals:
         return f"{column}, " + ("least" if goals == {"loss"} else "most; a loss goal's least")
     return f"{column}, {'least' if less else 'most'}"
 
@@ -415,7 +416,7 @@ def best_of(
         raise ValueError(f"--best-by {criterion} needs {column}, which this table lacks")
     keys = [*GROUP, *[g for g in group if g not in GROUP]]
     score = table[column].astype(float)
-    if column in ("best_mean", "aat_mean") and "goal" in table:  # a loss goal's is its least
+    if column in LEAST_FOR_LOSS and "goal" in table:
         score = score.where(table["goal"] != "loss", -score)
     score = score.fillna(math.inf) if less else -score.fillna(-math.inf)
     picked = table.loc[score.groupby([table[k] for k in keys], sort=False).idxmin()]

@@ -47,7 +47,8 @@ def section_notes(runs: pd.DataFrame, table: pd.DataFrame) -> list[str]:
             f"{'it counts' if one else 'they count'} as not converged (shown as k/n reached) "
             "and out of the time-to-accuracy means."
         )
-    notes.extend(filter(None, [analysis.running_note(runs)]))
+    if running := analysis.running_note(runs):
+        notes.append(running)
     modes = set(table["scaling"]) - {"none"} if "scaling" in table else set()
     if modes:
         notes.append(

@@ -57,11 +57,13 @@ def aat_note(table: pd.DataFrame, budget_s: float | None) -> str | None:
     """What the AAT column holds, in the goals of ``table``'s rows (None without a budget)."""
     if budget_s is None:
         return None
-    goals = set(table["goal"]) if "goal" in table else {"accuracy"}
-    what = {
-        frozenset({"loss"}): "least test loss",
-        frozenset({"accuracy"}): "best accuracy",
-    }.get(frozenset(goals), "best accuracy (least test loss for a loss goal)")
+    goals = set(table["goal"]) if "goal" in table else set()
+    if "loss" not in goals:
+        what = "best accuracy"
+    elif goals == {"loss"}:
+        what = "least test loss"
+    else:
+        what = "best accuracy (least test loss for a loss goal)"
     return f"AAT: {what} within {budget_s:g} s"
 
 
