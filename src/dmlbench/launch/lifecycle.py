@@ -354,10 +354,10 @@ class Launcher:
         logs = self.event_logs(run)
         holder = next((i for i, path in enumerate(logs) if path.is_file()), None)
         settle(attempt, read_events(logs[holder]) if holder is not None else [], self.unfinished)
-        read = attempt.summary.model_dump(exclude_unset=True)
+        read = set(attempt.summary.model_fields_set)
         self.settled(attempt, holder)
-        added = attempt.summary.model_dump(mode="json", exclude_unset=True)
-        known = {key: value for key, value in added.items() if key not in read}
+        added = attempt.summary.model_fields_set - read  # what only this path knows
+        known = attempt.summary.model_dump(mode="json", include=added)
         store_end(store, run.run_id, run.run_dir, attempt, known)
         return True
 

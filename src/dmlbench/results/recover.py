@@ -155,6 +155,9 @@ def import_run_dir(
     return Imported(run_id, "run", status, skipped)
 
 
+MAX_NODES = 4096  # a spec's most workers, so its most nodes
+
+
 def _event_log(run_dir: Path, run_id: str, spec: dict[str, Any]) -> Path:
     """The run's event log: in its folder, or where a multi-node run's launcher found it,
     in the folder of the node that held rank 0 (an emulated cluster's, a Slurm job's)."""
@@ -164,9 +167,6 @@ def _event_log(run_dir: Path, run_id: str, spec: dict[str, Any]) -> Path:
         return own
     logs = (folder / EVENTS_FILE for folder in node_run_dirs(run_dir, run_id, nodes))
     return next((log for log in logs if log.is_file()), own)
-
-
-MAX_NODES = 4096
 
 
 def _with_known(summary: RunSummary, known: Any) -> RunSummary:

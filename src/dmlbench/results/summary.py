@@ -96,11 +96,13 @@ def _summary_fields(events: Sequence[Event]) -> dict[str, Any]:
             None,
         )
         summary["best_metric"] = max(metrics) if metrics else None
-        summary["steps"] = steps[-1] if steps else 0
-        summary["epochs"] = evals[-1].epoch if evals else None
         if evals:  # how far it got, as its last evaluation saw it (it read "0 samples in —")
             last = evals[-1]
-            summary.update(steps=last.step, samples=last.samples, elapsed_s=last.elapsed_s)
+            summary.update(
+                epochs=last.epoch, steps=last.step, samples=last.samples, elapsed_s=last.elapsed_s
+            )
+        else:
+            summary.update(epochs=None, steps=steps[-1] if steps else 0)
         summary["time_to_accuracy_s"] = reached.elapsed_s if reached else None
         summary["time_to_accuracy_compute_s"] = reached.compute_elapsed_s if reached else None
         return summary

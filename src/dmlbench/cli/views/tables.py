@@ -107,7 +107,7 @@ def runs_table(runs: list[RunRecord], width: int = 80) -> Table:
         )
     if any(_network(run) for run in runs):
         captions.append("on NAME: under an emulated network (`dmlbench networks`)")
-    table = figures_table(f"{plural(len(runs), 'stored run')}", "\n".join(captions) or None)
+    table = figures_table(plural(len(runs), "stored run"), "\n".join(captions) or None)
     rows = [_run_row(run) for run in runs]
     # A run of this machine's is 22 characters; an imported run's longer name folds.
     # Where a line would pass ``width``, the status wraps between its words first ("no
