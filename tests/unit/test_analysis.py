@@ -14,7 +14,7 @@ from rich.console import Console
 
 from dmlbench.errors import SpecError
 from dmlbench.prices import Price, load_prices
-from dmlbench.report import analysis, variants
+from dmlbench.report import analysis, notes, variants
 from dmlbench.results.records import Evaluation, RunRecord, RunSummary
 
 
@@ -454,6 +454,32 @@ def test_report_page_escapes_what_runs_recorded() -> None:
     assert "<script" not in page and "No runs stored yet" in page
 
 
+def test_runs_that_failed_or_were_interrupted_are_said_under_the_table() -> None:
+    """A sweep stopped by Ctrl-C printed its point as `0/1` and a row of dashes, with
+    nothing under the table to say why. Each table says which runs it counts and does
+    not time, in number; the report adds that they are listed."""
+    from dmlbench.report.html import build_sections
+
+    def note(*statuses: str) -> str | None:
+        runs = [stored_run("a", 1, tta=1.0)]
+        runs += [stored_run(f"x{i}", 2, tta=None, status=s) for i, s in enumerate(statuses)]
+        return notes.unfinished_note(analysis.runs_frame(runs))
+
+    assert note() is None
+    assert note("target_not_reached") is None  # finished: timed, not converged
+    interrupted = "1 run was interrupted; it counts in conv's runs and not in the timings."
+    assert note("interrupted") == interrupted
+    assert note("failed", "failed").startswith("2 runs failed; they count")
+    assert note("failed", "interrupted", "interrupted").startswith(
+        "1 run failed and 2 were interrupted; they count"
+    )
+    runs = [stored_run("a", 1, tta=1.0), stored_run("b", 2, tta=None, status="interrupted")]
+    row = analysis.scaling_table(analysis.runs_frame(runs)).set_index("workers").loc[2]
+    assert (row["runs"], row["finished"], row["converged"]) == (1, 0, 0)
+    (section,) = build_sections(runs)
+    assert f"{interrupted} It is listed below." in section.notes
+
+
 def test_runs_still_running_are_not_counted_and_the_report_says_so() -> None:
     """A Slurm job array's task printed its sweep's table while the other task's run of
     a point was running: "conv 1/2", as if one of two had missed the target. A run still
@@ -466,9 +492,9 @@ def test_runs_still_running_are_not_counted_and_the_report_says_so() -> None:
     frame = analysis.runs_frame(runs)
     table = analysis.scaling_table(frame)
     assert list(table["workers"]) == [1] and list(table["runs"]) == [1]  # not 2, not a row at 2
-    assert analysis.running_note(frame) == "2 runs are still running and not counted yet."
-    assert analysis.running_note(analysis.runs_frame(runs[:2])).startswith("1 run is still")
-    assert analysis.running_note(analysis.runs_frame(runs[:1])) is None
+    assert notes.running_note(frame) == "2 runs are still running and not counted yet."
+    assert notes.running_note(analysis.runs_frame(runs[:2])).startswith("1 run is still")
+    assert notes.running_note(analysis.runs_frame(runs[:1])) is None
     (section,) = build_sections(runs)
     assert "2 runs are still running and not counted yet." in section.notes
     assert not any("failed or" in note for note in section.notes)  # running is not failed

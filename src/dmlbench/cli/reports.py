@@ -136,7 +136,7 @@ def compare(
     runs = selected_runs(store, sweep, task)  # before the report's imports
     from dmlbench.cli.views.tables import scaling_tables
     from dmlbench.prices import choose_price
-    from dmlbench.report import analysis
+    from dmlbench.report import analysis, notes
 
     if best_by is not None and best_by not in analysis.BEST_BY:
         raise DmlbenchError(f"--best-by {best_by}: choose {', '.join(analysis.BEST_BY)}")
@@ -183,7 +183,11 @@ def compare(
     else:
         console.print(table.to_string(index=False))
     if not (json_out or csv_out):
-        for note in (analysis.running_note(frame), analysis.unpriced_note(table, chosen)):
+        for note in (
+            notes.unfinished_note(frame),
+            notes.running_note(frame),
+            analysis.unpriced_note(table, chosen),
+        ):
             if note:
                 console.print(f"[yellow]note[/yellow] {escape(note)}")
 

@@ -119,13 +119,15 @@ def run_sweep(
         print_json(runs)
     elif table:
         from dmlbench.cli.views.tables import scaling_tables
-        from dmlbench.report import analysis
+        from dmlbench.report import analysis, notes
 
         frame = analysis.runs_frame(runs)
         for rich_table in scaling_tables(analysis.scaling_table(frame)):
             console.print(rich_table)
-        if note := analysis.running_note(frame):  # another task of a job array's
-            console.print(note, markup=False)
+        # running: another task of a job array's
+        for note in (notes.unfinished_note(frame), notes.running_note(frame)):
+            if note:
+                console.print(note, markup=False)
         console.print(
             f"{plural(len(outcome.finished), 'run')} done, {len(outcome.skipped)} skipped, "
             + (f"{len(outcome.elsewhere)} run by another launcher, " if outcome.elsewhere else "")

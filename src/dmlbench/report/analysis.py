@@ -40,7 +40,6 @@ import pandas as pd
 
 from dmlbench.noise import advisable_noise_scale
 from dmlbench.prices import Price
-from dmlbench.report.formats import plural
 from dmlbench.report.variants import variant_labels
 from dmlbench.results.mlperf import olympic_mean
 from dmlbench.results.records import FINISHED, CommResult, CommRun, Evaluation, RunRecord
@@ -280,8 +279,8 @@ def scaling_table(
     names its device).
 
     Runs still running (their launcher alive, e.g. another task of a Slurm job array)
-    are not results yet and are left out (:func:`running_note` says so). Failed and
-    interrupted runs are counted in ``runs`` but not in the timings;
+    are not results yet and are left out. Failed and interrupted runs are counted in
+    ``runs`` but not in the timings (``report.notes`` has a line for each kind);
     runs that finished without reaching the target count as not converged. Disturbed
     runs are counted in ``disturbed``; their timings are used only where no undisturbed
     run finished (``timed_disturbed``), and such a row takes no part in speedup and
@@ -356,16 +355,6 @@ def scaling_table(
         rows.append(row)
     table = pd.DataFrame(rows)
     return _add_scaling(table, frame, keys, include_disturbed)
-
-
-def running_note(frame: pd.DataFrame) -> str | None:
-    """One line on the runs of ``frame`` (``runs_frame``'s) that are still running and so
-    not in the scaling table; None if none is."""
-    running = int((frame["status"] == "running").sum()) if not frame.empty else 0
-    if not running:
-        return None
-    verb = "is" if running == 1 else "are"
-    return f"{plural(running, 'run')} {verb} still running and not counted yet."
 
 
 def unpriced_note(table: pd.DataFrame, price: Price) -> str | None:

@@ -1,11 +1,12 @@
 """What the report says under each section's table: the oversubscribed and the
-disturbed runs, the failed, the missed and the running ones, and the scaling's baseline."""
+disturbed runs, the failed, the missed and the running ones, and the scaling's baseline.
+The lines on runs the table does not time (failed, interrupted, running) are said under
+``compare``'s and a sweep's tables too."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from dmlbench.report import analysis
 from dmlbench.report.formats import plural
 
 
@@ -32,13 +33,8 @@ def section_notes(runs: pd.DataFrame, table: pd.DataFrame) -> list[str]:
             "timings; a point timed only by disturbed runs gets no speedup or efficiency. "
             "Run them again on a quiet machine, or pass --include-disturbed to count them."
         )
-    failed = runs[runs["status"].isin(("failed", "interrupted"))]
-    if not failed.empty:
-        one = len(failed) == 1
-        notes.append(
-            f"{plural(len(failed), 'run')} failed or {'was' if one else 'were'} interrupted; "
-            f"{'it is' if one else 'they are'} listed below and left out of the timings."
-        )
+    if unfinished := unfinished_note(runs, listed=True):
+        notes.append(unfinished)
     missed = runs[runs["status"] == "target_not_reached"]
     if not missed.empty:
         one = len(missed) == 1
@@ -47,7 +43,7 @@ def section_notes(runs: pd.DataFrame, table: pd.DataFrame) -> list[str]:
             f"{'it counts' if one else 'they count'} as not converged (shown as k/n reached) "
             "and out of the time-to-accuracy means."
         )
-    if running := analysis.running_note(runs):
+    if running := running_note(runs):
         notes.append(running)
     modes = set(table["scaling"]) - {"none"} if "scaling" in table else set()
     if modes:
@@ -57,3 +53,32 @@ def section_notes(runs: pd.DataFrame, table: pd.DataFrame) -> list[str]:
             "present."
         )
     return notes
+
+
+def unfinished_note(runs: pd.DataFrame, *, listed: bool = False) -> str | None:
+    """One line on the runs of ``runs`` (``runs_frame``'s) that failed or were
+    interrupted: counted in the scaling table's ``runs``, not in its timings; None if
+    none was. A point with only such runs reads ``0/1`` and dashes. ``listed``: the
+    report, which lists them below."""
+    status = runs["status"] if not runs.empty else pd.Series(dtype=str)
+    failed, stopped = int((status == "failed").sum()), int((status == "interrupted").sum())
+    if not failed and not stopped:
+        return None
+    said = [f"{plural(failed, 'run')} failed"] if failed else []
+    if stopped:
+        was = "was" if stopped == 1 else "were"
+        said.append(f"{stopped if failed else plural(stopped, 'run')} {was} interrupted")
+    one = failed + stopped == 1
+    note = f"{' and '.join(said)}; {'it counts' if one else 'they count'} in conv's runs and "
+    note += "not in the timings."
+    return f"{note} {'It is' if one else 'They are'} listed below." if listed else note
+
+
+def running_note(runs: pd.DataFrame) -> str | None:
+    """One line on the runs of ``runs`` (``runs_frame``'s) that are still running and so
+    not in the scaling table; None if none is."""
+    running = int((runs["status"] == "running").sum()) if not runs.empty else 0
+    if not running:
+        return None
+    verb = "is" if running == 1 else "are"
+    return f"{plural(running, 'run')} {verb} still running and not counted yet."
