@@ -232,6 +232,74 @@ def test_every_docs_page_is_in_the_readme_s_table() -> None:
     assert not missing, f"docs pages the README's table does not link: {missing}"
 
 
+def _documented_commands() -> list[tuple[str, list[str]]]:
+    """(page, words after `dmlbench`) for each command in the pages' code blocks; a
+    changelog keeps old commands on purpose and is left out."""
+    import re
+    import shlex
+
+    pages = [REPO / "README.md", REPO / "BENCHMARKS.md", REPO / "RELIABILITY.md"]
+    commands = []
+    for page in [*pages, *sorted((REPO / "docs").glob("*.md"))]:
+        for block in re.findall(r"```[a-z]*\n(.*?)```", page.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                if "dmlbench " not in line:
+                    continue
+                line = line.strip().removeprefix("$ ")
+                lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+                lexer.whitespace_split = True  # `--set a.b=1` one word; `;`, `&&`, `|` apart
+                words: list[str] = []
+                for word in [*lexer, ";"]:
+                    if word.strip(";&|"):
+                        words.append(word)
+                        continue
+                    if words[:1] in (["do"], ["then"]):  # a loop's or a test's body
+                        words.pop(0)
+                    if words[:1] == ["dmlbench"]:
+                        commands.append((page.name, words[1:]))
+                    words = []
+    return commands
+
+
+def test_every_command_the_docs_show_names_options_tasks_and_files_that_exist() -> None:
+    """A renamed option or task leaves a page that fails its reader at the first step:
+    the pages' commands are checked against the CLI and the task registry (not run)."""
+    import typer.main
+
+    from dmlbench.cli.app import app
+    from dmlbench.tasks import all_tasks
+
+    root = typer.main.get_command(app)
+    tasks = {task.name for task in all_tasks()}
+    commands = _documented_commands()
+    assert len(commands) > 50  # the pages were read: README's, docs/'s
+    wrong = []
+    for page, words in commands:
+        command = root
+        while words and words[0] in getattr(command, "commands", ()):
+            command = command.commands[words.pop(0)]
+        if hasattr(command, "commands"):  # a group: the words name none of its commands
+            if words and not words[0].startswith("-"):
+                wrong.append(f"{page}: no command {words[0]!r}")
+            continue
+        options = {name: p for p in command.params for name in (*p.opts, *p.secondary_opts)}
+        given = []  # the words that are no option's value
+        while words:
+            word = words.pop(0)
+            if not word.startswith("-"):
+                given.append(word)
+            elif (option := options.get(word.split("=")[0])) is None:
+                wrong.append(f"{page}: dmlbench {command.name} has no {word}")
+            elif not option.is_flag and "=" not in word and words:
+                words.pop(0)
+        arguments = [p.name for p in command.params if p.param_type_name == "argument"]
+        for name, word in zip(arguments, given, strict=False):
+            known = word in tasks or (REPO / word).is_file()
+            if name in ("task", "target", "file") and not known:
+                wrong.append(f"{page}: dmlbench {command.name}: no task or file {word!r}")
+    assert not wrong, wrong
+
+
 @pytest.mark.parametrize(
     ("name", "task"),
     [("digits.yaml", "digits-mlp"), ("cifar10-resnet20.toml", "cifar10-resnet20")],
