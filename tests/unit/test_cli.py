@@ -87,6 +87,15 @@ def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
     assert plan["derived"]["lr_after_warmup"] == pytest.approx(0.1 / 256 * 128)
     assert plan["derived"]["division"] == "closed" and plan["deviations"] == {}
     assert not (tmp_path / "s").exists()
+    # without --json: the run in the summary's shape, where it printed 106 lines of JSON
+    args = ("run", "cifar10-resnet20", "-w", "4", "--set", "momentum=0.5", "--dry-run")
+    code, out, _ = dmlbench(*args, "--store", str(tmp_path / "s"))
+    shown = " ".join(out.split())
+    assert code == 0 and "{" not in out and not (tmp_path / "s").exists()
+    assert "cifar10-resnet20 · 4 workers · open division · a dry run: nothing started" in shown
+    assert "batch 32 a worker, 128 in all" in shown
+    assert f"{0.1 / 256 * 32:.3g} at the first step, {0.1 / 256 * 128:.3g} after warm-up" in shown
+    assert "momentum 0.5" in shown and "differs from recipe recipe.optimizer.momentum=0.5" in shown
 
 
 def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:
@@ -116,6 +125,8 @@ def test_a_sweep_plans_with_dry_run_as_a_run_does(dmlbench, tmp_path: Path) -> N
     assert [code for code, _, _ in plans] == [0, 0]
     runs = [[r["spec"]["workers"] for r in json.loads(out)["runs"]] for _, out, _ in plans]
     assert runs == [[1, 2], [1, 2]] and not (tmp_path / "s").exists()
+    code, out, _ = dmlbench("sweep", str(sweep), "--plan", "--store", str(tmp_path / "s"))
+    assert code == 0 and ": 2 runs (scaling: none)" in out  # it read "(none scaling)"
 
 
 @pytest.mark.parametrize(

@@ -285,5 +285,8 @@ def _dry_run(spec: Any, differ: dict[str, Any], json_out: bool) -> None:
     plan = {"spec": spec.to_json_dict(), "derived": derived(spec), "deviations": differ}
     if json_out:
         print_json(plan)
-    else:
-        console.print_json(json.dumps(plan, default=str))
+        return
+    from dmlbench.cli.views.spec import dry_run_view
+
+    console.print(dry_run_view(spec, plan["derived"], differ))
+    console.print("The whole resolved spec: --json; what each key means: dmlbench spec")

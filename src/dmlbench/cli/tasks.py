@@ -88,6 +88,6 @@ def spec(
         if markdown:
             sys.stdout.write(spec_markdown() + "\n")
         else:
-            from dmlbench.cli.views.tables import spec_view
+            from dmlbench.cli.views.spec import spec_view
 
             console.print(spec_view())

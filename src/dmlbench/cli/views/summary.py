@@ -31,7 +31,7 @@ REASONS = {
 }
 
 
-def _fields_table(title: str) -> Table:
+def fields_table(title: str) -> Table:
     """A run's summary: a bold name and its value a row, under ``title``."""
     table = Table(title=title, title_justify="left", show_header=False, box=None)
     table.add_column(style="bold")
@@ -52,7 +52,7 @@ def run_summary(run: RunRecord) -> Table:
         f"{run.title} · {most}{plural(run.workers, 'worker')}{on} · "
         f"{run.division} division · run {run.run_id}"
     )
-    table = _fields_table(title)
+    table = fields_table(title)
     status = run.status
     reason = REASONS.get(run.stop_reason or "", run.stop_reason or "")
     colour = STATUS_STYLE.get(status, "yellow")
@@ -167,12 +167,14 @@ def run_summary(run: RunRecord) -> Table:
         if cost:
             table.add_row("delay forwarder", cost)
     if run.deviations:
-        table.add_row(
-            "differs from recipe",
-            escape(", ".join(f"{k}={v['actual']}" for k, v in run.deviations.items())),
-        )
+        table.add_row("differs from recipe", deviations_text(run.deviations))
     table.add_row("run folder", escape(run.run_dir))
     return table
+
+
+def deviations_text(deviations: dict[str, Any]) -> str:
+    """What a spec changes of its recipe: ``key=value, ...`` (escaped)."""
+    return escape(", ".join(f"{key}={v['actual']}" for key, v in deviations.items()))
 
 
 def time_split(summary: RunSummary) -> str:
@@ -225,7 +227,7 @@ def external_summary(run: RunRecord) -> Table:
         f"{run.task} · {plural(run.workers, 'device')} ({plural(run.nodes, 'node')} × "
         f"{summary.nproc_per_node}) · {run.division} division · run {run.run_id}"
     )
-    table = _fields_table(title)
+    table = fields_table(title)
     table.add_row(
         "from",
         escape(

@@ -1,5 +1,6 @@
 """Tables for the terminal: tasks, registries, stored runs, scaling and sweep plans
-(communication's are in :mod:`dmlbench.cli.views.comm`)."""
+(communication's are in :mod:`dmlbench.cli.views.comm`, a spec's in
+:mod:`dmlbench.cli.views.spec`)."""
 
 from __future__ import annotations
 
@@ -50,29 +51,6 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
             escape("\n".join(lines)),
         )
     return table
-
-
-def spec_view() -> Group:
-    """`dmlbench spec`: every key with its type and default on a line, and its meaning
-    indented below, which reads at 80 columns (a four-column table left the meaning a
-    fifth of the width)."""
-    from dmlbench.report.docs import SPEC_INTRO, spec_sections
-
-    def plain(text: str) -> str:  # Markdown's code marks and a link, as a terminal says it
-        return text.replace("`", "").replace("[Tasks](tasks.md)", "dmlbench tasks")
-
-    parts: list[Any] = [Text("Every key of a run spec", style="bold"), Text(plain(SPEC_INTRO))]
-    for title, doc, rows in spec_sections():
-        parts += [Text(), Text(plain(title), style="bold underline"), Text(plain(doc))]
-        for row in rows:
-            default = {"": "", "required": ", required"}.get(
-                row.default, f", default {plain(row.default)}"
-            )
-            head = Text(f"  {row.key}", style="bold") + Text(f"  {plain(row.type)}{default}")
-            parts.append(head)
-            if row.meaning:
-                parts.append(Padding(Text(plain(row.meaning), style="dim"), (0, 0, 0, 6)))
-    return Group(*parts)
 
 
 def registry_view(title: str, entries: list[dict[str, Any]]) -> Group:
@@ -222,11 +200,10 @@ def plan_table(plan: Any, stored: set[str]) -> Table:
     """A sweep's planned runs (a ``SweepPlan``); ``stored``: keys the store has."""
     from dmlbench.resolve import deviations
 
+    mode = plan.sweep.scaling
+    scaling = f"{mode} scaling" if mode != "none" else "scaling: none"
     table = figures_table(
-        escape(
-            f"sweep {plan.sweep.name}: {plural(len(plan.runs), 'run')} "
-            f"({plan.sweep.scaling} scaling)"
-        ),
+        escape(f"sweep {plan.sweep.name}: {plural(len(plan.runs), 'run')} ({scaling})"),
         f"{plan.dropped} dropped by rules, {plan.duplicates} duplicates removed; "
         "stored = already in the store",
     )

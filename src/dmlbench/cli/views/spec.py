@@ -1,0 +1,86 @@
+"""A run spec in the terminal: every key it takes (`dmlbench spec`), and one resolved
+(`dmlbench run --dry-run`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from dmlbench.cli.views.summary import deviations_text, fields_table
+from dmlbench.optim.build import describe_optimizer
+from dmlbench.report.formats import layout, plural, seconds
+from dmlbench.spec.recipe import target_text
+
+if TYPE_CHECKING:
+    from dmlbench.spec.run import RunSpec
+
+
+def spec_view() -> Group:
+    """`dmlbench spec`: every key with its type and default on a line, and its meaning
+    indented below, which reads at 80 columns (a four-column table left the meaning a
+    fifth of the width)."""
+    from dmlbench.report.docs import SPEC_INTRO, spec_sections
+
+    def plain(text: str) -> str:  # Markdown's code marks and a link, as a terminal says it
+        return text.replace("`", "").replace("[Tasks](tasks.md)", "dmlbench tasks")
+
+    parts: list[Any] = [Text("Every key of a run spec", style="bold"), Text(plain(SPEC_INTRO))]
+    for title, doc, rows in spec_sections():
+        parts += [Text(), Text(plain(title), style="bold underline"), Text(plain(doc))]
+        for row in rows:
+            default = {"": "", "required": ", required"}.get(
+                row.default, f", default {plain(row.default)}"
+            )
+            head = Text(f"  {row.key}", style="bold") + Text(f"  {plain(row.type)}{default}")
+            parts.append(head)
+            if row.meaning:
+                parts.append(Padding(Text(plain(row.meaning), style="dim"), (0, 0, 0, 6)))
+    return Group(*parts)
+
+
+def dry_run_view(spec: RunSpec, derived: dict[str, Any], differ: dict[str, Any]) -> Table:
+    """`run --dry-run`: the run the spec resolves to, in the summary's shape (the whole
+    resolved spec is `--json`'s)."""
+    recipe = spec.recipe
+    on = layout(spec.nodes, spec.nproc_per_node or spec.workers)
+    table = fields_table(
+        escape(
+            f"{spec.task} · {plural(spec.workers, 'worker')}{on} · {derived['division']} "
+            "division · a dry run: nothing started"
+        )
+    )
+
+    def named(name: str, options: dict[str, Any]) -> str:
+        given = ", ".join(f"{key}={value}" for key, value in options.items())
+        return escape(f"{name} ({given})" if given else name)
+
+    table.add_row("model", named(recipe.model.name, recipe.model.options))
+    table.add_row("exchange", named(spec.exchange, spec.exchange_options))
+    table.add_row("batch", f"{spec.local_batch} a worker, {derived['global_batch']} in all")
+    l2 = f", L2 {recipe.l2:g} in the loss" if recipe.l2 else ""
+    table.add_row("optimizer", escape(describe_optimizer(recipe.optimizer) + l2))
+    first, peak = derived["lr_first_step"], derived["lr_after_warmup"]
+    rates = f"{first:.3g} at the first step"
+    rates += f", {peak:.3g} after warm-up" if peak != first else ""
+    table.add_row("schedule", escape(f"{recipe.schedule.describe()}: {rates}"))
+    stops = [f"at {target_text(recipe.goal, recipe.target)}"] if spec.stop_at_target else []
+    stops.append(f"after {recipe.max_epochs:g} epochs")
+    if spec.max_steps:
+        stops.append(f"{spec.max_steps:,} steps")
+    if recipe.time_budget_s:
+        stops.append(f"{seconds(recipe.time_budget_s, unit=True)}")
+    table.add_row("stops", ", or ".join(stops) + (", whichever comes first" if stops[1:] else ""))
+    device = "a GPU where there is one, else the CPU" if spec.device == "auto" else spec.device
+    threads = plural(derived["threads_per_worker"], "thread")
+    table.add_row("runs as", escape(f"{recipe.precision} on {device}; {threads} a worker"))
+    data = "synthetic (DLBS's throughput mode)" if spec.synthetic_data else str(spec.data_dir)
+    table.add_row("data", escape(data))
+    table.add_row("network", escape(spec.network.label()))
+    if differ:
+        table.add_row("differs from recipe", deviations_text(differ))
+    return table
