@@ -96,8 +96,12 @@ def load_prices(path: Path | None = None) -> dict[str, Price]:
     return prices
 
 
-def choose_price(price: str | None = None, prices_file: Path | None = None) -> Price:
-    """``price`` is a number (per worker-hour) or a name in the table; default: the example."""
+def choose_price(
+    price: str | None = None, prices_file: Path | None = None, *, device: str | None = None
+) -> Price:
+    """``price`` is a number (per worker-hour) or a name in the table; default: the
+    example, or where it does not price a worker on ``device``, the table's first entry
+    that does (an A100's hour is not a CPU machine's)."""
     if price is not None:
         try:
             value = float(price)
@@ -109,4 +113,6 @@ def choose_price(price: str | None = None, prices_file: Path | None = None) -> P
     name = price or (DEFAULT_PRICE if DEFAULT_PRICE in table else next(iter(table)))
     if name not in table:
         raise SpecError(f"no price named '{name}'; the table has {', '.join(table)}")
+    if price is None and device is not None and not table[name].covers(device):
+        return next((entry for entry in table.values() if entry.covers(device)), table[name])
     return table[name]

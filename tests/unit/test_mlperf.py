@@ -316,8 +316,17 @@ def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
     assert "no node count meets what was asked" in none.stdout
     asked = inside(*args, *common, check=False)
     assert asked.returncode != 0 and "--deadline" in asked.stderr
-    # the default price is a CPU machine's: an A100's hour is not priced at it
-    cpu = inside(*args, *common[:4], "--deadline", "1e9", check=False)
+    # the default price is a CPU machine's: an A100's hour is not priced at it, but at
+    # the table's entry for an A100; a V100 has none, and a price given is held to
+    plain = json.loads(inside(*args, *common[:4], "--deadline", "1e9", "--json").stdout)
+    assert plain["price"]["name"] == "aws-capacity-block-a100"
+    for row in plain["rows"]:
+        assert row["slow_cost"] == pytest.approx(row["slow_s"] * row["devices"] * 1.844 / 3600)
+    v100 = ("advise", "imagenet-resnet50", "--cluster", "dgx2h-v100", "--nodes", "1,2")
+    refused = inside(*v100, *common[:4], "--deadline", "1e9", check=False)
+    assert refused.returncode != 0 and "the price table has no entry for" in refused.stderr
+    cpu_price = ("--price", "gcp-n1-standard-4")
+    cpu = inside(*args, *common[:4], "--deadline", "1e9", *cpu_price, check=False)
     assert cpu.returncode != 0 and "gcp-n1-standard-4 prices a CPU machine" in cpu.stderr
     # issue 54, item 4: it chooses the global batch too, over --local-batch's values
     grid = json.loads(

@@ -214,17 +214,27 @@ def advise_cluster(
     )
     first = results[0]
     accelerator = str(first.cluster["accelerator"])
+    if price is None:  # the table's price for these devices, where it has one
+        chosen = choose_price(None, prices, device=accelerator)
     if not chosen.covers(accelerator):  # an A100's hour at a CPU machine's price
+        said = (
+            f"{chosen.name} prices {chosen.what}, and"
+            if price
+            else f"the price table{f' {prices}' if prices else ''} has no entry for"
+        )
         raise SpecError(
-            f"{chosen.name} prices {chosen.what}, and this cluster's devices are "
-            f"{accelerator}: give --price (a device-hour's) or --prices FILE with an entry "
-            "whose device names them (e.g. device: A100)"
+            f"{said} this cluster's devices, {accelerator}: give --price (a device-hour's) "
+            "or --prices FILE with an entry whose device names them (e.g. device: V100)"
         )
     plan = plan_cluster(results, chosen.per_worker_hour, deadline, budget)
     plan.update(
         task=task,
         cluster=first.cluster,
-        price={"name": chosen.name, "per_device_hour": chosen.per_worker_hour},
+        price={
+            "name": chosen.name,
+            "per_device_hour": chosen.per_worker_hour,
+            "currency": chosen.currency,
+        },
         compute={result.local_batch: result.efficiency_source for result in results},
         convergence=first.convergence,
         algorithm=first.algorithm,

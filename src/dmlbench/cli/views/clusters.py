@@ -192,11 +192,11 @@ def plan_table(plan: dict[str, Any]) -> Group:
             f"{row['slow_cost']:,.2f}",
             mark,
         )
-    convergence = plan["convergence"]
+    convergence, price = plan["convergence"], plan["price"]
     lines = [
         "slow end: the 95% band's slow end of samples to the target; a plan is judged "
         "there (←: the choice; ✗: misses what was asked); b: a device's batch, B: the global",
-        f"cost at {plan['price']['per_device_hour']:g} a device-hour ({plan['price']['name']})",
+        f"cost at {price['per_device_hour']:g} {price['currency']} a device-hour ({price['name']})",
         *(
             f"compute at local batch {b} a device: {source}"
             for b, source in plan["compute"].items()
