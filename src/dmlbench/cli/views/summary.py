@@ -83,8 +83,8 @@ def run_summary(run: RunRecord) -> Table:
         stopped_early = not (run.finished or summary.finished)  # no run_stop: how far it got
         table.add_row(
             "trained",
-            f"{run.epochs:.2f} epochs, {run.steps or 0:,} steps, "
-            f"{run.samples or 0:,} samples in {seconds(run.elapsed_s, unit=True)}"
+            f"{run.epochs:.2f} epochs, {plural(run.steps or 0, 'step')}, "
+            f"{plural(run.samples or 0, 'sample')} in {seconds(run.elapsed_s, unit=True)}"
             + (" (at its last evaluation)" if stopped_early else time_split(summary)),
         )
     if summary.engine == "dask" and summary.throughput:
@@ -98,11 +98,12 @@ def run_summary(run: RunRecord) -> Table:
             f"{summary.largest_batch}, up to {workers})",
         )
     elif summary.throughput:
+        warmup = summary.warmup_steps_excluded or 0
+        excluded = f"first {plural(warmup, 'step')}" if warmup else "no step"
         table.add_row(
             "throughput",
             f"{summary.throughput:,.0f} samples/s, {1000 * (summary.step_time_s or 0.0):.2f} ms "
-            f"per step (global batch {run.global_batch}; first "
-            f"{summary.warmup_steps_excluded or 0} steps excluded as warm-up)",
+            f"per step (global batch {run.global_batch}; {excluded} excluded as warm-up)",
         )
     hardware = hardware_text(summary)
     if hardware:
@@ -194,7 +195,7 @@ def noise_text(noise: dict[str, Any]) -> str:
     from dmlbench.noise import MIN_ADVICE_STEPS
 
     small, big = int(noise["small_batch"]), int(noise["big_batch"])
-    source = f"over {noise['steps']:,} steps, from batches of {small} and {big}"
+    source = f"over {plural(noise['steps'], 'step')}, from batches of {small} and {big}"
     if noise.get("b_simple") is None:
         return f"not resolved {source}: the gradient is smaller than its noise"
     scale = noise["b_simple"]
