@@ -89,7 +89,7 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
         spec.network.resolve()  # unknown profiles and units are refused here
     if task.train_examples is not None and spec.effective_global_batch > task.train_examples:
         raise SpecError(
-            f"global batch {spec.effective_global_batch} ({spec.workers} workers × "
+            f"global batch {spec.effective_global_batch} ({spec.workers} × local batch "
             f"{spec.local_batch}) is larger than the {task.train_examples:,} training examples "
             f"of {task.name}; use fewer workers or a smaller local_batch"
         )

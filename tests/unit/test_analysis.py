@@ -305,17 +305,21 @@ def test_an_interrupted_runs_summary_says_how_far_it_got() -> None:
 
 def test_a_one_step_run_s_summary_says_step_not_steps() -> None:
     """`--set max_epochs=0.001` trained one step: the summary read "1 steps" and "first 0
-    steps excluded as warm-up"."""
+    steps excluded as warm-up" (and a worker alone, "over 1 ranks")."""
     from dmlbench.cli.views.summary import run_summary
 
-    run = stored_run("short", 2, tta=None)
-    summary = run.summary.model_copy(update={"warmup_steps_excluded": 0, "throughput": 9e3})
+    run = stored_run("short", 1, tta=None)
+    phases = [{"forward": 1.0, "backward": 1.0, "comm": 0.0}]
+    summary = run.summary.model_copy(
+        update={"warmup_steps_excluded": 0, "throughput": 9e3, "phases_steady": phases}
+    )
     run = dataclasses.replace(run, summary=summary, steps=1, samples=1, epochs=0.05)
     console = Console(width=200, record=True)
     console.print(run_summary(run))
     shown = console.export_text()
     assert "0.05 epochs, 1 step, 1 sample in" in shown
     assert "no step excluded as warm-up" in shown and "first 0" not in shown
+    assert "phases mean/max over 1 rank " in shown
 
 
 def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:

@@ -65,7 +65,7 @@ def allreduce(
     from dmlbench.cli.views.comm import comm_table
     from dmlbench.launch.bench import resolve_bench, run_comm_bench
     from dmlbench.launch.request import worker_counts
-    from dmlbench.report.formats import layout
+    from dmlbench.report.formats import layout, plural
     from dmlbench.spec.bench import CommBenchSpec
     from dmlbench.spec.overrides import apply_overrides, deep_merge
 
@@ -90,9 +90,9 @@ def allreduce(
     for spec in specs:
         out = err_console if json_out else console
         out.print(
-            f"all-reduce · {spec.backend} · {spec.workers} workers"
+            f"all-reduce · {spec.backend} · {plural(spec.workers, 'worker')}"
             f"{layout(spec.nodes, spec.per_node)} · network "
-            f"{spec.network.label()} · {len(spec.sizes())} sizes up to "
+            f"{spec.network.label()} · {plural(len(spec.sizes()), 'size')} up to "
             f"{spec.max_bytes:,} bytes …",
             markup=False,
         )

@@ -20,6 +20,7 @@ from dmlbench.report.formats import (
     microseconds,
     milliseconds,
     percent,
+    plural,
     seconds,
     share,
 )
@@ -93,7 +94,7 @@ def cluster_table(result: ClusterSimulation) -> Group:
         lines.append(convergence["note"])
     for point in result.published:
         lines.append(
-            f"published: {point['workers']} devices, speedup {point['speedup']:.1f}× "
+            f"published: {plural(point['workers'], 'device')}, speedup {point['speedup']:.1f}× "
             f"({point['source']})"
         )
     return Group(*tables, *(Text(line) for line in lines))
@@ -140,7 +141,6 @@ def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
     """`dmlbench bench curve`: step time and samples/s at each local batch, where they
     were measured, and the straight line through them (what the MLPerf replay reads)."""
     from dmlbench.perfmodel.curve import step_line
-    from dmlbench.report.formats import plural
 
     table = figures_table(escape(f"{curve.task}: a step by local batch"))
     for column in ("local batch", "step (ms)", "samples/s", "a sample (µs)"):
@@ -211,7 +211,8 @@ def plan_table(plan: dict[str, Any]) -> Group:
     else:
         lines.insert(
             0,
-            f"choice: {choice['nodes']} nodes ({choice['devices']} devices, b = "
+            f"choice: {plural(choice['nodes'], 'node')} "
+            f"({plural(choice['devices'], 'device')}, b = "
             f"{choice['local_batch']}, B = {choice['global_batch']:,}): "
             f"{seconds(choice['time_to_train_s'], unit=True)} to train (at most "
             f"{seconds(choice['slow_s'], unit=True)}), "

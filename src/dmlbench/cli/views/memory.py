@@ -82,7 +82,8 @@ def memory_advice_table(advice: Any) -> Group:
     }
     table = figures_table(
         escape(
-            f"{advice.task}: {advice.workers} workers × local batch {advice.local_batch}, "
+            f"{advice.task}: {plural(advice.workers, 'worker')} × local batch "
+            f"{advice.local_batch}, "
             f"{human_bytes(advice.budget)} a worker"
         ),
         escape("\n".join(f"{name}: exchange_options {said}" for name, said in options.items()))

@@ -71,7 +71,7 @@ def dry_run_view(spec: RunSpec, derived: dict[str, Any], differ: dict[str, Any])
     stops = [f"at {target_text(recipe.goal, recipe.target)}"] if spec.stop_at_target else []
     stops.append(f"after {recipe.max_epochs:g} epochs")
     if spec.max_steps:
-        stops.append(f"{spec.max_steps:,} steps")
+        stops.append(plural(spec.max_steps, "step"))
     if recipe.time_budget_s:
         stops.append(f"{seconds(recipe.time_budget_s, unit=True)}")
     table.add_row("stops", ", or ".join(stops) + (", whichever comes first" if stops[1:] else ""))

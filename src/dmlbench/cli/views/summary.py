@@ -137,7 +137,7 @@ def run_summary(run: RunRecord) -> Table:
                     "backward; comm is the stop vote)"
                 )
         table.add_row(
-            f"phases mean/max over {len(summary.phases_steady or [])} ranks",
+            f"phases mean/max over {plural(len(summary.phases_steady or []), 'rank')}",
             "  ".join(cells) + note,
         )
     if noise := summary.noise_scale:
