@@ -124,7 +124,7 @@ def run_sweep(
         frame = analysis.runs_frame(runs)
         for rich_table in scaling_tables(analysis.scaling_table(frame)):
             console.print(rich_table)
-        # running: another task of a job array's
+        # still running: another task of a job array's
         for note in (notes.unfinished_note(frame), notes.running_note(frame)):
             if note:
                 console.print(note, markup=False)

@@ -68,13 +68,16 @@ def dry_run_view(spec: RunSpec, derived: dict[str, Any], differ: dict[str, Any])
     rates = f"{first:.3g} at the first step"
     rates += f", {peak:.3g} after warm-up" if peak != first else ""
     table.add_row("schedule", escape(f"{recipe.schedule.describe()}: {rates}"))
-    stops = [f"at {target_text(recipe.goal, recipe.target)}"] if spec.stop_at_target else []
-    stops.append(f"after {recipe.max_epochs:g} epochs")
+    limits = [f"{recipe.max_epochs:g} epochs"]
     if spec.max_steps:
-        stops.append(plural(spec.max_steps, "step"))
+        limits.append(plural(spec.max_steps, "step"))
     if recipe.time_budget_s:
-        stops.append(f"{seconds(recipe.time_budget_s, unit=True)}")
-    table.add_row("stops", ", or ".join(stops) + (", whichever comes first" if stops[1:] else ""))
+        limits.append(seconds(recipe.time_budget_s, unit=True))
+    after = "after " + (f"{', '.join(limits[:-1])} or {limits[-1]}" if limits[1:] else limits[0])
+    stops = [f"at {target_text(recipe.goal, recipe.target)}"] if spec.stop_at_target else []
+    stops.append(after)
+    first = ", whichever comes first" if len(stops) + len(limits) > 2 else ""
+    table.add_row("stops", ", or ".join(stops) + first)
     device = "a GPU where there is one, else the CPU" if spec.device == "auto" else spec.device
     threads = plural(derived["threads_per_worker"], "thread")
     table.add_row("runs as", escape(f"{recipe.precision} on {device}; {threads} a worker"))
