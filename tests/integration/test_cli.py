@@ -69,7 +69,7 @@ def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
     assert row["status"] == "interrupted"
     assert len(row["evals"]) >= 1  # what was reached is kept
     shown = inside("compare", "--store", str(store)).stdout  # its point reads 0/1 and dashes
-    assert "1 run was interrupted; it counts in conv's runs" in " ".join(shown.split())
+    assert "1 run was interrupted; it counts as not reached (k/n)" in " ".join(shown.split())
 
 
 @pytest.mark.multiprocess

@@ -486,7 +486,7 @@ def test_runs_that_failed_or_were_interrupted_are_said_under_the_table() -> None
 
     assert note() is None
     assert note("target_not_reached") is None  # finished: timed, not converged
-    interrupted = "1 run was interrupted; it counts in conv's runs and not in the timings."
+    interrupted = "1 run was interrupted; it counts as not reached (k/n) and not in the timings."
     assert note("interrupted") == interrupted
     assert note("failed", "failed").startswith("2 runs failed; they count")
     assert note("failed", "interrupted", "interrupted").startswith(

@@ -69,8 +69,8 @@ def unfinished_note(runs: pd.DataFrame, *, listed: bool = False) -> str | None:
         was = "was" if stopped == 1 else "were"
         said.append(f"{stopped if failed else plural(stopped, 'run')} {was} interrupted")
     one = failed + stopped == 1
-    note = f"{' and '.join(said)}; {'it counts' if one else 'they count'} in conv's runs and "
-    note += "not in the timings."
+    note = f"{' and '.join(said)}; {'it counts' if one else 'they count'} as not reached (k/n) "
+    note += "and not in the timings."
     return f"{note} {'It is' if one else 'They are'} listed below." if listed else note
 
 
