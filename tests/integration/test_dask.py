@@ -159,6 +159,24 @@ def test_ddp_engine_matches_the_centralised_engine(client: Client, digits: tuple
     assert [e["workers"] for e in ddp.history_] == [1, 2, 2]
     np.testing.assert_allclose(flat_state(ddp.module_), flat_state(central.module_), atol=1e-4)
     assert ddp.score(x_test, y_test) > 0.8
+    # prepare (what `dmlbench dask fit` does before its clock starts) sends the data,
+    # starts the actors or forms the first generation, and trains nothing: the epochs
+    # after it run in that session and reach the same weights
+    for engine, done in (("ddp", ddp), ("centralised", central)):
+        est = classifier(client, engine=engine, **params).prepare(x_train, y_train)
+        assert est.n_updates_ == 0 and len(est.history_) == 0
+        warm = est._engine
+        if engine == "ddp":
+            assert warm.generation is not None and warm.generation.number == 1
+        else:
+            assert warm.pool.actors and not warm.pool.starting
+        for _ in range(3):
+            est.partial_fit(x_train, y_train)
+        assert est._engine is warm
+        if engine == "ddp":
+            assert [e["generation"] for e in est.history_] == [1, 2, 2]
+        np.testing.assert_allclose(flat_state(est.module_), flat_state(done.module_), atol=1e-6)
+        est.close()
 
 
 @pytest.mark.slow

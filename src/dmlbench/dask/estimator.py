@@ -305,16 +305,31 @@ class DaskEstimator(RoutedParams):
         self._epoch(x, y_)
         return self
 
-    def _epoch(self, x: np.ndarray, y: np.ndarray) -> Record:
+    def prepare(self, X: Any, y: Any) -> DaskEstimator:
+        """What the first ``partial_fit`` does before its first update, done now: the data
+        checked, the model built, the data sent to the workers and their gradient actors
+        started. dmlbench's runs call it before their clock starts, as a torch run's
+        processes load the data and build the model before theirs."""
+        x, y_ = self._validate(X, y, fitting=True)
+        self._initialize(x, y_)
+        self._engine_for(x, y_).warm_up()
+        return self
+
+    def _engine_for(self, x: np.ndarray, y: np.ndarray) -> Engine:
+        """The engine whose session holds this data (a new session for other data or
+        another engine)."""
         engine: Engine | None = getattr(self, "_engine", None)
         data = remote.TrainData(x, y)
         if engine is not None and (engine.name != self.engine or not engine.holds(data)):
-            self._close_engine()  # other data or another engine: start a new session
+            self._close_engine()
             engine = None
         if engine is None:
             self.n_train_ = len(x)
             engine = self._engine = ENGINES[self.engine](self, data)
-        record = engine.run_epoch()
+        return engine
+
+    def _epoch(self, x: np.ndarray, y: np.ndarray) -> Record:
+        record = self._engine_for(x, y).run_epoch()
         if self.verbose:
             _verbose_log().info(
                 "epoch %s: loss %.4f, batch %s, workers %s, %s updates, %.2f s",

@@ -247,8 +247,10 @@ class DaskLauncher(Launcher):
         assert self.log is not None
         fit = self.fit
         try:
-            # the cluster starts before the clock, as a torch run's processes do
+            # the cluster, the data on it and the model on its workers start before the
+            # clock, as a torch run's processes, data and model do
             self.est.set_params(client=connect(fit.scheduler, fit.min_workers, fit.timeout_s))
+            self.est.prepare(self.data[0], self.data[1])
             self._submission().log(self.log)
             self.log.log("init_stop")
             _train(self.spec, self.est, self.log, self.data, self.progress)

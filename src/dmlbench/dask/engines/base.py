@@ -188,6 +188,10 @@ class Engine:
     def run_epoch(self) -> Record:
         raise NotImplementedError
 
+    def warm_up(self) -> None:
+        """Before the first epoch: what the engine starts on the workers it has now."""
+        return None
+
     def holds(self, data: remote.TrainData) -> bool:
         held = self.session.data
         return (

@@ -32,6 +32,10 @@ class Centralised(Engine):
         super().__init__(est, data)
         self.pool = ActorPool(self.session)
 
+    def warm_up(self) -> None:
+        """Each present worker's actor started (the module built there), and ready."""
+        self.pool.warm()
+
     def run_epoch(self) -> Record:
         est, session = self.est, self.session
         n = len(session.data.x)
@@ -142,6 +146,16 @@ class ActorPool:
                 del self.starting[address]  # retried at the next refresh
                 if future.status == "error" and not lost_work(future.exception()):
                     future.result()  # the module failed on the worker: say so
+
+    def warm(self) -> None:
+        """Start an actor on every present worker and wait (up to the session timeout)
+        until each is ready or its worker gone."""
+        self.refresh(force=True)
+        deadline = time.monotonic() + self.session.timeout
+        while self.starting and time.monotonic() < deadline:
+            time.sleep(0.02)
+            self.refresh(force=True)
+        self.ready()  # one at least, or the session's error
 
     def ready(self) -> list[tuple[str, Any]]:
         """The ready actors with their workers' addresses; waits (up to the session

@@ -26,6 +26,16 @@ class DDP(Engine):
         self.ranks: list[str] = []
         self.generations = 0
 
+    def warm_up(self) -> None:
+        """The first generation formed before the first epoch (each rank's group joined,
+        its module built), by an epoch of no updates at the first epoch's world size."""
+        est, session = self.est, self.session
+        first = min(est.damping().batch_size, len(session.data.x))
+        world = session.workers.wanted(tasks_for(first, est.grads_per_worker))
+        session.workers.follow(world)
+        ranks = self._ranks(world)
+        self._epoch(ranks, [remote.EpochPlan([], [], []) for _ in ranks])
+
     def run_epoch(self) -> Record:
         est, session = self.est, self.session
         n = len(session.data.x)
