@@ -118,3 +118,23 @@ def test_a_rank_that_cannot_use_the_device_says_so_before_waiting_for_its_peers(
     with pytest.raises(RuntimeError, match="device='cuda', but Dask worker local-"):
         worker._join(recipe, gone_generation(timeout_s=120.0), 1, None, None, {})  # type: ignore[arg-type]
     assert time.monotonic() - start < 30  # at once: the store is never asked
+
+
+def test_verbose_prints_an_epoch_s_line_unless_logging_is_set_up(caplog, capsys) -> None:
+    """`verbose=1` printed nothing: the library's NullHandler counted as logging set up.
+    Unset, in a script of its own: on stdout. Set up (pytest does, here): there, once."""
+    import logging
+    import subprocess
+    import sys
+
+    from dmlbench.dask.history import log_epoch
+
+    record = {"epoch": 2, "train_loss": 0.5, "batch_size": 64, "workers": 2}
+    record |= {"n_updates": 90, "wall_s": 0.25}
+    line = "epoch 2: loss 0.5000, batch 64, workers 2, 90 updates, 0.25 s"
+    script = f"from dmlbench.dask.history import log_epoch; log_epoch({record!r})"
+    plain = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert plain.stdout == line + "\n", plain.stderr
+    with caplog.at_level(logging.INFO, logger="dmlbench.dask.history"):
+        log_epoch(record)
+    assert caplog.messages == [line] and capsys.readouterr().out == ""

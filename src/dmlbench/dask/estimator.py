@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 import math
-import sys
 import uuid
 import warnings
 from typing import Any, ClassVar
@@ -32,23 +30,9 @@ from torch import nn
 from dmlbench.dask import worker as remote
 from dmlbench.dask.dampers import Constant, Damper, Damping, TrainState
 from dmlbench.dask.engines import ENGINES, Engine
-from dmlbench.dask.history import History, Record, Update
+from dmlbench.dask.history import History, Record, Update, log_epoch
 from dmlbench.dask.params import RoutedParams, suggest
 from dmlbench.noise import noise_scale_estimate, simple_noise_scale
-
-LOG = logging.getLogger(__name__)
-
-
-def _verbose_log() -> logging.Logger:
-    """The estimator's logger; ``verbose`` without logging set up shows its lines on
-    stdout, as scikit-learn's estimators print theirs."""
-    if not LOG.hasHandlers():
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        LOG.addHandler(handler)
-    if not LOG.isEnabledFor(logging.INFO):
-        LOG.setLevel(logging.INFO)
-    return LOG
 
 
 class DaskEstimator(RoutedParams):
@@ -306,18 +290,15 @@ class DaskEstimator(RoutedParams):
         return self
 
     def prepare(self, X: Any, y: Any) -> DaskEstimator:
-        """What the first ``partial_fit`` does before its first update, done now: the data
-        checked, the model built, the data sent to the workers and their gradient actors
-        started. dmlbench's runs call it before their clock starts, as a torch run's
-        processes load the data and build the model before theirs."""
+        """The first ``partial_fit``'s work before its first update (the data checked and
+        sent, the model built on the workers); no update. Run before a timed fit."""
         x, y_ = self._validate(X, y, fitting=True)
         self._initialize(x, y_)
         self._engine_for(x, y_).warm_up()
         return self
 
     def _engine_for(self, x: np.ndarray, y: np.ndarray) -> Engine:
-        """The engine whose session holds this data (a new session for other data or
-        another engine)."""
+        """The engine whose session holds this data (other data: a new session)."""
         engine: Engine | None = getattr(self, "_engine", None)
         data = remote.TrainData(x, y)
         if engine is not None and (engine.name != self.engine or not engine.holds(data)):
@@ -331,15 +312,7 @@ class DaskEstimator(RoutedParams):
     def _epoch(self, x: np.ndarray, y: np.ndarray) -> Record:
         record = self._engine_for(x, y).run_epoch()
         if self.verbose:
-            _verbose_log().info(
-                "epoch %s: loss %.4f, batch %s, workers %s, %s updates, %.2f s",
-                record["epoch"],
-                record["train_loss"],
-                record["batch_size"],
-                record["workers"],
-                record["n_updates"],
-                record["wall_s"],
-            )
+            log_epoch(record)
         return record
 
     def close(self) -> None:

@@ -21,11 +21,37 @@ slowest task's pure gradient compute), ``noise_scale`` (running B_simple estimat
 
 from __future__ import annotations
 
+import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 Record = dict[str, Any]
+
+LOG = logging.getLogger(__name__)  # the estimator's ``verbose`` lines
+
+
+def log_epoch(record: Record) -> None:
+    """``verbose``'s line for an epoch, on the estimator's logger; where logging is not
+    set up, on stdout, as scikit-learn's estimators print theirs. The library's own
+    NullHandler is no set-up (``hasHandlers`` counted it, and verbose printed nothing)."""
+    node: logging.Logger | None = LOG
+    handlers: list[logging.Handler] = []
+    while node is not None:
+        handlers += [h for h in node.handlers if not isinstance(h, logging.NullHandler)]
+        node = node.parent if node.propagate else None
+    if not handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        LOG.addHandler(handler)
+    if not LOG.isEnabledFor(logging.INFO):
+        LOG.setLevel(logging.INFO)
+    LOG.info(  # logging formats the record's keys by name from one mapping
+        "epoch %(epoch)s: loss %(train_loss).4f, batch %(batch_size)s, workers %(workers)s, "
+        "%(n_updates)s updates, %(wall_s).2f s",
+        record,
+    )
 
 
 @dataclass(frozen=True)
