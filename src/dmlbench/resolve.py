@@ -18,7 +18,7 @@ from dmlbench.errors import DmlbenchError, SpecError, StoreError, unknown
 from dmlbench.models import validate_model_spec
 from dmlbench.optim import learning_rate
 from dmlbench.optim.build import OPTIMIZERS
-from dmlbench.spec.overrides import apply_overrides, deep_merge, flatten
+from dmlbench.spec.overrides import apply_overrides, assign, deep_merge, flatten
 from dmlbench.spec.run import RunSpec, one_line
 from dmlbench.strict import StrictModel
 from dmlbench.tasks import get_task, import_plugins
@@ -67,14 +67,15 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
     try:
         spec = RunSpec.model_validate(data)
     except ValidationError as error:
-        raise SpecError(f"invalid run spec: {one_line(error)}") from None
+        raise SpecError(f"invalid run spec: {one_line(error, RunSpec)}") from None
     check_names(spec)
     task = get_task(spec.task)
     validate_model_spec(spec.recipe.model)
     try:
         check_options(spec.exchange, spec.exchange_options)
     except ValidationError as error:
-        raise SpecError(f"exchange_options for {spec.exchange}: {one_line(error)}") from None
+        said = one_line(error, EXCHANGES[spec.exchange].Options)
+        raise SpecError(f"exchange_options for {spec.exchange}: {said}") from None
     if spec.synthetic_data and spec.noise_scale is True:
         raise SpecError(
             "synthetic_data=true trains on one fixed random batch: there is no gradient "
@@ -119,8 +120,11 @@ def spec_tree(
                 default = default.model_dump()
             tree[name] = str(default) if isinstance(default, Path) else default
     tree["plugins"] = plugin_list
-    if config:
-        deep_merge(tree, {k: v for k, v in config.items() if k != "plugins"})
+    if config:  # nested keys, or as --set and a sweep's set: take them: a path or suffix
+        deep_merge(tree, {k: v for k, v in config.items() if k in tree and k != "plugins"})
+        for key, value in config.items():
+            if key not in tree and key != "plugins":
+                assign(tree, key, value)
     deep_merge(tree, {k: v for k, v in fields.items() if v is not None})
     apply_overrides(tree, overrides)
     return tree

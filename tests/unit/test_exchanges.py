@@ -161,6 +161,11 @@ def test_options_are_checked_per_exchange_and_name_the_bad_key() -> None:
         resolve_spec("digits-mlp", overrides=["exchange=ssp", "exchange_options={staleness: -1}"])
     with pytest.raises(SpecError, match="ratio"):
         resolve_spec("digits-mlp", overrides=["exchange=topk", "exchange_options={ratio: 0}"])
+    # a misspelt option is named with the closest the exchange takes ("Extra inputs...")
+    with pytest.raises(SpecError, match=r"ratoi: unknown key \(did you mean 'ratio'\?\)"):
+        resolve_spec("digits-mlp", overrides=["exchange=topk", "exchange_options={ratoi: 1}"])
+    with pytest.raises(SpecError, match=r"ratio: unknown key \(it takes none\)"):
+        resolve_spec("digits-mlp", overrides=["exchange=ddp", "exchange_options={ratio: 1}"])
 
 
 def test_only_synchronous_sgd_is_closed_division() -> None:

@@ -107,6 +107,21 @@ def test_config_files_yaml_and_toml(tmp_path: Path) -> None:
         load_config_file(tmp_path / "missing.yaml")
 
 
+def test_a_config_file_takes_keys_as_set_does_and_names_a_wrong_one() -> None:
+    """`momentum: 0.5` in a file was refused ("Extra inputs are not permitted") where
+    --set and a sweep's set: take a path or a unique suffix; a misspelt key, nested or
+    not, is named with the closest the spec takes."""
+    for key in ("momentum", "recipe.optimizer.momentum"):
+        spec = resolve_spec("digits-mlp", config={"workers": 2, key: 0.5})
+        assert (spec.workers, spec.recipe.optimizer.momentum) == (2, 0.5)
+    with pytest.raises(SpecError, match=r"unknown spec key 'mometum' \(did you mean "):
+        resolve_spec("digits-mlp", config={"mometum": 0.5})
+    nested = {"recipe": {"optimizer": {"mometum": 0.5}}}
+    with pytest.raises(SpecError) as error:
+        resolve_spec("digits-mlp", config=nested)
+    assert "recipe.optimizer.mometum: unknown key (did you mean 'momentum'?)" in str(error.value)
+
+
 def test_run_options_added_after_the_first_sweeps_keep_stored_sweep_keys() -> None:
     """A RunSpec field added later must be left out of a run's key at its default
     (sweep.plan._KEY_DEFAULTS), or every stored sweep would run again."""

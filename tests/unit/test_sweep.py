@@ -208,7 +208,8 @@ def test_strong_scaling_refuses_a_batch_that_does_not_divide() -> None:
         ({"rules": [{"when": "workers > 1"}]}, "does nothing"),
         ({"rules": [{"drop": True, "set": {"x": 1}}]}, "not both"),
         ({"repeats": 0}, "repeats"),
-        ({"axes": {"workers": [1]}, "bogus": 1}, "bogus"),
+        ({"axes": {"workers": [1]}, "bogus": 1}, "bogus: unknown key (it takes name, task,"),
+        ({"axes": {"workers": [1]}, "rule": []}, "rule: unknown key (did you mean 'rules'?)"),
     ],
 )
 def test_impossible_sweeps_are_refused_in_one_line(fields: dict, message: str) -> None:

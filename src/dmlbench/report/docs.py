@@ -130,8 +130,9 @@ def _rows(
 
 
 SPEC_INTRO = (
-    "Every key can be given in a spec file (`--config`), as `--set key=value` (the full\n"
-    "dotted path or a unique suffix, e.g. `momentum`), or in a sweep's `set:` and `axes:`.\n"
+    "Every key can be given in a spec file (`--config`), as `--set key=value` or in a\n"
+    "sweep's `set:` and `axes:`: nested as below, as its full dotted path, or as a unique\n"
+    "suffix (e.g. `momentum`).\n"
     "A task's reference recipe fills `recipe` (see [Tasks](tasks.md)); changing it puts\n"
     "the run in the open division."
 )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import reprlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from dmlbench.catalogue import OPEN_EXCHANGES
 from dmlbench.netem.profiles import NetworkSpec
@@ -253,21 +254,43 @@ _SHORT.maxstring = _SHORT.maxother = 60
 MAX_PROBLEMS = 5
 
 
-def one_line(error: ValidationError) -> str:
+def one_line(error: ValidationError, model: type[BaseModel] | None = None) -> str:
     """Every problem of a validation error on one line (values shortened, at most
-    ``MAX_PROBLEMS`` problems listed)."""
+    ``MAX_PROBLEMS`` problems listed); a key ``model`` does not take is named as unknown,
+    with the closest it takes."""
     parts = []
     problems = error.errors()
     for item in problems[:MAX_PROBLEMS]:
-        where = ".".join(str(p) for p in item["loc"] if not str(p).startswith("function-after"))
+        loc = [p for p in item["loc"] if not str(p).startswith("function-after")]
+        where = ".".join(str(p) for p in loc)
         msg = item["msg"].removeprefix("Value error, ")
         got = f" (got {_SHORT.repr(item['input'])})" if item["type"] != "value_error" else ""
+        keys = _keys_at(model, loc[:-1]) if model and item["type"] == "extra_forbidden" else None
+        if keys is not None:
+            close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+            listed = f"it takes {', '.join(keys) or 'none'}" if len(keys) <= 15 else ""
+            hint = f"did you mean '{close[0]}'?" if close else listed
+            msg, got = "unknown key" + (f" ({hint})" if hint else ""), ""
         if isinstance(item.get("input"), dict):
             got = ""
         parts.append(f"{where}: {msg}{got}" if where else f"{msg}{got}")
     if len(problems) > MAX_PROBLEMS:
         parts.append(f"and {len(problems) - MAX_PROBLEMS} more")
     return "; ".join(parts)
+
+
+def _keys_at(model: type[BaseModel], loc: list[Any]) -> list[str] | None:
+    """The keys the part of ``model`` at ``loc`` takes; None where that is no one model."""
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        kinds = [field.annotation, *get_args(field.annotation)]
+        models = [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+        if len(models) != 1:
+            return None
+        model = models[0]
+    return list(model.model_fields)
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

@@ -126,7 +126,7 @@ def validate_sweep(data: dict[str, Any]) -> SweepSpec:
     except ValidationError as error:
         from dmlbench.spec.run import one_line
 
-        raise SpecError(f"invalid sweep: {one_line(error)}") from None
+        raise SpecError(f"invalid sweep: {one_line(error, SweepSpec)}") from None
 
 
 def load_sweep_file(path: Path) -> SweepSpec:
