@@ -544,6 +544,12 @@ def test_results_table_shows_the_network_when_a_run_had_one() -> None:
     assert "on NAME: under an emulated network" in shown
     missed = text([stored_run("miss", 1, tta=None)])
     assert "no target" in missed and "target_not_reached" not in missed  # fits 80 columns
+    # a Dask fit: up to N workers, its batch as it grew (it read "2 32/32", as if fixed)
+    dask = stored_run("grown", 2, tta=1.0)
+    grown = dask.summary.model_copy(update={"engine": "dask", "largest_batch": 128})
+    shown = text([plain, replace(dask, summary=grown)])
+    assert "≤2 32/64→128" in shown and "a Dask fit, on up to N workers" in shown
+    assert "≤" not in text([plain])
 
 
 def test_results_table_keeps_every_column_at_80_columns_beside_imported_runs() -> None:

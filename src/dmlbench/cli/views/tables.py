@@ -85,6 +85,8 @@ def runs_table(runs: list[RunRecord], width: int = 80) -> Table:
         )
     if any(_network(run) for run in runs):
         captions.append("on NAME: under an emulated network (`dmlbench networks`)")
+    if any(run.summary.engine == "dask" for run in runs):
+        captions.append("≤N, B→B': a Dask fit, on up to N workers, its batch grown from B to B'")
     table = figures_table(plural(len(runs), "stored run"), "\n".join(captions) or None)
     rows = [_run_row(run) for run in runs]
     # A run of this machine's is 22 characters; an imported run's longer name folds.
@@ -124,11 +126,15 @@ RUN_LEAST = (3, 4, 1, 5, 6, 6, 5, 4)  # each column's header, or its min_width
 def _run_row(run: RunRecord) -> list[str]:
     """A run's cells in the runs table, as plain text."""
     network = _network(run)
+    # a Dask fit: the most workers it may scale to, and its batch as it grew
+    elastic = run.summary.engine == "dask"
+    grown = run.summary.largest_batch if elastic else None
     return [
         run.run_id,
         run.task + ("*" if run.division == "open" else "") + (f"\non {network}" if network else ""),
-        str(run.workers),
-        f"{run.local_batch}/{run.global_batch}",
+        f"≤{run.workers}" if elastic else str(run.workers),
+        f"{run.local_batch}/{run.global_batch}"
+        + (f"→{grown}" if grown != run.global_batch and grown else ""),
         STATUS_WORDS.get(run.status, run.status) + "†" * bool(run.disturbed),
         seconds(run.time_to_accuracy_s, unit=True),
         goal_value(run.goal, run.best),

@@ -28,13 +28,22 @@ class DDP(Engine):
 
     def warm_up(self) -> None:
         """The first generation formed before the first epoch (each rank's group joined,
-        its module built), by an epoch of no updates at the first epoch's world size."""
+        its module built), by an epoch of no updates, where the workers the first epoch
+        wants are there; else, or when one is lost meanwhile, the first epoch forms it."""
         est, session = self.est, self.session
         first = min(est.damping().batch_size, len(session.data.x))
         world = session.workers.wanted(tasks_for(first, est.grads_per_worker))
-        session.workers.follow(world)
-        ranks = self._ranks(world)
-        self._epoch(ranks, [remote.EpochPlan([], [], []) for _ in ranks])
+        session.workers.follow(world)  # asked for now; the first epoch waits for them
+        if len(session.workers.current()) < world:
+            return
+        try:
+            ranks = self._ranks(world)
+            self._epoch(ranks, [remote.EpochPlan([], [], []) for _ in ranks])
+        except Exception as error:
+            if not lost_work(error):
+                raise
+            self.generation = None
+            session.client.run(remote.ddp_teardown)
 
     def run_epoch(self) -> Record:
         est, session = self.est, self.session
