@@ -96,6 +96,8 @@ def test_dry_run_resolves_and_starts_nothing(dmlbench, tmp_path: Path) -> None:
     assert "batch 32 a worker, 128 in all" in shown
     assert f"{0.1 / 256 * 32:.3g} at the first step, {0.1 / 256 * 128:.3g} after warm-up" in shown
     assert "momentum 0.5" in shown and "differs from recipe recipe.optimizer.momentum=0.5" in shown
+    code, out, _ = dmlbench("run", "cifar10-resnet20", "--model", "mlp", "--dry-run")
+    assert code == 0 and out.startswith("cifar10-resnet20 (model mlp) · 1 worker")  # as stored
 
 
 def test_global_batch_flag_fixes_the_global_batch(dmlbench) -> None:

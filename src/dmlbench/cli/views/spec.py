@@ -48,9 +48,13 @@ def dry_run_view(spec: RunSpec, derived: dict[str, Any], differ: dict[str, Any])
     resolved spec is `--json`'s)."""
     recipe = spec.recipe
     on = layout(spec.nodes, spec.nproc_per_node or spec.workers)
+    # titled as its run will be: with its model where that is not the task's own
+    title = (
+        f"{spec.task} (model {recipe.model.name})" if "recipe.model.name" in differ else spec.task
+    )
     table = fields_table(
         escape(
-            f"{spec.task} · {plural(spec.workers, 'worker')}{on} · {derived['division']} "
+            f"{title} · {plural(spec.workers, 'worker')}{on} · {derived['division']} "
             "division · a dry run: nothing started"
         )
     )
