@@ -334,6 +334,11 @@ def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:
     labels = analysis.runs_frame([torch_run, fit]).set_index("run_id")["variant"]
     assert labels["torch"] == "exchange=allreduce"
     assert labels["fit"] == "exchange=dask-centralised delay=2.0 name=GeoDamp engine=centralised"
+    # a fit's spec names its global batch, a torch run's leaves it to follow (null): the
+    # torch run read "exchange=allreduce global_batch=null"
+    torch_run = dataclasses.replace(torch_run, spec={**torch_run.spec, "global_batch": None})
+    labels = analysis.runs_frame([torch_run, fit]).set_index("run_id")["variant"]
+    assert labels["torch"] == "exchange=allreduce"
 
 
 def test_disturbed_runs_are_left_out_of_timings_and_speedup_unless_asked() -> None:

@@ -66,11 +66,14 @@ def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
 def _says(key: str, value: Any, sections: set[str]) -> bool:
     """Whether a key's value tells this run apart: an option of another model than this
     run's (absent from its spec), a key of a section its spec lacks (a Dask fit's
-    ``dask.*`` beside a torch run: "delay=null factor=null ...") or an empty table does
-    not ("depth=null zero_init_residual=null options={}" labelled a vgg16 run beside
+    ``dask.*`` beside a torch run: "delay=null factor=null ..."), an empty table or a
+    batch key left to follow from the others ("global_batch=null") does not
+    ("depth=null zero_init_residual=null options={}" labelled a vgg16 run beside
     ResNet-50's)."""
     if value == "{}":
         return False
+    if key in _BATCH_KEYS and value == "null":
+        return False  # follows from the others, as the b/B column shows it
     if isinstance(value, str):
         return True
     section, _, rest = key.partition(".")
