@@ -294,6 +294,7 @@ class DaskEstimator(RoutedParams):
         sent, the model built on the workers); no update. Run before a timed fit."""
         x, y_ = self._validate(X, y, fitting=True)
         self._initialize(x, y_)
+        self._close_engine()  # a fresh start, as fit's: the session held the last model's
         self._engine_for(x, y_).warm_up()
         return self
 
