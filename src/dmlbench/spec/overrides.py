@@ -19,7 +19,7 @@ from dmlbench.files import expanded_size
 from dmlbench.names import shorten
 
 # Keys whose value is a free-form mapping: a dotted path may add new keys below them.
-_OPEN_MAPPINGS = ("options", "alpha_by_workers")
+_OPEN_MAPPINGS = ("options", "alpha_by_workers", "exchange_options")
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:
