@@ -46,6 +46,7 @@ def test_models_and_exchanges_list_every_registered_one_with_its_options(dmlbenc
     # table left a dozen characters to a line
     lines = [line.rstrip() for line in out.splitlines()]
     assert "  fsdp  closed division, sharded" in lines
+    assert "--set exchange_options.KEY=VALUE" in lines[0]  # how to set one, which works
     assert any(line.startswith("        reshard_after_forward (true): free") for line in lines)
     code, out, _ = dmlbench("run", "--help")
     assert code == 0 and all(name in out for name in EXCHANGES)

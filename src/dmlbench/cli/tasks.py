@@ -39,7 +39,12 @@ def models(json_out: JsonOption = False) -> None:
     if json_out:
         print_json(described)
     else:
-        console.print(registry_view("dmlbench models", described))
+        console.print(
+            registry_view(
+                "Models: --model NAME; an option: --set recipe.model.options.KEY=VALUE",
+                described,
+            )
+        )
 
 
 def exchanges(json_out: JsonOption = False) -> None:
@@ -52,7 +57,12 @@ def exchanges(json_out: JsonOption = False) -> None:
     if json_out:
         print_json(described)
     else:
-        console.print(registry_view("dmlbench exchanges", described))
+        console.print(
+            registry_view(
+                "Gradient exchanges: --exchange NAME; an option: --set exchange_options.KEY=VALUE",
+                described,
+            )
+        )
 
 
 def networks(
