@@ -37,6 +37,22 @@ def test_profiles_are_data_and_inline_values_override_them(tmp_path: Path) -> No
     mine.write_text("lab: {bandwidth: 40gbit}\nbroken: {description: nothing}\n")
     with pytest.raises(SpecError, match=r"'broken'.*needs a bandwidth or latency"):
         NetworkSpec(profile="lab", profiles_file=str(mine)).resolve()
+    mine.write_text("lab: {bandwidth: 40gbit}\nbad: {bandwidth: lots}\n")
+    with pytest.raises(SpecError, match=r"network profile 'bad' in .*nets.yaml: bandwidth 'lots'"):
+        load_profiles(mine)  # which entry of which file: it named neither
+
+
+def test_network_takes_a_profile_or_a_bare_rate_as_simulate_does(dmlbench) -> None:
+    """`run --network 250mbit` was refused as an unknown profile ("did you mean
+    '100mbit'?") where `simulate` and `advise` take a bare rate."""
+    from dmlbench.netem.profiles import network_option
+
+    assert network_option("250mbit") == {"bandwidth": "250mbit"}
+    assert network_option("1gbit") == {"profile": "1gbit"}  # a profile's name first
+    assert network_option("5gbit-lab") == {"profile": "5gbit-lab"}  # no rate: a name
+    assert network_option(None) is None
+    code, out, _ = dmlbench("run", "digits-mlp", "-w", "2", "--network", "250mbit", "--dry-run")
+    assert code == 0 and "custom · 250 Mbit/s" in out
 
 
 def test_names_say_which_launcher_made_them() -> None:

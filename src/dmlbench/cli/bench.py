@@ -65,6 +65,7 @@ def allreduce(
     from dmlbench.cli.views.comm import comm_table
     from dmlbench.launch.bench import resolve_bench, run_comm_bench
     from dmlbench.launch.request import worker_counts
+    from dmlbench.netem.profiles import network_option
     from dmlbench.report.formats import layout, plural
     from dmlbench.spec.bench import CommBenchSpec
     from dmlbench.spec.overrides import apply_overrides, deep_merge
@@ -80,7 +81,7 @@ def allreduce(
             "factor": factor,
             "repeats": repeats,
             "warmup": warmup,
-            "network": {"profile": network} if network else {},
+            "network": network_option(network) or {},
         }
         full = deep_merge(CommBenchSpec().to_json_dict(), tree)
         apply_overrides(full, overrides or [])

@@ -114,8 +114,8 @@ RerunOption = Annotated[
 NetworkOption = Annotated[
     str | None,
     typer.Option(
-        help="network profile (`dmlbench networks` lists them): each worker in its own "
-        "namespace, shaped (root)"
+        help="network profile (`dmlbench networks` lists them) or a rate (250mbit): each "
+        "worker in its own namespace, shaped (root)"
     ),
 ]
 NprocPerNodeOption = Annotated[

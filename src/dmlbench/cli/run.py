@@ -157,6 +157,7 @@ def run(
     request = plan_run(flags, config_data, os.environ, DEFAULT_TASK)
     if not dry_run:  # the workers' fork server imports while the spec resolves
         start_early(early_allocator(request, config_data, overrides or []))
+    from dmlbench.netem.profiles import network_option
     from dmlbench.resolve import deviations, resolve_spec  # imports torch
 
     if request.sweep is not None:
@@ -170,7 +171,7 @@ def run(
             fields={
                 "exchange": exchange,
                 "data_dir": str(data_dir) if data_dir else None,
-                "network": {"profile": network} if network else None,
+                "network": network_option(network),
                 **request.layout,
             },
             store=request.store,
@@ -191,7 +192,7 @@ def run(
         exchange=exchange,
         global_batch=global_batch,
         data_dir=str(data_dir) if data_dir else None,
-        network={"profile": network} if network else None,
+        network=network_option(network),
         **request.layout,
     )
     if dry_run:

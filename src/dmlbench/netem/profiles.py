@@ -9,6 +9,7 @@ loopback, unshaped.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -133,16 +134,32 @@ class ResolvedNetwork(StrictModel):
         return " · ".join(parts)
 
 
+def network_option(value: str | None) -> dict[str, str] | None:
+    """``--network``'s value as a spec's ``network``: a profile's name, or a bare rate
+    no built-in profile is named (``250mbit``: links of that bandwidth), as ``simulate``
+    and ``advise`` take it."""
+    if not value:
+        return None
+    if value not in load_profiles() and value[:1].isdigit():
+        with contextlib.suppress(SpecError):
+            parse_rate(value)
+            return {"bandwidth": value}
+    return {"profile": value}
+
+
 def load_profiles(path: Path | None = None) -> dict[str, dict[str, Any]]:
     path = path or PROFILES_FILE
     data = load_mapping_file(path, "network profiles file", "names to bandwidth/latency")
     for name, entry in data.items():
         if not isinstance(entry, dict) or not any(entry.get(key) for key in _LINK_KEYS):
             raise SpecError(f"network profile '{name}' in {path} needs a bandwidth or latency")
-        for key in ("bandwidth", "intra_bandwidth"):
-            if entry.get(key):
-                parse_rate(entry[key])
-        for key in ("latency", "intra_latency"):
-            if entry.get(key):
-                parse_time(entry[key])
+        try:
+            for key in ("bandwidth", "intra_bandwidth"):
+                if entry.get(key):
+                    parse_rate(entry[key])
+            for key in ("latency", "intra_latency"):
+                if entry.get(key):
+                    parse_time(entry[key])
+        except SpecError as error:  # which entry of which file
+            raise SpecError(f"network profile '{name}' in {path}: {error}") from None
     return {str(k): v for k, v in data.items()}
