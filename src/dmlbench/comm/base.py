@@ -35,6 +35,10 @@ class GradientExchange(ABC):
     # False where the collectives run inside a library that does not say what they carry
     # (torch's FSDP before 2.9): ``sent`` is then NaN, not a count of nothing.
     counts_bytes: bool = True
+    # True where a worker alone still sends: to a server process of its own. Otherwise a
+    # group of one moves nothing, whatever its collectives were handed (DDP's hooks
+    # all-reduce over it, a compressed exchange gathers from itself).
+    sends_alone: ClassVar[bool] = False
     # Modules its methods import when first called (heavy ones, kept out of the CLI):
     # the trainer imports them before it measures the worker's starting memory, so a
     # module's code and objects are not counted as the run's memory.
@@ -58,7 +62,9 @@ class GradientExchange(ABC):
 
     def sent(self) -> float:
         """The bytes this worker has handed to collectives; NaN where not counted."""
-        return float(self.bytes_sent) if self.counts_bytes else math.nan
+        if not self.counts_bytes:
+            return math.nan
+        return float(self.bytes_sent) if self.sends_alone or world_size() > 1 else 0.0
 
     def options_as(self, kind: type[OptionsT]) -> OptionsT:
         """The exchange's options as the class its ``Options`` names."""

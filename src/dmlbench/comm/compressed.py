@@ -126,12 +126,12 @@ class FlatCompressedExchange(AllReduceExchange):
     def exchange(self, stop: bool | None) -> bool:
         grads = self.flat[:-1]
         message = self.encode(grads)
+        self.bytes_sent += message.numel() * message.element_size()
         if world_size() == 1:
-            messages = [message]  # one worker still compresses: the update is the algorithm's
+            messages = [message]
         else:
             messages = [torch.empty_like(message) for _ in range(world_size())]
             dist.all_gather(messages, message)
-            self.bytes_sent += message.numel() * message.element_size()
         self.decode(messages, grads)
         return self._vote_alone(stop)
 

@@ -110,6 +110,7 @@ class ParameterServerExchange(AllReduceExchange):
     name = "ps-sync"
     exact = False
     vote_every = 16
+    sends_alone = True  # to its server, a process of its own
 
     def staleness(self) -> int | None:
         return 0

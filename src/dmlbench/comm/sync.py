@@ -103,10 +103,6 @@ class DDPExchange(GradientExchange):
         self.bytes_sent += bucket.buffer().numel() * bucket.buffer().element_size()
         return default_hooks.allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
-    def sent(self) -> float:
-        """DDP all-reduces its buckets over a group of one as well: nothing is sent."""
-        return super().sent() if world_size() > 1 else 0.0
-
     def exposed_comm(self, backward_end: float) -> dict[str, float]:
         launched, self._last_launch = self._last_launch, None
         return {"backward": max(0.0, backward_end - launched)} if launched is not None else {}
