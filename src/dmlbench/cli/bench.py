@@ -72,6 +72,7 @@ def allreduce(
 
     specs = []
     counts = [nodes * nproc_per_node] if nproc_per_node else worker_counts(workers)
+    link = network_option(network) or {}  # the profiles file read once, not a count each
     for count in counts:
         tree: dict[str, Any] = {
             "workers": count,
@@ -81,7 +82,7 @@ def allreduce(
             "factor": factor,
             "repeats": repeats,
             "warmup": warmup,
-            "network": network_option(network) or {},
+            "network": link,
         }
         full = deep_merge(CommBenchSpec().to_json_dict(), tree)
         apply_overrides(full, overrides or [])
