@@ -11,13 +11,19 @@ attribute; an unfinished run's has only ``finished`` False.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
 FINISHED = ("success", "target_not_reached", "throughput")  # a run that ended as planned
+
+
+def run_title(task: str, model: str | None, deviations: Mapping[str, Any]) -> str:
+    """A run's title: its task, with the model it ran where that is not the task's own
+    (``imagenet-resnet50 (model vgg16)``), for a stored run and a planned one alike."""
+    return f"{task} (model {model})" if "recipe.model.name" in deviations else task
 
 
 def match_id(fragment: str, ids: Iterable[str]) -> str | None:
@@ -281,12 +287,9 @@ class RunRecord(_Stored):
 
     @property
     def title(self) -> str:
-        """Its task, with the model it ran where that is not the task's own:
-        ``imagenet-resnet50 (model vgg16)``."""
-        if "recipe.model.name" not in self.deviations:
-            return self.task
+        """Its task, with the model it ran where that is not the task's own."""
         model = (self.spec.get("recipe") or {}).get("model") or {}
-        return f"{self.task} (model {model.get('name')})"
+        return run_title(self.task, model.get("name"), self.deviations)
 
     @property
     def measured_memory(self) -> int | None:

@@ -14,6 +14,7 @@ from rich.text import Text
 from dmlbench.cli.views.summary import deviations_text, fields_table
 from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.formats import layout, plural, seconds
+from dmlbench.results.records import run_title
 from dmlbench.spec.recipe import target_text
 
 if TYPE_CHECKING:
@@ -47,11 +48,8 @@ def dry_run_view(spec: RunSpec, derived: dict[str, Any], differ: dict[str, Any])
     """`run --dry-run`: the run the spec resolves to, in the summary's shape (the whole
     resolved spec is `--json`'s)."""
     recipe = spec.recipe
-    on = layout(spec.nodes, spec.nproc_per_node or spec.workers)
-    # titled as its run will be: with its model where that is not the task's own
-    title = (
-        f"{spec.task} (model {recipe.model.name})" if "recipe.model.name" in differ else spec.task
-    )
+    on = layout(spec.nodes, spec.per_node)
+    title = run_title(spec.task, recipe.model.name, differ)  # as its stored run's will be
     table = fields_table(
         escape(
             f"{title} · {plural(spec.workers, 'worker')}{on} · {derived['division']} "
