@@ -333,7 +333,16 @@ def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:
     fit = dataclasses.replace(fit, spec={**fit.spec, "dask": dask})
     labels = analysis.runs_frame([torch_run, fit]).set_index("run_id")["variant"]
     assert labels["torch"] == "exchange=allreduce"
-    assert labels["fit"] == "exchange=dask-centralised delay=2.0 name=GeoDamp engine=centralised"
+    assert labels["fit"] == "exchange=dask-centralised"
+    # two fits beside it: what tells the fits apart, not every key of their section
+    # (each read "delay=... name=... engine=centralised" though only the damper differed)
+    other = stored_run("other", 2, tta=7.0, seed=2, exchange="dask-centralised")
+    constant = {"engine": "centralised", "damper": {"name": "Constant", "delay": None}}
+    other = dataclasses.replace(other, spec={**other.spec, "dask": constant})
+    labels = analysis.runs_frame([torch_run, fit, other]).set_index("run_id")["variant"]
+    assert labels["torch"] == "exchange=allreduce"
+    assert labels["fit"] == "exchange=dask-centralised delay=2.0 name=GeoDamp"
+    assert labels["other"] == "exchange=dask-centralised delay=null name=Constant"
     # a fit's spec names its global batch, a torch run's leaves it to follow (null): the
     # torch run read "exchange=allreduce global_batch=null"
     torch_run = dataclasses.replace(torch_run, spec={**torch_run.spec, "global_batch": None})
@@ -555,6 +564,38 @@ def test_results_table_shows_the_network_when_a_run_had_one() -> None:
     shown = text([plain, replace(dask, summary=grown)])
     assert "≤2 32/64→128" in shown and "a Dask fit, on up to N workers" in shown
     assert "≤" not in text([plain])
+
+
+def test_compare_marks_a_dask_fit_as_results_does() -> None:
+    """`compare` and the report read a Dask fit as "2 32/32", as if two workers had
+    trained at a fixed batch, where `results` read "≤2 32/32→64"."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import scaling_tables
+    from dmlbench.report.tables import SCALING_COLUMNS
+
+    torch_run = stored_run("torch", 2, tta=1.0)
+    fit = stored_run("fit", 2, tta=2.0, seed=1, exchange="dask-centralised")
+    grown = fit.summary.model_copy(update={"engine": "dask", "largest_batch": 128})
+    fit = replace(fit, summary=grown)
+    table = analysis.scaling_table(analysis.runs_frame([torch_run, fit]))
+    console = Console(width=80, record=True)
+    for rich_table in scaling_tables(table):
+        console.print(rich_table)
+    shown = console.export_text()
+    assert "≤2" in shown and "32/64→128" in shown and "a Dask fit, on up to N" in shown
+    cells = {title: fn for _, title, fn in SCALING_COLUMNS}  # the report's columns
+    by_variant = table.set_index("variant")
+    fitted = by_variant.loc["exchange=dask-centralised"]
+    plain = by_variant.loc["exchange=allreduce"]
+    assert (cells["N"](fitted), cells["b / B"](fitted)) == ("≤2", "32 / 64→128")
+    assert (cells["N"](plain), cells["b / B"](plain)) == ("2", "32 / 64")
+    # a fit whose batch did not grow shows none
+    still = fit.summary.model_copy(update={"largest_batch": 64})
+    table = analysis.scaling_table(analysis.runs_frame([replace(fit, summary=still)]))
+    assert cells["b / B"](table.iloc[0]) == "32 / 64"
 
 
 def test_results_table_keeps_every_column_at_80_columns_beside_imported_runs() -> None:

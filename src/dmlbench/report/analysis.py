@@ -80,6 +80,8 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 **_layout(run),
                 "local_batch": run.local_batch,
                 "global_batch": run.global_batch,
+                "elastic": run.summary.engine == "dask",  # on up to N workers, its batch grown
+                "largest_batch": run.summary.largest_batch,
                 "seed": run.seed,
                 "repeat": run.repeat,
                 "exchange": run.exchange,
@@ -151,6 +153,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
         "eval_s",
         "compile_s",
         "page_faults_per_step",
+        "largest_batch",
     ]:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["variant"] = variant_labels(frame, GROUP)
@@ -333,6 +336,8 @@ def scaling_table(
             peak_memory_max=finished["peak_memory_bytes"].max(),
             local_batch=int(group["local_batch"].iloc[0]),
             global_batch=int(group["global_batch"].iloc[0]),
+            elastic=bool(group["elastic"].any()),
+            largest_batch=finished["largest_batch"].max(),
             cores=group["cores"].max(),
             oversubscribed=bool(group["oversubscribed"].any()),
             division=",".join(sorted(set(group["division"]))),

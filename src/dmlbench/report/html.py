@@ -37,7 +37,13 @@ from dmlbench.report.formats import (
     seconds,
 )
 from dmlbench.report.notes import section_notes
-from dmlbench.report.tables import PREDICTION_COLUMNS, aat_note, calibration_text, scaling_columns
+from dmlbench.report.tables import (
+    PREDICTION_COLUMNS,
+    aat_note,
+    calibration_text,
+    elastic_note,
+    scaling_columns,
+)
 from dmlbench.report.variants import short_labels, variant_legend
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
@@ -220,7 +226,8 @@ def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
         [title for title, _ in columns],
         [Row([str(cell(row)) for _, cell in columns]) for _, row in table.iterrows()],
         f"Means over finished runs; TTA over runs that reached the target.{aat} * oversubscribed."
-        + (" † timed by disturbed runs only." if table["timed_disturbed"].any() else ""),
+        + (" † timed by disturbed runs only." if table["timed_disturbed"].any() else "")
+        + (f" {note}." if (note := elastic_note(table)) else ""),
     )
 
 

@@ -27,9 +27,26 @@ Column = tuple[str, str, Callable[[pd.Series], str]]
 
 
 def _workers(row: pd.Series) -> str:
-    """``N``, starred when oversubscribed, daggered when timed by disturbed runs."""
+    """``N``, starred when oversubscribed, daggered when timed by disturbed runs; ``≤N``
+    for Dask fits, which may use up to N workers."""
     marks = ("*" if row["oversubscribed"] else "") + ("†" if row.get("timed_disturbed") else "")
-    return f"{int(row['workers'])}{marks}"
+    return f"{'≤' * bool(row.get('elastic'))}{int(row['workers'])}{marks}"
+
+
+def batch_text(row: pd.Series, between: str = " / ") -> str:
+    """``b / B``, and ``→B'`` after it where a Dask fit's batch grew to B'."""
+    local, global_ = int(row["local_batch"]), int(row["global_batch"])
+    grown = row.get("largest_batch")
+    grew = bool(row.get("elastic")) and not missing(grown) and grown > global_
+    return f"{local}{between}{global_}" + (f"→{int(grown)}" if grew else "")
+
+
+ELASTIC = "≤N, B→B': a Dask fit, on up to N workers, its batch grown from B to B'"
+
+
+def elastic_note(table: pd.DataFrame) -> str | None:
+    """What ``≤N`` and ``B→B'`` mean, where ``table`` has a Dask fit (None: it has none)."""
+    return ELASTIC if "elastic" in table and table["elastic"].any() else None
 
 
 def _bytes(value: Any) -> str:
@@ -70,7 +87,7 @@ def aat_note(table: pd.DataFrame, budget_s: float | None) -> str | None:
 SCALING_COLUMNS: list[Column] = [
     ("workers", "N", _workers),
     ("variant", "variant", lambda r: r["variant"] or "—"),
-    ("batch", "b / B", lambda r: f"{int(r['local_batch'])} / {int(r['global_batch'])}"),
+    ("batch", "b / B", batch_text),
     ("runs", "reached", lambda r: f"{int(r['converged'])}/{int(r['runs'])}"),
     ("disturbed", "disturbed", lambda r: str(int(r.get("disturbed") or 0))),
     ("tta", "TTA s (mean ± std)", lambda r: mean_std(r["tta_mean"], r["tta_std"])),
@@ -132,7 +149,7 @@ def scaling_columns(
             "sp": lambda r: f"{fmt(r['speedup_tta'])}/{fmt(r['speedup_throughput'])}",
             "eff": lambda r: f"{fmt(r['efficiency_tta'])}/{fmt(r['efficiency_step'])}",
             "comm": lambda r: f"{fmt(r['comm_ratio_max'], '.0%')}",
-            "batch": lambda r: f"{int(r['local_batch'])}/{int(r['global_batch'])}",
+            "batch": lambda r: batch_text(r, "/"),
             "variant": lambda r: names[r["variant"]],
         }
         return [

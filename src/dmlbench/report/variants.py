@@ -43,6 +43,7 @@ def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
         )
         flat["network"] = group["network"].map(json.dumps)
         flat["workers"] = group["workers"]
+        sections = [set(json.loads(s)) for s in group["spec"]]
         keys = []
         for key in flat.columns:
             present = set(flat[key].dropna())
@@ -50,17 +51,32 @@ def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
                 continue  # an option older runs' specs lack, at its default where present
             if key in _NOT_VARIANT or flat[key].nunique(dropna=False) < 2:
                 continue
+            if _alike_where_present(key, flat[key], sections):
+                continue
             if key in _BATCH_KEYS and flat.groupby("workers")[key].nunique().max() < 2:
                 continue
             keys.append(key)
-        for index, spec in zip(group.index, group["spec"], strict=True):
-            sections = set(json.loads(spec))
+        for index, has in zip(group.index, sections, strict=True):
             labels[index] = " ".join(
                 f"{_key_text(k)}={_value_text(_loads(flat.at[index, k]))}"
                 for k in keys
-                if _says(k, flat.at[index, k], sections)
+                if _says(k, flat.at[index, k], has)
             )
     return labels
+
+
+def _alike_where_present(key: str, values: pd.Series, sections: list[set[str]]) -> bool:
+    """Whether ``key`` belongs to a section only some runs' specs have (a Dask fit's
+    ``dask``) and is the same in all that have it: what tells those runs apart from the
+    rest is said once, by the key that does (``exchange=dask-centralised``), not by every
+    key of the section (two fits beside a torch run each read "device=cpu
+    engine=centralised grads_per_worker=32 max_workers=2 ..." though only their damper
+    differed)."""
+    section = key.partition(".")[0]
+    has = [section in spec for spec in sections]
+    if all(has) or not any(has):
+        return False
+    return values[has].nunique(dropna=False) < 2
 
 
 def _says(key: str, value: Any, sections: set[str]) -> bool:

@@ -17,6 +17,7 @@ from dmlbench.cli.views.summary import STATUS_STYLE, STATUS_WORDS
 from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.docs import describe_schedule
 from dmlbench.report.formats import fmt, goal_value, plural, seconds
+from dmlbench.report.tables import ELASTIC
 from dmlbench.results.records import RunRecord
 from dmlbench.spec.recipe import target_text
 from dmlbench.tasks import TaskDefinition
@@ -86,7 +87,7 @@ def runs_table(runs: list[RunRecord], width: int = 80) -> Table:
     if any(_network(run) for run in runs):
         captions.append("on NAME: under an emulated network (`dmlbench networks`)")
     if any(run.summary.engine == "dask" for run in runs):
-        captions.append("≤N, B→B': a Dask fit, on up to N workers, its batch grown from B to B'")
+        captions.append(ELASTIC)
     table = figures_table(plural(len(runs), "stored run"), "\n".join(captions) or None)
     rows = [_run_row(run) for run in runs]
     # A run of this machine's is 22 characters; an imported run's longer name folds.
@@ -151,7 +152,7 @@ def _network(run: RunRecord) -> str:
 
 def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
     """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows."""
-    from dmlbench.report.tables import aat_note, disturbed_note, scaling_columns
+    from dmlbench.report.tables import aat_note, disturbed_note, elastic_note, scaling_columns
     from dmlbench.report.variants import short_labels
 
     tables = []
@@ -183,7 +184,8 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             for label, short in short_labels(rows["variant"]).items()
             if short != label
         ]
-        notes = [legend, *spelt, *(n for n in (caption, disturbed_note(rows)) if n)]
+        said = (caption, disturbed_note(rows), elastic_note(rows))
+        notes = [legend, *spelt, *(n for n in said if n)]
         rich_table = figures_table(
             escape(f"{task} · sweep {sweep}" + (f" · {modes} scaling" if modes else "")),
             escape("\n".join(notes)),
