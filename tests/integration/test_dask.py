@@ -27,6 +27,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from dmlbench.dask import DaskClassifier, DaskRegressor
+from dmlbench.dask.cluster import worker_addresses
 from dmlbench.dask.dampers import GeoDamp, NoiseScaleDamp, PadaDamp
 from dmlbench.dask.worker import flat_state
 from dmlbench.models.mlp import MLP
@@ -233,6 +234,25 @@ def test_the_cluster_is_scaled_with_the_batch_size(digits: tuple) -> None:
         assert targets == [1, 2, 3, 3, 3]
         assert max(seen) == 3
         assert max(u["workers"] for u in est.history_[-1]["updates"]) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["centralised", "ddp"])
+def test_prepare_starts_the_workers_the_first_update_wants(engine: str, digits: tuple) -> None:
+    """Batch 32 at 8 examples a task wants 2 workers of a cluster started with 1:
+    `prepare` (before `dask fit`'s clock) asks for them and waits, so the first update
+    has both. It started only the one there, and the first epochs ran on it while the
+    second started on the clock (digits trained 8 of its 16 epochs on one worker)."""
+    x_train, _, y_train, _ = digits
+    threads = engine == "centralised"  # starts in a moment; DDP needs a process a worker
+    with cluster(1, processes=not threads) as local, Client(local, set_as_default=False) as client:
+        est = classifier(
+            client, engine=engine, grads_per_worker=8, min_workers=1, max_workers=2
+        ).prepare(x_train, y_train)
+        assert len(worker_addresses(client)) == 2
+        est.partial_fit(x_train, y_train)
+        assert est.history_[0]["updates"][0]["workers"] == 2
+        est.close()
 
 
 @pytest.mark.slow

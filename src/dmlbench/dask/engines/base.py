@@ -17,7 +17,7 @@ from distributed.scheduler import KilledWorker
 from torch import nn
 
 from dmlbench.dask import worker as remote
-from dmlbench.dask.cluster import WorkerLost, Workers, connect
+from dmlbench.dask.cluster import WorkerLost, Workers, connect, tasks_for
 from dmlbench.dask.dampers import Damping
 from dmlbench.dask.history import History, Record, Update
 
@@ -189,8 +189,21 @@ class Engine:
         raise NotImplementedError
 
     def warm_up(self) -> None:
-        """Before the first epoch: what the engine starts on the workers it has now."""
-        return None
+        """Before the first epoch: the workers it wants started (:meth:`first_workers`),
+        and what the engine starts on them."""
+        self.first_workers()
+
+    def first_workers(self) -> int:
+        """The workers the first update wants: asked for and, where the cluster scales,
+        waited for (up to the session timeout; fewer are no error), so that they start
+        before a timed fit's clock, as a torch.distributed run's workers do. Later growth
+        is the fit's own, and on its clock."""
+        est, session = self.est, self.session
+        first = min(est.damping().batch_size, len(session.data.x))
+        world = session.workers.wanted(tasks_for(first, est.grads_per_worker))
+        if session.workers.follow(world) is not None:
+            session.workers.await_some(world, session.timeout)
+        return world
 
     def holds(self, data: remote.TrainData) -> bool:
         held = self.session.data

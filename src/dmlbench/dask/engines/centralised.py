@@ -33,7 +33,9 @@ class Centralised(Engine):
         self.pool = ActorPool(self.session)
 
     def warm_up(self) -> None:
-        """Each present worker's actor started (the module built there), and ready."""
+        """The first update's workers started, each one's actor too (the module built
+        there), and ready."""
+        self.first_workers()
         self.pool.warm()
 
     def run_epoch(self) -> Record:

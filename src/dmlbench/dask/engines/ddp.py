@@ -30,10 +30,8 @@ class DDP(Engine):
         """The first generation formed before the first epoch (each rank's group joined,
         its module built), by an epoch of no updates, where the workers the first epoch
         wants are there; else, or when one is lost meanwhile, the first epoch forms it."""
-        est, session = self.est, self.session
-        first = min(est.damping().batch_size, len(session.data.x))
-        world = session.workers.wanted(tasks_for(first, est.grads_per_worker))
-        session.workers.follow(world)  # asked for now; the first epoch waits for them
+        session = self.session
+        world = self.first_workers()
         if len(session.workers.current()) < world:
             return
         try:
