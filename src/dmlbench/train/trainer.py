@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from dmlbench.comm import load_modules, make_exchange
-from dmlbench.comm.collectives import all_gather_named, squared_norm
+from dmlbench.comm.collectives import all_gather_named
 from dmlbench.data import Dataset, EpochSharding
 from dmlbench.data.dataset import Shapes
 from dmlbench.data.feed import Feed
@@ -29,7 +29,6 @@ from dmlbench.heartbeat import beat
 from dmlbench.models import build_model
 from dmlbench.models.flops import forked_rng
 from dmlbench.models.losses import LOSSES
-from dmlbench.noise import NoiseScaleMeter
 from dmlbench.optim import build_optimizer, l2_penalty, learning_rate
 from dmlbench.optim.build import clip_gradients, parameter_groups
 from dmlbench.results.events import EventLog
@@ -43,6 +42,7 @@ from dmlbench.train.context import DistContext
 from dmlbench.train.evaluation import Evaluator
 from dmlbench.train.hardware import autocast_for, peak_for, runtime_for, to_channels_last
 from dmlbench.train.measures import RunMeasures, StepCount, count_step_flops, cpu_samples
+from dmlbench.train.noise_probe import NoiseProbe
 from dmlbench.train.progress import ProgressMeter
 from dmlbench.train.timers import PhaseTimer
 
@@ -82,8 +82,9 @@ class Trainer:
         self.exchange = make_exchange(
             spec.exchange, self.device, spec.exchange_options, self.sharding.steps_per_epoch
         )
-        self.noise = self._noise_meter()
-        self.exchange.measure_norms = self.noise is not None and ctx.world_size > 1
+        self.noise = NoiseProbe.for_run(
+            spec, self.exchange, len(data.train_x), ctx.world_size, self.device
+        )
         self.net = self.exchange.prepare(self.model)
         self.optimizer = self.exchange.wrap_optimizer(
             lambda groups: build_optimizer(spec.recipe.optimizer, groups),
@@ -108,9 +109,6 @@ class Trainer:
         self.evaluator = Evaluator(self._eval_forward, task, data, self.feed, ctx, examples)
         self.step = 0
         self._loss_sum = torch.zeros((), device=self.device)
-        # this epoch's sums of |small-batch gradient|² and |big-batch gradient|², and steps
-        self._norm_sums = torch.zeros(3, device=self.device)
-        self._half_norm2 = torch.zeros((), device=self.device)  # split batch: first half's
         self.measures.helpers_s = lambda: self.exchange.helper_cpu_s() + self.feed.cpu_s()
 
     def _wants_channels_last(self) -> bool:
@@ -132,28 +130,10 @@ class Trainer:
         images = self.channels_last and x.dim() == 4
         return x.contiguous(memory_format=torch.channels_last) if images else x
 
-    def _noise_meter(self) -> NoiseScaleMeter | None:
-        """The run's gradient noise scale meter, where it is measured (see ``noise_scale``):
-        batch ``b`` against ``b·N`` across workers, or half a batch against the batch on
-        one worker with ``noise_scale=true``."""
-        mode, batch, workers = self.spec.noise_scale, self.spec.local_batch, self.ctx.world_size
-        if mode is False or not self.exchange.exact or self.exchange.sharded:
-            return None
-        # synthetic data: one fixed random batch a worker, no noise of the data to measure
-        if (workers == 1 and mode == "auto") or self.spec.synthetic_data:
-            return None
-        examples = len(self.data.train_x)  # an epoch draws batches without replacement
-        if workers == 1:
-            return NoiseScaleMeter(batch // 2, batch, population=examples)
-        return NoiseScaleMeter(batch, batch * workers, population=examples)
-
     @property
     def split_batch(self) -> bool:
-        """One worker measuring the noise scale runs each batch as two halves."""
-        return self.noise is not None and self.ctx.world_size == 1
-
-    def _grad_norm2(self) -> torch.Tensor:
-        return squared_norm(p.grad for p in self.model.parameters())
+        """Each batch runs as two halves: the noise probe's, on one worker."""
+        return self.noise is not None and self.noise.split
 
     # -- one update -------------------------------------------------------------------
 
@@ -179,7 +159,7 @@ class Trainer:
         if self.spec.recipe.clip_grad_norm is not None:  # of the averaged gradient
             clip_gradients(self.model.parameters(), self.spec.recipe.clip_grad_norm)
         if self.noise is not None:
-            self._note_norms()
+            self.noise.note_step(self.model, self.exchange)
         beat(step, "optimizer")
         rate = learning_rate(
             self.spec.recipe.schedule,
@@ -201,8 +181,9 @@ class Trainer:
         return stop
 
     def _forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Forward and backward on the batch; its mean loss, detached. With ``split_batch``,
-        two halves whose gradients add up to the batch's, noting the first half's norm."""
+        """Forward and backward on the batch; its mean loss, detached. Where the noise
+        probe splits it, two halves whose gradients add up to the batch's, noting the
+        first half's norm."""
         half = len(x) // 2 if self.split_batch else len(x)
         parts = [(x[:half], y[:half]), (x[half:], y[half:])] if half < len(x) else [(x, y)]
         total = torch.zeros((), device=self.device)
@@ -217,19 +198,10 @@ class Trainer:
             self.exchange.phase = "backward"
             (loss * weight).backward()
             self.timer.lap("backward")
-            if index == 0 and len(parts) > 1:  # the gradients hold weight × the half's
-                self._half_norm2 = self._grad_norm2() / weight**2
+            if self.noise is not None and index == 0 and len(parts) > 1:
+                self.noise.note_half(self.model, weight)
             total += loss.detach() * weight
         return total
-
-    def _note_norms(self) -> None:
-        """Add this step's squared gradient norms at the small and the big batch."""
-        if self.split_batch:
-            norms: tuple[torch.Tensor, torch.Tensor] | None = (self._half_norm2, self._grad_norm2())
-        else:
-            norms = self.exchange.gradient_norms()
-        if norms is not None:
-            self._norm_sums += torch.stack([*norms, torch.ones((), device=self.device)])
 
     # -- evaluation ---------------------------------------------------------------------
 
@@ -420,15 +392,14 @@ class Trainer:
         """Gather this epoch's per-rank phase seconds and mean train loss; rank 0 logs them."""
         totals = self.timer.vector()
         mine = [now - before for now, before in zip(totals, previous, strict=True)]
-        norms = self._norm_sums.tolist()
+        norms = self.noise.take_epoch() if self.noise else [0.0, 0.0, 0.0]
         ranks = all_gather_named(
             {"phases": mine, "norms": norms, "loss": self._loss_sum.item(), "steps": steps},
             self.device,
         )
         self._loss_sum.zero_()
-        self._norm_sums.zero_()
         losses = sum(rank["loss"] for rank in ranks)
-        noise = self.noise.add_epoch([rank["norms"] for rank in ranks]) if self.noise else None
+        noise = self.noise.meter.add_epoch([r["norms"] for r in ranks]) if self.noise else None
         self.events.log(
             "epoch_stop",
             epoch,
@@ -474,7 +445,7 @@ class Trainer:
             bytes_per_step=max(rank["sent"] for rank in ranks) / max(1, self.step),
             peak_memory_bytes=[rank["memory"] for rank in ranks],
             page_faults_per_step=[rank["faults"] for rank in ranks],  # in steady steps
-            noise_scale=self.noise.summary() if self.noise else None,
+            noise_scale=self.noise.meter.summary() if self.noise else None,
             # graphs torch.compile made inside the clock (rank 0's): their compile time is
             # in the steps it measured; 0 when everything compiled before
             recompiles_in_clock=self.measures.recompiles() if self.spec.compile else None,
