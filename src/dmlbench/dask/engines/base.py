@@ -198,12 +198,15 @@ class Engine:
         waited for (up to the session timeout; fewer are no error), so that they start
         before a timed fit's clock, as a torch.distributed run's workers do. Later growth
         is the fit's own, and on its clock."""
-        est, session = self.est, self.session
-        first = min(est.damping().batch_size, len(session.data.x))
-        world = session.workers.wanted(tasks_for(first, est.grads_per_worker))
-        if session.workers.follow(world) is not None:
-            session.workers.await_some(world, session.timeout)
+        world, workers = self.first_world(), self.session.workers
+        if workers.follow(world) is not None:
+            workers.await_some(world, self.session.timeout)
         return world
+
+    def first_world(self) -> int:
+        """How many workers the next epoch's first update wants."""
+        first = min(self.est.damping().batch_size, len(self.session.data.x))
+        return self.session.workers.wanted(tasks_for(first, self.est.grads_per_worker))
 
     def holds(self, data: remote.TrainData) -> bool:
         held = self.session.data

@@ -40,16 +40,14 @@ class DDP(Engine):
         except Exception as error:
             if not lost_work(error):
                 raise
-            self.generation = None
-            session.client.run(remote.ddp_teardown)
+            self._break_generation()
 
     def run_epoch(self) -> Record:
         est, session = self.est, self.session
         n = len(session.data.x)
         order = est.rng_.permutation(n)
         dampings, batches = self._plan(n)
-        world = session.workers.wanted(tasks_for(len(batches[0]), est.grads_per_worker))
-        world = min(world, min(len(b) for b in batches))
+        world = self._world(batches)
         target = session.workers.follow(world)
         start = time.perf_counter()
         for attempt in range(self.retries + 1):
@@ -59,8 +57,7 @@ class DDP(Engine):
                 results = self._epoch(ranks, plans)
                 break
             except Exception as error:
-                self.generation = None  # the group is broken: the next try is a new one
-                session.client.run(remote.ddp_teardown)
+                self._break_generation()  # the next try is a new one
                 if attempt == self.retries or not (lost_work(error) or self._rank_gone(ranks)):
                     raise
                 est.note(
@@ -89,6 +86,21 @@ class DDP(Engine):
             )
             est.record_update(record, update, damping)
         return est.finish_epoch(record, time.perf_counter() - start)
+
+    def first_world(self) -> int:
+        """The ranks of the next epoch, as :meth:`run_epoch` will plan it."""
+        return self._world(self._plan(len(self.session.data.x))[1])
+
+    def _world(self, batches: list[np.ndarray]) -> int:
+        """The ranks an epoch of ``batches`` runs on: what its first update wants, and no
+        more than its smallest batch has examples (each rank takes a share of each)."""
+        wanted = tasks_for(len(batches[0]), self.est.grads_per_worker)
+        return min(self.session.workers.wanted(wanted), min(len(b) for b in batches))
+
+    def _break_generation(self) -> None:
+        """The process group is broken (a rank lost): every worker leaves it."""
+        self.generation = None
+        self.session.client.run(remote.ddp_teardown)
 
     def _rank_gone(self, ranks: list[str], wait_s: float = 10.0) -> bool:
         """Did a rank's worker die? (Its peers' all-reduce fails before the scheduler
