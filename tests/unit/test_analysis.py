@@ -322,6 +322,25 @@ def test_a_one_step_run_s_summary_says_step_not_steps() -> None:
     assert "phases mean/max over 1 rank " in shown
 
 
+def test_a_dask_fit_s_start_up_says_it_started_the_workers() -> None:
+    """A Dask fit's start-up starts its cluster's workers and sends them the data; its
+    summary called that "data load + model build", as a torch run's (whose workers
+    were started before it)."""
+    from dmlbench.cli.views.summary import run_summary
+
+    def start_up(run: RunRecord) -> str:
+        console = Console(width=200, record=True)
+        console.print(run_summary(run))
+        return next(line for line in console.export_text().splitlines() if "start-up" in line)
+
+    run = stored_run("torch", 2, tta=1.0)
+    run = dataclasses.replace(run, summary=run.summary.model_copy(update={"init_s": 3.0}))
+    assert "data load + model build (before the clock starts)" in start_up(run)
+    fit = run.summary.model_copy(update={"engine": "dask"})
+    shown = start_up(dataclasses.replace(run, summary=fit))
+    assert "Dask workers started, data sent, model built on them" in shown
+
+
 def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:
     """A torch run beside a Dask fit read "delay=null factor=null engine=null ...": every
     key of the fit's ``dask`` section, which the torch run's spec has not."""

@@ -113,7 +113,12 @@ def run_summary(run: RunRecord) -> Table:
         table.add_row("memory", memory)
     if summary.init_s is not None:
         startup = seconds(summary.init_s, unit=True)
-        table.add_row("start-up", f"{startup} data load + model build (before the clock starts)")
+        what = (
+            "Dask workers started, data sent, model built on them"
+            if summary.engine == "dask"
+            else "data load + model build"
+        )
+        table.add_row("start-up", f"{startup} {what} (before the clock starts)")
     if summary.compile_s is not None:
         table.add_row("compilation", compilation_text(summary))
     shares = summary.phase_shares
