@@ -15,6 +15,11 @@ def test_sizes_are_a_log_scale_of_whole_elements_ending_at_the_cap() -> None:
     assert CommBenchSpec(max_bytes=1000, factor=10).sizes() == [4, 40, 400, 1000]
     assert CommBenchSpec(max_bytes=10**8).sizes()[-1] == 10**8
     assert CommBenchSpec(min_bytes=4, max_bytes=4).sizes() == [4]
+    # sizes as a user says them (`--max-bytes 64KiB`, `--set max_bytes=1MB`): it took
+    # only a count of bytes, "1MB" was "unable to parse string as an integer"
+    assert CommBenchSpec.model_validate({"max_bytes": "64KiB"}).sizes()[-1] == 65536
+    assert resolve_bench({"max_bytes": "1MB"}).max_bytes == 10**6
+    assert resolve_bench({"max_bytes": "1MB"}).to_json_dict()["max_bytes"] == 10**6
 
 
 def test_bus_bandwidth_factor_follows_nccl_tests() -> None:
@@ -56,6 +61,7 @@ def test_impossible_benchmarks_are_refused(data: dict, message: str) -> None:
 def test_bad_benchmark_input_is_one_line(dmlbench) -> None:
     for args, message in (
         (["bench", "allreduce", "--max-bytes", "2"], "max_bytes"),
+        (["bench", "allreduce", "--max-bytes", "lots"], "max_bytes: could not parse"),
         (["bench", "allreduce", "--backend", "tcp"], "backend"),
         (["bench", "allreduce", "--set", "bogus=1"], "unknown spec key 'bogus'"),
         (["bench", "allreduce", "--workers", "0"], "at least 1"),

@@ -40,8 +40,12 @@ def allreduce(
     ] = "2",
     backend: Annotated[str, typer.Option(help="gloo (CPU), nccl (GPU) or mpi")] = "gloo",
     max_bytes: Annotated[
-        int, typer.Option(help="largest message in bytes (from 4 bytes, ×factor per step)")
-    ] = 10**8,
+        str,
+        typer.Option(
+            help="largest message: bytes, or a size like 64MiB or 1GB (from 4 bytes, "
+            "×factor per step)"
+        ),
+    ] = "100MB",
     factor: Annotated[int, typer.Option(help="size step between messages")] = 4,
     repeats: Annotated[int, typer.Option(help="timed repeats per size")] = 10,
     warmup: Annotated[int, typer.Option(help="untimed all-reduces per size first")] = 3,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import ByteSize, Field, ValidationError, model_validator
 
 from dmlbench.errors import SpecError
 from dmlbench.netem.profiles import NetworkSpec
@@ -35,8 +35,9 @@ class CommBenchSpec(WorkersSpec):
     )
     backend: Literal["gloo", "nccl", "mpi"] = "gloo"
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    min_bytes: int = Field(ELEMENT_BYTES, ge=ELEMENT_BYTES)
-    max_bytes: int = Field(10**8, ge=ELEMENT_BYTES, le=2**34)
+    # sizes in bytes, or as 64MiB, 1GB (pydantic's ByteSize)
+    min_bytes: ByteSize = Field(ByteSize(ELEMENT_BYTES), ge=ELEMENT_BYTES)
+    max_bytes: ByteSize = Field(ByteSize(10**8), ge=ELEMENT_BYTES, le=2**34)
     factor: int = Field(4, ge=2, le=1024, description="size step: bytes × factor")
     warmup: int = Field(3, ge=0, le=1000)
     repeats: int = Field(10, ge=1, le=100_000)
@@ -75,7 +76,7 @@ class CommBenchSpec(WorkersSpec):
 
     def sizes(self) -> list[int]:
         """Message sizes in bytes, whole float32 elements, smallest first."""
-        sizes, size = [], self.min_bytes
+        sizes, size = [], int(self.min_bytes)
         while size < self.max_bytes:
             sizes.append(size - size % ELEMENT_BYTES)
             size *= self.factor
