@@ -37,7 +37,7 @@ def sigterm_interrupts() -> Iterator[None]:
         # once: Slurm signals every process of the step, and bash passes it on too; a
         # second one must not cut short the recording of the first
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt("stopped by SIGTERM")
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)

@@ -37,9 +37,11 @@ def test_run_then_results(tmp_path: Path) -> None:
 
 
 @pytest.mark.multiprocess
-def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["ctrl-c", "kill -TERM"])
+def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path, how: str) -> None:
     """Ctrl-C signals the terminal's whole group, workers included: one line, no
-    traceback per rank (issue 40), and the launcher's signal handlers put back."""
+    traceback per rank (issue 40), and the launcher's signal handlers put back. A
+    SIGTERM (kill, a time limit) is stored as such: it read "interrupted by the user"."""
     store = tmp_path / "store"
     proc = subprocess.Popen(
         [
@@ -61,12 +63,17 @@ def test_ctrl_c_stores_the_run_as_interrupted(tmp_path: Path) -> None:
         start_new_session=True,
     )
     wait_for_evaluation(proc, store)
-    os.killpg(proc.pid, signal.SIGINT)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stdout + stderr and "KeyboardInterrupt" not in stdout + stderr
     row = json.loads(inside("results", "--json", "--store", str(store)).stdout)[0]
     assert row["status"] == "interrupted"
+    said = "interrupted by the user" if how == "ctrl-c" else "stopped by SIGTERM"
+    assert row["error"] == said
     assert len(row["evals"]) >= 1  # what was reached is kept
     shown = inside("compare", "--store", str(store)).stdout  # its point reads 0/1 and dashes
     assert "1 run was interrupted; it counts as not reached (k/n)" in " ".join(shown.split())

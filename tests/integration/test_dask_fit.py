@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import COLUMNS, mlperf_common_messages
+from helpers import COLUMNS, DMLBENCH, mlperf_common_messages, wait_for_evaluation
 
 from dmlbench.dask.dampers import GeoDamp
 from dmlbench.dask.simulate import schedule
@@ -92,6 +93,30 @@ def _epoch_ends(sizes: list[int], n: int) -> list[int]:
         if seen % n == 0:
             ends.append(index)
     return ends
+
+
+@pytest.mark.slow
+def test_sigterm_stores_a_fit_as_interrupted_with_what_it_reached(tmp_path: Path) -> None:
+    """`kill` (or a job's time limit) ended `dask fit` on the spot: its row was left
+    running, later read "the launching process ended without finishing the run", and
+    its evaluations were not stored. It is stored as a torch run's is on SIGTERM."""
+    store = tmp_path / "store"
+    endless = ["--set", "recipe.max_epochs=100000", "--set", "stop_at_target=false"]
+    proc = subprocess.Popen(
+        [*DMLBENCH, "dask", "fit", "digits-mlp", "--store", str(store), *endless],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    wait_for_evaluation(proc, store, timeout=120)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    (run,) = json.loads(dmlbench("results", "--json", "--store", str(store)).stdout)
+    assert (run["status"], run["error"]) == ("interrupted", "stopped by SIGTERM")
+    assert len(run["evals"]) >= 1  # what it reached is kept
 
 
 @pytest.mark.slow

@@ -309,6 +309,8 @@ def test_ctrl_c_stops_the_whole_cluster_and_stores_it_interrupted(tmp_path: Path
     assert time.monotonic() - signalled < 30
     (run,) = json.loads(inside("results", "--json", "--store", str(store)).stdout)
     assert run["status"] == "interrupted", run["error"]
+    said = "stopped by SIGTERM" if how == "kill -TERM" else "interrupted by the user"
+    assert run["error"] == said
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert leftovers() == [] and _agents(store) == []  # veths included
 

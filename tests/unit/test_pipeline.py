@@ -40,6 +40,8 @@ class EndsHow(Launcher):
             raise WorkerFailed("worker rank 1 died")
         if self.how == "ctrl-c":
             raise KeyboardInterrupt
+        if self.how == "sigterm":
+            raise KeyboardInterrupt("stopped by SIGTERM")
         if self.how == "bug":
             raise ZeroDivisionError("a bug")
         stop = RunStop(
@@ -68,6 +70,8 @@ class EndsHow(Launcher):
         ("clean", "success", None, None),
         ("failed worker", "failed", "worker rank 1 died", None),
         ("ctrl-c", "interrupted", "interrupted by the user", KeyboardInterrupt),
+        # kill, a time limit: it read "interrupted by the user" too
+        ("sigterm", "interrupted", "stopped by SIGTERM", KeyboardInterrupt),
         ("bug", "failed", "launcher error: ZeroDivisionError('a bug')", ZeroDivisionError),
     ],
 )

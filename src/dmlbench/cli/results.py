@@ -34,7 +34,7 @@ def results(
         typer.Option(
             "--import",
             help="store the run in this run folder (one the store could not take when it "
-            "ended, e.g. on a full disk); repeatable",
+            "ended, e.g. on a full disk, or whose launcher was killed); repeatable",
         ),
     ] = None,
     import_mlperf: Annotated[

@@ -225,6 +225,9 @@ class DaskLauncher(Launcher):
     cluster's, and this process writes the run's event log."""
 
     unfinished = "the Dask fit stopped early"
+    # SIGTERM (kill, a job's time limit) acts as Ctrl-C: no launcher of torch's is there
+    # to catch it, and it ended the process with the run's row left running
+    sigterm_interrupts = True
 
     def __init__(
         self,

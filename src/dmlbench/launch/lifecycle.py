@@ -164,8 +164,9 @@ def launched(
         yield attempt
     except (WorkerFailed, NetworkError) as failure:
         attempt.status, attempt.error = "failed", str(failure)
-    except KeyboardInterrupt:
-        attempt.status, attempt.error = "interrupted", "interrupted by the user"
+    except KeyboardInterrupt as interrupt:
+        # Ctrl-C, or the signal that stopped it ("stopped by SIGTERM": kill, a time limit)
+        attempt.status, attempt.error = "interrupted", str(interrupt) or "interrupted by the user"
         stop()
         raise
     except BaseException as unexpected:

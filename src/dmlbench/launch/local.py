@@ -229,8 +229,9 @@ def launch_workers(
         raise WorkerFailed(
             f"worker rank {rank} failed: {_failure_message(failure, log_dir)}"
         ) from None
-    except SignalException as error:
-        raise KeyboardInterrupt(f"launcher received {error.sigval.name}") from None
+    except SignalException as error:  # Ctrl-C is the user's; another, who sent it
+        name = error.sigval.name
+        raise KeyboardInterrupt("" if name == "SIGINT" else f"stopped by {name}") from None
     except START_FAILURES as error:  # rendezvous or start-up failures inside torch
         if rendezvous is not None:
             raise WorkerFailed(_rendezvous_failure(error, rendezvous)) from None

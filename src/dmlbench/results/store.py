@@ -73,7 +73,10 @@ class Rerun(StrEnum):
     always = "always"  # every one
 
 
-ABANDONED = "the launching process ended without finishing the run"
+ABANDONED = (
+    "the launching process ended without finishing the run; `dmlbench results --import "
+    "RUN_FOLDER` keeps what its event log holds"
+)
 
 
 def _launcher_alive(row: Mapping[str, Any]) -> bool:
