@@ -133,17 +133,24 @@ def chromium() -> str:
 
 # Counts the figures the browser laid out, and what it found wrong with their layout: a
 # figure's title cut at its edge or meeting a y-axis label (the figures tag both), a
-# table wider than the page (its scroller scrolls). Only the test's copy carries it.
+# table wider than the page (its scroller scrolls), figures shown at scales more than
+# 15% apart (their fonts then differ: a section's lone figure stretched across the page
+# drew its text twice the size of its neighbours'). Only the test's copy carries it.
 RENDER_CHECK = """
 (function(){var figs=document.querySelectorAll('figure.plot'),ok=0,bad=[];
 function meets(a,b){return a.left<b.right&&b.left<a.right&&a.top<b.bottom&&b.top<a.bottom;}
+var scales=[];
 figs.forEach(function(f){var s=f.querySelector('svg');if(!s)return;var r=s.getBoundingClientRect();
 if(r.width>100&&r.height>50&&s.querySelectorAll('path,use,text').length>10)ok++;
+var vb=s.viewBox&&s.viewBox.baseVal;if(vb&&vb.width)scales.push([f.id,r.width/vb.width]);
 var t=f.querySelector('[id="figure-title"]');if(!t){bad.push(f.id+' has no title');return;}
 var tr=t.getBoundingClientRect();
 if(tr.left<r.left-1||tr.right>r.right+1)bad.push(f.id+' title cut');
 f.querySelectorAll('[id="axis-ylabel"]').forEach(function(l){
 if(meets(tr,l.getBoundingClientRect()))bad.push(f.id+' title meets a y label');});});
+var least=Math.min.apply(null,scales.map(function(s){return s[1];}));
+scales.forEach(function(s){if(s[1]>least*1.15)bad.push(s[0]+' drawn '+(s[1]/least).toFixed(2)+
+'x the smallest scale');});
 document.querySelectorAll('.scroll').forEach(function(s,i){if(s.scrollWidth>s.clientWidth+1)
 bad.push('table '+i+' is '+(s.scrollWidth-s.clientWidth)+' px too wide');});
 document.body.setAttribute('data-figures',figs.length);

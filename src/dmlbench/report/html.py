@@ -25,7 +25,7 @@ import dmlbench
 from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
 from dmlbench.report import analysis, figures, formats, prediction_figures
-from dmlbench.report.drawing import fit_labels
+from dmlbench.report.drawing import WIDTH, fit_labels
 from dmlbench.report.formats import (
     SCOPE_NOTE,
     SCOPES,
@@ -352,9 +352,11 @@ def _prediction_table(section: Section) -> TableView:
     return TableView([title for title, _ in PREDICTION_COLUMNS], rows)
 
 
-def _figures_view(section: Section, wide: Sequence[str] = ()) -> list[dict[str, Any]]:
+def _figures_view(section: Section) -> list[dict[str, Any]]:
+    """The section's figures; one of panels side by side (drawn :data:`WIDE`) takes the
+    page's whole row, so every figure's fonts are shown at one size."""
     return [
-        {"name": name, "svg": svg_of(fig), "wide": name in wide}
+        {"name": name, "svg": svg_of(fig), "wide": fig.get_figwidth() > 1.5 * WIDTH}
         for name, fig in section.figures.items()
     ]
 
@@ -371,7 +373,7 @@ def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
             heading="Communication micro-benchmarks",
             meta=f"{section.title}. busbw = algbw × 2(n−1)/n (NCCL-tests' definition); "
             "latency is the median over repeats, a repeat lasting as long as its slowest rank.",
-            figures=_figures_view(section, wide=list(section.figures)),
+            figures=_figures_view(section),
             tables=[{"title": "", "table": _comm_table(section)}],
         )
     elif section.kind == "predicted":
@@ -382,13 +384,10 @@ def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
             tables=[{"title": "", "table": _prediction_table(section)}],
         )
     else:
-        curves = section.figures.get("curves")  # accuracy and loss: two panels, full width
         view.update(
             heading=f"{section.task} · {section.sweep}",
             meta=section.title,
-            figures=_figures_view(
-                section, wide=["curves"] if curves and len(curves.axes) > 1 else []
-            ),
+            figures=_figures_view(section),
             tables=[
                 *_variant_legend(section.table),
                 {"title": "Scaling table", "table": _scaling_table(section.table, budget_s)},
