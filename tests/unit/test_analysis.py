@@ -977,6 +977,12 @@ def test_training_accuracy_and_a_target_loss_are_drawn_where_present() -> None:
     plain = curves(evals.assign(train_metric=None), table, 0.9, "t")
     assert not [line for line in plain.axes[0].get_lines() if line.get_linestyle() == ":"]
     assert len(plain.axes[1].get_lines()) == 1 and not plain.axes[1].texts
+    # a run at 100% from its first evaluation: the axis read 96% to 104%
+    perfect = stored_run("p", 1, tta=1.0, evals=[(1.0, 1.0)])
+    frame = analysis.runs_frame([perfect])
+    evals = analysis.evals_frame([perfect]).merge(frame[["run_id", "variant"]], on="run_id")
+    top = curves(evals, analysis.scaling_table(frame), 0.95, "t").axes[0].get_ylim()[1]
+    assert 1.0 < top <= 1.01
 
 
 def test_a_variant_of_a_table_entry_names_the_table() -> None:

@@ -234,6 +234,9 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     return finish(fig, ax, table)
 
 
+ACCURACY_TOP = 1.008  # a 100% point's marker shows whole
+
+
 def curves(
     evals: pd.DataFrame,
     table: pd.DataFrame,
@@ -308,6 +311,8 @@ def curves(
         ax.set_xlabel("wall-clock seconds since run start")
     acc.set_ylabel("accuracy, %")
     acc.yaxis.set_major_formatter(PercentFormatter(1.0))
+    # no accuracy is above 100%: room for a marker there, no ticks past it ("104%")
+    acc.set_ylim(top=min(acc.get_ylim()[1], ACCURACY_TOP))
     if loss is not None:
         loss.set_ylabel("test loss (mean per example)")
     return finish(fig, acc, table)
