@@ -54,7 +54,7 @@ def test_advise_from_a_real_store(tmp_path: Path) -> None:
         ).stdout
     )
     assert out["noise_scale"] > 0  # the 2-worker run measured it
-    assert "median B_simple of 1 run" in out["sources"]["noise_scale"]
+    assert "median B_simple of 1 run:" in out["sources"]["noise_scale"]
     runs = json.loads(inside("results", "--json", "--store", store).stdout)
     # compute comes from the undisturbed runs (all of them when every run was
     # disturbed) at their fewest workers: on a quiet machine b=16 and 64 at 1 worker; a

@@ -298,7 +298,7 @@ def test_a_run_on_the_device_lends_its_share_of_the_data_sheets_peak() -> None:
     ]
     small = [dataclasses.replace(run("d", "NVIDIA H200", "fp32", 42.6e12), local_batch=32)]
     share, source = efficiency_from_runs(runs, h200, "fp32")  # type: ignore[misc]
-    assert share == pytest.approx(72.6 / 67) and "1 fp32 run(s)" in source and "(a)" in source
+    assert share == pytest.approx(72.6 / 67) and "1 fp32 run " in source and "(a)" in source
     assert efficiency_from_runs(runs, h200, "bf16")[0] == pytest.approx(105 / 989.5)  # type: ignore[index]
     assert efficiency_from_runs(runs, h200, "tf32")[0] == pytest.approx(72.6 / 494.5)  # type: ignore[index]
     assert efficiency_from_runs(runs, h200, "fp8") is None
@@ -313,7 +313,7 @@ def test_a_run_on_the_device_lends_its_share_of_the_data_sheets_peak() -> None:
     # simulate takes the runs at the recipe's batch (32 images): launch-bound, 8.6%
     measured = simulate_cluster(GOYAL_TASK, "dgx-h200", [1, 2], runs=runs + small, dtype="tf32")
     assert measured.efficiency == pytest.approx(42.6 / 494.5)
-    assert measured.efficiency_source.startswith("measured: 1 tf32 run(s) at 32 a device")
+    assert measured.efficiency_source.startswith("measured: 1 tf32 run at 32 a device")
 
 
 def test_a_measured_curve_gives_the_compute_at_any_local_batch() -> None:

@@ -57,7 +57,8 @@ class NoiseEvidence:
 
     @property
     def source(self) -> str:
-        return f"median B_simple of {len(self.runs)} run(s): {', '.join(self.runs[:3])}" + (
+        runs = f"{len(self.runs)} run{'s' * (len(self.runs) != 1)}"
+        return f"median B_simple of {runs}: {', '.join(self.runs[:3])}" + (
             ", …" if len(self.runs) > 3 else ""
         )
 

@@ -237,7 +237,8 @@ def efficiency_from_runs(
     value = statistics.median(share for share, _ in found)
     runs_text = ", ".join(run_id for _, run_id in found[:3])
     at = f" at {local_batch} a device" if local_batch else ""
-    return value, f"measured: {len(found)} {dtype} run(s){at} on {accelerator.name} ({runs_text})"
+    runs = f"{len(found)} {dtype} run{'s' * (len(found) != 1)}"
+    return value, f"measured: {runs}{at} on {accelerator.name} ({runs_text})"
 
 
 @dataclass
