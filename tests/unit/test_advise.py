@@ -78,6 +78,8 @@ def test_the_compute_line_is_fitted_through_the_measured_local_batches() -> None
     assert (one.fixed_s, one.per_example_s) == (0.0, pytest.approx(2e-3 / 16))
     assert "assumed proportional" in one.line() and one.factor(2)[1] == "assumed ∝ b"
     assert "125.00 µs × b per step" in one.line() and "at 1 worker)" in one.line()
+    assert one.line().startswith("125.00 µs × b")  # no fixed part: it read "0.000 ms + "
+    assert line.line().startswith(f"{1e3 * line.fixed_s:.3f} ms + ")  # a fitted line's
     slow = compute_model([timed("a", 0.16, local=16)], "synthetic-mlp", cores=None)
     assert "10.00 ms × b" in slow.line()  # not 10000.00 µs
     assert "at 2 workers" in dataclasses.replace(line, workers=2).line()

@@ -113,7 +113,9 @@ class ComputeModel:
         per = self.per_example_s  # 10.03 ms, not 10031.71 µs
         each = f"{1e3 * per:.2f} ms" if per >= 1e-3 else f"{1e6 * per:.2f} µs"
         workers = f"{self.workers} worker{'s' * (self.workers != 1)}"
-        return f"{1e3 * self.fixed_s:.3f} ms + {each} × b per step ({fit} b={points} at {workers})"
+        # a line through one point has no fixed part: "0.000 ms + ..." said one
+        fixed = f"{1e3 * self.fixed_s:.3f} ms + " if len(self.batches) > 1 else ""
+        return f"{fixed}{each} × b per step ({fit} b={points} at {workers})"
 
 
 def compute_model(runs: Sequence[RunRecord], task: str, cores: int | None) -> ComputeModel:
