@@ -66,6 +66,11 @@ def test_networks_lists_the_profiles_a_run_can_name(dmlbench, tmp_path: Path) ->
     mine.write_text("lab: {bandwidth: 40gbit, intra_bandwidth: 200gbit, description: ours}\n")
     code, out, _ = dmlbench("networks", "--file", str(mine))
     assert code == 0 and "lab" in out and "200gbit" in out and "wan-20ms" not in out
+    # the listing names the shortest way to a rate of one's own, and a run takes it
+    from dmlbench.netem.profiles import network_option
+
+    assert "--network 250mbit (a rate alone)" in " ".join(out.split())
+    assert network_option("250mbit") == {"bandwidth": "250mbit"}
     mine.write_text("lab: {bandwidth: fast}\n")
     code, _, err = dmlbench("networks", "--file", str(mine))
     assert code == 2 and "'fast' is not a positive rate" in err

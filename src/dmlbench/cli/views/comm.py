@@ -26,9 +26,9 @@ def networks_table(profiles: dict[str, dict[str, Any]]) -> Table:
     table = figures_table(
         "network profiles: --network NAME",
         "bandwidth per link and direction, latency one way per packet; between nodes, or "
-        "between every worker when each is its own host. Your own values: --set "
-        "network.bandwidth=250mbit --set network.latency=5ms, or --set "
-        "network.profiles_file=FILE",
+        "between every worker when each is its own host. Your own values: --network "
+        "250mbit (a rate alone), --set network.bandwidth=250mbit --set "
+        "network.latency=5ms, or --set network.profiles_file=FILE",
     )
     for column in ("name", "bandwidth", "latency", "inside a node", "what"):
         table.add_column(column, overflow="fold")
