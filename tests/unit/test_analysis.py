@@ -599,7 +599,8 @@ def test_compare_marks_a_dask_fit_as_results_does() -> None:
     fit = stored_run("fit", 2, tta=2.0, seed=1, exchange="dask-centralised")
     grown = fit.summary.model_copy(update={"engine": "dask", "largest_batch": 128})
     fit = replace(fit, summary=grown)
-    table = analysis.scaling_table(analysis.runs_frame([torch_run, fit]))
+    frame = analysis.runs_frame([torch_run, fit])
+    table = analysis.scaling_table(frame)
     console = Console(width=80, record=True)
     for rich_table in scaling_tables(table):
         console.print(rich_table)
@@ -611,6 +612,10 @@ def test_compare_marks_a_dask_fit_as_results_does() -> None:
     plain = by_variant.loc["exchange=allreduce"]
     assert (cells["N"](fitted), cells["b / B"](fitted)) == ("≤2", "32 / 64→128")
     assert (cells["N"](plain), cells["b / B"](plain)) == ("2", "32 / 64")
+    from dmlbench.report.html import _runs_table  # the report's list of runs, too
+
+    listed = {row.cells[0].text: row.cells[1] for row in _runs_table(frame).rows}
+    assert listed == {"torch": "2", "fit": "≤2"}
     # a fit whose batch did not grow shows none
     still = fit.summary.model_copy(update={"largest_batch": 64})
     table = analysis.scaling_table(analysis.runs_frame([replace(fit, summary=still)]))

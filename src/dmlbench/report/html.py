@@ -262,7 +262,8 @@ def _runs_table(runs: pd.DataFrame) -> TableView:
     rows = []
     for _, run in runs.sort_values(["workers", "seed", "created_at"]).iterrows():
         cells: list[str | Link] = [Link(run["run_id"], f"#run-{run['run_id']}")]
-        cells += [str(run["workers"]), *([names[run["variant"]]] if varied else [])]
+        workers = f"{'≤' * bool(run['elastic'])}{run['workers']}"  # a Dask fit: up to N
+        cells += [workers, *([names[run["variant"]]] if varied else [])]
         cells += [
             str(run["seed"]),
             run["status"] + ("†" if run["disturbed"] else ""),
