@@ -595,8 +595,8 @@ def test_compare_marks_a_dask_fit_as_results_does() -> None:
     from dmlbench.cli.views.tables import scaling_tables
     from dmlbench.report.tables import SCALING_COLUMNS
 
-    torch_run = stored_run("torch", 2, tta=1.0)
-    fit = stored_run("fit", 2, tta=2.0, seed=1, exchange="dask-centralised")
+    torch_run = stored_run("torch", 2, tta=1.0, evals=[(1.0, 0.95)])
+    fit = stored_run("fit", 2, tta=2.0, seed=1, exchange="dask-centralised", evals=[(2.0, 0.95)])
     grown = fit.summary.model_copy(update={"engine": "dask", "largest_batch": 128})
     fit = replace(fit, summary=grown)
     frame = analysis.runs_frame([torch_run, fit])
@@ -616,6 +616,11 @@ def test_compare_marks_a_dask_fit_as_results_does() -> None:
 
     listed = {row.cells[0].text: row.cells[1] for row in _runs_table(frame).rows}
     assert listed == {"torch": "2", "fit": "≤2"}
+    from dmlbench.report.figures import curves  # and the curves' legend
+
+    evals = analysis.evals_frame([torch_run, fit]).merge(frame[["run_id", "variant"]])
+    legend = {line.get_label() for line in curves(evals, table, 0.9, "t").axes[0].get_lines()}
+    assert {"exchange=allreduce · 2 workers", "exchange=dask-centralised · ≤2 workers"} <= legend
     # a fit whose batch did not grow shows none
     still = fit.summary.model_copy(update={"largest_batch": 64})
     table = analysis.scaling_table(analysis.runs_frame([replace(fit, summary=still)]))

@@ -259,12 +259,14 @@ def curves(
     cmap = colormaps["viridis"]
     by_count = {w: cmap(i / max(1, len(workers) - 1) * 0.85) for i, w in enumerate(workers)}
     over = set(table.loc[table["oversubscribed"], "workers"].astype(int))
+    elastic = set(table.loc[table["elastic"], "variant"])
     ordered = evals.assign(variant=variant).sort_values(
         ["variant", "workers", "run_id", "elapsed_s"], kind="stable"
     )
     for _, run in ordered.groupby("run_id", sort=False):
         n, name = int(run["workers"].iloc[0]), names[str(run["variant"].iloc[0])]
-        label = f"{plural(n, 'worker')}{' *' * (n in over)}"
+        up_to = "≤" * (run["variant"].iloc[0] in elastic)  # a Dask fit: on up to n workers
+        label = f"{up_to}{plural(n, 'worker')}{' *' * (n in over)}"
         if len(names) > 1:
             index = list(names.values()).index(name)
             colour = VARIANT_COLOURS[index % len(VARIANT_COLOURS)]
