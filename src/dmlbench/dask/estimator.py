@@ -290,8 +290,10 @@ class DaskEstimator(RoutedParams):
         return self
 
     def prepare(self, X: Any, y: Any) -> DaskEstimator:
-        """The first ``partial_fit``'s work before its first update (the data checked and
-        sent, the model built on the workers); no update. Run before a timed fit."""
+        """The first ``partial_fit``'s work before its first update (the first update's
+        workers started, the data checked and sent, the model built on them); no update.
+        Run before a timed fit, then ``partial_fit`` an epoch at a time: ``fit`` starts
+        afresh."""
         x, y_ = self._validate(X, y, fitting=True)
         self._initialize(x, y_)
         self._close_engine()  # a fresh start, as fit's: the session held the last model's
