@@ -113,3 +113,28 @@ def test_verbose_shows_what_the_library_logs_and_quiet_does_not(tmp_path: Path, 
     logger = logging.getLogger("dmlbench")
     logger.handlers[:], logger.propagate = [logging.NullHandler()], True
     logger.setLevel(logging.NOTSET)
+
+
+def test_a_filter_that_matches_no_run_names_the_nearest_the_store_has(
+    tmp_path: Path, dmlbench
+) -> None:
+    """A sweep's name one letter short read "no stored runs in STORE for sweep '…'"
+    and nothing more: the names a table prints are long and easy to mistype."""
+    store = ResultsStore(tmp_path)
+    spec = resolve_spec("synthetic-mlp").to_json_dict()
+    sweep = {"name": "synthetic-mlp-workers", "key": "k", "scaling": "weak", "repeat": 0}
+    store.begin("a", spec, {}, collect_environment(), sweep={**sweep, "point": {"workers": 1}})
+    assert store.missed(None, None) == ""
+    assert store.missed("synthetic-mlp-worker", None) == (
+        " for sweep 'synthetic-mlp-worker' (did you mean 'synthetic-mlp-workers'?)"
+    )
+    assert store.missed(None, "zzz") == " for task 'zzz' (it has synthetic-mlp)"
+    for command in ("compare", "export", "report"):
+        out = ["--out", str(tmp_path / command)] if command == "export" else []
+        png = ["--png", str(tmp_path / "png")] if command == "report" else []
+        code, _, err = dmlbench(
+            command, "--store", str(tmp_path), "--sweep", "synthetic-mlp-w", *out, *png
+        )
+        assert code == 2 and "(did you mean 'synthetic-mlp-workers'?)" in err, err
+    # and a refused export or report leaves no folder behind
+    assert not (tmp_path / "export").exists() and not (tmp_path / "png").exists()

@@ -261,10 +261,10 @@ def selected_runs(
     store: Path, sweep: str | None, task: str | None, opened: ResultsStore | None = None
 ) -> list[RunRecord]:
     """The stored runs of a sweep and/or task; refused in one line where there are none."""
-    runs = (opened or open_store(store, existing=True)).runs(sweep=sweep, task=task)
+    opened = opened or open_store(store, existing=True)
+    runs = opened.runs(sweep=sweep, task=task)
     if not runs:
-        what = " and ".join(f"{k} '{v}'" for k, v in (("sweep", sweep), ("task", task)) if v)
-        raise DmlbenchError(f"no stored runs in {store}" + (f" for {what}" if what else ""))
+        raise DmlbenchError(f"no stored runs in {store}{opened.missed(sweep, task)}")
     return list(runs)
 
 

@@ -56,7 +56,7 @@ def report(
     target = out or store / "report.html"
     check_output_file(target, "report")  # before any work: --out /dev/full, --out DIR
     if png is not None:
-        check_output_folder(png, "--png folder")
+        check_output_folder(png, "--png folder", make=False)  # made once there are runs
     import pandas as pd
 
     from dmlbench.cli.views.tables import scaling_tables
@@ -71,7 +71,9 @@ def report(
         [] if sweep else [p for p in load_predictions(store) if not task or p["task"] == task]
     )
     if not runs and not comm_runs and not predictions:
-        raise DmlbenchError(f"no stored runs in {store} to report on")
+        raise DmlbenchError(f"no stored runs in {store}{results.missed(sweep, task)} to report on")
+    if png is not None:
+        check_output_folder(png, "--png folder")  # before the report is written
     chosen = choose_price(price, prices)
     sections, pngs = write_report(
         runs,
@@ -213,9 +215,9 @@ def export(
 
     chosen = check_formats(formats or default_formats())
     opened = open_store(store, existing=True)
-    check_output_folder(out, "export folder")
+    check_output_folder(out, "export folder", make=False)  # a file there: refused first
     comm = [] if sweep or task else opened.comm_runs()
     runs = opened.runs() if comm else selected_runs(store, sweep, task, opened)
-    written = export_tables(runs, out, chosen, comm)
+    written = export_tables(runs, check_output_folder(out, "export folder"), chosen, comm)
     names = ", ".join(p.name for p in written)
     console.print(f"{len(written)} files in {out}: {names}", markup=False, soft_wrap=True)

@@ -18,6 +18,7 @@ imported from its folder later (:func:`dmlbench.results.recover.import_run_dir`)
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import AlreadyClaimed, StoreError
+from dmlbench.names import shorten
 from dmlbench.results import rows
 from dmlbench.results.database import (
     SCHEMA,
@@ -386,6 +388,23 @@ class ResultsStore:
                 fields["results"] = [CommResult(**rows.without_run_id(r)) for r in results]
                 found.append(CommRun(**fields))
         return found
+
+    def missed(self, sweep: str | None, task: str | None) -> str:
+        """What a filter that matched no run asked for, with the nearest sweep or task
+        the store has: `` for sweep 'x-worker' (did you mean 'x-workers'?)``, or the ones
+        it has where none is near ("" without a filter)."""
+        said = []
+        with self._connect() as db:
+            for column, value in (("sweep", sweep), ("task", task)):
+                if value is None:
+                    continue
+                query = f"SELECT DISTINCT {column} FROM runs WHERE {column} IS NOT NULL"
+                names = sorted(str(row[0]) for row in db.execute(query))
+                close = difflib.get_close_matches(value[:200], names, n=1)
+                shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
+                hint = f"did you mean '{close[0]}'?" if close else f"it has {shown or 'none'}"
+                said.append(f"{column} '{shorten(value)}' ({hint})")
+        return f" for {' and '.join(said)}" if said else ""
 
     def resolve_id(self, fragment: str) -> str | None:
         """The run id equal to ``fragment``, or the only one that starts or ends with it."""
