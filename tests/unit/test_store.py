@@ -4,6 +4,7 @@ was; the first write (or `results --upgrade`) migrates it and marks abandoned ru
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def test_a_filter_that_matches_no_run_names_the_nearest_the_store_has(
         " for sweep 'synthetic-mlp-worker' (did you mean 'synthetic-mlp-workers'?)"
     )
     assert store.missed(None, "zzz") == " for task 'zzz' (it has synthetic-mlp)"
-    for command in ("compare", "export", "report"):
+    for command in ("results", "compare", "export", "report"):
         out = ["--out", str(tmp_path / command)] if command == "export" else []
         png = ["--png", str(tmp_path / "png")] if command == "report" else []
         code, _, err = dmlbench(
@@ -138,3 +139,8 @@ def test_a_filter_that_matches_no_run_names_the_nearest_the_store_has(
         assert code == 2 and "(did you mean 'synthetic-mlp-workers'?)" in err, err
     # and a refused export or report leaves no folder behind
     assert not (tmp_path / "export").exists() and not (tmp_path / "png").exists()
+    # `results` lists a sweep's runs or a task's, as the others take them
+    code, out, _ = dmlbench("results", "--store", str(tmp_path), "--sweep", sweep["name"], "--json")
+    assert code == 0 and [run["run_id"] for run in json.loads(out)] == ["a"]
+    code, _, err = dmlbench("results", "a", "--store", str(tmp_path), "--task", "synthetic-mlp")
+    assert code == 2 and "give them or a run id" in err

@@ -12,11 +12,14 @@ from dmlbench.cli.options import (
     STORE,
     JsonOption,
     StoreOption,
+    SweepFilter,
+    TaskFilter,
     console,
     err_console,
     flag,
     open_store,
     print_json,
+    selected_runs,
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
@@ -29,6 +32,8 @@ def results(
     ] = None,
     store: StoreOption = STORE,
     json_out: JsonOption = False,
+    sweep: SweepFilter = None,
+    task: TaskFilter = None,
     import_dirs: Annotated[
         list[Path] | None,
         typer.Option(
@@ -71,13 +76,14 @@ def results(
         if import_mlperf:
             _import_mlperf(store, import_mlperf)
         return
-    results_store = open_store(
-        store, existing=True
-    )  # before the report's imports (pandas: seconds)
+    # before the views' imports (pandas: seconds)
+    results_store = open_store(store, existing=True)
     from dmlbench.cli.views.comm import comm_runs_table, comm_table
     from dmlbench.cli.views.summary import run_summary
     from dmlbench.cli.views.tables import runs_table
 
+    if run_id and (sweep or task):
+        raise DmlbenchError("--sweep and --task choose runs to list: give them or a run id")
     if run_id:
         resolved = results_store.resolve_id(run_id)
         if resolved is None:
@@ -88,13 +94,16 @@ def results(
                 return
             raise DmlbenchError(f"no single run matches '{run_id}' in {store}")
         run_id = resolved
-    runs = results_store.runs(run_id)
+    if sweep or task:  # none matching: the nearest the store has, in one line
+        runs = selected_runs(store, sweep, task, results_store)
+    else:
+        runs = results_store.runs(run_id)
     if json_out:
         print_json(runs)
     elif run_id:
         console.print(run_summary(runs[0]))
     else:
-        comm_runs = results_store.comm_runs()
+        comm_runs = [] if sweep or task else results_store.comm_runs()
         if runs or not comm_runs:  # "0 stored runs" above micro-benchmarks said nothing
             console.print(runs_table(runs, width=console.width))
         if comm_runs:
