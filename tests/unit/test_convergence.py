@@ -98,3 +98,20 @@ def test_a_measured_noise_scale_in_the_runs_is_the_fits_prior() -> None:
     assert prior["noise_scale_prior"] == 20_000.0
     assert abs(prior["b_noise"] - 20_000) < abs(plain["b_noise"] - 20_000)
     assert prior_rows[0]["time_to_train_s"] != plain_rows[0]["time_to_train_s"]
+
+
+def test_a_note_that_asks_for_converge_from_names_the_published_runs_the_store_has() -> None:
+    """`simulate-cluster imagenet-resnet50` on a store holding MLPerf's imported runs
+    said "give --converge-from" without naming them: they sit under their own task
+    names (mlperf/resnet). Only published runs at two batches or more are named."""
+    from dataclasses import replace
+
+    from dmlbench.cli.cluster import _fittable_elsewhere
+
+    def published(task: str, batch: int) -> object:
+        return replace(_run(batch, 40_000 + batch), task=task, origin={"round": "v0.7"})
+
+    runs = [published("mlperf/resnet", 1664), published("mlperf/resnet", 3264)]
+    runs += [published("mlperf/bert", 256), _run(64, 1000), _run(128, 1200)]  # bert: 1
+    assert _fittable_elsewhere(runs) == " (published runs in the store: mlperf/resnet)"
+    assert _fittable_elsewhere(runs[2:]) == ""  # one batch, and this machine's own runs

@@ -171,8 +171,25 @@ def _cluster_time_to_train(
             task, cluster, counts, runs=runs, curve=curve_points, local_batch=batch, **options
         )
         result.convergence = add_time_to_train(result.rows, converged, source)
+        if "note" in result.convergence and stored and converge_from is None:
+            result.convergence["note"] += _fittable_elsewhere(stored.runs())
         results.append(result)
     return results
+
+
+def _fittable_elsewhere(runs: Sequence[Any]) -> str:
+    """The published runs in the store (``results --import-mlperf``'s, under their own
+    task names) that reached the target at two or more global batches, for a note that
+    asks for --converge-from ("" where there are none)."""
+    from dmlbench.perfmodel.cluster import convergence_points
+
+    tasks = sorted({run.task for run in runs if run.external})
+    fittable = [
+        name
+        for name in tasks
+        if len({b for b, _ in convergence_points([r for r in runs if r.task == name])}) > 1
+    ]
+    return f" (published runs in the store: {', '.join(fittable)})" if fittable else ""
 
 
 def advise_cluster(
