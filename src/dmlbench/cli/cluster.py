@@ -165,15 +165,19 @@ def _cluster_time_to_train(
     curve_points = read_curve(curve) if curve is not None else None
     source = converge_from or task
     converged = stored.runs(task=source) if stored and source != task else runs
-    results = []
+    results, short = [], []
     for batch in local_batches:
         result = simulate_cluster(
             task, cluster, counts, runs=runs, curve=curve_points, local_batch=batch, **options
         )
-        result.convergence = add_time_to_train(result.rows, converged, source)
-        if "note" in result.convergence and stored and converge_from is None:
-            result.convergence["note"] += _fittable_elsewhere(stored.runs())
+        result.convergence = convergence = add_time_to_train(result.rows, converged, source)
+        if "note" in convergence:
+            short.append(convergence)
         results.append(result)
+    if short and stored and converge_from is None:  # the same note for every batch
+        elsewhere = _fittable_elsewhere(stored.runs())
+        for convergence in short:
+            convergence["note"] += elsewhere
     return results
 
 
