@@ -342,6 +342,8 @@ def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
     assert set(grid["compute"]) == {"32", "128"}  # where each batch's compute came from
     shown = inside(*args, *common[:-1], "--deadline", str(deadline), "--local-batch", "32,128")
     assert "compute at local batch 128 a device" in " ".join(shown.stdout.split())
+    # the costs name their currency (the choice read "7.60 (at most 8.25)")
+    assert "cost, USD" in shown.stdout and " USD (at most " in " ".join(shown.stdout.split())
     one = inside("advise", "imagenet-resnet50", "--local-batch", "32,64", check=False)
     assert one.returncode == 2 and "several go with --cluster" in one.stderr
 

@@ -166,16 +166,17 @@ def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
 def plan_table(plan: dict[str, Any]) -> Group:
     """`advise TASK --cluster PROFILE --deadline/--budget`: each node count and local
     batch, the choice."""
-    info = plan["cluster"]
+    info, currency = plan["cluster"], plan["price"]["currency"]
     wanted = []
     if plan["deadline_s"] is not None:
         wanted.append(f"within {seconds(plan['deadline_s'], unit=True)}")
     if plan["budget"] is not None:
-        wanted.append(f"for at most {plan['budget']:,.2f}")
+        wanted.append(f"for at most {plan['budget']:,.2f} {currency}")
     table = figures_table(
         escape(f"{plan['task']} on {info['name']}: training to the target " + " and ".join(wanted))
     )
-    for column in ("nodes", "devices", "b", "B", "to train", "slow end", "cost", "slow end ", ""):
+    costs = f"cost, {currency}"
+    for column in ("nodes", "devices", "b", "B", "to train", "slow end", costs, "slow end ", ""):
         table.add_column(column, justify="right", no_wrap=True)
     choice = plan["choice"]
     for row in plan["rows"]:
@@ -195,7 +196,8 @@ def plan_table(plan: dict[str, Any]) -> Group:
     convergence, price = plan["convergence"], plan["price"]
     lines = [
         "slow end: the 95% band's slow end of samples to the target; a plan is judged "
-        "there (←: the choice; ✗: misses what was asked); b: a device's batch, B: the global",
+        "there (←: the choice; ✗: misses what was asked); b: a device's batch, B: the "
+        "global batch",
         f"cost at {price['per_device_hour']:g} {price['currency']} a device-hour ({price['name']})",
         *(
             f"compute at local batch {b} a device: {source}"
@@ -216,6 +218,6 @@ def plan_table(plan: dict[str, Any]) -> Group:
             f"{choice['local_batch']}, B = {choice['global_batch']:,}): "
             f"{seconds(choice['time_to_train_s'], unit=True)} to train (at most "
             f"{seconds(choice['slow_s'], unit=True)}), "
-            f"{choice['cost']:,.2f} (at most {choice['slow_cost']:,.2f})",
+            f"{choice['cost']:,.2f} {currency} (at most {choice['slow_cost']:,.2f})",
         )
     return Group(table, *(Text(line) for line in lines))
