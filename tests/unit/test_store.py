@@ -144,3 +144,15 @@ def test_a_filter_that_matches_no_run_names_the_nearest_the_store_has(
     assert code == 0 and [run["run_id"] for run in json.loads(out)] == ["a"]
     code, _, err = dmlbench("results", "a", "--store", str(tmp_path), "--task", "synthetic-mlp")
     assert code == 2 and "give them or a run id" in err
+    # a run of no sweep is under "single runs", as the tables head it
+    store.begin("b", spec, {}, collect_environment())
+    assert [run.run_id for run in store.runs(sweep="single runs")] == ["b"]
+    assert "(did you mean 'single runs'?)" in store.missed("single run", None)
+    # (still running, as this process holds it: compare said so in a traceback, a
+    # KeyError from an empty table without columns)
+    for how in ((), ("--best-by", "time_to_accuracy"), ("--by", "exchange"), ("--json",)):
+        code, out, err = dmlbench(
+            "compare", "--store", str(tmp_path), "--sweep", "single runs", *how
+        )
+        assert code == 0, err
+        assert out.strip() == "[]" if how == ("--json",) else "1 run is still running" in out

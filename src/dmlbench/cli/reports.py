@@ -165,7 +165,7 @@ def compare(
         price=chosen,
         include_disturbed=include_disturbed,
     )
-    if best_by is not None:
+    if best_by is not None and not table.empty:  # empty: every run still running
         table = analysis.best_of(table, best_by, within, include_disturbed)
         if not json_out and not csv_out:
             console.print(
@@ -174,7 +174,8 @@ def compare(
                 markup=False,
             )
     if json_out:
-        sys.stdout.write(table.to_json(orient="records", indent=2) + "\n")
+        rows = "[]" if table.empty else table.to_json(orient="records", indent=2)
+        sys.stdout.write(rows + "\n")
     elif csv_out:
         from dmlbench.report.export import to_csv
 
@@ -182,7 +183,7 @@ def compare(
     elif "workers" in columns:
         for rich_table in scaling_tables(table, budget):
             console.print(rich_table)
-    else:
+    elif not table.empty:
         console.print(table.to_string(index=False))
     if not (json_out or csv_out):
         for note in (

@@ -70,7 +70,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "run_id": run.run_id,
                 "task": run.task,
                 "title": run.title,  # the task, and its model where another than its own
-                "sweep": run.sweep or "single runs",
+                "sweep": run.sweep_title,
                 "scaling": run.scaling or "none",
                 "division": run.division,
                 "status": run.status,
@@ -186,7 +186,7 @@ def evals_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     identity: dict[str, Callable[[RunRecord], Any]] = {
         "run_id": attrgetter("run_id"),
         "task": attrgetter("task"),
-        "sweep": lambda run: run.sweep or "single runs",
+        "sweep": attrgetter("sweep_title"),
         "workers": attrgetter("workers"),
         "seed": attrgetter("seed"),
         "goal": attrgetter("goal"),
@@ -207,7 +207,7 @@ def phases_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                     "run_id": r.run_id,
                     "task": r.task,
                     "layout": _layout(r)["layout"],
-                    "sweep": r.sweep or "single runs",
+                    "sweep": r.sweep_title,
                     "workers": r.workers,
                     "node": node,
                     **dataclasses.asdict(p),

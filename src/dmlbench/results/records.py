@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 FINISHED = ("success", "target_not_reached", "throughput")  # a run that ended as planned
+SINGLE_RUNS = "single runs"  # what tables call the runs of no sweep (``--sweep`` takes it)
 
 
 def run_title(task: str, model: str | None, deviations: Mapping[str, Any]) -> str:
@@ -264,6 +265,11 @@ class RunRecord(_Stored):
     def finished(self) -> bool:
         """Whether it ended as planned (target reached or its limit hit)."""
         return self.status in FINISHED
+
+    @property
+    def sweep_title(self) -> str:
+        """Its sweep as tables name it (``single runs``: no sweep's)."""
+        return self.sweep or SINGLE_RUNS
 
     @property
     def device(self) -> str:

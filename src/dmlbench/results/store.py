@@ -43,6 +43,7 @@ from dmlbench.results.database import (
 )
 from dmlbench.results.records import (
     FINISHED,
+    SINGLE_RUNS,
     CommResult,
     CommRun,
     Evaluation,
@@ -398,8 +399,8 @@ class ResultsStore:
             for column, value in (("sweep", sweep), ("task", task)):
                 if value is None:
                     continue
-                query = f"SELECT DISTINCT {column} FROM runs WHERE {column} IS NOT NULL"
-                names = sorted(str(row[0]) for row in db.execute(query))
+                query = f"SELECT DISTINCT {column} FROM runs"
+                names = sorted(str(row[0] or SINGLE_RUNS) for row in db.execute(query))
                 close = difflib.get_close_matches(value[:200], names, n=1)
                 shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
                 hint = f"did you mean '{close[0]}'?" if close else f"it has {shown or 'none'}"
@@ -429,10 +430,12 @@ class ResultsStore:
         self, run_id: str | None = None, *, sweep: str | None = None, task: str | None = None
     ) -> list[RunRecord]:
         """Every run (or one, or a sweep's or task's), oldest first, with its evaluations
-        and phase totals."""
+        and phase totals. The sweep ``single runs`` is the runs of none, as tables call
+        them."""
         where = {"run_id": run_id, "sweep": sweep, "task": task}
         filters = {k: v for k, v in where.items() if v is not None}
-        clause = " AND ".join(f"{k}=?" for k in filters)
+        alone = "(sweep=? OR sweep IS NULL)" if sweep == SINGLE_RUNS else "sweep=?"
+        clause = " AND ".join(alone if k == "sweep" else f"{k}=?" for k in filters)
         query = "SELECT * FROM runs" + (f" WHERE {clause}" if clause else "") + " ORDER BY rowid"
         found = []
         with self._connect() as db:

@@ -151,11 +151,14 @@ def _network(run: RunRecord) -> str:
 
 
 def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
-    """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows."""
+    """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows; none where
+    it has none (every run still running: the running note says so)."""
     from dmlbench.report.tables import aat_note, disturbed_note, elastic_note, scaling_columns
     from dmlbench.report.variants import short_labels
 
-    tables = []
+    tables: list[Table] = []
+    if table.empty:
+        return tables
     for (task, sweep), rows in table.groupby(["task", "sweep"], sort=False):
         modes = ", ".join(sorted(set(rows["scaling"]) - {"none"}))
         over = rows[rows["oversubscribed"]]
