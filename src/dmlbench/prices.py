@@ -37,11 +37,19 @@ class Price:
         return device.lower() != "cpu" and self.device.lower() in device.lower()
 
     def unpriced(self, devices: str) -> str:
-        """Why runs on ``devices`` get no cost at this price, and how to give them one."""
+        """Why runs on ``devices`` (a comma-separated list) get no cost at this price,
+        and how to give them one: first the built-in entries that price them, by name."""
+        ran_on = devices.split(", ")
+        built_in = [
+            entry.name
+            for entry in load_prices().values()
+            if entry.device and any(entry.covers(device) for device in ran_on)
+        ]
+        named = f"--price {' or '.join(built_in)} (built in), " if built_in else ""
         return (
             f"no cost: {self.name} prices {self.what}, and the runs ran on {devices}; "
-            "--price PER_WORKER_HOUR, or --prices FILE with an entry whose device names "
-            "theirs (e.g. device: A100), prices them"
+            f"{named}--price PER_WORKER_HOUR, or --prices FILE with an entry whose device "
+            "names theirs (e.g. device: A100), prices them"
         )
 
     @property

@@ -194,6 +194,9 @@ def test_a_price_costs_only_the_runs_on_the_device_it_is_for(tmp_path) -> None:
     note = analysis.unpriced_note(table, builtin)
     assert note is not None and "NVIDIA A100-SXM4-40GB (400W)" in note and "80GB" in note
     assert "prices a CPU machine" in note
+    # it names the built-in entry that prices them (it said only --price or --prices)
+    assert "--price aws-capacity-block-a100 (built in)" in note
+    assert "(built in)" not in builtin.unpriced("Tesla V100-SXM2-16GB")  # none for a V100
     mine = tmp_path / "prices.yaml"
     mine.write_text("a100: {per_worker_hour: 4.0, device: a100}\n")
     a100 = load_prices(mine)["a100"]  # matched without regard to case
