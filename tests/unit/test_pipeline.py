@@ -100,3 +100,17 @@ def test_a_launch_refused_in_prepare_records_nothing(tmp_path: Path) -> None:
     with pytest.raises(WorkerFailed):
         execute(resolve_spec("synthetic-mlp").to_json_dict(), store, Refuses("clean"))
     assert store.runs() == [] and not (tmp_path / "store").exists()
+
+
+def test_more_gpu_workers_than_gpus_are_refused_before_anything_starts() -> None:
+    """Each GPU worker takes the GPU of its local rank: on a host with 1 GPU, device=auto
+    and 2 workers (the README's `make run`) reached a worker that failed with "CUDA
+    error: invalid device ordinal". It is refused in one line first."""
+    from dmlbench.errors import SpecError
+    from dmlbench.launch.lifecycle import check_device
+
+    with pytest.raises(SpecError, match="each of this host's 2 workers takes a GPU of its own"):
+        check_device("auto", 2, gpus=1)
+    check_device("auto", 1, gpus=1)  # one each
+    check_device("auto", 8, gpus=0)  # no GPU: auto is the CPU
+    check_device("cpu", 8, gpus=1)  # asked for the CPU

@@ -201,18 +201,27 @@ def prepare_data(spec: RunSpec) -> None:
         )
 
 
-def check_device(device: str) -> None:
-    """Refuse ``device=cuda`` in one line where this host's workers would find no CUDA
-    device, before any data is fetched or any worker starts."""
-    if device != "cuda":
-        return
+def check_device(device: str, per_node: int = 1, gpus: int | None = None) -> None:
+    """Refuse in one line, before any data is fetched or any worker starts, ``device=cuda``
+    where this host's workers would find no CUDA device, and GPU workers (cuda, or auto
+    where there is a GPU) more than the host's ``gpus`` (default: torch's count): each
+    takes the GPU of its local rank, and one past the last found none ("CUDA error:
+    invalid device ordinal", from the worker)."""
     import torch
 
-    if not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         build = "a CPU build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
         raise SpecError(
             f"device=cuda: torch {torch.__version__} ({build}) sees no CUDA device on this "
             "host; run with device=auto or cpu"
+        )
+    have = torch.cuda.device_count() if gpus is None else gpus
+    on_gpus = device == "cuda" or (device == "auto" and have > 0)
+    if on_gpus and per_node > have:
+        raise SpecError(
+            f"device={device}: each of this host's {per_node} workers takes a GPU of its "
+            f"own, and it has {have}; give {have} or fewer a node (--workers, "
+            "--nproc-per-node), or device=cpu"
         )
 
 

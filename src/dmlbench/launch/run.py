@@ -122,7 +122,7 @@ class LocalLauncher(Launcher):
                 raise SpecError(f"--nnodes {rendezvous.nodes} but the spec has nodes={spec.nodes}")
         if self.network:
             preflight(self.network)  # not root, or no way to emulate it: refused first
-        check_device(spec.device)
+        check_device(spec.device, spec.per_node)
         prepare_data(spec)
         self.allocator, absent = preload(spec.cpu_allocator)
         if absent:
