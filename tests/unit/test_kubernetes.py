@@ -182,9 +182,13 @@ def test_k8s_writes_parseable_yaml_and_refuses_bad_input(dmlbench, tmp_path: Pat
         (("--image", "i", "--memory", "lots"), "not a Kubernetes quantity"),
         (("--image", "i", "--set", "network.profile=1gbit"), "drop it"),
         (("--image", "i", "--out", str(tmp_path / "no" / "such" / "x.yaml")), "cannot write"),
+        # a GPU worker takes a GPU of its own: two of four found none on their node
+        (("--image", "i", "--gpus", "2", "--nproc-per-node", "4"), "give --nproc-per-node 2"),
     ]:
         code, _, err = dmlbench("k8s", "synthetic-mlp", *bad)
         assert code == 2 and message in err and "Traceback" not in err, err
+    cpu = ("--gpus", "2", "--nproc-per-node", "4", "--set", "device=cpu")  # kept on the CPU
+    assert dmlbench("k8s", "synthetic-mlp", "--image", "i", *cpu)[0] == 0
 
 
 def test_hostile_text_stays_data_in_the_manifests(dmlbench, tmp_path: Path) -> None:

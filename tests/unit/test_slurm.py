@@ -106,6 +106,7 @@ def test_slurm_command_writes_scripts_and_refuses_bad_input(
         (("synthetic-mlp", "--set", "network.profile=1gbit"), "drop it"),
         (("synthetic-mlp", "--submit", "--store", str(tmp_path / "t")), "sbatch is not on PATH"),
         (("no-such-task",), "no-such-task"),
+        (("synthetic-mlp", "--gpus-per-node", "1", "--nproc-per-node", "2"), "1 or fewer"),
     ]:
         code, _, err = dmlbench("slurm", *args)
         assert code == 2 and message in err and "Traceback" not in err, err

@@ -34,11 +34,20 @@ def _cluster_spec(
     per_node: int,
     engine: str,
     data_dir: Path | None = None,
+    gpus: int = 0,
 ) -> Any:
     """The spec a scheduler's job runs: resolved here, so mistakes are refused before
-    anything is submitted; the hosts' own network, never an emulated one."""
+    anything is submitted; the hosts' own network, never an emulated one; no more
+    workers a node than the ``gpus`` it asks for, where it asks for some and the spec
+    does not keep its workers on the CPU (each GPU worker takes one of its own)."""
     where = {"data_dir": str(data_dir)} if data_dir else {}
     spec = spec_from(task, config, overrides, nodes=nodes, nproc_per_node=per_node, **where)
+    if gpus and per_node > gpus and spec.device != "cpu":
+        raise DmlbenchError(
+            f"--nproc-per-node {per_node} is more than the {gpus} GPUs a node asks for, and "
+            f"each GPU worker takes one of its own: give --nproc-per-node {gpus} or fewer "
+            "(or device=cpu)"
+        )
     if spec.network.enabled:
         raise DmlbenchError(
             f"--network emulates a cluster on one machine; on {engine} the "
@@ -124,7 +133,9 @@ def slurm(
         from dmlbench.launch.node import job_spec
 
         per_node = nproc_per_node or max(1, gpus_per_node)
-        spec = _cluster_spec(target, config, overrides, nodes, per_node, "Slurm", data_dir)
+        spec = _cluster_spec(
+            target, config, overrides, nodes, per_node, "Slurm", data_dir, gpus_per_node
+        )
         from dmlbench.spec.run import DEFAULT_DATA_DIR
 
         data = job_spec(spec)
@@ -208,9 +219,8 @@ def k8s(
             "give --image: a container image with dmlbench installed "
             "(build one from the repository's Dockerfile)"
         )
-    spec = _cluster_spec(
-        task, config, overrides, nodes, nproc_per_node or max(1, gpus), "Kubernetes"
-    )
+    per_node = nproc_per_node or max(1, gpus)
+    spec = _cluster_spec(task, config, overrides, nodes, per_node, "Kubernetes", gpus=gpus)
     objects = manifests(
         spec,
         image=image,
