@@ -58,6 +58,18 @@ def test_impossible_benchmarks_are_refused(data: dict, message: str) -> None:
         resolve_bench(data)
 
 
+def test_nccl_with_more_workers_than_gpus_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each NCCL rank takes the GPU of its local rank: 4 on a host with 2 reached ranks
+    that found none. The host's GPUs are what torch reports, given here."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(SpecError, match="each of a node's 4 workers on a GPU of its own"):
+        resolve_bench({"backend": "nccl", "workers": 4})
+    assert resolve_bench({"backend": "nccl", "workers": 2}).per_node == 2
+
+
 def test_bad_benchmark_input_is_one_line(dmlbench) -> None:
     for args, message in (
         (["bench", "allreduce", "--max-bytes", "2"], "max_bytes"),

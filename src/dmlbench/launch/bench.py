@@ -64,6 +64,11 @@ def resolve_bench(data: dict[str, Any]) -> CommBenchSpec:
 
         if not torch.cuda.is_available():
             raise SpecError("--backend nccl needs CUDA GPUs; this machine has none: use gloo")
+        if spec.per_node > (have := torch.cuda.device_count()):  # each rank: its own GPU
+            raise SpecError(
+                f"--backend nccl puts each of a node's {spec.per_node} workers on a GPU of its "
+                f"own, and this host has {have}: give {have} or fewer a node, or use gloo"
+            )
     return spec
 
 
