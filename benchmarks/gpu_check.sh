@@ -1,9 +1,11 @@
 #!/bin/bash
 # dmlbench's checks that need a GPU, as one prepared script for a lent device:
-#   PARTS="path autocast workspace curve" [REPEATS=1] bash benchmarks/gpu_check.sh [STORE [OUT]]
-# (PARTS: the default runs all four; results in BENCHMARKS.md, "The GPU path" and
+#   PARTS="refusals path autocast workspace curve" [REPEATS=1] bash benchmarks/gpu_check.sh [STORE [OUT]]
+# (PARTS: the default runs all five; results in BENCHMARKS.md, "The GPU path" and
 # "Time to train"; OUT gets the JSON summaries and a copy of the store after each part)
 #
+# refusals: one GPU worker more than the host has GPUs (a run, an NCCL all-reduce
+#           benchmark) is refused in one line before anything starts (seconds).
 # path:     ResNet-50 (fp32 with torch's default TF32 convolutions, and bf16) at 32 and
 #           256 images, the small GPT with DDP, fsdp and zero1, all on synthetic data;
 #           then `simulate-cluster --cluster` with the efficiency the runs measured.
@@ -19,10 +21,18 @@ set -u
 S=${1:-gpu-check-store}
 O=${2:-.}
 PY=${PYTHON:-python3}
-PARTS=${PARTS:-"path autocast workspace curve"}
+PARTS=${PARTS:-"refusals path autocast workspace curve"}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 keep() { tar czf "$O/store.tar.gz" -C "$(dirname "$S")" "$(basename "$S")"; }
 R="--workers 1 --set synthetic_data=true --set warmup_steps_excluded=10 --store $S"
+
+if part refusals; then
+  more=$(( $($PY -c "import torch; print(torch.cuda.device_count())") + 1 ))
+  for command in "run digits-mlp --workers $more" "bench allreduce --backend nccl --workers $more"; do
+    dmlbench $command --store "$S-refused" > "$O/refused.out" 2>&1
+    echo "dmlbench $command: rc $? · $(tail -1 "$O/refused.out")" | tee -a "$O/refusals.txt"
+  done
+fi
 
 if part path; then
   for p in fp32 bf16; do
