@@ -71,7 +71,11 @@ class RunSpec(WorkersSpec):
         "true: also on one worker, which then runs each batch as two halves; false: never",
     )
     backend: Literal["auto", "gloo", "nccl"] = "auto"
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="auto: the GPUs where the host has CUDA, else the CPU. A GPU worker "
+        "takes its local rank's GPU, so a node runs at most as many as it has GPUs",
+    )
     threads_per_worker: int | None = Field(
         None,
         ge=1,
