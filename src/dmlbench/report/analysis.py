@@ -80,7 +80,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 **_layout(run),
                 "local_batch": run.local_batch,
                 "global_batch": run.global_batch,
-                "elastic": run.summary.engine == "dask",  # on up to N workers, its batch grown
+                "elastic": run.elastic,
                 "largest_batch": run.summary.largest_batch,
                 "seed": run.seed,
                 "repeat": run.repeat,

@@ -33,12 +33,14 @@ def _workers(row: pd.Series) -> str:
     return f"{'≤' * bool(row.get('elastic'))}{int(row['workers'])}{marks}"
 
 
-def batch_text(row: pd.Series, between: str = " / ") -> str:
-    """``b / B``, and ``→B'`` after it where a Dask fit's batch grew to B'."""
+def batch_text(row: pd.Series | Mapping[str, Any], between: str = " / ") -> str:
+    """``b / B``, and ``→B'`` after it where a Dask fit's batch grew to B' (a scaling
+    table's row, or a run's numbers under the same names)."""
     local, global_ = int(row["local_batch"]), int(row["global_batch"])
-    grown = row.get("largest_batch")
-    grew = bool(row.get("elastic")) and not missing(grown) and grown > global_
-    return f"{local}{between}{global_}" + (f"→{int(grown)}" if grew else "")
+    batch, grown = f"{local}{between}{global_}", row.get("largest_batch")
+    if not row.get("elastic") or grown is None or missing(grown) or grown <= global_:
+        return batch
+    return f"{batch}→{int(grown)}"
 
 
 ELASTIC = "≤N, B→B': a Dask fit, on up to N workers, its batch grown from B to B'"

@@ -267,6 +267,12 @@ class RunRecord(_Stored):
         return self.status in FINISHED
 
     @property
+    def elastic(self) -> bool:
+        """A Dask fit: on up to ``workers`` workers, its batch grown to the summary's
+        ``largest_batch``."""
+        return self.summary.engine == "dask"
+
+    @property
     def sweep_title(self) -> str:
         """Its sweep as tables name it (``single runs``: no sweep's)."""
         return self.sweep or SINGLE_RUNS

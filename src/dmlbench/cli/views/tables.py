@@ -17,7 +17,7 @@ from dmlbench.cli.views.summary import STATUS_STYLE, STATUS_WORDS
 from dmlbench.optim.build import describe_optimizer
 from dmlbench.report.docs import describe_schedule
 from dmlbench.report.formats import fmt, goal_value, plural, seconds
-from dmlbench.report.tables import ELASTIC
+from dmlbench.report.tables import ELASTIC, batch_text
 from dmlbench.results.records import RunRecord
 from dmlbench.spec.recipe import target_text
 from dmlbench.tasks import TaskDefinition
@@ -86,7 +86,7 @@ def runs_table(runs: list[RunRecord], width: int = 80) -> Table:
         )
     if any(_network(run) for run in runs):
         captions.append("on NAME: under an emulated network (`dmlbench networks`)")
-    if any(run.summary.engine == "dask" for run in runs):
+    if any(run.elastic for run in runs):
         captions.append(ELASTIC)
     table = figures_table(plural(len(runs), "stored run"), "\n".join(captions) or None)
     rows = [_run_row(run) for run in runs]
@@ -128,14 +128,17 @@ def _run_row(run: RunRecord) -> list[str]:
     """A run's cells in the runs table, as plain text."""
     network = _network(run)
     # a Dask fit: the most workers it may scale to, and its batch as it grew
-    elastic = run.summary.engine == "dask"
-    grown = run.summary.largest_batch if elastic else None
+    batch = {
+        "local_batch": run.local_batch,
+        "global_batch": run.global_batch,
+        "elastic": run.elastic,
+        "largest_batch": run.summary.largest_batch,
+    }
     return [
         run.run_id,
         run.task + ("*" if run.division == "open" else "") + (f"\non {network}" if network else ""),
-        f"≤{run.workers}" if elastic else str(run.workers),
-        f"{run.local_batch}/{run.global_batch}"
-        + (f"→{grown}" if grown != run.global_batch and grown else ""),
+        f"≤{run.workers}" if run.elastic else str(run.workers),
+        batch_text(batch, "/"),
         STATUS_WORDS.get(run.status, run.status) + "†" * bool(run.disturbed),
         seconds(run.time_to_accuracy_s, unit=True),
         goal_value(run.goal, run.best),
