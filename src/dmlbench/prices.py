@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,7 @@ class Price:
         ran_on = devices.split(", ")
         built_in = [
             entry.name
-            for entry in load_prices().values()
+            for entry in _built_in()
             if entry.device and any(entry.covers(device) for device in ran_on)
         ]
         named = f"--price {' or '.join(built_in)} (built in), " if built_in else ""
@@ -71,6 +72,13 @@ def _checked(value: float, what: str) -> float:
             f"{MAX_PRICE:,.0f}"
         )
     return value
+
+
+@functools.cache
+def _built_in() -> tuple[Price, ...]:
+    """The built-in table's entries, read once a process: the report names them in a
+    note of every section it could not price."""
+    return tuple(load_prices().values())
 
 
 def load_prices(path: Path | None = None) -> dict[str, Price]:
