@@ -1288,3 +1288,21 @@ def test_bar_labels_stand_up_where_side_by_side_they_would_run_together() -> Non
     boxes = [text.get_window_extent() for text in six]
     assert all(left.x1 <= right.x0 for left, right in itertools.pairwise(boxes))
     assert {text.get_rotation() for text in labelled(2)} == {0.0}
+
+
+def test_the_tasks_table_never_folds_a_figure_from_its_unit_at_80_columns() -> None:
+    """`dmlbench tasks` at 80 columns printed "budget 2.00" and, a line below, "h"."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import tasks_table
+    from dmlbench.report.formats import seconds
+    from dmlbench.tasks import all_tasks
+
+    timed = [task for task in all_tasks() if task.recipe.time_budget_s]
+    assert timed
+    console = Console(width=80, record=True)
+    console.print(tasks_table(timed))
+    shown = console.export_text()
+    for task in timed:
+        budget = seconds(task.recipe.time_budget_s, unit=True)  # "2.00 h"
+        assert budget in shown, f"{task.name}: {budget!r} folded"

@@ -39,8 +39,9 @@ def tasks_table(tasks: list[TaskDefinition]) -> Table:
         ]
         if recipe.augment:
             lines.append(f"augmentation: {task.augmentation}")
-        if recipe.time_budget_s:
-            lines.append(f"accuracy-after-time budget {seconds(recipe.time_budget_s, unit=True)}")
+        if recipe.time_budget_s:  # the figure first: rich folds at any space, NBSP too
+            budget = seconds(recipe.time_budget_s, unit=True)
+            lines.append(f"time budget {budget} (accuracy after time)")
         for key, values in task.free_choices.items():
             lines.append(f"free choice: {key.rpartition('.')[2]} in {', '.join(map(str, values))}")
         name = escape(task.name) + ("\n[dim](for tests)[/dim]" if task.builtin_for_tests else "")
