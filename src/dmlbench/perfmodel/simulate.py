@@ -33,6 +33,7 @@ class Simulation:
     rows: list[dict[str, Any]]
     price: str  # the price's label
     unpriced: str | None = None  # why there is no cost: the price is for another device
+    currency: str = "USD"  # the cost's
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class Simulation:
             "predictions": self.rows,
             "price": self.price,
             "unpriced": self.unpriced,
+            "currency": self.currency,
         }
 
 
@@ -148,4 +150,4 @@ def simulate(
                     }
                 )
     unpriced = None if priced else price.unpriced(calibration.device)
-    return Simulation(task, calibration, comm, rows, price.label, unpriced)
+    return Simulation(task, calibration, comm, rows, price.label, unpriced, price.currency)

@@ -38,10 +38,10 @@ from dmlbench.report.formats import (
 )
 from dmlbench.report.notes import section_notes
 from dmlbench.report.tables import (
-    PREDICTION_COLUMNS,
     aat_note,
     calibration_text,
     elastic_note,
+    prediction_columns,
     scaling_columns,
 )
 from dmlbench.report.variants import short_labels, variant_legend
@@ -328,6 +328,7 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
         rows = pd.DataFrame(result["predictions"])
         if rows.empty:
             continue
+        rows["currency"] = result.get("currency")  # the cost's; older predictions lack it
         calibration = result["calibration"]
         title = (
             f"{result['task']} · predicted by the performance model · calibrated on "
@@ -344,13 +345,19 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
             f"Calibration: {calibration_text(calibration)}."
             + (" Epochs to the target are assumed where marked *." if assumed else "")
         ]
+        price = result.get("unpriced") or (
+            f"cost at {result['price']}" if "price" in result else ""
+        )
+        if price:  # what the cost column says, as `simulate` prints it
+            section.notes.append(f"{price[:1].upper()}{price[1:]}.")
         sections.append(section)
     return sections
 
 
 def _prediction_table(section: Section) -> TableView:
-    rows = [Row([cell(r) for _, cell in PREDICTION_COLUMNS]) for _, r in section.runs.iterrows()]
-    return TableView([title for title, _ in PREDICTION_COLUMNS], rows)
+    columns = prediction_columns(section.runs["currency"].iloc[0])
+    rows = [Row([cell(r) for _, cell in columns]) for _, r in section.runs.iterrows()]
+    return TableView([title for title, _ in columns], rows)
 
 
 def _figures_view(section: Section) -> list[dict[str, Any]]:

@@ -232,3 +232,12 @@ PREDICTION_COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
     ("speedup", lambda r: fmt(r["speedup"])),
     ("cost", lambda r: money(r.get("cost"))),
 ]
+
+
+def prediction_columns(currency: str | None) -> list[tuple[str, Callable[[Any], str]]]:
+    """:data:`PREDICTION_COLUMNS` with the cost headed by its currency, as the scaling
+    tables head theirs (predictions stored before the currency was kept say "cost")."""
+    return [
+        (f"cost, {currency}" if title == "cost" and currency else title, cell)
+        for title, cell in PREDICTION_COLUMNS
+    ]

@@ -75,7 +75,7 @@ def advice_table(advice: Any, price: str) -> Group:
 
 def prediction_table(result: dict[str, Any]) -> Table:
     """`dmlbench simulate`'s predictions, in the form the store keeps them."""
-    from dmlbench.report.tables import PREDICTION_COLUMNS, calibration_text
+    from dmlbench.report.tables import calibration_text, prediction_columns
 
     calibration = result["calibration"]
     table = figures_table(
@@ -89,8 +89,9 @@ def prediction_table(result: dict[str, Any]) -> Table:
             + (result.get("unpriced") or f"cost at {result['price']}")
         ),
     )
-    for title, _ in PREDICTION_COLUMNS:
+    columns = prediction_columns(result.get("currency"))
+    for title, _ in columns:
         table.add_column("algo" if title == "algorithm" else title, justify="right")
     for row in result["predictions"]:
-        table.add_row(*(escape(cell(row)) for _, cell in PREDICTION_COLUMNS))
+        table.add_row(*(escape(cell(row)) for _, cell in columns))
     return table
