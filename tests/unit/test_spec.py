@@ -47,6 +47,15 @@ def test_global_batch_derives_local_batch() -> None:
         ({"overrides": ["local_batch=0"]}, "local_batch"),
         ({"overrides": ["mometum=0.1"]}, "did you mean 'recipe.optimizer.momentum'"),
         ({"overrides": ["depth=21"]}, "6n+2"),
+        # both failed in every worker as it built the model, the run stored as failed
+        (
+            {"overrides": ["recipe.model.name=mlp", "recipe.model.options.hidden=[64, -1]"]},
+            "option hidden.1: Input",
+        ),
+        (
+            {"overrides": ["recipe.model.name=vit", "recipe.model.options.heads=5"]},
+            "(768) must split into 5 heads",
+        ),
         ({"overrides": ["momentum=0"]}, "nesterov=true needs momentum > 0"),
         ({"overrides": ["milestones=[109, 82]"]}, "increasing order"),
         ({"overrides": ["exchange=carrier-pigeon"]}, "exchange"),
@@ -262,3 +271,26 @@ def test_naming_another_model_drops_the_old_models_options() -> None:
     optimizer = {"optimizer": {"name": "sgd", "momentum": 0.9}}
     deep_merge(optimizer, {"optimizer": {"name": "lars"}})  # no options: fields are shared
     assert optimizer == {"optimizer": {"name": "lars", "momentum": 0.9}}
+
+
+def test_a_suffix_names_the_named_models_option_and_its_dropped_ones_are_no_deviation() -> None:
+    """`--model vit --set heads=8` was refused as "unknown spec key 'heads' (did you mean
+    'recipe.optimizer.betas'?)": a suffix found only the options already in the tree.
+    And `--dry-run` listed the ResNet's dropped options as `depth=None, variant=None`."""
+    from dmlbench.resolve import deviations, resolve_spec
+
+    spec = resolve_spec(
+        "cifar10-resnet20", overrides=["recipe.model.name=vit", "heads=8", "width=256"]
+    )
+    assert spec.recipe.model.options == {"heads": 8, "width": 256}
+    assert set(deviations(spec)) == {
+        "recipe.model.name",
+        "recipe.model.options.heads",
+        "recipe.model.options.width",
+    }
+    bare = resolve_spec("cifar10-resnet20", overrides=["recipe.model.name=vit"])
+    assert set(deviations(bare)) == {"recipe.model.name"}  # not `options={}`
+    deeper = resolve_spec("cifar10-resnet20", overrides=["depth=32"])  # the same model's
+    assert deviations(deeper) == {"recipe.model.options.depth": {"reference": 20, "actual": 32}}
+    with pytest.raises(SpecError, match=r"'heads' \(an option of the model vit or gpt: name"):
+        resolve_spec("cifar10-resnet20", overrides=["heads=8"])  # ResNet has none

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError
 from torch import nn
@@ -20,6 +20,7 @@ from dmlbench.models.imagenet import VGG16, AlexNet, ImageNetResNet, VisionTrans
 from dmlbench.models.mlp import MLP, Linear
 from dmlbench.models.resnet import CifarResNet
 from dmlbench.models.wide_resnet import WideResNet
+from dmlbench.spec.overrides import MODEL_OPTIONS
 from dmlbench.spec.recipe import ModelSpec, StrictModel
 
 
@@ -69,7 +70,9 @@ class GPTOptions(StrictModel):
 
 
 class MLPOptions(StrictModel):
-    hidden: list[int] = Field(default_factory=lambda: [128], description="hidden widths")
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [128], description="hidden widths"
+    )
 
 
 class LinearOptions(StrictModel):
@@ -89,6 +92,7 @@ MODELS: dict[str, ModelEntry] = {}
 
 def register_model(name: str, entry: ModelEntry) -> None:
     MODELS[name] = entry
+    MODEL_OPTIONS[name] = tuple(entry.options.model_fields)  # `--set heads=8` finds them
 
 
 def _build_resnet(options: StrictModel, shape: tuple[int, ...], outputs: int) -> nn.Module:
@@ -167,6 +171,11 @@ def validate_model_spec(spec: ModelSpec) -> StrictModel:
         raise SpecError(f"ResNet depth must be 6n+2 (20, 32, 44, 56...), got {options.depth}")
     if isinstance(options, WideResNetOptions) and (options.depth - 4) % 6:
         raise SpecError(f"Wide ResNet depth must be 6n+4 (10, 16, 22, 28...), got {options.depth}")
+    if isinstance(options, GPTOptions | ViTOptions) and options.width % options.heads:
+        raise SpecError(  # refused here, not in every worker as it builds the model
+            f"model {spec.name}: the width ({options.width}) must split into "
+            f"{options.heads} heads; choose heads that divide it"
+        )
     return options
 
 

@@ -21,6 +21,11 @@ from dmlbench.names import shorten
 # Keys whose value is a free-form mapping: a dotted path may add new keys below them.
 _OPEN_MAPPINGS = ("options", "alpha_by_workers", "exchange_options")
 
+# The options each model takes, by model name, as dmlbench.models registers them (it
+# builds on this layer): a suffix such as ``heads`` then names an option of the model a
+# tree names while that option still stands at its default, so not in the tree.
+MODEL_OPTIONS: dict[str, tuple[str, ...]] = {}
+
 
 def parse_assignment(text: str) -> tuple[str, Any]:
     """Split ``key=value`` and read the value as YAML."""
@@ -55,6 +60,9 @@ def _paths(tree: Mapping[Any, Any], prefix: str = "") -> list[str]:
         paths.append(path)
         if isinstance(value, Mapping):
             paths.extend(_paths(value, f"{path}."))
+    if "options" in tree and isinstance(name := tree.get("name"), str):  # a model
+        unset = [o for o in MODEL_OPTIONS.get(name, ()) if o not in (tree["options"] or {})]
+        paths += [f"{prefix}options.{option}" for option in unset]
     return paths
 
 
@@ -74,6 +82,11 @@ def resolve_key(tree: Mapping[str, Any], key: str) -> str:
     by_leaf = {p.rpartition(".")[2]: p for p in paths}
     close = difflib.get_close_matches(key.rpartition(".")[2][:200], by_leaf, n=1)
     hint = f" (did you mean '{by_leaf[close[0]]}'?)" if close else ""
+    if models := [name for name, options in MODEL_OPTIONS.items() if key in options]:
+        hint = (
+            f" (an option of the model {' or '.join(models)}: name that model first, with "
+            "--model or recipe.model.name)"
+        )
     raise SpecError(f"unknown spec key '{shorten(key)}'{hint}; `--dry-run --json` shows every key")
 
 
