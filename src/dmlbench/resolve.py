@@ -21,7 +21,7 @@ from dmlbench.optim.build import OPTIMIZERS
 from dmlbench.spec.overrides import apply_overrides, assign, deep_merge, flatten
 from dmlbench.spec.run import RunSpec, one_line
 from dmlbench.strict import StrictModel
-from dmlbench.tasks import get_task, import_plugins
+from dmlbench.tasks import env_plugins, get_task, import_plugins
 
 
 def check_names(spec: RunSpec) -> None:
@@ -109,7 +109,9 @@ def spec_tree(
     ``fields`` (explicit top-level values; ``None`` is ignored so CLI defaults do not mask a
     config file), then ``overrides``. Sweeps edit this tree before validating it.
     """
-    plugin_list = [*(config or {}).get("plugins", []), *plugins]
+    # DMLBENCH_PLUGINS' too: the spec carries them to nodes whose environment lacks it
+    given = [*env_plugins(), *(config or {}).get("plugins", []), *plugins]
+    plugin_list = list(dict.fromkeys(given))
     import_plugins(plugin_list)
     definition = get_task(task)
     tree: dict[str, Any] = {"task": definition.name, "recipe": definition.recipe.model_dump()}

@@ -294,3 +294,46 @@ def test_a_suffix_names_the_named_models_option_and_its_dropped_ones_are_no_devi
     assert deviations(deeper) == {"recipe.model.options.depth": {"reference": 20, "actual": 32}}
     with pytest.raises(SpecError, match=r"'heads' \(an option of the model vit or gpt: name"):
         resolve_spec("cifar10-resnet20", overrides=["heads=8"])  # ResNet has none
+
+
+def test_dmlbench_plugins_names_modules_every_command_imports(
+    dmlbench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task of one's own, from `--plugin` on `run`, was unknown to `tasks`, `models`,
+    `advise`, `simulate` and `slurm`: none takes `--plugin`."""
+    import json
+
+    from dmlbench import models
+    from dmlbench.resolve import resolve_spec
+    from dmlbench.spec import overrides
+    from dmlbench.tasks import registry
+
+    (tmp_path / "env_named_tasks.py").write_text(
+        "from dmlbench.models import MLPOptions, ModelEntry, _build_mlp, register_model\n"
+        "from dmlbench.tasks import TaskDefinition, get_task, register_task\n"
+        "register_model('env-mlp', ModelEntry(MLPOptions, _build_mlp, 'mine'))\n"
+        "blobs = get_task('synthetic-mlp')\n"
+        "register_task(TaskDefinition(name='env-blobs', summary='mine', dataset='synthetic',\n"
+        "    recipe=blobs.recipe, load=blobs.load))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module, name in ((registry, "TASKS"), (models, "MODELS"), (overrides, "MODEL_OPTIONS")):
+        monkeypatch.setattr(module, name, dict(getattr(module, name)))  # undone after
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setenv("DMLBENCH_PLUGINS", " env_named_tasks ,")
+    code, out, err = dmlbench("tasks", "--json")
+    assert code == 0, err
+    assert "env-blobs" in {task["name"] for task in json.loads(out)}
+    code, out, _ = dmlbench("models", "--json")
+    assert "env-mlp" in {model["name"] for model in json.loads(out)}
+    assert resolve_spec("env-blobs").plugins == ["env_named_tasks"]  # carried to workers
+    both = resolve_spec("env-blobs", plugins=["env_named_tasks"])
+    assert both.plugins == ["env_named_tasks"]  # named once
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setenv("DMLBENCH_PLUGINS", "env_named_taks")
+    code, _, err = dmlbench("tasks")
+    assert code == 2
+    assert "plugin module 'env_named_taks' (DMLBENCH_PLUGINS) failed to import" in err
+    monkeypatch.delenv("DMLBENCH_PLUGINS")
+    with pytest.raises(SpecError, match="or DMLBENCH_PLUGINS=MODULE for every command"):
+        resolve_spec("no-such-task")

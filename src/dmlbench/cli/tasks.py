@@ -34,7 +34,9 @@ def models(json_out: JsonOption = False) -> None:
     (`--set recipe.model.options.…`); naming another model drops the old one's options."""
     from dmlbench.cli.views.tables import registry_view
     from dmlbench.report.docs import models_described
+    from dmlbench.tasks import load_plugins
 
+    load_plugins()  # the models a plugin or an entry point registers, too
     described = models_described()
     if json_out:
         print_json(described)

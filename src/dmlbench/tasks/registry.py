@@ -2,12 +2,15 @@
 
 A module named with ``--plugin my.module`` (or ``plugins: [my.module]`` in a spec file)
 is imported in the launcher and in every worker, so it may call ``register_task``.
-Installed packages may also expose an entry point in the ``dmlbench.tasks`` group.
+Installed packages may also expose an entry point in the ``dmlbench.tasks`` group, and
+``DMLBENCH_PLUGINS=my.module,other`` names modules every command imports, as it loads
+those entry points: `dmlbench tasks`, `advise` and `simulate` then know the tasks too.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 
@@ -15,7 +18,8 @@ from dmlbench.errors import SpecError, unknown
 from dmlbench.tasks.base import TaskDefinition
 
 TASKS: dict[str, TaskDefinition] = {}
-_entry_points_loaded = False
+PLUGINS_VARIABLE = "DMLBENCH_PLUGINS"
+_plugins_loaded = False
 
 
 def register_task(definition: TaskDefinition, *, replace: bool = False) -> TaskDefinition:
@@ -25,33 +29,47 @@ def register_task(definition: TaskDefinition, *, replace: bool = False) -> TaskD
     return definition
 
 
-def import_plugins(modules: Iterable[str]) -> None:
+def import_plugins(modules: Iterable[str], *, named_in: str = "") -> None:
     for module in modules:
         try:
             importlib.import_module(module)
         except Exception as error:  # any failure in user code is reported the same way
-            raise SpecError(f"plugin module '{module}' failed to import: {error}") from None
+            where = f" ({named_in})" if named_in else ""
+            raise SpecError(f"plugin module '{module}'{where} failed to import: {error}") from None
 
 
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
+def env_plugins() -> list[str]:
+    """The modules ``DMLBENCH_PLUGINS`` names, comma-separated."""
+    named = os.environ.get(PLUGINS_VARIABLE, "").split(",")
+    return [name.strip() for name in named if name.strip()]
+
+
+def load_plugins() -> None:
+    """Import the ``dmlbench.tasks`` entry points and the ``DMLBENCH_PLUGINS`` modules,
+    once a process: what registers tasks and models without a ``--plugin``."""
+    global _plugins_loaded
+    if _plugins_loaded:
         return
-    _entry_points_loaded = True
+    _plugins_loaded = True
     for point in entry_points(group="dmlbench.tasks"):
         try:
             point.load()
         except Exception as error:
             raise SpecError(f"task entry point '{point.name}' failed to load: {error}") from None
+    import_plugins(env_plugins(), named_in=PLUGINS_VARIABLE)
 
 
 def all_tasks() -> list[TaskDefinition]:
-    _load_entry_points()
+    load_plugins()
     return sorted(TASKS.values(), key=lambda t: (t.builtin_for_tests, t.name))
 
 
 def get_task(name: str) -> TaskDefinition:
-    _load_entry_points()
+    load_plugins()
     if name in TASKS:
         return TASKS[name]
-    raise SpecError(unknown("task", name, TASKS, "`dmlbench tasks` lists them"))
+    listed = (
+        "`dmlbench tasks` lists them; a task of your own: --plugin MODULE (run, sweep), or "
+        f"{PLUGINS_VARIABLE}=MODULE for every command"
+    )
+    raise SpecError(unknown("task", name, TASKS, listed))
