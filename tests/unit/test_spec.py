@@ -337,3 +337,18 @@ def test_dmlbench_plugins_names_modules_every_command_imports(
     monkeypatch.delenv("DMLBENCH_PLUGINS")
     with pytest.raises(SpecError, match="or DMLBENCH_PLUGINS=MODULE for every command"):
         resolve_spec("no-such-task")
+
+
+def test_a_loader_that_returns_no_dataset_is_named_in_one_line(tmp_path: Path) -> None:
+    """A plugin's loader that returned a dict failed deep in the trainer: "'dict' object
+    has no attribute 'train_x'"."""
+    from dataclasses import replace
+
+    from dmlbench.errors import DatasetError
+    from dmlbench.tasks import get_task
+
+    digits = get_task("digits-mlp")
+    assert digits.read(tmp_path).train_x.shape[1] == 64  # a Dataset passes
+    wrong = replace(digits, name="mine", load=lambda folder: {"x": [1]})
+    with pytest.raises(DatasetError, match=r"^task mine: its load returned dict, not a dmlbench"):
+        wrong.read(tmp_path)

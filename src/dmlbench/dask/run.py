@@ -181,7 +181,7 @@ def fit_task(
     if spec.synthetic_data:
         raise SpecError("dask fit trains on a task's data: synthetic_data is for `dmlbench run`")
     prepare_data(spec)
-    data = task.load(spec.data_dir)
+    data = task.read(spec.data_dir)
     if spec.validation_split:
         data = data.hold_out(spec.validation_split)
     train, test = data.train_x, data.test_x

@@ -62,6 +62,19 @@ class TaskDefinition:
     """MLPerf Training's name of this benchmark (``resnet``), where the task is one of its
     benchmarks; a run's log names it as ``submission_benchmark`` (else the task's name)."""
 
+    def read(self, data_dir: Path) -> Dataset:
+        """``load``'s dataset, checked: a plugin's loader that returns something else
+        is named in one line, not met as a missing attribute deep in the trainer."""
+        from dmlbench.data import Dataset
+
+        data = self.load(data_dir)
+        if not isinstance(data, Dataset):
+            raise DatasetError(
+                f"task {self.name}: its load returned {type(data).__name__}, not a "
+                "dmlbench.data.Dataset (train_x, train_y, test_x, test_y, num_outputs)"
+            )
+        return data
+
     def synthetic(self) -> Dataset:
         """The task's shapes and counts, no images: see ``synthetic_data``."""
         from dmlbench.data import Dataset

@@ -80,7 +80,7 @@ def run_worker(spec_json: str, run_dir: str) -> None:
             nproc_per_node=ctx.world_size // ctx.nodes,
             hosts=hosts,
         )
-        data = task.synthetic() if spec.synthetic_data else task.load(spec.data_dir)
+        data = task.synthetic() if spec.synthetic_data else task.read(spec.data_dir)
         if not spec.partial_data:  # the data may have changed since the launcher looked
             task.check_examples(len(data.train_x), len(data.test_x), spec.data_dir)
         if spec.validation_split:
