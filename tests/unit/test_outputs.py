@@ -289,3 +289,16 @@ def test_a_line_that_prints_a_path_is_never_broken_inside_it(
         main()
     lines = capsys.readouterr().out.splitlines()
     assert any(f"report: {out} (" in line and "figure" in line for line in lines), lines
+
+
+def test_export_formats_take_a_comma_list_as_the_other_list_options_do() -> None:
+    """`export --format csv,parquet` was refused as "--format 'csv,parquet': choose csv
+    or parquet", where `--workers 1,2` and `--algorithm ring,ps` take such lists."""
+    from dmlbench.errors import DmlbenchError
+    from dmlbench.report.export import check_formats, parquet_available
+
+    assert check_formats(["csv", "csv, csv"]) == ["csv"]
+    if parquet_available():
+        assert check_formats(["csv,parquet"]) == ["csv", "parquet"]
+    with pytest.raises(DmlbenchError, match="--format 'xls': choose csv or parquet"):
+        check_formats(["csv,xls"])

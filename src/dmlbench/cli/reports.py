@@ -203,7 +203,9 @@ def export(
     store: StoreOption = STORE,
     formats: Annotated[
         list[str] | None,
-        typer.Option("--format", help="csv and/or parquet (default: both, where pyarrow is there)"),
+        typer.Option(
+            "--format", help="csv, parquet or csv,parquet (default: both where pyarrow is)"
+        ),
     ] = None,
     sweep: SweepFilter = None,
     task: TaskFilter = None,

@@ -35,7 +35,8 @@ def default_formats() -> list[Format]:
 def check_formats(formats: Sequence[str]) -> list[Format]:
     """The formats as the export takes them; refused, in one line, a format that is
     unknown or whose library is missing."""
-    checked = chosen("--format", formats, FORMATS)
+    named = [part.strip() for text in formats for part in text.split(",")]  # csv,parquet
+    checked = list(dict.fromkeys(chosen("--format", named, FORMATS)))
     if "parquet" in checked and not parquet_available():
         raise DmlbenchError(PARQUET_MISSING)
     return checked
