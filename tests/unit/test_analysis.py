@@ -1306,3 +1306,40 @@ def test_the_tasks_table_never_folds_a_figure_from_its_unit_at_80_columns() -> N
     for task in timed:
         budget = seconds(task.recipe.time_budget_s, unit=True)  # "2.00 h"
         assert budget in shown, f"{task.name}: {budget!r} folded"
+
+
+def test_long_variant_labels_become_letters_where_a_row_would_not_fit() -> None:
+    """mlbench's tuning sweep (`alpha_by_workers.1=12.5` and five more) printed every
+    figure of `compare`'s 80 columns as "0.0…" and "194,…": the labels took the room.
+    Letters stand in for them there, in the numbers' order, spelt out below; a wide
+    terminal keeps them whole."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import scaling_tables
+
+    runs = []
+    for alpha in (12.5, 25.0, 50.0, 100.0, 200.0, 400.0):
+        for workers in (1, 2, 4):
+            run = stored_run(f"{alpha}-{workers}", workers, tta=0.061, evals=[(0.061, 0.95)])
+            schedule = {"alpha_by_workers": {"1": alpha}}
+            spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": schedule}}
+            runs.append(replace(run, spec=spec))
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    assert "alpha_by_workers.1=100.0" in set(table["variant"])
+
+    def shown(width: int) -> str:
+        console = Console(width=width, record=True)
+        for rich_table in scaling_tables(table, width=width):
+            console.print(rich_table)
+        return console.export_text()
+
+    narrow = shown(80)
+    assert "…" not in narrow and all(len(line) <= 80 for line in narrow.splitlines())
+    spelt = [line.strip() for line in narrow.splitlines() if line[1:3] == ": "]
+    alphas = ("12.5", "25.0", "50.0", "100.0", "200.0", "400.0")
+    letters = zip("ABCDEF", alphas, strict=True)
+    assert spelt == [f"{letter}: alpha_by_workers.1={alpha}" for letter, alpha in letters]
+    wide = shown(200)
+    assert "…" not in wide and " alpha_by_workers.1=100.0 " in wide and "A: " not in wide

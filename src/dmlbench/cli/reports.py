@@ -91,7 +91,7 @@ def report(
         table = pd.concat(training).sort_values(
             ["task", "sweep", "variant", "workers"], kind="stable"
         )
-        for rich_table in scaling_tables(table, budget):
+        for rich_table in scaling_tables(table, budget, console.width):
             console.print(rich_table)
     for section in sections:
         for note in section.notes:
@@ -181,7 +181,7 @@ def compare(
 
         sys.stdout.write(to_csv(table))
     elif "workers" in columns:
-        for rich_table in scaling_tables(table, budget):
+        for rich_table in scaling_tables(table, budget, console.width):
             console.print(rich_table)
     elif not table.empty:
         console.print(table.to_string(index=False))

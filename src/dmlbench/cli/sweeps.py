@@ -122,7 +122,7 @@ def run_sweep(
         from dmlbench.report import analysis, notes
 
         frame = analysis.runs_frame(runs)
-        for rich_table in scaling_tables(analysis.scaling_table(frame)):
+        for rich_table in scaling_tables(analysis.scaling_table(frame), width=console.width):
             console.print(rich_table)
         # still running: another task of a job array's
         for note in (notes.unfinished_note(frame), notes.running_note(frame)):

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
@@ -40,7 +39,7 @@ import pandas as pd
 
 from dmlbench.noise import advisable_noise_scale
 from dmlbench.prices import Price
-from dmlbench.report.variants import variant_labels
+from dmlbench.report.variants import number_order, variant_labels
 from dmlbench.results.mlperf import olympic_mean
 from dmlbench.results.records import FINISHED, CommResult, CommRun, Evaluation, RunRecord
 from dmlbench.results.schema import PHASES
@@ -452,14 +451,7 @@ def _add_scaling(
 def _in_number_order(column: pd.Series) -> pd.Series:
     """Variants in the order of the numbers in them: ``local_batch=4`` before
     ``local_batch=16`` (as text, 16 came first)."""
-    if column.name != "variant":
-        return column
-
-    def key(text: Any) -> tuple[Any, ...]:
-        parts = re.split(r"(\d+)", str(text))
-        return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
-
-    return column.map(key)
+    return column.map(number_order) if column.name == "variant" else column
 
 
 SCALED = ("speedup_tta", "speedup_throughput", "efficiency_tta", "efficiency_step")

@@ -21,7 +21,7 @@ from dmlbench.report.formats import (
     seconds,
     share,
 )
-from dmlbench.report.variants import short_labels
+from dmlbench.report.variants import SHORT_LABEL, short_labels
 
 Column = tuple[str, str, Callable[[pd.Series], str]]
 
@@ -140,12 +140,17 @@ TERMINAL_COLUMNS = {
 
 
 def scaling_columns(
-    table: pd.DataFrame, budget_s: float | None, *, terminal: bool = False
+    table: pd.DataFrame,
+    budget_s: float | None,
+    *,
+    terminal: bool = False,
+    label_width: int = SHORT_LABEL,
 ) -> list[tuple[str, Callable[[pd.Series], str]]]:
-    """The columns worth showing for ``table``: (title, formatter)."""
+    """The columns worth showing for ``table``: (title, formatter); in the ``terminal``,
+    a variant label longer than ``label_width`` is a letter the legend spells out."""
     chosen = _chosen_columns(table, budget_s)
     if terminal:
-        names = short_labels(table["variant"])
+        names = short_labels(table["variant"], label_width)
         short = {
             "tta": lambda r: mean_std(r["tta_mean"], r["tta_std"]).replace(" ± ", "±"),
             "sp": lambda r: f"{fmt(r['speedup_tta'])}/{fmt(r['speedup_throughput'])}",

@@ -135,12 +135,19 @@ def _value_text(value: Any) -> str:
 SHORT_LABEL = 28
 
 
-def short_labels(variants: Iterable[str]) -> dict[str, str]:
+def number_order(text: Any) -> tuple[Any, ...]:
+    """A sort key that puts labels in the order of the numbers in them: ``local_batch=4``
+    before ``local_batch=16`` (as text, 16 came first)."""
+    parts = re.split(r"(\d+)", str(text))
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
+
+
+def short_labels(variants: Iterable[str], longest: int = SHORT_LABEL) -> dict[str, str]:
     """A short name for each variant label, in sorted order (so every figure of a section
-    names and colours a variant alike): the label itself when every label is short, else
-    ``A``, ``B``, ... (see :func:`variant_legend`)."""
-    unique = sorted({str(v) for v in variants})
-    if all(len(v) <= SHORT_LABEL for v in unique):
+    names and colours a variant alike): the label itself when every label is at most
+    ``longest`` characters, else ``A``, ``B``, ... (see :func:`variant_legend`)."""
+    unique = sorted({str(v) for v in variants}, key=number_order)
+    if all(len(v) <= longest for v in unique):
         return {v: v for v in unique}
     letters = [chr(ord("A") + i) if i < 26 else f"V{i + 1}" for i in range(len(unique))]
     return dict(zip(unique, letters, strict=True))

@@ -154,11 +154,12 @@ def _network(run: RunRecord) -> str:
     return "" if label == "none" else label.split(" · ")[0]
 
 
-def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
+def scaling_tables(table: Any, budget_s: float | None = None, width: int = 80) -> list[Table]:
     """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows; none where
-    it has none (every run still running: the running note says so)."""
-    from dmlbench.report.tables import aat_note, disturbed_note, elastic_note, scaling_columns
-    from dmlbench.report.variants import short_labels
+    it has none (every run still running: the running note says so). Variant labels
+    stand whole where the row fits ``width`` columns with them, else as letters that
+    the caption spells out (whole, they pushed every figure of a row into "…")."""
+    from dmlbench.report.tables import aat_note, disturbed_note, elastic_note
 
     tables: list[Table] = []
     if table.empty:
@@ -172,7 +173,7 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             if not over.empty
             else None
         )
-        columns = scaling_columns(rows, budget_s, terminal=True)
+        columns = _fitted_columns(rows, budget_s, width)
         scaled = any(title == "speedup" for title, _ in columns)
         accuracy = not ("throughput_only" in rows and rows["throughput_only"].all())
         legend = (
@@ -187,9 +188,7 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             + "comm: max over ranks"
         )
         spelt = [
-            f"{short}: {label}"
-            for label, short in short_labels(rows["variant"]).items()
-            if short != label
+            f"{short}: {label}" for label, short in _names(columns, rows).items() if short != label
         ]
         said = (caption, disturbed_note(rows), elastic_note(rows))
         notes = [legend, *spelt, *(n for n in said if n)]
@@ -209,6 +208,35 @@ def scaling_tables(table: Any, budget_s: float | None = None) -> list[Table]:
             rich_table.add_row(*(escape(fn(row)) for _, fn in columns))
         tables.append(rich_table)
     return tables
+
+
+def _fitted_columns(rows: Any, budget_s: float | None, width: int) -> list[Any]:
+    """The scaling columns with whole variant labels where the row fits ``width``
+    (a space between columns), else with the labels as letters."""
+    from dmlbench.report.tables import scaling_columns
+
+    whole = scaling_columns(rows, budget_s, terminal=True, label_width=width)
+    widths = {
+        title: max(len(title), *(len(cell(row)) for _, row in rows.iterrows()))
+        for title, cell in whole
+    }
+    others = sum(w for title, w in widths.items() if title != "variant")
+    room = width - others - (len(whole) - 1)  # one space between columns
+    if widths.get("variant", 0) <= room:
+        return whole
+    return scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
+
+
+def _names(columns: list[Any], rows: Any) -> dict[str, str]:
+    """Each variant label and what the variant column shows for it, in label order (the
+    order letters are given in)."""
+    shown = dict(columns).get("variant")
+    if shown is None:
+        return {}
+    from dmlbench.report.variants import number_order
+
+    names = {row["variant"]: shown(row) for _, row in rows.iterrows()}
+    return dict(sorted(names.items(), key=lambda pair: number_order(pair[0])))
 
 
 def plan_table(plan: Any, stored: set[str]) -> Table:
