@@ -1343,3 +1343,34 @@ def test_long_variant_labels_become_letters_where_a_row_would_not_fit() -> None:
     assert spelt == [f"{letter}: alpha_by_workers.1={alpha}" for letter, alpha in letters]
     wide = shown(200)
     assert "…" not in wide and " alpha_by_workers.1=100.0 " in wide and "A: " not in wide
+
+
+def test_the_phases_figure_names_its_bars_by_letter_where_their_labels_would_overlap() -> None:
+    """Six variants' labels (`comm 75%/75%` over `alpha_by_workers.1=25.0`) above bars a
+    few characters wide ran into one another; each bar now carries a letter, spelt out
+    in the legend. Two variants at two worker counts keep their labels and comm ratios."""
+    from dataclasses import replace
+
+    from dmlbench.report.figures import phases
+
+    def table(alphas: tuple[float, ...]) -> pd.DataFrame:
+        runs = []
+        for alpha in alphas:
+            for workers in (1, 2, 4):
+                run = stored_run(f"{alpha}-{workers}", workers, tta=0.06, evals=[(0.06, 0.95)])
+                schedule = {"alpha_by_workers": {"1": alpha}}
+                spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": schedule}}
+                runs.append(replace(run, spec=spec))
+        return analysis.scaling_table(analysis.runs_frame(runs))
+
+    crowded = phases(table((12.5, 25.0, 50.0, 100.0, 200.0, 400.0)), "t")
+    (ax,) = crowded.axes
+    marks = [text.get_text() for text in ax.texts]
+    assert sorted(set(marks)) == list("ABCDEF") and len(marks) == 18
+    legend = [text.get_text() for text in crowded.legends[0].get_texts()]
+    assert "A: alpha_by_workers.1=12.5" in legend and "F: alpha_by_workers.1=400.0" in legend
+    two = [
+        stored_run(f"{e}{n}", n, tta=0.06, exchange=e) for e in ("allreduce", "ddp") for n in (1, 2)
+    ]
+    (ax,) = phases(analysis.scaling_table(analysis.runs_frame(two)), "t").axes
+    assert "comm 10%/20%\nexchange=allreduce" in {text.get_text() for text in ax.texts}

@@ -167,11 +167,7 @@ def bar_label(ax, bar, text: str, y: float, workers: int) -> None:
     """``text`` above ``bar`` (at ``y``), across it where its longest line fits the
     bar's slot, else up it on one line: side by side, six variants' labels ran into each
     other ("not nreached"). ``workers``: the groups of bars across the axes."""
-    fig = ax.get_figure()
-    axes_pt = ax.get_position().width * fig.get_figwidth() * 72
-    slot_pt = bar.get_width() / GROUP_WIDTH * axes_pt / max(workers, 1)  # and its share of gap
-    longest = max(len(line) for line in text.split("\n")) * CHAR_WIDTH * BAR_LABEL_SIZE
-    upright = longest > slot_pt
+    upright = not fits_across(text, slot_points(ax, bar.get_width(), workers), BAR_LABEL_SIZE)
     ax.text(
         bar.get_x() + bar.get_width() / 2,
         y,
@@ -184,6 +180,18 @@ def bar_label(ax, bar, text: str, y: float, workers: int) -> None:
 
 
 BAR_LABEL_SIZE = 8
+
+
+def slot_points(ax, bar_width: float, workers: int) -> float:
+    """How wide a bar of ``bar_width`` is on the page, with its share of the gap between
+    groups, in points; ``workers``: the groups of bars across the axes."""
+    axes_pt = ax.get_position().width * ax.get_figure().get_figwidth() * 72
+    return bar_width / GROUP_WIDTH * axes_pt / max(workers, 1)
+
+
+def fits_across(text: str, points: float, size: float) -> bool:
+    """Whether ``text``'s longest line, at ``size``, is at most ``points`` wide."""
+    return max(len(line) for line in text.split("\n")) * CHAR_WIDTH * size <= points
 
 
 def worker_counts(table: pd.DataFrame) -> list[int]:

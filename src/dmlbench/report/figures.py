@@ -37,11 +37,13 @@ from dmlbench.report.drawing import (
     bar_positions,
     coloured_variants,
     finish,
+    fits_across,
     log2_workers_axis,
     new_figure,
     note,
     oversubscription_caption,
     palette,
+    slot_points,
     tick_labels,
     variants,
     worker_counts,
@@ -327,7 +329,17 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
     position = {w: i for i, w in enumerate(workers)}
     drawn = False
     names = short_labels(table["variant"])
-    crowded = len(names) > 8
+    slot = slot_points(ax, width, len(workers))
+
+    def said(row: pd.Series) -> str:  # a bar's label while there is room for it
+        comm = f"comm {row['comm_ratio_mean']:.0%}/{row['comm_ratio_max']:.0%}"
+        return comm + (f"\n{names[row['variant']]}" if row["variant"] else "")
+
+    known = table.dropna(subset=["comm_ratio_mean"])
+    crowded = len(names) > 8 or not all(fits_across(said(r), slot, 7) for _, r in known.iterrows())
+    marks = names  # crowded: each bar's name alone, or, where names do not fit, a letter
+    if crowded and not all(fits_across(name, slot, 7) for name in names.values()):
+        marks = short_labels(table["variant"], longest=0)
     for variant, rows in table.groupby("variant", sort=False):
         rows = rows.sort_values("workers")
         x = np.array([position[int(w)] + offsets[names[variant]] for w in rows["workers"]])
@@ -348,17 +360,12 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
         drawn = True
         for xi, total, (_, row) in zip(x, bottom, rows.iterrows(), strict=True):
             if crowded:  # the comm ratios would overlap: they are in the scaling table
-                ax.text(xi, total, names[variant], ha="center", va="bottom", fontsize=7)
+                ax.text(xi, total, marks[variant], ha="center", va="bottom", fontsize=7)
             elif not math.isnan(row["comm_ratio_mean"]):
-                ax.text(
-                    xi,
-                    total,
-                    f"comm {row['comm_ratio_mean']:.0%}/{row['comm_ratio_max']:.0%}"
-                    + (f"\n{names[variant]}" if variant else ""),
-                    ha="center",
-                    va="bottom",
-                    fontsize=7,
-                )
+                ax.text(xi, total, said(row), ha="center", va="bottom", fontsize=7)
+    if marks is not names:  # the letters spelt out, below the phases' colours
+        for variant, mark in marks.items():
+            ax.plot([], [], linestyle="none", label=f"{mark}: {variant}")  # no swatch
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(tick_labels(table, workers))
     ax.set_xlabel("workers" + ("" if crowded else " (labels: comm ratio mean/max over ranks)"))
