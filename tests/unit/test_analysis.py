@@ -1374,3 +1374,21 @@ def test_the_phases_figure_names_its_bars_by_letter_where_their_labels_would_ove
     ]
     (ax,) = phases(analysis.scaling_table(analysis.runs_frame(two)), "t").axes
     assert "comm 10%/20%\nexchange=allreduce" in {text.get_text() for text in ax.texts}
+
+
+def test_the_curves_legend_follows_the_numbers_in_the_labels() -> None:
+    """`alpha_by_workers.1=100.0` was listed before `...=12.5`: the legend sorted as text."""
+    from dataclasses import replace
+
+    from dmlbench.report.figures import curves
+
+    runs = []
+    for alpha in (12.5, 100.0):
+        run = stored_run(f"r{alpha}", 1, tta=0.06, evals=[(0.06, 0.95)])
+        spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": {"alpha": alpha}}}
+        runs.append(replace(run, spec=spec))
+    frame = analysis.runs_frame(runs)
+    evals = analysis.evals_frame(runs).merge(frame[["run_id", "variant"]])
+    table = analysis.scaling_table(frame)
+    labels = [line.get_label() for line in curves(evals, table, 0.9, "t").axes[0].get_lines()]
+    assert labels[:2] == ["alpha=12.5 · 1 worker", "alpha=100.0 · 1 worker"]

@@ -50,7 +50,7 @@ from dmlbench.report.drawing import (
     worker_label,
 )
 from dmlbench.report.formats import human_bytes, plural
-from dmlbench.report.variants import short_labels, variant_pairs
+from dmlbench.report.variants import number_order, short_labels, variant_pairs
 from dmlbench.results.schema import PHASES
 
 
@@ -262,8 +262,10 @@ def curves(
     by_count = {w: cmap(i / max(1, len(workers) - 1) * 0.85) for i, w in enumerate(workers)}
     over = set(table.loc[table["oversubscribed"], "workers"].astype(int))
     elastic = set(table.loc[table["elastic"], "variant"])
-    ordered = evals.assign(variant=variant).sort_values(
-        ["variant", "workers", "run_id", "elapsed_s"], kind="stable"
+    ordered = evals.assign(variant=variant).sort_values(  # the legend in the labels' order
+        ["variant", "workers", "run_id", "elapsed_s"],
+        kind="stable",
+        key=lambda column: column.map(number_order) if column.name == "variant" else column,
     )
     for _, run in ordered.groupby("run_id", sort=False):
         n, name = int(run["workers"].iloc[0]), names[str(run["variant"].iloc[0])]
