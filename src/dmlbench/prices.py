@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmlbench.errors import SpecError
+from dmlbench.errors import SpecError, unknown
 from dmlbench.files import load_mapping_file
 from dmlbench.names import shorten
 
@@ -81,6 +81,9 @@ def _built_in() -> tuple[Price, ...]:
     return tuple(load_prices().values())
 
 
+_PRICE_KEYS = ("per_worker_hour", "currency", "source", "device")
+
+
 def load_prices(path: Path | None = None) -> dict[str, Price]:
     """Read a price table: ``name: {per_worker_hour, currency, source}`` per entry."""
     path = path or BUILTIN_PRICES
@@ -89,6 +92,12 @@ def load_prices(path: Path | None = None) -> dict[str, Price]:
         raise SpecError(f"price table {path} must map names to {{per_worker_hour: ...}}")
     prices = {}
     for name, entry in data.items():
+        for key in entry if isinstance(entry, dict) else ():  # a misspelt currency meant USD
+            if key not in _PRICE_KEYS:
+                said = unknown(
+                    "key", str(key), _PRICE_KEYS, f"an entry takes {', '.join(_PRICE_KEYS)}"
+                )
+                raise SpecError(f"price table {path}: entry {shorten(repr(name))}: {said}")
         try:
             value = float(entry["per_worker_hour"])
         except (TypeError, KeyError, ValueError):

@@ -449,6 +449,9 @@ def test_price_table_is_data_and_refuses_bad_entries(tmp_path) -> None:
     table.write_text("mine: {per_worker_hour: cheap}\n")
     with pytest.raises(SpecError, match="needs a numeric per_worker_hour"):
         choose_price(prices_file=table)
+    table.write_text("mine: {per_worker_hour: 1.25, currenc: EUR}\n")  # costed in USD
+    with pytest.raises(SpecError, match=r"'mine': unknown key 'currenc' \(did you mean 'currency'"):
+        choose_price(prices_file=table)
     # issue 53: nan, -1 and inf were taken (and --json then printed a bare NaN)
     for bad in ("nan", "-1", "inf", "1e300"):
         with pytest.raises(SpecError, match=re.escape(f"--price: {float(bad):g} is no price")):

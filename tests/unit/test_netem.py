@@ -40,6 +40,9 @@ def test_profiles_are_data_and_inline_values_override_them(tmp_path: Path) -> No
     mine.write_text("lab: {bandwidth: 40gbit}\nbad: {bandwidth: lots}\n")
     with pytest.raises(SpecError, match=r"network profile 'bad' in .*nets.yaml: bandwidth 'lots'"):
         load_profiles(mine)  # which entry of which file: it named neither
+    mine.write_text("lab: {bandwith: 40gbit, latency: 1ms}\n")  # was dropped unsaid
+    with pytest.raises(SpecError, match=r"'lab' in .*: unknown key 'bandwith' \(did you mean"):
+        load_profiles(mine)
 
 
 def test_network_takes_a_profile_or_a_bare_rate_as_simulate_does(dmlbench) -> None:

@@ -108,6 +108,7 @@ class NetworkSpec(StrictModel):
 
 
 _LINK_KEYS = ("bandwidth", "latency", "intra_bandwidth", "intra_latency")
+_PROFILE_KEYS = (*_LINK_KEYS, "description")
 
 
 class ResolvedNetwork(StrictModel):
@@ -153,6 +154,11 @@ def load_profiles(path: Path | None = None) -> dict[str, dict[str, Any]]:
     for name, entry in data.items():
         if not isinstance(entry, dict) or not any(entry.get(key) for key in _LINK_KEYS):
             raise SpecError(f"network profile '{name}' in {path} needs a bandwidth or latency")
+        for key in entry:  # a misspelt key was dropped without a word
+            if key not in _PROFILE_KEYS:
+                listed = f"a profile takes {', '.join(_PROFILE_KEYS)}"
+                said = unknown("key", str(key), _PROFILE_KEYS, listed)
+                raise SpecError(f"network profile '{name}' in {path}: {said}")
         try:
             for key in ("bandwidth", "intra_bandwidth"):
                 if entry.get(key):
