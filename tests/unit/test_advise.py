@@ -210,8 +210,9 @@ def test_the_advice_table_keys_each_compute_source_and_fits_80_columns() -> None
 
     small = _advise(step_s=1.0, noise=16.0, link=Link(1.25e9), current=(2, 16))
     console = Console(width=80, record=True)
-    console.print(advice_table(small, "example at 1 USD/worker-hour"))
+    console.print(advice_table(small, "example at 1 EUR/worker-hour", "EUR"))
     text = console.export_text()
+    assert "cost, EUR" in text  # the currency heads the column, as in the other tables
     assert "…" not in text and all(len(line) <= 80 for line in text.splitlines())
     shown = [small.best, *small.candidates[1:5], small.current, *small.worth_measuring[:3]]
     sources = list(dict.fromkeys(c.compute_source for c in shown if c is not None))
@@ -276,3 +277,19 @@ def test_the_summarys_phase_line_says_what_comm_holds_for_each_overlapped_exchan
     cpu = {"device": "cpu", "bytes_per_step": 8e6}
     run = replace(run, summary=run.summary.model_copy(update=cpu))
     assert "(fsdp: comm is its gathers and reduce-scatters, which block a CPU)" in shown("fsdp")
+
+
+def test_advice_says_why_it_has_no_noise_scale() -> None:
+    """Runs that measured B_simple over 14 steps read "not measured (run with 2+
+    workers)": they had 2 workers, and their measurement was too short to advise on."""
+    from dmlbench.advise.recommend import UNMEASURED, noise_evidence, noise_unmeasured
+
+    short = [
+        timed(f"s{i}", 0.1, workers=2, noise_scale={"b_simple": 10.0, "steps": 14 + i})
+        for i in range(2)
+    ]
+    assert noise_evidence(short, "synthetic-mlp") is None
+    why = noise_unmeasured(short, "synthetic-mlp")
+    assert why.startswith("measured by 2 runs over at most 15 steps, too few to advise on")
+    assert "stop_at_target=false" in why
+    assert noise_unmeasured([timed("one", 0.1)], "synthetic-mlp") == UNMEASURED

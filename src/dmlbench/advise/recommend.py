@@ -78,6 +78,28 @@ def noise_evidence(runs: Sequence[RunRecord], task: str) -> NoiseEvidence | None
     return NoiseEvidence(statistics.median(v for v, _ in measured), [i for _, i in measured])
 
 
+UNMEASURED = "not measured (run with 2+ workers)"
+
+
+def noise_unmeasured(runs: Sequence[RunRecord], task: str) -> str:
+    """Why ``task`` has no noise scale to advise on: no run measured one, or the runs
+    that did had too few steps (a digits run's 14 read "not measured")."""
+    from dmlbench.noise import MIN_ADVICE_STEPS
+
+    steps = [
+        int(r.summary.noise_scale.get("steps") or 0)
+        for r in runs
+        if r.task == task and r.finished and r.summary.noise_scale
+    ]
+    if not steps:
+        return UNMEASURED
+    return (
+        f"measured by {len(steps)} run{'s' * (len(steps) != 1)} over at most {max(steps)} "
+        f"steps, too few to advise on (it takes {MIN_ADVICE_STEPS}): run longer, e.g. "
+        "--set stop_at_target=false"
+    )
+
+
 @dataclass(frozen=True)
 class ComputeModel:
     """Compute seconds per step at (workers, local batch), and where that came from."""
@@ -276,6 +298,7 @@ def advise(
     price_per_worker_hour: float | None = None,
     current: tuple[int, int] | None = None,  # (workers, local batch) the user plans
     assume_epochs: float | None = None,  # at the recipe's batch, when no run reached it
+    unmeasured: str = UNMEASURED,  # why ``noise`` is None
 ) -> Advice:
     """Every (workers, local batch) up to ``max_workers``, predicted and ranked by time
     to accuracy; the guidelines ``current`` breaks."""
@@ -345,7 +368,7 @@ def advise(
         "communication": f"ring all-reduce on {network}, overhead and host bandwidth from "
         "bench allreduce",
         "epochs": _epochs_text(epochs),
-        "noise_scale": noise.source if noise else "not measured (run with 2+ workers)",
+        "noise_scale": noise.source if noise else unmeasured,
     }
     advice = Advice(
         task.name,
@@ -402,6 +425,7 @@ def advise_from_store(
         if workers or local_batch
         else None,  # no plan given: none to check, and no row of "yours"
         assume_epochs=assume_epochs,
+        unmeasured=noise_unmeasured(runs, task),
     )
     if price is not None and not priced:
         advice.unpriced = price.unpriced(calibration.device)

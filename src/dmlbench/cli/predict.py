@@ -232,4 +232,4 @@ def advise(
         return
     from dmlbench.cli.views.predictions import advice_table
 
-    console.print(advice_table(advice, chosen.label))
+    console.print(advice_table(advice, chosen.label, chosen.currency))

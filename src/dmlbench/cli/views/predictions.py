@@ -18,15 +18,28 @@ from dmlbench.report.formats import (
 )
 
 
-def advice_table(advice: Any, price: str) -> Group:
+def advice_table(advice: Any, price: str, currency: str = "USD") -> Group:
     """`dmlbench advise` for a person: the recommendation and the runners-up in a table,
-    the plan's broken guidelines, and where every number came from."""
+    the plan's broken guidelines, and where every number came from; ``price``: the
+    price's label, ``currency``: its currency, which heads the cost column."""
     cost = advice.unpriced or f"cost at {price}"
     table = figures_table(
         escape(f"{advice.task} on {advice.network}: ranked by predicted time to target"),
         escape(f"{cost}; epochs and compute: where they came from below"),
     )
-    for column in ("", "N", "b / B", "epochs", "from", "step", "compute", "comm", "TTA", "cost"):
+    heads = (
+        "",
+        "N",
+        "b / B",
+        "epochs",
+        "from",
+        "step",
+        "compute",
+        "comm",
+        "TTA",
+        f"cost, {currency}",
+    )
+    for column in heads:
         text = column in ("", "from", "compute")  # a long word folds, never cut short
         table.add_column(column, justify="left" if text else "right", overflow="fold")
     # where each row's compute came from, a letter a source: the sentences are below,
