@@ -1324,17 +1324,20 @@ def test_long_variant_labels_become_letters_where_a_row_would_not_fit() -> None:
 
     runs = []
     for alpha in (12.5, 25.0, 50.0, 100.0, 200.0, 400.0):
-        for workers in (1, 2, 4):
-            run = stored_run(f"{alpha}-{workers}", workers, tta=0.061, evals=[(0.061, 0.95)])
+        for workers, seed in itertools.product((1, 2, 4), (0, 1)):  # TTA as mean±std
+            tta = 0.061 + 0.02 * seed
+            name, evals = f"{alpha}-{workers}-{seed}", [(tta, 0.95)]
+            shape = {"local_batch": 8, "step_time": 0.0045}  # the walk's wine sweep's
+            run = stored_run(name, workers, tta=tta, seed=seed, evals=evals, **shape)
             schedule = {"alpha_by_workers": {"1": alpha}}
             spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": schedule}}
             runs.append(replace(run, spec=spec))
     table = analysis.scaling_table(analysis.runs_frame(runs))
     assert "alpha_by_workers.1=100.0" in set(table["variant"])
 
-    def shown(width: int) -> str:
+    def shown(width: int, budget_s: float | None = None) -> str:
         console = Console(width=width, record=True)
-        for rich_table in scaling_tables(table, width=width):
+        for rich_table in scaling_tables(table, budget_s, width=width):
             console.print(rich_table)
         return console.export_text()
 
@@ -1346,6 +1349,10 @@ def test_long_variant_labels_become_letters_where_a_row_would_not_fit() -> None:
     assert spelt == [f"{letter}: alpha_by_workers.1={alpha}" for letter, alpha in letters]
     wide = shown(200)
     assert "…" not in wide and " alpha_by_workers.1=100.0 " in wide and "A: " not in wide
+    # `--budget` adds a column: letters alone still overran 80, so two titles fold
+    budget = shown(80, budget_s=0.05)
+    assert "…" not in budget and all(len(line) <= 80 for line in budget.splitlines())
+    assert " AAT " in budget and "A: alpha_by_workers.1=12.5" in budget
 
 
 def test_the_phases_figure_names_its_bars_by_letter_where_their_labels_would_overlap() -> None:

@@ -173,7 +173,7 @@ def scaling_tables(table: Any, budget_s: float | None = None, width: int = 80) -
             if not over.empty
             else None
         )
-        columns = _fitted_columns(rows, budget_s, width)
+        columns, names = _fitted_columns(rows, budget_s, width)
         scaled = any(title == "speedup" for title, _ in columns)
         accuracy = not ("throughput_only" in rows and rows["throughput_only"].all())
         legend = (
@@ -187,9 +187,7 @@ def scaling_tables(table: Any, budget_s: float | None = None, width: int = 80) -
             + ("speedup and effic.: TTA/step time; " if scaled else "")
             + "comm: max over ranks"
         )
-        spelt = [
-            f"{short}: {label}" for label, short in _names(columns, rows).items() if short != label
-        ]
+        spelt = [f"{short}: {label}" for label, short in names.items() if short != label]
         said = (caption, disturbed_note(rows), elastic_note(rows))
         notes = [legend, *spelt, *(n for n in said if n)]
         rich_table = figures_table(
@@ -210,33 +208,36 @@ def scaling_tables(table: Any, budget_s: float | None = None, width: int = 80) -
     return tables
 
 
-def _fitted_columns(rows: Any, budget_s: float | None, width: int) -> list[Any]:
-    """The scaling columns with whole variant labels where the row fits ``width``
-    (a space between columns), else with the labels as letters."""
+# Two-line titles, and a shorter one for a column of letters, where even letters leave a
+# row wider than the terminal (`compare --budget` adds the AAT column)
+_FOLDED = {"variant": "var.", "TTA s": "TTA\ns", "step ms": "step\nms"}
+
+
+def _fitted_columns(
+    rows: Any, budget_s: float | None, width: int
+) -> tuple[list[Any], dict[str, str]]:
+    """The scaling columns with whole variant labels where the row fits ``width`` (a
+    space between columns), else with the labels as letters, and then, if need be,
+    with folded titles; and each variant label with what the variant column shows."""
     from dmlbench.report.tables import scaling_columns
-
-    whole = scaling_columns(rows, budget_s, terminal=True, label_width=width)
-    widths = {
-        title: max(len(title), *(len(cell(row)) for _, row in rows.iterrows()))
-        for title, cell in whole
-    }
-    others = sum(w for title, w in widths.items() if title != "variant")
-    room = width - others - (len(whole) - 1)  # one space between columns
-    if widths.get("variant", 0) <= room:
-        return whole
-    return scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
-
-
-def _names(columns: list[Any], rows: Any) -> dict[str, str]:
-    """Each variant label and what the variant column shows for it, in label order (the
-    order letters are given in)."""
-    shown = dict(columns).get("variant")
-    if shown is None:
-        return {}
     from dmlbench.report.variants import number_order
 
-    names = {row["variant"]: shown(row) for _, row in rows.iterrows()}
-    return dict(sorted(names.items(), key=lambda pair: number_order(pair[0])))
+    def spans(columns: list[Any]) -> dict[str, int]:
+        return {
+            title: max(len(title), *(len(cell(row)) for _, row in rows.iterrows()))
+            for title, cell in columns
+        }
+
+    columns = scaling_columns(rows, budget_s, terminal=True, label_width=width)
+    widths = spans(columns)
+    room = width - sum(w for title, w in widths.items() if title != "variant") - len(columns) + 1
+    if widths.get("variant", 0) > room:
+        columns = scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
+    shown = dict(columns).get("variant")
+    names = {row["variant"]: shown(row) for _, row in rows.iterrows()} if shown else {}
+    if sum(spans(columns).values()) + len(columns) - 1 > width:
+        columns = [(_FOLDED.get(title, title), cell) for title, cell in columns]
+    return columns, dict(sorted(names.items(), key=lambda pair: number_order(pair[0])))
 
 
 def plan_table(plan: Any, stored: set[str]) -> Table:
