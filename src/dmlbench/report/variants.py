@@ -139,7 +139,8 @@ def number_order(text: Any) -> tuple[Any, ...]:
     """A sort key that puts labels in the order of the numbers in them: ``local_batch=4``
     before ``local_batch=16`` (as text, 16 came first)."""
     parts = re.split(r"(\d+)", str(text))
-    return tuple(int(part) if i % 2 else part for i, part in enumerate(parts))
+    # a run of digits past Python's limit for int() orders by its first 300
+    return tuple(int(part[:300]) if i % 2 else part for i, part in enumerate(parts))
 
 
 def short_labels(variants: Iterable[str], longest: int = SHORT_LABEL) -> dict[str, str]:

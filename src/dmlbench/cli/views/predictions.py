@@ -27,19 +27,8 @@ def advice_table(advice: Any, price: str, currency: str = "USD") -> Group:
         escape(f"{advice.task} on {advice.network}: ranked by predicted time to target"),
         escape(f"{cost}; epochs and compute: where they came from below"),
     )
-    heads = (
-        "",
-        "N",
-        "b / B",
-        "epochs",
-        "from",
-        "step",
-        "compute",
-        "comm",
-        "TTA",
-        f"cost, {currency}",
-    )
-    for column in heads:
+    heads = ("", "N", "b / B", "epochs", "from", "step", "compute", "comm", "TTA")
+    for column in (*heads, f"cost, {currency}"):
         text = column in ("", "from", "compute")  # a long word folds, never cut short
         table.add_column(column, justify="left" if text else "right", overflow="fold")
     # where each row's compute came from, a letter a source: the sentences are below,
