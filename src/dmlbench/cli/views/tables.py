@@ -216,26 +216,30 @@ _FOLDED = {"variant": "var.", "TTA s": "TTA\ns", "step ms": "step\nms"}
 def _fitted_columns(
     rows: Any, budget_s: float | None, width: int
 ) -> tuple[list[Any], dict[str, str]]:
-    """The scaling columns with whole variant labels where the row fits ``width`` (a
-    space between columns), else with the labels as letters, and then, if need be,
-    with folded titles; and each variant label with what the variant column shows."""
+    """The scaling columns for a terminal ``width`` wide (a space between columns):
+    whole variant labels where the row fits with them, else letters; then, where the
+    row is still too wide, folded titles. And each variant label with what its column
+    shows."""
     from dmlbench.report.tables import scaling_columns
     from dmlbench.report.variants import number_order
 
-    def spans(columns: list[Any]) -> dict[str, int]:
-        return {
-            title: max(len(title), *(len(cell(row)) for _, row in rows.iterrows()))
-            for title, cell in columns
-        }
+    def spans(columns: list[Any]) -> dict[str, int]:  # a title's longest line, or a cell
+        widths = {}
+        for title, cell in columns:
+            lines = [len(line) for line in title.split("\n")]
+            widths[title] = max(lines + [len(cell(row)) for _, row in rows.iterrows()])
+        return widths
+
+    def overflow(columns: list[Any]) -> int:
+        return sum(spans(columns).values()) + len(columns) - 1 - width
 
     columns = scaling_columns(rows, budget_s, terminal=True, label_width=width)
-    widths = spans(columns)
-    room = width - sum(w for title, w in widths.items() if title != "variant") - len(columns) + 1
-    if widths.get("variant", 0) > room:
+    room = spans(columns).get("variant", 0) - overflow(columns)
+    if overflow(columns) > 0:
         columns = scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
     shown = dict(columns).get("variant")
     names = {row["variant"]: shown(row) for _, row in rows.iterrows()} if shown else {}
-    if sum(spans(columns).values()) + len(columns) - 1 > width:
+    if overflow(columns) > 0:
         columns = [(_FOLDED.get(title, title), cell) for title, cell in columns]
     return columns, dict(sorted(names.items(), key=lambda pair: number_order(pair[0])))
 
