@@ -91,7 +91,9 @@ def _start_up_output(path: Path) -> Iterator[None]:
 
 def _failure_message(failure: ProcessFailure, log_dir: Path) -> str:
     """The failed worker's error in one line, and where its traceback is kept (torch's
-    ``@record`` writes it to the worker's ``error.json`` in the run's log folder)."""
+    ``@record`` writes it to the worker's ``error.json`` in the run's log folder): a path
+    in the run folder, which holds from any folder and fits the summary's 80 columns,
+    where the launcher's own relative path was cut short there ("…/20261129-…_94k…")."""
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", message)
@@ -99,9 +101,21 @@ def _failure_message(failure: ProcessFailure, log_dir: Path) -> str:
     if failure.exitcode < 0 and text:  # killed by a signal
         return text
     if not text or text == "<NONE>" or "To enable traceback" in text:
-        return f"exited with code {failure.exitcode} before reporting an error; see {log_dir}"
+        return (
+            f"exited with code {failure.exitcode} before reporting an error; see "
+            f"{log_dir.name}/ in the run folder"
+        )
     error_file = Path(failure.error_file) if failure.error_file else None
-    where = f" (traceback: {error_file})" if error_file and error_file.is_file() else ""
+    where = ""
+    if error_file and error_file.is_file():
+        run_dir = log_dir.parent.resolve()
+        kept = error_file.resolve()
+        shown = (
+            f"{kept.relative_to(run_dir)} in the run folder"
+            if kept.is_relative_to(run_dir)
+            else kept
+        )
+        where = f" (traceback: {shown})"
     return text.splitlines()[-1] + where
 
 
