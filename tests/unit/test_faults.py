@@ -276,6 +276,7 @@ def test_a_dmlbench_bug_in_the_launcher_is_reported_as_one(tmp_path: Path) -> No
         launch_workers(run_worker, (), workers=1, run_dir=tmp_path, env={"BROKEN": 1})  # type: ignore[dict-item]
     message = str(failed.value)
     assert message.startswith("dmlbench bug in the launcher: TypeError") and "\n" not in message
+    assert f"traceback in {LAUNCHER_TRACEBACK} in the run folder" in message  # from anywhere
     kept = (tmp_path / LAUNCHER_TRACEBACK).read_text()
     assert "Traceback" in kept and "in environment" in kept  # the frame that failed
     # what was set before the bad value is taken back: later runs must not inherit it

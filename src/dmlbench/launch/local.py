@@ -132,7 +132,7 @@ def _launcher_bug(error: Exception, run_dir: Path) -> WorkerFailed:
     path.write_text("".join(traceback.format_exception(error)))
     return WorkerFailed(
         f"dmlbench bug in the launcher: {type(error).__name__}: {error}; traceback in "
-        f"{path}; please report it"
+        f"{path.name} in the run folder; please report it"
     )
 
 
