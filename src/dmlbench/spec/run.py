@@ -166,7 +166,9 @@ class RunSpec(WorkersSpec):
     )
     save_model: bool = Field(False, description="rank 0 saves final weights as model.pt")
     plugins: list[str] = Field(
-        default_factory=list, description="modules imported first; they may register tasks"
+        default_factory=list,
+        description="modules imported first (--plugin, DMLBENCH_PLUGINS); they may register "
+        "tasks and models",
     )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
