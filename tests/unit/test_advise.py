@@ -9,14 +9,8 @@ import re
 
 import pytest
 
-from dmlbench.advise.recommend import (
-    EpochModel,
-    NoiseEvidence,
-    advise,
-    compute_model,
-    noise_evidence,
-    worker_counts,
-)
+from dmlbench.advise.noise_evidence import NoiseEvidence, noise_evidence
+from dmlbench.advise.recommend import EpochModel, advise, compute_model, worker_counts
 from dmlbench.errors import DmlbenchError
 from dmlbench.perfmodel import CommCalibration, Link
 from dmlbench.perfmodel.calibrate import TaskCalibration, calibrate_task
@@ -282,7 +276,7 @@ def test_the_summarys_phase_line_says_what_comm_holds_for_each_overlapped_exchan
 def test_advice_says_why_it_has_no_noise_scale() -> None:
     """Runs that measured B_simple over 14 steps read "not measured (run with 2+
     workers)": they had 2 workers, and their measurement was too short to advise on."""
-    from dmlbench.advise.recommend import UNMEASURED, noise_evidence, noise_unmeasured
+    from dmlbench.advise.noise_evidence import UNMEASURED, noise_unmeasured
 
     short = [
         timed(f"s{i}", 0.1, workers=2, noise_scale={"b_simple": 10.0, "steps": 14 + i})
