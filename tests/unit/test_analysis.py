@@ -1402,3 +1402,27 @@ def test_the_curves_legend_follows_the_numbers_in_the_labels() -> None:
     table = analysis.scaling_table(frame)
     labels = [line.get_label() for line in curves(evals, table, 0.9, "t").axes[0].get_lines()]
     assert labels[:2] == ["alpha=12.5 · 1 worker", "alpha=100.0 · 1 worker"]
+
+
+def test_one_key_that_varies_heads_the_variant_column_where_labels_would_not_fit() -> None:
+    """Seven exchanges at 80 columns were letters spelt below (`A: exchange=allreduce`):
+    where the variants differ in one key, it heads the column over its values."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import scaling_tables
+
+    exchanges = ("allreduce", "ddp", "fp16", "topk", "signsgd", "local-sgd", "powersgd")
+    shape = {"local_batch": 16, "step_time": 0.003}  # the walk's sweep on synthetic-mlp
+    runs = [
+        stored_run(f"{e}{n}", n, tta=0.2, exchange=e, **shape)
+        for e, n in itertools.product(exchanges, (2, 4))
+    ]
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    console = Console(width=80, record=True)
+    for rich_table in scaling_tables(table, width=80):
+        console.print(rich_table)
+    shown = console.export_text()
+    assert "…" not in shown and all(len(line) <= 80 for line in shown.splitlines())
+    header = next(line for line in shown.splitlines() if line.lstrip().startswith("N "))
+    assert header.split()[:2] == ["N", "exchange"] and " local-sgd " in shown
+    assert "A: " not in shown and "exchange=" not in shown

@@ -216,10 +216,10 @@ _FOLDED = {"variant": "var.", "TTA s": "TTA\ns", "step ms": "step\nms"}
 def _fitted_columns(
     rows: Any, budget_s: float | None, width: int
 ) -> tuple[list[Any], dict[str, str]]:
-    """The scaling columns for a terminal ``width`` wide (a space between columns):
-    whole variant labels where the row fits with them, else letters; then, where the
-    row is still too wide, folded titles. And each variant label with what its column
-    shows."""
+    """The scaling columns for a terminal ``width`` wide (a space between columns), the
+    first that fits of: whole variant labels; the one key they differ in over its values
+    (titles folded if need be); letters (titles folded if need be). And each variant
+    label with the letter that stands for it, where letters do."""
     from dmlbench.report.tables import scaling_columns
     from dmlbench.report.variants import number_order
 
@@ -233,15 +233,37 @@ def _fitted_columns(
     def overflow(columns: list[Any]) -> int:
         return sum(spans(columns).values()) + len(columns) - 1 - width
 
-    columns = scaling_columns(rows, budget_s, terminal=True, label_width=width)
-    room = spans(columns).get("variant", 0) - overflow(columns)
-    if overflow(columns) > 0:
-        columns = scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
-    shown = dict(columns).get("variant")
+    def folded(columns: list[Any]) -> list[Any]:
+        return [(_FOLDED.get(title, title), cell) for title, cell in columns]
+
+    whole = scaling_columns(rows, budget_s, terminal=True, label_width=width)
+    room = spans(whole).get("variant", 0) - overflow(whole)
+    keyed = _by_key(whole, rows)  # `exchange` over its values, not `exchange=topk`
+    for columns in (whole, *([keyed, folded(keyed)] if keyed else [])):
+        if overflow(columns) <= 0:
+            return columns, {}
+    letters = scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
+    shown = dict(letters).get("variant")
     names = {row["variant"]: shown(row) for _, row in rows.iterrows()} if shown else {}
-    if overflow(columns) > 0:
-        columns = [(_FOLDED.get(title, title), cell) for title, cell in columns]
+    columns = letters if overflow(letters) <= 0 else folded(letters)
     return columns, dict(sorted(names.items(), key=lambda pair: number_order(pair[0])))
+
+
+def _by_key(columns: list[Any], rows: Any) -> list[Any] | None:
+    """The columns with the variant column headed by the one key the variants differ
+    in, and its values below; None where they differ in more or name no key."""
+    from dmlbench.report.variants import variant_pairs
+
+    pairs = [variant_pairs(label) for label in rows["variant"]]
+    keys = {key for pair in pairs for key in pair}
+    if len(keys) != 1 or any(len(pair) != 1 for pair in pairs):
+        return None
+    (key,) = keys
+
+    def value(row: Any) -> str:
+        return variant_pairs(row["variant"])[key]
+
+    return [(key, value) if title == "variant" else (title, cell) for title, cell in columns]
 
 
 def plan_table(plan: Any, stored: set[str]) -> Table:
