@@ -1426,3 +1426,26 @@ def test_one_key_that_varies_heads_the_variant_column_where_labels_would_not_fit
     header = next(line for line in shown.splitlines() if line.lstrip().startswith("N "))
     assert header.split()[:2] == ["N", "exchange"] and " local-sgd " in shown
     assert "A: " not in shown and "exchange=" not in shown
+
+
+def test_the_bytes_figure_keeps_its_legend_inside_the_figure() -> None:
+    """Seven exchanges' legend, in four columns of `exchange=allreduce`, ran past both
+    edges of the figure; it takes as many columns as fit, as the other figures' do."""
+    from dataclasses import replace
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dmlbench.report.figures import bytes_and_step_time
+
+    exchanges = ("allreduce", "ddp", "fp16", "topk", "signsgd", "local-sgd", "powersgd")
+    runs = []
+    for i, (exchange, n) in enumerate(itertools.product(exchanges, (2, 4))):
+        run = stored_run(f"{exchange}{n}", n, tta=0.2, exchange=exchange)
+        sent = run.summary.model_copy(update={"bytes_per_step": 1000.0 * (i + 1)})
+        runs.append(replace(run, summary=sent))
+    figure = bytes_and_step_time(analysis.scaling_table(analysis.runs_frame(runs)), "t")
+    FigureCanvasAgg(figure).draw()
+    (legend,) = figure.legends
+    box = legend.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= figure.bbox.width
+    assert len(legend.get_texts()) == 7

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -104,9 +104,15 @@ def variants(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(short, groups[label].sort_values("workers")) for label, short in names.items()]
 
 
-def legend_below(fig: Figure, ax, title: str | None = None) -> None:
-    """``ax``'s legend below the plot area, outside it; repeated labels shown once."""
-    handles, labels = ax.get_legend_handles_labels()
+def legend_below(
+    fig: Figure, ax, title: str | None = None, handles: Sequence[Artist] | None = None
+) -> None:
+    """``ax``'s legend (or ``handles``', each labelled) below the plot area, outside it;
+    repeated labels shown once."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    else:
+        labels = [handle.get_label() for handle in handles]
     unique: dict[str, Artist] = {}
     for handle, label in zip(handles, labels, strict=True):
         unique.setdefault(label, handle)

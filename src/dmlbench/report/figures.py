@@ -27,17 +27,16 @@ from matplotlib.ticker import (
 )
 
 from dmlbench.report.drawing import (
-    HEIGHT,
     LINE_STYLES,
     MARKERS,
     PHASE_COLOURS,
     VARIANT_COLOURS,
-    WIDTH,
     bar_label,
     bar_positions,
     coloured_variants,
     finish,
     fits_across,
+    legend_below,
     log2_workers_axis,
     new_figure,
     note,
@@ -446,11 +445,9 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
     if len(uncounted):  # FSDP on a torch without hooks for custom collectives (before 2.9)
         shown = ", ".join(sorted({short_labels(table["variant"])[v] or "run" for v in uncounted}))
         ax.text(0.01, 0.02, f"bytes not counted: {shown}", transform=ax.transAxes, fontsize=7)
-    columns = 4 if len(handles) > 6 else 3
-    fig.set_size_inches(WIDTH, HEIGHT + 0.22 * math.ceil(len(handles) / columns))
-    fig.legend(
-        handles=handles, loc="outside lower center", ncols=columns, fontsize=8, frameon=False
-    )
+    # as many columns as fit across the figure: four columns of `exchange=allreduce` ran
+    # past both of its edges
+    legend_below(fig, ax, handles=handles)
     oversubscription_caption(fig, table)
     return fig
 
