@@ -1449,3 +1449,29 @@ def test_the_bytes_figure_keeps_its_legend_inside_the_figure() -> None:
     box = legend.get_window_extent()
     assert box.x0 >= 0 and box.x1 <= figure.bbox.width
     assert len(legend.get_texts()) == 7
+
+
+def test_the_cost_figure_marks_worker_counts_where_their_labels_would_crowd() -> None:
+    """Seven exchanges at two worker counts wrote 14 `N=` labels into one another; past
+    eight points each count has a marker of its own, named in the legend."""
+    from dmlbench.prices import Price
+    from dmlbench.report.figures import cost
+
+    exchanges = ("allreduce", "ddp", "fp16", "topk", "signsgd", "local-sgd", "powersgd")
+    price = Price("p", 1.0)
+
+    def figure(names: tuple[str, ...]) -> Any:
+        runs = [
+            stored_run(f"{e}{n}", n, tta=0.2 + 0.01 * i, exchange=e)
+            for i, (e, n) in enumerate(itertools.product(names, (2, 4)))
+        ]
+        table = analysis.scaling_table(analysis.runs_frame(runs), price=price)
+        return cost(table, "p", "t")
+
+    crowded = figure(exchanges)
+    (ax,) = crowded.axes
+    assert not [text for text in ax.texts if text.get_text().startswith("N=")]
+    legend = [text.get_text() for text in crowded.legends[0].get_texts()]
+    assert {"N=2", "N=4*"} <= set(legend)  # 4 workers on the 2 cores stored_run records
+    (ax,) = figure(exchanges[:2]).axes  # four points keep their labels
+    assert sorted(text.get_text() for text in ax.texts) == ["N=2", "N=2", "N=4*", "N=4*"]

@@ -457,10 +457,18 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     fig, (ax,) = new_figure(title, f"Cost vs time ({price_label})")
     reached = bool(table["tta_mean"].notna().any())
     x_col, y_col = ("tta_mean", "cost_to_target") if reached else ("elapsed_mean", "cost_mean")
+    # past eight points their N= labels ran into one another: a marker a worker count
+    # instead, named in the legend
+    labelled = table[[x_col, y_col]].notna().all(axis=1).sum() <= 8
+    counts = worker_counts(table)
+    shape = {n: "o" if labelled else MARKERS[i % len(MARKERS)] for i, n in enumerate(counts)}
     for colour, variant, rows in coloured_variants(table):
-        ax.plot(rows[x_col], rows[y_col], "o-", color=colour, label=variant or None)
+        ax.plot(rows[x_col], rows[y_col], "-", color=colour, label=variant or None)
         for _, row in rows.iterrows():
-            if not (pd.isna(row[x_col]) or pd.isna(row[y_col])):
+            if pd.isna(row[x_col]) or pd.isna(row[y_col]):
+                continue
+            ax.plot(row[x_col], row[y_col], shape[int(row["workers"])], color=colour)
+            if labelled:
                 ax.annotate(
                     f"N={worker_label(row)}",
                     (row[x_col], row[y_col]),
@@ -468,6 +476,10 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
                     xytext=(5, 5),
                     fontsize=8,
                 )
+    if not labelled:
+        for n in counts:
+            label = f"N={worker_label(table[table['workers'] == n].iloc[0])}"
+            ax.plot([], [], shape[n], color="#444", fillstyle="none", label=label)
     if not table[y_col].notna().any():
         note(ax, "no cost to show: no run finished")
     what = "time to accuracy" if reached else "run time (no run reached the target)"
@@ -479,4 +491,5 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     plain.set_scientific(False)
     ax.yaxis.set_major_formatter(plain)
     ax.margins(x=0.12, y=0.12)  # room for the N= labels
-    return finish(fig, ax, table, legend=any(v for v, _ in variants(table)))
+    named = not labelled or any(v for v, _ in variants(table))
+    return finish(fig, ax, table, legend=named)
