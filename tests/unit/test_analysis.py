@@ -1475,3 +1475,28 @@ def test_the_cost_figure_marks_worker_counts_where_their_labels_would_crowd() ->
     assert {"N=2", "N=4*"} <= set(legend)  # 4 workers on the 2 cores stored_run records
     (ax,) = figure(exchanges[:2]).axes  # four points keep their labels
     assert sorted(text.get_text() for text in ax.texts) == ["N=2", "N=2", "N=4*", "N=4*"]
+
+
+def test_upright_bar_labels_and_long_y_labels_stay_off_the_titles() -> None:
+    """Seven exchanges' upright "1/1 reached" over the tallest bar ran out of the axes
+    into the titles; and their tall legend made the figure taller, so the y label, wrapped
+    to a share of the figure's height, ran up into the title too."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dmlbench.report.drawing import TITLE_GID, fit_labels
+    from dmlbench.report.figures import time_to_accuracy
+
+    exchanges = ("allreduce", "ddp", "fp16", "topk", "signsgd", "local-sgd", "powersgd")
+    runs = [
+        stored_run(f"{e}{n}", n, tta=0.2 + 0.3 * (e == "powersgd") + 0.1 * (n == 4), exchange=e)
+        for e, n in itertools.product(exchanges, (2, 4))
+    ]
+    figure = fit_labels(time_to_accuracy(analysis.scaling_table(analysis.runs_frame(runs)), "t"))
+    FigureCanvasAgg(figure).draw()
+    (ax,) = figure.axes
+    top = ax.get_window_extent().y1
+    labels = [text for text in ax.texts if text.get_text().endswith("reached")]
+    assert len(labels) == 14 and all(text.get_rotation() == 90 for text in labels)
+    assert all(text.get_window_extent().y1 <= top + 1 for text in labels)
+    (title,) = [t for t in figure.texts if t.get_gid() == TITLE_GID]
+    assert ax.yaxis.label.get_window_extent().y1 <= title.get_window_extent().y0

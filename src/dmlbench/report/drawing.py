@@ -14,6 +14,7 @@ import pandas as pd
 from matplotlib import colormaps
 from matplotlib.artist import Artist
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 from matplotlib.ticker import NullLocator, ScalarFormatter
 
 from dmlbench.report.variants import short_labels
@@ -169,12 +170,12 @@ def bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], flo
     return workers, offsets, width
 
 
-def bar_label(ax, bar, text: str, y: float, workers: int) -> None:
+def bar_label(ax, bar, text: str, y: float, workers: int) -> Text:
     """``text`` above ``bar`` (at ``y``), across it where its longest line fits the
     bar's slot, else up it on one line: side by side, six variants' labels ran into each
     other ("not nreached"). ``workers``: the groups of bars across the axes."""
     upright = not fits_across(text, slot_points(ax, bar.get_width(), workers), BAR_LABEL_SIZE)
-    ax.text(
+    return ax.text(
         bar.get_x() + bar.get_width() / 2,
         y,
         " ".join(text.split("\n")) if upright else text,
@@ -186,6 +187,26 @@ def bar_label(ax, bar, text: str, y: float, workers: int) -> None:
 
 
 BAR_LABEL_SIZE = 8
+
+
+def keep_inside(ax, texts: Sequence[Text]) -> None:
+    """Raise the top of ``ax``'s y axis until every one of ``texts`` (labels that start
+    at a data height) ends inside the axes: an upright "1/1 reached" over the tallest bar
+    ran out of them into the titles. Lays the figure out once to measure them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if not any(text.get_rotation() for text in texts):
+        return  # across their bars they fit below the axis' top, 1.2 times the tallest
+    FigureCanvasAgg(ax.get_figure()).draw()
+    box = ax.get_window_extent()
+    low, high = ax.get_ylim()
+    grow = 1.0
+    for text in texts:
+        start = (text.get_position()[1] - low) / (high - low)  # of the axis' height
+        over = (text.get_window_extent().y1 - box.y1) / box.height
+        if 0 < over < start:  # drawn at start / grow it ends inside
+            grow = max(grow, start / (start - over))
+    ax.set_ylim(low, low + (high - low) * min(grow * 1.03, 3.0))
 
 
 def slot_points(ax, bar_width: float, workers: int) -> float:
@@ -212,12 +233,20 @@ def coloured_variants(table: pd.DataFrame) -> Iterator[tuple[tuple, str, pd.Data
 
 
 def fit_labels(fig: Figure) -> Figure:
-    """Each y-axis label wrapped to the height it may take (a long one ran up into the
-    title above the axes), and tagged for the browser test; call before saving."""
-    height = fig.get_figheight() * 72 * YLABEL_SHARE
+    """Each y-axis label wrapped to the height it may take, its axes' as laid out (a long
+    one ran up into the title above the axes: a tall legend below made the figure, not
+    the axes, taller), and tagged for the browser test; call before saving."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    most = fig.get_figheight() * 72 * YLABEL_SHARE
+    taller = fig.get_figheight() > HEIGHT + 0.01  # a share of it is more than the axes'
+    if taller:
+        FigureCanvasAgg(fig).draw()  # the layout places the axes
     for ax in fig.axes:
         label = ax.yaxis.label
         if label.get_text():
+            axes = ax.get_window_extent().height * 72 / fig.dpi if taller else most
+            height = min(most, axes)
             label.set_text(wrapped(label.get_text(), height, float(label.get_fontsize())))
             label.set_gid(YLABEL_GID)
     return fig

@@ -36,6 +36,7 @@ from dmlbench.report.drawing import (
     coloured_variants,
     finish,
     fits_across,
+    keep_inside,
     legend_below,
     log2_workers_axis,
     new_figure,
@@ -162,6 +163,7 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
         if table["tta_mean"].notna().any()
         else 1.0
     )
+    labels = []
     for colour, variant, rows in coloured_variants(table):
         x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
         heights = rows["tta_mean"].fillna(0)
@@ -181,13 +183,15 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
             if not row["converged"]:
                 text = f"not reached\n0/{int(row['runs'])}"
             above = bar.get_height() + (0 if pd.isna(row["tta_std"]) else row["tta_std"])
-            bar_label(ax, bar, text, above + 0.02 * top, len(workers))
+            labels.append(bar_label(ax, bar, text, above + 0.02 * top, len(workers)))
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(tick_labels(table, workers))
     ax.set_xlabel("workers")
     ax.set_ylabel("seconds (mean ± std over converged runs)")
     ax.set_ylim(0, top * 1.2)
-    return finish(fig, ax, table, legend=any(v for v in offsets))
+    finish(fig, ax, table, legend=any(v for v in offsets))
+    keep_inside(ax, labels)  # laid out with its legend, as it is drawn
+    return fig
 
 
 def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
