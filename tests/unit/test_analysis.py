@@ -1361,7 +1361,7 @@ def test_the_phases_figure_names_its_bars_by_letter_where_their_labels_would_ove
     in the legend. Two variants at two worker counts keep their labels and comm ratios."""
     from dataclasses import replace
 
-    from dmlbench.report.figures import phases
+    from dmlbench.report.breakdown_figures import phases
 
     def table(alphas: tuple[float, ...]) -> pd.DataFrame:
         runs = []
@@ -1435,7 +1435,7 @@ def test_the_bytes_figure_keeps_its_legend_inside_the_figure() -> None:
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from dmlbench.report.figures import bytes_and_step_time
+    from dmlbench.report.breakdown_figures import bytes_and_step_time
 
     exchanges = ("allreduce", "ddp", "fp16", "topk", "signsgd", "local-sgd", "powersgd")
     runs = []
@@ -1455,7 +1455,7 @@ def test_the_cost_figure_marks_worker_counts_where_their_labels_would_crowd() ->
     """Seven exchanges at two worker counts wrote 14 `N=` labels into one another; past
     eight points each count has a marker of its own, named in the legend."""
     from dmlbench.prices import Price
-    from dmlbench.report.figures import cost
+    from dmlbench.report.breakdown_figures import cost
 
     exchanges = ("allreduce", "ddp", "fp16", "topk", "signsgd", "local-sgd", "powersgd")
     price = Price("p", 1.0)

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 import dmlbench
 from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
-from dmlbench.report import analysis, figures, formats, prediction_figures
+from dmlbench.report import analysis, breakdown_figures, figures, formats, prediction_figures
 from dmlbench.report.drawing import WIDTH, fit_labels
 from dmlbench.report.formats import (
     SCOPE_NOTE,
@@ -151,13 +151,13 @@ def _figures(section: Section, price: Price | None) -> dict[str, Figure]:
             else _target_loss(section.runs["task"].iloc[0]),
         )
     if finished[[f"{phase}_s" for phase in PHASES]].notna().any(axis=None):
-        made["phases"] = figures.phases(finished, title)  # an imported run has no phases
+        made["phases"] = breakdown_figures.phases(finished, title)  # an imported run has no phases
     # variants that send different amounts at one worker count: e.g. an algorithm sweep
     if finished.groupby("workers")["bytes_per_step_mean"].nunique().max() > 1:
-        made["bytes-vs-step-time"] = figures.bytes_and_step_time(finished, title)
+        made["bytes-vs-step-time"] = breakdown_figures.bytes_and_step_time(finished, title)
     costs = finished.filter(["cost_to_target", "cost_mean"])  # of the runs the price is for
     if price is not None and costs.notna().any(axis=None) and not synthetic.all():
-        made["cost"] = figures.cost(finished, price.label, title, price.currency)
+        made["cost"] = breakdown_figures.cost(finished, price.label, title, price.currency)
     return made
 
 
