@@ -1500,3 +1500,24 @@ def test_upright_bar_labels_and_long_y_labels_stay_off_the_titles() -> None:
     assert all(text.get_window_extent().y1 <= top + 1 for text in labels)
     (title,) = [t for t in figure.texts if t.get_gid() == TITLE_GID]
     assert ax.yaxis.label.get_window_extent().y1 <= title.get_window_extent().y0
+
+
+def test_accuracy_bars_keep_their_upright_labels_inside_and_no_tick_past_100() -> None:
+    """Where no run reached the target, the bars show the best accuracy: their upright
+    labels ran out of the axes, which the layout then squashed under them."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dmlbench.report.figures import time_to_accuracy
+
+    exchanges = ("allreduce", "ddp", "fp16", "topk", "signsgd", "local-sgd", "powersgd")
+    runs = [
+        stored_run(f"{e}{n}", n, tta=None, exchange=e)
+        for e, n in itertools.product(exchanges, (2, 4))
+    ]
+    figure = time_to_accuracy(analysis.scaling_table(analysis.runs_frame(runs)), "t")
+    FigureCanvasAgg(figure).draw()
+    (ax,) = figure.axes
+    labels = [text for text in ax.texts if text.get_text().endswith("reached")]
+    assert len(labels) == 14 and all(text.get_rotation() == 90 for text in labels)
+    assert all(text.get_window_extent().y1 <= ax.get_window_extent().y1 + 1 for text in labels)
+    assert max(ax.get_yticks()) <= 1.0  # the axis runs higher for the labels, its ticks not

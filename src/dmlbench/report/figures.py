@@ -15,9 +15,7 @@ import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.figure import Figure
-from matplotlib.ticker import (
-    PercentFormatter,
-)
+from matplotlib.ticker import FixedLocator, PercentFormatter
 
 from dmlbench.report.drawing import (
     LINE_STYLES,
@@ -194,6 +192,7 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     fig, (ax,) = new_figure(title, f"No run reached the target: {what}")
     workers, offsets, width = bar_positions(table)
     position = {w: i for i, w in enumerate(workers)}
+    labels = []
     for colour, variant, rows in coloured_variants(table):
         x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
         bars = ax.bar(x, rows[column].fillna(0), width, label=variant or None, color=colour)
@@ -201,7 +200,7 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
             if row["oversubscribed"]:
                 bar.set_hatch("//")
             text = f"{shown.format(row[column])}\n0/{int(row['runs'])} reached"
-            bar_label(ax, bar, text, bar.get_height(), len(workers))
+            labels.append(bar_label(ax, bar, text, bar.get_height(), len(workers)))
     target = table["target"].dropna() if "target" in table else pd.Series(dtype=float)
     if len(target):
         value = float(target.iloc[0])
@@ -218,8 +217,11 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     else:
         ax.set_ylabel("test accuracy, % (mean over runs)")
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.yaxis.set_major_locator(FixedLocator([0, 0.25, 0.5, 0.75, 1.0]))  # none past 100%
         ax.set_ylim(0, 1.05)
-    return finish(fig, ax, table)
+    finish(fig, ax, table)
+    keep_inside(ax, labels)  # upright labels over 80% bars ran out of the axes
+    return fig
 
 
 ACCURACY_TOP = 1.008  # a 100% point's marker shows whole
