@@ -1430,7 +1430,8 @@ def test_one_key_that_varies_heads_the_variant_column_where_labels_would_not_fit
 
 def test_the_bytes_figure_keeps_its_legend_inside_the_figure() -> None:
     """Seven exchanges' legend, in four columns of `exchange=allreduce`, ran past both
-    edges of the figure; it takes as many columns as fit, as the other figures' do."""
+    edges of the figure; it takes as many columns as fit, as the other figures' do. And
+    the two worker counts of an exchange, unlabelled past eight points, looked alike."""
     from dataclasses import replace
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -1448,7 +1449,11 @@ def test_the_bytes_figure_keeps_its_legend_inside_the_figure() -> None:
     (legend,) = figure.legends
     box = legend.get_window_extent()
     assert box.x0 >= 0 and box.x1 <= figure.bbox.width
-    assert len(legend.get_texts()) == 7
+    # unlabelled past eight points, each worker count has a marker of its own
+    keys = [text.get_text() for text in legend.get_texts()]
+    assert len(keys) == 9 and keys[-2:] == ["N=2", "N=4*"]
+    (ax,) = figure.axes
+    assert {line.get_marker() for line in ax.get_lines() if len(line.get_xdata())} == {"o", "s"}
 
 
 def test_the_cost_figure_marks_worker_counts_where_their_labels_would_crowd() -> None:

@@ -117,10 +117,17 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
     chosen = VARIANT_COLOURS if len(colour_keys) <= 10 else palette("tab20")
     colours = {k: chosen[i % len(chosen)] for i, k in enumerate(colour_keys)}
     markers = {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(marker_keys)}
+    # unlabelled, a variant's worker counts shared a colour and a marker: a marker a count
+    counted = several and not labelled and not split
+    counts = {n: MARKERS[i % len(MARKERS)] for i, n in enumerate(worker_counts(frame))}
     for i, (variant, rows) in enumerate(frame.groupby("variant", sort=True)):
         colour = colours[colour_key(variant)]
         x, y = rows["bytes_per_step_mean"], rows["step_time_mean"] * 1000
-        ax.plot(x, y, markers[marker_key(variant)], color=colour, linestyle="none")
+        if counted:
+            for n, at in rows.groupby("workers"):
+                ax.plot(x[at.index], y[at.index], counts[int(n)], color=colour)
+        else:
+            ax.plot(x, y, markers[marker_key(variant)], color=colour, linestyle="none")
         if not labelled:
             continue
         for _, row in rows.iterrows():
@@ -146,6 +153,13 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
         for k, m in markers.items()
         if k
     ]
+    if counted:
+        over = set(frame.loc[frame["oversubscribed"], "workers"].astype(int))
+        for n, marker in counts.items():
+            label = f"N={n}{'*' * (n in over)}"  # as the other figures mark it
+            key = Line2D([], [], color="#444", marker=marker, ls="none", fillstyle="none")
+            key.set_label(label)
+            handles.append(key)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(LogLocator(base=4))
     ax.xaxis.set_minor_locator(NullLocator())
