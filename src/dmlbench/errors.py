@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 Choice = TypeVar("Choice", bound=str)
@@ -46,6 +46,18 @@ def unknown(kind: str, name: str, known: Iterable[str], listed: str | None = Non
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     shown = name if len(name) <= 120 else f"{name[:120]}… ({len(name):,} characters)"
     return f"unknown {kind} '{shown}'{hint}; {listed or 'registered: ' + ', '.join(names)}"
+
+
+def known_keys(
+    entry: Mapping[object, object], allowed: Sequence[str], where: str, holder: str
+) -> None:
+    """Refuse in one line a key of ``entry`` that ``allowed`` lacks, naming the closest
+    it has: a data file's misspelt key (``currenc: EUR``) was dropped without a word.
+    ``where`` names the entry, ``holder`` what takes the keys (``a profile``)."""
+    for key in entry:
+        if key not in allowed:
+            said = unknown("key", str(key), allowed, f"{holder} takes {', '.join(allowed)}")
+            raise SpecError(f"{where}: {said}")
 
 
 def registered(kind: str, name: str, registry: Iterable[str]) -> str:

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmlbench.errors import SpecError, unknown
+from dmlbench.errors import SpecError, known_keys
 from dmlbench.files import load_mapping_file
 from dmlbench.names import shorten
 
@@ -92,12 +92,9 @@ def load_prices(path: Path | None = None) -> dict[str, Price]:
         raise SpecError(f"price table {path} must map names to {{per_worker_hour: ...}}")
     prices = {}
     for name, entry in data.items():
-        for key in entry if isinstance(entry, dict) else ():  # a misspelt currency meant USD
-            if key not in _PRICE_KEYS:
-                said = unknown(
-                    "key", str(key), _PRICE_KEYS, f"an entry takes {', '.join(_PRICE_KEYS)}"
-                )
-                raise SpecError(f"price table {path}: entry {shorten(repr(name))}: {said}")
+        if isinstance(entry, dict):  # a misspelt currency meant USD
+            where = f"price table {path}: entry {shorten(repr(name))}"
+            known_keys(entry, _PRICE_KEYS, where, "an entry")
         try:
             value = float(entry["per_worker_hour"])
         except (TypeError, KeyError, ValueError):

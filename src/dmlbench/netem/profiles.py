@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from dmlbench.errors import SpecError, unknown
+from dmlbench.errors import SpecError, known_keys, unknown
 from dmlbench.files import load_mapping_file
 from dmlbench.strict import StrictModel
 
@@ -154,11 +154,7 @@ def load_profiles(path: Path | None = None) -> dict[str, dict[str, Any]]:
     for name, entry in data.items():
         if not isinstance(entry, dict) or not any(entry.get(key) for key in _LINK_KEYS):
             raise SpecError(f"network profile '{name}' in {path} needs a bandwidth or latency")
-        for key in entry:  # a misspelt key was dropped without a word
-            if key not in _PROFILE_KEYS:
-                listed = f"a profile takes {', '.join(_PROFILE_KEYS)}"
-                said = unknown("key", str(key), _PROFILE_KEYS, listed)
-                raise SpecError(f"network profile '{name}' in {path}: {said}")
+        known_keys(entry, _PROFILE_KEYS, f"network profile '{name}' in {path}", "a profile")
         try:
             for key in ("bandwidth", "intra_bandwidth"):
                 if entry.get(key):
