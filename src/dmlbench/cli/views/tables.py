@@ -157,8 +157,9 @@ def _network(run: RunRecord) -> str:
 def scaling_tables(table: Any, budget_s: float | None = None, width: int = 80) -> list[Table]:
     """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows; none where
     it has none (every run still running: the running note says so). Variant labels
-    stand whole where the row fits ``width`` columns with them, else as letters that
-    the caption spells out (whole, they pushed every figure of a row into "…")."""
+    stand whole where the row fits ``width`` columns with them, else as the one key they
+    differ in over its values, else as letters that the caption spells out (whole, they
+    pushed every figure of a row into "…"); see :func:`_fitted_columns`."""
     from dmlbench.report.tables import aat_note, disturbed_note, elastic_note
 
     tables: list[Table] = []
@@ -221,7 +222,7 @@ def _fitted_columns(
     (titles folded if need be); letters (titles folded if need be). And each variant
     label with the letter that stands for it, where letters do."""
     from dmlbench.report.tables import scaling_columns
-    from dmlbench.report.variants import number_order
+    from dmlbench.report.variants import short_labels
 
     def spans(columns: list[Any]) -> dict[str, int]:  # a title's longest line, or a cell
         widths = {}
@@ -243,10 +244,8 @@ def _fitted_columns(
         if overflow(columns) <= 0:
             return columns, {}
     letters = scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
-    shown = dict(letters).get("variant")
-    names = {row["variant"]: shown(row) for _, row in rows.iterrows()} if shown else {}
     columns = letters if overflow(letters) <= 0 else folded(letters)
-    return columns, dict(sorted(names.items(), key=lambda pair: number_order(pair[0])))
+    return columns, short_labels(rows["variant"], max(room, 1))  # what the letters stand for
 
 
 def _by_key(columns: list[Any], rows: Any) -> list[Any] | None:
