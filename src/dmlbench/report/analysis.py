@@ -39,6 +39,7 @@ import pandas as pd
 
 from dmlbench.noise import advisable_noise_scale
 from dmlbench.prices import Price
+from dmlbench.report.formats import sentence
 from dmlbench.report.variants import number_order, variant_labels
 from dmlbench.results.mlperf import olympic_mean
 from dmlbench.results.records import FINISHED, CommResult, CommRun, Evaluation, RunRecord
@@ -368,8 +369,7 @@ def unpriced_note(table: pd.DataFrame, price: Price) -> str | None:
     devices = dict.fromkeys(d for cell in table["unpriced"].dropna() for d in cell.split(", "))
     if not devices:
         return None
-    sentence = price.unpriced(", ".join(devices))
-    return sentence[0].upper() + sentence[1:] + "."
+    return sentence(price.unpriced(", ".join(devices)))
 
 
 # `compare --best-by`: the scaling table's column each criterion reads, and whether less

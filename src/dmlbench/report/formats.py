@@ -142,6 +142,11 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
+def sentence(phrase: str) -> str:
+    """A phrase made a note's sentence: ``no cost: …`` → ``No cost: ….``"""
+    return f"{phrase[:1].upper()}{phrase[1:]}."
+
+
 BULLET = re.compile(r"^(?:[-*] |\d+\. )")
 
 

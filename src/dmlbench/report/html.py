@@ -349,7 +349,7 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
             f"cost at {result['price']}" if "price" in result else ""
         )
         if price:  # what the cost column says, as `simulate` prints it
-            section.notes.append(f"{price[:1].upper()}{price[1:]}.")
+            section.notes.append(formats.sentence(price))
         sections.append(section)
     return sections
 
