@@ -119,13 +119,13 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
     markers = {k: MARKERS[i % len(MARKERS)] for i, k in enumerate(marker_keys)}
     # unlabelled, a variant's worker counts shared a colour and a marker: a marker a count
     counted = several and not labelled and not split
-    counts = {n: MARKERS[i % len(MARKERS)] for i, n in enumerate(worker_counts(frame))}
+    counts = _count_keys(frame)
     for i, (variant, rows) in enumerate(frame.groupby("variant", sort=True)):
         colour = colours[colour_key(variant)]
         x, y = rows["bytes_per_step_mean"], rows["step_time_mean"] * 1000
         if counted:
             for n, at in rows.groupby("workers"):
-                ax.plot(x[at.index], y[at.index], counts[int(n)], color=colour)
+                ax.plot(x[at.index], y[at.index], counts[int(n)][0], color=colour)
         else:
             ax.plot(x, y, markers[marker_key(variant)], color=colour, linestyle="none")
         if not labelled:
@@ -154,9 +154,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
         if k
     ]
     if counted:
-        over = set(frame.loc[frame["oversubscribed"], "workers"].astype(int))
-        for n, marker in counts.items():
-            label = f"N={n}{'*' * (n in over)}"  # as the other figures mark it
+        for marker, label in counts.values():
             key = Line2D([], [], color="#444", marker=marker, ls="none", fillstyle="none")
             key.set_label(label)
             handles.append(key)
@@ -187,8 +185,8 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     # past eight points their N= labels ran into one another: a marker a worker count
     # instead, named in the legend
     labelled = table[[x_col, y_col]].notna().all(axis=1).sum() <= 8
-    counts = worker_counts(table)
-    shape = {n: "o" if labelled else MARKERS[i % len(MARKERS)] for i, n in enumerate(counts)}
+    counts = _count_keys(table)
+    shape = {n: "o" if labelled else marker for n, (marker, _) in counts.items()}
     for colour, variant, rows in coloured_variants(table):
         ax.plot(rows[x_col], rows[y_col], "-", color=colour, label=variant or None)
         for _, row in rows.iterrows():
@@ -204,9 +202,8 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
                     fontsize=8,
                 )
     if not labelled:
-        for n in counts:
-            label = f"N={worker_label(table[table['workers'] == n].iloc[0])}"
-            ax.plot([], [], shape[n], color="#444", fillstyle="none", label=label)
+        for marker, label in counts.values():
+            ax.plot([], [], marker, color="#444", fillstyle="none", label=label)
     if not table[y_col].notna().any():
         note(ax, "no cost to show: no run finished")
     what = "time to accuracy" if reached else "run time (no run reached the target)"
@@ -220,3 +217,15 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     ax.margins(x=0.12, y=0.12)  # room for the N= labels
     named = not labelled or any(v for v, _ in variants(table))
     return finish(fig, ax, table, legend=named)
+
+
+def _count_keys(table: pd.DataFrame) -> dict[int, tuple[str, str]]:
+    """A marker for each worker count, and its name in the legend as the axes name it
+    (``N=4*`` where oversubscribed): where points go unlabelled, a variant's counts
+    are told apart by marker."""
+    counts = worker_counts(table)
+    names = tick_labels(table, counts)
+    return {
+        n: (MARKERS[i % len(MARKERS)], f"N={name}")
+        for i, (n, name) in enumerate(zip(counts, names, strict=True))
+    }
