@@ -15,7 +15,9 @@ Per larger submission (a family's single-node submission is its calibration):
   on one device, e.g. from ``gpu_check.sh``), whose shape replaces the stated model.
   Communication: the cluster's links from ``hardware.yaml`` (NVLink/NVSwitch inside a
   node, the node's InfiniBand ports between nodes, the two-level algorithm), a fixed
-  cost per all-reduce call, overlapped with backward as DDP's buckets overlap it.
+  cost per all-reduce call, overlapped with backward as the implementation overlaps it
+  (ResNet-50's Horovod buckets), or one call after the last backward (BERT: NVIDIA's
+  ``--allreduce_post_accumulation``), which the calibration's compute then excludes.
 - **samples (or epochs) to converge**: leave one out: McCandlish's ``E = E_min(1 +
   B/B_noise)`` fitted on the round's other submissions of that benchmark, any system
   (``dmlbench.perfmodel.convergence``), predicted at the left-out global batch, with
@@ -160,7 +162,8 @@ def compute_at(batch: float, calibration_batch: float, calibration_s: float, fix
 def _step(
     sub: Submission, compute_s: float, workload: Workload, comm: bool, hardware: Hardware
 ) -> float:
-    """An optimizer step: accumulation micro-steps, the last overlapped with all-reduce."""
+    """An optimizer step: accumulation micro-steps, the last overlapped with all-reduce
+    where the implementation overlaps it, or followed by one call for all gradients."""
     cluster = hardware.cluster(FAMILIES[sub.family])
     inter, intra = cluster.links(sub.per_node)
     calibration = cluster.calibration()
@@ -172,6 +175,8 @@ def _step(
         took = cluster_allreduce_time("hierarchical", sub.workers, size, inter, layout, calibration)
         return CALL_COST_S + took
 
+    if not workload.overlapped:
+        return sub.accumulation * compute_s + allreduce(workload.gradient_bytes)
     buckets = ddp_buckets(workload.gradient_bytes)
     last, _, _ = ddp_step(
         compute_s * (1 - BACKWARD_SHARE), compute_s * BACKWARD_SHARE, buckets, allreduce
@@ -196,7 +201,8 @@ def replay(
         exposed = _step(base, 0.0, workload, True, hardware)  # all-reduce past a zero backward
         overlap_free = max(measured_step - exposed, 1e-9)
         calibration_s = measured_step / base.accumulation
-        if exposed > 0.05 * measured_step:  # not hidden: take it out of the compute
+        if exposed > 0.05 * measured_step or not workload.overlapped:
+            # not hidden: take it out of the compute
             calibration_s = overlap_free / base.accumulation
         fixed, fixed_source = fixed_part(curve if sub.benchmark in curves_for else None, workload)
         compute_s = compute_at(sub.local_batch, base.local_batch, calibration_s, fixed)
