@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, inside
 
+from dmlbench.errors import StoreError
 from dmlbench.results import ResultsStore
 from dmlbench.results.mlperf import read_result
 
@@ -24,14 +25,24 @@ def _line(key, value=None, at=0.0, rank=None, **metadata):
     return (f"{rank}: " if rank is not None else "") + ":::MLLOG " + json.dumps(event)
 
 
-def write_log(path: Path, seconds: float, status="success", batch=256, rank=None, blocks=3, **drop):
+def write_log(
+    path: Path,
+    seconds: float,
+    status="success",
+    batch=256,
+    rank=None,
+    blocks=3,
+    benchmark="resnet",
+    quality=lambda i: 0.5 + 0.1 * i,
+    **drop,
+):
     """A ResNet-like log: init, run_start, ``blocks`` blocks of 4 epochs with an
-    evaluation of 10 s each, run_stop after ``seconds``; launcher output between the
-    MLLOG lines."""
+    evaluation of 10 s each (the ``i``-th logs ``quality(i)``), run_stop after
+    ``seconds``; launcher output between the MLLOG lines."""
     lines = ["+ exec python train.py --batch-size 32", "some launcher output"]
     events = [
         ("init_start", None, -20.0, {}),
-        ("submission_benchmark", "resnet", -19.0, {}),
+        ("submission_benchmark", benchmark, -19.0, {}),
         ("submission_org", "Acme", -19.0, {}),
         ("submission_division", "closed", -19.0, {}),
         ("submission_platform", "2xAcme Box", -19.0, {}),
@@ -48,7 +59,7 @@ def write_log(path: Path, seconds: float, status="success", batch=256, rank=None
             ("block_start", None, start, {"first_epoch_num": 1 + 4 * i, "epoch_count": 4}),
             ("eval_start", None, start + block - 10, {"epoch_num": 4 * (i + 1)}),
             ("eval_stop", None, start + block, {"epoch_num": 4 * (i + 1)}),
-            ("eval_accuracy", 0.5 + 0.1 * i, start + block, {"epoch_num": 4 * (i + 1)}),
+            ("eval_accuracy", quality(i), start + block, {"epoch_num": 4 * (i + 1)}),
             ("block_stop", None, start + block, {"first_epoch_num": 1 + 4 * i}),
         ]
     events.append(("run_stop", None, seconds, {"status": status}))
@@ -72,8 +83,11 @@ def submission(
     nodes=2,
     batch=256,
     blocks=3,
+    benchmark="resnet",
+    **described,
 ) -> Path:
-    """``root/training_results_v0.7/Acme``: system ``box_n2`` (2 nodes × 4), five runs."""
+    """``root/training_results_v0.7/Acme``: system ``box_n2`` (2 nodes × 4), five runs;
+    ``described`` replaces fields of the system's description (None: leaves one out)."""
     sub = root / "training_results_v0.7" / "Acme"
     system = {
         "submitter": "Acme",
@@ -84,13 +98,15 @@ def submission(
         "accelerator_model_name": "Acme X1",
         "host_networking": "2x 100Gb",
         "framework": "PyTorch",
+        **described,
     }
+    system = {key: value for key, value in system.items() if value is not None}
     (sub / "systems").mkdir(parents=True, exist_ok=True)
     (sub / "systems" / f"{name}.json").write_text(json.dumps(system))
     for i, seconds in enumerate(times):
         run_status = (status or {}).get(i, "success")
-        path = sub / f"results/{name}/resnet" / f"result_{i}.txt"
-        write_log(path, seconds, run_status, batch=batch, blocks=blocks)
+        path = sub / f"results/{name}/{benchmark}" / f"result_{i}.txt"
+        write_log(path, seconds, run_status, batch=batch, blocks=blocks, benchmark=benchmark)
     return sub
 
 
@@ -123,7 +139,7 @@ def test_import_stores_every_run_and_prints_the_olympic_score(tmp_path: Path) ->
     done = inside("results", "--store", str(store), "--import-mlperf", str(sub))
     # the aborted run counts as the slowest: the olympic mean drops it and the fastest
     assert "imported 5 MLPerf runs" in done.stdout
-    assert "4/5 converged; olympic score 120.0" in done.stdout
+    assert "4/5 converged; olympic score 2.00 min" in done.stdout  # MLPerf's unit
     runs = ResultsStore(store).runs()
     assert sorted(r.status for r in runs) == ["success"] * 4 + ["target_not_reached"]
     assert all(r.external and r.task == "mlperf/resnet" and r.workers == 8 for r in runs)
@@ -226,6 +242,71 @@ def test_a_damaged_log_in_a_folder_is_skipped_and_the_rest_stored(tmp_path: Path
     assert "imported 2 MLPerf runs" in done.stdout
     assert "result_1.txt" in done.stderr and "has no run_stop" in done.stderr
     assert len(ResultsStore(store).runs()) == 2
+
+
+def test_published_variants_of_the_format_are_read(tmp_path: Path) -> None:
+    """What v0.7's whole repository holds beside NVIDIA's ResNet and BERT: Mask R-CNN's
+    evaluations log box and mask AP at once, Dell EMC spelled ``number of nodes``, and
+    Intel's systems trained on their Xeons (no accelerator). Each was skipped as
+    damaged, 145 logs in all."""
+    both = {"quality": lambda i: {"BBOX": 0.2 + 0.1 * i, "SEGM": 0.1 + 0.1 * i}}
+    sub = submission(tmp_path / "mask", times=(), benchmark="maskrcnn")
+    mask = sub / "results/box_n2/maskrcnn/result_0.txt"
+    masked = write_log(mask, 90.0, benchmark="maskrcnn", **both)
+    run = read_result(masked)
+    assert [e.metric for e in run.evals] == pytest.approx([0.2, 0.3, 0.4])  # box AP
+    other = write_log(sub / "results/box_n2/ssd/result_0.txt", 90.0, benchmark="ssd", **both)
+    with pytest.raises(StoreError, match="eval_accuracy holds BBOX, SEGM: which one is ssd's"):
+        read_result(other)
+    dell = {"number_of_nodes": None, "number of nodes": "4"}
+    sub = submission(tmp_path / "dell", times=(90.0,), name="c4140", **dell)
+    assert read_result(sub / "results/c4140/resnet/result_0.txt").nodes == 4
+    xeon = {"accelerators_per_node": "0", "accelerator_model_name": "N/A"}
+    xeon |= {"host_processors_per_node": "8", "host_processor_model_name": "Xeon 8380H"}
+    sub = submission(tmp_path / "intel", times=(90.0,), name="cpx", nodes=1, **xeon)
+    store = tmp_path / "store"
+    done = inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    assert "1 Xeon 8380H" not in done.stdout and "8 Xeon 8380H × batch 256" in done.stdout
+    (cpu,) = ResultsStore(store).runs()
+    assert cpu.workers == 8 and cpu.summary.device == "Xeon 8380H"
+    assert cpu.environment["gpus"] == []  # no GPU to list
+    xeon["host_processors_per_node"] = None
+    sub = submission(tmp_path / "none", times=(90.0,), name="cpx", nodes=1, **xeon)
+    with pytest.raises(StoreError, match="host_processors_per_node is None"):
+        read_result(sub / "results/cpx/resnet/result_0.txt")
+
+
+def test_logs_skipped_for_one_reason_are_said_once_per_folder(tmp_path: Path) -> None:
+    """A whole round's import skipped each of minigo's 80 logs (no global batch) in a
+    line of its own, naming the file twice."""
+    sub = submission(tmp_path, times=(100.0,))
+    for i in range(3):
+        write_log(sub / f"results/box_n2/minigo/result_{i}.txt", 90.0, global_batch_size=True)
+    write_log(sub / "results/box_n2/ssd/result_0.txt", 90.0, run_stop=True)
+    store = tmp_path / "store"
+    done = inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    assert "imported 1 MLPerf run " in done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 2
+    (minigo,) = [line for line in lines if "minigo" in line]
+    (ssd,) = [line for line in lines if "ssd" in line]
+    assert minigo.startswith("skipped 3 logs in ") and minigo.count("minigo") == 1
+    assert "logs no global_batch_size" in minigo
+    assert ssd.count("result_0.txt") == 1 and "has no run_stop" in ssd
+
+
+def test_a_checkout_under_another_name_is_shown_without_a_round(tmp_path: Path) -> None:
+    """A repository cloned into a folder of another name: its round is unknown, and the
+    run's summary said "MLPerf Training None" and "log None Acme/results/..."."""
+    sub = submission(tmp_path, times=(90.0,))
+    moved = sub.parents[1] / "results07" / "Acme"
+    sub.parent.rename(moved.parent)
+    store = tmp_path / "store"
+    inside("results", "--store", str(store), "--import-mlperf", str(moved))
+    (run,) = ResultsStore(store).runs()
+    shown = inside("results", "--store", str(store), run.run_id).stdout
+    assert "None" not in shown and "MLPerf Training (round unknown)" in shown
+    assert "Acme/results/box_n2/resnet/result_0.txt" in shown
 
 
 def test_a_path_outside_mlperfs_layout_is_refused(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ stores run folders a store could not take when they ended."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -165,13 +166,16 @@ def _import(store: Path, import_dirs: list[Path]) -> None:
 
 
 def _import_mlperf(store: Path, given: list[Path]) -> None:
-    """Store each MLPerf result log under the paths given; then each submission's score."""
+    """Store each MLPerf result log under the paths given; then each submission's score,
+    in minutes as MLPerf publishes it. A log that cannot be scored is skipped, said once
+    for the logs of a folder that share the reason."""
     from dmlbench.errors import StoreError
-    from dmlbench.report.formats import seconds
-    from dmlbench.results.mlperf import olympic_score, read_result, result_files, store_run
+    from dmlbench.results.mlperf import LogRefused, olympic_score, read_result, result_files
+    from dmlbench.results.mlperf_record import store_run
 
     target = open_store(store)
     by_submission: dict[tuple[str, str], list[Any]] = {}
+    skipped: dict[tuple[Path, str], list[Path]] = {}
     added = present = 0
     for path in given:
         files = result_files(path)
@@ -181,13 +185,21 @@ def _import_mlperf(store: Path, given: list[Path]) -> None:
             except StoreError as error:
                 if len(files) == 1:
                     raise
-                err_console.print(f"skipped {file}: {error}", markup=False, soft_wrap=True)
+                # a file that cannot be read at all: its error names it
+                why = error.why if isinstance(error, LogRefused) else str(error)
+                skipped.setdefault((file.parent, why), []).append(file)
                 continue
             if store_run(target, run):
                 added += 1
             else:
                 present += 1
             by_submission.setdefault((run.origin["system"], run.benchmark), []).append(run)
+    for (folder, why), logs in skipped.items():
+        what = logs[0] if len(logs) == 1 else f"{len(logs)} logs in {folder}"
+        named = str(logs[0].absolute()) in why
+        err_console.print(
+            f"skipped: {why}" if named else f"skipped {what}: {why}", markup=False, soft_wrap=True
+        )
     console.print(
         f"imported {plural(added, 'MLPerf run')} into {target.path}"
         + (f" ({present} already there)" if present else ""),
@@ -197,10 +209,11 @@ def _import_mlperf(store: Path, given: list[Path]) -> None:
     for (system, benchmark), runs in sorted(by_submission.items()):
         first = runs[0]
         done = sum(r.status == "success" for r in runs)
+        score = olympic_score(runs)
         console.print(
             f"  {first.origin['submitter']} {system} {benchmark}: {first.workers} "
             f"{first.accelerator} × batch {first.global_batch:,}; {done}/{len(runs)} "
-            f"converged; olympic score {seconds(olympic_score(runs))}",
+            f"converged; olympic score {'∞' if score == math.inf else f'{score / 60:,.2f} min'}",
             markup=False,
             soft_wrap=True,
         )

@@ -16,6 +16,11 @@ repository and the commit), with MLPerf's own scoring:
 - the evaluation curve, and throughput: samples trained over the run's time with its
   evaluations (``eval_start``/``eval_stop``) taken out, where the log times them.
 
+An evaluation that logs several qualities at once keeps the one :data:`QUALITY_KEYS`
+names (Mask R-CNN's box AP); the system's devices are read by
+:mod:`dmlbench.results.mlperf_system`, and :mod:`dmlbench.results.mlperf_record` makes
+the store's record of a run.
+
 Only rank 0's lines are read. Files are read within a bound (:data:`MAX_LOG_BYTES`),
 only regular ones, as JSON (nothing is unpickled); a log that lacks what the scoring
 needs, or holds a value of the wrong kind, is refused in one line and nothing of it is
@@ -36,11 +41,9 @@ from typing import Any
 from dmlbench.errors import StoreError
 from dmlbench.files import read_bounded
 from dmlbench.names import shorten
-from dmlbench.results.records import Evaluation, RunSummary
-from dmlbench.results.store import ResultsStore
+from dmlbench.results.mlperf_system import devices, read_system
 
 MAX_LOG_BYTES = 64 << 20  # the largest v0.7 result file is 30 MB
-MAX_SYSTEM_BYTES = 1 << 20  # a system description is 2 KB
 MAX_LOGS = 10_000  # result files one import reads
 MLLOG = ":::MLLOG "
 RANK_PREFIX = re.compile(r"^\s*(\d+):\s*:::MLLOG ")
@@ -56,6 +59,9 @@ TARGETS: dict[tuple[str, str], float] = {
 # Benchmarks whose logs count progress in samples, not epochs: ``train_samples`` at the
 # end is what was trained (BERT in v0.7; ResNet logs the dataset's size at the start).
 COUNTS_SAMPLES = {"bert"}
+# Benchmarks whose evaluations log several qualities at once, and the one their curve
+# keeps: Mask R-CNN's box and mask AP (its target is both; the box AP is named first).
+QUALITY_KEYS = {"maskrcnn": "BBOX"}
 
 # The MLLOG keys the scoring reads: the compact copies keep these lines and no other.
 KEYS_USED = frozenset(
@@ -82,6 +88,15 @@ KEYS_USED = frozenset(
     }
 )
 STATUSES = {"success": "success", "aborted": "target_not_reached"}
+
+
+class LogRefused(StoreError):
+    """A result log that cannot be scored. ``why`` says so without the log's path, so
+    that an import says it once for the logs it shares."""
+
+    def __init__(self, log: Path, why: str) -> None:
+        super().__init__(f"{log}: {why}")
+        self.why = why
 
 
 @dataclass(frozen=True)
@@ -117,6 +132,7 @@ class MlperfRun:
     throughput: float | None
     target: float | None
     evals: list[MlperfEval] = field(default_factory=list)
+    on_accelerators: bool = True  # False: the system's host processors trained
 
     @property
     def workers(self) -> int:
@@ -148,16 +164,28 @@ def _events(text: str, where: Path) -> tuple[list[dict[str, Any]], dict[str, str
                 event["metadata"] = {}
             events.append(event)
     if not events:
-        raise StoreError(f"{where} holds no MLLOG line: is it an MLPerf result_N.txt?")
+        raise LogRefused(where, "holds no MLLOG line: is it an MLPerf result_N.txt?")
     return events, header
 
 
 def _number(value: Any, what: str, where: Path, *, whole: bool = False) -> float:
     if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        raise StoreError(f"{where}: {what} is {shorten(repr(value))}, not a number ≥ 0")
+        raise LogRefused(where, f"{what} is {shorten(repr(value))}, not a number ≥ 0")
     if whole and value != int(value):
-        raise StoreError(f"{where}: {what} is {value}, not a whole number")
+        raise LogRefused(where, f"{what} is {value}, not a whole number")
     return float(value)
+
+
+def _quality(value: Any, benchmark: str, where: Path) -> float:
+    """An evaluation's quality: the number logged, or the one :data:`QUALITY_KEYS`
+    names among several."""
+    if isinstance(value, dict):
+        key = QUALITY_KEYS.get(benchmark)
+        if key not in value:
+            names = shorten(", ".join(map(str, value)))
+            raise LogRefused(where, f"eval_accuracy holds {names}: which one is {benchmark}'s?")
+        value = value[key]
+    return _number(value, "eval_accuracy", where)
 
 
 def _first(events: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
@@ -180,25 +208,6 @@ def _locate(path: Path) -> tuple[Path, str, str, int]:
             "folder of a training_results repository"
         )
     return path.parents[3], parts[-3], parts[-2], int(number.group(1))
-
-
-def _system(root: Path, system: str) -> dict[str, Any]:
-    where = root / "systems" / f"{system}.json"
-    try:
-        data = json.loads(read_bounded(where, MAX_SYSTEM_BYTES, "system description", StoreError))
-    except ValueError:
-        raise StoreError(f"the system description {where} is not JSON") from None
-    if not isinstance(data, dict):
-        raise StoreError(f"the system description {where} is not a JSON object")
-    return data
-
-
-def _count(system: dict[str, Any], key: str, where: str) -> int:
-    value = system.get(key)
-    text = str(value).strip() if isinstance(value, str | int) else ""
-    if not text.isdigit() or not 1 <= int(text) <= 1_000_000:
-        raise StoreError(f"{where}: {key} is {shorten(repr(value))}, not a count of 1 or more")
-    return int(text)
 
 
 def _commit(repository: Path) -> str | None:
@@ -231,23 +240,30 @@ def read_result(path: Path) -> MlperfRun:
     value = {e["key"]: e.get("value") for e in reversed(events)}  # the first of each key
     benchmark = value.get("submission_benchmark") or benchmark_dir
     if not isinstance(benchmark, str) or not re.fullmatch(r"[a-z0-9_]{1,40}", benchmark):
-        raise StoreError(f"{path}: submission_benchmark is {shorten(repr(benchmark))}")
+        raise LogRefused(path, f"submission_benchmark is {shorten(repr(benchmark))}")
     start, stop = _first(events, "run_start"), _first(events, "run_stop")
     if start is None or stop is None:
         missing = "run_start" if start is None else "run_stop"
-        raise StoreError(f"{path} has no {missing}: the run's log is incomplete; nothing stored")
+        raise LogRefused(path, f"has no {missing}: the run's log is incomplete; nothing stored")
     began, ended = _time(start, path), _time(stop, path)
     if ended < began:
-        raise StoreError(f"{path}: run_stop comes before run_start")
-    system = _system(root, system_name)
-    where = f"systems/{system_name}.json"
-    nodes = _count(system, "number_of_nodes", where)
-    per_node = _count(system, "accelerators_per_node", where)
+        raise LogRefused(path, "run_stop comes before run_start")
+    try:
+        system = read_system(root, system_name)
+        found = devices(system, f"systems/{system_name}.json")
+    except StoreError as error:
+        raise LogRefused(path, str(error)) from None
+    if value.get("global_batch_size") is None:
+        raise LogRefused(
+            path,
+            "logs no global_batch_size, by which dmlbench scores a run"
+            + (" (minigo learns from self-play and logs none)" if benchmark == "minigo" else ""),
+        )
     global_batch = int(
         _number(value.get("global_batch_size"), "global_batch_size", path, whole=True)
     )
     if global_batch < 1:
-        raise StoreError(f"{path}: global_batch_size is 0")
+        raise LogRefused(path, "global_batch_size is 0")
     accumulation = value.get("opt_gradient_accumulation_steps", 1)
     accumulation = int(_number(accumulation, "opt_gradient_accumulation_steps", path, whole=True))
     mlperf_status = stop["metadata"].get("status")
@@ -257,7 +273,7 @@ def read_result(path: Path) -> MlperfRun:
     for event in events:
         key = event["key"]
         if key == "eval_accuracy":
-            metric = _number(event.get("value"), "eval_accuracy", path)
+            metric = _quality(event.get("value"), benchmark, path)
             epoch = event["metadata"].get("epoch_num", math.nan)
             epoch = _number(epoch, "epoch_num", path) if epoch == epoch else math.nan
             evals.append(MlperfEval(epoch, _time(event, path) - began, metric))
@@ -314,9 +330,9 @@ def read_result(path: Path) -> MlperfRun:
         mlperf_status=str(mlperf_status),
         origin=origin,
         system=system,
-        nodes=nodes,
-        devices_per_node=per_node,
-        accelerator=str(system.get("accelerator_model_name") or "unknown"),
+        nodes=found.nodes,
+        devices_per_node=found.per_node,
+        accelerator=found.model,
         global_batch=global_batch,
         gradient_accumulation=accumulation,
         seed=int(seed) if type(seed) is int and 0 <= seed < 2**63 else 0,
@@ -330,6 +346,7 @@ def read_result(path: Path) -> MlperfRun:
         throughput=throughput,
         target=TARGETS.get((round_name or "", benchmark)),
         evals=evals,
+        on_accelerators=found.accelerators,
     )
 
 
@@ -394,99 +411,3 @@ def olympic_score(runs: list[MlperfRun]) -> float:
     """MLPerf's score of one submission's runs: drop the fastest and the slowest, average
     the rest; a run that did not converge counts as infinitely slow."""
     return olympic_mean(r.time_to_train_s if r.status == "success" else math.inf for r in runs)
-
-
-def as_record(run: MlperfRun) -> dict[str, Any]:
-    """The store's fields of an external run (see ``ResultsStore.add_external``)."""
-    local = run.global_batch // run.workers if run.global_batch >= run.workers else 1
-    spec = {
-        "task": f"mlperf/{run.benchmark}",
-        "workers": run.workers,
-        "nodes": run.nodes,
-        "nproc_per_node": run.devices_per_node,
-        "seed": run.seed,
-        "exchange": "external",
-        "recipe": {
-            "local_batch": local,
-            "target": run.target,
-            "gradient_accumulation": run.gradient_accumulation,
-        },
-        # the submission, not the run: its runs are repeats of one experiment to compare
-        "external": {
-            k: run.origin[k] for k in ("source", "round", "submitter", "division", "system")
-        },
-    }
-    environment = {
-        "host": run.origin["system"],
-        "cpu_model": run.system.get("host_processor_model_name"),
-        "cores": None,
-        "gpus": [run.accelerator] * run.devices_per_node,
-        "torch": None,
-        "git_revision": run.origin.get("commit"),
-        "framework": run.system.get("framework"),
-        "interconnect": run.system.get("accelerator_interconnect"),
-        "networking": run.system.get("host_networking"),
-        "platform": run.origin.get("platform") or run.origin["system"],
-    }
-    best = max((e.metric for e in run.evals), default=None)
-    summary = {
-        "finished": True,
-        "status": run.status,
-        "stop_reason": "target_reached" if run.status == "success" else "max_epochs",
-        "world_size": run.workers,
-        "nodes": run.nodes,
-        "nproc_per_node": run.devices_per_node,
-        "local_batch": local,
-        "global_batch": run.global_batch,
-        "target": run.target,
-        "train_examples": run.dataset_samples,
-        "elapsed_s": run.time_to_train_s,
-        "eval_s": run.eval_s,
-        "train_s": run.time_to_train_s - run.eval_s,
-        "init_s": run.init_s,
-        "time_to_accuracy_s": run.time_to_train_s if run.status == "success" else None,
-        "best_metric": best,
-        "epochs": run.epochs,
-        "samples": run.samples,
-        "throughput": run.throughput,
-        # an update's time, as a run of this machine's reports it: "step ms" in compare
-        "step_time_s": run.global_batch / run.throughput if run.throughput else None,
-        "samples_per_s_per_worker": run.throughput / run.workers if run.throughput else None,
-        "device": run.accelerator,
-        "mlperf": {
-            "status": run.mlperf_status,
-            "time_to_train_s": run.time_to_train_s,
-            "epochs_to_converge": run.epochs,
-            "samples_to_converge": run.samples,
-            "gradient_accumulation": run.gradient_accumulation,
-            "startup_s": run.startup_s,
-        },
-    }
-    return {"spec": spec, "environment": environment, "summary": RunSummary.model_validate(summary)}
-
-
-def evaluations(run: MlperfRun) -> list[Evaluation]:
-    """The evaluation curve as the store keeps it: the step and samples where the log
-    says them (epochs × the dataset); 0 where it does not (BERT v0.7 logs neither)."""
-    found = []
-    per_epoch = math.ceil(run.dataset_samples / run.global_batch) if run.dataset_samples else 0
-    for e in run.evals:
-        known = per_epoch and not math.isnan(e.epoch)
-        found.append(
-            Evaluation(
-                epoch=e.epoch,
-                step=int(e.epoch * per_epoch) if known else 0,
-                samples=int(e.epoch * (run.dataset_samples or 0)) if known else 0,
-                elapsed_s=e.elapsed_s,
-                compute_elapsed_s=e.elapsed_s,
-                metric=e.metric,
-                loss=math.nan,  # MLPerf logs no evaluation loss
-            )
-        )
-    return found
-
-
-def store_run(store: ResultsStore, run: MlperfRun) -> bool:
-    """Store ``run``, whole or not at all; ``False`` when the store has it already."""
-    fields = as_record(run)
-    return store.add_external(run.run_id, **fields, evals=evaluations(run), origin=run.origin)

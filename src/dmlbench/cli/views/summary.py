@@ -237,11 +237,13 @@ def external_summary(run: RunRecord) -> Table:
     table.add_row(
         "from",
         escape(
-            f"MLPerf Training {origin.get('round')}, {origin.get('submitter')}, "
+            f"MLPerf Training {origin.get('round') or '(round unknown)'}, "
+            f"{origin.get('submitter')}, "
             f"{origin.get('system')} ({origin.get('platform')}); imported, read-only"
         ),
     )
-    table.add_row("log", escape(f"{origin.get('repository')} {origin.get('path')}"))
+    where = [origin.get("repository"), origin.get("path")]
+    table.add_row("log", escape(" ".join(str(part) for part in where if part)))
     table.add_row("commit", escape(str(origin.get("commit") or "unknown")))
     table.add_row("devices", escape(f"{run.nodes} × {summary.nproc_per_node} {summary.device}"))
     colour = STATUS_STYLE.get(run.status, "yellow")
