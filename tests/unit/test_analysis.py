@@ -808,6 +808,16 @@ def _adhoc_runs() -> list[RunRecord]:
     return runs
 
 
+def test_letters_past_z_are_named_as_spreadsheet_columns() -> None:
+    """v0.7's 30 ResNet submissions: the 27th was `V27`, beside the 22nd, `V`."""
+    labels = [f"system=a_long_system_name_{i:02d}" for i in range(30)]
+    names = list(variants.short_labels(labels, longest=8).values())
+    assert names[:3] == ["A", "B", "C"] and names[25:] == ["Z", "AA", "AB", "AC", "AD"]
+    assert len(set(names)) == 30
+    many = list(variants.short_labels([f"label number {i:04d}" for i in range(703)], 8).values())
+    assert many[701:] == ["ZZ", "AAA"] and len(set(many)) == 703
+
+
 def test_long_variant_labels_become_letters_with_a_legend_table() -> None:
     frame = analysis.runs_frame(_adhoc_runs())
     assert list(frame["variant"]) == [
@@ -1426,6 +1436,37 @@ def test_one_key_that_varies_heads_the_variant_column_where_labels_would_not_fit
     header = next(line for line in shown.splitlines() if line.lstrip().startswith("N "))
     assert header.split()[:2] == ["N", "exchange"] and " local-sgd " in shown
     assert "A: " not in shown and "exchange=" not in shown
+
+
+def test_labels_longer_than_the_terminal_are_letters_spelt_below() -> None:
+    """v0.7's whole repository in `compare --task mlperf/resnet`: every variant label
+    (`division=closed submitter=Dell EMC system=C4140 nodes=1 ...`) was longer than the
+    terminal, so each stood as a letter, and nothing said which submission a letter was."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import scaling_tables
+
+    runs = []
+    systems = {"dgxa100_ngc20.06_mxnet": "NVIDIA Corporation", "C4140": "Dell EMC Corporation"}
+    for system, submitter in systems.items():
+        run = stored_run(system, 8, tta=0.06, evals=[(0.06, 0.95)])
+        schedule = {
+            "system_name_of_the_submission": system,
+            "submitter_of_the_whole_system": submitter,
+        }
+        spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": schedule}}
+        runs.append(replace(run, spec=spec))
+    table = analysis.scaling_table(analysis.runs_frame(runs))
+    assert min(len(label) for label in table["variant"]) > 80
+    console = Console(width=80, record=True)
+    for rich_table in scaling_tables(table, width=80):
+        console.print(rich_table)
+    shown = " ".join(console.export_text().split())  # the key's lines fold at 80
+    assert "A: " in shown and "B: " in shown
+    for system in systems:
+        assert f"system_name_of_the_submission={system}" in shown
 
 
 def test_the_bytes_figure_keeps_its_legend_inside_the_figure() -> None:

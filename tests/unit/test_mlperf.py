@@ -34,6 +34,7 @@ def write_log(
     blocks=3,
     benchmark="resnet",
     quality=lambda i: 0.5 + 0.1 * i,
+    platform="2xAcme Box",
     **drop,
 ):
     """A ResNet-like log: init, run_start, ``blocks`` blocks of 4 epochs with an
@@ -45,7 +46,7 @@ def write_log(
         ("submission_benchmark", benchmark, -19.0, {}),
         ("submission_org", "Acme", -19.0, {}),
         ("submission_division", "closed", -19.0, {}),
-        ("submission_platform", "2xAcme Box", -19.0, {}),
+        ("submission_platform", platform, -19.0, {}),
         ("seed", 7, -18.0, {}),
         ("global_batch_size", batch, -18.0, {}),
         ("init_stop", None, -1.0, {}),
@@ -258,9 +259,14 @@ def test_published_variants_of_the_format_are_read(tmp_path: Path) -> None:
     other = write_log(sub / "results/box_n2/ssd/result_0.txt", 90.0, benchmark="ssd", **both)
     with pytest.raises(StoreError, match="eval_accuracy holds BBOX, SEGM: which one is ssd's"):
         read_result(other)
-    dell = {"number_of_nodes": None, "number of nodes": "4"}
-    sub = submission(tmp_path / "dell", times=(90.0,), name="c4140", **dell)
-    assert read_result(sub / "results/c4140/resnet/result_0.txt").nodes == 4
+    dell = {"number_of_nodes": None, "number of nodes": "4", "submitter": "Dell EMC"}
+    sub = submission(tmp_path / "dell", times=(), name="c4140", **dell)
+    unset = "4xSUBMISSION_PLATFORM_PLACEHOLDER"  # the reference code's, left as it was
+    log = write_log(sub / "results/c4140/resnet/result_0.txt", 90.0, platform=unset)
+    run = read_result(log)
+    assert run.nodes == 4
+    # the log names the organisation whose code it ran ("Acme"), the system its submitter
+    assert run.origin["submitter"] == "Dell EMC" and run.origin["platform"] is None
     xeon = {"accelerators_per_node": "0", "accelerator_model_name": "N/A"}
     xeon |= {"host_processors_per_node": "8", "host_processor_model_name": "Xeon 8380H"}
     sub = submission(tmp_path / "intel", times=(90.0,), name="cpx", nodes=1, **xeon)

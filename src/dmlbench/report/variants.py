@@ -150,8 +150,18 @@ def short_labels(variants: Iterable[str], longest: int = SHORT_LABEL) -> dict[st
     unique = sorted({str(v) for v in variants}, key=number_order)
     if all(len(v) <= longest for v in unique):
         return {v: v for v in unique}
-    letters = [chr(ord("A") + i) if i < 26 else f"V{i + 1}" for i in range(len(unique))]
-    return dict(zip(unique, letters, strict=True))
+    return {label: _letters(i) for i, label in enumerate(unique)}
+
+
+def _letters(index: int) -> str:
+    """``A`` … ``Z``, then ``AA``, ``AB`` … as a spreadsheet names its columns (past Z
+    they were ``V27``, read beside the variant ``V`` as its 27th)."""
+    name = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        name = chr(ord("A") + rest) + name
+    return name
 
 
 def variant_pairs(label: str) -> dict[str, str]:

@@ -188,6 +188,13 @@ def _quality(value: Any, benchmark: str, where: Path) -> float:
     return _number(value, "eval_accuracy", where)
 
 
+def _stated(value: dict[str, Any], key: str) -> Any:
+    """``value[key]``, or None where the log kept the reference code's stand-in for it
+    (``SUBMISSION_PLATFORM_PLACEHOLDER``)."""
+    found = value.get(key)
+    return None if isinstance(found, str) and "PLACEHOLDER" in found else found
+
+
 def _first(events: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
     return next((e for e in events if e["key"] == key), None)
 
@@ -303,8 +310,10 @@ def read_result(path: Path) -> MlperfRun:
         f"mlcommons/training_results_{round_name}" if round_name else None
     )
     relative = Path(*path.parts[-5:]).as_posix()
-    submitter = value.get("submission_org") or path.parts[-5]
-    division = value.get("submission_division") or system.get("division") or "closed"
+    # the system description names the submitter as MLPerf's table does: a log may keep
+    # the organisation whose code it ran (Dell EMC's say NVIDIA), or another spelling
+    submitter = system.get("submitter") or _stated(value, "submission_org") or path.parts[-5]
+    division = _stated(value, "submission_division") or system.get("division") or "closed"
     origin = {
         "source": "mlperf",
         "round": round_name,
@@ -312,7 +321,7 @@ def read_result(path: Path) -> MlperfRun:
         "division": str(division),
         "benchmark": benchmark,
         "system": system_name,
-        "platform": value.get("submission_platform"),
+        "platform": _stated(value, "submission_platform"),
         "repository": repository,
         "path": header.get("path") or relative,
         "commit": header.get("commit") or _commit(path.parents[4]),

@@ -238,9 +238,11 @@ def _fitted_columns(
         return [(_FOLDED.get(title, title), cell) for title, cell in columns]
 
     whole = scaling_columns(rows, budget_s, terminal=True, label_width=width)
+    if overflow(whole) <= 0:  # a label longer than the terminal itself is a letter here
+        return whole, short_labels(rows["variant"], width)
     room = spans(whole).get("variant", 0) - overflow(whole)
     keyed = _by_key(whole, rows)  # `exchange` over its values, not `exchange=topk`
-    for columns in (whole, *([keyed, folded(keyed)] if keyed else [])):
+    for columns in [keyed, folded(keyed)] if keyed else []:
         if overflow(columns) <= 0:
             return columns, {}
     letters = scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
