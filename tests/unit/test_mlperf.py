@@ -35,6 +35,7 @@ def write_log(
     benchmark="resnet",
     quality=lambda i: 0.5 + 0.1 * i,
     platform="2xAcme Box",
+    accumulation=None,
     **drop,
 ):
     """A ResNet-like log: init, run_start, ``blocks`` blocks of 4 epochs with an
@@ -49,6 +50,11 @@ def write_log(
         ("submission_platform", platform, -19.0, {}),
         ("seed", 7, -18.0, {}),
         ("global_batch_size", batch, -18.0, {}),
+        *(
+            [("opt_gradient_accumulation_steps", accumulation, -18.0, {})]
+            if accumulation is not None
+            else []
+        ),
         ("init_stop", None, -1.0, {}),
         ("run_start", None, 0.0, {}),
         ("train_samples", 1000, 0.0, {}),
@@ -262,9 +268,10 @@ def test_published_variants_of_the_format_are_read(tmp_path: Path) -> None:
     dell = {"number_of_nodes": None, "number of nodes": "4", "submitter": "Dell EMC"}
     sub = submission(tmp_path / "dell", times=(), name="c4140", **dell)
     unset = "4xSUBMISSION_PLATFORM_PLACEHOLDER"  # the reference code's, left as it was
-    log = write_log(sub / "results/c4140/resnet/result_0.txt", 90.0, platform=unset)
+    log = sub / "results/c4140/resnet/result_0.txt"
+    log = write_log(log, 90.0, platform=unset, accumulation=0)  # Google's TPU logs say 0
     run = read_result(log)
-    assert run.nodes == 4
+    assert run.nodes == 4 and run.gradient_accumulation == 1
     # the log names the organisation whose code it ran ("Acme"), the system its submitter
     assert run.origin["submitter"] == "Dell EMC" and run.origin["platform"] is None
     xeon = {"accelerators_per_node": "0", "accelerator_model_name": "N/A"}
@@ -313,6 +320,18 @@ def test_a_checkout_under_another_name_is_shown_without_a_round(tmp_path: Path) 
     shown = inside("results", "--store", str(store), run.run_id).stdout
     assert "None" not in shown and "MLPerf Training (round unknown)" in shown
     assert "Acme/results/box_n2/resnet/result_0.txt" in shown
+
+
+def test_the_reports_terminal_table_lists_systems_in_the_numbers_order(tmp_path: Path) -> None:
+    """`report` printed `tpu-v4-128` before `tpu-v4-16`, as text sorts, where its
+    letters and figures follow the numbers (16 before 128)."""
+    store = tmp_path / "store"
+    for name, nodes in (("box_n16", 16), ("box_n128", 128)):
+        sub = submission(tmp_path / name, times=(90.0,), name=name, nodes=nodes)
+        inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    done = inside("report", "--store", str(store), "--out", str(tmp_path / "r.html"))
+    rows = [line for line in done.stdout.splitlines() if "system=box_n1" in line]
+    assert len(rows) == 2 and "box_n16 " in rows[0] and "box_n128 " in rows[1]
 
 
 def test_a_path_outside_mlperfs_layout_is_refused(tmp_path: Path) -> None:

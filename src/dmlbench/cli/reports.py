@@ -61,6 +61,7 @@ def report(
 
     from dmlbench.cli.views.tables import scaling_tables
     from dmlbench.prices import choose_price
+    from dmlbench.report import analysis
     from dmlbench.report.html import write_report
 
     runs = results.runs(sweep=sweep, task=task)
@@ -89,7 +90,7 @@ def report(
     training = [s.table for s in sections if s.kind == "training" and len(s.table)]
     if training:  # the report's own tables, in the order scaling_table sorts them
         table = pd.concat(training).sort_values(
-            ["task", "sweep", "variant", "workers"], kind="stable"
+            ["task", "sweep", "variant", "workers"], kind="stable", key=analysis.in_number_order
         )
         for rich_table in scaling_tables(table, budget, console.width):
             console.print(rich_table)

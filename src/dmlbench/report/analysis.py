@@ -444,11 +444,11 @@ def _add_scaling(
             table.loc[index, "scaling"] = mode
             table.loc[index, "baseline_workers"] = n0
             _scale(table, index, row, base, mode, include_disturbed)
-    ordered = table.sort_values([*series_keys, "workers"], kind="stable", key=_in_number_order)
+    ordered = table.sort_values([*series_keys, "workers"], kind="stable", key=in_number_order)
     return ordered.reset_index(drop=True)
 
 
-def _in_number_order(column: pd.Series) -> pd.Series:
+def in_number_order(column: pd.Series) -> pd.Series:
     """Variants in the order of the numbers in them: ``local_batch=4`` before
     ``local_batch=16`` (as text, 16 came first)."""
     return column.map(number_order) if column.name == "variant" else column

@@ -273,6 +273,7 @@ def read_result(path: Path) -> MlperfRun:
         raise LogRefused(path, "global_batch_size is 0")
     accumulation = value.get("opt_gradient_accumulation_steps", 1)
     accumulation = int(_number(accumulation, "opt_gradient_accumulation_steps", path, whole=True))
+    accumulation = max(accumulation, 1)  # Google's TPU logs say 0 for none
     mlperf_status = stop["metadata"].get("status")
     status = STATUSES.get(mlperf_status, "failed") if isinstance(mlperf_status, str) else "failed"
     evals, eval_s = [], 0.0
