@@ -1567,3 +1567,41 @@ def test_accuracy_bars_keep_their_upright_labels_inside_and_no_tick_past_100() -
     assert len(labels) == 14 and all(text.get_rotation() == 90 for text in labels)
     assert all(text.get_window_extent().y1 <= ax.get_window_extent().y1 + 1 for text in labels)
     assert max(ax.get_yticks()) <= 1.0  # the axis runs higher for the labels, its ticks not
+
+
+def test_a_whole_rounds_times_stand_on_a_log_axis_in_bars_as_wide_as_their_group() -> None:
+    """v0.7's ResNet submissions, 23 s to 19 h, each system at one or two worker counts:
+    every bar but the slowest lay flat on a linear axis, each a thirtieth of its group
+    wide (the group split among every variant, present or not), under a heap of
+    upright "5/5 reached"."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from dmlbench.report.drawing import GROUP_WIDTH
+    from dmlbench.report.figures import time_to_accuracy
+
+    times = {8: (68_000.0, 4_100.0, 2_000.0), 64: (270.0,), 4096: (28.0, 29.0)}
+    times[8] += tuple(2_500.0 + 100 * i for i in range(9))  # twelve systems at 8 workers
+    runs = [
+        stored_run(f"system{n}-{i}", n, tta=tta, exchange=f"system{n}-{i}")
+        for n, ttas in times.items()
+        for i, tta in enumerate(ttas)
+    ]
+    figure = time_to_accuracy(analysis.scaling_table(analysis.runs_frame(runs)), "t")
+    FigureCanvasAgg(figure).draw()
+    (ax,) = figure.axes
+    assert ax.get_yscale() == "log" and "log scale" in ax.get_ylabel()
+    bars = {round(bar.get_x() + bar.get_width() / 2, 6): bar for bar in ax.patches}
+    widths = sorted({round(bar.get_width(), 6) for bar in bars.values()})
+    assert widths == [round(GROUP_WIDTH / k, 6) for k in (12, 2, 1)]  # present ones share
+    low, _ = ax.get_ylim()
+    fastest = min(bars.values(), key=lambda bar: bar.get_y() + bar.get_height())
+    assert fastest.get_y() + fastest.get_height() == pytest.approx(28.0)
+    assert low < 28.0 / 1.5  # the fastest bar stands clear of the axis' foot
+    # twelve bars in one group: their counts would overlap; said once on the axis
+    counted = [t for t in ax.texts if t.get_text().endswith("reached")]
+    assert len(counted) == 3 and "every run reached it" in ax.get_xlabel()
+    top = ax.get_window_extent().y1
+    assert all(text.get_window_extent().y1 <= top + 1 for text in counted)
+    few = [stored_run(f"r{n}", n, tta=100.0 * n) for n in (1, 2)]  # 100 s and 200 s
+    (ax,) = time_to_accuracy(analysis.scaling_table(analysis.runs_frame(few)), "t").axes
+    assert ax.get_yscale() == "linear" and "log" not in ax.get_ylabel()

@@ -39,11 +39,12 @@ from dmlbench.results.schema import PHASES
 def phases(table: pd.DataFrame, title: str) -> Figure:
     """Per-step time split into phases (mean over ranks and runs), stacked per worker count."""
     fig, (ax,) = new_figure(title, "Where a step's time goes (steady state, mean over ranks)")
-    workers, offsets, width = bar_positions(table)
-    position = {w: i for i, w in enumerate(workers)}
+    workers, place = bar_positions(table)
     drawn = False
     names = short_labels(table["variant"])
-    slot = slot_points(ax, width, len(workers))
+    cells = zip(table["variant"], table["workers"], strict=True)
+    narrowest = min(place(names[v], int(w))[1] for v, w in cells)
+    slot = slot_points(ax, narrowest, len(workers))
 
     def said(row: pd.Series) -> str:  # a bar's label while there is room for it
         comm = f"comm {row['comm_ratio_mean']:.0%}/{row['comm_ratio_max']:.0%}"
@@ -56,7 +57,8 @@ def phases(table: pd.DataFrame, title: str) -> Figure:
         marks = short_labels(table["variant"], longest=0)
     for variant, rows in table.groupby("variant", sort=False):
         rows = rows.sort_values("workers")
-        x = np.array([position[int(w)] + offsets[names[variant]] for w in rows["workers"]])
+        slots = [place(names[variant], int(w)) for w in rows["workers"]]
+        x, width = np.array([x for x, _ in slots]), np.array([w for _, w in slots])
         bottom = np.zeros(len(rows))
         for phase in PHASES:
             values = rows[f"{phase}_s"].fillna(0).to_numpy() * 1000

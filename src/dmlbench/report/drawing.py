@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -162,12 +162,29 @@ def oversubscription_caption(fig: Figure, table: pd.DataFrame) -> None:
 GROUP_WIDTH = 0.8  # of the 1 between worker counts, what a count's bars take together
 
 
-def bar_positions(table: pd.DataFrame) -> tuple[list[int], dict[str, float], float]:
+def bar_positions(table: pd.DataFrame) -> tuple[list[int], Callable[[str, int], Slot]]:
+    """The worker counts across the axes, and where a variant's bar (its short label) at
+    a count stands: ``(x, width)``. The variants present at a count share its group, in
+    the short labels' order; a sweep's, present at every count, stand alike in each. An
+    imported round's thirty systems, each at one count, split every group thirty ways
+    and left most of it empty: hairline bars."""
     workers = sorted(int(w) for w in table["workers"].unique())
-    variants = list(short_labels(table["variant"]).values())
-    width = GROUP_WIDTH / len(variants)
-    offsets = {v: (i - (len(variants) - 1) / 2) * width for i, v in enumerate(variants)}
-    return workers, offsets, width
+    names = short_labels(table["variant"])
+    present = {}  # each count's variants, in the short labels' order
+    for count in workers:
+        here = {names[v] for v in table.loc[table["workers"] == count, "variant"]}
+        present[count] = [short for short in names.values() if short in here]
+    position = {count: i for i, count in enumerate(workers)}
+
+    def place(variant: str, count: int) -> Slot:
+        here = present[count]
+        width = GROUP_WIDTH / len(here)
+        return position[count] + (here.index(variant) - (len(here) - 1) / 2) * width, width
+
+    return workers, place
+
+
+Slot = tuple[float, float]  # a bar's centre and width
 
 
 def bar_label(ax, bar, text: str, y: float, workers: int) -> Text:
@@ -199,14 +216,17 @@ def keep_inside(ax, texts: Sequence[Text]) -> None:
         return  # across their bars they fit below the axis' top, 1.2 times the tallest
     FigureCanvasAgg(ax.get_figure()).draw()
     box = ax.get_window_extent()
-    low, high = ax.get_ylim()
+    log = ax.get_yscale() == "log"  # heights as the axis spaces them
+    low, high = (math.log10(v) if log else v for v in ax.get_ylim())
     grow = 1.0
     for text in texts:
-        start = (text.get_position()[1] - low) / (high - low)  # of the axis' height
+        y = text.get_position()[1]
+        start = ((math.log10(y) if log else y) - low) / (high - low)  # of the axis' height
         over = (text.get_window_extent().y1 - box.y1) / box.height
         if 0 < over < start:  # drawn at start / grow it ends inside
             grow = max(grow, start / (start - over))
-    ax.set_ylim(low, low + (high - low) * min(grow * 1.03, 3.0))
+    top = low + (high - low) * min(grow * 1.03, 3.0)
+    ax.set_ylim(*((10**low, 10**top) if log else (low, top)))
 
 
 def slot_points(ax, bar_width: float, workers: int) -> float:

@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, PercentFormatter
 
 from dmlbench.report.drawing import (
+    BAR_LABEL_SIZE,
     LINE_STYLES,
     VARIANT_COLOURS,
     bar_label,
@@ -28,6 +29,7 @@ from dmlbench.report.drawing import (
     log2_workers_axis,
     new_figure,
     note,
+    slot_points,
     tick_labels,
     worker_counts,
 )
@@ -132,26 +134,31 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
     """Mean TTA ± std per worker count; how many runs converged is written on each bar.
 
     When no run reached the target there is no time to show: the figure shows accuracy
-    after time (or the best accuracy) instead, and its heading says so.
+    after time (or the best accuracy) instead, and its heading says so. Times that span
+    more than :data:`LOG_SPREAD` times stand on a log axis: a whole MLPerf round, 23 s to
+    19 h, left every bar but the slowest flat on a linear one. Where bars stand too close
+    for their counts, a bar whose runs all reached the target goes without one, and the
+    axis says so.
     """
     if not table["tta_mean"].notna().any():
         return _accuracy_bars(table, title)
     fig, (ax,) = new_figure(title, "Time to accuracy (evaluation included)")
-    workers, offsets, width = bar_positions(table)
-    position = {w: i for i, w in enumerate(workers)}
-    top = (
-        float(np.nanmax(table["tta_mean"] + table["tta_std"].fillna(0)))
-        if table["tta_mean"].notna().any()
-        else 1.0
-    )
-    labels = []
+    workers, place = bar_positions(table)
+    top = float(np.nanmax(table["tta_mean"] + table["tta_std"].fillna(0)))
+    least = float(table["tta_mean"][table["tta_mean"] > 0].min())
+    log = top / least > LOG_SPREAD
+    if log:
+        ax.set_yscale("log")
+    floor = least / 2 if log else 0.0
+    labels, unsaid = [], False
     for colour, variant, rows in coloured_variants(table):
-        x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
-        heights = rows["tta_mean"].fillna(0)
+        x, width = zip(*(place(variant, int(w)) for w in rows["workers"]), strict=True)
+        heights = rows["tta_mean"].fillna(floor)
         bars = ax.bar(
             x,
-            heights,
+            heights - floor,
             width,
+            bottom=floor,
             yerr=rows["tta_std"].fillna(0),
             capsize=4,
             color=colour,
@@ -160,19 +167,28 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
             if row["oversubscribed"]:
                 bar.set_hatch("//")
+            crowded = slot_points(ax, bar.get_width(), len(workers)) < BAR_LABEL_SIZE * 1.2
+            if crowded and row["converged"] == row["runs"]:
+                unsaid = True  # every run reached it: the axis says so, once
+                continue
             text = f"{int(row['converged'])}/{int(row['runs'])} reached"
             if not row["converged"]:
                 text = f"not reached\n0/{int(row['runs'])}"
-            above = bar.get_height() + (0 if pd.isna(row["tta_std"]) else row["tta_std"])
-            labels.append(bar_label(ax, bar, text, above + 0.02 * top, len(workers)))
+            above = float(heights[row.name]) + (0 if pd.isna(row["tta_std"]) else row["tta_std"])
+            at = above * 1.1 if log else above + 0.02 * top
+            labels.append(bar_label(ax, bar, text, at, len(workers)))
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(tick_labels(table, workers))
-    ax.set_xlabel("workers")
-    ax.set_ylabel("seconds (mean ± std over converged runs)")
-    ax.set_ylim(0, top * 1.2)
-    finish(fig, ax, table, legend=any(v for v in offsets))
+    ax.set_xlabel("workers" + (" (a bar without a count: every run reached it)" if unsaid else ""))
+    scale = ", log scale" if log else ""
+    ax.set_ylabel(f"seconds{scale} (mean ± std over converged runs)")
+    ax.set_ylim(floor, top * 3 if log else top * 1.2)
+    finish(fig, ax, table, legend=bool((table["variant"] != "").any()))
     keep_inside(ax, labels)  # laid out with its legend, as it is drawn
     return fig
+
+
+LOG_SPREAD = 30  # the slowest bar over the fastest past which a linear axis flattens it
 
 
 def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
@@ -190,11 +206,10 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
         column = "best_mean" if "best_mean" in table else "best_metric_mean"
         what, shown = "best accuracy reached", "{:.1%}"
     fig, (ax,) = new_figure(title, f"No run reached the target: {what}")
-    workers, offsets, width = bar_positions(table)
-    position = {w: i for i, w in enumerate(workers)}
+    workers, place = bar_positions(table)
     labels = []
     for colour, variant, rows in coloured_variants(table):
-        x = [position[int(w)] + offsets[variant] for w in rows["workers"]]
+        x, width = zip(*(place(variant, int(w)) for w in rows["workers"]), strict=True)
         bars = ax.bar(x, rows[column].fillna(0), width, label=variant or None, color=colour)
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
             if row["oversubscribed"]:
