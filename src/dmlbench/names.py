@@ -8,6 +8,7 @@
 - :func:`one_line`: a value that goes into one line of a generated file (an
   ``#SBATCH`` directive) holds no line break or other control character.
 - :func:`shorten`: what an error message echoes of a value, cut to a readable length.
+- :func:`comma_list`: the items of a comma-separated option (``--network 10gbit, wan``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ def one_line(value: str, what: str) -> str:
             "control character; give it on one line"
         )
     return value
+
+
+def comma_list(text: str) -> list[str]:
+    """``"a, b,,c"`` → ``["a", "b", "c"]``: each item stripped, empty ones dropped."""
+    return [item for part in text.split(",") if (item := part.strip())]
 
 
 def shorten(text: str, limit: int = ECHO_LIMIT) -> str:

@@ -21,6 +21,7 @@ from dmlbench.cli.options import (
     output_option,
     print_json,
 )
+from dmlbench.names import comma_list
 from dmlbench.report.formats import plural
 
 
@@ -85,8 +86,8 @@ def simulate(
         open_store(store, existing=True),
         task,
         counts,
-        [n.strip() for n in network.split(",") if n.strip()],
-        [a.strip() for a in algorithm.split(",") if a.strip()],
+        comma_list(network),
+        comma_list(algorithm),
         price=choose_price(price, prices),
         layouts=layouts(nodes, nproc_per_node),
         epochs=epochs,

@@ -27,6 +27,7 @@ from dmlbench.cli.options import (
     selected_runs,
 )
 from dmlbench.errors import DmlbenchError
+from dmlbench.names import comma_list
 from dmlbench.report.formats import plural
 
 
@@ -148,8 +149,8 @@ def compare(
     if group is not None and best_by is None:
         raise DmlbenchError("--group picks the best within groups: give --best-by too")
     frame = analysis.runs_frame(runs)
-    columns = [c.strip() for c in by.split(",") if c.strip()]
-    within = [c.strip() for c in group.split(",") if c.strip()] if group else columns
+    columns = comma_list(by)
+    within = comma_list(group) if group else columns
     columns += [c for c in within if c not in columns]
     unknown = [c for c in columns if c not in frame.columns]
     if unknown:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from dmlbench.errors import DmlbenchError, chosen
-from dmlbench.names import shorten
+from dmlbench.names import comma_list, shorten
 
 if TYPE_CHECKING:
     from dmlbench.launch.slurm import SlurmJob
@@ -37,7 +37,7 @@ def worker_counts(
     if text is None:
         return []
     shown = shorten(text)
-    parts = [part for part in text.replace(" ", "").split(",") if part]
+    parts = comma_list(text.replace(" ", ""))
     if len(parts) > MAX_VALUES:
         raise DmlbenchError(f"{option} {shown!r}: at most {MAX_VALUES:,} {noun}")
     try:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from importlib.metadata import entry_points
 
 from dmlbench.errors import SpecError, unknown
+from dmlbench.names import comma_list
 from dmlbench.tasks.base import TaskDefinition
 
 TASKS: dict[str, TaskDefinition] = {}
@@ -40,8 +41,7 @@ def import_plugins(modules: Iterable[str], *, named_in: str = "") -> None:
 
 def env_plugins() -> list[str]:
     """The modules ``DMLBENCH_PLUGINS`` names, comma-separated."""
-    named = os.environ.get(PLUGINS_VARIABLE, "").split(",")
-    return [name.strip() for name in named if name.strip()]
+    return comma_list(os.environ.get(PLUGINS_VARIABLE, ""))
 
 
 def load_plugins() -> None:
