@@ -36,6 +36,7 @@ def write_log(
     quality=lambda i: 0.5 + 0.1 * i,
     platform="2xAcme Box",
     accumulation=None,
+    division="closed",
     **drop,
 ):
     """A ResNet-like log: init, run_start, ``blocks`` blocks of 4 epochs with an
@@ -46,7 +47,7 @@ def write_log(
         ("init_start", None, -20.0, {}),
         ("submission_benchmark", benchmark, -19.0, {}),
         ("submission_org", "Acme", -19.0, {}),
-        ("submission_division", "closed", -19.0, {}),
+        ("submission_division", division, -19.0, {}),
         ("submission_platform", platform, -19.0, {}),
         ("seed", 7, -18.0, {}),
         ("global_batch_size", batch, -18.0, {}),
@@ -91,6 +92,7 @@ def submission(
     batch=256,
     blocks=3,
     benchmark="resnet",
+    division="closed",
     **described,
 ) -> Path:
     """``root/training_results_v0.7/Acme``: system ``box_n2`` (2 nodes × 4), five runs;
@@ -113,7 +115,9 @@ def submission(
     for i, seconds in enumerate(times):
         run_status = (status or {}).get(i, "success")
         path = sub / f"results/{name}/{benchmark}" / f"result_{i}.txt"
-        write_log(path, seconds, run_status, batch=batch, blocks=blocks, benchmark=benchmark)
+        write_log(
+            path, seconds, run_status, batch, blocks=blocks, benchmark=benchmark, division=division
+        )
     return sub
 
 
@@ -391,6 +395,43 @@ def test_simulate_predicts_time_to_train_from_imported_runs(tmp_path: Path) -> N
     assert "to train" in shown.stdout and "B outside the fitted batches" in shown.stdout
     alone = inside(*args, "--store", str(store), "--json")
     assert "two or more global batches" in json.loads(alone.stdout)["convergence"]["note"]
+
+
+def test_open_division_runs_are_left_out_of_the_fit_where_closed_ones_suffice(
+    tmp_path: Path,
+) -> None:
+    """A whole round's ResNet runs pooled the open division's changed recipes (SIAT's)
+    with the closed ones in the samples-to-converge fit, and said nothing of it."""
+    submission(tmp_path, times=(100.0, 110.0, 120.0))
+    submission(tmp_path, times=(60.0, 61.0, 62.0), name="box_n32", nodes=32, batch=4096, blocks=5)
+    submission(
+        tmp_path,
+        times=(30.0, 31.0),
+        name="box_open",
+        nodes=4,
+        batch=1024,
+        blocks=9,
+        division="open",
+    )
+    store = tmp_path / "store"
+    inside("results", "--store", str(store), "--import-mlperf", str(tmp_path))
+    args = ("simulate-cluster", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,4")
+    common = ("--store", str(store), "--converge-from", "mlperf/resnet")
+    result = json.loads(inside(*args, *common, "--json").stdout)
+    convergence = result["convergence"]
+    assert convergence["runs"] == 6 and convergence["batches"] == [256.0, 4096.0]
+    assert convergence["open_left_out"] == 2
+    shown = " ".join(inside(*args, *common).stdout.split())
+    assert "closed division only (2 open-division runs: recipes changed)" in shown
+    # closed runs at one batch alone cannot fit: the open ones are kept, and counted
+    other = tmp_path / "other"
+    closed = submission(other / "c", times=(100.0, 110.0, 120.0))
+    opened = submission(other / "o", times=(30.0,), name="box_o", batch=1024, division="open")
+    for source in (closed, opened):
+        inside("results", "--store", str(other / "store"), "--import-mlperf", str(source))
+    pooled = ("--store", str(other / "store"), "--converge-from", "mlperf/resnet", "--json")
+    convergence = json.loads(inside(*args, *pooled).stdout)["convergence"]
+    assert convergence["runs"] == 4 and convergence["open_left_out"] == 0
 
 
 def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:

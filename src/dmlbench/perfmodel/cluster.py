@@ -374,12 +374,20 @@ def add_time_to_train(
     row's throughput, plus evaluation at the runs' median share of training time; a
     gradient noise scale the runs measured (``B_simple``) is the fit's prior. Rows
     are left as they are, and the fit it returns says why, with fewer than two
-    batches to fit."""
+    batches to fit. Open-division runs (recipes changed from the reference, which
+    converge otherwise) are left out where the closed ones alone fit: a whole MLPerf
+    round pooled SIAT's open LARS recipes with the closed runs."""
     import statistics
 
     from dmlbench.perfmodel.convergence import fit
 
+    closed = [run for run in runs if getattr(run, "division", "closed") != "open"]
     points = convergence_points(runs)
+    kept = convergence_points(closed)
+    if len(kept) < len(points) and len({b for b, _ in kept}) > 1:
+        runs, open_left_out, points = closed, len(points) - len(kept), kept
+    else:
+        open_left_out = 0
     batches = sorted({b for b, _ in points})
     if len(batches) < 2:
         return {
@@ -415,6 +423,7 @@ def add_time_to_train(
     return {
         "source": source,
         "runs": len(points),
+        "open_left_out": open_left_out,
         "batches": batches,
         "e_min": scaling.e_min,
         "b_noise": scaling.b_noise,

@@ -74,9 +74,7 @@ def cluster_table(result: ClusterSimulation) -> Group:
     if trained:
         lines.append(
             f"to train: samples to the target at B (McCandlish's E = E_min(1 + B/B_noise), "
-            f"fitted on {convergence['runs']} runs of {convergence['source']} at B = "
-            f"{', '.join(f'{b:,.0f}' for b in convergence['batches'])}: B_noise "
-            f"{convergence['b_noise']:,.0f}"
+            f"{fitted_on(convergence)}: B_noise {convergence['b_noise']:,.0f}"
             + (
                 f", the measured noise scale {convergence['noise_scale_prior']:,.0f} its prior"
                 if convergence.get("noise_scale_prior")
@@ -98,6 +96,16 @@ def cluster_table(result: ClusterSimulation) -> Group:
             f"({point['source']})"
         )
     return Group(*tables, *(Text(line) for line in lines))
+
+
+def fitted_on(convergence: dict[str, Any]) -> str:
+    """Which runs samples to the target were fitted on, and which were left out."""
+    batches = ", ".join(f"{b:,.0f}" for b in convergence["batches"])
+    text = f"fitted on {convergence['runs']} runs of {convergence['source']} at B = {batches}"
+    left = convergence.get("open_left_out")
+    if left:
+        text += f", closed division only ({plural(left, 'open-division run')}: recipes changed)"
+    return text
 
 
 def _time_to_train_table(result: ClusterSimulation) -> Table:
@@ -204,8 +212,7 @@ def plan_table(plan: dict[str, Any]) -> Group:
             for b, source in plan["compute"].items()
         ),
         f"communication: {plan['algorithm']} all-reduce",
-        f"samples to the target: fitted on {convergence['runs']} runs of {convergence['source']} "
-        f"at B = {', '.join(f'{b:,.0f}' for b in convergence['batches'])}"
+        f"samples to the target: {fitted_on(convergence)}"
         + ("; † extrapolated past them" if any(r["extrapolated"] for r in plan["rows"]) else ""),
     ]
     if choice is None:
