@@ -338,6 +338,21 @@ def test_the_reports_terminal_table_lists_systems_in_the_numbers_order(tmp_path:
     assert len(rows) == 2 and "box_n16 " in rows[0] and "box_n128 " in rows[1]
 
 
+def test_compare_by_another_column_than_workers_prints_a_table(tmp_path: Path) -> None:
+    """`compare --by nodes` printed pandas' dump of the table: fifty columns, folded."""
+    store = tmp_path / "store"
+    for name, nodes in (("box_n2", 2), ("box_n32", 32)):
+        sub = submission(tmp_path / name, times=(90.0, 100.0, 110.0), name=name, nodes=nodes)
+        inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    shown = inside("compare", "--store", str(store), "--by", "nodes").stdout
+    assert "tta_mean" not in shown and "throughput_only" not in shown
+    header = next(line for line in shown.splitlines() if line.lstrip().startswith("nodes "))
+    assert header.split()[:2] == ["nodes", "variant"] and "olympic" in header
+    rows = [line.split() for line in shown.splitlines() if "system=box_n" in line]
+    assert sorted(row[0] for row in rows) == ["2", "32"]
+    assert all("100.0±10.0" in row for row in rows)  # each system's three runs
+
+
 def test_a_path_outside_mlperfs_layout_is_refused(tmp_path: Path) -> None:
     log = write_log(tmp_path / "result_0.txt", 100.0)
     done = inside(

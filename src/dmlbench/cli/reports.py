@@ -185,8 +185,9 @@ def compare(
     elif "workers" in columns:
         for rich_table in scaling_tables(table, budget, console.width):
             console.print(rich_table)
-    elif not table.empty:
-        console.print(table.to_string(index=False))
+    else:
+        for rich_table in scaling_tables(table, budget, console.width, by=columns):
+            console.print(rich_table)
     if not (json_out or csv_out):
         for note in (
             notes.unfinished_note(frame),

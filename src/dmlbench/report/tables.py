@@ -187,7 +187,9 @@ def _chosen_columns(table: pd.DataFrame, budget_s: float | None) -> list[Column]
         skip.add("variant")
     if "throughput_only" in table and len(table) and table["throughput_only"].all():
         skip.update(("runs", "tta", "olympic", "compute", "aat", "best"))  # no accuracy
-    if table.empty or table.groupby("variant")["workers"].nunique().max() < 2:
+    if "workers" not in table:  # grouped by something else (compare --by nodes)
+        skip.update(("workers", "sp", "eff"))
+    elif table.empty or table.groupby("variant")["workers"].nunique().max() < 2:
         skip.update(("sp", "eff"))  # a speedup needs two worker counts
     return [column for column in SCALING_COLUMNS if column[0] not in skip]
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Group
@@ -154,12 +155,15 @@ def _network(run: RunRecord) -> str:
     return "" if label == "none" else label.split(" · ")[0]
 
 
-def scaling_tables(table: Any, budget_s: float | None = None, width: int = 80) -> list[Table]:
+def scaling_tables(
+    table: Any, budget_s: float | None = None, width: int = 80, by: Sequence[str] = ()
+) -> list[Table]:
     """One rich table per (task, sweep) of ``analysis.scaling_table``'s rows; none where
-    it has none (every run still running: the running note says so). Variant labels
-    stand whole where the row fits ``width`` columns with them, else as the one key they
-    differ in over its values, else as letters that the caption spells out (whole, they
-    pushed every figure of a row into "…"); see :func:`_fitted_columns`."""
+    it has none (every run still running: the running note says so); ``by``: columns
+    grouped by in place of the worker count, shown first. Variant labels stand whole
+    where the row fits ``width`` columns with them, else as the one key they differ in
+    over its values, else as letters the caption spells out (whole, they pushed every
+    figure of a row into "…"); see :func:`_fitted_columns`."""
     from dmlbench.report.tables import aat_note, disturbed_note, elastic_note
 
     tables: list[Table] = []
@@ -168,13 +172,14 @@ def scaling_tables(table: Any, budget_s: float | None = None, width: int = 80) -
     for (task, sweep), rows in table.groupby(["task", "sweep"], sort=False):
         modes = ", ".join(sorted(set(rows["scaling"]) - {"none"}))
         over = rows[rows["oversubscribed"]]
+        counts = sorted(set(over["workers"])) if "workers" in over else []
         caption = (
-            f"* oversubscribed: {', '.join(str(int(n)) for n in sorted(set(over['workers'])))}"
-            f" workers on {int(over['cores'].max())} cores"
+            f"* oversubscribed: {', '.join(str(int(n)) for n in counts) or 'more'} workers on "
+            f"{int(over['cores'].max())} cores"
             if not over.empty
             else None
         )
-        columns, names = _fitted_columns(rows, budget_s, width)
+        columns, names = _fitted_columns(rows, budget_s, width, by)
         scaled = any(title == "speedup" for title, _ in columns)
         accuracy = not ("throughput_only" in rows and rows["throughput_only"].all())
         legend = (
@@ -215,7 +220,7 @@ _FOLDED = {"variant": "var.", "TTA s": "TTA\ns", "step ms": "step\nms"}
 
 
 def _fitted_columns(
-    rows: Any, budget_s: float | None, width: int
+    rows: Any, budget_s: float | None, width: int, by: Sequence[str] = ()
 ) -> tuple[list[Any], dict[str, str]]:
     """The scaling columns for a terminal ``width`` wide (a space between columns), the
     first that fits of: whole variant labels; the one key they differ in over its values
@@ -237,7 +242,8 @@ def _fitted_columns(
     def folded(columns: list[Any]) -> list[Any]:
         return [(_FOLDED.get(title, title), cell) for title, cell in columns]
 
-    whole = scaling_columns(rows, budget_s, terminal=True, label_width=width)
+    grouped = [(key, lambda row, key=key: str(row[key])) for key in by]
+    whole = grouped + scaling_columns(rows, budget_s, terminal=True, label_width=width)
     if overflow(whole) <= 0:  # a label longer than the terminal itself is a letter here
         return whole, short_labels(rows["variant"], width)
     room = spans(whole).get("variant", 0) - overflow(whole)
@@ -245,7 +251,7 @@ def _fitted_columns(
     for columns in [keyed, folded(keyed)] if keyed else []:
         if overflow(columns) <= 0:
             return columns, {}
-    letters = scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
+    letters = grouped + scaling_columns(rows, budget_s, terminal=True, label_width=max(room, 1))
     columns = letters if overflow(letters) <= 0 else folded(letters)
     return columns, short_labels(rows["variant"], max(room, 1))  # what the letters stand for
 
