@@ -1602,6 +1602,9 @@ def test_a_whole_rounds_times_stand_on_a_log_axis_in_bars_as_wide_as_their_group
     assert len(counted) == 3 and "every run reached it" in ax.get_xlabel()
     top = ax.get_window_extent().y1
     assert all(text.get_window_extent().y1 <= top + 1 for text in counted)
+    # fifteen variants and ten colours: no two alike in colour and pattern both
+    looks = [(bar.get_facecolor(), (bar.get_hatch() or "").replace("//", "")) for bar in ax.patches]
+    assert len(set(looks)) == 15 and {hatch for _, hatch in looks} == {"", ".."}
     few = [stored_run(f"r{n}", n, tta=100.0 * n) for n in (1, 2)]  # 100 s and 200 s
     (ax,) = time_to_accuracy(analysis.scaling_table(analysis.runs_frame(few)), "t").axes
     assert ax.get_yscale() == "linear" and "log" not in ax.get_ylabel()

@@ -246,6 +246,16 @@ def worker_counts(table: pd.DataFrame) -> list[int]:
     return sorted(int(w) for w in table["workers"].unique())
 
 
+# Past the palette's ten colours a variant's bars take a pattern as well, so no two
+# swatches look alike (a whole round's thirty systems: A, K and U were one blue)
+PATTERNS = ("", "..", "xx")
+
+
+def bar_pattern(index: int) -> str:
+    """The hatch of the ``index``-th variant's bars (:func:`coloured_variants`' order)."""
+    return PATTERNS[index // len(VARIANT_COLOURS) % len(PATTERNS)]
+
+
 def coloured_variants(table: pd.DataFrame) -> Iterator[tuple[tuple, str, pd.DataFrame]]:
     """(colour, short label, rows by workers) per variant: the same colour in every figure."""
     for i, (variant, rows) in enumerate(variants(table)):

@@ -22,6 +22,7 @@ from dmlbench.report.drawing import (
     LINE_STYLES,
     VARIANT_COLOURS,
     bar_label,
+    bar_pattern,
     bar_positions,
     coloured_variants,
     finish,
@@ -151,7 +152,7 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
         ax.set_yscale("log")
     floor = least / 2 if log else 0.0
     labels, unsaid = [], False
-    for colour, variant, rows in coloured_variants(table):
+    for i, (colour, variant, rows) in enumerate(coloured_variants(table)):
         x, width = zip(*(place(variant, int(w)) for w in rows["workers"]), strict=True)
         heights = rows["tta_mean"].fillna(floor)
         bars = ax.bar(
@@ -162,11 +163,12 @@ def time_to_accuracy(table: pd.DataFrame, title: str) -> Figure:
             yerr=rows["tta_std"].fillna(0),
             capsize=4,
             color=colour,
+            hatch=bar_pattern(i),
             label=variant or None,
         )
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
             if row["oversubscribed"]:
-                bar.set_hatch("//")
+                bar.set_hatch(bar_pattern(i) + "//")
             crowded = slot_points(ax, bar.get_width(), len(workers)) < BAR_LABEL_SIZE * 1.2
             if crowded and row["converged"] == row["runs"]:
                 unsaid = True  # every run reached it: the axis says so, once
@@ -208,12 +210,12 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     fig, (ax,) = new_figure(title, f"No run reached the target: {what}")
     workers, place = bar_positions(table)
     labels = []
-    for colour, variant, rows in coloured_variants(table):
+    for i, (colour, variant, rows) in enumerate(coloured_variants(table)):
         x, width = zip(*(place(variant, int(w)) for w in rows["workers"]), strict=True)
+        hatch = bar_pattern(i)
         bars = ax.bar(x, rows[column].fillna(0), width, label=variant or None, color=colour)
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
-            if row["oversubscribed"]:
-                bar.set_hatch("//")
+            bar.set_hatch(hatch + ("//" if row["oversubscribed"] else ""))
             text = f"{shown.format(row[column])}\n0/{int(row['runs'])} reached"
             labels.append(bar_label(ax, bar, text, bar.get_height(), len(workers)))
     target = table["target"].dropna() if "target" in table else pd.Series(dtype=float)
