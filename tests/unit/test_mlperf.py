@@ -353,6 +353,13 @@ def test_compare_by_another_column_than_workers_prints_a_table(tmp_path: Path) -
     assert all("100.0±10.0" in row for row in rows)  # each system's three runs
 
 
+def test_an_imported_runs_name_as_a_task_says_what_to_give_instead() -> None:
+    """`simulate-cluster mlperf/resnet` said "unknown task" and pointed at plugins."""
+    done = inside("simulate-cluster", "mlperf/resnet", "--cluster", "dgx-a100", check=False)
+    assert done.returncode != 0 and "names imported MLPerf runs" in done.stderr
+    assert "--converge-from mlperf/resnet" in done.stderr and "plugin" not in done.stderr
+
+
 def test_a_path_outside_mlperfs_layout_is_refused(tmp_path: Path) -> None:
     log = write_log(tmp_path / "result_0.txt", 100.0)
     done = inside(

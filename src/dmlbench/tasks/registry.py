@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from importlib.metadata import entry_points
 
 from dmlbench.errors import SpecError, unknown
-from dmlbench.names import comma_list
+from dmlbench.names import comma_list, shorten
 from dmlbench.tasks.base import TaskDefinition
 
 TASKS: dict[str, TaskDefinition] = {}
@@ -68,6 +68,12 @@ def get_task(name: str) -> TaskDefinition:
     load_plugins()
     if name in TASKS:
         return TASKS[name]
+    if name.startswith("mlperf/"):  # what `results --import-mlperf` names its runs
+        raise SpecError(
+            f"'{shorten(name)}' names imported MLPerf runs, not a task dmlbench trains: give "
+            f"one of `dmlbench tasks`, and --converge-from {shorten(name)} to fit time to "
+            "train on those runs (simulate-cluster, advise --cluster)"
+        )
     listed = (
         "`dmlbench tasks` lists them; a task of your own: --plugin MODULE (run, sweep), or "
         f"{PLUGINS_VARIABLE}=MODULE for every command"
