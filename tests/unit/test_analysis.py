@@ -1608,3 +1608,22 @@ def test_a_whole_rounds_times_stand_on_a_log_axis_in_bars_as_wide_as_their_group
     few = [stored_run(f"r{n}", n, tta=100.0 * n) for n in (1, 2)]  # 100 s and 200 s
     (ax,) = time_to_accuracy(analysis.scaling_table(analysis.runs_frame(few)), "t").axes
     assert ax.get_yscale() == "linear" and "log" not in ax.get_ylabel()
+
+
+def test_a_table_grouped_without_workers_keeps_its_oversubscribed_caption() -> None:
+    """Grouped by another column than the worker count (`compare --by exchange`), the
+    caption that counted oversubscribed workers had no worker count to read."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import scaling_tables
+
+    runs = [stored_run(f"{e}{n}", n, tta=0.2, exchange=e) for e in ("ddp", "fp16") for n in (4, 8)]
+    table = analysis.scaling_table(analysis.runs_frame(runs), by=("exchange",))
+    assert "workers" not in table
+    console = Console(width=120, record=True)
+    for rich_table in scaling_tables(table, width=120, by=("exchange",)):
+        console.print(rich_table)
+    shown = console.export_text()
+    assert "* oversubscribed: more workers than 2 cores" in shown
+    header = next(line for line in shown.splitlines() if line.lstrip().startswith("exchange"))
+    assert "conv" in header and " N " not in header

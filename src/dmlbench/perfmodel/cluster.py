@@ -376,7 +376,7 @@ def add_time_to_train(
     are left as they are, and the fit it returns says why, with fewer than two
     batches to fit. Open-division runs (recipes changed from the reference, which
     converge otherwise) are left out where the closed ones alone fit: a whole MLPerf
-    round pooled SIAT's open LARS recipes with the closed runs."""
+    round pooled SIAT's open recipes with the closed runs."""
     import statistics
 
     from dmlbench.perfmodel.convergence import fit

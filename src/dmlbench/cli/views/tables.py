@@ -172,10 +172,10 @@ def scaling_tables(
     for (task, sweep), rows in table.groupby(["task", "sweep"], sort=False):
         modes = ", ".join(sorted(set(rows["scaling"]) - {"none"}))
         over = rows[rows["oversubscribed"]]
-        counts = sorted(set(over["workers"])) if "workers" in over else []
+        counts = ", ".join(str(int(n)) for n in sorted(set(over.get("workers", []))))
+        cores = f"{int(over['cores'].max())} cores" if not over.empty else ""
         caption = (
-            f"* oversubscribed: {', '.join(str(int(n)) for n in counts) or 'more'} workers on "
-            f"{int(over['cores'].max())} cores"
+            f"* oversubscribed: {f'{counts} workers on' if counts else 'more workers than'} {cores}"
             if not over.empty
             else None
         )
