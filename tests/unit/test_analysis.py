@@ -1627,3 +1627,29 @@ def test_a_table_grouped_without_workers_keeps_its_oversubscribed_caption() -> N
     assert "* oversubscribed: more workers than 2 cores" in shown
     header = next(line for line in shown.splitlines() if line.lstrip().startswith("exchange"))
     assert "conv" in header and " N " not in header
+
+
+def test_curves_of_runs_far_apart_in_length_are_drawn_on_a_log_time_axis() -> None:
+    """A whole round's curves, 23 s to 19 h, pressed every fast run against the axis;
+    and past ten variants a curve's colour repeated another's with the same marker."""
+    from dataclasses import replace
+
+    from dmlbench.report.figures import curves
+
+    def drawn(lengths: list[float]):
+        runs = []
+        for i, length in enumerate(lengths):
+            evals = [(length / 2, 0.5), (length, 0.95)]
+            run = stored_run(f"r{i}", 8, tta=length, evals=evals)
+            spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": {"system": i}}}
+            runs.append(replace(run, spec=spec))
+        frame = analysis.runs_frame(runs)
+        evals = analysis.evals_frame(runs).merge(frame[["run_id", "variant"]])
+        return curves(evals, analysis.scaling_table(frame), 0.9, "t").axes[0]  # accuracy
+
+    ax = drawn([25.0 + i for i in range(10)] + [68_000.0])  # eleven systems
+    assert ax.get_xscale() == "log" and "log scale" in ax.get_xlabel()
+    looks = [(line.get_color(), line.get_marker()) for line in ax.get_lines()[:11]]
+    assert len(set(looks)) == 11 and looks[0][0] == looks[10][0]  # colour alike, marker not
+    ax = drawn([100.0, 800.0])
+    assert ax.get_xscale() == "linear" and "log" not in ax.get_xlabel()

@@ -20,6 +20,7 @@ from matplotlib.ticker import FixedLocator, PercentFormatter
 from dmlbench.report.drawing import (
     BAR_LABEL_SIZE,
     LINE_STYLES,
+    MARKERS,
     VARIANT_COLOURS,
     bar_label,
     bar_pattern,
@@ -253,8 +254,11 @@ def curves(
 ) -> Figure:
     """Test accuracy and loss against wall-clock time, one line per run (a point where a
     run evaluated once). Coloured by worker count; with several variants, coloured by
-    variant and dashed by worker count. Training accuracy, where runs measured it, is a
-    thin dotted line of the run's colour; a task's target loss a dashed line."""
+    variant and dashed by worker count; past the palette's ten colours a variant's marker
+    changes too. Training accuracy, where runs measured it, is a thin dotted line of the
+    run's colour; a task's target loss a dashed line. Runs whose lengths span more than
+    :data:`LOG_SPREAD` times are drawn against a log time axis (a whole MLPerf round: 23 s
+    to 19 h squeezed every fast run against the axis)."""
     lossless = not evals["loss"].notna().any()  # MLPerf's logs say accuracy only
     heading = "Accuracy vs wall-clock time" if lossless else "Accuracy and loss vs wall-clock time"
     fig, axes = new_figure(title, heading, ncols=1 if lossless else 2)
@@ -276,9 +280,11 @@ def curves(
         n, name = int(run["workers"].iloc[0]), names[str(run["variant"].iloc[0])]
         up_to = "≤" * (run["variant"].iloc[0] in elastic)  # a Dask fit: on up to n workers
         label = f"{up_to}{plural(n, 'worker')}{' *' * (n in over)}"
+        marker = "o"
         if len(names) > 1:
             index = list(names.values()).index(name)
             colour = VARIANT_COLOURS[index % len(VARIANT_COLOURS)]
+            marker = MARKERS[index // len(VARIANT_COLOURS) % len(MARKERS)]
             style = LINE_STYLES[workers.index(n) % len(LINE_STYLES)]
             label = f"{name} · {label}"
         else:
@@ -288,7 +294,7 @@ def curves(
                 run["elapsed_s"],
                 run[column],
                 style,
-                marker="o",
+                marker=marker,
                 ms=3,
                 color=colour,
                 lw=1.2,
@@ -318,8 +324,13 @@ def curves(
             fontsize="small",
             transform=loss.get_yaxis_transform(),
         )
+    ends = evals.groupby("run_id")["elapsed_s"].max()
+    ends = ends[ends > 0]
+    log = len(ends) > 0 and ends.max() / ends.min() > LOG_SPREAD
     for ax, _ in drawn:
-        ax.set_xlabel("wall-clock seconds since run start")
+        if log:
+            ax.set_xscale("log", nonpositive="mask")
+        ax.set_xlabel("wall-clock seconds since run start" + (", log scale" if log else ""))
     acc.set_ylabel("accuracy, %")
     acc.yaxis.set_major_formatter(PercentFormatter(1.0))
     # no accuracy is above 100%: room for a marker there, no ticks past it ("104%")
