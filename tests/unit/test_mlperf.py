@@ -266,6 +266,7 @@ def test_published_variants_of_the_format_are_read(tmp_path: Path) -> None:
     masked = write_log(mask, 90.0, benchmark="maskrcnn", **both)
     run = read_result(masked)
     assert [e.metric for e in run.evals] == pytest.approx([0.2, 0.3, 0.4])  # box AP
+    assert run.target == 0.377  # v0.7's box AP target, on the curve's own quality
     other = write_log(sub / "results/box_n2/ssd/result_0.txt", 90.0, benchmark="ssd", **both)
     with pytest.raises(StoreError, match="eval_accuracy holds BBOX, SEGM: which one is ssd's"):
         read_result(other)
