@@ -202,7 +202,7 @@ def test_a_report_of_imported_systems_draws_only_what_their_logs_hold(tmp_path: 
     assert {"speedup", "efficiency", "phases"}.isdisjoint(section.figures)
     assert "time-to-accuracy" in section.figures
     (panel,) = section.figures["curves"].axes  # accuracy alone
-    assert panel.get_ylabel() == "accuracy, %"
+    assert panel.get_ylabel() == "top-1 accuracy, %"  # the benchmark's own quality
 
 
 @pytest.mark.parametrize(
@@ -359,6 +359,21 @@ def test_an_imported_runs_name_as_a_task_says_what_to_give_instead() -> None:
     done = inside("simulate-cluster", "mlperf/resnet", "--cluster", "dgx-a100", check=False)
     assert done.returncode != 0 and "names imported MLPerf runs" in done.stderr
     assert "--converge-from mlperf/resnet" in done.stderr and "plugin" not in done.stderr
+
+
+def test_an_imported_benchmarks_curves_are_named_by_its_quality(tmp_path: Path) -> None:
+    """GNMT's curves (SacreBLEU, logged 0.24 for 24.0) were drawn as "accuracy, %"."""
+    from dmlbench.report.html import build_sections
+
+    store = tmp_path / "store"
+    sub = submission(tmp_path, times=(90.0, 95.0), benchmark="gnmt")
+    for log in sorted(sub.glob("results/*/gnmt/result_*.txt")):
+        write_log(log, 90.0, benchmark="gnmt", quality=lambda i: 0.20 + 0.02 * i)
+    inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    (section,) = build_sections(ResultsStore(store).runs(), price=None)
+    (panel,) = section.figures["curves"].axes
+    assert panel.get_ylabel() == "SacreBLEU, %"
+    assert any(line.get_label() == "target 24%" for line in panel.get_lines())
 
 
 def test_a_path_outside_mlperfs_layout_is_refused(tmp_path: Path) -> None:

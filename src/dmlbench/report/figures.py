@@ -37,6 +37,7 @@ from dmlbench.report.drawing import (
 )
 from dmlbench.report.formats import plural
 from dmlbench.report.variants import number_order, short_labels
+from dmlbench.results.mlperf import quality_name
 
 
 def _line(ax, rows: pd.DataFrame, column: str, style: str, colour, label: str, error=None) -> None:
@@ -331,7 +332,9 @@ def curves(
         if log:
             ax.set_xscale("log", nonpositive="mask")
         ax.set_xlabel("wall-clock seconds since run start" + (", log scale" if log else ""))
-    acc.set_ylabel("accuracy, %")
+    tasks = set(table["task"]) if "task" in table else set()
+    quality = quality_name(tasks.pop()) if len(tasks) == 1 else "accuracy"
+    acc.set_ylabel(f"{quality}, %")  # an imported BLEU or AUC was called accuracy
     acc.yaxis.set_major_formatter(PercentFormatter(1.0))
     # no accuracy is above 100%: room for a marker there, no ticks past it ("104%")
     acc.set_ylim(top=min(acc.get_ylim()[1], ACCURACY_TOP))

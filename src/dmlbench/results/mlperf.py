@@ -94,6 +94,23 @@ KEYS_USED = frozenset(
     }
 )
 STATUSES = {"success": "success", "aborted": "target_not_reached"}
+# What each benchmark's eval_accuracy measures (the rules' "quality"), for axes
+QUALITY_NAMES = {
+    "resnet": "top-1 accuracy",
+    "bert": "masked-LM accuracy",
+    "ssd": "mAP",
+    "maskrcnn": "box AP",
+    "gnmt": "SacreBLEU",
+    "transformer": "BLEU",
+    "dlrm": "AUC",
+}
+
+
+def quality_name(task: str) -> str:
+    """What a task's evaluations measure: an imported benchmark's quality (``BLEU`` for
+    ``mlperf/transformer``), else ``accuracy``."""
+    source, _, benchmark = task.partition("/")
+    return QUALITY_NAMES.get(benchmark, "accuracy") if source == "mlperf" else "accuracy"
 
 
 class LogRefused(StoreError):
