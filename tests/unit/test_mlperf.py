@@ -124,7 +124,7 @@ def submission(
 def test_a_log_is_scored_as_mlperf_scores_it(tmp_path: Path) -> None:
     sub = submission(tmp_path, times=(200.0,))
     run = read_result(sub / "results/box_n2/resnet/result_0.txt")
-    assert (run.nodes, run.devices_per_node, run.workers) == (2, 4, 8)
+    assert (run.devices.nodes, run.devices.per_node, run.workers) == (2, 4, 8)
     assert run.status == "success" and run.global_batch == 256
     assert run.time_to_train_s == pytest.approx(200.0)
     assert run.eval_s == pytest.approx(30.0)  # three evaluations of 10 s
@@ -276,7 +276,7 @@ def test_published_variants_of_the_format_are_read(tmp_path: Path) -> None:
     log = sub / "results/c4140/resnet/result_0.txt"
     log = write_log(log, 90.0, platform=unset, accumulation=0)  # Google's TPU logs say 0
     run = read_result(log)
-    assert run.nodes == 4 and run.gradient_accumulation == 1
+    assert run.devices.nodes == 4 and run.gradient_accumulation == 1
     # the log names the organisation whose code it ran ("Acme"), the system its submitter
     assert run.origin["submitter"] == "Dell EMC" and run.origin["platform"] is None
     xeon = {"accelerators_per_node": "0", "accelerator_model_name": "N/A"}

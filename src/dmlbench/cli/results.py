@@ -212,7 +212,7 @@ def _import_mlperf(store: Path, given: list[Path]) -> None:
         score = olympic_score(runs)
         console.print(
             f"  {first.origin['submitter']} {system} {benchmark}: {first.workers} "
-            f"{first.accelerator} × batch {first.global_batch:,}; {done}/{len(runs)} "
+            f"{first.devices.model} × batch {first.global_batch:,}; {done}/{len(runs)} "
             f"converged; olympic score {'∞' if score == math.inf else f'{score / 60:,.2f} min'}",
             markup=False,
             soft_wrap=True,

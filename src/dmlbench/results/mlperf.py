@@ -41,7 +41,7 @@ from typing import Any
 from dmlbench.errors import StoreError
 from dmlbench.files import read_bounded
 from dmlbench.names import shorten
-from dmlbench.results.mlperf_system import devices, read_system
+from dmlbench.results.mlperf_system import Devices, read_system, system_devices
 
 MAX_LOG_BYTES = 64 << 20  # the largest v0.7 result file is 30 MB
 MAX_LOGS = 10_000  # result files one import reads
@@ -139,9 +139,7 @@ class MlperfRun:
     mlperf_status: str
     origin: dict[str, Any]
     system: dict[str, Any]
-    nodes: int
-    devices_per_node: int
-    accelerator: str
+    devices: Devices  # nodes, devices a node, and their model
     global_batch: int
     gradient_accumulation: int
     seed: int
@@ -155,11 +153,10 @@ class MlperfRun:
     throughput: float | None
     target: float | None
     evals: list[MlperfEval] = field(default_factory=list)
-    on_accelerators: bool = True  # False: the system's host processors trained
 
     @property
     def workers(self) -> int:
-        return self.nodes * self.devices_per_node
+        return self.devices.nodes * self.devices.per_node
 
 
 def _events(text: str, where: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -280,7 +277,7 @@ def read_result(path: Path) -> MlperfRun:
         raise LogRefused(path, "run_stop comes before run_start")
     try:
         system = read_system(root, system_name)
-        found = devices(system, f"systems/{system_name}.json")
+        devices = system_devices(system, f"systems/{system_name}.json")
     except StoreError as error:
         raise LogRefused(path, str(error)) from None
     if value.get("global_batch_size") is None:
@@ -363,9 +360,7 @@ def read_result(path: Path) -> MlperfRun:
         mlperf_status=str(mlperf_status),
         origin=origin,
         system=system,
-        nodes=found.nodes,
-        devices_per_node=found.per_node,
-        accelerator=found.model,
+        devices=devices,
         global_batch=global_batch,
         gradient_accumulation=accumulation,
         seed=int(seed) if type(seed) is int and 0 <= seed < 2**63 else 0,
@@ -379,7 +374,6 @@ def read_result(path: Path) -> MlperfRun:
         throughput=throughput,
         target=TARGETS.get((round_name or "", benchmark)),
         evals=evals,
-        on_accelerators=found.accelerators,
     )
 
 

@@ -17,8 +17,8 @@ def as_record(run: MlperfRun) -> dict[str, Any]:
     spec = {
         "task": f"mlperf/{run.benchmark}",
         "workers": run.workers,
-        "nodes": run.nodes,
-        "nproc_per_node": run.devices_per_node,
+        "nodes": run.devices.nodes,
+        "nproc_per_node": run.devices.per_node,
         "seed": run.seed,
         "exchange": "external",
         "recipe": {
@@ -35,7 +35,7 @@ def as_record(run: MlperfRun) -> dict[str, Any]:
         "host": run.origin["system"],
         "cpu_model": run.system.get("host_processor_model_name"),
         "cores": None,
-        "gpus": [run.accelerator] * run.devices_per_node if run.on_accelerators else [],
+        "gpus": [run.devices.model] * run.devices.per_node if run.devices.accelerators else [],
         "torch": None,
         "git_revision": run.origin.get("commit"),
         "framework": run.system.get("framework"),
@@ -49,8 +49,8 @@ def as_record(run: MlperfRun) -> dict[str, Any]:
         "status": run.status,
         "stop_reason": "target_reached" if run.status == "success" else "max_epochs",
         "world_size": run.workers,
-        "nodes": run.nodes,
-        "nproc_per_node": run.devices_per_node,
+        "nodes": run.devices.nodes,
+        "nproc_per_node": run.devices.per_node,
         "local_batch": local,
         "global_batch": run.global_batch,
         "target": run.target,
@@ -67,7 +67,7 @@ def as_record(run: MlperfRun) -> dict[str, Any]:
         # an update's time, as a run of this machine's reports it: "step ms" in compare
         "step_time_s": run.global_batch / run.throughput if run.throughput else None,
         "samples_per_s_per_worker": run.throughput / run.workers if run.throughput else None,
-        "device": run.accelerator,
+        "device": run.devices.model,
         "mlperf": {
             "status": run.mlperf_status,
             "time_to_train_s": run.time_to_train_s,

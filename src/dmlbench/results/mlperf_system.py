@@ -61,7 +61,7 @@ def _count(system: dict[str, Any], key: str, where: str, *, least: int = 1) -> i
     return int(text)
 
 
-def devices(system: dict[str, Any], where: str) -> Devices:
+def system_devices(system: dict[str, Any], where: str) -> Devices:
     """The devices a run of ``system`` trained on; ``where`` names the file in errors."""
     nodes = _count(system, "number_of_nodes", where)
     per_node = _count(system, "accelerators_per_node", where, least=0)
