@@ -253,6 +253,13 @@ def test_a_damaged_log_in_a_folder_is_skipped_and_the_rest_stored(tmp_path: Path
     assert "imported 2 MLPerf runs" in done.stdout
     assert "result_1.txt" in done.stderr and "has no run_stop" in done.stderr
     assert len(ResultsStore(store).runs()) == 2
+    # a file that cannot be read at all is said by its own error, naming it once
+    unreadable = sub / "results/box_n2/resnet/result_3.txt"
+    os.mkfifo(unreadable)
+    again = inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    (line,) = [line for line in again.stderr.splitlines() if "result_3.txt" in line]
+    assert line.startswith("skipped: ") and "not a regular file" in line
+    assert line.count("result_3.txt") == 1
 
 
 def test_published_variants_of_the_format_are_read(tmp_path: Path) -> None:

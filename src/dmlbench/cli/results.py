@@ -175,7 +175,8 @@ def _import_mlperf(store: Path, given: list[Path]) -> None:
 
     target = open_store(store)
     by_submission: dict[tuple[str, str], list[Any]] = {}
-    skipped: dict[tuple[Path, str], list[Path]] = {}
+    skipped: dict[tuple[Path, str], list[Path]] = {}  # the logs a reason refused, by folder
+    unread: list[str] = []  # files that could not be read at all: each error names its file
     added = present = 0
     for path in given:
         files = result_files(path)
@@ -185,9 +186,10 @@ def _import_mlperf(store: Path, given: list[Path]) -> None:
             except StoreError as error:
                 if len(files) == 1:
                     raise
-                # a file that cannot be read at all: its error names it
-                why = error.why if isinstance(error, LogRefused) else str(error)
-                skipped.setdefault((file.parent, why), []).append(file)
+                if isinstance(error, LogRefused):
+                    skipped.setdefault((file.parent, error.why), []).append(file)
+                else:
+                    unread.append(str(error))
                 continue
             if store_run(target, run):
                 added += 1
@@ -196,10 +198,9 @@ def _import_mlperf(store: Path, given: list[Path]) -> None:
             by_submission.setdefault((run.origin["system"], run.benchmark), []).append(run)
     for (folder, why), logs in skipped.items():
         what = logs[0] if len(logs) == 1 else f"{len(logs)} logs in {folder}"
-        named = str(logs[0].absolute()) in why
-        err_console.print(
-            f"skipped: {why}" if named else f"skipped {what}: {why}", markup=False, soft_wrap=True
-        )
+        err_console.print(f"skipped {what}: {why}", markup=False, soft_wrap=True)
+    for said in unread:
+        err_console.print(f"skipped: {said}", markup=False, soft_wrap=True)
     console.print(
         f"imported {plural(added, 'MLPerf run')} into {target.path}"
         + (f" ({present} already there)" if present else ""),

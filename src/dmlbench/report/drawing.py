@@ -251,9 +251,15 @@ def worker_counts(table: pd.DataFrame) -> list[int]:
 PATTERNS = ("", "..", "xx")
 
 
+def palette_round(index: int) -> int:
+    """How often the palette came round before the ``index``-th variant's colour
+    (:func:`coloured_variants`' order): what picks its bars' pattern and its marker."""
+    return index // len(VARIANT_COLOURS)
+
+
 def bar_pattern(index: int) -> str:
-    """The hatch of the ``index``-th variant's bars (:func:`coloured_variants`' order)."""
-    return PATTERNS[index // len(VARIANT_COLOURS) % len(PATTERNS)]
+    """The hatch of the ``index``-th variant's bars."""
+    return PATTERNS[palette_round(index) % len(PATTERNS)]
 
 
 def coloured_variants(table: pd.DataFrame) -> Iterator[tuple[tuple, str, pd.DataFrame]]:

@@ -31,6 +31,7 @@ from dmlbench.report.drawing import (
     log2_workers_axis,
     new_figure,
     note,
+    palette_round,
     slot_points,
     tick_labels,
     worker_counts,
@@ -218,10 +219,11 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     labels = []
     for i, (colour, variant, rows) in enumerate(coloured_variants(table)):
         x, width = zip(*(place(variant, int(w)) for w in rows["workers"]), strict=True)
-        hatch = bar_pattern(i)
-        bars = ax.bar(x, rows[column].fillna(0), width, label=variant or None, color=colour)
+        heights = rows[column].fillna(0)
+        bars = ax.bar(x, heights, width, label=variant or None, color=colour, hatch=bar_pattern(i))
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
-            bar.set_hatch(hatch + ("//" if row["oversubscribed"] else ""))
+            if row["oversubscribed"]:
+                bar.set_hatch(bar_pattern(i) + "//")
             text = f"{shown.format(row[column])}\n0/{int(row['runs'])} reached"
             labels.append(bar_label(ax, bar, text, bar.get_height(), len(workers)))
     target = table["target"].dropna() if "target" in table else pd.Series(dtype=float)
@@ -289,7 +291,7 @@ def curves(
         if len(names) > 1:
             index = list(names.values()).index(name)
             colour = VARIANT_COLOURS[index % len(VARIANT_COLOURS)]
-            marker = MARKERS[index // len(VARIANT_COLOURS) % len(MARKERS)]
+            marker = MARKERS[palette_round(index) % len(MARKERS)]
             style = LINE_STYLES[workers.index(n) % len(LINE_STYLES)]
             label = f"{name} · {label}"
         else:
