@@ -137,6 +137,56 @@ def test_a_log_is_scored_as_mlperf_scores_it(tmp_path: Path) -> None:
     assert run.origin["path"] == "Acme/results/box_n2/resnet/result_0.txt"
 
 
+def _timed_log(path: Path, benchmark: str, events: list[tuple[str, float, dict]]) -> Path:
+    """A log of ``events`` (key, seconds after run_start, metadata) between a header and
+    run_stop at 100 s; eval_accuracy logs 0.5."""
+    head = [("submission_benchmark", benchmark, -2.0, {}), ("global_batch_size", 256, -2.0, {})]
+    head += [("train_samples", 1000, -1.0, {}), ("run_start", None, 0.0, {})]
+    body = [(k, 0.5 if k == "eval_accuracy" else None, at, meta) for k, at, meta in events]
+    tail = [("run_stop", None, 100.0, {"status": "success"})]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(_line(k, v, at, **meta) for k, v, at, meta in head + body + tail))
+    return path
+
+
+def test_evaluation_is_taken_out_only_where_nothing_trains_beside_it(tmp_path: Path) -> None:
+    """Google's DLRM on TPUs logs each block as evaluated, start to end: taking that out
+    left 1.5 s of a 72 s run and 3.3 billion samples/s. Mask R-CNN's next epoch starts
+    while the last evaluation runs; an evaluation inside an epoch pauses it (NVIDIA's
+    DLRM evaluates every 0.05 epochs)."""
+    sub = submission(tmp_path, times=())
+    log = sub / "results/box_n2/resnet/result_0.txt"
+
+    def evaluated(start: float, stop: float) -> list[tuple[str, float, dict]]:
+        score = ("eval_accuracy", stop, {"epoch_num": 4})
+        return [("eval_start", start, {}), score, ("eval_stop", stop, {})]
+
+    spanned = [("block_start", 0.0, {}), *evaluated(0.01, 49.9), ("block_stop", 50.0, {})]
+    spanned += [("block_start", 50.0, {}), *evaluated(50.0, 99.8), ("block_stop", 99.8, {})]
+    assert read_result(_timed_log(log, "resnet", spanned)).eval_s == 0.0
+    after = [("block_start", 0.0, {}), *evaluated(40.0, 50.0), ("block_stop", 50.0, {})]
+    assert read_result(_timed_log(log, "resnet", after)).eval_s == pytest.approx(10.0)
+    overlapped = [("epoch_start", 0.0, {}), ("epoch_stop", 40.0, {}), *evaluated(40.0, 70.0)]
+    overlapped += [("epoch_start", 60.0, {}), ("epoch_stop", 100.0, {})]
+    assert read_result(_timed_log(log, "resnet", overlapped)).eval_s == pytest.approx(20.0)
+    paused = [("epoch_start", 0.0, {}), *evaluated(30.0, 35.0), ("epoch_stop", 100.0, {})]
+    assert read_result(_timed_log(log, "resnet", paused)).eval_s == pytest.approx(5.0)
+
+
+def test_dlrms_epochs_are_its_evaluations_share_of_an_epoch(tmp_path: Path) -> None:
+    """DLRM is evaluated every 0.05 epochs; NVIDIA's logs say 1 + the epochs trained
+    (1.05, ...), Google's the evaluation's number (1, 2, ...): 1.9 and 18 epochs for
+    0.9 of one, 20 times the samples it trained."""
+    sub = submission(tmp_path, times=())
+    log = sub / "results/box_n2/dlrm/result_0.txt"
+    for first in (1.05, 1):
+        numbers = [first + (0.05 if first != 1 else 1) * i for i in range(18)]
+        evals = [("eval_accuracy", 5.0 * (i + 1), {"epoch_num": n}) for i, n in enumerate(numbers)]
+        run = read_result(_timed_log(log, "dlrm", evals))
+        assert run.epochs == pytest.approx(0.9) and run.samples == 900
+        assert [e.epoch for e in run.evals][:2] == pytest.approx([0.05, 0.1])
+
+
 def test_only_rank_zeros_lines_are_read(tmp_path: Path) -> None:
     sub = submission(tmp_path, times=())
     path = write_log(sub / "results/box_n2/resnet/result_0.txt", 90.0, rank=0)
@@ -379,8 +429,39 @@ def test_an_imported_benchmarks_curves_are_named_by_its_quality(tmp_path: Path) 
     inside("results", "--store", str(store), "--import-mlperf", str(sub))
     (section,) = build_sections(ResultsStore(store).runs(), price=None)
     (panel,) = section.figures["curves"].axes
-    assert panel.get_ylabel() == "SacreBLEU, %"
-    assert any(line.get_label() == "target 24%" for line in panel.get_lines())
+    assert panel.get_ylabel() == "SacreBLEU"  # on 0 to 100, as the rules write it
+    assert any(line.get_label() == "target 24 BLEU" for line in panel.get_lines())
+    assert panel.yaxis.get_major_formatter()(0.24, 0) == "24"  # not 0.24, nor 24%
+
+
+def test_an_imported_quality_is_written_as_mlperfs_rules_write_it(tmp_path: Path) -> None:
+    """A BLEU of 26.0 (logged 0.26) read "26.0%", and DLRM's AUC 0.8026 "80.3%" beside
+    a target of "80.2%"; a log whose platform is the reference code's placeholder read
+    "box (None)"."""
+    store = tmp_path / "store"
+    gnmt = submission(tmp_path / "g", times=(90.0,), benchmark="gnmt")
+    for log in gnmt.glob("results/*/gnmt/result_*.txt"):
+        write_log(log, 90.0, benchmark="gnmt", quality=lambda i: 0.22 + 0.02 * i)
+    dlrm = submission(tmp_path / "d", times=(90.0,), name="box", nodes=1, benchmark="dlrm")
+    for log in dlrm.glob("results/*/dlrm/result_*.txt"):
+        write_log(
+            log,
+            90.0,
+            benchmark="dlrm",
+            quality=lambda i: 0.8 + 0.0013 * i,
+            platform="SUBMISSION_PLATFORM_PLACEHOLDER",
+        )
+    for sub in (gnmt, dlrm):
+        inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    listed = inside("results", "--store", str(store)).stdout
+    assert "26.00 BLEU" not in listed and "26.0 BLEU" in listed and "0.8026 AUC" in listed
+    assert "%" not in listed
+    runs = {r.task: r for r in ResultsStore(store).runs()}
+    shown = inside("results", "--store", str(store), runs["mlperf/gnmt"].run_id).stdout
+    assert "time to 24.0 BLEU" in shown and "best 26.0 BLEU" in shown
+    shown = inside("results", "--store", str(store), runs["mlperf/dlrm"].run_id).stdout
+    assert "time to 0.8025 AUC" in shown and "best 0.8026 AUC" in shown
+    assert "None" not in shown and "Acme, box; imported" in shown
 
 
 def test_a_path_outside_mlperfs_layout_is_refused(tmp_path: Path) -> None:

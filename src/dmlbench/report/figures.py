@@ -14,9 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, PercentFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, PercentFormatter
 
+from dmlbench.qualities import ACCURACY, Quality, quality_of
 from dmlbench.report.drawing import (
     BAR_LABEL_SIZE,
     LINE_STYLES,
@@ -38,7 +40,6 @@ from dmlbench.report.drawing import (
 )
 from dmlbench.report.formats import plural
 from dmlbench.report.variants import number_order, short_labels
-from dmlbench.results.mlperf import quality_name
 
 
 def _line(ax, rows: pd.DataFrame, column: str, style: str, colour, label: str, error=None) -> None:
@@ -204,16 +205,16 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
     """No run reached the target: the best each point got, in the goal's terms (the
     lowest test loss for a loss goal), beside the target."""
     by_loss = "goal" in table and bool((table["goal"] == "loss").all())
+    quality = table_quality(table)
     budget = "aat_mean" in table and table["aat_mean"].notna().any()
     if budget:
-        best = "lowest test loss" if by_loss else "best accuracy"
+        best = "lowest test loss" if by_loss else f"best {quality.name}"
         column, what = "aat_mean", f"{best} within the report's time budget"
-        shown = "{:.3f}" if by_loss else "{:.1%}"
     elif by_loss:
-        column, what, shown = "best_mean", "lowest test loss reached", "{:.3f}"
+        column, what = "best_mean", "lowest test loss reached"
     else:
         column = "best_mean" if "best_mean" in table else "best_metric_mean"
-        what, shown = "best accuracy reached", "{:.1%}"
+        what = f"best {quality.name} reached"
     fig, (ax,) = new_figure(title, f"No run reached the target: {what}")
     workers, place = bar_positions(table)
     labels = []
@@ -224,12 +225,13 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
         for bar, (_, row) in zip(bars, rows.iterrows(), strict=True):
             if row["oversubscribed"]:
                 bar.set_hatch(bar_pattern(i) + "//")
-            text = f"{shown.format(row[column])}\n0/{int(row['runs'])} reached"
+            shown = f"{row[column]:.3f}" if by_loss else quality.text(row[column])
+            text = f"{shown}\n0/{int(row['runs'])} reached"
             labels.append(bar_label(ax, bar, text, bar.get_height(), len(workers)))
     target = table["target"].dropna() if "target" in table else pd.Series(dtype=float)
     if len(target):
         value = float(target.iloc[0])
-        label = f"target loss {value:g}" if by_loss else f"target {value:.0%}"
+        label = f"target loss {value:g}" if by_loss else f"target {quality.text(value, 0)}"
         ax.axhline(value, color="k", ls="--", lw=1, label=label)
     ax.set_xticks(range(len(workers)))
     ax.set_xticklabels(tick_labels(table, workers))
@@ -240,8 +242,7 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
             0, max(float(table[column].max()), float(target.max() if len(target) else 0)) * 1.2
         )
     else:
-        ax.set_ylabel("test accuracy, % (mean over runs)")
-        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        quality_axis(ax, quality, "(mean over runs)")
         ax.yaxis.set_major_locator(FixedLocator([0, 0.25, 0.5, 0.75, 1.0]))  # none past 100%
         ax.set_ylim(0, 1.05)
     finish(fig, ax, table)
@@ -250,6 +251,24 @@ def _accuracy_bars(table: pd.DataFrame, title: str) -> Figure:
 
 
 ACCURACY_TOP = 1.008  # a 100% point's marker shows whole
+
+
+def table_quality(table: pd.DataFrame) -> Quality:
+    """What the table's runs measure: one imported benchmark's quality, else accuracy."""
+    tasks = set(table["task"]) if "task" in table else set()
+    return quality_of(tasks.pop()) if len(tasks) == 1 else ACCURACY
+
+
+def quality_axis(ax: Axes, quality: Quality, note: str = "") -> None:
+    """The y axis of a quality: ``top-1 accuracy, %``; a BLEU on 0 to 100, an AUC as
+    logged (an imported BLEU or AUC was called accuracy, in percent)."""
+    name = "test accuracy" if quality is ACCURACY else quality.name
+    unit = ", %" if quality.percent else ""
+    ax.set_ylabel(f"{name}{unit} {note}".strip())
+    if quality.percent:
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    else:
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{quality.scale * v:g}"))
 
 
 def curves(
@@ -266,8 +285,10 @@ def curves(
     run's colour; a task's target loss a dashed line. Runs whose lengths span more than
     :data:`LOG_SPREAD` times are drawn against a log time axis (a whole MLPerf round: 23 s
     to 19 h squeezed every fast run against the axis)."""
-    lossless = not evals["loss"].notna().any()  # MLPerf's logs say accuracy only
-    heading = "Accuracy vs wall-clock time" if lossless else "Accuracy and loss vs wall-clock time"
+    lossless = not evals["loss"].notna().any()  # MLPerf's logs say their quality only
+    quality = table_quality(table)
+    measured = "Accuracy" if quality is ACCURACY else quality.name
+    heading = f"{measured} {'' if lossless else 'and loss '}vs wall-clock time"
     fig, axes = new_figure(title, heading, ncols=1 if lossless else 2)
     acc, loss = axes[0], None if lossless else axes[1]
     drawn = [(acc, "metric")] + ([] if loss is None else [(loss, "loss")])
@@ -319,7 +340,8 @@ def curves(
                 label=f"{label} (training set)",
             )
     if target is not None:
-        acc.axhline(target, color="k", ls="--", lw=1, label=f"target {target:.0%}")
+        label = f"target {quality.text(target, 0)}"
+        acc.axhline(target, color="k", ls="--", lw=1, label=label)
     if target_loss is not None and loss is not None:
         loss.axhline(target_loss, color="k", ls="--", lw=1)
         loss.text(
@@ -338,10 +360,7 @@ def curves(
         if log:
             ax.set_xscale("log", nonpositive="mask")
         ax.set_xlabel("wall-clock seconds since run start" + (", log scale" if log else ""))
-    tasks = set(table["task"]) if "task" in table else set()
-    quality = quality_name(tasks.pop()) if len(tasks) == 1 else "accuracy"
-    acc.set_ylabel(f"{quality}, %")  # an imported BLEU or AUC was called accuracy
-    acc.yaxis.set_major_formatter(PercentFormatter(1.0))
+    quality_axis(acc, quality)
     # no accuracy is above 100%: room for a marker there, no ticks past it ("104%")
     acc.set_ylim(top=min(acc.get_ylim()[1], ACCURACY_TOP))
     if loss is not None:

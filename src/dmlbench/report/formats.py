@@ -12,6 +12,8 @@ import math
 import re
 from typing import Any
 
+from dmlbench.qualities import quality_of
+
 MISSING = "—"
 
 
@@ -105,11 +107,12 @@ def percent(value: Any, decimals: int = 1) -> str:
     return MISSING if missing(value) else f"{100 * value:.{decimals}f}%"
 
 
-def goal_value(goal: str, value: Any, decimals: int = 1) -> str:
-    """A value of a task's goal: ``3.912`` for a loss, ``76.0%`` for an accuracy."""
+def goal_value(goal: str, value: Any, decimals: int = 1, task: str = "") -> str:
+    """A value of a task's goal: ``3.912`` for a loss, ``76.0%`` for an accuracy, an
+    imported benchmark's quality as MLPerf writes it (``24.1 BLEU``)."""
     if missing(value):
         return MISSING
-    return f"{value:.3f}" if goal == "loss" else percent(value, decimals)
+    return f"{value:.3f}" if goal == "loss" else quality_of(task).text(value, decimals)
 
 
 def mean_std(mean: Any, std: Any) -> str:

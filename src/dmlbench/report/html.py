@@ -268,7 +268,7 @@ def _runs_table(runs: pd.DataFrame) -> TableView:
             str(run["seed"]),
             run["status"] + ("†" if run["disturbed"] else ""),
             seconds(run["tta_s"]),
-            goal_value(run["goal"], run["best"], 2),
+            goal_value(run["goal"], run["best"], 2, run["task"]),
             fmt(run["epochs"], ".1f"),
             milliseconds(run["step_time_s"]),
             fmt(run["comm_ratio_max"], ".1%"),

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from dmlbench.qualities import quality_of
 from dmlbench.report.formats import (
     MISSING,
     fmt,
@@ -55,6 +56,11 @@ def _bytes(value: Any) -> str:
     return MISSING if missing(value) else human_bytes(value)
 
 
+def _goal_value(row: pd.Series, column: str) -> str:
+    """A goal's value in a scaling row: a percentage, a loss, an imported quality."""
+    return goal_value(row.get("goal", "accuracy"), row.get(column), 2, row.get("task", ""))
+
+
 def disturbed_note(table: pd.DataFrame) -> str | None:
     """What the dagger means, for the rows of ``table`` that carry one (None: none do)."""
     if "timed_disturbed" not in table or not table["timed_disturbed"].any():
@@ -77,12 +83,14 @@ def aat_note(table: pd.DataFrame, budget_s: float | None) -> str | None:
     if budget_s is None:
         return None
     goals = set(table["goal"]) if "goal" in table else set()
+    tasks = set(table["task"]) if "task" in table else set()
+    best = f"best {quality_of(tasks.pop()).name if len(tasks) == 1 else 'accuracy'}"
     if "loss" not in goals:
-        what = "best accuracy"
+        what = best
     elif goals == {"loss"}:
         what = "least test loss"
     else:
-        what = "best accuracy (least test loss for a loss goal)"
+        what = f"{best} (least test loss for a loss goal)"
     return f"AAT: {what} within {budget_s:g} s"
 
 
@@ -95,8 +103,8 @@ SCALING_COLUMNS: list[Column] = [
     ("tta", "TTA s (mean ± std)", lambda r: mean_std(r["tta_mean"], r["tta_std"])),
     ("olympic", "TTA olympic s", lambda r: seconds(r["tta_olympic"])),
     ("compute", "TTA w/o eval s", lambda r: seconds(r["tta_compute_mean"])),
-    ("aat", "AAT", lambda r: goal_value(r.get("goal", "accuracy"), r.get("aat_mean"), 2)),
-    ("best", "best", lambda r: goal_value(r.get("goal", "accuracy"), r.get("best_mean"), 2)),
+    ("aat", "AAT", lambda r: _goal_value(r, "aat_mean")),
+    ("best", "best", lambda r: _goal_value(r, "best_mean")),
     ("step", "step ms", lambda r: milliseconds(r["step_time_mean"])),
     ("thr", "samples/s", lambda r: fmt(r["throughput_mean"], ",.0f")),
     (

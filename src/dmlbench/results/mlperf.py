@@ -14,7 +14,8 @@ repository and the commit), with MLPerf's own scoring:
 - epochs to converge (the last evaluation's ``epoch_num``), or, for the benchmarks that
   count samples (BERT), the samples trained: the ``train_samples`` logged at the end;
 - the evaluation curve, and throughput: samples trained over the run's time with its
-  evaluations (``eval_start``/``eval_stop``) taken out, where the log times them.
+  evaluations (``eval_start``/``eval_stop``) taken out where the log times them apart
+  from training (not the part of one that training ran beside).
 
 An evaluation that logs several qualities at once keeps the one :data:`QUALITY_KEYS`
 names (Mask R-CNN's box AP); the system's devices are read by
@@ -30,6 +31,7 @@ else) carry their source in ``#`` header lines, which are read as the origin.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -41,8 +43,10 @@ from typing import Any
 from dmlbench.errors import StoreError
 from dmlbench.files import read_bounded
 from dmlbench.names import shorten
+from dmlbench.qualities import IMPORTED
 from dmlbench.results.mlperf_system import Devices, read_system, system_devices
 
+Span = tuple[float, float]  # seconds: an interval's start and end
 MAX_LOG_BYTES = 64 << 20  # the largest v0.7 result file is 30 MB
 MAX_LOGS = 10_000  # result files one import reads
 MLLOG = ":::MLLOG "
@@ -65,6 +69,16 @@ TARGETS: dict[tuple[str, str], float] = {
 # Benchmarks whose logs count progress in samples, not epochs: ``train_samples`` at the
 # end is what was trained (BERT in v0.7; ResNet logs the dataset's size at the start).
 COUNTS_SAMPLES = {"bert"}
+# Benchmarks the rules evaluate at a fixed share of an epoch, and that share: a log's
+# epoch_num does not say the epochs trained (NVIDIA's DLRM logs 1 + them, 1.05 at the
+# first evaluation; Google's the evaluation's number, 1, 2, ...), so the n-th evaluation
+# is read as n × the share. DLRM: every 0.05 epochs (MLPerf Training v0.7 rules; as the
+# logs' runs were set: Google's steps_between_evals=6400 at a batch of 32,768 is 0.0500
+# of the 4,195,197,692 training samples, NVIDIA's first evaluation logs 1.0499552).
+EVALUATED_EVERY = {"dlrm": 0.05}
+# An evaluation that starts and ends within this many seconds of a block spans it: the
+# log does not time evaluation apart from training (Google's DLRM on TPUs).
+BESIDE_S = 0.5
 # Benchmarks whose evaluations log several qualities at once, and the one their curve
 # keeps: Mask R-CNN's box and mask AP (its target is both; the box AP is named first).
 QUALITY_KEYS = {"maskrcnn": "BBOX"}
@@ -88,29 +102,14 @@ KEYS_USED = frozenset(
         "run_stop",
         "block_start",
         "block_stop",
+        "epoch_start",
+        "epoch_stop",
         "eval_start",
         "eval_stop",
         "eval_accuracy",
     }
 )
 STATUSES = {"success": "success", "aborted": "target_not_reached"}
-# What each benchmark's eval_accuracy measures (the rules' "quality"), for axes
-QUALITY_NAMES = {
-    "resnet": "top-1 accuracy",
-    "bert": "masked-LM accuracy",
-    "ssd": "mAP",
-    "maskrcnn": "box AP",
-    "gnmt": "SacreBLEU",
-    "transformer": "BLEU",
-    "dlrm": "AUC",
-}
-
-
-def quality_name(task: str) -> str:
-    """What a task's evaluations measure: an imported benchmark's quality (``BLEU`` for
-    ``mlperf/transformer``), else ``accuracy``."""
-    source, _, benchmark = task.partition("/")
-    return QUALITY_NAMES.get(benchmark, "accuracy") if source == "mlperf" else "accuracy"
 
 
 class LogRefused(StoreError):
@@ -223,6 +222,54 @@ def _time(event: dict[str, Any], where: Path) -> float:
     return _number(event.get("time_ms"), f"{event['key']}'s time_ms", where) / 1000
 
 
+def _spans(events: list[dict[str, Any]], start: str, stop: str, where: Path) -> list[Span]:
+    spans, opened = [], None
+    for event in events:
+        if event["key"] == start:
+            opened = _time(event, where)
+        elif event["key"] == stop and opened is not None:
+            spans.append((opened, max(opened, _time(event, where))))
+            opened = None
+    return spans
+
+
+def _evaluation_alone_s(events: list[dict[str, Any]], where: Path) -> float:
+    """The time the log evaluates while nothing trains: its evaluations' spans less the
+    training (epochs where the log has them, else blocks) that began during one. Mask
+    R-CNN's next epoch starts while the last one's evaluation runs. An evaluation that
+    spans its whole block (a TPU's DLRM logs each block's training as evaluated) is not
+    timed apart from training, and is not taken out."""
+    evaluations = _union(_spans(events, "eval_start", "eval_stop", where))
+    training = sorted(_spans(events, "epoch_start", "epoch_stop", where)) or sorted(
+        _spans(events, "block_start", "block_stop", where)
+    )
+    begins = [begin for begin, _ in training]
+    alone = 0.0
+    for start, end in evaluations:
+        at = bisect.bisect_left(begins, start)
+        before = training[at - 1] if at > 0 else None
+        if before and start - before[0] <= BESIDE_S and abs(end - before[1]) <= BESIDE_S:
+            continue  # the block's span: its training and evaluation not told apart
+        busy = 0.0
+        while at < len(training) and training[at][0] < end:
+            busy += min(end, training[at][1]) - training[at][0]
+            at += 1
+        alone += max(0.0, end - start - busy)
+    return alone
+
+
+def _union(spans: list[Span]) -> list[Span]:
+    """Spans merged where they overlap, in order: none overlapping, so that a hostile
+    log's nested evaluations cost one pass."""
+    merged: list[Span] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def _locate(path: Path) -> tuple[Path, str, str, int]:
     """(the submission's folder, system, benchmark, run number) of a result file laid
     out as ``<submitter>/results/<system>/<benchmark>/result_N.txt``."""
@@ -296,20 +343,15 @@ def read_result(path: Path) -> MlperfRun:
     accumulation = max(accumulation, 1)  # Google's TPU logs say 0 for none
     mlperf_status = stop["metadata"].get("status")
     status = STATUSES.get(mlperf_status, "failed") if isinstance(mlperf_status, str) else "failed"
-    evals, eval_s = [], 0.0
-    opened: float | None = None
-    for event in events:
-        key = event["key"]
-        if key == "eval_accuracy":
-            metric = _quality(event.get("value"), benchmark, path)
-            epoch = event["metadata"].get("epoch_num", math.nan)
-            epoch = _number(epoch, "epoch_num", path) if epoch == epoch else math.nan
-            evals.append(MlperfEval(epoch, _time(event, path) - began, metric))
-        elif key == "eval_start":
-            opened = _time(event, path)
-        elif key == "eval_stop" and opened is not None:
-            eval_s += max(0.0, _time(event, path) - opened)
-            opened = None
+    evals: list[MlperfEval] = []
+    for event in (e for e in events if e["key"] == "eval_accuracy"):
+        metric = _quality(event.get("value"), benchmark, path)
+        epoch = event["metadata"].get("epoch_num", math.nan)
+        epoch = _number(epoch, "epoch_num", path) if epoch == epoch else math.nan
+        if benchmark in EVALUATED_EVERY:
+            epoch = (len(evals) + 1) * EVALUATED_EVERY[benchmark]
+        evals.append(MlperfEval(epoch, _time(event, path) - began, metric))
+    eval_s = _evaluation_alone_s(events, path)
     first_block = next((e for e in events if e["key"] in ("block_start", "epoch_start")), None)
     startup = max(0.0, _time(first_block, path) - began) if first_block else 0.0
     dataset = value.get("train_samples")
@@ -336,7 +378,7 @@ def read_result(path: Path) -> MlperfRun:
     submitter = system.get("submitter") or _stated(value, "submission_org") or path.parts[-5]
     division = _stated(value, "submission_division") or system.get("division") or "closed"
     origin = {
-        "source": "mlperf",
+        "source": IMPORTED,
         "round": round_name,
         "submitter": str(submitter),
         "division": str(division),
@@ -350,7 +392,7 @@ def read_result(path: Path) -> MlperfRun:
     }
     run_id = "-".join(
         re.sub(r"[^a-z0-9._]+", "_", str(part).lower())
-        for part in ("mlperf", round_name or "round", submitter, system_name, benchmark, number)
+        for part in (IMPORTED, round_name or "round", submitter, system_name, benchmark, number)
     )[:128]
     seed = value.get("seed", 0)
     return MlperfRun(

@@ -16,6 +16,7 @@ from importlib.metadata import entry_points
 
 from dmlbench.errors import SpecError, unknown
 from dmlbench.names import comma_list, shorten
+from dmlbench.qualities import IMPORTED
 from dmlbench.tasks.base import TaskDefinition
 
 TASKS: dict[str, TaskDefinition] = {}
@@ -68,7 +69,7 @@ def get_task(name: str) -> TaskDefinition:
     load_plugins()
     if name in TASKS:
         return TASKS[name]
-    if name.startswith("mlperf/"):  # what `results --import-mlperf` names its runs
+    if name.startswith(f"{IMPORTED}/"):  # what `results --import-mlperf` names its runs
         raise SpecError(
             f"'{shorten(name)}' names imported MLPerf runs, not a task dmlbench trains: give "
             f"one of `dmlbench tasks`, and --converge-from {shorten(name)} to fit time to "

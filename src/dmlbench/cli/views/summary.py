@@ -14,6 +14,7 @@ from dmlbench.cli.views.machine import (
     hardware_text,
 )
 from dmlbench.cli.views.memory import memory_text
+from dmlbench.qualities import quality_of
 from dmlbench.report.formats import layout, percent, plural, seconds
 from dmlbench.results.records import RunRecord, RunSummary
 from dmlbench.results.schema import PHASES
@@ -239,7 +240,7 @@ def external_summary(run: RunRecord) -> Table:
         escape(
             f"MLPerf Training {origin.get('round') or '(round unknown)'}, "
             f"{origin.get('submitter')}, "
-            f"{origin.get('system')} ({origin.get('platform')}); imported, read-only"
+            f"{_system(origin)}; imported, read-only"
         ),
     )
     where = [origin.get("repository"), origin.get("path")]
@@ -250,7 +251,8 @@ def external_summary(run: RunRecord) -> Table:
     table.add_row(
         "status", f"[{colour}]{run.status}[/{colour}] (MLPerf: {escape(str(mlperf.get('status')))})"
     )
-    target = target_text(run.goal, run.target) if run.target is not None else "the target"
+    quality = quality_of(run.task)
+    target = quality.text(run.target) if run.target is not None else "the target"
     table.add_row(
         f"time to {target}",
         f"{seconds(run.time_to_accuracy_s, unit=True)} (run_start to run_stop)"
@@ -268,5 +270,12 @@ def external_summary(run: RunRecord) -> Table:
             f"{run.throughput:,.0f} samples/s, evaluation excluded where the log times it",
         )
     if best := run.best_eval:
-        table.add_row("evaluations", f"{len(run.evals)}, best {percent(best.metric)}")
+        table.add_row("evaluations", f"{len(run.evals)}, best {quality.text(best.metric)}")
     return table
+
+
+def _system(origin: dict[str, Any]) -> str:
+    """``DGX A100 (NVIDIA DGX A100)``: the system, and the platform its logs name where
+    they name one (a log may keep the reference code's placeholder)."""
+    system, platform = origin.get("system"), origin.get("platform")
+    return f"{system} ({platform})" if platform and platform != system else str(system)

@@ -143,7 +143,7 @@ def _run_row(run: RunRecord) -> list[str]:
         batch_text(batch, "/"),
         STATUS_WORDS.get(run.status, run.status) + "†" * bool(run.disturbed),
         seconds(run.time_to_accuracy_s, unit=True),
-        goal_value(run.goal, run.best),
+        goal_value(run.goal, run.best, task=run.task),
         fmt(run.epochs, ".1f"),
     ]
 
