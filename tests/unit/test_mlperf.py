@@ -519,8 +519,23 @@ def test_simulate_predicts_time_to_train_from_imported_runs(tmp_path: Path) -> N
     assert [row["extrapolated"] for row in result["rows"]] == [False, False, True]
     shown = inside(*args, "--store", str(store), "--converge-from", "mlperf/resnet")
     assert "to train" in shown.stdout and "B outside the fitted batches" in shown.stdout
+    assert convergence["borrowed"] is None and "another model" not in shown.stdout
     alone = inside(*args, "--store", str(store), "--json")
     assert "two or more global batches" in json.loads(alone.stdout)["convergence"]["note"]
+
+
+def test_time_to_train_fitted_on_another_benchmark_says_so(tmp_path: Path) -> None:
+    """ImageNet ResNet-50's time to train fitted on GNMT's runs counted sentences as
+    images without a word."""
+    submission(tmp_path, times=(100.0, 110.0, 120.0), benchmark="gnmt")
+    submission(tmp_path, times=(60.0, 61.0), name="box_n32", nodes=32, batch=4096, benchmark="gnmt")
+    store = tmp_path / "store"
+    inside("results", "--store", str(store), "--import-mlperf", str(tmp_path))
+    args = ("simulate-cluster", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,4")
+    shown = inside(*args, "--store", str(store), "--converge-from", "mlperf/gnmt").stdout
+    assert "MLPerf's gnmt: another model and dataset than imagenet-resnet50's" in " ".join(
+        shown.split()
+    )
 
 
 def test_open_division_runs_are_left_out_of_the_fit_where_closed_ones_suffice(

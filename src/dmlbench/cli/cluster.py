@@ -19,6 +19,7 @@ from dmlbench.cli.options import (
     print_json,
 )
 from dmlbench.errors import SpecError
+from dmlbench.qualities import IMPORTED
 
 if TYPE_CHECKING:
     from dmlbench.perfmodel.cluster import ClusterSimulation
@@ -171,6 +172,8 @@ def _cluster_time_to_train(
             task, cluster, counts, runs=runs, curve=curve_points, local_batch=batch, **options
         )
         result.convergence = convergence = add_time_to_train(result.rows, converged, source)
+        if converge_from is not None:
+            convergence["borrowed"] = _borrowed(task, converge_from)
         if "note" in convergence:
             short.append(convergence)
         results.append(result)
@@ -179,6 +182,18 @@ def _cluster_time_to_train(
         for convergence in short:
             convergence["note"] += elsewhere
     return results
+
+
+def _borrowed(task: str, source: str) -> str | None:
+    """What --converge-from's runs are where they are not this task's: an imported MLPerf
+    benchmark other than the one the task is trains another model on other data, and
+    its samples to the target count other samples (GNMT's sentences, not images)."""
+    from dmlbench.tasks import get_task
+
+    kind, _, benchmark = source.partition("/")
+    if kind != IMPORTED or benchmark == get_task(task).mlperf_benchmark:
+        return None
+    return f"MLPerf's {benchmark}: another model and dataset than {task}'s"
 
 
 def _fittable_elsewhere(runs: Sequence[Any]) -> str:

@@ -105,6 +105,8 @@ def fitted_on(convergence: dict[str, Any]) -> str:
     left = convergence.get("open_left_out")
     if left:
         text += f", closed division only ({plural(left, 'open-division run')}: recipes changed)"
+    if convergence.get("borrowed"):
+        text += f" ({convergence['borrowed']})"
     return text
 
 
