@@ -170,6 +170,9 @@ def test_k8s_writes_parseable_yaml_and_refuses_bad_input(dmlbench, tmp_path: Pat
     code, said, err = dmlbench("k8s", "synthetic-mlp", *asked, "--out", str(out))
     assert code == 0, err
     assert "kubectl apply -f" in said
+    assert "emptyDir, lost with the pod; --store-claim" in " ".join(err.split())
+    code, printed, err = dmlbench("k8s", "synthetic-mlp", *asked, "--store-claim", "results")
+    assert code == 0 and "claimName: results" in printed and "lost" not in err
     objects = list(yaml.safe_load_all(out.read_text()))
     assert [o["kind"] for o in objects] == ["ConfigMap", "Service", "Job"]
     assert json.loads(objects[0]["data"]["spec.json"])["max_steps"] == 5
