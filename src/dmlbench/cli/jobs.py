@@ -19,7 +19,6 @@ from dmlbench.cli.options import (
     StoreOption,
     TaskArgument,
     console,
-    err_console,
     flag,
     output_option,
     spec_from,
@@ -234,11 +233,10 @@ def k8s(
     )
     text = to_yaml(objects)
     if store_claim is None:  # on stderr: the manifests on stdout stay whole
-        err_console.print(
+        typer.echo(
             "note: each pod stores its runs in an emptyDir, lost with the pod; --store-claim "
             "CLAIM keeps them (each node's summary stays in its log: kubectl logs)",
-            markup=False,
-            soft_wrap=True,
+            err=True,
         )
     if out is None:
         sys.stdout.write(text)
