@@ -173,6 +173,21 @@ def test_evaluation_is_taken_out_only_where_nothing_trains_beside_it(tmp_path: P
     assert read_result(_timed_log(log, "resnet", paused)).eval_s == pytest.approx(5.0)
 
 
+def test_an_imported_run_is_dated_when_it_ran(tmp_path: Path) -> None:
+    """Imported runs were dated when they were imported: a report of MLPerf's v0.7 round
+    (2020) said it was run today. HugeCTR's logs give some times in seconds."""
+    from dmlbench.results.mlperf_clock import started_at
+
+    sub = submission(tmp_path, times=(100.0,))
+    store = tmp_path / "store"
+    inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    (run,) = ResultsStore(store).runs()
+    assert run.created_at == "2020-09-13T12:26:20+00:00"  # T0 - 20 s: init_start's
+    hugectr = [{"time_ms": 1592985147}, {"time_ms": 1592669537412}]  # seconds, then ms
+    assert started_at(hugectr) == "2020-06-20T16:12:17+00:00"
+    assert started_at(hugectr[:1]) is None  # no date: the store dates it when imported
+
+
 def test_dlrms_epochs_are_its_evaluations_share_of_an_epoch(tmp_path: Path) -> None:
     """DLRM is evaluated every 0.05 epochs; NVIDIA's logs say 1 + the epochs trained
     (1.05, ...), Google's the evaluation's number (1, 2, ...): 1.9 and 18 epochs for

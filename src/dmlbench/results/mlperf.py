@@ -19,8 +19,9 @@ repository and the commit), with MLPerf's own scoring:
 
 An evaluation that logs several qualities at once keeps the one :data:`QUALITY_KEYS`
 names (Mask R-CNN's box AP); the system's devices are read by
-:mod:`dmlbench.results.mlperf_system`, and :mod:`dmlbench.results.mlperf_record` makes
-the store's record of a run.
+:mod:`dmlbench.results.mlperf_system`, its clock (when it began, how long it evaluated
+while nothing trained) by :mod:`dmlbench.results.mlperf_clock`, and
+:mod:`dmlbench.results.mlperf_record` makes the store's record of a run.
 
 Only rank 0's lines are read. Files are read within a bound (:data:`MAX_LOG_BYTES`),
 only regular ones, as JSON (nothing is unpickled); a log that lacks what the scoring
@@ -31,7 +32,6 @@ else) carry their source in ``#`` header lines, which are read as the origin.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import re
@@ -44,9 +44,9 @@ from dmlbench.errors import StoreError
 from dmlbench.files import read_bounded
 from dmlbench.names import shorten
 from dmlbench.qualities import IMPORTED
+from dmlbench.results.mlperf_clock import evaluation_alone_s, started_at
 from dmlbench.results.mlperf_system import Devices, read_system, system_devices
 
-Span = tuple[float, float]  # seconds: an interval's start and end
 MAX_LOG_BYTES = 64 << 20  # the largest v0.7 result file is 30 MB
 MAX_LOGS = 10_000  # result files one import reads
 MLLOG = ":::MLLOG "
@@ -76,9 +76,6 @@ COUNTS_SAMPLES = {"bert"}
 # logs' runs were set: Google's steps_between_evals=6400 at a batch of 32,768 is 0.0500
 # of the 4,195,197,692 training samples, NVIDIA's first evaluation logs 1.0499552).
 EVALUATED_EVERY = {"dlrm": 0.05}
-# An evaluation that starts and ends within this many seconds of a block spans it: the
-# log does not time evaluation apart from training (Google's DLRM on TPUs).
-BESIDE_S = 0.5
 # Benchmarks whose evaluations log several qualities at once, and the one their curve
 # keeps: Mask R-CNN's box and mask AP (its target is both; the box AP is named first).
 QUALITY_KEYS = {"maskrcnn": "BBOX"}
@@ -152,6 +149,7 @@ class MlperfRun:
     throughput: float | None
     target: float | None
     evals: list[MlperfEval] = field(default_factory=list)
+    started_at: str | None = None  # ISO 8601, UTC: when the run began, where the log says
 
     @property
     def workers(self) -> int:
@@ -220,54 +218,6 @@ def _first(events: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
 
 def _time(event: dict[str, Any], where: Path) -> float:
     return _number(event.get("time_ms"), f"{event['key']}'s time_ms", where) / 1000
-
-
-def _spans(events: list[dict[str, Any]], start: str, stop: str, where: Path) -> list[Span]:
-    spans, opened = [], None
-    for event in events:
-        if event["key"] == start:
-            opened = _time(event, where)
-        elif event["key"] == stop and opened is not None:
-            spans.append((opened, max(opened, _time(event, where))))
-            opened = None
-    return spans
-
-
-def _evaluation_alone_s(events: list[dict[str, Any]], where: Path) -> float:
-    """The time the log evaluates while nothing trains: its evaluations' spans less the
-    training (epochs where the log has them, else blocks) that began during one. Mask
-    R-CNN's next epoch starts while the last one's evaluation runs. An evaluation that
-    spans its whole block (a TPU's DLRM logs each block's training as evaluated) is not
-    timed apart from training, and is not taken out."""
-    evaluations = _union(_spans(events, "eval_start", "eval_stop", where))
-    training = sorted(_spans(events, "epoch_start", "epoch_stop", where)) or sorted(
-        _spans(events, "block_start", "block_stop", where)
-    )
-    begins = [begin for begin, _ in training]
-    alone = 0.0
-    for start, end in evaluations:
-        at = bisect.bisect_left(begins, start)
-        before = training[at - 1] if at > 0 else None
-        if before and start - before[0] <= BESIDE_S and abs(end - before[1]) <= BESIDE_S:
-            continue  # the block's span: its training and evaluation not told apart
-        busy = 0.0
-        while at < len(training) and training[at][0] < end:
-            busy += min(end, training[at][1]) - training[at][0]
-            at += 1
-        alone += max(0.0, end - start - busy)
-    return alone
-
-
-def _union(spans: list[Span]) -> list[Span]:
-    """Spans merged where they overlap, in order: none overlapping, so that a hostile
-    log's nested evaluations cost one pass."""
-    merged: list[Span] = []
-    for start, end in sorted(spans):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 def _locate(path: Path) -> tuple[Path, str, str, int]:
@@ -351,7 +301,7 @@ def read_result(path: Path) -> MlperfRun:
         if benchmark in EVALUATED_EVERY:
             epoch = (len(evals) + 1) * EVALUATED_EVERY[benchmark]
         evals.append(MlperfEval(epoch, _time(event, path) - began, metric))
-    eval_s = _evaluation_alone_s(events, path)
+    eval_s = evaluation_alone_s(events, lambda event: _time(event, path))
     first_block = next((e for e in events if e["key"] in ("block_start", "epoch_start")), None)
     startup = max(0.0, _time(first_block, path) - began) if first_block else 0.0
     dataset = value.get("train_samples")
@@ -416,6 +366,7 @@ def read_result(path: Path) -> MlperfRun:
         throughput=throughput,
         target=TARGETS.get((round_name or "", benchmark)),
         evals=evals,
+        started_at=started_at(events),
     )
 
 

@@ -105,4 +105,6 @@ def evaluations(run: MlperfRun) -> list[Evaluation]:
 def store_run(store: ResultsStore, run: MlperfRun) -> bool:
     """Store ``run``, whole or not at all; ``False`` when the store has it already."""
     fields = as_record(run)
-    return store.add_external(run.run_id, **fields, evals=evaluations(run), origin=run.origin)
+    return store.add_external(
+        run.run_id, **fields, evals=evaluations(run), origin=run.origin, started=run.started_at
+    )

@@ -142,13 +142,15 @@ def external_run(
     environment: Mapping[str, Any],
     summary: RunSummary,
     origin: Mapping[str, Any],
+    started: str | None = None,
 ) -> dict[str, Any]:
-    """A finished run that ran elsewhere (a published MLPerf log): no folder here."""
+    """A finished run that ran elsewhere (a published MLPerf log): no folder here; dated
+    when it ``started`` where its log says, else when it was imported."""
     return {
         "run_id": run_id,
         "status": summary.status,
         "division": str(origin.get("division") or "closed"),
-        "created_at": now_iso(),
+        "created_at": started or now_iso(),
         **_recipe(spec),
         "global_batch": summary.global_batch,
         **_outcome(summary),

@@ -288,12 +288,14 @@ class ResultsStore:
         summary: RunSummary,
         evals: Sequence[Evaluation],
         origin: dict[str, Any],
+        started: str | None = None,
     ) -> bool:
         """Store a finished run that ran elsewhere (a published MLPerf log) in one
-        transaction, row and evaluations together; ``False`` when the store has it already
-        (it is never replaced: an external run is read-only)."""
+        transaction, row and evaluations together, dated when it ``started`` (else now);
+        ``False`` when the store has it already (it is never replaced: an external run is
+        read-only)."""
         self._writable()
-        row = rows.external_run(run_id, spec, environment, summary, origin)
+        row = rows.external_run(run_id, spec, environment, summary, origin, started)
         with self._connect(write=True) as db:
             db.execute("BEGIN IMMEDIATE")
             if db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone():
