@@ -33,7 +33,7 @@ def test_run_then_results(tmp_path: Path) -> None:
     summary = inside("results", run["run_id"][-6:], "--store", store).stdout  # unique end of id
     assert "time to 97.0%" in summary and "phases" in summary and run["run_id"] in summary
     missing = inside("results", "no-such-run", "--store", store, check=False)
-    assert missing.returncode == 2 and "no single run matches 'no-such-run'" in missing.stderr
+    assert missing.returncode == 2 and "no run matches 'no-such-run'" in missing.stderr
 
 
 @pytest.mark.multiprocess

@@ -206,7 +206,7 @@ def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> 
     store = str(tmp_path / "store")
     ResultsStore(Path(store)).prepare()
     code, _, err = dmlbench("results", "abc[/x]", "--store", store)
-    assert code == 2 and "no single run matches 'abc[/x]'" in err
+    assert code == 2 and "no run matches 'abc[/x]'" in err
     assert len(err.strip().splitlines()) == 1
     code, _, err = dmlbench("run", "digits-mlp", "--set", "max_epochs=[red]x", "--dry-run")
     assert code == 2 and "(got '[red]x')" in err

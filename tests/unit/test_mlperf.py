@@ -227,6 +227,12 @@ def test_import_stores_every_run_and_prints_the_olympic_score(tmp_path: Path) ->
     assert len(ResultsStore(store).runs()) == 5
     shown = inside("results", "--store", str(store), runs[0].run_id)
     assert "imported, read-only" in shown.stdout and "MLPerf Training v0.7" in shown.stdout
+    # a start of five ids: which, not "no single run matches"
+    several = inside("results", "--store", str(store), "mlperf-v0.7-acme", check=False)
+    assert several.returncode == 2 and "5 runs start or end with 'mlperf-v0.7-acme'" in " ".join(
+        several.stderr.split()
+    )
+    assert "give more of one's id" in " ".join(several.stderr.split())
     assert "8 devices (2 nodes × 4)" in shown.stdout
     one = submission(tmp_path / "one", times=(90.0,), name="box", nodes=1)
     inside("results", "--store", str(store), "--import-mlperf", str(one))

@@ -50,7 +50,7 @@ def test_reading_a_store_writes_nothing_and_shows_abandoned_runs_as_interrupted(
 def test_reading_where_there_is_no_store_creates_nothing(tmp_path: Path) -> None:
     root = tmp_path / "nowhere"
     store = ResultsStore(root)
-    assert store.runs() == [] and store.comm_runs() == [] and store.resolve_id("x") is None
+    assert store.runs() == [] and store.comm_runs() == [] and store.matching_ids("x") == []
     assert not root.exists()
 
 

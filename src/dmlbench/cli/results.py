@@ -24,7 +24,7 @@ from dmlbench.cli.options import (
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
-from dmlbench.results.records import match_id
+from dmlbench.results.records import match_id, matching_ids
 
 
 def results(
@@ -86,15 +86,15 @@ def results(
     if run_id and (sweep or task):
         raise DmlbenchError("--sweep and --task choose runs to list: give them or a run id")
     if run_id:
-        resolved = results_store.resolve_id(run_id)
-        if resolved is None:
+        matches = results_store.matching_ids(run_id)
+        if len(matches) != 1:
             comm = {r.run_id: r for r in results_store.comm_runs()}
             found = match_id(run_id, comm)
-            if found is not None:
+            if found is not None and not matches:
                 print_json(comm[found]) if json_out else console.print(comm_table(comm[found]))
                 return
-            raise DmlbenchError(f"no single run matches '{run_id}' in {store}")
-        run_id = resolved
+            raise DmlbenchError(_unmatched(run_id, [*matches, *matching_ids(run_id, comm)], store))
+        run_id = matches[0]
     if sweep or task:  # none matching: the nearest the store has, in one line
         runs = selected_runs(store, sweep, task, results_store)
     else:
@@ -109,6 +109,17 @@ def results(
             console.print(runs_table(runs, width=console.width))
         if comm_runs:
             console.print(comm_runs_table(comm_runs))
+
+
+def _unmatched(fragment: str, matches: list[str], store: Path) -> str:
+    """Why no one run is shown: none matches ``fragment``, or several do (named)."""
+    if not matches:
+        return f"no run matches '{fragment}' in {store}: `dmlbench results` lists them"
+    named = ", ".join(matches[:3]) + (", …" if len(matches) > 3 else "")
+    return (
+        f"{plural(len(matches), 'run')} start or end with '{fragment}' in {store} ({named}): "
+        "give more of one's id"
+    )
 
 
 def _upgrade(store: Path) -> None:

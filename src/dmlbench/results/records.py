@@ -27,12 +27,17 @@ def run_title(task: str, model: str | None, deviations: Mapping[str, Any]) -> st
     return f"{task} (model {model})" if "recipe.model.name" in deviations else task
 
 
-def match_id(fragment: str, ids: Iterable[str]) -> str | None:
-    """The id equal to ``fragment``, or the only one that starts or ends with it."""
+def matching_ids(fragment: str, ids: Iterable[str]) -> list[str]:
+    """``[fragment]`` where it is an id, else every id that starts or ends with it."""
     ids = list(ids)
     if fragment in ids:
-        return fragment
-    matches = [i for i in ids if i.startswith(fragment) or i.endswith(fragment)]
+        return [fragment]
+    return [i for i in ids if i.startswith(fragment) or i.endswith(fragment)]
+
+
+def match_id(fragment: str, ids: Iterable[str]) -> str | None:
+    """The id equal to ``fragment``, or the only one that starts or ends with it."""
+    matches = matching_ids(fragment, ids)
     return matches[0] if len(matches) == 1 else None
 
 

@@ -50,7 +50,7 @@ from dmlbench.results.records import (
     PhaseTotal,
     RunRecord,
     RunSummary,
-    match_id,
+    matching_ids,
 )
 from dmlbench.results.rundir import OUTCOME_FILE, LauncherLock, launcher_holds, read_json
 from dmlbench.system import pid_alive
@@ -409,10 +409,11 @@ class ResultsStore:
                 said.append(f"{column} '{shorten(value)}' ({hint})")
         return f" for {' and '.join(said)}" if said else ""
 
-    def resolve_id(self, fragment: str) -> str | None:
-        """The run id equal to ``fragment``, or the only one that starts or ends with it."""
+    def matching_ids(self, fragment: str) -> list[str]:
+        """``[fragment]`` where it is a training run's id, else every one that starts or
+        ends with it."""
         with self._connect() as db:
-            return match_id(fragment, [r[0] for r in db.execute("SELECT run_id FROM runs")])
+            return matching_ids(fragment, [r[0] for r in db.execute("SELECT run_id FROM runs")])
 
     def sweep_status(self, sweep: str) -> dict[str, str]:
         """``{run_key: status}`` of a sweep's stored runs; a success anywhere wins."""
