@@ -198,8 +198,10 @@ def test_calibration_refuses_runs_that_disagree_and_names_its_runs() -> None:
         [quiet, busy, task_run("wide", 0.05, workers=2)], "t", calibrate_from=["qui"]
     )  # a unique start of the id
     assert pinned.compute_step_s == pytest.approx(0.010) and pinned.compute_runs == ["quiet"]
-    with pytest.raises(DmlbenchError, match="--calibrate-from nope: no single"):
+    with pytest.raises(DmlbenchError, match="--calibrate-from nope: no finished"):
         calibrate_task([quiet], "t", calibrate_from=["nope"])
+    with pytest.raises(DmlbenchError, match="2 finished, unshaped runs of t start or end"):
+        calibrate_task([quiet, task_run("quieter", 0.011)], "t", calibrate_from=["qui"])
 
 
 def test_calibration_prefers_undisturbed_runs_and_says_so() -> None:

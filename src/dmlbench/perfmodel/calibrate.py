@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from dmlbench.errors import DmlbenchError
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel.model import CommCalibration
-from dmlbench.results.records import CommRun, RunRecord, match_id
+from dmlbench.results.records import CommRun, RunRecord, matching_ids
 from dmlbench.spec.recipe import goal_reached
 
 SMALL = (64, 4096)  # bytes: messages small enough that only the overhead counts
@@ -117,13 +117,19 @@ def _pick(runs: Sequence[RunRecord], wanted: Sequence[str], task: str) -> list[R
     by_id = {r.run_id: r for r in runs}
     picked = []
     for fragment in wanted:
-        found = match_id(fragment, by_id)
-        if found is None:
+        found = matching_ids(fragment, by_id)
+        if len(found) > 1:
             raise DmlbenchError(
-                f"--calibrate-from {fragment}: no single finished, unshaped run "
+                f"--calibrate-from {fragment}: {len(found)} finished, unshaped runs of {task} "
+                f"start or end with it ({', '.join(found[:3])}{', …' * (len(found) > 3)}): "
+                "give more of one's id"
+            )
+        if not found:
+            raise DmlbenchError(
+                f"--calibrate-from {fragment}: no finished, unshaped run "
                 f"of {task} with that id in the store"
             )
-        picked.append(by_id[found])
+        picked.append(by_id[found[0]])
     return picked
 
 
