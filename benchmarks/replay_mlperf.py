@@ -29,6 +29,11 @@ Per larger submission (a family's single-node submission is its calibration):
   throughput, and the model with communication free.
 
     python benchmarks/replay_mlperf.py [--curve FILE] [--json OUT] [--png FIGURE]
+    python benchmarks/replay_mlperf.py --results training_results_v1.0/NVIDIA --json OUT
+
+The second form is the independent check on a held-out round, for whoever holds it:
+the same protocol on its submissions (families without a profile, benchmarks without a
+workload, and cells without two other batches to fit on are left out, said so).
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ class Submission:
     eval_s: float
     evaluations: float
     startup_s: float
+    round: str | None = None  # MLPerf's round, as the import reads it
 
     @property
     def workers(self) -> int:
@@ -97,7 +103,9 @@ class Submission:
         return self.global_batch / (self.workers * self.accumulation)
 
 
-def submissions(root: Path = DATA) -> list[Submission]:
+def submissions(root: Path = DATA, left_out: list[str] | None = None) -> list[Submission]:
+    """Each system's submission of a benchmark the replay models, on a family it has a
+    profile for (:data:`FAMILIES`); what it cannot replay is said in ``left_out``."""
     runs: dict[tuple[str, str], list[MlperfRun]] = {}
     for path in result_files(root):
         run = read_result(path)
@@ -105,6 +113,18 @@ def submissions(root: Path = DATA) -> list[Submission]:
     found = []
     for (system, benchmark), mine in sorted(runs.items()):
         done = [r for r in mine if r.status == "success"]
+        why = (
+            f"no workload for {benchmark}"
+            if benchmark not in WORKLOADS
+            else f"no profile for the family {system.split('_')[0]}"
+            if system.split("_")[0] not in FAMILIES
+            else "no run reached the target"
+            if not done
+            else None
+        )
+        if why:
+            (left_out if left_out is not None else []).append(f"{system} {benchmark}: {why}")
+            continue
         first = done[0]
         found.append(
             Submission(
@@ -123,6 +143,7 @@ def submissions(root: Path = DATA) -> list[Submission]:
                 eval_s=statistics.median(r.eval_s for r in done),
                 evaluations=statistics.median(len(r.evals) for r in done),
                 startup_s=statistics.median(r.startup_s for r in done),
+                round=first.origin.get("round"),
             )
         )
     return found
@@ -185,11 +206,15 @@ def _step(
 
 
 def replay(
-    curve: list[tuple[float, float]] | None = None, curves_for: tuple[str, ...] = ("resnet",)
+    curve: list[tuple[float, float]] | None = None,
+    curves_for: tuple[str, ...] = ("resnet",),
+    root: Path = DATA,
 ) -> dict:
-    """Every cell; ``curve`` (measured on a device, for the benchmarks ``curves_for``
-    names) gives the fixed part of a step in place of the stated kernel floor."""
-    subs = submissions()
+    """Every cell of the submissions under ``root``; ``curve`` (measured on a device, for
+    the benchmarks ``curves_for`` names) gives the fixed part of a step in place of the
+    stated kernel floor."""
+    left_out: list[str] = []
+    subs = submissions(root, left_out)
     hardware = load_hardware()
     cells = []
     for sub in subs:
@@ -214,6 +239,9 @@ def replay(
         # samples to converge, leave one out: every other submission of the benchmark
         others = [(s.global_batch, s.samples) for s in subs if s.benchmark == sub.benchmark]
         others.remove((sub.global_batch, sub.samples))
+        if len({b for b, _ in others}) < 2:  # a round with fewer submissions: no fit
+            left_out.append(f"{sub.system} {sub.benchmark}: no two other batches to fit on")
+            continue
         scaling = fit(others)
         samples = scaling.predict(sub.global_batch)
         low, high = scaling.band(sub.global_batch)
@@ -265,7 +293,8 @@ def replay(
                 },
             }
         )
-    return {"cells": cells, "summary": summary(cells)}
+    rounds = ", ".join(sorted({s.round or "(round unknown)" for s in subs}))
+    return {"round": rounds, "cells": cells, "left_out": left_out, "summary": summary(cells)}
 
 
 def error(predicted: float, published: float) -> float:
@@ -275,6 +304,8 @@ def error(predicted: float, published: float) -> float:
 def summary(cells: list[dict]) -> dict:
     predicted = [c for c in cells if c["role"] == "predicted"]
     out: dict = {"cells": len(predicted)}
+    if not predicted:
+        return out
     for measure in ("throughput", "time_to_train_s"):
         for model in ("model", "linear", "comm_free"):
             errors = [abs(error(c[measure][model], c[measure]["published"])) for c in predicted]
@@ -317,6 +348,8 @@ def show(result: dict) -> None:
             f"{band:>13} {_pct(error(ttt['linear'], ttt['published'])):>6} "
             f"{_pct(error(ttt['comm_free'], ttt['published'])):>6}"
         )
+    for line in result["left_out"]:
+        print(f"left out: {line}")
     print("* the family's calibration (its smallest submission): throughput errors are 0 by")
     print("  construction; samples to converge are still left out of their own fit")
     print("errors: predicted / published − 1; band: time to train at the 95% band of samples")
@@ -381,15 +414,19 @@ def figure(result: dict, path: Path) -> None:
                     low = [c[measure]["band"][0] * scale for c in mine]
                     high = [c[measure]["band"][1] * scale for c in mine]
                     ax.fill_between(x, low, high, color=colour, alpha=0.12)
+            if not any(c["benchmark"] == benchmark for c in cells):
+                ax.text(0.5, 0.5, "no cell replayed", ha="center", transform=ax.transAxes)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("devices")
             ax.set_ylabel("samples/s" if measure == "throughput" else "time to train (min)")
             ax.set_title(
-                f"MLPerf v0.7 {benchmark}: {'throughput' if row == 0 else 'time to train'}"
+                f"MLPerf {result['round']} {benchmark}: "
+                f"{'throughput' if row == 0 else 'time to train'}"
             )
             ax.grid(True, which="both", alpha=0.3)
-        axes[0][column].legend(fontsize=7)
+        if axes[0][column].get_legend_handles_labels()[0]:  # a benchmark the round has
+            axes[0][column].legend(fontsize=7)
     write_figure(fig, path, dpi=110)
     plt.close(fig)
 
@@ -405,11 +442,19 @@ def main() -> None:
         help=f"where the results go (default: {OUT.name}, or {STATED.name} without --curve)",
     )
     parser.add_argument("--png", type=Path, help="draw the figure here")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="another round's submission folder to replay (the independent check: e.g. a "
+        "training_results_v1.0 checkout's NVIDIA folder); written only with --json",
+    )
     args = parser.parse_args()
-    result = replay(load_curve(args.curve))
+    result = replay(load_curve(args.curve), root=args.results or DATA)
     show(result)
     if args.png:
         figure(result, args.png)
+    if args.results is not None and args.json is None:
+        return  # a held-out round's replay goes where it is asked to, not over v0.7's
     # without a curve it is the stated-floor variant: never over the measured result
     write_summary(args.json or (OUT if args.curve else STATED), result)
 
