@@ -545,6 +545,31 @@ def test_simulate_predicts_time_to_train_from_imported_runs(tmp_path: Path) -> N
     assert "two or more global batches" in json.loads(alone.stdout)["convergence"]["note"]
 
 
+def test_runs_that_count_other_samples_an_epoch_are_left_out_of_the_fit(tmp_path: Path) -> None:
+    """v0.7's Transformer: NVIDIA's code counts 4,590,101 sentences an epoch and batches
+    in tokens, Google's 566,340 packed sequences and batches in them; one fit through
+    both put B_noise at 363,573."""
+    submission(tmp_path, times=(100.0, 110.0, 120.0))
+    submission(tmp_path, times=(60.0, 61.0), name="box_n32", nodes=32, batch=4096, blocks=5)
+    packed = submission(tmp_path, times=(70.0, 71.0), name="tpu", nodes=4, batch=512)
+    for log in packed.glob("results/tpu/resnet/result_*.txt"):
+        text = log.read_text().replace(
+            '"key": "train_samples", "value": 1000', '"key": "train_samples", "value": 8000'
+        )
+        log.write_text(text)
+    store = tmp_path / "store"
+    inside("results", "--store", str(store), "--import-mlperf", str(tmp_path))
+    args = ("simulate-cluster", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,4")
+    done = inside(*args, "--store", str(store), "--converge-from", "mlperf/resnet", "--json")
+    convergence = json.loads(done.stdout)["convergence"]
+    assert convergence["runs"] == 5 and convergence["batches"] == [256.0, 4096.0]
+    assert convergence["epoch"] == 1000 and convergence["other_counts_left_out"] == {"8000": 2}
+    shown = inside(*args, "--store", str(store), "--converge-from", "mlperf/resnet").stdout
+    assert "(2 runs counting 8,000 left out: their batches and samples are in other units)" in (
+        " ".join(shown.split())
+    )
+
+
 def test_time_to_train_fitted_on_another_benchmark_says_so(tmp_path: Path) -> None:
     """ImageNet ResNet-50's time to train fitted on GNMT's runs counted sentences as
     images without a word."""

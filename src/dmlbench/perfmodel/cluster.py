@@ -366,6 +366,37 @@ def convergence_points(runs: Sequence[Any]) -> list[tuple[float, float]]:
     ]
 
 
+# Runs of one task whose passes over the data differ by more than this factor count
+# other samples, in other units (see :func:`same_count`).
+COUNT_SPREAD = 1.25
+
+
+def same_count(runs: Sequence[Any]) -> tuple[list[Any], dict[int, int]]:
+    """The runs whose epoch counts the same samples, and how many converged runs of each
+    other count were left out. Where runs of one task count passes over the data more
+    than :data:`COUNT_SPREAD` apart (``train_examples``), their batches and samples are
+    in other units: v0.7's Transformer under NVIDIA's code counts 4,590,101 sentences an
+    epoch and batches in tokens (61,440), under Google's 566,340 packed sequences and
+    batches in them (512). The group kept is the largest that spans two batches."""
+    groups: list[list[Any]] = []
+    for run in sorted(runs, key=lambda r: r.summary.train_examples or 0):
+        size = run.summary.train_examples or 0
+        first = (groups[-1][0].summary.train_examples or 0) if groups else None
+        if first is None or (size > first * COUNT_SPREAD) or (size == 0) != (first == 0):
+            groups.append([])
+        groups[-1].append(run)
+    if len(groups) < 2:
+        return list(runs), {}
+    fits = [g for g in groups if len({b for b, _ in convergence_points(g)}) > 1]
+    kept = max(fits or groups, key=lambda g: len(convergence_points(g)))
+    left = {
+        int(g[0].summary.train_examples or 0): len(convergence_points(g))
+        for g in groups
+        if g is not kept and convergence_points(g)
+    }
+    return kept, left
+
+
 def add_time_to_train(
     rows: list[dict[str, Any]], runs: Sequence[Any], source: str
 ) -> dict[str, Any]:
@@ -376,11 +407,13 @@ def add_time_to_train(
     are left as they are, and the fit it returns says why, with fewer than two
     batches to fit. Open-division runs (recipes changed from the reference, which
     converge otherwise) are left out where the closed ones alone fit: a whole MLPerf
-    round pooled SIAT's open recipes with the closed runs."""
+    round pooled SIAT's open recipes with the closed runs. Runs that count another
+    number of samples an epoch are left out (:func:`same_count`)."""
     import statistics
 
     from dmlbench.perfmodel.convergence import fit
 
+    runs, other_counts = same_count(runs)
     closed = [run for run in runs if getattr(run, "division", "closed") != "open"]
     points = convergence_points(runs)
     kept = convergence_points(closed)
@@ -424,6 +457,8 @@ def add_time_to_train(
         "source": source,
         "runs": len(points),
         "open_left_out": open_left_out,
+        "epoch": runs[0].summary.train_examples if other_counts else None,
+        "other_counts_left_out": other_counts,
         "batches": batches,
         "e_min": scaling.e_min,
         "b_noise": scaling.b_noise,

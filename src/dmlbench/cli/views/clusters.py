@@ -105,6 +105,13 @@ def fitted_on(convergence: dict[str, Any]) -> str:
     left = convergence.get("open_left_out")
     if left:
         text += f", closed division only ({plural(left, 'open-division run')}: recipes changed)"
+    others = convergence.get("other_counts_left_out") or {}
+    if others:
+        counted = ", ".join(f"{plural(n, 'run')} counting {size:,}" for size, n in others.items())
+        text += (
+            f", those counting {convergence['epoch']:,} samples an epoch ({counted} left out: "
+            "their batches and samples are in other units)"
+        )
     if convergence.get("borrowed"):
         text += f" ({convergence['borrowed']})"
     return text
