@@ -110,7 +110,7 @@ def fitted_on(convergence: dict[str, Any]) -> str:
         counted = ", ".join(f"{plural(n, 'run')} counting {size:,}" for size, n in others.items())
         text += (
             f", those counting {convergence['epoch']:,} samples an epoch ({counted} left out: "
-            "their batches and samples are in other units)"
+            "another dataset, or samples and batches in other units)"
         )
     if convergence.get("borrowed"):
         text += f" ({convergence['borrowed']})"
