@@ -200,6 +200,34 @@ def test_a_start_method_that_is_none_is_refused_before_anything_is_stored(
     assert ResultsStore(tmp_path / "store").runs() == []
 
 
+def test_a_run_id_fragment_shows_one_run_or_says_which_match(dmlbench, tmp_path: Path) -> None:
+    """A start two runs share said "no single run matches", as for an id the store has
+    not; a micro-benchmark's whole id is shown even where training runs start with it."""
+    from dmlbench.resolve import resolve_spec
+    from dmlbench.results.environment import collect_environment
+
+    store = ResultsStore(tmp_path / "store")
+    here, spec = collect_environment(), resolve_spec("synthetic-mlp").to_json_dict()
+    for run_id in ("bench-a1", "bench-a2", "bench-b1"):
+        store.begin(run_id, spec, {}, here)
+    bench = {"op": "allreduce", "workers": 2, "nodes": 1, "backend": "gloo", "network": {}}
+    store.begin_comm("bench", bench, here)
+    row = {"bytes": 4, "repeats": 1, "iterations": 1, "latency_s": 1e-4, "latency_min_s": 1e-4}
+    row |= {"latency_max_s": 1e-4, "latency_std_s": 0.0, "algbw": 4e4, "busbw": 4e4}
+    store.finish_comm("bench", status="success", results=[row], error=None)
+    where = ("--store", str(tmp_path / "store"), "--json")
+    code, _, err = dmlbench("results", "bench-a", *where)
+    said = " ".join(err.split())
+    assert code == 2 and "2 runs start or end with 'bench-a'" in said
+    assert "(bench-a1, bench-a2): give more of one's id" in said
+    code, out, _ = dmlbench("results", "bench-b", *where)
+    assert code == 0 and json.loads(out)[0]["run_id"] == "bench-b1"
+    code, out, _ = dmlbench("results", "bench", *where)  # the micro-benchmark's whole id
+    assert code == 0 and json.loads(out)["run_id"] == "bench"
+    code, _, err = dmlbench("results", "zzz", *where)
+    assert code == 2 and "no run matches 'zzz'" in err and "`dmlbench results` lists" in err
+
+
 def test_user_and_engine_text_is_printed_literally(dmlbench, tmp_path: Path) -> None:
     from dmlbench.results import ResultsStore
 

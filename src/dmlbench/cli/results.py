@@ -24,7 +24,7 @@ from dmlbench.cli.options import (
 )
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural
-from dmlbench.results.records import match_id, matching_ids
+from dmlbench.results.records import matching_ids
 
 
 def results(
@@ -89,11 +89,12 @@ def results(
         matches = results_store.matching_ids(run_id)
         if len(matches) != 1:
             comm = {r.run_id: r for r in results_store.comm_runs()}
-            found = match_id(run_id, comm)
-            if found is not None and not matches:
-                print_json(comm[found]) if json_out else console.print(comm_table(comm[found]))
+            found = matching_ids(run_id, comm)
+            if len(found) == 1 and (not matches or found[0] == run_id):  # or its whole id
+                shown = comm[found[0]]
+                print_json(shown) if json_out else console.print(comm_table(shown))
                 return
-            raise DmlbenchError(_unmatched(run_id, [*matches, *matching_ids(run_id, comm)], store))
+            raise DmlbenchError(_unmatched(run_id, [*matches, *found], store))
         run_id = matches[0]
     if sweep or task:  # none matching: the nearest the store has, in one line
         runs = selected_runs(store, sweep, task, results_store)

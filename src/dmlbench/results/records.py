@@ -35,12 +35,6 @@ def matching_ids(fragment: str, ids: Iterable[str]) -> list[str]:
     return [i for i in ids if i.startswith(fragment) or i.endswith(fragment)]
 
 
-def match_id(fragment: str, ids: Iterable[str]) -> str | None:
-    """The id equal to ``fragment``, or the only one that starts or ends with it."""
-    matches = matching_ids(fragment, ids)
-    return matches[0] if len(matches) == 1 else None
-
-
 class _Stored:
     """What every stored record answers: its layout and its JSON form."""
 

@@ -108,8 +108,10 @@ def fitted_on(convergence: dict[str, Any]) -> str:
     others = convergence.get("other_counts_left_out") or {}
     if others:
         counted = ", ".join(f"{plural(n, 'run')} counting {size:,}" for size, n in others.items())
+        epoch = convergence.get("epoch")
+        counting = f"counting {epoch:,} samples an epoch" if epoch else "that count none"
         text += (
-            f", those counting {convergence['epoch']:,} samples an epoch ({counted} left out: "
+            f", those {counting} ({counted} left out: "
             "another dataset, or samples and batches in other units)"
         )
     if convergence.get("borrowed"):
