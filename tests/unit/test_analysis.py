@@ -1307,7 +1307,7 @@ def test_the_tasks_table_never_folds_a_figure_from_its_unit_at_80_columns() -> N
     """`dmlbench tasks` at 80 columns printed "budget 2.00" and, a line below, "h"."""
     from rich.console import Console
 
-    from dmlbench.cli.views.tables import tasks_table
+    from dmlbench.cli.views.catalogue import tasks_table
     from dmlbench.report.formats import seconds
     from dmlbench.tasks import all_tasks
 

@@ -437,6 +437,10 @@ def test_an_imported_runs_name_as_a_task_says_what_to_give_instead() -> None:
     done = inside("simulate-cluster", "mlperf/resnet", "--cluster", "dgx-a100", check=False)
     assert done.returncode != 0 and "names imported MLPerf runs" in done.stderr
     assert "--converge-from mlperf/resnet" in done.stderr and "plugin" not in done.stderr
+    # `tasks` says which task MLPerf's benchmark is, and how its runs serve it
+    listed = " ".join(inside("tasks").stdout.split())
+    assert "MLPerf's resnet: --converge-from mlperf/resnet" in listed
+    assert listed.count("--converge-from") == 1  # no other task is one of MLPerf's
 
 
 def test_an_imported_benchmarks_curves_are_named_by_its_quality(tmp_path: Path) -> None:

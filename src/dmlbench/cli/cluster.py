@@ -191,7 +191,7 @@ def _borrowed(task: str, source: str) -> str | None:
     from dmlbench.tasks import get_task
 
     kind, _, benchmark = source.partition("/")
-    if kind != IMPORTED or benchmark == get_task(task).mlperf_benchmark:
+    if kind != IMPORTED or source == get_task(task).published_runs:
         return None
     return f"MLPerf's {benchmark}: another model and dataset than {task}'s"
 

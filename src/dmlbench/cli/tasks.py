@@ -17,7 +17,7 @@ def tasks(
     markdown: Annotated[bool, flag("--markdown", help="the docs page")] = False,
 ) -> None:
     """List every task: dataset, model, goal and reference recipe."""
-    from dmlbench.cli.views.tables import tasks_table
+    from dmlbench.cli.views.catalogue import tasks_table
     from dmlbench.report.docs import tasks_markdown
     from dmlbench.tasks import all_tasks
 
@@ -32,7 +32,7 @@ def tasks(
 def models(json_out: JsonOption = False) -> None:
     """List every model a recipe can name (`--set recipe.model.name=…`) with its options
     (`--set recipe.model.options.…`); naming another model drops the old one's options."""
-    from dmlbench.cli.views.tables import registry_view
+    from dmlbench.cli.views.catalogue import registry_view
     from dmlbench.report.docs import models_described
     from dmlbench.tasks import load_plugins
 
@@ -52,7 +52,7 @@ def models(json_out: JsonOption = False) -> None:
 def exchanges(json_out: JsonOption = False) -> None:
     """List every gradient exchange (`--exchange`) with its division and its options
     (`--set exchange_options.…`)."""
-    from dmlbench.cli.views.tables import registry_view
+    from dmlbench.cli.views.catalogue import registry_view
     from dmlbench.report.docs import exchanges_described
 
     described = exchanges_described()

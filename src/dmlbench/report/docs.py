@@ -56,6 +56,12 @@ def tasks_markdown(tasks: list[TaskDefinition]) -> str:
             lines.append(
                 f"| free choice (closed division) | `{key}` in {', '.join(map(str, values))} |"
             )
+        if task.published_runs:
+            lines.append(
+                f"| MLPerf Training | its `{task.mlperf_benchmark}` benchmark: the published runs "
+                f"fit time to train (`--converge-from {task.published_runs}`, "
+                "[Predicting time to train](time-to-train.md)) |"
+            )
         if task.reference:
             lines.append(f"| reference | {task.reference} |")
         lines.append("")

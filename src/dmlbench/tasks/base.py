@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dmlbench.errors import DatasetError
+from dmlbench.qualities import IMPORTED
 from dmlbench.spec.recipe import Recipe
 
 if TYPE_CHECKING:  # tasks register without torch; their loaders import it
@@ -61,6 +62,12 @@ class TaskDefinition:
     mlperf_benchmark: str | None = None
     """MLPerf Training's name of this benchmark (``resnet``), where the task is one of its
     benchmarks; a run's log names it as ``submission_benchmark`` (else the task's name)."""
+
+    @property
+    def published_runs(self) -> str | None:
+        """The task name `results --import-mlperf` gives its benchmark's published runs
+        (``mlperf/resnet``), where it is one of MLPerf's."""
+        return f"{IMPORTED}/{self.mlperf_benchmark}" if self.mlperf_benchmark else None
 
     def read(self, data_dir: Path) -> Dataset:
         """``load``'s dataset, checked: a plugin's loader that returns something else
