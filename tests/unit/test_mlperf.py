@@ -432,6 +432,21 @@ def test_compare_by_another_column_than_workers_prints_a_table(tmp_path: Path) -
     assert all("100.0±10.0" in row for row in rows)  # each system's three runs
 
 
+def test_compare_keeps_each_submitters_fastest_system(tmp_path: Path) -> None:
+    """`--by submitter` was refused, though a round is read submitter by submitter."""
+    store = tmp_path / "store"
+    for name, times, who in (
+        ("a1", (90.0,), "Acme"),
+        ("a2", (50.0,), "Acme"),
+        ("z", (70.0,), "Zeta"),
+    ):
+        sub = submission(tmp_path / name, times=times, name=name, nodes=1, submitter=who)
+        inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    asked = ("--by", "submitter", "--best-by", "time_to_accuracy", "--json")
+    rows = json.loads(inside("compare", "--store", str(store), *asked).stdout)
+    assert sorted((r["submitter"], r["tta_mean"]) for r in rows) == [("Acme", 50.0), ("Zeta", 70.0)]
+
+
 def test_an_imported_runs_name_as_a_task_says_what_to_give_instead() -> None:
     """`simulate-cluster mlperf/resnet` said "unknown task" and pointed at plugins."""
     done = inside("simulate-cluster", "mlperf/resnet", "--cluster", "dgx-a100", check=False)

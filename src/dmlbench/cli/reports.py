@@ -156,7 +156,8 @@ def compare(
     if unknown:
         raise DmlbenchError(
             f"cannot group by {', '.join(unknown)}; choose from workers, layout, nodes, "
-            "nproc_per_node, exchange, local_batch, global_batch, variant, status, division"
+            "nproc_per_node, exchange, local_batch, global_batch, variant, status, division, "
+            "device, and an imported run's submitter and system"
         )
     chosen = choose_price(price, prices)
     table = analysis.scaling_table(

@@ -73,6 +73,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "sweep": run.sweep_title,
                 "scaling": run.scaling or "none",
                 "division": run.division,
+                **{key: (run.origin or {}).get(key) for key in ("submitter", "system")},
                 "status": run.status,
                 "converged": run.status == "success",
                 "stop_reason": run.stop_reason,
