@@ -9,11 +9,13 @@
   ``#SBATCH`` directive) holds no line break or other control character.
 - :func:`shorten`: what an error message echoes of a value, cut to a readable length.
 - :func:`comma_list`: the items of a comma-separated option (``--network 10gbit, wan``).
+- :func:`first_few`: the first of many names a message lists (``a, b, c, …``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from dmlbench.errors import DmlbenchError
 
@@ -54,6 +56,11 @@ def one_line(value: str, what: str) -> str:
 def comma_list(text: str) -> list[str]:
     """``"a, b,,c"`` → ``["a", "b", "c"]``: each item stripped, empty ones dropped."""
     return [item for part in text.split(",") if (item := part.strip())]
+
+
+def first_few(items: Sequence[str], most: int = 3) -> str:
+    """``a, b, c, …``: the first ``most`` items, and an ellipsis where there are more."""
+    return ", ".join(items[:most]) + (", …" if len(items) > most else "")
 
 
 def shorten(text: str, limit: int = ECHO_LIMIT) -> str:

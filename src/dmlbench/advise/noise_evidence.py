@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dmlbench.names import first_few
+
 if TYPE_CHECKING:
     from dmlbench.results.records import RunRecord
 
@@ -23,9 +25,7 @@ class NoiseEvidence:
     @property
     def source(self) -> str:
         runs = f"{len(self.runs)} run{'s' * (len(self.runs) != 1)}"
-        return f"median B_simple of {runs}: {', '.join(self.runs[:3])}" + (
-            ", …" if len(self.runs) > 3 else ""
-        )
+        return f"median B_simple of {runs}: {first_few(self.runs)}"
 
 
 def noise_evidence(runs: Sequence[RunRecord], task: str) -> NoiseEvidence | None:

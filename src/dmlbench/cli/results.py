@@ -23,6 +23,7 @@ from dmlbench.cli.options import (
     selected_runs,
 )
 from dmlbench.errors import DmlbenchError
+from dmlbench.names import first_few
 from dmlbench.report.formats import plural
 from dmlbench.results.records import matching_ids
 
@@ -116,9 +117,9 @@ def _unmatched(fragment: str, matches: list[str], store: Path) -> str:
     """Why no one run is shown: none matches ``fragment``, or several do (named)."""
     if not matches:
         return f"no run matches '{fragment}' in {store}: `dmlbench results` lists them"
-    named = ", ".join(matches[:3]) + (", …" if len(matches) > 3 else "")
     return (
-        f"{plural(len(matches), 'run')} start or end with '{fragment}' in {store} ({named}): "
+        f"{plural(len(matches), 'run')} start or end with '{fragment}' in {store} "
+        f"({first_few(matches)}): "
         "give more of one's id"
     )
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.names import first_few
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel.model import CommCalibration
 from dmlbench.results.records import CommRun, RunRecord, matching_ids
@@ -121,7 +122,7 @@ def _pick(runs: Sequence[RunRecord], wanted: Sequence[str], task: str) -> list[R
         if len(found) > 1:
             raise DmlbenchError(
                 f"--calibrate-from {fragment}: {len(found)} finished, unshaped runs of {task} "
-                f"start or end with it ({', '.join(found[:3])}{', …' * (len(found) > 3)}): "
+                f"start or end with it ({first_few(found)}): "
                 "give more of one's id"
             )
         if not found:

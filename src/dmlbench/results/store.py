@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import AlreadyClaimed, StoreError
-from dmlbench.names import shorten
+from dmlbench.names import first_few, shorten
 from dmlbench.results import rows
 from dmlbench.results.database import (
     SCHEMA,
@@ -404,7 +404,7 @@ class ResultsStore:
                 query = f"SELECT DISTINCT {column} FROM runs"
                 names = sorted(str(row[0] or SINGLE_RUNS) for row in db.execute(query))
                 close = difflib.get_close_matches(value[:200], names, n=1)
-                shown = ", ".join(names[:8]) + (", …" if len(names) > 8 else "")
+                shown = first_few(names, 8)
                 hint = f"did you mean '{close[0]}'?" if close else f"it has {shown or 'none'}"
                 said.append(f"{column} '{shorten(value)}' ({hint})")
         return f" for {' and '.join(said)}" if said else ""
