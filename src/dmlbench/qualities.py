@@ -9,6 +9,7 @@ and DLRM's target AUC ``80.2%``; each is written here as MLPerf's rules write it
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 PERCENT = "%"
@@ -54,8 +55,26 @@ MLPERF_QUALITIES = {
 }
 
 
+def imported_task(benchmark: str) -> str:
+    """The task name an imported benchmark's runs are stored under: ``mlperf/gnmt``."""
+    return f"{IMPORTED}/{benchmark}"
+
+
+def imported_benchmark(task: str) -> str | None:
+    """The MLPerf benchmark a task name of imported runs names (``gnmt`` for
+    ``mlperf/gnmt``), else None."""
+    source, slash, benchmark = task.partition("/")
+    return benchmark if slash and source == IMPORTED else None
+
+
 def quality_of(task: str) -> Quality:
     """What a task's evaluations measure: an imported benchmark's quality (BLEU for
     ``mlperf/transformer``), else an accuracy."""
-    source, _, benchmark = task.partition("/")
-    return MLPERF_QUALITIES.get(benchmark, ACCURACY) if source == IMPORTED else ACCURACY
+    return MLPERF_QUALITIES.get(imported_benchmark(task) or "", ACCURACY)
+
+
+def shared_quality(tasks: Iterable[str]) -> Quality:
+    """What runs of ``tasks`` all measure: one imported benchmark's quality, else an
+    accuracy (several tasks' runs, or none)."""
+    unique = set(tasks)
+    return quality_of(unique.pop()) if len(unique) == 1 else ACCURACY

@@ -19,7 +19,7 @@ from dmlbench.cli.options import (
     print_json,
 )
 from dmlbench.errors import SpecError
-from dmlbench.qualities import IMPORTED
+from dmlbench.qualities import imported_benchmark
 
 if TYPE_CHECKING:
     from dmlbench.perfmodel.cluster import ClusterSimulation
@@ -190,8 +190,8 @@ def _borrowed(task: str, source: str) -> str | None:
     its samples to the target count other samples (GNMT's sentences, not images)."""
     from dmlbench.tasks import get_task
 
-    kind, _, benchmark = source.partition("/")
-    if kind != IMPORTED or source == get_task(task).published_runs:
+    benchmark = imported_benchmark(source)
+    if benchmark is None or source == get_task(task).published_runs:
         return None
     return f"MLPerf's {benchmark}: another model and dataset than {task}'s"
 

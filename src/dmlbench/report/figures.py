@@ -18,7 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, PercentFormatter
 
-from dmlbench.qualities import ACCURACY, Quality, quality_of
+from dmlbench.qualities import ACCURACY, Quality, shared_quality
 from dmlbench.report.drawing import (
     BAR_LABEL_SIZE,
     LINE_STYLES,
@@ -255,8 +255,7 @@ ACCURACY_TOP = 1.008  # a 100% point's marker shows whole
 
 def table_quality(table: pd.DataFrame) -> Quality:
     """What the table's runs measure: one imported benchmark's quality, else accuracy."""
-    tasks = set(table["task"]) if "task" in table else set()
-    return quality_of(tasks.pop()) if len(tasks) == 1 else ACCURACY
+    return shared_quality(table.get("task", ()))
 
 
 def quality_axis(ax: Axes, quality: Quality, note: str = "") -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from dmlbench.qualities import quality_of
+from dmlbench.qualities import shared_quality
 from dmlbench.report.formats import (
     MISSING,
     fmt,
@@ -83,8 +83,7 @@ def aat_note(table: pd.DataFrame, budget_s: float | None) -> str | None:
     if budget_s is None:
         return None
     goals = set(table["goal"]) if "goal" in table else set()
-    tasks = set(table["task"]) if "task" in table else set()
-    best = f"best {quality_of(tasks.pop()).name if len(tasks) == 1 else 'accuracy'}"
+    best = f"best {shared_quality(table.get('task', ())).name}"
     if "loss" not in goals:
         what = best
     elif goals == {"loss"}:

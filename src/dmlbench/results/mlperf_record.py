@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dmlbench.qualities import IMPORTED
+from dmlbench.qualities import imported_task
 from dmlbench.results.mlperf import MlperfRun
 from dmlbench.results.records import Evaluation, RunSummary
 from dmlbench.results.store import ResultsStore
@@ -16,7 +16,7 @@ def as_record(run: MlperfRun) -> dict[str, Any]:
     """The store's fields of an external run (see ``ResultsStore.add_external``)."""
     local = run.global_batch // run.workers if run.global_batch >= run.workers else 1
     spec = {
-        "task": f"{IMPORTED}/{run.benchmark}",
+        "task": imported_task(run.benchmark),
         "workers": run.workers,
         "nodes": run.devices.nodes,
         "nproc_per_node": run.devices.per_node,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from dmlbench.errors import DatasetError
-from dmlbench.qualities import IMPORTED
+from dmlbench.qualities import imported_task
 from dmlbench.spec.recipe import Recipe
 
 if TYPE_CHECKING:  # tasks register without torch; their loaders import it
@@ -67,7 +67,7 @@ class TaskDefinition:
     def published_runs(self) -> str | None:
         """The task name `results --import-mlperf` gives its benchmark's published runs
         (``mlperf/resnet``), where it is one of MLPerf's."""
-        return f"{IMPORTED}/{self.mlperf_benchmark}" if self.mlperf_benchmark else None
+        return imported_task(self.mlperf_benchmark) if self.mlperf_benchmark else None
 
     def read(self, data_dir: Path) -> Dataset:
         """``load``'s dataset, checked: a plugin's loader that returns something else

@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 
 from dmlbench.errors import SpecError, unknown
 from dmlbench.names import comma_list, shorten
-from dmlbench.qualities import IMPORTED
+from dmlbench.qualities import imported_benchmark
 from dmlbench.tasks.base import TaskDefinition
 
 TASKS: dict[str, TaskDefinition] = {}
@@ -69,7 +69,7 @@ def get_task(name: str) -> TaskDefinition:
     load_plugins()
     if name in TASKS:
         return TASKS[name]
-    if name.startswith(f"{IMPORTED}/"):  # what `results --import-mlperf` names its runs
+    if imported_benchmark(name) is not None:  # what `results --import-mlperf` names its runs
         raise SpecError(
             f"'{shorten(name)}' names imported MLPerf runs, not a task dmlbench trains: give "
             f"one of `dmlbench tasks`, and --converge-from {shorten(name)} to fit time to "
