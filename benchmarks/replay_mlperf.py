@@ -103,27 +103,19 @@ class Submission:
         return self.global_batch / (self.workers * self.accumulation)
 
 
-def submissions(root: Path = DATA, left_out: list[str] | None = None) -> list[Submission]:
+def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
     """Each system's submission of a benchmark the replay models, on a family it has a
-    profile for (:data:`FAMILIES`); what it cannot replay is said in ``left_out``."""
+    profile for (:data:`FAMILIES`), and what it cannot replay, said."""
     runs: dict[tuple[str, str], list[MlperfRun]] = {}
     for path in result_files(root):
         run = read_result(path)
         runs.setdefault((run.origin["system"], run.benchmark), []).append(run)
-    found = []
+    found, left_out = [], []
     for (system, benchmark), mine in sorted(runs.items()):
         done = [r for r in mine if r.status == "success"]
-        why = (
-            f"no workload for {benchmark}"
-            if benchmark not in WORKLOADS
-            else f"no profile for the family {system.split('_')[0]}"
-            if system.split("_")[0] not in FAMILIES
-            else "no run reached the target"
-            if not done
-            else None
-        )
+        why = _unreplayable(system, benchmark, done)
         if why:
-            (left_out if left_out is not None else []).append(f"{system} {benchmark}: {why}")
+            left_out.append(f"{system} {benchmark}: {why}")
             continue
         first = done[0]
         found.append(
@@ -146,7 +138,16 @@ def submissions(root: Path = DATA, left_out: list[str] | None = None) -> list[Su
                 round=first.origin.get("round"),
             )
         )
-    return found
+    return found, left_out
+
+
+def _unreplayable(system: str, benchmark: str, done: list[MlperfRun]) -> str | None:
+    """Why a submission cannot be replayed, if it cannot."""
+    if benchmark not in WORKLOADS:
+        return f"no workload for {benchmark}"
+    if system.split("_")[0] not in FAMILIES:
+        return f"no profile for the family {system.split('_')[0]}"
+    return None if done else "no run reached the target"
 
 
 def load_curve(path: Path | None) -> list[tuple[float, float]] | None:
@@ -213,8 +214,7 @@ def replay(
     """Every cell of the submissions under ``root``; ``curve`` (measured on a device, for
     the benchmarks ``curves_for`` names) gives the fixed part of a step in place of the
     stated kernel floor."""
-    left_out: list[str] = []
-    subs = submissions(root, left_out)
+    subs, left_out = submissions(root)
     hardware = load_hardware()
     cells = []
     for sub in subs:

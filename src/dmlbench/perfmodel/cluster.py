@@ -387,14 +387,15 @@ def same_count(runs: Sequence[Any]) -> tuple[list[Any], dict[int, int]]:
         groups[-1].append(run)
     if len(groups) < 2:
         return list(runs), {}
-    fits = [g for g in groups if len({b for b, _ in convergence_points(g)}) > 1]
-    kept = max(fits or groups, key=lambda g: len(convergence_points(g)))
+    points = [convergence_points(group) for group in groups]
+    fits = [i for i, found in enumerate(points) if len({b for b, _ in found}) > 1]
+    kept = max(fits or range(len(groups)), key=lambda i: len(points[i]))
     left = {
-        int(g[0].summary.train_examples or 0): len(convergence_points(g))
-        for g in groups
-        if g is not kept and convergence_points(g)
+        int(groups[i][0].summary.train_examples or 0): len(found)
+        for i, found in enumerate(points)
+        if i != kept and found
     }
-    return kept, left
+    return groups[kept], left
 
 
 def add_time_to_train(
