@@ -43,6 +43,8 @@ from dmlbench.report.prediction_figures import cluster_scaling
 def show(unit: str, value: float) -> str:
     if not unit:
         return f"{value:.1%}"
+    if unit == "×":
+        return f"{value:.3f}×"
     if unit == "s" and value < 10:
         return f"{value * 1e3:.1f} ms"
     return f"{value:.1f} {unit}"

@@ -68,7 +68,8 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     bad = inside(
         "simulate", "synthetic-mlp", "--algorithm", "gossip", "--store", store, check=False
     )
-    assert bad.returncode == 2 and "choose ring, tree, ps or hierarchical" in bad.stderr
+    assert bad.returncode == 2
+    assert "choose ring, halving-doubling, tree, ps or hierarchical" in bad.stderr
     two = json.loads(
         inside(
             "simulate",

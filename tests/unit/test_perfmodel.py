@@ -54,6 +54,25 @@ def test_two_level_all_reduce_by_hand() -> None:
         cluster_allreduce_time("tree", 4, 1e6, LINK, two, CAL)
 
 
+def test_halving_and_doubling_by_hand() -> None:
+    """Rabenseifner's all-reduce: the ring's bytes in 2·log2 N message steps, two more
+    where N is no power of two (binary blocks); hierarchical between nodes too."""
+    assert allreduce_time("halving-doubling", 8, 1e6, LINK, CAL) == pytest.approx(
+        6 * (1e-4 + 2e-3) + 2 * 7 / 8 * 1e6 / 1e8
+    )
+    assert allreduce_time("halving-doubling", 5, 1e6, LINK, CAL) == pytest.approx(
+        8 * (1e-4 + 2e-3) + 2 * 4 / 5 * 1e6 / 1e8
+    )
+    ring = allreduce_time("ring", 32, 1e6, LINK, CAL)
+    assert allreduce_time("halving-doubling", 32, 1e6, LINK, CAL) < ring / 3  # 10 steps, not 62
+    fast = Link(bandwidth=1e9, latency_s=1e-5)
+    two = Layout(nodes=4, intra=fast)
+    inside = 2 * (1 * (1e-4 + 2e-5) + 1 / 2 * 1e6 / 1e9)
+    assert cluster_allreduce_time(
+        "hierarchical", 8, 1e6, LINK, two, CAL, between="halving-doubling"
+    ) == pytest.approx(inside + allreduce_time("halving-doubling", 4, 1e6, LINK, CAL))
+
+
 def test_tree_all_reduce_by_hand() -> None:
     # ⌈log2 5⌉ = 3 levels, up and down: 6 × (2.1 ms + 10 ms)
     assert allreduce_time("tree", 5, 1e6, LINK, CAL) == pytest.approx(6 * 0.0121)

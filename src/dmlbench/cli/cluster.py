@@ -42,7 +42,11 @@ ConvergeFromOption = Annotated[
 ]
 DtypeOption = Annotated[str, typer.Option(help="the dtype of the devices' peak FLOP/s")]
 AlgorithmOption = Annotated[
-    str, typer.Option(help="the all-reduce: ring (flat, gloo's) or hierarchical (NCCL's shape)")
+    str | None,
+    typer.Option(
+        help="the all-reduce: ring (flat, gloo's) or hierarchical (reduced in each node "
+        "first: NCCL's shape); default: the profile's (`--cluster list`)"
+    ),
 ]
 
 
@@ -89,7 +93,7 @@ def simulate_cluster(
     curve: CurveOption = None,
     converge_from: ConvergeFromOption = None,
     nodes: Annotated[str, typer.Option(help="node counts, e.g. 1,2,4,8")] = "1,2,4,8",
-    algorithm: AlgorithmOption = "ring",
+    algorithm: AlgorithmOption = None,
     store: StoreOption = STORE,
     png: Annotated[
         Path | None,
@@ -225,7 +229,7 @@ def advise_cluster(
     price: str | None,
     prices: Path | None,
     json_out: bool,
-    algorithm: str = "ring",
+    algorithm: str | None = None,
 ) -> None:
     """`advise TASK --cluster PROFILE --deadline S | --budget X`: the same model as
     `simulate-cluster` with time to train, a row per node count and local batch (the

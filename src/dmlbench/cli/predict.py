@@ -32,7 +32,8 @@ def simulate(
         str, typer.Option(help="profiles, comma-separated (none = the measured host network)")
     ] = "10gbit",
     algorithm: Annotated[
-        str, typer.Option(help="ring, tree, ps and/or hierarchical (comma-separated)")
+        str,
+        typer.Option(help="ring, halving-doubling, tree, ps and/or hierarchical (comma-separated)"),
     ] = "ring",
     nodes: Annotated[
         str | None,
@@ -163,7 +164,7 @@ def advise(
     converge_from: ConvergeFromOption = None,
     curve: CurveOption = None,
     dtype: DtypeOption = "fp32",
-    algorithm: AlgorithmOption = "ring",
+    algorithm: AlgorithmOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Recommend workers, local batch and learning-rate rule for a task.

@@ -33,7 +33,13 @@ from dmlbench.perfmodel.hardware import (
     compute_step_s,
     load_hardware,
 )
-from dmlbench.perfmodel.model import Algorithm, Layout, algorithms_named, cluster_allreduce_time
+from dmlbench.perfmodel.model import (
+    TWO_LEVEL,
+    Algorithm,
+    Layout,
+    algorithms_named,
+    cluster_allreduce_time,
+)
 from dmlbench.spec.recipe import ModelSpec
 
 MIB = 2**20
@@ -166,7 +172,7 @@ def scale(
     *,
     dtype: str = "fp32",
     efficiency: float,
-    algorithm: Algorithm = "ring",
+    algorithm: Algorithm | None = None,
     compute_s: float | None = None,
     bucket_cap: float = BUCKET_CAP_BYTES,
     ddp_cost: bool = False,
@@ -175,8 +181,12 @@ def scale(
     ``compute_s`` replaces the FLOP-based step (a calibration: the compute of one
     device's step measured, e.g. a paper's single-node point); ``bucket_cap`` is DDP's
     ``bucket_cap_mb`` in bytes; ``ddp_cost`` adds torch DDP's own copies
-    (:func:`ddp_own_cost_s`) to every step, one device included."""
+    (:func:`ddp_own_cost_s`) to every step, one device included. ``algorithm``: the
+    flat ``ring`` or ``hierarchical``; by default the profile's (its nodes all-reduce
+    among them as the profile says)."""
     per_node = devices_per_node or cluster.devices_per_node
+    shape = algorithm or cluster.profile.allreduce
+    between = cluster.profile.between_nodes
     step_compute = compute_s or compute_step_s(
         cost.flops_per_step, cluster.accelerator, dtype, efficiency
     )
@@ -189,7 +199,7 @@ def scale(
         layout = Layout(count, intra)
 
         def allreduce(size: float, workers: int = workers, layout: Layout = layout) -> float:
-            return cluster_allreduce_time(algorithm, workers, size, inter, layout, calibration)
+            return cluster_allreduce_time(shape, workers, size, inter, layout, calibration, between)
 
         forward = step_compute * (1 - BACKWARD_SHARE)
         step, comm, exposed = ddp_step(forward, step_compute * BACKWARD_SHARE, buckets, allreduce)
@@ -277,7 +287,7 @@ def simulate_cluster(
     local_batch: int | None = None,
     samples_per_s: float | None = None,
     curve: Curve | Sequence[Sequence[float]] | None = None,
-    algorithm: str = "ring",
+    algorithm: str | None = None,
 ) -> ClusterSimulation:
     """`dmlbench simulate-cluster TASK --cluster PROFILE`: the scaling table and where its inputs
     came from. Compute comes, first found, from a measured ``curve`` of the device's
@@ -285,12 +295,12 @@ def simulate_cluster(
     local batch, ``efficiency`` × the peak, the task's runs on that device, or the
     stated default. ``algorithm``: the flat ``ring`` over every device (gloo's), or
     ``hierarchical`` (inside each node, then among the nodes: NCCL's shape on NVLink
-    and InfiniBand)."""
+    and InfiniBand); by default the profile's."""
     if not nodes:
         raise SpecError("--nodes: at least one node count, e.g. 1,8,32")
-    (chosen,) = algorithms_named([algorithm], ("ring", "hierarchical"))
     hardware = load_hardware(hardware_file)
     cluster = hardware.cluster(cluster_key)
+    (chosen,) = algorithms_named([algorithm or cluster.profile.allreduce], TWO_LEVEL)
     cost = task_cost(task, local_batch)
     compute: float | None = None  # a measured step; None: the FLOPs over the peak × share
     if curve is not None:
@@ -338,7 +348,7 @@ def simulate_cluster(
         flops_per_step=cost.flops_per_step,
         gradient_bytes=cost.gradient_bytes,
         local_batch=cost.local_batch,
-        algorithm=algorithm,
+        algorithm=cluster.allreduce(chosen),
         rows=rows,
     )
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 import math
 from difflib import get_close_matches
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
 from dmlbench.errors import SpecError, unknown
 from dmlbench.files import load_mapping_file
 from dmlbench.names import shorten
-from dmlbench.perfmodel.model import CommCalibration, Link
+from dmlbench.perfmodel.model import Between, CommCalibration, Link
 from dmlbench.strict import StrictModel
 
 HARDWARE_FILE = Path(__file__).with_name("hardware.yaml")
@@ -90,6 +90,12 @@ class ClusterProfile(StrictModel):
     intra: str
     inter: str
     nics_per_node: int = Field(1, ge=1, le=1024)
+    allreduce: Literal["ring", "hierarchical"] = "hierarchical"
+    """How the cluster's collective library all-reduces: reduced inside each node first
+    (NCCL over NVLink and InfiniBand, Horovod, Goyal et al.'s Gloo), or a flat ring over
+    every device (gloo's own)."""
+    between_nodes: Between = "ring"
+    """A hierarchical all-reduce's algorithm among the nodes."""
     source: str = Field(min_length=1)
 
 
@@ -195,6 +201,14 @@ class Cluster:
         intra = self.intra.link()
         return inter, Link(intra.bandwidth * per_node, intra.latency_s)
 
+    def allreduce(self, shape: str | None = None) -> str:
+        """An all-reduce on this cluster in words, the profile's by default: ``ring`` or
+        ``hierarchical`` (and how the nodes all-reduce among them where not a ring)."""
+        shape = shape or self.profile.allreduce
+        if shape == "hierarchical" and self.profile.between_nodes != "ring":
+            return f"{shape}, {self.profile.between_nodes} between nodes"
+        return shape
+
     def calibration(self) -> CommCalibration:
         """The message stack: the slower of the two links' per-message costs, hosts that
         keep up, the data sheet's rate as payload, one latency per message step."""
@@ -211,6 +225,7 @@ class Cluster:
             "devices_per_node": self.devices_per_node,
             "intra": self.intra.name,
             "inter": f"{self.inter.name} × {self.profile.nics_per_node}",
+            "allreduce": self.allreduce(),
             "source": self.profile.source,
         }
 

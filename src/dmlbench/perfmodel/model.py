@@ -8,6 +8,12 @@ overhead ``α``:
 
       T = 2(N−1)·(α + r·L) + 2(N−1)/N · S / β
 
+- recursive halving and doubling (Rabenseifner's: a reduce-scatter by halving, an
+  all-gather by doubling; ``2⌈log2 N⌉`` steps, two more where ``N`` is not a power of
+  two, the binary blocks variant), the ring's bytes in far fewer steps::
+
+      T = (2⌈log2 N⌉ [+ 2])·(α + r·L) + 2(N−1)/N · S / β
+
 - tree all-reduce (reduce then broadcast along a binary tree)::
 
       T = 2⌈log2 N⌉·(α + r·L + S / β)
@@ -28,11 +34,14 @@ hosts' own bandwidth):
 
       T = 2(N−1)·(α + r·max L) + 2(N−1)/N · S / min(β_inter, β_intra / hops_intra)
 
-- hierarchical (reduce inside each node, ring all-reduce among the nodes' first
-  workers, broadcast inside each node)::
+- hierarchical (reduce inside each node, an all-reduce among the nodes' first
+  workers, broadcast inside each node), with a ring among the nodes::
 
       T = 2·[(p−1)·(α + r·L_intra) + (p−1)/p · S/β_intra]
           + 2(n−1)·(α + r·L_inter) + 2(n−1)/n · S/β_inter
+
+  or recursive halving and doubling among them (``between="halving-doubling"``: Goyal
+  et al.'s Gloo between Big Basin servers), in ``2⌈log2 n⌉`` steps [+ 2].
 
 ``r`` is how many one-way latencies one message step costs (2 for gloo, measured:
 each step waits for its peer's reply). A step takes compute plus ``T`` (no overlap:
@@ -49,8 +58,12 @@ from typing import Literal
 
 from dmlbench.errors import chosen
 
-Algorithm = Literal["ring", "tree", "ps", "hierarchical"]
-ALGORITHMS: tuple[Algorithm, ...] = ("ring", "tree", "ps", "hierarchical")
+Algorithm = Literal["ring", "halving-doubling", "tree", "ps", "hierarchical"]
+ALGORITHMS: tuple[Algorithm, ...] = ("ring", "halving-doubling", "tree", "ps", "hierarchical")
+TWO_LEVEL: tuple[Algorithm, ...] = ("ring", "hierarchical")
+"""The algorithms the two-level (nodes) model has."""
+Between = Literal["ring", "halving-doubling"]
+"""The all-reduce among the nodes of a hierarchical one."""
 
 
 def algorithms_named(
@@ -104,9 +117,11 @@ def cluster_allreduce_time(
     inter: Link,
     layout: Layout,
     calibration: CommCalibration,
+    between: Between = "ring",
 ) -> float:
     """Seconds for one all-reduce of ``size`` bytes among ``workers`` on ``layout.nodes``
-    nodes: the flat ``ring`` or the two-level ``hierarchical`` algorithm."""
+    nodes: the flat ``ring`` or the two-level ``hierarchical`` algorithm, the nodes
+    all-reducing ``between`` them as a ring or by halving and doubling."""
     nodes, per_node = layout.nodes, workers // layout.nodes
     if workers <= 1 or size <= 0:
         return 0.0
@@ -118,7 +133,7 @@ def cluster_allreduce_time(
                 (per_node - 1) * _step(layout.intra, calibration)
                 + (per_node - 1) / per_node * size / beta
             )
-        return inner + allreduce_time("ring", nodes, size, inter, calibration)
+        return inner + allreduce_time(between, nodes, size, inter, calibration)
     if algorithm != "ring":
         raise ValueError(f"on several nodes choose ring or hierarchical, not {algorithm!r}")
     if per_node == 1:
@@ -149,12 +164,16 @@ def allreduce_time(
     if algorithm == "ring":
         steps = 2 * (workers - 1)
         return steps * hop + steps / workers * size / beta
+    if algorithm == "halving-doubling":
+        rounds = math.ceil(math.log2(workers))
+        steps = 2 * rounds + (0 if 2**rounds == workers else 2)
+        return steps * hop + 2 * (workers - 1) / workers * size / beta
     if algorithm == "tree":
         depth = math.ceil(math.log2(workers))
         return 2 * depth * (hop + size / beta)
     if algorithm == "ps":
         return 2 * hop + 2 * workers * size / beta
-    raise ValueError(f"unknown algorithm {algorithm!r}; choose ring, tree, ps or hierarchical")
+    raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
 
 
 @dataclass(frozen=True)

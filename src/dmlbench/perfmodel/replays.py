@@ -6,8 +6,9 @@ the prediction and the relative error. ``benchmarks/replay_*.py`` print them;
 ``dmlbench simulate-cluster --cluster`` draws a replay's points beside its own curve.
 
 - :func:`goyal`: Goyal et al. 2017 (ResNet-50 on Big Basin servers of 8 P100s, 50 Gbit/s
-  Ethernet between them). Compute is calibrated from their single-server baseline (29
-  hours for 90 epochs); 256 and 352 GPUs are predicted.
+  Ethernet between them, all-reduced as their section 4.1 says). Compute is calibrated
+  from their single-server baseline (29 hours for 90 epochs); 256 and 352 GPUs are
+  predicted.
 - :func:`ddp_benchmark`: the per-iteration latency PyTorch's DDP authors published for
   four ImageNet models on 1 to 16 V100s (DGX-1s, 4×100 Gb/s InfiniBand a machine), at
   25 MB and 1 MB buckets, DDP's own copies included (:func:`ddp_own_cost_s`). It stands
@@ -66,13 +67,20 @@ GOYAL_CLUSTER = "goyal2017-bigbasin"
 GOYAL_TASK = "imagenet-resnet50"
 GOYAL_EPOCHS = 90
 GOYAL_BASELINE_S = 29 * 3600
-"""8 GPUs (one server), minibatch 256, 90 epochs: "29 hours" (their baseline; the
-NVIDIA and Facebook announcements say the same)."""
+"""8 GPUs (one server), minibatch 256, 90 epochs: "29 hours" (the NVIDIA and Facebook
+announcements). The paper's own section 5.5 gives no figure of it but a bound, an epoch
+"from over 16 minutes" at minibatch 256 (29 hours is 19.3); its 352-GPU epoch (about 30
+seconds) and step (12% longer than the baseline's) put the baseline's step at 235.6 ms,
+within 2% of these 231.8 ms. Those two are scored below, so the announcement's figure,
+which does not depend on them, stays the calibration."""
 GOYAL_PUBLISHED: dict[int, tuple[str, float, str]] = {
     256: ("epoch at minibatch 8k (90 epochs in one hour)", 3600 / GOYAL_EPOCHS, "s"),
     352: ("epoch at minibatch 11k (section 5.5: about 30 seconds)", 30.0, "s"),
 }
 GOYAL_EFFICIENCY_256 = 0.90  # the abstract: ~90% scaling efficiency from 8 to 256 GPUs
+GOYAL_STEP_GROWTH_352 = 1.12
+"""Section 5.5: "the time per iteration increases only 12% while scaling the minibatch
+size by 44×" (8 GPUs at 256 to 352 GPUs at 11k)."""
 
 
 def goyal(hardware: Hardware, cost: TaskCost) -> tuple[list[Cell], dict[str, Any]]:
@@ -89,6 +97,7 @@ def goyal(hardware: Hardware, cost: TaskCost) -> tuple[list[Cell], dict[str, Any
         compute -= one["step_s"] - measured_step
     rows = scale(cluster, cost, [1, 32, 44], compute_s=compute, efficiency=1.0)
     by_workers = {row["workers"]: row for row in rows}
+    # the null: communication free, every step the baseline's (so also linear scaling)
     cells = [
         Cell(
             GOYAL,
@@ -97,6 +106,7 @@ def goyal(hardware: Hardware, cost: TaskCost) -> tuple[list[Cell], dict[str, Any
             published,
             IMAGENET_TRAIN / by_workers[workers]["samples_per_s"],
             unit,
+            comm_free=IMAGENET_TRAIN / (workers * cost.local_batch) * measured_step,
         )
         for workers, (words, published, unit) in GOYAL_PUBLISHED.items()
     ]
@@ -108,6 +118,18 @@ def goyal(hardware: Hardware, cost: TaskCost) -> tuple[list[Cell], dict[str, Any
             GOYAL_EFFICIENCY_256,
             by_workers[256]["efficiency"],
             "",
+            comm_free=1.0,
+        )
+    )
+    cells.append(
+        Cell(
+            GOYAL,
+            "time per iteration, 8 to 352 GPUs (section 5.5: 12% longer)",
+            352,
+            GOYAL_STEP_GROWTH_352,
+            by_workers[352]["step_s"] / by_workers[8]["step_s"],
+            "×",
+            comm_free=1.0,
         )
     )
     inputs = {
@@ -119,6 +141,7 @@ def goyal(hardware: Hardware, cost: TaskCost) -> tuple[list[Cell], dict[str, Any
         "calibration": (
             f"their 8-GPU baseline: 29 h for 90 epochs = {measured_step * 1e3:.1f} ms a step"
         ),
+        "allreduce": cluster.allreduce(),
         "compute_step_s": compute,
         "achieved_tflops": cost.flops_per_step / compute / 1e12,
         "rows": rows,
@@ -347,6 +370,7 @@ def ddp_benchmark(hardware: Hardware) -> tuple[list[Cell], dict[str, Any]]:
                     compute_s=DDP_NO_DDP_S[name],
                     bucket_cap=cap_mb * MIB,
                     ddp_cost=True,
+                    algorithm="ring",  # NCCL's ring through both machines' GPUs
                 )
                 figure = f"{name}, s/iteration ({quantile}), {cap_mb} MB buckets"
                 free = row["compute_s"] + row["ddp_own_s"]  # the null: no communication

@@ -16,13 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.perfmodel.calibrate import TaskCalibration, calibrate_comm, calibrate_task, comm_for
-from dmlbench.perfmodel.model import CommCalibration, Layout, Link, algorithms_named, predict
+from dmlbench.perfmodel.model import (
+    TWO_LEVEL,
+    CommCalibration,
+    Layout,
+    Link,
+    algorithms_named,
+    predict,
+)
 
 if TYPE_CHECKING:
     from dmlbench.prices import Price
     from dmlbench.results.store import ResultsStore
-
-TWO_LEVEL = ("ring", "hierarchical")  # the algorithms the two-level (nodes) model has
 
 
 @dataclass

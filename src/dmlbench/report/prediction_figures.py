@@ -82,7 +82,7 @@ def predicted_speedup(rows: list[dict], title: str) -> Figure:
     workers = sorted(int(w) for w in frame["workers"].unique())
     n0 = min(workers)
     ax.plot(workers, [w / n0 for w in workers], "k--", lw=1, label="ideal (linear)")
-    styles = {"ring": "o-", "tree": "s:", "ps": "^-."}
+    styles = {"ring": "o-", "halving-doubling": "D--", "tree": "s:", "ps": "^-."}
     for i, ((network, algo), group) in enumerate(
         frame.groupby(["network", "algorithm"], sort=False)
     ):

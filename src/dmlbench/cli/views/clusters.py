@@ -141,16 +141,16 @@ def _time_to_train_table(result: ClusterSimulation) -> Table:
 def hardware_table(hardware: Any) -> Group:
     """`dmlbench simulate-cluster --cluster list`: the cluster profiles, then their sources."""
     table = figures_table("cluster profiles: --cluster NAME (your own: --hardware FILE)")
-    for column in ("name", "devices a node", "inside", "between"):
+    for column in ("name", "devices a node", "inside", "between", "all-reduce"):
         table.add_column(column)
-    for key, profile in hardware.clusters.items():
-        inter = hardware.interconnects[profile.inter]
-        accelerator = hardware.accelerators[profile.accelerator]
+    for key in hardware.clusters:
+        cluster = hardware.cluster(key)
         table.add_row(
             key,
-            escape(f"{profile.devices_per_node} × {accelerator.name}"),
-            escape(hardware.interconnects[profile.intra].name),
-            escape(f"{inter.name} × {profile.nics_per_node}"),
+            escape(f"{cluster.devices_per_node} × {cluster.accelerator.name}"),
+            escape(cluster.intra.name),
+            escape(f"{cluster.inter.name} × {cluster.profile.nics_per_node}"),
+            escape(cluster.allreduce()),
         )
     sources = [Text(f"{key}: {profile.source}") for key, profile in hardware.clusters.items()]
     return Group(table, *sources)
