@@ -60,7 +60,7 @@ def cluster_table(result: ClusterSimulation) -> Group:
         f"{result.flops_per_step / 1e9:,.1f} GFLOP (local batch {result.local_batch}) "
         f"÷ ({result.peak_flops / 1e12:g} TFLOP/s {result.dtype} "
         f"peak × {share(result.efficiency)} efficiency, {result.efficiency_source})",
-        f"comm: {result.algorithm} all-reduce of "
+        f"comm: all-reduce ({result.algorithm}) of "
         f"{result.gradient_bytes / 1e6:,.1f} MB of gradients in DDP's buckets (1 MiB, "
         "then 25 MiB); exposed: the ms of it past the end of backward",
         f"hardware: {info['source']}",
@@ -222,7 +222,7 @@ def plan_table(plan: dict[str, Any]) -> Group:
             f"compute at local batch {b} a device: {source}"
             for b, source in plan["compute"].items()
         ),
-        f"communication: {plan['algorithm']} all-reduce",
+        f"communication: all-reduce ({plan['algorithm']})",
         f"samples to the target: {fitted_on(convergence)}"
         + ("; † extrapolated past them" if any(r["extrapolated"] for r in plan["rows"]) else ""),
     ]
