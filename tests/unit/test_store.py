@@ -156,3 +156,31 @@ def test_a_filter_that_matches_no_run_names_the_nearest_the_store_has(
         )
         assert code == 0, err
         assert out.strip() == "[]" if how == ("--json",) else "1 run is still running" in out
+
+
+def test_several_tasks_or_sweeps_are_listed_together_and_a_misspelt_one_is_said(
+    tmp_path: Path, dmlbench
+) -> None:
+    """`--task imagenet-resnet50 --task mlperf/resnet` (one's own runs beside MLPerf's)
+    kept only the last: typer takes a single option given twice as its last value."""
+    store = ResultsStore(tmp_path)
+    env = collect_environment()
+    for run_id, task in (("a", "synthetic-mlp"), ("b", "digits-mlp"), ("c", "digits-mlp")):
+        store.begin(run_id, resolve_spec(task).to_json_dict(), {}, env, sweep=None)
+    both = ("--task", "synthetic-mlp", "--task", "digits-mlp")
+    for given in (both, ("--task", "synthetic-mlp,digits-mlp")):
+        code, out, err = dmlbench("results", "--store", str(tmp_path), *given, "--json")
+        assert code == 0, err
+        assert sorted(run["run_id"] for run in json.loads(out)) == ["a", "b", "c"]
+    assert [r.run_id for r in store.runs(task=["digits-mlp"])] == ["b", "c"]
+    assert [r.run_id for r in store.runs(sweep=["single runs", "x"], task="synthetic-mlp")] == ["a"]
+    # a misspelt one beside a known one is refused, named with the nearest, not left out
+    for command in ("results", "compare", "export", "report"):
+        out = ["--out", str(tmp_path / command)] if command == "export" else []
+        code, _, err = dmlbench(
+            command, "--store", str(tmp_path), "--task", "digits-mlp,synthetic-mpl", *out
+        )
+        assert code == 2 and "task 'synthetic-mpl' (did you mean 'synthetic-mlp'?)" in err, err
+        assert "digits-mlp'" not in err
+    code, _, err = dmlbench("results", "--store", str(tmp_path), "--task", " , ")
+    assert code == 2 and "--task: name one" in err

@@ -16,7 +16,6 @@ from rich.markup import escape
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.report.formats import plural, reflowed
-from dmlbench.results.records import RunRecord
 from dmlbench.results.store import DEFAULT_STORE, STORE_ENV, Rerun
 
 if TYPE_CHECKING:
@@ -127,8 +126,6 @@ NprocPerNodeOption = Annotated[
     ),
 ]
 QuietOption = Annotated[bool, flag(help="keep worker output in the run folders only")]
-SweepFilter = Annotated[str | None, typer.Option(help="only this sweep's runs")]
-TaskFilter = Annotated[str | None, typer.Option(help="only this task's runs")]
 BudgetOption = Annotated[
     float | None,
     typer.Option(
@@ -255,17 +252,6 @@ def show_stored_run(store: ResultsStore, run_id: str, status: str, json_out: boo
         console.print(run_summary(stored))
     if status == "failed":
         raise typer.Exit(1)
-
-
-def selected_runs(
-    store: Path, sweep: str | None, task: str | None, opened: ResultsStore | None = None
-) -> list[RunRecord]:
-    """The stored runs of a sweep and/or task; refused in one line where there are none."""
-    opened = opened or open_store(store, existing=True)
-    runs = opened.runs(sweep=sweep, task=task)
-    if not runs:
-        raise DmlbenchError(f"no stored runs in {store}{opened.missed(sweep, task)}")
-    return list(runs)
 
 
 def spec_from(

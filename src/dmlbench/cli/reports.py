@@ -18,14 +18,12 @@ from dmlbench.cli.options import (
     PriceOption,
     PricesOption,
     StoreOption,
-    SweepFilter,
-    TaskFilter,
     console,
     flag,
     open_store,
     output_option,
-    selected_runs,
 )
+from dmlbench.cli.selection import SweepFilter, TaskFilter, filter_names, selected_runs, unmatched
 from dmlbench.errors import DmlbenchError
 from dmlbench.names import comma_list
 from dmlbench.report.formats import plural
@@ -65,15 +63,22 @@ def report(
     from dmlbench.report import analysis
     from dmlbench.report.html import write_report
 
-    runs = results.runs(sweep=sweep, task=task)
-    comm_runs = results.comm_runs() if not (sweep or task) else []
+    sweeps, tasks = filter_names(sweep, "--sweep"), filter_names(task, "--task")
+    runs = results.runs(sweep=sweeps, task=tasks)
+    comm_runs = results.comm_runs() if not (sweeps or tasks) else []
     from dmlbench.report.predictions import load_predictions
 
     predictions = (
-        [] if sweep else [p for p in load_predictions(store) if not task or p["task"] == task]
+        [] if sweeps else [p for p in load_predictions(store) if not tasks or p["task"] in tasks]
     )
     if not runs and not comm_runs and not predictions:
-        raise DmlbenchError(f"no stored runs in {store}{results.missed(sweep, task)} to report on")
+        missed = results.missed(sweeps, tasks)
+        raise DmlbenchError(f"no stored runs in {store}{missed} to report on")
+    lacking = unmatched(
+        runs, sweeps, [t for t in tasks or () if t not in {p["task"] for p in predictions}]
+    )
+    if any(lacking):  # one of several named has none: not left out unsaid
+        raise DmlbenchError(f"no stored runs in {store}{results.missed(*lacking)} to report on")
     if png is not None:
         check_output_folder(png, "--png folder")  # before the report is written
     chosen = choose_price(price, prices)
@@ -137,7 +142,8 @@ def compare(
 ) -> None:
     """Aggregated runs side by side: repeats as mean ± std and olympic mean, speedup,
     efficiency, comm ratio and cost."""
-    runs = selected_runs(store, sweep, task)  # before the report's imports
+    # before the report's imports
+    runs = selected_runs(store, filter_names(sweep, "--sweep"), filter_names(task, "--task"))
     from dmlbench.cli.views.tables import scaling_tables
     from dmlbench.prices import choose_price
     from dmlbench.report import analysis, notes
@@ -223,8 +229,9 @@ def export(
     chosen = check_formats(formats or default_formats())
     opened = open_store(store, existing=True)
     check_output_folder(out, "export folder", make=False)  # a file there: refused first
-    comm = [] if sweep or task else opened.comm_runs()
-    runs = opened.runs() if comm else selected_runs(store, sweep, task, opened)
+    sweeps, tasks = filter_names(sweep, "--sweep"), filter_names(task, "--task")
+    comm = [] if sweeps or tasks else opened.comm_runs()
+    runs = opened.runs() if comm else selected_runs(store, sweeps, tasks, opened)
     written = export_tables(runs, check_output_folder(out, "export folder"), chosen, comm)
     names = ", ".join(p.name for p in written)
     console.print(f"{len(written)} files in {out}: {names}", markup=False, soft_wrap=True)

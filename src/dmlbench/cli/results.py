@@ -13,15 +13,13 @@ from dmlbench.cli.options import (
     STORE,
     JsonOption,
     StoreOption,
-    SweepFilter,
-    TaskFilter,
     console,
     err_console,
     flag,
     open_store,
     print_json,
-    selected_runs,
 )
+from dmlbench.cli.selection import SweepFilter, TaskFilter, filter_names, selected_runs
 from dmlbench.errors import DmlbenchError
 from dmlbench.names import first_few
 from dmlbench.report.formats import plural
@@ -84,7 +82,8 @@ def results(
     from dmlbench.cli.views.summary import run_summary
     from dmlbench.cli.views.tables import runs_table
 
-    if run_id and (sweep or task):
+    sweeps, tasks = filter_names(sweep, "--sweep"), filter_names(task, "--task")
+    if run_id and (sweeps or tasks):
         raise DmlbenchError("--sweep and --task choose runs to list: give them or a run id")
     if run_id:
         matches = results_store.matching_ids(run_id)
@@ -97,8 +96,8 @@ def results(
                 return
             raise DmlbenchError(_unmatched(run_id, [*matches, *found], store))
         run_id = matches[0]
-    if sweep or task:  # none matching: the nearest the store has, in one line
-        runs = selected_runs(store, sweep, task, results_store)
+    if sweeps or tasks:  # none matching: the nearest the store has, in one line
+        runs = selected_runs(store, sweeps, tasks, results_store)
     else:
         runs = results_store.runs(run_id)
     if json_out:
@@ -106,7 +105,7 @@ def results(
     elif run_id:
         console.print(run_summary(runs[0]))
     else:
-        comm_runs = [] if sweep or task else results_store.comm_runs()
+        comm_runs = [] if sweeps or tasks else results_store.comm_runs()
         if runs or not comm_runs:  # "0 stored runs" above micro-benchmarks said nothing
             console.print(runs_table(runs, width=console.width))
         if comm_runs:

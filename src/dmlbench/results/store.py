@@ -68,6 +68,14 @@ _JSON_COLUMNS = (
 )
 
 
+Names = str | Sequence[str] | None
+"""A filter of runs: one sweep or task, several, or none (every run)."""
+
+
+def _names(names: Names) -> list[str] | None:
+    return None if names is None else [names] if isinstance(names, str) else list(names)
+
+
 class Rerun(StrEnum):
     """Which of a sweep's points the store already has are run again."""
 
@@ -392,21 +400,20 @@ class ResultsStore:
                 found.append(CommRun(**fields))
         return found
 
-    def missed(self, sweep: str | None, task: str | None) -> str:
+    def missed(self, sweep: Names, task: Names) -> str:
         """What a filter that matched no run asked for, with the nearest sweep or task
         the store has: `` for sweep 'x-worker' (did you mean 'x-workers'?)``, or the ones
         it has where none is near ("" without a filter)."""
         said = []
         with self._connect() as db:
-            for column, value in (("sweep", sweep), ("task", task)):
-                if value is None:
-                    continue
+            for column, values in (("sweep", sweep), ("task", task)):
                 query = f"SELECT DISTINCT {column} FROM runs"
                 names = sorted(str(row[0] or SINGLE_RUNS) for row in db.execute(query))
-                close = difflib.get_close_matches(value[:200], names, n=1)
-                shown = first_few(names, 8)
-                hint = f"did you mean '{close[0]}'?" if close else f"it has {shown or 'none'}"
-                said.append(f"{column} '{shorten(value)}' ({hint})")
+                for value in _names(values) or ():
+                    close = difflib.get_close_matches(value[:200], names, n=1)
+                    shown = first_few(names, 8)
+                    hint = f"did you mean '{close[0]}'?" if close else f"it has {shown or 'none'}"
+                    said.append(f"{column} '{shorten(value)}' ({hint})")
         return f" for {' and '.join(said)}" if said else ""
 
     def matching_ids(self, fragment: str) -> list[str]:
@@ -430,19 +437,26 @@ class ResultsStore:
         return latest
 
     def runs(
-        self, run_id: str | None = None, *, sweep: str | None = None, task: str | None = None
+        self, run_id: str | None = None, *, sweep: Names = None, task: Names = None
     ) -> list[RunRecord]:
-        """Every run (or one, or a sweep's or task's), oldest first, with its evaluations
-        and phase totals. The sweep ``single runs`` is the runs of none, as tables call
-        them."""
-        where = {"run_id": run_id, "sweep": sweep, "task": task}
-        filters = {k: v for k, v in where.items() if v is not None}
-        alone = "(sweep=? OR sweep IS NULL)" if sweep == SINGLE_RUNS else "sweep=?"
-        clause = " AND ".join(alone if k == "sweep" else f"{k}=?" for k in filters)
+        """Every run (or one, or those of some sweeps or tasks), oldest first, with its
+        evaluations and phase totals. The sweep ``single runs`` is the runs of none, as
+        tables call them."""
+        clauses, values = [], []
+        for column, names in (("run_id", _names(run_id)), ("sweep", _names(sweep))):
+            if names is not None:
+                clauses.append(f"{column} IN ({', '.join('?' * len(names))})")
+                values += names
+        if (sweeps := _names(sweep)) is not None and SINGLE_RUNS in sweeps:
+            clauses[-1] = f"({clauses[-1]} OR sweep IS NULL)"
+        if (tasks := _names(task)) is not None:
+            clauses.append(f"task IN ({', '.join('?' * len(tasks))})")
+            values += tasks
+        clause = " AND ".join(clauses)
         query = "SELECT * FROM runs" + (f" WHERE {clause}" if clause else "") + " ORDER BY rowid"
         found = []
         with self._connect() as db:
-            for row in db.execute(query, tuple(filters.values())).fetchall():
+            for row in db.execute(query, values).fetchall():
                 fields = dict(row)
                 for key in _JSON_COLUMNS:
                     value = fields.pop(key)
