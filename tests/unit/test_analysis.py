@@ -1158,6 +1158,28 @@ def test_a_run_of_another_model_is_titled_with_it() -> None:
     assert section_title(analysis.runs_frame([own, other])).startswith("t · ")  # mixed
 
 
+def test_a_sections_title_names_the_gpus_and_calls_imported_systems_systems() -> None:
+    """A GPU run's section was titled with its host's CPU alone; MLPerf's imported runs
+    (a system each, up to 96 nodes) read "6 hosts"."""
+    from dmlbench.report.html import section_title
+
+    cpu = stored_run("a", 1, tta=1.0)
+    gpu = dataclasses.replace(
+        cpu, run_id="b", summary=RunSummary.model_validate({"device": "cuda:0"}), gpus=["H200"]
+    )
+    assert section_title(analysis.runs_frame([cpu])).endswith(
+        " · cpu, 2 cores · " + cpu.created_at[:10]
+    )
+    assert " · H200 · cpu, 2 cores · " in section_title(analysis.runs_frame([gpu]))
+    elsewhere = dataclasses.replace(gpu, run_id="c", host="h2", gpus=["A100"])
+    assert " · 2 kinds of GPU · 2 hosts · " in section_title(analysis.runs_frame([gpu, elsewhere]))
+    origin = {"source": "mlperf", "system": "dgx1"}
+    imported = [
+        dataclasses.replace(run, origin={**origin, "system": run.host}) for run in (gpu, elsewhere)
+    ]
+    assert " · 2 systems · " in section_title(analysis.runs_frame(imported))
+
+
 def test_the_memory_line_says_when_the_tuned_allocators_cache_is_in_the_peak() -> None:
     """Issue 56, item 2: 233 MiB measured against 114 MiB predicted, and nothing said."""
     from dmlbench.cli.views.memory import memory_text

@@ -67,12 +67,19 @@ class Section:
 
 
 def _hardware(runs: pd.DataFrame) -> str:
+    """Where the runs ran, for a section's title: the GPUs they trained on, and the
+    host's CPU, or how many hosts (imported runs: how many systems)."""
     hosts = runs[["host", "cpu_model", "cores"]].drop_duplicates()
+    gpus = [d for d in dict.fromkeys(runs.get("device", ())) if d and d != "cpu"]
+    trained_on = gpus[0] if len(gpus) == 1 else f"{len(gpus)} kinds of GPU" if gpus else ""
     if len(hosts) > 1:
-        return f"{hosts['host'].nunique()} hosts"
-    host = hosts.iloc[0]
-    cpu = re.sub(r"\s+", " ", str(host["cpu_model"]).replace("(R)", "").replace("(TM)", ""))
-    return f"{cpu}, {int(host['cores'])} cores" if pd.notna(host["cores"]) else cpu
+        imported = "system" in runs and bool(runs["system"].notna().all())
+        where = f"{hosts['host'].nunique()} {'systems' if imported else 'hosts'}"
+    else:
+        host = hosts.iloc[0]
+        cpu = re.sub(r"\s+", " ", str(host["cpu_model"]).replace("(R)", "").replace("(TM)", ""))
+        where = f"{cpu}, {int(host['cores'])} cores" if pd.notna(host["cores"]) else cpu
+    return f"{trained_on} · {where}" if trained_on else where
 
 
 def section_title(runs: pd.DataFrame) -> str:
