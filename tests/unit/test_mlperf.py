@@ -417,6 +417,25 @@ def test_the_reports_terminal_table_lists_systems_in_the_numbers_order(tmp_path:
     assert len(rows) == 2 and "box_n16 " in rows[0] and "box_n128 " in rows[1]
 
 
+def test_imported_systems_are_listed_by_their_scale_not_their_names(tmp_path: Path) -> None:
+    """v0.7's ResNet-50 systems read 8, 512, 16, 16, 768, 8 devices down `compare`'s
+    table: their labels began with the system's name (dgx1, dgx2h_n32, dgx2h, ...),
+    whose digits ordered them."""
+    store = tmp_path / "store"
+    for name, nodes in (("a9_big", 32), ("z1_small", 1), ("m5_mid", 4)):
+        sub = submission(tmp_path / name, times=(90.0,), name=name, nodes=nodes)
+        inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    shown = inside("compare", "--store", str(store), "--task", "mlperf/resnet").stdout
+    rows = [line.split() for line in shown.splitlines() if line.lstrip()[:1].isdigit()]
+    assert [int(row[0]) for row in rows] == [4, 16, 128]  # devices: 4 a node
+    legend = [line for line in shown.splitlines() if "system=" in line]
+    assert [line.split("system=")[1].split()[0] for line in legend] == [
+        "z1_small",
+        "m5_mid",
+        "a9_big",
+    ]
+
+
 def test_compare_by_another_column_than_workers_prints_a_table(tmp_path: Path) -> None:
     """`compare --by nodes` printed pandas' dump of the table: fifty columns, folded."""
     store = tmp_path / "store"

@@ -19,6 +19,8 @@ _NOT_VARIANT = {"workers", "seed", "data_dir", "download", "plugins", "save_mode
 # Keys that follow the worker count: a variant only when they vary at a fixed count
 # (local batch under weak/strong scaling; nproc_per_node, nodes: 2×2 against 1×4).
 _BATCH_KEYS = {"recipe.local_batch", "global_batch", "nodes", "nproc_per_node"}
+# The order an imported run's label says its scale in; the numbers in a label order it.
+_SCALE = {"nodes": 0, "nproc_per_node": 1, "recipe.local_batch": 2}
 
 
 def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
@@ -44,6 +46,7 @@ def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
         flat["network"] = group["network"].map(json.dumps)
         flat["workers"] = group["workers"]
         sections = [set(json.loads(s)) for s in group["spec"]]
+        imported = all("external" in has for has in sections)  # MLPerf's published runs
         keys = []
         for key in flat.columns:
             present = set(flat[key].dropna())
@@ -53,9 +56,12 @@ def variant_labels(frame: pd.DataFrame, group_by: list[str]) -> pd.Series:
                 continue
             if _alike_where_present(key, flat[key], sections):
                 continue
-            if key in _BATCH_KEYS and flat.groupby("workers")[key].nunique().max() < 2:
+            follows = flat.groupby("workers")[key].nunique().max() < 2
+            if key in _BATCH_KEYS and follows and not (imported and key == "nodes"):
                 continue
             keys.append(key)
+        if imported:  # a system's nodes, devices and batch first: systems sort by scale
+            keys.sort(key=lambda key: (_SCALE.get(key, len(_SCALE)), key.startswith("external.")))
         for index, has in zip(group.index, sections, strict=True):
             labels[index] = " ".join(
                 f"{_key_text(k)}={_value_text(_loads(flat.at[index, k]))}"
