@@ -325,7 +325,12 @@ def simulate_cluster(
                 "TF32 by default); simulate-cluster with --dtype tf32"
             )
     else:
-        share, source = DEFAULT_EFFICIENCY, f"assumed: dmlbench's default {DEFAULT_EFFICIENCY:.0%}"
+        share = DEFAULT_EFFICIENCY
+        source = (
+            f"assumed: dmlbench's default {DEFAULT_EFFICIENCY:.0%}, not measured; for a "
+            "measured one give --curve (`dmlbench bench curve` on the device), "
+            "--samples-per-s or --efficiency"
+        )
     if compute is not None:
         share = cost.flops_per_step / compute / cluster.accelerator.peak_flops(dtype)
     rows = scale(

@@ -35,8 +35,11 @@ BOUND = 1e6
 
 DEFAULT_EFFICIENCY = 0.4
 """The share of the peak a step achieves when no run on the device says: a round
-default, not a measurement (well-tuned data-parallel training reaches 30–50% of its
-device's dense peak). A run on the device, or ``--efficiency``, replaces it."""
+default, not a measurement (well-tuned training of large transformers reaches 30–50% of
+its device's dense peak; convolutional networks reach less: ResNet-50 reached 10.6% of
+an H200's bf16 peak at 256 images in dmlbench's own runs, BENCHMARKS.md, "The GPU path
+on one H200"). A measured curve or speed, a run on the device, or ``--efficiency``
+replaces it, and the output says which."""
 
 
 class Accelerator(StrictModel):
