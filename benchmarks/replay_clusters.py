@@ -92,8 +92,8 @@ def main() -> None:
         error = median_abs_error(cells)
         print(f"\nmedian |error|: {error:.1%}")
         if nulls:
-            free = statistics.median(abs(c.comm_free_error or 0.0) for c in cells)
-            print(f"median |error| of the communication-free null: {free:.1%}")
+            null = statistics.median(abs(c.comm_free_error or 0.0) for c in cells)
+            print(f"median |error| of the communication-free null: {null:.1%}")
         if name == "goyal":
             print("\nsensitivity to the assumed constants of the 50 Gbit/s TCP link:")
             sensitivity = goyal_sensitivity(hardware, cost)

@@ -129,7 +129,9 @@ def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
                 accumulation=first.gradient_accumulation,
                 throughput=statistics.median(r.throughput or math.nan for r in done),
                 samples=statistics.median(r.samples or math.nan for r in done),
-                epochs=statistics.median(r.epochs for r in done) if first.epochs else None,
+                epochs=statistics.median(r.epochs or math.nan for r in done)
+                if first.epochs
+                else None,
                 dataset=first.dataset_samples,
                 time_to_train_s=olympic_score(mine),
                 eval_s=statistics.median(r.eval_s for r in done),
