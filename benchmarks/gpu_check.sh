@@ -1,7 +1,7 @@
 #!/bin/bash
 # dmlbench's checks that need a GPU, as one prepared script for a lent device:
-#   PARTS="refusals path autocast workspace curve" [REPEATS=1] bash benchmarks/gpu_check.sh [STORE [OUT]]
-# (PARTS: the default runs all five; results in BENCHMARKS.md, "The GPU path" and
+#   PARTS="refusals path autocast workspace curve graphs" [REPEATS=1] bash benchmarks/gpu_check.sh [STORE [OUT]]
+# (PARTS: the default runs all six; results in BENCHMARKS.md, "The GPU path" and
 # "Time to train"; OUT gets the JSON summaries and a copy of the store after each part)
 #
 # refusals: one GPU worker more than the host has GPUs (a run, an NCCL all-reduce
@@ -17,11 +17,15 @@
 #           256) for ResNet-50 and the GPT, in bf16 and tf32 (`dmlbench bench curve`):
 #           the measured curve that `simulate-cluster --curve` and `replay_mlperf.py
 #           --curve` take.
+# graphs:   issue 54: ResNet-50's curve in bf16 under CUDA graphs (compile=reduce-overhead),
+#           as NVIDIA's v0.7 MXNet ResNet-50 ran (MXNET_EXPERIMENTAL_ENABLE_CUDA_GRAPH=1 in
+#           every config of its submission): a step's fixed part without the host launching
+#           kernel by kernel. Each batch compiles first (about a minute on a 16-core host).
 set -u
 S=${1:-gpu-check-store}
 O=${2:-.}
 PY=${PYTHON:-python3}
-PARTS=${PARTS:-"refusals path autocast workspace curve"}
+PARTS=${PARTS:-"refusals path autocast workspace curve graphs"}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 keep() { tar czf "$O/store.tar.gz" -C "$(dirname "$S")" "$(basename "$S")"; }
 R="--workers 1 --set synthetic_data=true --set warmup_steps_excluded=10 --store $S"
@@ -64,4 +68,11 @@ if part curve; then
       keep
     done
   done
+fi
+
+if part graphs; then
+  dmlbench bench curve imagenet-resnet50 --device cuda --precision bf16 --local-batch 8,16,32,64,128 \
+    --set compile=reduce-overhead --repeats "${REPEATS:-1}" --store "$S" \
+    --out "$O/imagenet-resnet50-curve-bf16-graphs.json"
+  keep
 fi

@@ -128,3 +128,11 @@ def test_bench_curve_measures_a_devices_step_by_local_batch_and_reuses_its_runs(
     source = json.loads(used.stdout)["efficiency_source"]
     assert source.startswith("measured at local batch 2–8 on ")
     assert "not measured on this profile's NVIDIA H200" in source
+    # another --set under the same sweep name is another curve: its runs alone (the
+    # medians mixed both settings' runs)
+    second = tmp_path / "other.json"
+    changed = ("--set", "channels_last=false", "--out", str(second))
+    other = inside(*args, "--warmup", "1", *changed, "--store", store)
+    assert "2 to run" in other.stdout
+    mine = json.loads(second.read_text())
+    assert len(mine["runs"]) == 2 and not set(mine["runs"]) & set(written["runs"])

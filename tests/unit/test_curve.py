@@ -184,6 +184,13 @@ def test_the_curve_of_stored_runs_takes_the_newest_runs_device_and_medians() -> 
     assert elsewhere == 2  # the A100's and the CPU's
     with pytest.raises(SpecError, match="no finished one-worker run"):
         curve_from_runs(runs[5:8], "bf16")
+    # compiled with CUDA graphs, the newest: a curve of its own, said so in the file
+    graphs = {"recipe": {"precision": "bf16"}, "compile": "reduce-overhead"}
+    compiled = [_run("13", 8, 0.011, spec=graphs), _run("14", 64, 0.02, spec=graphs)]
+    curve, elsewhere = curve_from_runs([*runs, *compiled], "bf16")
+    assert curve.points == ((8.0, 0.011), (64.0, 0.02)) and curve.compiled == "reduce-overhead"
+    assert elsewhere == 9 and curve.to_json()["compiled"] == "reduce-overhead"  # the eager 9
+    assert "(bf16, compiled: reduce-overhead)" in curve.measured_on()
 
 
 def test_bench_curve_refuses_before_any_run_what_it_could_not_finish(

@@ -246,6 +246,9 @@ def test_the_summary_names_hardware_use_and_where_the_time_went() -> None:
     assert kept_by(fallback).endswith("; channels-last and tuned allocator (no jemalloc)")
     on_gpu = summary.model_copy(update={"cpu_allocator": fallback, "device": "cuda:0"})
     assert hardware_text(on_gpu).endswith("and host's tuned allocator (no jemalloc)")
+    graphs = summary.model_copy(update={"compiled": "reduce-overhead", "cpu_allocator": None})
+    assert hardware_text(graphs).endswith("; channels-last and compiled (reduce-overhead)")
+    assert hardware_text(graphs.model_copy(update={"compiled": True})).endswith(" and compiled")
     assert hardware_text(RunSummary()) == ""
     assert time_split(RunSummary(train_s=198.1, eval_s=17.0)) == (
         ": training 198.1 s, evaluation 17.0 s"

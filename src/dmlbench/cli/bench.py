@@ -164,14 +164,13 @@ def curve(
     from dmlbench.perfmodel.curve import curve_from_runs, curve_sweep
     from dmlbench.spec.recipe import PRECISIONS
     from dmlbench.spec.sweep import validate_sweep
+    from dmlbench.sweep import plan_sweep
     from dmlbench.tasks import get_task
 
     batches = worker_counts(local_batch, "--local-batch", "local batches")
     if precision is not None and precision not in PRECISIONS:  # it names the file
         raise SpecError(f"--precision {precision!r}: one of {', '.join(PRECISIONS)}")
     precision = precision or get_task(task).recipe.precision
-    path = out or Path(f"curve-{task}-{precision}.json")
-    check_output_file(path, "--out file")  # before any run, not after them all
     check_device(device)
     fixed = {
         "workers": 1,
@@ -190,8 +189,18 @@ def curve(
             "axes": {"recipe.local_batch": batches},
         }
     )
+    compiled = plan_sweep(sweep, overrides=overrides or ()).runs[0].spec.compile
+    mode = "" if not compiled else "-compiled" if compiled is True else f"-{compiled}"
+    path = out or Path(f"curve-{task}-{precision}{mode}.json")
+    check_output_file(path, "--out file")  # before any run, not after them all
     runs = run_sweep(
-        sweep, overrides=overrides, store=store, json_out=json_out, quiet=quiet, table=False
+        sweep,
+        overrides=overrides,
+        store=store,
+        json_out=json_out,
+        quiet=quiet,
+        table=False,
+        planned_only=True,  # a run of another --set under this name is another curve's
     )
     measured, elsewhere = curve_from_runs(runs, precision)
     missing = sorted(set(batches) - {int(b) for b, _ in measured.points})

@@ -82,11 +82,13 @@ def run_sweep(
     repeats: int | None = None,
     slurm: Any = None,
     table: bool = True,
+    planned_only: bool = False,
 ) -> list[Any]:
     """Plan a sweep, then (unless ``plan_only``) run what the store does not have yet,
-    and return the sweep's stored runs; ``slurm``: the Slurm job this runs in (its runs
-    of several nodes use its nodes); ``table``: print the scaling table and exit 1 where
-    a run failed (else the caller reads the runs)."""
+    and return the sweep's stored runs (``planned_only``: only those of this plan's
+    specs, not what the sweep's name stored with other settings); ``slurm``: the Slurm
+    job this runs in (its runs of several nodes use its nodes); ``table``: print the
+    scaling table and exit 1 where a run failed (else the caller reads the runs)."""
     from dmlbench.sweep import pending, plan_sweep
     from dmlbench.sweep import run_sweep as run_planned
 
@@ -115,6 +117,9 @@ def run_sweep(
     )
     bars.close()
     runs = results.runs(sweep=plan.sweep.name)
+    if planned_only:
+        keys = {planned.key for planned in plan.runs}
+        runs = [run for run in runs if run.run_key in keys]
     if table and json_out:
         print_json(runs)
     elif table:

@@ -10,7 +10,8 @@ it was measured::
      "device": "NVIDIA H200", "precision": "bf16", "runs": ["…", …],
      "points": [[8, 0.0254], [16, 0.0261], …]}      # [local batch, seconds a step]
 
-and, where a batch's run failed (out of memory, say), ``"missing": [256]``.
+and, where a batch's run failed (out of memory, say), ``"missing": [256]``; where the
+model was compiled, torch.compile's mode (``"compiled": "reduce-overhead"``: CUDA graphs).
 
 A bare ``[[local batch, seconds a step], ...]`` list still reads; it says nothing of
 where it was measured.
@@ -51,6 +52,7 @@ class Curve:
     precision: str | None = None
     runs: tuple[str, ...] = ()
     missing: tuple[int, ...] = ()  # local batches asked for that no run measured
+    compiled: str | None = None  # torch.compile's mode ("default", "reduce-overhead"), if any
 
     def __post_init__(self) -> None:
         if not self.points or any(not (b > 0 and s > 0) for b, s in self.points):
@@ -68,7 +70,8 @@ class Curve:
     def measured_on(self) -> str:
         """`` on DEVICE (PRECISION)``, as far as the curve says."""
         device = f" on {self.device}" if self.device else ""
-        return device + (f" ({self.precision})" if self.precision else "")
+        how = [self.precision or "", f"compiled: {self.compiled}" if self.compiled else ""]
+        return device + (f" ({', '.join(filter(None, how))})" if any(how) else "")
 
     def monotone(self) -> tuple[tuple[float, float], ...]:
         """The points with step times made non-decreasing in the batch, the least change
@@ -123,6 +126,7 @@ class Curve:
             "task": self.task,
             "device": self.device,
             "precision": self.precision,
+            **({"compiled": self.compiled} if self.compiled else {}),
             "runs": list(self.runs),
             "points": [[_number(b), s] for b, s in self.points],
             **({"missing": list(self.missing)} if self.missing else {}),
@@ -149,7 +153,7 @@ def read_curve(path: Path) -> Curve:
                 f"--curve {path}: not a {FORMAT} file of version {VERSION} "
                 "(`dmlbench bench curve` writes one)"
             )
-        for key in ("task", "device", "precision"):
+        for key in ("task", "device", "precision", "compiled"):
             value = data.get(key)
             if value is not None and not (isinstance(value, str) and 0 < len(value) <= 200):
                 raise SpecError(f"--curve {path}: its {key} is not a short text")
@@ -203,6 +207,12 @@ def curve_sweep(task: str, device: str, precision: str, steps: int, warmup: int)
     return f"curve-{task}-{slug}-{precision}-{steps}x{warmup}"
 
 
+def compiled_mode(run: Any) -> str | None:
+    """How a stored run's model was compiled: torch.compile's mode, or None (eager)."""
+    compiled = (run.spec or {}).get("compile")
+    return "default" if compiled is True else str(compiled) if compiled else None
+
+
 def device_name(run: Any) -> str:
     """The device a stored run stepped on: its GPU's name, else the host's CPU."""
     if str(run.summary.device or "").startswith("cuda") and run.gpus:
@@ -212,9 +222,10 @@ def device_name(run: Any) -> str:
 
 def curve_from_runs(runs: Sequence[Any], precision: str | None = None) -> tuple[Curve, int]:
     """The curve of one-worker runs that ended as planned, at each local batch the median
-    of their steady step times, on the device the newest of them ran on; and how many
-    such runs ran on another device and were left out. A run disturbed by other
-    processes on its cores counts only at a batch no undisturbed run measured."""
+    of their steady step times, on the device the newest of them ran on and compiled as
+    it was (eager, or torch.compile's mode); and how many such runs ran on another
+    device or were compiled otherwise, left out. A run disturbed by other processes on
+    its cores counts only at a batch no undisturbed run measured."""
     found = [
         run
         for run in runs
@@ -229,8 +240,8 @@ def curve_from_runs(runs: Sequence[Any], precision: str | None = None) -> tuple[
             "(`dmlbench results` says why the runs did not finish)"
         )
     newest = max(found, key=lambda run: run.created_at)
-    device = device_name(newest)
-    mine = [run for run in found if device_name(run) == device]
+    device, compiled = device_name(newest), compiled_mode(newest)
+    mine = [run for run in found if (device_name(run), compiled_mode(run)) == (device, compiled)]
     elsewhere = len(found) - len(mine)
     quiet = {run.local_batch for run in mine if run.disturbed is not True}
     mine = [run for run in mine if run.disturbed is not True or run.local_batch not in quiet]
@@ -240,5 +251,6 @@ def curve_from_runs(runs: Sequence[Any], precision: str | None = None) -> tuple[
         device=device,
         precision=newest.precision,
         runs=tuple(run.run_id for run in mine),
+        compiled=compiled,
     )
     return curve, elsewhere

@@ -117,7 +117,7 @@ class RunSummary(StopDetails):
     peak_flops_per_s: float | None = None
     peak_source: str | None = None
     channels_last: bool | None = None
-    compiled: bool | None = None
+    compiled: bool | str | None = None  # True, or torch.compile's mode
     compile_s: float | None = None
     cpu_allocator: str | None = None
     engine: str | None = None  # "dask" for a Dask fit

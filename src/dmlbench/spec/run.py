@@ -88,10 +88,12 @@ class RunSpec(WorkersSpec):
         description="convolutional models (and their images) in channels-last memory "
         "layout: the same maths, faster kernels. auto: on for models with 2-D convolutions",
     )
-    compile: bool = Field(
+    compile: bool | Literal["reduce-overhead", "max-autotune"] = Field(
         False,
         description="torch.compile the model before the clock starts (compile time is "
-        "reported apart); the same maths, fused kernels",
+        "reported apart); the same maths, fused kernels. true: inductor's default mode; "
+        "reduce-overhead: also CUDA graphs on a GPU, so the host launches a step's forward "
+        "and backward at once, not kernel by kernel; max-autotune: also tunes kernels",
     )
     cpu_allocator: Literal["jemalloc", "tuned", "default", "returning"] = Field(
         "jemalloc",

@@ -9,6 +9,7 @@ from them.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
@@ -252,7 +253,8 @@ class Trainer:
         were. Returns the seconds it took."""
         start = time.perf_counter()
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        self.net = torch.compile(self.net)  # type: ignore[assignment]
+        mode = None if self.spec.compile is True else str(self.spec.compile)
+        self.net = torch.compile(self.net, mode=mode)  # type: ignore[assignment]
         x, y = self._first_batch()
         try:
             with forked_rng(self.device):
@@ -263,8 +265,8 @@ class Trainer:
         except Exception as error:  # inductor's errors are pages long: the first line
             first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
             raise SpecError(
-                f"compile=true: torch.compile failed on this machine: {first}; "
-                "run with compile=false"
+                f"compile={json.dumps(self.spec.compile)}: torch.compile failed on this "
+                f"machine: {first}; run with compile=false"
             ) from None
         self.exchange.zero_grad()
         with torch.no_grad():

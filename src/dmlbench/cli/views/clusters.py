@@ -178,7 +178,9 @@ def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
             )
         )
     if elsewhere:
-        lines.append(Text(f"left out: {plural(elsewhere, 'run')} on another device"))
+        lines.append(
+            Text(f"left out: {plural(elsewhere, 'run')} on another device or compiled otherwise")
+        )
     return Group(table, *lines)
 
 

@@ -50,10 +50,10 @@ def hardware_text(summary: RunSummary) -> str:
     faults = summary.page_faults_per_step
     if faults:
         parts.append(f"{plural(round(max(faults)), 'page fault')} per step (the most)")
+    compiled = summary.compiled
+    mode = f"compiled ({compiled})" if isinstance(compiled, str) else "compiled"
     on = [
-        name
-        for name, used in (("channels-last", summary.channels_last), ("compiled", summary.compiled))
-        if used
+        name for name, used in (("channels-last", summary.channels_last), (mode, compiled)) if used
     ]
     allocator = str(summary.cpu_allocator or "")
     host = "host's " if str(summary.device or "").startswith("cuda") else ""  # not the GPU's
