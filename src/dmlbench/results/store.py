@@ -443,15 +443,14 @@ class ResultsStore:
         evaluations and phase totals. The sweep ``single runs`` is the runs of none, as
         tables call them."""
         clauses, values = [], []
-        for column, names in (("run_id", _names(run_id)), ("sweep", _names(sweep))):
-            if names is not None:
-                clauses.append(f"{column} IN ({', '.join('?' * len(names))})")
-                values += names
-        if (sweeps := _names(sweep)) is not None and SINGLE_RUNS in sweeps:
-            clauses[-1] = f"({clauses[-1]} OR sweep IS NULL)"
-        if (tasks := _names(task)) is not None:
-            clauses.append(f"task IN ({', '.join('?' * len(tasks))})")
-            values += tasks
+        for column, names in (("run_id", run_id), ("sweep", sweep), ("task", task)):
+            if (listed := _names(names)) is None:
+                continue
+            clause = f"{column} IN ({', '.join('?' * len(listed))})"
+            if column == "sweep" and SINGLE_RUNS in listed:
+                clause = f"({clause} OR sweep IS NULL)"
+            clauses.append(clause)
+            values += listed
         clause = " AND ".join(clauses)
         query = "SELECT * FROM runs" + (f" WHERE {clause}" if clause else "") + " ORDER BY rowid"
         found = []
