@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,15 @@ def test_a_users_file_adds_and_replaces_entries(tmp_path: Path) -> None:
         " intra: nvlink4, inter: ib-hdr, source: s}\n"
     )
     with pytest.raises(SpecError, match="unknown accelerator of cluster x 'tpu'"):
+        load_hardware(bad)
+    # a value of one's own entry is named with one's file, not the shipped profiles
+    bad.write_text(
+        "clusters:\n  x: {name: x, accelerator: h100-sxm5, devices_per_node: 1,"
+        " intra: nvlink4, inter: ib-hdr, allreduce: tree, source: s}\n"
+    )
+    with pytest.raises(
+        SpecError, match=rf"^hardware file {re.escape(str(bad))}: clusters.x.allreduce"
+    ):
         load_hardware(bad)
     with pytest.raises(SpecError, match=r"unknown cluster profile 'dgx-h10'.*did you mean"):
         load_hardware().cluster("dgx-h10")

@@ -147,6 +147,7 @@ def load_hardware(extra: Path | None = None) -> Hardware:
     data = load_mapping_file(
         HARDWARE_FILE, "hardware profiles", "accelerators, interconnects, clusters"
     )
+    mine: dict[str, Any] = {}
     if extra is not None:
         mine = load_mapping_file(extra, "hardware file", "accelerators, interconnects, clusters")
         unknown_keys = set(mine) - set(SECTIONS)
@@ -173,7 +174,10 @@ def load_hardware(extra: Path | None = None) -> Hardware:
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise SpecError(f"hardware profiles: {where}: {first['msg']}") from None
+        section, name = [str(part) for part in [*first["loc"], "", ""][:2]]
+        yours = name in (mine.get(section) or {})  # an entry --hardware's file gave
+        source = f"hardware file {extra}" if yours else "hardware profiles"
+        raise SpecError(f"{source}: {where}: {first['msg']}") from None
 
 
 class Cluster:
