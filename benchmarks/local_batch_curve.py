@@ -29,7 +29,8 @@ def curve(stores: list[Path], task: str, precision: str) -> Curve:
     runs = [run for store in stores for run in ResultsStore(store).runs(task=task)]
     measured, elsewhere = curve_from_runs(runs, precision)
     if elsewhere:
-        print(f"left out: {elsewhere} runs on another device than {measured.device}")
+        how = f"{measured.device}{f', compiled {measured.compiled}' if measured.compiled else ''}"
+        print(f"left out: {elsewhere} runs on another device, or compiled otherwise, than {how}")
     return measured
 
 
