@@ -68,10 +68,11 @@ class Curve:
         return cls(merged, **where)
 
     def measured_on(self) -> str:
-        """`` on DEVICE (PRECISION)``, as far as the curve says."""
+        """`` on DEVICE (PRECISION, compiled: MODE)``, as far as the curve says."""
         device = f" on {self.device}" if self.device else ""
-        how = [self.precision or "", f"compiled: {self.compiled}" if self.compiled else ""]
-        return device + (f" ({', '.join(filter(None, how))})" if any(how) else "")
+        compiled = f"compiled: {self.compiled}" if self.compiled else None
+        how = [said for said in (self.precision, compiled) if said]
+        return device + (f" ({', '.join(how)})" if how else "")
 
     def monotone(self) -> tuple[tuple[float, float], ...]:
         """The points with step times made non-decreasing in the batch, the least change
