@@ -69,6 +69,12 @@ STATED = OUT.with_name("mlperf_v07_stated.json")
 # System families: the hardware profile each one's links come from.
 FAMILIES = {"dgx1": "dgx1-v100-edr", "dgx2h": "dgx2h-v100", "dgxa100": "dgx-a100-40gb"}
 
+
+def family(system: str) -> str:
+    """A system's family, its name's first part (``dgxa100`` of ``dgxa100_n96_…``)."""
+    return system.split("_")[0]
+
+
 # A fixed cost per all-reduce call (NCCL's kernel launch and set-up), stated: the
 # interconnect profiles' per-message cost, 5 µs, for each bucket's call.
 CALL_COST_S = 5e-6
@@ -122,7 +128,7 @@ def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
             Submission(
                 system=system,
                 benchmark=benchmark,
-                family=system.split("_")[0],
+                family=family(system),
                 nodes=first.devices.nodes,
                 per_node=first.devices.per_node,
                 global_batch=first.global_batch,
@@ -147,8 +153,8 @@ def _unreplayable(system: str, benchmark: str, done: list[MlperfRun]) -> str | N
     """Why a submission cannot be replayed, if it cannot."""
     if benchmark not in WORKLOADS:
         return f"no workload for {benchmark}"
-    if system.split("_")[0] not in FAMILIES:
-        return f"no profile for the family {system.split('_')[0]}"
+    if family(system) not in FAMILIES:
+        return f"no profile for the family {family(system)}"
     return None if done else "no run reached the target"
 
 
