@@ -3,10 +3,10 @@
 - FLOPs per step are counted below, in :mod:`dmlbench.models.flops`.
 - :func:`peak_flops` is the peak a worker is measured against: a configured figure
   (an accelerator's data sheet), or a short GEMM probe on this machine with the
-  worker's threads (the faster of torch's BLAS matmul and oneDNN: :func:`gemm_paths`),
-  cached per machine so it runs once (``DMLBENCH_CACHE`` moves the cache; the default
-  is ``~/.cache/dmlbench``). A probe during which other processes took cores is used
-  for that run, named so, and not cached.
+  worker's threads (the fastest of torch's BLAS matmul and oneDNN's convolutions:
+  :func:`gemm_paths`), cached per machine so it runs once (``DMLBENCH_CACHE`` moves the
+  cache; the default is ``~/.cache/dmlbench``). A probe during which other processes
+  took cores is used for that run, named so, and not cached.
 - :func:`peak_memory_bytes`: the process's peak resident memory on a CPU, the device's
   peak allocation on a GPU.
 - :class:`FaultCounter` counts the page faults of the training steps: memory a step
@@ -36,7 +36,8 @@ from dmlbench.system import machine_cpu_s
 
 PROBE_SIZE = 2048  # a square GEMM this size keeps every core busy
 PROBE_REPEATS = 8
-PROBE_VERSION = 3  # in the cache's key: 1 timed torch.matmul alone; 2 no cuDNN path
+# in the cache's key: 1 timed torch.matmul alone; 2 no cuDNN path; 3 no batch of images
+PROBE_VERSION = 4
 TF32_NAME = "tfloat32"  # float32 tensors, TF32 tensor-core arithmetic (precision=tf32)
 CACHE_FILE = "peak-flops.json"
 # The launcher's figure, handed to its workers ({"key", "flops_per_s", "source"} as JSON):
@@ -58,22 +59,31 @@ class Peak:
 
 
 def gemm_paths(a: torch.Tensor, b: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]:
-    """The ways torch can compute ``a @ b`` on ``a``'s device, by name; a 1×1 convolution
-    over a channels-last image of one row is the same GEMM.
+    """The ways torch can compute ``a @ b`` on ``a``'s device, by name. A 1×1 convolution
+    is the same GEMM, over a channels-last image of one row, or over a batch of 8×8
+    images whose pixels are ``b``'s columns (where their count is a multiple of 64).
 
     On a CPU, ``torch.matmul`` calls the BLAS (MKL), while convolutions run on oneDNN's
-    own kernels, which can be twice as fast (an AMD EPYC here: 210 against 450 GFLOP/s).
-    On a GPU, torch's defaults run float32 convolutions on TF32 tensor cores (cuDNN) but
-    float32 matmuls in full precision: an H200 gave 48 TFLOP/s by matmul, while a
-    ResNet-50 step of 256 images reached 74, so a matmul-only peak put its MFU at 153%."""
+    own kernels, which pick their code by the layout and the thread count. On an AMD
+    EPYC with AVX-512, 2048² in float32: with two threads, 217 GFLOP/s by matmul and 437
+    by oneDNN on one row; with one thread, 111 by matmul, 111 on one row and 209 on 32
+    images of 8×8, while ResNet-20's step reached 136. On a GPU, torch's defaults run
+    float32 convolutions on TF32 tensor cores (cuDNN) but float32 matmuls in full
+    precision: an H200 gave 48 TFLOP/s by matmul, while a ResNet-50 step of 256 images
+    reached 74, so a matmul-only peak put its MFU at 153%."""
     paths: dict[str, Callable[[], torch.Tensor]] = {"matmul": lambda: a @ b}
     conv = {"cpu": torch.backends.mkldnn.is_available(), "cuda": torch.backends.cudnn.enabled}
     if conv.get(a.device.type):
-        n, k = a.shape
+        (n, k), columns = a.shape, b.shape[1]
         weight = a.reshape(n, k, 1, 1)
-        image = b.reshape(1, k, 1, b.shape[1]).contiguous(memory_format=torch.channels_last)
+        row = b.reshape(1, k, 1, columns).contiguous(memory_format=torch.channels_last)
         name = "oneDNN" if a.device.type == "cpu" else "cuDNN"
-        paths[name] = lambda: torch.nn.functional.conv2d(image, weight)
+        paths[name] = lambda: torch.nn.functional.conv2d(row, weight)
+        if columns % 64 == 0:  # pixel (i, y, x) is column 64·i + 8·y + x; channels last
+            images = b.t().contiguous().reshape(columns // 64, 8, 8, k).permute(0, 3, 1, 2)
+            paths[f"{name}, {columns // 64} images"] = lambda: torch.nn.functional.conv2d(
+                images, weight
+            )
     return paths
 
 
