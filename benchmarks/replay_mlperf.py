@@ -47,6 +47,8 @@ from pathlib import Path
 
 from summary import write_summary
 
+from dmlbench.errors import DmlbenchError
+
 # The per-kernel floor (3.8 µs, NVIDIA's "Getting Started with CUDA Graphs", 2019),
 # fixed before this replay and not fitted to it.
 from dmlbench.perfmodel.cluster import (
@@ -60,7 +62,7 @@ from dmlbench.perfmodel.curve import read_curve, step_line
 from dmlbench.perfmodel.hardware import Hardware, load_hardware
 from dmlbench.perfmodel.model import Layout, cluster_allreduce_time
 from dmlbench.perfmodel.workloads import WORKLOADS, Workload
-from dmlbench.results.mlperf import MlperfRun, olympic_score, read_result, result_files
+from dmlbench.results.mlperf import MlperfRun, olympic_score, read_results
 
 DATA = Path(__file__).parent / "data" / "mlperf" / "training_results_v0.7"
 OUT = Path(__file__).parent / "results" / "replays" / "mlperf_v07.json"
@@ -111,12 +113,14 @@ class Submission:
 
 def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
     """Each system's submission of a benchmark the replay models, on a family it has a
-    profile for (:data:`FAMILIES`), and what it cannot replay, said."""
+    profile for (:data:`FAMILIES`), and what it cannot replay, said: a log the import
+    would skip (minigo's, a damaged one) is said so too."""
+    reading = read_results([root])
     runs: dict[tuple[str, str], list[MlperfRun]] = {}
-    for path in result_files(root):
-        run = read_result(path)
+    for run in reading.runs:
         runs.setdefault((run.origin["system"], run.benchmark), []).append(run)
-    found, left_out = [], []
+    found: list[Submission] = []
+    left_out = reading.skipped()
     for (system, benchmark), mine in sorted(runs.items()):
         done = [r for r in mine if r.status == "success"]
         why = _unreplayable(system, benchmark, done)
@@ -457,7 +461,10 @@ def main() -> None:
         "training_results_v1.0 checkout's NVIDIA folder); written only with --json",
     )
     args = parser.parse_args()
-    result = replay(load_curve(args.curve), root=args.results or DATA)
+    try:
+        result = replay(load_curve(args.curve), root=args.results or DATA)
+    except DmlbenchError as error:  # a path that is no round's folder, a curve that is none
+        sys.exit(f"replay_mlperf.py: {error}")
     show(result)
     if args.png:
         figure(result, args.png)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -389,6 +391,28 @@ def test_logs_skipped_for_one_reason_are_said_once_per_folder(tmp_path: Path) ->
     assert minigo.startswith("skipped 3 logs in ") and minigo.count("minigo") == 1
     assert "logs no global_batch_size" in minigo
     assert ssd.count("result_0.txt") == 1 and "has no run_stop" in ssd
+
+
+def test_the_replay_leaves_out_what_the_import_skips_and_refuses_no_round_in_a_line(
+    tmp_path: Path,
+) -> None:
+    """The held-out check runs the replay on a later round's whole folder, where minigo's
+    logs (no global batch) stopped it with a traceback."""
+    sub = submission(tmp_path, times=(100.0,))
+    for i in range(2):
+        write_log(sub / f"results/box_n2/minigo/result_{i}.txt", 90.0, global_batch_size=True)
+    replay = [sys.executable, str(REPO / "benchmarks" / "replay_mlperf.py"), "--results"]
+    done = subprocess.run([*replay, str(sub)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (minigo,) = [line for line in done.stdout.splitlines() if "minigo" in line]
+    assert minigo.startswith("left out: skipped 2 logs in ") and "global_batch_size" in minigo
+    assert "left out: box_n2 resnet: no profile for the family box" in done.stdout
+    missing = subprocess.run(
+        [*replay, str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120
+    )
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().endswith("does not exist: give an MLPerf result file or folder")
+    assert len(missing.stderr.strip().splitlines()) == 1
 
 
 def test_a_checkout_under_another_name_is_shown_without_a_round(tmp_path: Path) -> None:

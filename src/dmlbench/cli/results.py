@@ -181,38 +181,21 @@ def _import_mlperf(store: Path, given: list[Path]) -> None:
     """Store each MLPerf result log under the paths given; then each submission's score,
     in minutes as MLPerf publishes it. A log that cannot be scored is skipped, said once
     for the logs of a folder that share the reason."""
-    from dmlbench.errors import StoreError
-    from dmlbench.results.mlperf import LogRefused, olympic_score, read_result, result_files
+    from dmlbench.results.mlperf import olympic_score, read_results
     from dmlbench.results.mlperf_record import store_run
 
     target = open_store(store)
+    reading = read_results(given)
     by_submission: dict[tuple[str, str], list[Any]] = {}
-    skipped: dict[tuple[Path, str], list[Path]] = {}  # the logs a reason refused, by folder
-    unread: list[str] = []  # files that could not be read at all: each error names its file
     added = present = 0
-    for path in given:
-        files = result_files(path)
-        for file in files:
-            try:
-                run = read_result(file)
-            except StoreError as error:
-                if len(files) == 1:
-                    raise
-                if isinstance(error, LogRefused):
-                    skipped.setdefault((file.parent, error.why), []).append(file)
-                else:
-                    unread.append(str(error))
-                continue
-            if store_run(target, run):
-                added += 1
-            else:
-                present += 1
-            by_submission.setdefault((run.origin["system"], run.benchmark), []).append(run)
-    for (folder, why), logs in skipped.items():
-        what = logs[0] if len(logs) == 1 else f"{len(logs)} logs in {folder}"
-        err_console.print(f"skipped {what}: {why}", markup=False, soft_wrap=True)
-    for said in unread:
-        err_console.print(f"skipped: {said}", markup=False, soft_wrap=True)
+    for run in reading.runs:
+        if store_run(target, run):
+            added += 1
+        else:
+            present += 1
+        by_submission.setdefault((run.origin["system"], run.benchmark), []).append(run)
+    for line in reading.skipped():
+        err_console.print(line, markup=False, soft_wrap=True)
     console.print(
         f"imported {plural(added, 'MLPerf run')} into {target.path}"
         + (f" ({present} already there)" if present else ""),

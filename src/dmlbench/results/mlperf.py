@@ -412,6 +412,45 @@ def result_files(given: Path) -> list[Path]:
     return found
 
 
+@dataclass
+class Reading:
+    """The runs read from the paths given, and what was set aside: the logs each reason
+    refused, by folder, and the files that could not be read at all."""
+
+    runs: list[MlperfRun] = field(default_factory=list)
+    refused: dict[tuple[Path, str], list[Path]] = field(default_factory=dict)
+    unread: list[str] = field(default_factory=list)  # each error names its file
+
+    def skipped(self) -> list[str]:
+        """What was set aside, a line each: a reason once for the logs of a folder it
+        refused."""
+        lines = []
+        for (folder, why), logs in self.refused.items():
+            what = logs[0] if len(logs) == 1 else f"{len(logs)} logs in {folder}"
+            lines.append(f"skipped {what}: {why}")
+        return lines + [f"skipped: {said}" for said in self.unread]
+
+
+def read_results(given: Iterable[Path]) -> Reading:
+    """Every result log under the paths given (:func:`result_files`). A log that cannot
+    be scored (a benchmark dmlbench cannot score, such as minigo, or a damaged file) is
+    set aside with its reason; a path that is one log raises its error instead."""
+    reading = Reading()
+    for path in given:
+        files = result_files(path)
+        for file in files:
+            try:
+                reading.runs.append(read_result(file))
+            except StoreError as error:
+                if len(files) == 1:
+                    raise
+                if isinstance(error, LogRefused):
+                    reading.refused.setdefault((file.parent, error.why), []).append(file)
+                else:
+                    reading.unread.append(str(error))
+    return reading
+
+
 def olympic_mean(values: Iterable[float]) -> float:
     """MLPerf's olympic mean: drop the single fastest and slowest, average the rest.
 
