@@ -63,18 +63,51 @@ from dmlbench.perfmodel.hardware import Hardware, load_hardware
 from dmlbench.perfmodel.model import Layout, cluster_allreduce_time
 from dmlbench.perfmodel.workloads import WORKLOADS, Workload
 from dmlbench.results.mlperf import MlperfRun, olympic_score, read_results
+from dmlbench.results.mlperf_system import Devices
 
 DATA = Path(__file__).parent / "data" / "mlperf" / "training_results_v0.7"
 OUT = Path(__file__).parent / "results" / "replays" / "mlperf_v07.json"
 STATED = OUT.with_name("mlperf_v07_stated.json")
 
-# System families: the hardware profile each one's links come from.
-FAMILIES = {"dgx1": "dgx1-v100-edr", "dgx2h": "dgx2h-v100", "dgxa100": "dgx-a100-40gb"}
+
+# NVIDIA's system families, by their names' first part: the hardware profiles that can
+# describe each. The description's accelerator chooses among them (a DGX A100 of 40 or
+# 80 GB); a family not here, or a description no profile of its family fits, is left
+# out: an accelerator's name alone does not say its links (a PCIe V100 server is no
+# DGX-1).
+FAMILIES = {
+    "dgx1": ("dgx1-v100-edr",),
+    "dgx2h": ("dgx2h-v100",),
+    "dgxa100": ("dgx-a100-40gb", "dgx-a100"),
+    "dgxh100": ("dgx-h100",),
+}
 
 
-def family(system: str) -> str:
-    """A system's family, its name's first part (``dgxa100`` of ``dgxa100_n96_…``)."""
-    return system.split("_")[0]
+def profile_for(system: str, devices: Devices, hardware: Hardware) -> tuple[str | None, str]:
+    """The hardware profile of ``system``'s family (:data:`FAMILIES`) whose accelerator
+    its description names most specifically (``A100-SXM4-40GB`` before ``A100``), with
+    as many devices a node; and why none, where none does."""
+    prefix = system.split("_")[0]
+    if prefix not in FAMILIES:
+        return None, f"no profile for the family {prefix}"
+    fits: dict[str, int] = {}
+    for key in FAMILIES[prefix]:
+        profile = hardware.clusters[key]
+        matches = hardware.accelerators[profile.accelerator].matches
+        token = max((t for t in matches if t in devices.model), key=len, default="")
+        if token and devices.accelerators and profile.devices_per_node == devices.per_node:
+            fits[key] = len(token)
+    if not fits:
+        return None, f"no {prefix} profile has {devices.per_node} × {devices.model} a node"
+    return max(fits, key=fits.__getitem__), ""
+
+
+def family(run: MlperfRun) -> str:
+    """Submissions one calibrates another's throughput within: a submitter's systems of
+    one accelerator model (clock and memory included: a DGX-2's 350 W V100s are not a
+    DGX-2H's 450 W ones) and one framework."""
+    framework = run.system.get("framework") or "unknown framework"
+    return f"{run.origin['submitter']} · {run.devices.model} · {framework}"
 
 
 # A fixed cost per all-reduce call (NCCL's kernel launch and set-up), stated: the
@@ -86,7 +119,8 @@ CALL_COST_S = 5e-6
 class Submission:
     system: str
     benchmark: str
-    family: str
+    family: str  # :func:`family`
+    profile: str  # the hardware profile its links come from: :func:`profile_for`
     nodes: int
     per_node: int
     global_batch: int
@@ -112,10 +146,11 @@ class Submission:
 
 
 def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
-    """Each system's submission of a benchmark the replay models, on a family it has a
-    profile for (:data:`FAMILIES`), and what it cannot replay, said: a log the import
-    would skip (minigo's, a damaged one) is said so too."""
+    """Each system's submission of a benchmark the replay models, on hardware it has a
+    profile for (:func:`profile_for`), and what it cannot replay, said: a log the
+    import would skip (minigo's, a damaged one) is said so too."""
     reading = read_results([root])
+    hardware = load_hardware()
     runs: dict[tuple[str, str], list[MlperfRun]] = {}
     for run in reading.runs:
         runs.setdefault((run.origin["system"], run.benchmark), []).append(run)
@@ -123,8 +158,9 @@ def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
     left_out = reading.skipped()
     for (system, benchmark), mine in sorted(runs.items()):
         done = [r for r in mine if r.status == "success"]
-        why = _unreplayable(system, benchmark, done)
-        if why:
+        profile, unfit = profile_for(system, mine[0].devices, hardware)
+        why = _unreplayable(benchmark, profile, unfit, done)
+        if why or profile is None:
             left_out.append(f"{system} {benchmark}: {why}")
             continue
         first = done[0]
@@ -132,7 +168,8 @@ def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
             Submission(
                 system=system,
                 benchmark=benchmark,
-                family=family(system),
+                family=family(first),
+                profile=profile,
                 nodes=first.devices.nodes,
                 per_node=first.devices.per_node,
                 global_batch=first.global_batch,
@@ -153,12 +190,14 @@ def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
     return found, left_out
 
 
-def _unreplayable(system: str, benchmark: str, done: list[MlperfRun]) -> str | None:
+def _unreplayable(
+    benchmark: str, profile: str | None, unfit: str, done: list[MlperfRun]
+) -> str | None:
     """Why a submission cannot be replayed, if it cannot."""
     if benchmark not in WORKLOADS:
         return f"no workload for {benchmark}"
-    if family(system) not in FAMILIES:
-        return f"no profile for the family {family(system)}"
+    if profile is None:
+        return unfit
     return None if done else "no run reached the target"
 
 
@@ -198,7 +237,7 @@ def _step(
 ) -> float:
     """An optimizer step: accumulation micro-steps, the last overlapped with all-reduce
     where the implementation overlaps it, or followed by one call for all gradients."""
-    cluster = hardware.cluster(FAMILIES[sub.family])
+    cluster = hardware.cluster(sub.profile)
     inter, intra = cluster.links(sub.per_node)
     calibration = cluster.calibration()
     layout = Layout(sub.nodes, intra)
@@ -230,8 +269,8 @@ def replay(
     hardware = load_hardware()
     cells = []
     for sub in subs:
-        family = [s for s in subs if s.family == sub.family and s.benchmark == sub.benchmark]
-        base = min(family, key=lambda s: (s.workers, s.nodes))
+        kin = [s for s in subs if s.family == sub.family and s.benchmark == sub.benchmark]
+        base = min(kin, key=lambda s: (s.workers, s.nodes))
         workload = WORKLOADS[sub.benchmark]
         # calibration: one device's compute per micro-step at the smallest submission
         measured_step = base.global_batch / base.throughput
@@ -272,6 +311,7 @@ def replay(
             {
                 "benchmark": sub.benchmark,
                 "system": sub.system,
+                "profile": sub.profile,
                 "calibration": base.system,
                 "role": "calibration" if sub is base else "predicted",
                 "nodes": sub.nodes,
@@ -381,21 +421,17 @@ def figure(result: dict, path: Path) -> None:
 
     cells = result["cells"]
     fig, axes = plt.subplots(2, 2, figsize=(11, 8), constrained_layout=True)
-    styles = {"dgx1": "tab:gray", "dgx2h": "tab:blue", "dgxa100": "tab:green"}
+    colours = ["tab:gray", "tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown"]
     for column, benchmark in enumerate(("resnet", "bert")):
         for row, measure in enumerate(("throughput", "time_to_train_s")):
             ax = axes[row][column]
-            for family, colour in styles.items():
+            mine_all = [c for c in cells if c["benchmark"] == benchmark]
+            bases = sorted({c["calibration"] for c in mine_all})  # a family each
+            for base, colour in zip(bases, colours, strict=False):
                 mine = sorted(
-                    (
-                        c
-                        for c in cells
-                        if c["benchmark"] == benchmark and c["system"].startswith(family + "_")
-                    ),
-                    key=lambda c: c["devices"],
+                    (c for c in mine_all if c["calibration"] == base), key=lambda c: c["devices"]
                 )
-                if not mine:
-                    continue
+                family = mine[0]["profile"]
                 x = [c["devices"] for c in mine]
                 scale = 1 / 60 if measure == "time_to_train_s" else 1.0
                 pub = [c[measure]["published"] * scale for c in mine]
@@ -426,7 +462,7 @@ def figure(result: dict, path: Path) -> None:
                     low = [c[measure]["band"][0] * scale for c in mine]
                     high = [c[measure]["band"][1] * scale for c in mine]
                     ax.fill_between(x, low, high, color=colour, alpha=0.12)
-            if not any(c["benchmark"] == benchmark for c in cells):
+            if not mine_all:
                 ax.text(0.5, 0.5, "no cell replayed", ha="center", transform=ax.transAxes)
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")

@@ -4,6 +4,7 @@ keeps of v0.7's published logs, scored against MLPerf's published table."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from helpers import REPO, inside
 from dmlbench.errors import StoreError
 from dmlbench.results import ResultsStore
 from dmlbench.results.mlperf import read_result
+from dmlbench.results.mlperf_system import Devices
 
 T0 = 1_600_000_000_000  # ms
 
@@ -413,6 +415,34 @@ def test_the_replay_leaves_out_what_the_import_skips_and_refuses_no_round_in_a_l
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
     assert missing.stderr.strip().endswith("does not exist: give an MLPerf result file or folder")
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("system", "per_node", "model", "profile"),
+    [
+        ("dgx1_ngc20.06_mxnet", 8, "NVIDIA V100-SXM2-16GB (300W)", "dgx1-v100-edr"),
+        ("dgx2h_n32_ngc20.06_mxnet", 16, "NVIDIA V100-SXM3-32GB (450W)", "dgx2h-v100"),
+        ("dgxa100_n2_ngc20.06_mxnet", 8, "NVIDIA A100-SXM4-40GB (400W)", "dgx-a100-40gb"),
+        ("dgxa100_n2_ngc21.05_mxnet", 8, "NVIDIA A100-SXM4-80GB (400W)", "dgx-a100"),
+        ("dgxa100_n2_x", 4, "NVIDIA A100-SXM4-40GB (400W)", None),
+        ("DSS8440", 8, "Nvidia Tesla V100S-PCIe-32GB", None),  # a V100, but no DGX-1
+    ],
+)
+def test_the_replay_takes_a_systems_hardware_from_its_family_and_description(
+    system: str, per_node: int, model: str, profile: str | None
+) -> None:
+    """A family's name no longer decides the profile alone, which called every
+    ``dgxa100_…`` system a 40 GB one: a later round's 80 GB DGX A100 is one of those."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        replay = importlib.import_module("replay_mlperf")
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    devices = Devices(nodes=2, per_node=per_node, model=model, accelerators=True)
+    found, why = replay.profile_for(system, devices, replay.load_hardware())
+    assert found == profile and bool(why) == (profile is None)
+    if system == "dgxa100_n2_x":
+        assert why == f"no dgxa100 profile has 4 × {model} a node"
 
 
 def test_a_checkout_under_another_name_is_shown_without_a_round(tmp_path: Path) -> None:
