@@ -245,6 +245,8 @@ def check_models(device_name: str, precisions: list[str]) -> list[dict[str, Any]
     rows = []
     for task_name, batch in MODELS:
         task = get_task(task_name)
+        if task.input_shape is None:
+            sys.exit(f"{task_name}: its input shape is known only from its data")
         spec, loss_fn = task.recipe.model, LOSSES[task.loss][0]
         layout = device.type == "cuda" and len(task.input_shape) == 3  # the trainer's auto
 

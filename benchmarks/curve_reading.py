@@ -78,11 +78,11 @@ def main() -> None:
             cells.append({"curve": path.stem, **row})
     print(f"{'curve':38} {'batch':>6} {'ms':>8}  " + "  ".join(f"{m:>17}" for m in METHODS))
     for cell in cells:
-        errors = "  ".join(f"{cell[f'{m} error']:>+17.1%}" for m in METHODS)
+        said = "  ".join(f"{cell[f'{m} error']:>+17.1%}" for m in METHODS)
         mark = "" if cell["where"] == "inside" else "  (end)"
         print(
             f"{cell['curve']:38} {cell['batch']:>6g} {1000 * cell['measured_s']:>8.2f}  "
-            f"{errors}{mark}"
+            f"{said}{mark}"
         )
     summary: dict[str, Any] = {"curves": len(files), "cells": len(cells)}
     for where in ("inside", "beyond the ends"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,17 @@ def activations_now(task_name: str, batch: int, precision: str, channels_last: b
     """The bytes a step's forward keeps for backward, as this revision counts them for
     a CUDA device (what ``count_step_flops`` counts there)."""
     task = get_task(task_name)
+    shape, outputs = task.input_shape, task.num_outputs
+    if shape is None or outputs is None:
+        sys.exit(f"{task_name}: its input shape is known only from its data")
     with torch.device("meta"):
-        model = build_model(task.recipe.model, task.input_shape, task.num_outputs)
+        model = build_model(task.recipe.model, shape, outputs)
         if channels_last:
             model = to_channels_last(model)
         if task.loss == "next_token":
-            x = y = torch.zeros(batch, *task.input_shape, dtype=torch.long)
+            x = y = torch.zeros(batch, *shape, dtype=torch.long)
         else:
-            x, y = torch.zeros(batch, *task.input_shape), torch.zeros(batch, dtype=torch.long)
+            x, y = torch.zeros(batch, *shape), torch.zeros(batch, dtype=torch.long)
     dtype = torch.bfloat16 if precision == "bf16" else None
     with SavedForBackward(model) as saved, AsOnDevice("cuda", dtype):
         LOSSES[task.loss][0](model(x), y).mean()

@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -124,7 +125,7 @@ def compare_decoders(sample: Path) -> dict:
     torch.set_num_threads(1)
     files = [p.read_bytes() for p in sorted((sample / "train").rglob("*.JPEG"))[:200]]
     rng = np.random.default_rng(0)
-    results = {}
+    results: dict[str, Any] = {}
     for name, fn in decoders().items():
         decode_rate = rate(fn, files)
         view_rate = rate(lambda d, fn=fn: train_view(fn(d), rng), files)

@@ -98,15 +98,20 @@ def _run(store: Path, workers: int, exchange: str, options: dict, allocator: str
         raise SystemExit(f"{exchange} × {workers}: {run.status}: {run.error or done.stderr[-500:]}")
     summary = run.summary
     measured = run.measured_memory  # peak less start, the most of any worker
-    predicted = predicted_bytes(
-        MemoryAccount.from_summary(summary.memory_account), exchange, workers, options
+    account, step_s, rate = (
+        summary.memory_account,
+        summary.step_time_s,
+        summary.samples_per_s_per_worker,
     )
+    if measured is None or account is None or step_s is None or rate is None:
+        raise SystemExit(f"{exchange} × {workers}: the run measured no memory or no steps")
+    predicted = predicted_bytes(MemoryAccount.from_summary(account), exchange, workers, options)
     context = summary.tokens_per_sample or 0
     return {
         "strategy": label(exchange, options),
         "workers": workers,
-        "step_ms": 1000 * summary.step_time_s,
-        "tokens_per_s_per_worker": summary.samples_per_s_per_worker * context,
+        "step_ms": 1000 * step_s,
+        "tokens_per_s_per_worker": rate * context,
         "utilisation": summary.utilisation,
         # the steady steps' comm phase, mean over ranks, and what a worker handed to
         # collectives a step (FSDP's: counted, and on a CPU its blocked calls timed)
@@ -118,10 +123,8 @@ def _run(store: Path, workers: int, exchange: str, options: dict, allocator: str
             k: v / MIB for k, v in predicted.items() if k not in ("total", "other", "at")
         },
         "predicted_at": "backward" if predicted["at"] else "optimizer step",
-        "optimizer_state_mib": max(summary.optimizer_state_bytes) / MIB,
-        "account_mib": {
-            k: v / MIB for k, v in summary.memory_account.items() if isinstance(v, int | float)
-        },
+        "optimizer_state_mib": max(summary.optimizer_state_bytes or [0]) / MIB,
+        "account_mib": {k: v / MIB for k, v in account.items() if isinstance(v, int | float)},
         "disturbed": bool(run.disturbed),
     }
 

@@ -81,8 +81,11 @@ def run(
     newest = mine[-1]
     summary = newest.summary
     measured = newest.measured_memory  # peak less start, the most of any worker
-    records = int((summary.memory_account or {}).get("flight_records") or 0)
-    account = MemoryAccount.from_summary(summary.memory_account)
+    summed = summary.memory_account
+    if measured is None or summed is None:
+        raise SystemExit(f"{task} {exchange}: the run measured no memory")
+    records = int(summed.get("flight_records") or 0)
+    account = MemoryAccount.from_summary(summed)
     predicted = predicted_bytes(account, exchange, WORKERS)
     return {
         "task": task,
@@ -94,9 +97,7 @@ def run(
         "error": measured / predicted["total"] - 1,
         "at": "backward" if predicted["at"] else "optimizer step",
         "first_gradients_mib": predicted.get("first_gradients", 0.0) / MIB,
-        "account_mib": {
-            k: v / MIB for k, v in summary.memory_account.items() if isinstance(v, int | float)
-        },
+        "account_mib": {k: v / MIB for k, v in summed.items() if isinstance(v, int | float)},
         "unaccounted_mib": (
             measured
             - predicted_bytes(dataclasses.replace(account, runtime=0.0), exchange, WORKERS)["total"]

@@ -30,6 +30,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from dmlbench.launch import run_benchmark
 from dmlbench.launch.bench import resolve_bench, run_comm_bench
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel import Layout, Link, calibrate_comm, cluster_allreduce_time
+from dmlbench.perfmodel.model import Algorithm
 from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
 
@@ -68,6 +70,16 @@ def bench(store: ResultsStore, nodes: int, network: str | None, repeats: int) ->
     return outcome.rows
 
 
+@dataclass(frozen=True)
+class Trained:
+    """What a training run gives this benchmark."""
+
+    step_time_s: float
+    gradient_bytes: int
+    compute_s: float  # the compute phases a step, mean over the ranks
+    comm_share: float  # of the step, mean over the ranks
+
+
 def train(
     store: ResultsStore,
     task: str,
@@ -75,7 +87,7 @@ def train(
     network: str | None,
     steps: int,
     data_dir: Path | None,
-) -> dict[str, Any]:
+) -> Trained:
     spec = resolve_spec(
         task,
         overrides=[f"max_steps={steps}", "stop_at_target=false", "eval_every_epochs=1000"],
@@ -87,12 +99,17 @@ def train(
     outcome = run_benchmark(spec, store, echo=False)
     if outcome.status == "failed":
         sys.exit(f"{task} {nodes}×{4 // nodes} failed: {outcome.error}")
-    return outcome.summary
-
-
-def compute_per_step(summary: dict[str, Any]) -> float:
-    per_rank = [sum(r[p] for p in COMPUTE) for r in summary.phases_steady]
-    return statistics.mean(per_rank) / summary.steady_steps
+    summary = outcome.summary
+    timed = summary.phases_steady and summary.steady_steps and summary.phase_shares
+    if not timed or summary.step_time_s is None or summary.gradient_bytes is None:
+        sys.exit(f"{task} {nodes}×{4 // nodes} timed no steady steps: give it more steps")
+    per_rank = [sum(r[p] for p in COMPUTE) for r in summary.phases_steady or []]
+    return Trained(
+        step_time_s=summary.step_time_s,
+        gradient_bytes=summary.gradient_bytes,
+        compute_s=statistics.mean(per_rank) / (summary.steady_steps or 1),
+        comm_share=(summary.phase_shares or {})["comm"]["mean"],
+    )
 
 
 def main() -> int:
@@ -132,7 +149,7 @@ def main() -> int:
         print(
             f"{task}: {summary.gradient_bytes / 1e6:.3f} MB of gradients, step "
             f"{summary.step_time_s * 1e3:.1f} ms at 1×4 of which compute phases "
-            f"{compute_per_step(summary) * 1e3:.1f} ms; network-independent part "
+            f"{summary.compute_s * 1e3:.1f} ms; network-independent part "
             f"{compute[task] * 1e3:.1f} ms"
         )
     model_rows: list[dict[str, Any]] = []
@@ -158,7 +175,7 @@ def main() -> int:
                 "network": "-",
                 "layout": "1×4",
                 "step_s": summary.step_time_s,
-                "comm_share": summary.phase_shares["comm"]["mean"],
+                "comm_share": summary.comm_share,
             }
         )
     for network in NETWORKS:
@@ -170,7 +187,7 @@ def main() -> int:
             for row in rows:
                 if row["scope"] not in ("all", "hierarchical") or row["bytes"] not in SIZES:
                     continue
-                algorithm = "ring" if row["scope"] == "all" else "hierarchical"
+                algorithm: Algorithm = "ring" if row["scope"] == "all" else "hierarchical"
                 predicted = cluster_allreduce_time(
                     algorithm, 4, row["bytes"], link, layout, calibration
                 )
@@ -187,7 +204,7 @@ def main() -> int:
             for task, (steps, data) in tasks.items():
                 if args.recalibrate:  # this machine drifts by ±20% in minutes: a 1×4 run
                     fresh = train(store, task, 1, None, steps, data)  # right before
-                    compute[task] = fresh["step_time_s"] - one_host[task]
+                    compute[task] = fresh.step_time_s - one_host[task]
                 summary = train(store, task, nodes, network, steps, data)
                 comm = cluster_allreduce_time(
                     "ring", 4, summary.gradient_bytes, link, layout, calibration
@@ -198,7 +215,7 @@ def main() -> int:
                         "network": network,
                         "layout": f"{nodes}×{per_node}",
                         "step_s": summary.step_time_s,
-                        "comm_share": summary.phase_shares["comm"]["mean"],
+                        "comm_share": summary.comm_share,
                     }
                 )
                 model_rows.append(

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -65,15 +66,17 @@ class MinimalDDP:
         self.opt = torch.optim.SGD(
             self.model.parameters(), lr=0.0125, momentum=0.9, nesterov=True, weight_decay=1e-4
         )
-        self.data, self.b = data, local_batch
+        if not isinstance(data.train_x, torch.Tensor):
+            raise TypeError("the baseline trains on images held as one tensor")
+        self.images, self.labels, self.b = data.train_x, data.train_y, local_batch
         self.mean = torch.tensor(MEAN).view(1, 3, 1, 1)
         self.std = torch.tensor(STD).view(1, 3, 1, 1)
         self.g = torch.Generator().manual_seed(seed + dist.get_rank())
 
     def step(self) -> None:
         idx = torch.randint(0, EXAMPLES, (self.b,), generator=self.g)
-        x = (self.data.train_x[idx].float() / 255 - self.mean) / self.std
-        y = self.data.train_y[idx]
+        x = (self.images[idx].float() / 255 - self.mean) / self.std
+        y = self.labels[idx]
         self.opt.zero_grad()
         F.cross_entropy(self.model(x), y).backward()
         self.opt.step()
@@ -85,7 +88,7 @@ class DmlbenchLoop:
         rank = dist.get_rank()
         ctx = DistContext(rank, workers, rank, torch.device("cpu"), "gloo")
         self.trainer = Trainer(spec, get_task(spec.task), data, ctx)
-        self.rows = iter(())
+        self.rows: Iterator[torch.Tensor] = iter(())
         self.epoch = 0
 
     def step(self) -> None:
@@ -101,11 +104,11 @@ def worker(workers: int, steps: int, warm: int, rounds: int, out_path: str) -> N
     dist.init_process_group("gloo")
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
     data = synthetic_cifar()
-    loops = {
+    loops: dict[str, MinimalDDP | DmlbenchLoop] = {
         "minimal-ddp": MinimalDDP(data, 32, seed=0),
         "dmlbench-ddp": DmlbenchLoop(data, "ddp", workers),
-        "dmlbench-allreduce": DmlbenchLoop(data, "allreduce", workers),
     }
+    loops["dmlbench-allreduce"] = allreduce = DmlbenchLoop(data, "allreduce", workers)
     times: dict[str, list[float]] = {name: [] for name in loops}
     names = list(loops)
     for round_index in range(rounds):
@@ -119,7 +122,7 @@ def worker(workers: int, steps: int, warm: int, rounds: int, out_path: str) -> N
                 start = time.perf_counter()
                 loop.step()
                 times[name].append(time.perf_counter() - start)
-    trainer = loops["dmlbench-allreduce"].trainer  # type: ignore[attr-defined]
+    trainer = allreduce.trainer
     phases = trainer.timer.seconds
     step_total = sum(phases[p] for p in ("data", "forward", "backward", "comm", "optimizer"))
     data_share = phases["data"] / step_total

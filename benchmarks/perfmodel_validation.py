@@ -15,6 +15,7 @@ Prints one row per comparison and the median absolute error (target ≤ 15%).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -54,7 +55,7 @@ def bench(
     return {row["bytes"]: row["latency_s"] for row in outcome.rows}
 
 
-def train(store: ResultsStore, network: dict, steps: int) -> dict:
+def train(store: ResultsStore, network: dict, steps: int) -> RunSummary:
     overrides = [f"{k}={v}" for k, v in MODEL.items()]
     spec = resolve_spec(
         "digits-mlp",
@@ -69,6 +70,8 @@ def train(store: ResultsStore, network: dict, steps: int) -> dict:
 
 
 def compute_per_step(summary: RunSummary) -> float:
+    if not summary.phases_steady or not summary.steady_steps:
+        sys.exit("the calibration run timed no steady steps: give it more --steps")
     per_rank = [
         sum(r[p] for p in ("data", "forward", "backward", "optimizer"))
         for r in summary.phases_steady
@@ -86,7 +89,7 @@ def main() -> int:
     bench(store, {}, args.repeats, sizes=(4, 4 * 2**20, 4))  # the whole range, unshaped
     calibration = calibrate_comm(store.comm_runs())[2]
     base = train(store, {}, args.steps)
-    compute, grads = compute_per_step(base), base["gradient_bytes"]
+    compute, grads = compute_per_step(base), base.gradient_bytes or 0
     print(
         f"calibration: alpha {calibration.alpha_s * 1e6:.0f} us, host busbw "
         f"{calibration.host_busbw / 1e6:,.0f} MB/s, compute {compute * 1e3:.2f} ms/step, "
@@ -97,7 +100,7 @@ def main() -> int:
         for latency in LATENCIES:
             network = {"bandwidth": bandwidth, "latency": latency}
             resolved = NetworkSpec(**network).resolve()
-            link = Link(resolved.rate_bps / 8, resolved.delay_s)
+            link = Link((resolved.rate_bps or math.inf) / 8, resolved.delay_s)
             measured = bench(store, network, args.repeats)
             for size in SIZES:
                 predicted = allreduce_time("ring", 2, size, link, calibration)
@@ -111,17 +114,15 @@ def main() -> int:
                 )
             summary = train(store, network, args.steps)
             predicted = compute + allreduce_time("ring", 2, grads, link, calibration)
-            rows.append((f"{bandwidth} {latency}", "training step", predicted, summary.step_time_s))
+            step = summary.step_time_s or math.nan
+            rows.append((f"{bandwidth} {latency}", "training step", predicted, step))
     print("| network | what | predicted ms | measured ms | error |")
     print("|---|---|---|---|---|")
     errors = []
-    for network, what, predicted, measured in rows:
-        error = (predicted - measured) / measured
+    for where, what, model, seen in rows:
+        error = (model - seen) / seen
         errors.append(abs(error))
-        print(
-            f"| {network} | {what} | {predicted * 1e3:,.2f} | {measured * 1e3:,.2f} | "
-            f"{error:+.1%} |"
-        )
+        print(f"| {where} | {what} | {model * 1e3:,.2f} | {seen * 1e3:,.2f} | {error:+.1%} |")
     median = statistics.median(errors)
     print(f"\nmedian absolute error: {median:.1%} over {len(errors)} comparisons (target <= 15%)")
     return 0

@@ -36,7 +36,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), os.environ.get(
 from helpers import process_tree, spawned_workers, wait_until_gone  # noqa: E402
 
 from dmlbench.errors import DmlbenchError  # noqa: E402
-from dmlbench.results.events import parse_line  # noqa: E402
+from dmlbench.results.events import Event, parse_line  # noqa: E402
 
 DMLBENCH = [sys.executable, "-m", "dmlbench"]
 LONG = ["--set", "max_epochs=100000", "--set", "stop_at_target=false", "--quiet"]
@@ -98,7 +98,10 @@ def _stall(tmp: Path, how: str) -> dict[str, Any]:
         proc.wait(timeout=600)
         ended = time.time()
         events = next(store.glob("runs/*/events.log")).read_text().splitlines()
-        started = next(parse_line(e)["time_ms"] for e in events if '"run_start"' in e) / 1e3
+        first = next(parse_line(e) for e in events if '"run_start"' in e)
+        if first is None:
+            sys.exit("the hung run's run_start line does not parse")
+        started = first["time_ms"] / 1e3
         return {"run": stored(store)[0], "detected": ended - started}
     run_dir = wait_for_eval(store)
     beat = json.loads((run_dir / "heartbeats" / "rank-1.json").read_text())
@@ -303,7 +306,7 @@ def full_disk(tmp: Path) -> dict[str, Any]:
     filler = disk / "filler"
     filled: list[float] = []
 
-    def fill(events: list[dict]) -> None:
+    def fill(events: list[Event]) -> None:
         if any(e["key"] == "run_stop" for e in events) and not filler.exists():
             filled.append(time.monotonic())
             for chunk in (65536, 512):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from pathlib import Path
+from typing import Any
 
 import torch
 from summary import write_summary
@@ -72,7 +73,7 @@ def replay() -> dict:
         PAPER_SCHEDULES, CIFAR_TRAIN, PAPER_EPOCHS, idealised_engine, model_bytes
     )
     replayed, idealised = replayed.set_index("schedule"), idealised.set_index("schedule")
-    cells = []
+    cells: list[dict[str, Any]] = []
     for schedule, published in PAPER_TABLE_2.items():
         for column, paper_min, engine, network in zip(
             COLUMNS, published, engines, (n.name for n in PAPER_NETWORKS), strict=True

@@ -151,7 +151,7 @@ def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> 
         loss.backward()
         optimizer.step()
     train_s = time.perf_counter() - start
-    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / total
+    faults_per_step = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / total
     model.eval()
     correct = 0
     with torch.no_grad():
@@ -171,7 +171,7 @@ def plain_loop(data: tuple[torch.Tensor, ...], steps: int | None, seed: int) -> 
         "loss": loss.item(),
         "accuracy": correct / len(test_x),
         "flops_per_step": flops,
-        "page_faults_per_step": faults,
+        "page_faults_per_step": faults_per_step,
     }
 
 
@@ -364,8 +364,10 @@ def main() -> None:
         }
         for name in variants
     }
-    for plain in ("plain", "plain-jemalloc"):
-        medians[plain] = {"utilisation": statistics.median(r[plain]["utilisation"] for r in rounds)}
+    for baseline in ("plain", "plain-jemalloc"):
+        medians[baseline] = {
+            "utilisation": statistics.median(r[baseline]["utilisation"] for r in rounds)
+        }
     bookkeeping = instrumentation_per_step()
     step = statistics.median(r["dmlbench"]["train_s"] / r["dmlbench"]["steps"] for r in rounds)
     print(

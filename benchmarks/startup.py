@@ -88,11 +88,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[2])
     parser.add_argument("--out", type=Path, default=HERE / "results" / "startup.json")
     args = parser.parse_args()
-    results: dict[str, dict[str, list[dict]]] = {}
+    results: dict[str, dict[str, list[list[dict]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for workers in args.workers:
-            per_method: dict[str, list[dict]] = {m: [] for m in METHODS}
+            per_method: dict[str, list[list[dict]]] = {m: [] for m in METHODS}
             for round_ in range(args.rounds):
                 order = METHODS[round_ % 2 :] + METHODS[: round_ % 2]
                 for method in order:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,7 @@ from dmlbench.comm.collectives import broadcast_state, squared_norm, world_size
 
 # torch ≥ 2.13 renamed DDP's per-forward buffer broadcast; parameters were synced at init
 # either way, and buffers are synced before evaluation (see ``sync_buffers``).
-DDP_NO_BUFFER_SYNC = (
+DDP_NO_BUFFER_SYNC: dict[str, Any] = (
     {"forward_sync_buffers": False}
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
     else {"broadcast_buffers": False}
@@ -90,7 +91,7 @@ class DDPExchange(GradientExchange):
         self.wrapped = DistributedDataParallel(
             model,
             device_ids=device_ids,
-            **DDP_NO_BUFFER_SYNC,  # type: ignore[arg-type]
+            **DDP_NO_BUFFER_SYNC,
         )
         self._last_launch: float | None = None
         self._local_norm2 = torch.zeros((), device=self.device)  # summed over buckets

@@ -90,7 +90,7 @@ def measure_update_time(updates: Iterable[Record], grads_per_worker: int) -> Upd
 
 
 def simulate(
-    schedules: dict[str, Sequence[int]],
+    schedules: Mapping[str, Sequence[int]],
     update_time: UpdateTime,
     max_workers: Sequence[int],
 ) -> pd.DataFrame:
@@ -115,7 +115,7 @@ def simulate(
 
 
 def network_table(
-    schedules: dict[str, Sequence[int]],
+    schedules: Mapping[str, Sequence[int]],
     update_time: UpdateTime,
     gradient_bytes: float,
     links: dict[str, Link],

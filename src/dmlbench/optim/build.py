@@ -13,11 +13,12 @@ LOG = logging.getLogger(__name__)
 if TYPE_CHECKING:  # a recipe names an optimizer, and is validated, without torch
     import torch
     from torch import nn
+    from torch.optim.optimizer import ParamsT
 
 
 def _fastest(
     kind: Callable[..., torch.optim.Optimizer],
-    params: Iterable[nn.Parameter] | Iterable[dict[str, Any]],
+    params: ParamsT,
     **settings: Any,
 ) -> torch.optim.Optimizer:
     """torch's optimizer ``kind`` with its fused kernel where that is safe: one pass over
@@ -79,7 +80,7 @@ def _is_dtensor(tensor: Any) -> bool:
     return module is not None and isinstance(tensor, module.DTensor)
 
 
-def _sgd(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+def _sgd(spec: OptimizerSpec, params: ParamsT) -> torch.optim.Optimizer:
     import torch
 
     return _fastest(
@@ -92,7 +93,7 @@ def _sgd(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Opt
     )
 
 
-def _adam(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+def _adam(spec: OptimizerSpec, params: ParamsT) -> torch.optim.Optimizer:
     """Adam, or AdamW (decoupled weight decay) for a recipe that names it."""
     import torch
 
@@ -102,7 +103,7 @@ def _adam(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Op
     )
 
 
-def _lars(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+def _lars(spec: OptimizerSpec, params: ParamsT) -> torch.optim.Optimizer:
     from dmlbench.optim.layerwise import LARS
 
     return LARS(
@@ -115,7 +116,7 @@ def _lars(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Op
     )
 
 
-def _lamb(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+def _lamb(spec: OptimizerSpec, params: ParamsT) -> torch.optim.Optimizer:
     from dmlbench.optim.layerwise import LAMB
 
     return LAMB(params, betas=spec.betas, eps=spec.eps, weight_decay=spec.weight_decay)
@@ -124,7 +125,7 @@ def _lamb(spec: OptimizerSpec, params: Iterable[nn.Parameter]) -> torch.optim.Op
 # The optimizers a recipe may name (OptimizerSpec.name is validated against this);
 # register another by adding a builder. torch's own where it has one, fused or foreach
 # (see _fastest); LARS and LAMB in optim.layerwise (torch has neither).
-OPTIMIZERS: dict[str, Callable[[OptimizerSpec, Iterable[nn.Parameter]], torch.optim.Optimizer]] = {
+OPTIMIZERS: dict[str, Callable[[OptimizerSpec, ParamsT], torch.optim.Optimizer]] = {
     "sgd": _sgd,
     "adam": _adam,
     "adamw": _adam,
@@ -161,11 +162,9 @@ def describe_optimizer(spec: OptimizerSpec) -> str:
     return ", ".join([spec.name, *(words[key] for key in uses if words[key])])
 
 
-def build_optimizer(
-    spec: OptimizerSpec, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]]
-) -> torch.optim.Optimizer:
+def build_optimizer(spec: OptimizerSpec, params: ParamsT) -> torch.optim.Optimizer:
     """The rate is set every step by the schedule; 0 here is a placeholder."""
-    return OPTIMIZERS[spec.name](spec, params)  # type: ignore[arg-type]
+    return OPTIMIZERS[spec.name](spec, params)
 
 
 NORMS = ("BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm")

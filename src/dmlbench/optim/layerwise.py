@@ -14,11 +14,12 @@ plain SGD with momentum (LARS) or Adam (LAMB).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
+
+if TYPE_CHECKING:  # torch's alias for what an optimizer takes: tensors or their groups
+    from torch.optim.optimizer import ParamsT
 
 
 def _adapted(p: torch.Tensor) -> bool:
@@ -43,7 +44,7 @@ class LARS(torch.optim.Optimizer):
 
     def __init__(
         self,
-        params: Iterable[nn.Parameter],
+        params: ParamsT,
         lr: float = 0.0,
         momentum: float = 0.9,
         weight_decay: float = 0.0,
@@ -101,7 +102,7 @@ class LAMB(torch.optim.Optimizer):
 
     def __init__(
         self,
-        params: Iterable[nn.Parameter],
+        params: ParamsT,
         lr: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-6,
