@@ -64,7 +64,12 @@ def left_out(curve: Curve) -> list[dict[str, Any]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("curves", nargs="*", type=Path)
-    parser.add_argument("--json", type=Path, default=OUT)
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help=f"where the results go (default: {OUT.name}, for the curves the repository keeps; "
+        "with curves named, only where this says)",
+    )
     args = parser.parse_args()
     files = args.curves or sorted(
         [*RESULTS.glob("gpu/*-curve.json"), *RESULTS.glob("cpu/*-curve.json")]
@@ -95,7 +100,8 @@ def main() -> None:
     for key, value in summary.items():
         shown = f"{value:.1%}" if isinstance(value, float) else value
         print(f"  {key}: {shown}")
-    write_summary(args.json, {"cells": cells, "summary": summary})
+    if args.json or not args.curves:  # a curve of one's own never over the kept summary
+        write_summary(args.json or OUT, {"cells": cells, "summary": summary})
 
 
 if __name__ == "__main__":
