@@ -40,6 +40,7 @@ def write_log(
     quality=lambda i: 0.5 + 0.1 * i,
     platform="2xAcme Box",
     accumulation=None,
+    accumulation_key="opt_gradient_accumulation_steps",
     division="closed",
     **drop,
 ):
@@ -55,11 +56,7 @@ def write_log(
         ("submission_platform", platform, -19.0, {}),
         ("seed", 7, -18.0, {}),
         ("global_batch_size", batch, -18.0, {}),
-        *(
-            [("opt_gradient_accumulation_steps", accumulation, -18.0, {})]
-            if accumulation is not None
-            else []
-        ),
+        *([(accumulation_key, accumulation, -18.0, {})] if accumulation is not None else []),
         ("init_stop", None, -1.0, {}),
         ("run_start", None, 0.0, {}),
         ("train_samples", 1000, 0.0, {}),
@@ -359,6 +356,9 @@ def test_published_variants_of_the_format_are_read(tmp_path: Path) -> None:
     log = write_log(log, 90.0, platform=unset, accumulation=0)  # Google's TPU logs say 0
     run = read_result(log)
     assert run.devices.nodes == 4 and run.gradient_accumulation == 1
+    # from v1.0 the closed rules name it gradient_accumulation_steps (mlperf-logging)
+    newer = write_log(log, 90.0, accumulation=3, accumulation_key="gradient_accumulation_steps")
+    assert read_result(newer).gradient_accumulation == 3
     # the log names the organisation whose code it ran ("Acme"), the system its submitter
     assert run.origin["submitter"] == "Dell EMC" and run.origin["platform"] is None
     xeon = {"accelerators_per_node": "0", "accelerator_model_name": "N/A"}

@@ -80,6 +80,9 @@ EVALUATED_EVERY = {"dlrm": 0.05}
 # keeps: Mask R-CNN's box and mask AP (its target is both; the box AP is named first).
 QUALITY_KEYS = {"maskrcnn": "BBOX"}
 
+# The gradient accumulation a run logs: v0.7's key, and the one mlperf-logging's closed
+# rules require from v1.0 on (its training_1.0.0/closed_common.yaml); the first found.
+ACCUMULATION_KEYS = ("gradient_accumulation_steps", "opt_gradient_accumulation_steps")
 # The MLLOG keys the scoring reads: the compact copies keep these lines and no other.
 KEYS_USED = frozenset(
     {
@@ -90,7 +93,7 @@ KEYS_USED = frozenset(
         "submission_platform",
         "seed",
         "global_batch_size",
-        "opt_gradient_accumulation_steps",
+        *ACCUMULATION_KEYS,
         "train_samples",
         "eval_samples",
         "init_start",
@@ -288,8 +291,8 @@ def read_result(path: Path) -> MlperfRun:
     )
     if global_batch < 1:
         raise LogRefused(path, "global_batch_size is 0")
-    accumulation = value.get("opt_gradient_accumulation_steps", 1)
-    accumulation = int(_number(accumulation, "opt_gradient_accumulation_steps", path, whole=True))
+    key = next((k for k in ACCUMULATION_KEYS if value.get(k) is not None), ACCUMULATION_KEYS[0])
+    accumulation = int(_number(value.get(key, 1), key, path, whole=True))
     accumulation = max(accumulation, 1)  # Google's TPU logs say 0 for none
     mlperf_status = stop["metadata"].get("status")
     status = STATUSES.get(mlperf_status, "failed") if isinstance(mlperf_status, str) else "failed"
