@@ -87,7 +87,7 @@ def profile_for(system: str, devices: Devices, hardware: Hardware) -> tuple[str 
     """The hardware profile of ``system``'s family (:data:`FAMILIES`) whose accelerator
     its description names most specifically (``A100-SXM4-40GB`` before ``A100``), with
     as many devices a node; and why none, where none does."""
-    prefix = system.split("_")[0]
+    prefix = system.split("_")[0].lower()  # as NVIDIA names them: dgxa100_n96_…
     if prefix not in FAMILIES:
         return None, f"no profile for the family {prefix}"
     fits: dict[str, int] = {}
