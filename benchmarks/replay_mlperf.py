@@ -87,11 +87,11 @@ def profile_for(system: str, devices: Devices, hardware: Hardware) -> tuple[str 
     """The hardware profile of ``system``'s family (:data:`FAMILIES`) whose accelerator
     its description names most specifically (``A100-SXM4-40GB`` before ``A100``), with
     as many devices a node; and why none, where none does."""
-    prefix = system.split("_")[0].lower()  # as NVIDIA names them: dgxa100_n96_…
-    if prefix not in FAMILIES:
+    prefix = system.split("_")[0]  # as NVIDIA names them: dgxa100_n96_…
+    if prefix.lower() not in FAMILIES:
         return None, f"no profile for the family {prefix}"
     fits: dict[str, int] = {}
-    for key in FAMILIES[prefix]:
+    for key in FAMILIES[prefix.lower()]:
         profile = hardware.clusters[key]
         matches = hardware.accelerators[profile.accelerator].matches
         token = max((t for t in matches if t in devices.model), key=len, default="")
