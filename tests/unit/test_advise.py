@@ -210,9 +210,17 @@ def test_the_advice_table_keys_each_compute_source_and_fits_80_columns() -> None
     assert "…" not in text and all(len(line) <= 80 for line in text.splitlines())
     shown = [small.best, *small.candidates[1:5], small.current, *small.worth_measuring[:3]]
     sources = list(dict.fromkeys(c.compute_source for c in shown if c is not None))
-    spelt = [line.strip() for line in text.splitlines() if re.match(r"\s*compute [a-z]: ", line)]
+    spelt = [
+        " ".join(line.split()) for line in text.splitlines() if re.match(r"\s*compute [a-z]:", line)
+    ]
     keys = "abcdefghijklmnopqrstuvwxyz"[: len(sources)]
     assert spelt == [f"compute {k}: {source}" for k, source in zip(keys, sources, strict=True)]
+    # each source's text starts in one column, its wrapped lines too (they ran on at
+    # the left margin, under the names)
+    lines = [line.rstrip() for line in text.splitlines()]
+    below = [line for line in lines[lines.index("from:") + 1 :] if line]
+    starts = {len(re.match(r"(  \w[\w ]*:)?\s*", line).group(0)) for line in below}
+    assert len(below) > len(spelt) and len(starts) == 1
 
 
 def test_local_batches_below_the_measured_ones_are_worth_measuring_not_recommended() -> None:

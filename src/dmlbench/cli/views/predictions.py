@@ -70,9 +70,12 @@ def advice_table(advice: Any, price: str, currency: str = "USD") -> Group:
         lines.append("your plan breaks:" if advice.broken else "your plan breaks no guideline")
         lines += [f"  - {rule}" for rule in advice.broken]
     lines.append("from:")
-    lines += [f"  {name}: {text}" for name, text in advice.sources.items()]
-    lines += [f"  compute {key}: {source}" for source, key in keys.items()]
-    return Group(table, Text("\n".join(lines)))
+    sources = Table.grid(padding=(0, 1))  # a line that wraps stays under its own text
+    sources.add_column(no_wrap=True)
+    sources.add_column()
+    for name, text in [*advice.sources.items(), *((f"compute {k}", s) for s, k in keys.items())]:
+        sources.add_row(Text(f"  {name}:"), Text(text))
+    return Group(table, Text("\n".join(lines)), sources)
 
 
 def prediction_table(result: dict[str, Any]) -> Table:
