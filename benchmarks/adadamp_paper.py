@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 from torch.utils.flop_counter import FlopCounterMode
 
 from dmlbench.dask.dampers import PAPER_EPOCHS, PAPER_SCHEDULES, Constant, Damper, GeoDamp
@@ -298,4 +298,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

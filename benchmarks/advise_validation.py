@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.advise.recommend import advise_from_store
 from dmlbench.launch import run_benchmark
@@ -173,4 +173,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

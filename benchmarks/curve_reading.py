@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.perfmodel.curve import Curve, read_curve, step_line
 
@@ -105,4 +105,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

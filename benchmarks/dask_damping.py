@@ -37,7 +37,7 @@ from distributed import Client, LocalCluster
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.dask import DaskClassifier, History, plot_histories
 from dmlbench.dask.dampers import Constant, GeoDamp
@@ -325,4 +325,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.models import build_model
 from dmlbench.models.losses import LOSSES
@@ -112,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

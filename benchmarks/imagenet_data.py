@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.data import imagenet
 from dmlbench.data.images import train_view
@@ -69,7 +69,7 @@ def main():
     }))
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
 """
 
 
@@ -187,4 +187,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 from expert import jemalloc_env, last_json, plain_result
-from summary import write_summary
+from summary import run_main, write_summary
 
 HERE = Path(__file__).parent
 
@@ -142,7 +142,7 @@ def main():
     }))
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
 """
 
 CONTENDERS = ["dmlbench", "plain", "plain-channels-last", "plain-jemalloc"]
@@ -273,4 +273,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

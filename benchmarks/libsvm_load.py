@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from summary import run_main
 
 EPSILON_TRAIN_ROWS = 400_000
 
@@ -100,4 +101,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

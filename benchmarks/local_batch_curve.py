@@ -19,6 +19,8 @@ import argparse
 import json
 from pathlib import Path
 
+from summary import run_main
+
 from dmlbench.perfmodel.curve import Curve, curve_from_runs
 from dmlbench.results import ResultsStore
 
@@ -70,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -17,7 +17,7 @@ import io
 from pathlib import Path
 
 from mlperf_logging.result_summarizer import result_summarizer
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.results.mlperf import olympic_score, read_result, result_files
 
@@ -57,4 +57,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.launch import run_benchmark
 from dmlbench.launch.bench import resolve_bench, run_comm_bench
@@ -262,4 +262,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -20,6 +20,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from summary import run_main
+
 from dmlbench.launch import run_benchmark
 from dmlbench.launch.bench import resolve_bench, run_comm_bench
 from dmlbench.netem.profiles import NetworkSpec
@@ -129,4 +131,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -45,9 +45,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from summary import write_summary
-
-from dmlbench.errors import DmlbenchError
+from summary import run_main, write_summary
 
 # The per-kernel floor (3.8 µs, NVIDIA's "Getting Started with CUDA Graphs", 2019),
 # fixed before this replay and not fitted to it.
@@ -497,10 +495,7 @@ def main() -> None:
         "training_results_v1.0 checkout's NVIDIA folder); written only with --json",
     )
     args = parser.parse_args()
-    try:
-        result = replay(load_curve(args.curve), root=args.results or DATA)
-    except DmlbenchError as error:  # a path that is no round's folder, a curve that is none
-        sys.exit(f"replay_mlperf.py: {error}")
+    result = replay(load_curve(args.curve), root=args.results or DATA)
     show(result)
     if args.png:
         figure(result, args.png)
@@ -511,4 +506,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

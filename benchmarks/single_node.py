@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from expert import jemalloc_env, plain_result
-from summary import write_summary
+from summary import run_main, write_summary
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -96,6 +96,8 @@ class ResNet20(nn.Module):
 
 def read_cifar(folder: Path) -> tuple[torch.Tensor, ...]:
     """CIFAR-10's binary archive: one label byte and 3,072 pixel bytes per record."""
+    if not (folder / "cifar-10-binary.tar.gz").is_file():
+        sys.exit(f"{folder} holds no cifar-10-binary.tar.gz: give --data-dir CIFAR-10's folder")
     with tarfile.open(folder / "cifar-10-binary.tar.gz") as archive:
 
         def read(names: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -390,4 +392,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -1,6 +1,7 @@
 """What every benchmark's summary JSON starts with: the command that wrote it, the
 machine (its CPU model too: the machines of two sessions differ), the revision, the
-versions and the date, so that BENCHMARKS.md can say where each figure came from."""
+versions and the date, so that BENCHMARKS.md can say where each figure came from; and
+:func:`run_main`, which ends a benchmark on dmlbench's own errors in one line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +44,16 @@ def _plain(value: Any) -> Any:
     """A NumPy or torch value (pandas' records hold them) as the Python numbers it holds;
     anything else JSON lacks (a path, a date) as its text."""
     return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def run_main(main: Callable[[], int | None]) -> None:
+    """Run a benchmark's ``main`` and exit with its code. dmlbench's own errors (a path
+    that holds no dataset, no store or no round, a curve file that is none) end it in
+    one line, as they end dmlbench's commands, not in a traceback."""
+    from dmlbench.errors import DmlbenchError
+
+    try:
+        code = main()
+    except DmlbenchError as error:
+        sys.exit(f"{Path(sys.argv[0]).name}: {error}")
+    sys.exit(code or 0)
