@@ -34,7 +34,7 @@ from dmlbench.train.hardware import autocast_for, check_precision, tf32_math, to
 from dmlbench.train.memory import AsOnDevice, SavedForBackward
 
 sys.path.insert(0, str(Path(__file__).parent))
-from summary import write_summary
+from summary import run_main, write_summary
 
 # (name, the call, its inputs' shapes); inputs are random, of the type under test
 OPS: list[tuple[str, Callable[..., torch.Tensor], list[tuple[int, ...]]]] = [
@@ -333,4 +333,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

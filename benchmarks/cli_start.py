@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 HERE = Path(__file__).parent
 REPO = HERE.parent
@@ -97,4 +97,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

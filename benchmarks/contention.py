@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from summary import run_main
+
 CLI = [sys.executable, "-m", "dmlbench"]
 
 
@@ -106,4 +108,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

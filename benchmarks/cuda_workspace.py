@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.perfmodel.memory import cuda_workspace_bytes
 
@@ -79,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

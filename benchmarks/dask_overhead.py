@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 from distributed import Client, LocalCluster
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.dask import DaskClassifier
 from dmlbench.models.mlp import MLP
@@ -257,4 +257,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

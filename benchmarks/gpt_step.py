@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 from expert import jemalloc_env, plain_result
-from summary import write_summary
+from summary import run_main, write_summary
 
 HERE = Path(__file__).parent
 
@@ -103,7 +103,7 @@ def main():
     print(json.dumps({"step_s": sum(times) / len(times), "jemalloc": on_jemalloc}))
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
 """
 
 DMLBENCH = r"""
@@ -135,7 +135,7 @@ def main():
     }))
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
 """
 
 CONTENDERS = ["dmlbench", "plain", "plain-jemalloc"]
@@ -215,4 +215,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

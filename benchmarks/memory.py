@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.perfmodel.memory import MemoryAccount, predicted_bytes
 from dmlbench.results import ResultsStore
@@ -187,4 +187,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

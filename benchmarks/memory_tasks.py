@@ -47,7 +47,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.perfmodel.memory import MemoryAccount, flight_recorder_bytes, predicted_bytes
 from dmlbench.results import ResultsStore
@@ -319,4 +319,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

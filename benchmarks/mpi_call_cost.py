@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 FEATURES = 2_000  # epsilon's, as in mlbench's task 2a: 8,004 bytes with the bias
 
@@ -197,4 +197,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

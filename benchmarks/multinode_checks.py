@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 
 DMLBENCH = [sys.executable, "-m", "dmlbench", "run", "digits-mlp"]
 STEPS = ["--set", "max_steps=25", "--set", "stop_at_target=false", "--quiet", "--json"]
@@ -159,4 +159,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.models import build_model
 from dmlbench.optim.build import OPTIMIZERS, parameter_groups
@@ -104,4 +104,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -38,7 +38,7 @@ import statistics
 from pathlib import Path
 
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.train.memory import peak_bytes, resident_bytes, restart_peak
 
@@ -114,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.train.hardware import Peak
 from dmlbench.train.progress import PROGRESS_EVERY_S, ProgressMeter
@@ -68,4 +68,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.dask.dampers import PAPER_EPOCHS, PAPER_SCHEDULES
 from dmlbench.dask.simulate import (
@@ -154,4 +154,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

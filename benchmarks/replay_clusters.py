@@ -22,7 +22,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 from dmlbench.files import write_figure
 from dmlbench.perfmodel.cluster import task_cost
@@ -135,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

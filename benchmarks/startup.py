@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 HERE = Path(__file__).parent
 METHODS = ("forkserver", "spawn")
@@ -57,7 +57,7 @@ def main():
     print(json.dumps(rows))
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
 """
 
 
@@ -140,4 +140,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from summary import write_summary
+from summary import run_main, write_summary
 
 HERE = Path(__file__).parent
 VARIANTS = {  # name: (channels_last, cpu_allocator, how it is compiled or None)
@@ -194,4 +194,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
