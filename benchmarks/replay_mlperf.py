@@ -91,10 +91,9 @@ def profile_for(system: str, devices: Devices, hardware: Hardware) -> tuple[str 
     fits: dict[str, int] = {}
     for key in FAMILIES[prefix.lower()]:
         profile = hardware.clusters[key]
-        matches = hardware.accelerators[profile.accelerator].matches
-        token = max((t for t in matches if t in devices.model), key=len, default="")
-        if token and devices.accelerators and profile.devices_per_node == devices.per_node:
-            fits[key] = len(token)
+        fit = hardware.accelerators[profile.accelerator].specificity(devices.model)
+        if fit and devices.accelerators and profile.devices_per_node == devices.per_node:
+            fits[key] = fit
     if not fits:
         return None, f"no {prefix} profile has {devices.per_node} × {devices.model} a node"
     return max(fits, key=fits.__getitem__), ""

@@ -112,6 +112,7 @@ def test_bench_curve_measures_a_devices_step_by_local_batch_and_reuses_its_runs(
     args = ("bench", "curve", "cifar10-resnet20", "--local-batch", "2,8", "--steps", "2")
     first = inside(*args, "--warmup", "1", "--out", str(out), "--store", store)
     assert "2 to run" in first.stdout
+    assert "no cluster profile has this device" in first.stdout  # a CPU's curve
     written = json.loads(out.read_text())
     assert (written["task"], written["precision"]) == ("cifar10-resnet20", "fp32")
     assert [batch for batch, _ in written["points"]] == [2, 8]
@@ -128,6 +129,7 @@ def test_bench_curve_measures_a_devices_step_by_local_batch_and_reuses_its_runs(
     source = json.loads(used.stdout)["efficiency_source"]
     assert source.startswith("measured at local batch 2–8 on ")
     assert "not measured on this profile's NVIDIA H200" in source
+    assert "note: the --curve was measured on " in used.stderr  # a CPU's, said apart
     # another --set under the same sweep name is another curve: its runs alone (the
     # medians mixed both settings' runs)
     second = tmp_path / "other.json"

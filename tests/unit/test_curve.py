@@ -121,6 +121,33 @@ def test_a_bad_curve_file_is_refused_in_one_line(tmp_path: Path, data: object, s
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("device", "profile"),
+    [
+        ("NVIDIA H200", "dgx-h200"),
+        ("NVIDIA A100-SXM4-40GB", "dgx-a100-40gb"),  # before the 80 GB one's "A100"
+        ("NVIDIA A100-SXM4-80GB", "dgx-a100"),
+        ("AMD EPYC", None),
+    ],
+)
+def test_bench_curve_names_the_profile_of_the_device_it_measured(
+    device: str, profile: str | None
+) -> None:
+    """It said `--cluster PROFILE` whatever the device, and a CPU's curve on a GPU
+    profile is that CPU's step times on, say, an A100 cluster."""
+    from dmlbench.cli.bench import _curve_use
+    from dmlbench.perfmodel.hardware import load_hardware
+
+    said = _curve_use("imagenet-resnet50", Path("c.json"), device)
+    if profile is None:
+        assert load_hardware().clusters_of(device) == []
+        assert said.startswith(f"curve: c.json, {device}'s steps: no cluster profile has")
+        assert "--hardware FILE" in said
+    else:
+        assert load_hardware().clusters_of(device)[0] == profile
+        assert f"--cluster {profile} --curve c.json" in said
+
+
 def test_a_curve_from_another_device_or_precision_is_used_but_said() -> None:
     """The MLPerf replay moves a curve between devices on purpose; a user who does so
     by mistake is told, in the line that says where the compute came from."""
@@ -133,6 +160,11 @@ def test_a_curve_from_another_device_or_precision_is_used_but_said() -> None:
     assert other.rows[0]["compute_s"] == pytest.approx(0.0332)
     assert "not measured on this profile's NVIDIA A100" in other.efficiency_source
     assert "the peak here is fp32's" in other.efficiency_source
+    # and in a note of its own, which the commands print apart from the table
+    assert same.notes == [] and other.notes == [
+        "the --curve was measured on NVIDIA H200, not on NVIDIA A100 SXM4 80 GB (2020): its "
+        "step times are that device's, used as they are"
+    ]
     another_task = Curve.of(H200, task="cifar10-resnet20")
     with pytest.raises(SpecError, match="measured on cifar10-resnet20's step, not"):
         simulate_cluster(GOYAL_TASK, "dgx-a100", [1], curve=another_task)

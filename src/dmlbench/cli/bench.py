@@ -210,17 +210,30 @@ def curve(
         print_json(measured.to_json())
     else:
         console.print(curve_table(measured, elsewhere))
-        console.print(
-            f"curve: {path} (dmlbench simulate-cluster {task} --cluster PROFILE --curve {path})",
-            markup=False,
-            soft_wrap=True,
-        )
+        console.print(_curve_use(task, path, measured.device), markup=False, soft_wrap=True)
     if missing:
         err_console.print(
             f"[yellow]no finished run at local batch {', '.join(map(str, missing))}: the "
             "curve leaves them out (their runs: dmlbench results)[/yellow]"
         )
         raise typer.Exit(1)
+
+
+def _curve_use(task: str, path: Path, device: str | None) -> str:
+    """Where the curve went and the command that uses it: on a cluster profile of the
+    device it was measured on, or, where no shipped profile has that device, a profile
+    of one's own (its step times are the device's own, on any profile)."""
+    from dmlbench.perfmodel.hardware import load_hardware
+
+    profiles = load_hardware().clusters_of(device or "")
+    if profiles:
+        command = f"dmlbench simulate-cluster {task} --cluster {profiles[0]} --curve {path}"
+        return f"curve: {path} ({command})"
+    return (
+        f"curve: {path}, {device or 'this device'}'s steps: no cluster profile has this "
+        "device, so give simulate-cluster one of your own that names it (--hardware FILE, "
+        "an accelerator whose `matches` it holds)"
+    )
 
 
 def _device_model(device: str) -> str:

@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from dmlbench.cli.options import (
     STORE,
     JsonOption,
     StoreOption,
     console,
+    err_console,
     open_store,
     output_option,
     print_json,
@@ -185,6 +187,8 @@ def _cluster_time_to_train(
         elsewhere = _fittable_elsewhere(stored.runs())
         for convergence in short:
             convergence["note"] += elsewhere
+    for note in results[0].notes:  # the curve's: the same for every batch
+        err_console.print(f"[yellow]note[/yellow]: {escape(note)}", soft_wrap=True)
     return results
 
 

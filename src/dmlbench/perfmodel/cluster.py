@@ -269,6 +269,7 @@ class ClusterSimulation:
     rows: list[dict[str, Any]]
     convergence: dict[str, Any] | None = None  # the samples-to-target fit, or why none
     published: list[dict[str, Any]] = field(default_factory=list)  # a replay's points
+    notes: list[str] = field(default_factory=list)  # what to know before trusting the table
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -303,6 +304,7 @@ def simulate_cluster(
     (chosen,) = algorithms_named([algorithm or cluster.profile.allreduce], TWO_LEVEL)
     cost = task_cost(task, local_batch)
     compute: float | None = None  # a measured step; None: the FLOPs over the peak × share
+    notes: list[str] = []
     if curve is not None:
         read = curve if isinstance(curve, Curve) else Curve.of(curve)
         if read.task is not None and read.task != task:
@@ -311,6 +313,11 @@ def simulate_cluster(
                 f"{task}'s with `dmlbench bench curve {task}`"
             )
         compute, source = curve_compute(read, cluster, dtype, cost.local_batch)
+        if read.device and not cluster.accelerator.names(read.device):
+            notes.append(
+                f"the --curve was measured on {read.device}, not on {cluster.accelerator.name}: "
+                "its step times are that device's, used as they are"
+            )
     elif samples_per_s is not None:
         compute = cost.local_batch / samples_per_s
         source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
@@ -355,6 +362,7 @@ def simulate_cluster(
         local_batch=cost.local_batch,
         algorithm=cluster.allreduce(chosen),
         rows=rows,
+        notes=notes,
     )
 
 

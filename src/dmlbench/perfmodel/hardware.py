@@ -63,6 +63,12 @@ class Accelerator(StrictModel):
         """Whether torch's name of a device (``NVIDIA H200``) is this accelerator."""
         return any(token in device for token in self.matches)
 
+    def specificity(self, device: str) -> int:
+        """How closely a device's name names this accelerator: the length of the longest
+        of its ``matches`` the name holds, 0 for none (``NVIDIA A100-SXM4-40GB`` names the
+        40 GB A100 by ``A100-SXM4-40GB``, the 80 GB one only by ``A100``)."""
+        return max((len(token) for token in self.matches if token in device), default=0)
+
     def peak_flops(self, dtype: str) -> float:
         if dtype not in self.peak_tflops:
             raise SpecError(
@@ -121,6 +127,15 @@ class Hardware(StrictModel):
                         unknown(f"{role} link of cluster {key}", name, self.interconnects)
                     )
         return self
+
+    def clusters_of(self, device: str) -> list[str]:
+        """The cluster profiles of a device, by its name: those whose accelerator it
+        names, the most closely named first."""
+        fits = {
+            key: self.accelerators[profile.accelerator].specificity(device)
+            for key, profile in self.clusters.items()
+        }
+        return sorted((key for key, fit in fits.items() if fit), key=lambda key: -fits[key])
 
     def cluster(self, key: str) -> Cluster:
         if key not in self.clusters:
