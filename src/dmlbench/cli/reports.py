@@ -74,9 +74,8 @@ def report(
     if not runs and not comm_runs and not predictions:
         missed = results.missed(sweeps, tasks)
         raise DmlbenchError(f"no stored runs in {store}{missed} to report on")
-    lacking = unmatched(
-        runs, sweeps, [t for t in tasks or () if t not in {p["task"] for p in predictions}]
-    )
+    predicted = {p["task"] for p in predictions}
+    lacking = unmatched(runs, sweeps, [t for t in tasks or () if t not in predicted])
     if any(lacking):  # one of several named has none: not left out unsaid
         raise DmlbenchError(f"no stored runs in {store}{results.missed(*lacking)} to report on")
     if png is not None:

@@ -304,7 +304,7 @@ def simulate_cluster(
     (chosen,) = algorithms_named([algorithm or cluster.profile.allreduce], TWO_LEVEL)
     cost = task_cost(task, local_batch)
     compute: float | None = None  # a measured step; None: the FLOPs over the peak × share
-    notes: list[str] = []
+    notes: list[str] = []  # the curve's, where it was measured on another device
     if curve is not None:
         read = curve if isinstance(curve, Curve) else Curve.of(curve)
         if read.task is not None and read.task != task:
@@ -312,12 +312,7 @@ def simulate_cluster(
                 f"--curve: measured on {read.task}'s step, not {task}'s; measure "
                 f"{task}'s with `dmlbench bench curve {task}`"
             )
-        compute, source = curve_compute(read, cluster, dtype, cost.local_batch)
-        if read.device and not cluster.accelerator.names(read.device):
-            notes.append(
-                f"the --curve was measured on {read.device}, not on {cluster.accelerator.name}: "
-                "its step times are that device's, used as they are"
-            )
+        compute, source, notes = curve_compute(read, cluster, dtype, cost.local_batch)
     elif samples_per_s is not None:
         compute = cost.local_batch / samples_per_s
         source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
@@ -366,17 +361,24 @@ def simulate_cluster(
     )
 
 
-def curve_compute(curve: Curve, cluster: Cluster, dtype: str, batch: int) -> tuple[float, str]:
-    """A step's compute at ``batch`` read off a measured curve, and where it came from,
-    with a word where the curve was measured on another device or at another precision
-    than the profile's: it is used as measured."""
+def curve_compute(
+    curve: Curve, cluster: Cluster, dtype: str, batch: int
+) -> tuple[float, str, list[str]]:
+    """A step's compute at ``batch`` read off a measured curve, where it came from, and
+    notes: with a word, and a note of its own, where the curve was measured on another
+    device than the profile's (a word where at another precision): it is used as
+    measured."""
     compute, source = curve.step_at(batch)
-    accelerator = cluster.accelerator
+    accelerator, notes = cluster.accelerator, []
     if curve.device and not accelerator.names(curve.device):
         source += f"; not measured on this profile's {accelerator.name}"
+        notes.append(
+            f"the --curve was measured on {curve.device}, not on {accelerator.name}: "
+            "its step times are that device's, used as they are"
+        )
     if curve.precision and curve.precision != dtype:
         source += f"; the peak here is {dtype}'s"
-    return compute, source
+    return compute, source, notes
 
 
 def convergence_points(runs: Sequence[Any]) -> list[tuple[float, float]]:

@@ -409,9 +409,9 @@ class ResultsStore:
             for column, values in (("sweep", sweep), ("task", task)):
                 query = f"SELECT DISTINCT {column} FROM runs"
                 names = sorted(str(row[0] or SINGLE_RUNS) for row in db.execute(query))
+                shown = first_few(names, 8)
                 for value in _names(values) or ():
                     close = difflib.get_close_matches(value[:200], names, n=1)
-                    shown = first_few(names, 8)
                     hint = f"did you mean '{close[0]}'?" if close else f"it has {shown or 'none'}"
                     said.append(f"{column} '{shorten(value)}' ({hint})")
         return f" for {' and '.join(said)}" if said else ""
