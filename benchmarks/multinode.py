@@ -40,6 +40,7 @@ from dmlbench.launch import run_benchmark
 from dmlbench.launch.bench import resolve_bench, run_comm_bench
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel import Layout, Link, calibrate_comm, cluster_allreduce_time
+from dmlbench.perfmodel.calibrate import compute_step_s
 from dmlbench.perfmodel.model import Algorithm
 from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
@@ -47,7 +48,6 @@ from dmlbench.results import ResultsStore
 LAYOUTS = ((1, 4), (2, 2), (4, 1))
 NETWORKS = ("10gbit", "1gbit")
 SIZES = (2**20, 2**22)
-COMPUTE = ("data", "forward", "backward", "optimizer")
 
 
 def bench(store: ResultsStore, nodes: int, network: str | None, repeats: int) -> list[dict]:
@@ -100,16 +100,11 @@ def train(
     if outcome.status == "failed":
         sys.exit(f"{task} {nodes}×{4 // nodes} failed: {outcome.error}")
     summary = outcome.summary
-    timed = summary.phases_steady and summary.steady_steps and summary.phase_shares
-    if not timed or summary.step_time_s is None or summary.gradient_bytes is None:
+    step, grads, shares = summary.step_time_s, summary.gradient_bytes, summary.phase_shares
+    timed = summary.phases_steady and summary.steady_steps
+    if not timed or not shares or step is None or grads is None:
         sys.exit(f"{task} {nodes}×{4 // nodes} timed no steady steps: give it more steps")
-    per_rank = [sum(r[p] for p in COMPUTE) for r in summary.phases_steady or []]
-    return Trained(
-        step_time_s=summary.step_time_s,
-        gradient_bytes=summary.gradient_bytes,
-        compute_s=statistics.mean(per_rank) / (summary.steady_steps or 1),
-        comm_share=(summary.phase_shares or {})["comm"]["mean"],
-    )
+    return Trained(step, grads, compute_step_s(summary), shares["comm"]["mean"])
 
 
 def main() -> int:

@@ -26,6 +26,7 @@ from dmlbench.launch import run_benchmark
 from dmlbench.launch.bench import resolve_bench, run_comm_bench
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel import Link, allreduce_time, calibrate_comm
+from dmlbench.perfmodel.calibrate import compute_step_s
 from dmlbench.resolve import resolve_spec
 from dmlbench.results import ResultsStore
 from dmlbench.results.records import RunSummary
@@ -74,11 +75,7 @@ def train(store: ResultsStore, network: dict, steps: int) -> RunSummary:
 def compute_per_step(summary: RunSummary) -> float:
     if not summary.phases_steady or not summary.steady_steps:
         sys.exit("the calibration run timed no steady steps: give it more --steps")
-    per_rank = [
-        sum(r[p] for p in ("data", "forward", "backward", "optimizer"))
-        for r in summary.phases_steady
-    ]
-    return statistics.mean(per_rank) / summary.steady_steps
+    return compute_step_s(summary)
 
 
 def main() -> int:

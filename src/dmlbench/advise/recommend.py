@@ -108,7 +108,7 @@ def compute_model(runs: Sequence[RunRecord], task: str, cores: int | None) -> Co
         )
     by_point: dict[tuple[int, int], list[float]] = {}
     for run in quiet:
-        by_point.setdefault((run.workers, run.local_batch), []).append(compute_step_s(run))
+        by_point.setdefault((run.workers, run.local_batch), []).append(compute_step_s(run.summary))
     step = {point: statistics.median(v) for point, v in by_point.items()}
     fewest = min(n for n, _ in step)
     line = {b: t for (n, b), t in step.items() if n == fewest}

@@ -20,7 +20,7 @@ from dmlbench.errors import DmlbenchError
 from dmlbench.names import first_few
 from dmlbench.netem.profiles import NetworkSpec
 from dmlbench.perfmodel.model import CommCalibration
-from dmlbench.results.records import CommRun, RunRecord, matching_ids
+from dmlbench.results.records import CommRun, RunRecord, RunSummary, matching_ids
 from dmlbench.spec.recipe import goal_reached
 
 SMALL = (64, 4096)  # bytes: messages small enough that only the overhead counts
@@ -178,13 +178,14 @@ def _one_setup(
     return min(counts, key=lambda s: (-counts[s], -first[s], s))
 
 
-def compute_step_s(run: RunRecord) -> float:
-    """Mean over ranks of data + forward + backward + optimizer seconds per steady step."""
+def compute_step_s(summary: RunSummary) -> float:
+    """Mean over ranks of data + forward + backward + optimizer seconds per steady step,
+    from a run's summary."""
     per_rank = [
         sum(rank.get(p, 0.0) for p in ("data", "forward", "backward", "optimizer"))
-        for rank in run.summary.phases_steady or []
+        for rank in summary.phases_steady or []
     ]
-    return statistics.mean(per_rank) / (run.summary.steady_steps or 1)
+    return statistics.mean(per_rank) / (summary.steady_steps or 1)
 
 
 def calibrate_task(
@@ -224,7 +225,7 @@ def calibrate_task(
         base = [r for r in base if r.local_batch == batch]
     used = {r.run_id for r in base}
     left_out = [r.run_id for r in mine if r.disturbed and r.run_id not in used]
-    steps = sorted((compute_step_s(r), r.run_id) for r in base)
+    steps = sorted((compute_step_s(r.summary), r.run_id) for r in base)
     (low, low_id), (high, high_id) = steps[0], steps[-1]
     if high > DISAGREEMENT * low:
         raise DmlbenchError(
