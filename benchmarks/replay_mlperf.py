@@ -86,13 +86,14 @@ def profile_for(system: str, devices: Devices, hardware: Hardware) -> tuple[str 
     its description names most specifically (``A100-SXM4-40GB`` before ``A100``), with
     as many devices a node; and why none, where none does."""
     prefix = system.split("_")[0]  # as NVIDIA names them: dgxa100_n96_…
-    if prefix.lower() not in FAMILIES:
+    keys = FAMILIES.get(prefix.lower(), ())
+    if not keys:
         return None, f"no profile for the family {prefix}"
     fits: dict[str, int] = {}
-    for key in FAMILIES[prefix.lower()]:
+    for key in keys if devices.accelerators else ():  # host processors: no profile
         profile = hardware.clusters[key]
         fit = hardware.accelerators[profile.accelerator].specificity(devices.model)
-        if fit and devices.accelerators and profile.devices_per_node == devices.per_node:
+        if fit and profile.devices_per_node == devices.per_node:
             fits[key] = fit
     if not fits:
         return None, f"no {prefix} profile has {devices.per_node} × {devices.model} a node"
@@ -142,12 +143,11 @@ class Submission:
         return self.global_batch / (self.workers * self.accumulation)
 
 
-def submissions(root: Path = DATA) -> tuple[list[Submission], list[str]]:
+def submissions(root: Path, hardware: Hardware) -> tuple[list[Submission], list[str]]:
     """Each system's submission of a benchmark the replay models, on hardware it has a
     profile for (:func:`profile_for`), and what it cannot replay, said: a log the
     import would skip (minigo's, a damaged one) is said so too."""
     reading = read_results([root])
-    hardware = load_hardware()
     runs: dict[tuple[str, str], list[MlperfRun]] = {}
     for run in reading.runs:
         runs.setdefault((run.origin["system"], run.benchmark), []).append(run)
@@ -262,8 +262,8 @@ def replay(
     """Every cell of the submissions under ``root``; ``curve`` (measured on a device, for
     the benchmarks ``curves_for`` names) gives the fixed part of a step in place of the
     stated kernel floor."""
-    subs, left_out = submissions(root)
     hardware = load_hardware()
+    subs, left_out = submissions(root, hardware)
     cells = []
     for sub in subs:
         kin = [s for s in subs if s.family == sub.family and s.benchmark == sub.benchmark]
