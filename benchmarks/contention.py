@@ -91,8 +91,13 @@ def main() -> None:
         for r in ResultsStore(store).runs():
             c = r.summary.contention or {}
             m = (c.get("machines") or [{}])[0]
-            verdict = "not measured" if r.disturbed is None else "undisturbed"
-            verdict = "disturbed" if r.disturbed else verdict
+            verdict = (
+                "not measured"
+                if r.disturbed is None
+                else "disturbed"
+                if r.disturbed
+                else "undisturbed"
+            )
             print(
                 f"{name:6} {r.workers:>2} {(r.summary.step_time_s or math.nan) * 1e3:8.2f} "
                 f"{c.get('wait_share_max') or 0:6.0%} {m.get('outside_cores') or 0:7.2f}  "

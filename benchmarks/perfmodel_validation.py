@@ -88,7 +88,9 @@ def main() -> int:
     bench(store, {}, args.repeats, sizes=(4, 4 * 2**20, 4))  # the whole range, unshaped
     calibration = calibrate_comm(store.comm_runs())[2]
     base = train(store, {}, args.steps)
-    compute, grads = compute_per_step(base), base.gradient_bytes or 0
+    compute, grads = compute_per_step(base), base.gradient_bytes
+    if grads is None:
+        sys.exit("the calibration run recorded no gradient size")
     print(
         f"calibration: alpha {calibration.alpha_s * 1e6:.0f} us, host busbw "
         f"{calibration.host_busbw / 1e6:,.0f} MB/s, compute {compute * 1e3:.2f} ms/step, "
