@@ -76,7 +76,7 @@ def main() -> None:
     )
     cells: list[dict[str, Any]] = []
     for path in files:
-        curve = read_curve(path)
+        curve = read_curve(path, option="")
         if len(curve.points) < 3:
             sys.exit(f"{path}: leaving one out needs three or more batches")
         for row in left_out(curve):

@@ -121,6 +121,17 @@ def test_a_bad_curve_file_is_refused_in_one_line(tmp_path: Path, data: object, s
     assert "\n" not in str(error.value)
 
 
+def test_a_curve_given_as_an_argument_is_named_without_an_option(tmp_path: Path) -> None:
+    """benchmarks/curve_reading.py takes curves as arguments: its errors name no --curve."""
+    path = tmp_path / "curve.json"
+    path.write_text("[[8, 0.01]")
+    with pytest.raises(SpecError, match=r"^\S*curve.json is not JSON") as error:
+        read_curve(path, option="")
+    assert "--curve" not in str(error.value)
+    with pytest.raises(SpecError, match="curve file .* does not exist"):
+        read_curve(tmp_path / "absent.json", option="")
+
+
 @pytest.mark.parametrize(
     ("device", "profile"),
     [

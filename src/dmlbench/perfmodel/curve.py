@@ -138,30 +138,32 @@ def _number(value: float) -> float | int:
     return int(value) if float(value).is_integer() else value
 
 
-def read_curve(path: Path) -> Curve:
+def read_curve(path: Path, option: str = "--curve") -> Curve:
     """A curve file (:meth:`Curve.to_json`'s, or a bare list of pairs), bounded in size
-    and checked; one line on anything else."""
+    and checked; one line on anything else, naming the file as ``option PATH`` (a
+    positional argument's reader passes ``option=""``)."""
     from dmlbench.files import read_bounded
 
+    named = f"{option} {path}" if option else str(path)
     try:
-        data = json.loads(read_bounded(path, MAX_BYTES, "--curve file", SpecError))
+        data = json.loads(read_bounded(path, MAX_BYTES, f"{option or 'curve'} file", SpecError))
     except ValueError:
-        raise SpecError(f"--curve {path} is not JSON: give [[local batch, seconds], ...]") from None
+        raise SpecError(f"{named} is not JSON: give [[local batch, seconds], ...]") from None
     where: dict[str, Any] = {}
     if isinstance(data, dict):
         if data.get("format") != FORMAT or data.get("version") != VERSION:
             raise SpecError(
-                f"--curve {path}: not a {FORMAT} file of version {VERSION} "
+                f"{named}: not a {FORMAT} file of version {VERSION} "
                 "(`dmlbench bench curve` writes one)"
             )
         for key in ("task", "device", "precision", "compiled"):
             value = data.get(key)
             if value is not None and not (isinstance(value, str) and 0 < len(value) <= 200):
-                raise SpecError(f"--curve {path}: its {key} is not a short text")
+                raise SpecError(f"{named}: its {key} is not a short text")
             where[key] = value
         runs = data.get("runs") or []
         if not (isinstance(runs, list) and len(runs) <= MAX_POINTS * 100):
-            raise SpecError(f"--curve {path}: its runs are not a list of run ids")
+            raise SpecError(f"{named}: its runs are not a list of run ids")
         where["runs"] = tuple(str(run)[:200] for run in runs)
         missing = data.get("missing") or []
         if not (
@@ -169,7 +171,7 @@ def read_curve(path: Path) -> Curve:
             and len(missing) <= MAX_POINTS
             and all(type(b) is int and b > 0 for b in missing)
         ):
-            raise SpecError(f"--curve {path}: its missing batches are not a list of counts")
+            raise SpecError(f"{named}: its missing batches are not a list of counts")
         where["missing"] = tuple(missing)
         data = data.get("points")
     ok = isinstance(data, list) and 0 < len(data) <= MAX_POINTS
@@ -181,7 +183,7 @@ def read_curve(path: Path) -> Curve:
     )
     if not ok:
         raise SpecError(
-            f"--curve {path}: give 1 to {MAX_POINTS:,} [local batch, seconds a step] pairs above 0"
+            f"{named}: give 1 to {MAX_POINTS:,} [local batch, seconds a step] pairs above 0"
         )
     return Curve.of(data, **where)
 
