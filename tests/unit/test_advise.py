@@ -87,7 +87,7 @@ def test_epochs_are_measured_or_modelled_through_the_noise_scale() -> None:
     # two measured batches: the line E = 8 + B/16, so E_min = 8 and B_crit = 128
     epochs, source = model.at(128)
     assert epochs == pytest.approx(16.0) and source.startswith("modelled")
-    assert "B_crit ≈ 128 from fitted to the measured epochs" in source
+    assert "B_crit ≈ 128 from a line through the measured epochs" in source
     # one batch, or epochs that do not grow with it: the noise scale stands in
     one = EpochModel({32: 10.0}, noise=64.0).at(128)
     assert one[0] == pytest.approx(10 / 1.5 * 3) and "B_crit ≈ 64 from the measured noise" in one[1]

@@ -153,7 +153,7 @@ class EpochModel:
             epochs = [self.measured[b] for b in batches]
             slope, least = statistics.linear_regression(batches, epochs)
             if slope > 0 and least > 0:
-                return least, least / slope, "fitted to the measured epochs"
+                return least, least / slope, "a line through the measured epochs"
         if self.noise is None or not self.measured:
             return None
         least = statistics.mean(e / (1 + b / self.noise) for b, e in self.measured.items())
