@@ -316,7 +316,14 @@ def test_simulate_and_advise_cost_only_what_the_price_is_for(tmp_path) -> None:
     result = simulate(store, "synthetic-mlp", [1, 2], ["10gbit"], ["ring"], price=euro).to_json()
     console = Console(width=120, record=True)
     console.print(prediction_table(result))
-    assert "cost, EUR" in console.export_text()
+    printed = console.export_text()
+    assert "cost, EUR" in printed and "speedup: time to the target against N=1;" in printed
+    # the speedup is against the first count asked for, and the table says which
+    later = simulate(store, "synthetic-mlp", [2, 4], ["10gbit"], ["ring"], price=euro).to_json()
+    assert later["predictions"][0]["speedup"] == 1.0
+    console = Console(width=200, record=True)
+    console.print(prediction_table(later))
+    assert "speedup: time to the target against N=2;" in console.export_text()
     (section,) = prediction_sections([result])
     assert _prediction_table(section).head[-1] == "cost, EUR"
     assert "Cost at h200-eu at 3.7 EUR/worker-hour." in section.notes

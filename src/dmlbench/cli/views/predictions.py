@@ -82,7 +82,7 @@ def prediction_table(result: dict[str, Any]) -> Table:
     """`dmlbench simulate`'s predictions, in the form the store keeps them."""
     from dmlbench.report.tables import calibration_text, prediction_columns
 
-    calibration = result["calibration"]
+    calibration, rows = result["calibration"], result["predictions"]
     table = figures_table(
         escape(
             f"{result['task']}: predicted (weak scaling, b = {calibration['local_batch']}; "
@@ -91,12 +91,13 @@ def prediction_table(result: dict[str, Any]) -> Table:
         escape(
             "* epochs to the target assumed (--epochs, or the nearest measured global "
             "batch's); evaluation sharded over the workers; "
+            + (f"speedup: time to the target against N={rows[0]['workers']}; " if rows else "")
             + (result.get("unpriced") or f"cost at {result['price']}")
         ),
     )
     columns = prediction_columns(result.get("currency"))
     for title, _ in columns:
         table.add_column("algo" if title == "algorithm" else title, justify="right")
-    for row in result["predictions"]:
+    for row in rows:
         table.add_row(*(escape(cell(row)) for _, cell in columns))
     return table
