@@ -1062,6 +1062,18 @@ def test_a_run_of_another_model_is_labelled_by_its_model_alone() -> None:
     assert labels == ["model=imagenet-resnet depth=50 zero_init_residual=true", "model=vgg16"]
 
 
+def test_a_run_of_another_exchange_is_labelled_without_the_others_options() -> None:
+    """A report of all-reduce, a Dask fit and topk read "exchange=allreduce ratio=null"."""
+    runs = []
+    for i, (exchange, options) in enumerate(
+        [("allreduce", {}), ("topk", {"ratio": 0.01}), ("powersgd", {"rank": 4})]
+    ):
+        run = stored_run(f"x{i}", 2, tta=5.0, seed=i, exchange=exchange)
+        runs.append(dataclasses.replace(run, spec={**run.spec, "exchange_options": options}))
+    labels = list(analysis.runs_frame(runs)["variant"])
+    assert labels == ["exchange=allreduce", "exchange=topk ratio=0.01", "exchange=powersgd rank=4"]
+
+
 def _loss_goal(run: RunRecord, losses: list[float]) -> RunRecord:
     """``run`` of a task whose goal is a test loss of 3.9 (kjv-gpt's kind): its
     evaluations have these losses, each at a token accuracy of 16%."""

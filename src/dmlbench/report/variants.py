@@ -86,12 +86,12 @@ def _alike_where_present(key: str, values: pd.Series, sections: list[set[str]]) 
 
 
 def _says(key: str, value: Any, sections: set[str]) -> bool:
-    """Whether a key's value tells this run apart: an option of another model than this
-    run's (absent from its spec), a key of a section its spec lacks (a Dask fit's
-    ``dask.*`` beside a torch run: "delay=null factor=null ..."), an empty table or a
-    batch key left to follow from the others ("global_batch=null") does not
+    """Whether a key's value tells this run apart: an option of another model or
+    exchange than this run's (absent from its spec), a key of a section its spec lacks
+    (a Dask fit's ``dask.*`` beside a torch run: "delay=null factor=null ..."), an empty
+    table or a batch key left to follow from the others ("global_batch=null") does not
     ("depth=null zero_init_residual=null options={}" labelled a vgg16 run beside
-    ResNet-50's)."""
+    ResNet-50's, "exchange=allreduce ratio=null" an all-reduce run beside topk's)."""
     if value == "{}":
         return False
     if key in _BATCH_KEYS and value == "null":
@@ -99,10 +99,11 @@ def _says(key: str, value: Any, sections: set[str]) -> bool:
     if isinstance(value, str):
         return True
     section, _, rest = key.partition(".")
-    return not key.startswith(MODEL_OPTIONS) and (not rest or section in sections)
+    return not key.startswith(OPTION_TABLES) and (not rest or section in sections)
 
 
-MODEL_OPTIONS = "recipe.model.options"
+# Tables of one choice's options (the model's, the exchange's): another choice has others.
+OPTION_TABLES = ("recipe.model.options", "exchange_options")
 
 
 def _key_text(key: str) -> str:
