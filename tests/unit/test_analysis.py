@@ -1647,6 +1647,18 @@ def test_a_whole_rounds_times_stand_on_a_log_axis_in_bars_as_wide_as_their_group
     assert ax.get_yscale() == "linear" and "log" not in ax.get_ylabel()
 
 
+def test_the_reports_scaling_table_marks_oversubscribed_only_where_a_row_is() -> None:
+    """The report's caption said "* oversubscribed." under tables whose rows had no star."""
+    from dmlbench.report.html import _scaling_table
+
+    fits = [stored_run(f"f{n}", n, tta=1.0) for n in (1, 2)]
+    view = _scaling_table(analysis.scaling_table(analysis.runs_frame(fits)), None)
+    assert "oversubscribed" not in view.caption and not any("*" in r.cells[0] for r in view.rows)
+    over = [*fits, stored_run("f4", 4, tta=1.0)]  # 4 workers on 2 cores
+    view = _scaling_table(analysis.scaling_table(analysis.runs_frame(over)), None)
+    assert "* oversubscribed." in view.caption and view.rows[-1].cells[0] == "4*"
+
+
 def test_a_table_grouped_without_workers_keeps_its_oversubscribed_caption() -> None:
     """Grouped by another column than the worker count (`compare --by exchange`), the
     caption that counted oversubscribed workers had no worker count to read."""

@@ -232,7 +232,8 @@ def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
     return TableView(
         [title for title, _ in columns],
         [Row([str(cell(row)) for _, cell in columns]) for _, row in table.iterrows()],
-        f"Means over finished runs; TTA over runs that reached the target.{aat} * oversubscribed."
+        f"Means over finished runs; TTA over runs that reached the target.{aat}"
+        + (" * oversubscribed." if table["oversubscribed"].any() else "")
         + (" † timed by disturbed runs only." if table["timed_disturbed"].any() else "")
         + (f" {note}." if (note := elastic_note(table)) else ""),
     )
