@@ -1555,6 +1555,13 @@ def test_the_cost_figure_marks_worker_counts_where_their_labels_would_crowd() ->
     assert {"N=2", "N=4*"} <= set(legend)  # 4 workers on the 2 cores stored_run records
     (ax,) = figure(exchanges[:2]).axes  # four points keep their labels
     assert sorted(text.get_text() for text in ax.texts) == ["N=2", "N=2", "N=4*", "N=4*"]
+    # a Dask fit may use up to its count, and its point says so, as the tables do
+    fit = stored_run("fit", 2, tta=0.3, exchange="dask-centralised")
+    fit = dataclasses.replace(fit, summary=RunSummary.model_validate({"engine": "dask"}))
+    runs = [stored_run("a2", 2, tta=0.2), fit]
+    table = analysis.scaling_table(analysis.runs_frame(runs), price=price)
+    (ax,) = cost(table, "p", "t").axes
+    assert sorted(text.get_text() for text in ax.texts) == ["N=2", "N≤2"]
 
 
 def test_upright_bar_labels_and_long_y_labels_stay_off_the_titles() -> None:

@@ -134,7 +134,7 @@ def bytes_and_step_time(table: pd.DataFrame, title: str, label_at_most: int = 8)
             continue
         for _, row in rows.iterrows():
             share = row["comm_ratio_mean"]
-            parts = [f"N={worker_label(row)}"] if several else []
+            parts = [worker_label(row)] if several else []
             parts += [] if pd.isna(share) else [f"{share:.0%}"]
             # alternate above and below: algorithms with the same bytes sit side by side
             point = (row["bytes_per_step_mean"], row["step_time_mean"] * 1000)
@@ -197,7 +197,7 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
             ax.plot(row[x_col], row[y_col], shape[int(row["workers"])], color=colour)
             if labelled:
                 ax.annotate(
-                    f"N={worker_label(row)}",
+                    worker_label(row),
                     (row[x_col], row[y_col]),
                     textcoords="offset points",
                     xytext=(5, 5),

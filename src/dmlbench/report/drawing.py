@@ -75,7 +75,10 @@ def new_figure(title: str, heading: str, ncols: int = 1) -> tuple[Figure, list]:
 
 
 def worker_label(row: pd.Series) -> str:
-    return f"{int(row['workers'])}{'*' if row.get('oversubscribed') else ''}"
+    """A point's worker count as the tables write it: ``N=4*`` where oversubscribed,
+    ``N≤2`` for a Dask fit, which may use up to that many."""
+    star = "*" if row.get("oversubscribed") else ""
+    return f"N{'≤' if row.get('elastic') else '='}{int(row['workers'])}{star}"
 
 
 def tick_labels(table: pd.DataFrame, workers: list[int]) -> list[str]:
