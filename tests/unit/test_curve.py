@@ -128,7 +128,7 @@ def test_a_curve_given_as_an_argument_is_named_without_an_option(tmp_path: Path)
     with pytest.raises(SpecError, match=r"^\S*curve.json is not JSON") as error:
         read_curve(path, option="")
     assert "--curve" not in str(error.value)
-    with pytest.raises(SpecError, match="curve file .* does not exist"):
+    with pytest.raises(SpecError, match=r"curve file .* does not exist"):
         read_curve(tmp_path / "absent.json", option="")
 
 
