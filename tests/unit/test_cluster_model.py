@@ -279,6 +279,20 @@ def test_the_simulate_command_on_a_cluster_profile(dmlbench, tmp_path: Path) -> 
     assert code == 2 and "no fp4 peak" in err and err.count("\n") == 1
 
 
+def test_the_profile_list_shows_each_name_whole_on_a_narrow_terminal() -> None:
+    """`--cluster list` cut "goyal2017-bigb…" at 80 columns: the name --cluster takes."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.clusters import hardware_table
+
+    hardware = load_hardware()
+    console = Console(width=60, record=True)
+    console.print(hardware_table(hardware))
+    lines = [line.strip() for line in console.export_text().splitlines()]
+    assert all(name in lines for name in hardware.clusters)
+    assert "all-reduce: hierarchical, halving-doubling between nodes" in " ".join(lines)
+
+
 def test_a_run_on_the_device_lends_its_share_of_the_data_sheets_peak() -> None:
     from dmlbench.perfmodel.cluster import efficiency_from_runs
     from dmlbench.results.records import RunRecord

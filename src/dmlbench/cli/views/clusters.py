@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -139,21 +140,30 @@ def _time_to_train_table(result: ClusterSimulation) -> Table:
 
 
 def hardware_table(hardware: Any) -> Group:
-    """`dmlbench simulate-cluster --cluster list`: the cluster profiles, then their sources."""
-    table = figures_table("cluster profiles: --cluster NAME (your own: --hardware FILE)")
-    for column in ("name", "devices a node", "inside", "between", "all-reduce"):
-        table.add_column(column)
-    for key in hardware.clusters:
+    """`dmlbench simulate-cluster --cluster list`: each profile's name, what --cluster
+    takes, on a line of its own, its hardware and source indented below, as `dmlbench
+    models` lists models (a five-column table cut "goyal2017-bigb…" at 80 columns)."""
+    parts: list[Any] = [
+        Text("Cluster profiles: --cluster NAME (your own: --hardware FILE)", style="bold")
+    ]
+    for key, profile in hardware.clusters.items():
         cluster = hardware.cluster(key)
-        table.add_row(
-            key,
-            escape(f"{cluster.devices_per_node} × {cluster.accelerator.name}"),
-            escape(cluster.intra.name),
-            escape(f"{cluster.inter.name} × {cluster.profile.nics_per_node}"),
-            escape(cluster.allreduce()),
-        )
-    sources = [Text(f"{key}: {profile.source}") for key, profile in hardware.clusters.items()]
-    return Group(table, *sources)
+        parts += [
+            Text(),
+            Text(f"  {key}", style="bold"),
+            Padding(
+                Text(f"{cluster.devices_per_node} × {cluster.accelerator.name} a node"),
+                (0, 0, 0, 6),
+            ),
+        ]
+        for name, value in (
+            ("inside", cluster.intra.name),
+            ("between", f"{cluster.inter.name} × {profile.nics_per_node}"),
+            ("all-reduce", cluster.allreduce()),
+            ("source", profile.source),
+        ):
+            parts.append(Padding(Text(f"{name}: {value}", style="dim"), (0, 0, 0, 8)))
+    return Group(*parts)
 
 
 def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
