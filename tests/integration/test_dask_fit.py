@@ -67,15 +67,20 @@ def test_a_dask_fit_is_stored_and_compared_beside_a_torch_run(tmp_path: Path) ->
     assert [e["step"] for e in run["evals"]] == _epoch_ends(expected, DIGITS_TRAIN)
     assert run["best_metric"] > 0.8 and run["global_batch"] == 32
     assert run["summary"]["largest_batch"] == 128
+    # billed for what it scaled its cluster to: 1 worker for batch 32, then 2 (of 2)
+    elapsed, held = run["summary"]["elapsed_s"], run["summary"]["worker_s"]
+    assert elapsed < held <= 2 * elapsed and run["summary"]["worker_s_to_target"] is None
     assert {"engine", "batch_schedule"} <= set(run["deviations"])
     assert run["deviations"]["batch_schedule"]["actual"].startswith("GeoDamp(initial=32, delay=1")
     assert "epoch 3:" in fit.stderr and "Traceback" not in fit.stderr
     assert f"starting Dask (up to 2 workers) on {DIGITS_TRAIN:,} training" in fit.stderr
 
     dmlbench("run", "digits-mlp", "--set", "recipe.max_epochs=1", "--store", store, "--quiet")
-    compared = json.loads(dmlbench("compare", "--store", store, "--json").stdout)
+    compared = json.loads(dmlbench("compare", "--store", store, "--json", "--price", "3600").stdout)
     variants = {row["variant"] for row in compared}
     assert len(compared) == 2 and any("dask" in v for v in variants), variants
+    (fitted,) = [row for row in compared if "dask" in row["variant"]]
+    assert fitted["cost_mean"] == pytest.approx(held)  # 3600 an hour: a worker-second 1
     listed = dmlbench("results", "--store", store, "--json").stdout
     assert {r["exchange"] for r in json.loads(listed)} == {"dask-centralised", "allreduce"}
     dmlbench("report", "--store", store, "--out", str(tmp_path / "report.html"))

@@ -277,6 +277,11 @@ def test_a_dask_fits_summary_says_its_workers_are_the_most_it_may_use() -> None:
     assert "t · up to 2 workers · closed division" in console.export_text()
     console.print(run_summary(stored_run("torch", 2, tta=5.0)))
     assert "t · 2 workers · closed division" in console.export_text()
+    grown = {"engine": "dask", "most_workers": 2, "throughput": 9e3, "largest_batch": 64}
+    summary = RunSummary.model_validate({**grown, "worker_s": 0.35})
+    console.print(run_summary(dataclasses.replace(fit, summary=summary)))
+    said = console.export_text()
+    assert "up to 2 workers); 0.35 worker-seconds asked of its cluster" in said
 
 
 def test_an_interrupted_runs_summary_says_how_far_it_got() -> None:
@@ -1562,6 +1567,23 @@ def test_the_cost_figure_marks_worker_counts_where_their_labels_would_crowd() ->
     table = analysis.scaling_table(analysis.runs_frame(runs), price=price)
     (ax,) = cost(table, "p", "t").axes
     assert sorted(text.get_text() for text in ax.texts) == ["N=2", "N≤2"]
+
+
+def test_a_dask_fit_costs_the_worker_hours_it_scaled_its_cluster_to() -> None:
+    """A fit of up to 4 workers that reached its target in 10 s, holding fewer most of
+    the time, was priced as 4 workers × 10 s: now as the 14 worker-seconds it held."""
+    from dmlbench.prices import Price
+
+    fit = stored_run("fit", 4, tta=10.0, exchange="dask-centralised")
+    held = {"engine": "dask", "worker_s": 18.0, "worker_s_to_target": 14.0}
+    fit = dataclasses.replace(fit, summary=RunSummary.model_validate(held))
+    (row,) = analysis.scaling_table(analysis.runs_frame([fit]), price=Price("p", 3600.0)).iloc
+    assert (row["cost_to_target"], row["cost_mean"]) == (pytest.approx(14.0), pytest.approx(18.0))
+    # stored before fits counted their worker-seconds: every worker, the whole time
+    fit = dataclasses.replace(fit, summary=RunSummary.model_validate({"engine": "dask"}))
+    (row,) = analysis.scaling_table(analysis.runs_frame([fit]), price=Price("p", 3600.0)).iloc
+    assert row["cost_to_target"] == pytest.approx(40.0)
+    assert row["cost_mean"] == pytest.approx(4 * fit.elapsed_s)
 
 
 def test_upright_bar_labels_and_long_y_labels_stay_off_the_titles() -> None:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from dmlbench.cli.app import app
 from dmlbench.dask.dampers import Constant, GeoDamp
-from dmlbench.dask.run import DaskFit, first_rate, make_damper, stored_spec
+from dmlbench.dask.run import DaskFit, HeldWorkers, first_rate, make_damper, stored_spec
 from dmlbench.errors import SpecError
 from dmlbench.resolve import resolve_spec
 
@@ -63,6 +63,24 @@ def test_the_stored_spec_says_how_the_dask_fit_differs() -> None:
         "max_batch_size": None,
     }
     assert first_rate(spec, 64) == pytest.approx(2 * first_rate(spec, 32))  # the recipe's scaling
+
+
+def test_a_fit_is_billed_for_the_workers_it_asked_its_cluster_for() -> None:
+    """Each update at the workers it asked for, the rest of an epoch (evaluation) at what
+    its last update asked; a cluster that could not be scaled says nothing (None)."""
+
+    def update(asked: int | None, wall: float) -> dict[str, float | int | None]:
+        return {"target_workers": asked, "wall_s": wall}
+
+    held = HeldWorkers(since=10.0)
+    held.add([update(1, 2.0), update(2, 3.0)], now=16.0)  # 1 s between: at 2
+    assert held.worker_s == pytest.approx(1 * 2 + 2 * 3 + 2 * 1)
+    held.add([update(4, 1.0)], now=17.0)  # nothing between
+    assert held.worker_s == pytest.approx(14.0)
+    held.add([update(None, 1.0)], now=18.0)
+    assert held.worker_s is None
+    held.add([update(1, 1.0)], now=19.0)  # once unknown, it stays so
+    assert held.worker_s is None
 
 
 @pytest.mark.parametrize(

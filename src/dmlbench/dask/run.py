@@ -149,6 +149,28 @@ class _Progress:
     eval_s: float = 0.0
     reason: str | None = None
     notes: list[str] = field(default_factory=list)
+    worker_s_to_target: float | None = None
+
+
+@dataclass
+class HeldWorkers:
+    """Worker-seconds of the cluster a fit scaled, what an elastic fit is billed for:
+    each update at the workers it asked the cluster for, and the time between updates
+    (the driver's work, evaluation) at what the epoch's last update asked for. None
+    where the cluster could not be scaled: what it held then was not the fit's to say."""
+
+    since: float
+    worker_s: float | None = 0.0
+
+    def add(self, updates: list[dict[str, Any]], now: float) -> None:
+        span, self.since = now - self.since, now
+        asked = [u["target_workers"] for u in updates]
+        if self.worker_s is None or not asked or None in asked:
+            self.worker_s = None
+            return
+        walls = [u["wall_s"] for u in updates]
+        in_updates = sum(n * wall for n, wall in zip(asked, walls, strict=True))
+        self.worker_s += in_updates + max(0.0, span - sum(walls)) * asked[-1]
 
 
 def _evaluate(est: DaskClassifier, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -302,6 +324,7 @@ def _train(
     )
     state = _Progress()
     start = time.perf_counter()
+    held = HeldWorkers(start)
     epochs = math.ceil(recipe.max_epochs)
     for epoch in range(1, epochs + 1):
         log.log("epoch_start", epoch_num=epoch)
@@ -320,6 +343,9 @@ def _train(
         last = epoch == epochs or (spec.max_steps and est.n_updates_ >= spec.max_steps)
         if epoch % spec.eval_every_epochs == 0 or last:
             _evaluate_and_log(spec, est, log, state, start, x_test, y_test)
+        held.add(record["updates"], time.perf_counter())
+        if state.tta is not None and state.worker_s_to_target is None:
+            state.worker_s_to_target = held.worker_s
         if progress is not None:
             progress(
                 {**{k: v for k, v in record.items() if k != "updates"}, "test_accuracy": state.best}
@@ -350,6 +376,8 @@ def _train(
         throughput=examples / max(elapsed - state.eval_s, 1e-9),
         largest_batch=max(e["batch_size"] or 0 for e in est.history_),
         most_workers=max(e["workers"] for e in est.history_),
+        worker_s=held.worker_s,
+        worker_s_to_target=state.worker_s_to_target,
         notes=list(est.notes_),
     )
     log.log("run_stop", stop.status, **stop.metadata())

@@ -18,7 +18,8 @@ Definitions (the glossary's):
   worker count present (``baseline_workers``; 1 when there is a 1-worker run).
 - efficiency: weak scaling ``t0 / tN``; strong scaling ``n0·t0 / (N·tN)``.
 - comm ratio: ``comm / (comm + compute)`` per rank, mean and max over ranks.
-- cost: hours × workers × price per worker-hour.
+- cost: hours × workers × price per worker-hour; a Dask fit's, the worker-hours its
+  cluster was scaled to (``≤N`` workers), where it could scale it.
 - disturbed: a run whose workers waited for cores that other processes took
   (:mod:`dmlbench.results.contention`). Its timings are left out where an undisturbed
   repeat exists, and a point timed only by disturbed runs gets no speedup or efficiency
@@ -83,6 +84,8 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "global_batch": run.global_batch,
                 "elastic": run.elastic,
                 "largest_batch": run.summary.largest_batch,
+                "worker_s": run.summary.worker_s,  # a Dask fit's: what it scaled to
+                "worker_s_to_target": run.summary.worker_s_to_target,
                 "seed": run.seed,
                 "repeat": run.repeat,
                 "exchange": run.exchange,
@@ -155,6 +158,8 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
         "compile_s",
         "page_faults_per_step",
         "largest_batch",
+        "worker_s",
+        "worker_s_to_target",
     ]:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["variant"] = variant_labels(frame, GROUP)
@@ -354,6 +359,13 @@ def scaling_table(
             hourly = math.nan if other else price.per_worker_hour
             row["cost_to_target"] = row["tta_mean"] / 3600 * workers * hourly
             row["cost_mean"] = row["elapsed_mean"] / 3600 * workers * hourly
+            if row["elastic"]:  # a Dask fit pays for the workers it scaled its cluster to
+                held = finished["worker_s"]
+                to_target = finished.loc[finished["converged"], "worker_s_to_target"]
+                if len(held) and held.notna().all():
+                    row["cost_mean"] = held.mean() / 3600 * hourly
+                if len(to_target) and to_target.notna().all():
+                    row["cost_to_target"] = to_target.mean() / 3600 * hourly
             if row["throughput_only"]:  # a throughput run finishes nothing worth a cost
                 row["cost_mean"] = math.nan
             row["currency"] = price.currency

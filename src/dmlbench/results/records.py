@@ -79,6 +79,9 @@ class StopDetails(BaseModel):
     throughput: float | None = None
     largest_batch: int | None = None  # the batch grows
     most_workers: int | None = None
+    # worker-seconds the cluster was scaled to: the whole fit, and up to the target
+    worker_s: float | None = None
+    worker_s_to_target: float | None = None
     notes: list[str] | None = None
 
 
