@@ -165,5 +165,6 @@ def test_a_fit_runs_on_a_scheduler_given_by_address(tmp_path: Path) -> None:
         run = json.loads(fit.stdout)
         assert run["status"] in ("success", "target_not_reached") and len(run["evals"]) == 2
         assert run["spec"]["dask"]["scheduler"] == cluster.scheduler_address
+        assert run["summary"]["worker_s"] is None  # a cluster it cannot scale: not its to say
         with Client(cluster, set_as_default=False) as client:
             assert len(client.scheduler_info()["workers"]) == 1  # still running, unscaled
