@@ -95,6 +95,21 @@ def test_the_registries_are_the_source_of_names(monkeypatch: pytest.MonkeyPatch)
     assert (spec.exchange, spec.recipe.optimizer.name) == ("my-exchange", "my-sgd")
 
 
+def test_a_data_folder_is_kept_as_where_it_was_when_the_spec_was_resolved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative --data-dir was stored as given, so a stored spec re-run from another
+    folder, or a worker started elsewhere, looked for the data somewhere else."""
+    monkeypatch.chdir(tmp_path)
+    spec = resolve_spec("digits-mlp", data_dir="data/cifar10")
+    assert spec.data_dir == tmp_path / "data" / "cifar10"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert resolve_spec("digits-mlp", data_dir="~/d").data_dir == tmp_path / "home" / "d"
+    stored = spec.to_json_dict()
+    monkeypatch.chdir(tmp_path / "..")  # the stored spec means the same folder elsewhere
+    assert resolve_spec("digits-mlp", config=stored).data_dir == tmp_path / "data" / "cifar10"
+
+
 def test_unknown_task_suggests_the_closest() -> None:
     with pytest.raises(SpecError, match=r"unknown task 'cifar10-resnet21'.*did you mean"):
         resolve_spec("cifar10-resnet21")

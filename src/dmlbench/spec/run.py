@@ -8,7 +8,7 @@ import reprlib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from dmlbench.catalogue import OPEN_EXCHANGES
 from dmlbench.netem.profiles import NetworkSpec
@@ -20,7 +20,11 @@ from dmlbench.strict import (
     WorkersSpec,
 )
 
-DEFAULT_DATA_DIR = Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench"))
+DEFAULT_DATA_DIR = Path(
+    os.path.abspath(
+        Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench")).expanduser()
+    )
+)
 
 
 # Exchanges that take channels-last parameters and gradients as they are (the others view
@@ -176,6 +180,13 @@ class RunSpec(WorkersSpec):
         default_factory=NetworkSpec,
         description="emulated network: each worker in its own namespace, shaped with tc",
     )
+
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute_data_dir(cls, folder: Path) -> Path:
+        """Where the spec is resolved, not where a worker, a re-run from the stored spec
+        or a Slurm job starts: ``~`` expanded, a relative folder made absolute."""
+        return Path(os.path.abspath(folder.expanduser()))
 
     @model_validator(mode="after")
     def _derive_layout(self) -> RunSpec:
