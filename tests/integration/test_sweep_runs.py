@@ -184,6 +184,7 @@ def test_report_renders_in_a_real_browser(weak_store: Path, tmp_path: Path) -> N
         assert f'id="run-{run["run_id"]}"' in page  # every run's spec is traceable
     assert page.count("digits-mlp · closed division · ") >= 2  # the figure titles
     assert len(list(png.glob("*.png"))) == 8
+    assert not list(png.glob("*.csv"))  # its variants are named in full: no key to letters
     assert all(p.stat().st_size > 10_000 for p in png.glob("*.png"))
     assert (png / "digits-mlp-predicted-speedup.png").is_file()  # not "-predicted-predicted-"
     assert "<script" not in page  # users' reports carry no script

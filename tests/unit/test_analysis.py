@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -840,6 +841,26 @@ def test_long_variant_labels_become_letters_with_a_legend_table() -> None:
     ]
     assert list(legend["network"]) == ["none", "wan-20ms"]
     assert variants.variant_legend(["exchange=ddp", "exchange=allreduce"]).empty  # short
+
+
+def test_pngs_of_figures_with_variant_letters_come_with_the_key(tmp_path: Path) -> None:
+    """`report --png` for a paper: figures named "A" and "B" came without what A and B
+    are, which only the HTML report's table said."""
+    import csv
+
+    from dmlbench.prices import choose_price
+    from dmlbench.report.html import build_sections, save_pngs
+
+    sections = build_sections(_adhoc_runs(), price=choose_price(None, None))
+    written = save_pngs(sections, tmp_path / "png")
+    (key,) = [path for path in written if path.suffix == ".csv"]
+    assert key.name == f"{sections[0].slug}-variants.csv"
+    rows = list(csv.DictReader(key.open()))
+    assert [(r["variant"], r["exchange"], r["network"]) for r in rows] == [
+        ("A", "allreduce", "none"),
+        ("B", "ddp", "wan-20ms"),
+    ]
+    assert all(path.suffix == ".png" for path in written if path != key)
 
 
 def test_report_figures_read_at_a_glance() -> None:

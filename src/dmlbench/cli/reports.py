@@ -111,7 +111,10 @@ def report(
         soft_wrap=True,  # a path, whole: it can be copied as printed
     )
     if pngs:
-        console.print(f"{len(pngs)} PNG files in {png}", markup=False, soft_wrap=True)
+        images = sum(path.suffix == ".png" for path in pngs)
+        keys = len(pngs) - images  # a section's key to the letters its figures name
+        also = f" and {plural(keys, 'CSV key')} to their variant letters" if keys else ""
+        console.print(f"{images} PNG files{also} in {png}", markup=False, soft_wrap=True)
 
 
 def compare(

@@ -190,7 +190,10 @@ def svg_of(fig: Figure) -> str:
 
 
 def save_pngs(sections: Sequence[Section], folder: Path, dpi: int = 200) -> list[Path]:
-    """Each figure as ``folder/<section>-<figure>.png``, written as any output file is."""
+    """Each figure as ``folder/<section>-<figure>.png``, written as any output file is;
+    where a section's figures name variants by letter, the key to the letters beside
+    them as ``<section>-variants.csv`` (the report's "Variants" table), so a figure
+    taken into a paper can be read."""
     check_output_folder(folder, "--png folder")
     paths = []
     for section in sections:
@@ -200,6 +203,10 @@ def save_pngs(sections: Sequence[Section], folder: Path, dpi: int = 200) -> list
             paths.append(
                 write_file(folder / f"{section.slug}-{name}.png", image.getvalue(), "figure")
             )
+        legend = variant_legend(section.table["variant"]) if "variant" in section.table else None
+        if section.figures and legend is not None and not legend.empty:
+            text = legend.to_csv(index=False).encode()
+            paths.append(write_file(folder / f"{section.slug}-variants.csv", text, "legend"))
     return paths
 
 
