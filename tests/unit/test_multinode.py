@@ -115,3 +115,19 @@ def test_simulate_layouts_pair_by_position_and_name_their_option() -> None:
     assert _layouts("1,2,4", "4") == [(1, 4), (2, 4), (4, 4)]
     with pytest.raises(DmlbenchError, match=r"^--nodes '0,2': node counts must be at least 1"):
         _layouts("0,2", "2")
+
+
+@pytest.mark.parametrize(
+    ("ranks", "says"), [((1,), "ran rank 1 (finished)"), ((2, 3), "ran ranks 2-3")]
+)
+def test_a_node_without_rank_0_says_which_ranks_it_ran(
+    ranks: tuple[int, ...], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node of one worker said "this node ran ranks 1-1"."""
+    from dmlbench.cli.run import _node_outcome
+    from dmlbench.launch.lifecycle import RunOutcome
+    from dmlbench.results.records import RunSummary
+
+    outcome = RunOutcome("w1", "finished", RunSummary(), [], None, "runs/w1", False, ranks)
+    _node_outcome(outcome, json_out=False)
+    assert says in " ".join(capsys.readouterr().out.split())

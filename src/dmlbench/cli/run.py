@@ -268,8 +268,9 @@ def _node_outcome(outcome: Any, json_out: bool) -> None:
             }
         )
     else:
+        held = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
         console.print(
-            f"run {escape(outcome.run_id)}: this node ran ranks {ranks[0]}-{ranks[-1]} "
+            f"run {escape(outcome.run_id)}: this node ran {held} "
             f"({outcome.status}); the node that held rank 0 stores the run. Worker "
             f"logs: {escape(outcome.run_dir)}/logs",
             soft_wrap=True,
