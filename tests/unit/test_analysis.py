@@ -1716,14 +1716,19 @@ def test_a_table_grouped_without_workers_keeps_its_oversubscribed_caption() -> N
 
     from dmlbench.cli.views.tables import scaling_tables
 
-    runs = [stored_run(f"{e}{n}", n, tta=0.2, exchange=e) for e in ("ddp", "fp16") for n in (4, 8)]
+    runs = [stored_run(f"{e}{n}", n, tta=0.2, exchange=e) for e in ("fp16", "ddp") for n in (4, 8)]
     table = analysis.scaling_table(analysis.runs_frame(runs), by=("exchange",))
     assert "workers" not in table
+    assert list(table["exchange"]) == ["ddp", "fp16"]  # in the order of its groups, not the runs
     console = Console(width=120, record=True)
     for rich_table in scaling_tables(table, width=120, by=("exchange",)):
         console.print(rich_table)
     shown = console.export_text()
     assert "* oversubscribed: more workers than 2 cores" in shown
+    cells = [
+        line.split()[0] for line in shown.splitlines() if line.split()[:1] in (["ddp*"], ["fp16*"])
+    ]
+    assert cells == ["ddp*", "fp16*"]  # the rows the caption speaks of are starred
     header = next(line for line in shown.splitlines() if line.lstrip().startswith("exchange"))
     assert "conv" in header and " N " not in header
 

@@ -443,8 +443,8 @@ def _add_scaling(
     for column in ("baseline_workers", *SCALED):
         table[column] = math.nan
     table["scaling"] = "none"
-    if "workers" not in keys:
-        return table
+    if "workers" not in keys:  # in the order of what it is grouped by, not of the runs
+        return table.sort_values(keys, kind="stable", key=in_number_order).reset_index(drop=True)
     series_keys = [k for k in keys if k != "workers"]
     for values, series in table.groupby(series_keys, sort=False, dropna=False):
         members = frame

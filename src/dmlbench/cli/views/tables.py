@@ -184,7 +184,13 @@ def _fitted_columns(
     def folded(columns: list[Any]) -> list[Any]:
         return [(_FOLDED.get(title, title), cell) for title, cell in columns]
 
-    grouped = [(key, lambda row, key=key: str(row[key])) for key in by]
+    def group_cell(row: Any, key: str, first: bool) -> str:  # starred, as N is
+        return f"{row[key]}{'*' if first and row.get('oversubscribed') else ''}"
+
+    grouped = [
+        (key, lambda row, key=key, first=i == 0: group_cell(row, key, first))
+        for i, key in enumerate(by)
+    ]
     whole = grouped + scaling_columns(rows, budget_s, terminal=True, label_width=width)
     if overflow(whole) <= 0:  # a label longer than the terminal itself is a letter here
         return whole, short_labels(rows["variant"], width)
