@@ -106,8 +106,9 @@ PluginOption = Annotated[
 RerunOption = Annotated[
     Rerun,
     typer.Option(
-        help="runs the store already has: never (skip all), failed (redo failed/interrupted), "
-        "always (run everything again)"
+        metavar="<when>",  # the choices, as <never|failed|always>, broke mid-word at 80 columns
+        help="runs the store already has: never (skip all), failed (redo the failed and "
+        "interrupted ones), always (run everything again)",
     ),
 ]
 NetworkOption = Annotated[

@@ -64,7 +64,7 @@ def run(
         str | None,
         typer.Option(
             help="another model than the recipe's (`dmlbench models`); its options start at "
-            "their defaults: --set recipe.model.options.KEY=VALUE"
+            "their defaults, and --set OPTION=VALUE sets one"
         ),
     ] = None,
     data_dir: DataDirOption = None,
