@@ -389,6 +389,34 @@ def test_help_joins_a_docstring_s_lines_so_the_terminal_wraps_each_paragraph_onc
     assert simulate.help and all("\n" not in paragraph for paragraph in simulate.help.split("\n\n"))
 
 
+def test_no_help_is_cut_short_at_80_columns() -> None:
+    """`run --help` at 80 columns cut "--set recipe.model.options.KEY=VALUE" to
+    "recipe.model.optio…": a word longer than rich's help column loses its end. Every
+    command's help may hold only the ellipses its own text writes."""
+    from typing import Any
+
+    import typer
+    from typer.testing import CliRunner
+
+    from dmlbench.cli.app import app
+
+    def commands(group: Any, path: tuple[str, ...] = ()) -> Any:
+        for name, command in group.commands.items():
+            if hasattr(command, "commands"):  # a group: bench, dask
+                yield from commands(command, (*path, name))
+            else:
+                yield (*path, name), command
+
+    runner = CliRunner()
+    listed = list(commands(typer.main.get_command(app)))
+    assert len(listed) > 15
+    for path, command in listed:
+        shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"}).output
+        own = (command.help or "") + "".join(getattr(p, "help", None) or "" for p in command.params)
+        assert shown.count("…") <= own.count("…"), f"dmlbench {' '.join(path)} --help"
+        assert max(map(len, shown.splitlines())) <= 80
+
+
 def test_a_share_there_is_never_reads_zero_percent() -> None:
     """The report's utilisation column read 0% for digits-mlp's 0.3% of the GEMM peak."""
     from dmlbench.report.formats import MISSING, share
