@@ -417,6 +417,19 @@ def test_no_help_is_cut_short_at_80_columns() -> None:
         assert max(map(len, shown.splitlines())) <= 80
 
 
+def test_the_task_list_cuts_nothing_short_at_80_columns() -> None:
+    """`dmlbench tasks` wrote ResNet-50's "zero_init_residual=T…" at 80 columns."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.catalogue import tasks_table
+    from dmlbench.tasks import all_tasks
+
+    console = Console(width=80, record=True)
+    console.print(tasks_table(all_tasks()))
+    shown = console.export_text()
+    assert "imagenet-resnet50" in shown and "…" not in shown
+
+
 def test_a_share_there_is_never_reads_zero_percent() -> None:
     """The report's utilisation column read 0% for digits-mlp's 0.3% of the GEMM peak."""
     from dmlbench.report.formats import MISSING, share

@@ -21,8 +21,8 @@ from dmlbench.tasks import TaskDefinition
 def tasks_table(tasks: list[TaskDefinition]) -> Table:
     table = Table(title="dmlbench tasks", title_justify="left", show_lines=True, expand=True)
     table.add_column("task", no_wrap=True)
-    table.add_column("data · model · goal", ratio=2)
-    table.add_column("reference recipe", ratio=3)
+    table.add_column("data · model · goal", ratio=2, overflow="fold")  # a long option, whole
+    table.add_column("reference recipe", ratio=3, overflow="fold")
     for task in tasks:
         recipe = task.recipe
         options = ", ".join(f"{k}={v}" for k, v in recipe.model.options.items())
