@@ -278,11 +278,11 @@ def test_a_dask_fits_summary_says_its_workers_are_the_most_it_may_use() -> None:
     assert "t · up to 2 workers · closed division" in console.export_text()
     console.print(run_summary(stored_run("torch", 2, tta=5.0)))
     assert "t · 2 workers · closed division" in console.export_text()
-    grown = {"engine": "dask", "most_workers": 2, "throughput": 9e3, "largest_batch": 64}
+    grown = {"engine": "dask", "most_workers": 2, "throughput": 9e3, "largest_batch": 1437}
     summary = RunSummary.model_validate({**grown, "worker_s": 0.35})
     console.print(run_summary(dataclasses.replace(fit, summary=summary)))
     said = console.export_text()
-    assert "up to 2 workers); 0.35 worker-seconds asked of its cluster" in said
+    assert "batch 64 → 1,437, up to 2 workers); 0.35 worker-seconds asked of its cluster" in said
 
 
 def test_an_interrupted_runs_summary_says_how_far_it_got() -> None:

@@ -95,8 +95,8 @@ def run_summary(run: RunRecord) -> Table:
             "throughput",
             f"{summary.throughput:,.0f} samples/s, "
             f"{1000 * per_update / max(run.steps or 1, 1):.2f} ms per update on average "
-            f"(Dask, {run.exchange.removeprefix('dask-')} engine: batch {run.global_batch} → "
-            f"{summary.largest_batch}, up to {workers})"
+            f"(Dask, {run.exchange.removeprefix('dask-')} engine: batch {run.global_batch:,} → "
+            f"{summary.largest_batch or run.global_batch:,}, up to {workers})"
             + (
                 f"; {summary.worker_s:,.3g} worker-seconds asked of its cluster"
                 if summary.worker_s is not None
