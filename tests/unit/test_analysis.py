@@ -861,6 +861,15 @@ def test_pngs_of_figures_with_variant_letters_come_with_the_key(tmp_path: Path) 
         ("B", "ddp", "wan-20ms"),
     ]
     assert all(path.suffix == ".png" for path in written if path != key)
+    # a value a spreadsheet would run as a formula is written as text, as export does
+    notes = ("=HYPERLINK(1)", "plain")
+    noted = [
+        dataclasses.replace(run, spec={**run.spec, "note": note})
+        for run, note in zip(_adhoc_runs(), notes, strict=True)
+    ]
+    sections = build_sections(noted, price=choose_price(None, None))
+    (key,) = [p for p in save_pngs(sections, tmp_path / "x") if p.suffix == ".csv"]
+    assert "'=HYPERLINK(1)" in key.read_text()
 
 
 def test_report_figures_read_at_a_glance() -> None:

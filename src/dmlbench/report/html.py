@@ -26,6 +26,7 @@ from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
 from dmlbench.report import analysis, breakdown_figures, figures, formats, prediction_figures
 from dmlbench.report.drawing import WIDTH, fit_labels
+from dmlbench.report.export import to_csv
 from dmlbench.report.formats import (
     SCOPE_NOTE,
     SCOPES,
@@ -205,7 +206,7 @@ def save_pngs(sections: Sequence[Section], folder: Path, dpi: int = 200) -> list
             )
         legend = variant_legend(section.table["variant"]) if "variant" in section.table else None
         if section.figures and legend is not None and not legend.empty:
-            text = legend.to_csv(index=False).encode()
+            text = to_csv(legend).encode()  # a cell that reads as a formula, quoted
             paths.append(write_file(folder / f"{section.slug}-variants.csv", text, "legend"))
     return paths
 
