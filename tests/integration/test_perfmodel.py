@@ -124,12 +124,23 @@ def test_bench_curve_measures_a_devices_step_by_local_batch_and_reuses_its_runs(
     again = inside(*args, "--warmup", "1", "--out", str(out), "--store", store, "--json")
     assert "2 already in" in again.stderr and "0 to run" in again.stderr
     assert json.loads(again.stdout) == written
+    assert written["kind"] == "cpu"
     cluster = ("--cluster", "dgx-h200", "--nodes", "1", "--local-batch", "4")
-    used = inside("simulate-cluster", "cifar10-resnet20", *cluster, "--curve", str(out), "--json")
+    refused = inside(
+        "simulate-cluster", "cifar10-resnet20", *cluster, "--curve", str(out), check=False
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1  # a CPU's, on an H200
+    assert ", a CPU; NVIDIA H200" in refused.stderr and "kind: cpu" in refused.stderr
+    # an older file, which does not say its kind, is used as measured and said apart
+    unsaid = tmp_path / "unsaid.json"
+    unsaid.write_text(json.dumps({k: v for k, v in written.items() if k != "kind"}))
+    used = inside(
+        "simulate-cluster", "cifar10-resnet20", *cluster, "--curve", str(unsaid), "--json"
+    )
     source = json.loads(used.stdout)["efficiency_source"]
     assert source.startswith("measured at local batch 2–8 on ")
     assert "not measured on this profile's NVIDIA H200" in source
-    assert "note: the --curve was measured on " in used.stderr  # a CPU's, said apart
+    assert "note: the --curve was measured on " in used.stderr
     # another --set under the same sweep name is another curve: its runs alone (the
     # medians mixed both settings' runs)
     second = tmp_path / "other.json"

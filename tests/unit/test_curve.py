@@ -4,6 +4,7 @@ the model reads it at any batch, and the curve drawn from stored runs (no proces
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -149,11 +150,12 @@ def test_bench_curve_names_the_profile_of_the_device_it_measured(
     from dmlbench.cli.bench import _curve_use
     from dmlbench.perfmodel.hardware import load_hardware
 
-    said = _curve_use("imagenet-resnet50", Path("c.json"), device)
+    kind = "gpu" if device.startswith("NVIDIA") else "cpu"
+    said = _curve_use("imagenet-resnet50", Path("c.json"), device, kind)
     if profile is None:
         assert load_hardware().clusters_of(device) == []
         assert said.startswith(f"curve: c.json, {device}'s steps: no cluster profile has")
-        assert "--hardware FILE" in said
+        assert "--hardware FILE" in said and "of kind: cpu" in said  # else it is refused
     else:
         assert load_hardware().clusters_of(device)[0] == profile
         assert f"--cluster {profile} --curve c.json" in said
@@ -179,6 +181,41 @@ def test_a_curve_from_another_device_or_precision_is_used_but_said() -> None:
     another_task = Curve.of(H200, task="cifar10-resnet20")
     with pytest.raises(SpecError, match="measured on cifar10-resnet20's step, not"):
         simulate_cluster(GOYAL_TASK, "dgx-a100", [1], curve=another_task)
+
+
+def test_a_curve_of_another_kind_of_device_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A CPU's curve on a GPU profile was used as measured, with a note: a CPU's step
+    taken for an H200's is off a hundredfold. Now refused, naming both and what to do;
+    a CPU profile of one's own (kind: cpu) takes it, and a curve that does not say its
+    kind (written before) is used with the note, as before."""
+    from dmlbench.perfmodel.curve import compute_on
+    from dmlbench.perfmodel.hardware import Accelerator, load_hardware
+
+    cpu = Curve.of(H200, device="AMD EPYC 9654", precision="fp32", kind="cpu")
+    with pytest.raises(SpecError, match="measured on AMD EPYC 9654, a CPU; NVIDIA H200") as error:
+        simulate_cluster(GOYAL_TASK, "dgx-h200", [1], local_batch=64, curve=cpu)
+    assert "\n" not in str(error.value) and "kind: cpu" in str(error.value)
+    epyc = Accelerator(
+        name="AMD EPYC 9654",
+        peak_tflops={"fp32": 5.0},
+        memory_gb=384,
+        memory_bandwidth_gbs=460,
+        matches=["EPYC 9654"],
+        kind="cpu",
+        source="a user's own",
+    )
+    seconds, source, notes = compute_on(cpu, epyc, "fp32", 64)
+    assert seconds == pytest.approx(0.0332) and notes == [] and "not measured" not in source
+    unsaid = dataclasses.replace(cpu, kind=None)
+    h200 = load_hardware().cluster("dgx-h200").accelerator
+    assert compute_on(unsaid, h200, "fp32", 64)[2]  # the note, as before
+    # the file says it, and reads it back; a kind it does not know is refused
+    path = tmp_path / "curve.json"
+    path.write_text(json.dumps(cpu.to_json()))
+    assert read_curve(path).kind == "cpu"
+    path.write_text(json.dumps({**cpu.to_json(), "kind": "tpu"}))
+    with pytest.raises(SpecError, match="its kind is 'tpu', not one of gpu, cpu"):
+        read_curve(path)
 
 
 def _run(run_id: str, batch: int, step: float, **changes: object) -> RunRecord:
@@ -223,7 +260,9 @@ def test_the_curve_of_stored_runs_takes_the_newest_runs_device_and_medians() -> 
     curve, elsewhere = curve_from_runs(runs, "bf16")
     assert curve.points == ((8.0, 0.027), (64.0, 0.033), (128.0, 0.036), (256.0, 0.070))
     assert (curve.device, curve.precision, curve.task) == ("NVIDIA H200", "bf16", runs[0].task)
+    assert curve.kind == "gpu" and curve.to_json()["kind"] == "gpu"
     assert curve.runs == ("01", "02", "03", "04", "10", "12")
+    assert curve_from_runs([runs[8]])[0].kind == "cpu"  # run 09 stepped on the CPU
     assert elsewhere == 2  # the A100's and the CPU's
     with pytest.raises(SpecError, match="no finished one-worker run"):
         curve_from_runs(runs[5:8], "bf16")

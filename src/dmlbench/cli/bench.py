@@ -210,7 +210,8 @@ def curve(
         print_json(measured.to_json())
     else:
         console.print(curve_table(measured, elsewhere))
-        console.print(_curve_use(task, path, measured.device), markup=False, soft_wrap=True)
+        said = _curve_use(task, path, measured.device, measured.kind)
+        console.print(said, markup=False, soft_wrap=True)
     if missing:
         err_console.print(
             f"[yellow]no finished run at local batch {', '.join(map(str, missing))}: the "
@@ -219,10 +220,10 @@ def curve(
         raise typer.Exit(1)
 
 
-def _curve_use(task: str, path: Path, device: str | None) -> str:
+def _curve_use(task: str, path: Path, device: str | None, kind: str | None = None) -> str:
     """Where the curve went and the command that uses it: on a cluster profile of the
     device it was measured on, or, where no shipped profile has that device, a profile
-    of one's own (its step times are the device's own, on any profile)."""
+    of one's own, of the device's kind (a CPU's curve is refused on a GPU's profile)."""
     from dmlbench.perfmodel.hardware import load_hardware
 
     profiles = load_hardware().clusters_of(device or "")
@@ -232,7 +233,7 @@ def _curve_use(task: str, path: Path, device: str | None) -> str:
     return (
         f"curve: {path}, {device or 'this device'}'s steps: no cluster profile has this "
         "device, so give simulate-cluster one of your own that names it (--hardware FILE, "
-        "an accelerator whose `matches` it holds)"
+        "an accelerator whose `matches` it holds" + (f", of kind: {kind})" if kind else ")")
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from dmlbench.errors import SpecError
-from dmlbench.perfmodel.curve import Curve
+from dmlbench.perfmodel.curve import Curve, compute_on
 from dmlbench.perfmodel.hardware import (
     DEFAULT_EFFICIENCY,
     Accelerator,
@@ -312,7 +312,7 @@ def simulate_cluster(
                 f"--curve: measured on {read.task}'s step, not {task}'s; measure "
                 f"{task}'s with `dmlbench bench curve {task}`"
             )
-        compute, source, notes = curve_compute(read, cluster, dtype, cost.local_batch)
+        compute, source, notes = compute_on(read, cluster.accelerator, dtype, cost.local_batch)
     elif samples_per_s is not None:
         compute = cost.local_batch / samples_per_s
         source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"
@@ -359,26 +359,6 @@ def simulate_cluster(
         rows=rows,
         notes=notes,
     )
-
-
-def curve_compute(
-    curve: Curve, cluster: Cluster, dtype: str, batch: int
-) -> tuple[float, str, list[str]]:
-    """A step's compute at ``batch`` read off a measured curve, where it came from, and
-    notes: with a word, and a note of its own, where the curve was measured on another
-    device than the profile's (a word where at another precision): it is used as
-    measured."""
-    compute, source = curve.step_at(batch)
-    accelerator, notes = cluster.accelerator, []
-    if curve.device and not accelerator.names(curve.device):
-        source += f"; not measured on this profile's {accelerator.name}"
-        notes.append(
-            f"the --curve was measured on {curve.device}, not on {accelerator.name}: "
-            "its step times are that device's, used as they are"
-        )
-    if curve.precision and curve.precision != dtype:
-        source += f"; the peak here is {dtype}'s"
-    return compute, source, notes
 
 
 def convergence_points(runs: Sequence[Any]) -> list[tuple[float, float]]:

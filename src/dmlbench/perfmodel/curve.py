@@ -11,7 +11,8 @@ it was measured::
      "points": [[8, 0.0254], [16, 0.0261], …]}      # [local batch, seconds a step]
 
 and, where a batch's run failed (out of memory, say), ``"missing": [256]``; where the
-model was compiled, torch.compile's mode (``"compiled": "reduce-overhead"``: CUDA graphs).
+model was compiled, torch.compile's mode (``"compiled": "reduce-overhead"``: CUDA graphs);
+and what the device is, ``"kind": "gpu"`` or ``"cpu"`` (files written before lack it).
 
 A bare ``[[local batch, seconds a step], ...]`` list still reads; it says nothing of
 where it was measured.
@@ -31,14 +32,18 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dmlbench.errors import SpecError
+
+if TYPE_CHECKING:
+    from dmlbench.perfmodel.hardware import Accelerator
 
 FORMAT = "dmlbench step curve"
 VERSION = 1
 MAX_POINTS = 1000
 MAX_BYTES = 1 << 20
+KINDS = ("gpu", "cpu")  # what a curve's device is, and an accelerator profile's
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,7 @@ class Curve:
     runs: tuple[str, ...] = ()
     missing: tuple[int, ...] = ()  # local batches asked for that no run measured
     compiled: str | None = None  # torch.compile's mode ("default", "reduce-overhead"), if any
+    kind: str | None = None  # the device: "gpu" or "cpu" (see KINDS)
 
     def __post_init__(self) -> None:
         if not self.points or any(not (b > 0 and s > 0) for b, s in self.points):
@@ -128,6 +134,7 @@ class Curve:
             "device": self.device,
             "precision": self.precision,
             **({"compiled": self.compiled} if self.compiled else {}),
+            **({"kind": self.kind} if self.kind else {}),
             "runs": list(self.runs),
             "points": [[_number(b), s] for b, s in self.points],
             **({"missing": list(self.missing)} if self.missing else {}),
@@ -161,6 +168,12 @@ def read_curve(path: Path, option: str = "--curve") -> Curve:
             if value is not None and not (isinstance(value, str) and 0 < len(value) <= 200):
                 raise SpecError(f"{named}: its {key} is not a short text")
             where[key] = value
+        kind = data.get("kind")
+        if kind is not None and kind not in KINDS:
+            raise SpecError(
+                f"{named}: its kind is {str(kind)[:20]!r}, not one of {', '.join(KINDS)}"
+            )
+        where["kind"] = kind
         runs = data.get("runs") or []
         if not (isinstance(runs, list) and len(runs) <= MAX_POINTS * 100):
             raise SpecError(f"{named}: its runs are not a list of run ids")
@@ -218,9 +231,14 @@ def compiled_mode(run: Any) -> str | None:
 
 def device_name(run: Any) -> str:
     """The device a stored run stepped on: its GPU's name, else the host's CPU."""
-    if str(run.summary.device or "").startswith("cuda") and run.gpus:
+    if device_kind(run) == "gpu" and run.gpus:
         return str(run.gpus[0])
     return str(run.cpu_model or "cpu")
+
+
+def device_kind(run: Any) -> str:
+    """What a stored run stepped on: ``"gpu"`` (CUDA) or ``"cpu"``."""
+    return "gpu" if str(run.summary.device or "").startswith("cuda") else "cpu"
 
 
 def curve_from_runs(runs: Sequence[Any], precision: str | None = None) -> tuple[Curve, int]:
@@ -255,5 +273,35 @@ def curve_from_runs(runs: Sequence[Any], precision: str | None = None) -> tuple[
         precision=newest.precision,
         runs=tuple(run.run_id for run in mine),
         compiled=compiled,
+        kind=device_kind(newest),
     )
     return curve, elsewhere
+
+
+def compute_on(
+    curve: Curve, accelerator: Accelerator, dtype: str, batch: int
+) -> tuple[float, str, list[str]]:
+    """A step's compute at ``batch`` read off a measured curve, where it came from, and
+    notes: with a word, and a note of its own, where the curve was measured on another
+    device than the profile's (a word where at another precision): it is used as
+    measured. A curve of another kind of device (a CPU's on a GPU profile) is refused."""
+    compute, source = curve.step_at(batch)
+    notes: list[str] = []
+    if curve.kind and curve.kind != accelerator.kind:  # a CPU's step is no GPU's, off by 100×
+        measured = (
+            f"{curve.device}, a {curve.kind.upper()}" if curve.device else f"a {curve.kind.upper()}"
+        )
+        raise SpecError(
+            f"--curve was measured on {measured}; {accelerator.name} is a "
+            f"{accelerator.kind.upper()}: measure the curve there (`dmlbench bench curve`), or "
+            f"describe your own device with --hardware FILE (an accelerator of kind: {curve.kind})"
+        )
+    if curve.device and not accelerator.names(curve.device):
+        source += f"; not measured on this profile's {accelerator.name}"
+        notes.append(
+            f"the --curve was measured on {curve.device}, not on {accelerator.name}: "
+            "its step times are that device's, used as they are"
+        )
+    if curve.precision and curve.precision != dtype:
+        source += f"; the peak here is {dtype}'s"
+    return compute, source, notes

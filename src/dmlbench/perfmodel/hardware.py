@@ -48,6 +48,9 @@ class Accelerator(StrictModel):
     memory_gb: float = Field(gt=0, le=BOUND)
     memory_bandwidth_gbs: float = Field(gt=0, le=BOUND)
     matches: list[str] = Field(default_factory=list, description="in torch's device name")
+    kind: Literal["gpu", "cpu"] = Field(
+        "gpu", description="what the device is: a curve measured on the other kind is refused"
+    )
     source: str = Field(min_length=1, description="the data sheet the figures come from")
 
     @model_validator(mode="after")
