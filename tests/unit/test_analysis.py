@@ -283,6 +283,12 @@ def test_a_dask_fits_summary_says_its_workers_are_the_most_it_may_use() -> None:
     console.print(run_summary(dataclasses.replace(fit, summary=summary)))
     said = console.export_text()
     assert "batch 64 → 1,437, up to 2 workers); 0.35 worker-seconds asked of its cluster" in said
+    # the fit's own notes (a lost worker, workers that never joined), the first three
+    noted = RunSummary.model_validate({**grown, "notes": [f"update {i}: lost" for i in range(5)]})
+    console.print(run_summary(dataclasses.replace(fit, summary=noted)))
+    said = console.export_text()
+    assert "update 2: lost" in said and "update 3: lost" not in said
+    assert "and 2 more (`dmlbench results RUN --json`)" in said
 
 
 def test_an_interrupted_runs_summary_says_how_far_it_got() -> None:

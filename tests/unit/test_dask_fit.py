@@ -14,7 +14,14 @@ from typer.testing import CliRunner
 
 from dmlbench.cli.app import app
 from dmlbench.dask.dampers import Constant, GeoDamp
-from dmlbench.dask.run import DaskFit, HeldWorkers, first_rate, make_damper, stored_spec
+from dmlbench.dask.run import (
+    DaskFit,
+    HeldWorkers,
+    first_rate,
+    make_damper,
+    short_of_workers,
+    stored_spec,
+)
 from dmlbench.errors import SpecError
 from dmlbench.resolve import resolve_spec
 
@@ -63,6 +70,21 @@ def test_the_stored_spec_says_how_the_dask_fit_differs() -> None:
         "max_batch_size": None,
     }
     assert first_rate(spec, 64) == pytest.approx(2 * first_rate(spec, 32))  # the recipe's scaling
+
+
+def test_a_fit_says_where_the_workers_it_asked_for_never_took_part() -> None:
+    """examples/dask_regressor.py's last four epochs asked for 2 workers and ran on 1 (a
+    LocalCluster worker takes seconds to start), priced for 2, with nothing saying why."""
+
+    def epoch(*updates: tuple[int | None, int, int]) -> dict[str, object]:
+        return {"updates": [{"target_workers": t, "tasks": k, "workers": w} for t, k, w in updates]}
+
+    history = [epoch((1, 1, 1)), epoch((2, 2, 1), (2, 2, 2)), epoch((2, 4, 1))]
+    (said,) = short_of_workers(history)
+    assert said.startswith("2 of 3 epochs ran on fewer workers than they asked the cluster for")
+    assert "(up to 2 asked, 1 took part)" in said
+    # all there: none; more asked than tasks (--min-workers 2 at batch 32): none; unscaled: none
+    assert short_of_workers([epoch((2, 2, 2)), epoch((2, 1, 1)), epoch((None, 4, 1))]) == []
 
 
 def test_a_fit_is_billed_for_the_workers_it_asked_its_cluster_for() -> None:

@@ -173,6 +173,26 @@ class HeldWorkers:
         self.worker_s += in_updates + max(0.0, span - sum(walls)) * asked[-1]
 
 
+def short_of_workers(history: list[dict[str, Any]]) -> list[str]:
+    """A note where updates ran on fewer workers than they asked the cluster for and had
+    tasks for: a new Dask worker takes seconds to start and join, and a short fit may end
+    before it does, though the cluster was asked for it (and a cloud bills from the ask).
+    DDP's updates name no more tasks than ranks, so only the centralised engine's say."""
+
+    def wanting(update: dict[str, Any]) -> int:  # the workers it asked for and had tasks for
+        return min(update["target_workers"] or 0, update["tasks"])
+
+    short = [e for e in history if any(wanting(u) > u["workers"] for u in e["updates"])]
+    if not short:
+        return []
+    asked = max(wanting(u) for e in short for u in e["updates"])
+    had = min(u["workers"] for e in short for u in e["updates"] if wanting(u) > u["workers"])
+    return [
+        f"{len(short)} of {len(history)} epochs ran on fewer workers than they asked the "
+        f"cluster for (up to {asked} asked, {had} took part): a new worker takes seconds to join"
+    ]
+
+
 def _evaluate(est: DaskClassifier, x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """Top-1 accuracy and mean cross-entropy on (x, y), on the driver."""
     probabilities = est.predict_proba(x)
@@ -378,7 +398,7 @@ def _train(
         most_workers=max(e["workers"] for e in est.history_),
         worker_s=held.worker_s,
         worker_s_to_target=state.worker_s_to_target,
-        notes=list(est.notes_),
+        notes=[*est.notes_, *short_of_workers(est.history_)],
     )
     log.log("run_stop", stop.status, **stop.metadata())
 

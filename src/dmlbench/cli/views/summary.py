@@ -162,6 +162,11 @@ def run_summary(run: RunRecord) -> Table:
             f"{here} workers on {cores} cores: "
             "oversubscribed, so times include workers sharing cores",
         )
+    fit_notes = summary.notes or []  # a Dask fit's: a lost worker, workers that never joined
+    for message in fit_notes[:3]:
+        table.add_row("[yellow]note[/yellow]", escape(message))
+    if len(fit_notes) > 3:
+        table.add_row("", f"and {len(fit_notes) - 3} more (`dmlbench results RUN --json`)")
     contention = summary.contention
     if contention:
         table.add_row(*contention_row(contention, run.disturbed))
