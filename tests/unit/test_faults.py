@@ -192,6 +192,33 @@ def test_import_reads_what_a_damaged_run_folder_holds(tmp_path: Path, dmlbench) 
     assert [r.run_id for r in ResultsStore(store).runs()] == ["damaged"]
 
 
+def test_a_run_folder_copied_under_another_name_is_imported_as_its_run(
+    tmp_path: Path, dmlbench
+) -> None:
+    """A folder copied off a node as `r1` was stored as run r1, and again under its own
+    id when the node's whole runs folder was imported: one run counted twice."""
+    import shutil
+
+    from dmlbench.launch.lifecycle import open_run
+
+    store = ResultsStore(tmp_path / "node")
+    spec = resolve_spec("synthetic-mlp").to_json_dict()
+    run_id, folder = open_run(store, spec)
+    (folder / "events.jsonl").write_bytes(json.dumps(GOOD_EVAL).encode())
+    copied = Path(shutil.copytree(folder, tmp_path / "r1"))
+    target = str(tmp_path / "mine")
+    code, out, err = dmlbench("results", "--store", target, "--import", str(copied))
+    assert code == 0 and f"imported run {run_id} (" in out, err
+    code, _, err = dmlbench("results", "--store", target, "--import", str(folder))
+    assert code == 2 and f"run {run_id} is already in" in err
+    assert [r.run_id for r in ResultsStore(Path(target)).runs()] == [run_id]
+    # a recorded id that would be a path is refused, not used
+    record = json.loads((copied / "run.json").read_text())
+    (copied / "run.json").write_text(json.dumps({**record, "run_id": "../x"}))
+    code, _, err = dmlbench("results", "--store", target, "--import", str(copied))
+    assert code == 2 and "the run_id '../x' becomes a folder name" in err
+
+
 def test_import_reads_a_multi_node_runs_log_where_its_launcher_found_it(
     tmp_path: Path, dmlbench
 ) -> None:

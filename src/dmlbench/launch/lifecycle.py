@@ -83,7 +83,13 @@ def open_run(
     run_id, run_dir = new_run_dir(store, spec, name)
     environment = collect_environment() | (environment_extra or {})
     try:
-        record = {"environment": environment, "deviations": deviations, "sweep": sweep}
+        # the id too: a folder copied off a node under another name is still this run
+        record = {
+            "run_id": run_id,
+            "environment": environment,
+            "deviations": deviations,
+            "sweep": sweep,
+        }
         write_json(run_dir / RECORD_FILE, record)
         if "op" in spec:
             store.begin_comm(run_id, spec, environment, run_dir=run_dir)

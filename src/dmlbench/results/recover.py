@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.errors import DmlbenchError, StoreError
-from dmlbench.names import shorten
+from dmlbench.names import path_component, shorten
 from dmlbench.results.events import EVENTS_FILE, events_file, read_events_counted
 from dmlbench.results.records import RunSummary
 from dmlbench.results.rundir import (
@@ -91,6 +91,21 @@ def _check_spec(spec: dict[str, Any], where: Path) -> None:
         raise StoreError(f"{where}: {error}") from None
 
 
+def _recorded_id(record: dict[str, Any], run_dir: Path) -> str:
+    """The id the run was recorded under (``run.json``'s ``run_id``), else its folder's
+    name (older folders lack it): a folder copied under another name is still that run,
+    and is not stored twice. A recorded id that is no safe folder name is refused."""
+    recorded = record.get("run_id")
+    if recorded is None:
+        return run_dir.name
+    if not isinstance(recorded, str):
+        raise StoreError(f"{run_dir / RECORD_FILE}: its run_id is not a text")
+    try:
+        return path_component(recorded, f"{run_dir / RECORD_FILE}: the run_id")
+    except DmlbenchError as error:
+        raise StoreError(str(error)) from None
+
+
 def import_run_dir(
     store: ResultsStore, run_dir: Path, *, division: Callable[[dict[str, Any]], dict[str, Any]]
 ) -> Imported:
@@ -108,11 +123,11 @@ def import_run_dir(
     spec = read_json(run_dir / SPEC_FILE)
     if not isinstance(spec, dict):
         raise StoreError(f"{run_dir} holds no {SPEC_FILE}: it is not a dmlbench run folder")
-    run_id = run_dir.name
+    record = _mapping(read_json(run_dir / RECORD_FILE))
+    run_id = _recorded_id(record, run_dir)
     stored = store.status_of(run_id)
     if stored is not None and stored not in _REPLACEABLE:
         raise StoreError(f"run {run_id} is already in {store.path} ({stored}); nothing to do")
-    record = _mapping(read_json(run_dir / RECORD_FILE))
     outcome = _mapping(read_json(run_dir / OUTCOME_FILE))
     if "op" in spec:
         return _import_comm(store, run_dir, run_id, spec, record, outcome, stored)
