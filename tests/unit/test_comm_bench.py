@@ -142,3 +142,38 @@ def test_an_emulated_clusters_scopes_are_drawn_and_tabled_apart() -> None:
 
 
 SCOPE_WORDS = ("all", "node", "2-level")
+
+
+@pytest.mark.parametrize(
+    ("workers", "environment", "crowded"),
+    [(4, {}, True), (2, {}, False), (4, {"gpus": ["NVIDIA H200"]}, False)],
+)
+def test_an_all_reduce_on_more_workers_than_cores_says_so(
+    workers: int, environment: dict, crowded: bool
+) -> None:
+    """`bench allreduce --workers 4` on 2 cores printed latencies with nothing saying its
+    workers took turns on the cores, as a training run's summary says."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.comm import comm_table
+    from dmlbench.results.records import CommResult, CommRun
+
+    row = CommResult(4, 10, 1, 1e-3, 1e-3, 1e-3, 0.0, 4e3, 6e3)
+    run = CommRun(
+        run_id="c",
+        op="allreduce",
+        backend="gloo",
+        workers=workers,
+        network="none",
+        status="success",
+        created_at="2026-11-29",
+        spec={"nodes": 1, "repeats": 10, "warmup": 3, "device": "auto"},
+        environment=environment,
+        run_dir="d",
+        cores=2,
+        results=[row],
+    )
+    console = Console(width=200, record=True)
+    console.print(comm_table(run))
+    said = console.export_text()
+    assert ("oversubscribed: 4 workers on 2 cores" in said) is crowded

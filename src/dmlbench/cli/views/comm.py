@@ -67,6 +67,9 @@ def comm_table(run: CommRun) -> Table:
     spec = run.spec
     nodes = run.nodes
     scoped = any(row.scope for row in run.results)
+    # every worker runs on this host (an emulated cluster's nodes too); on its CPUs
+    on_cpu = spec.get("device") == "cpu" or not run.environment.get("gpus")
+    crowded = on_cpu and run.cores is not None and run.workers > run.cores
     table = figures_table(
         escape(
             f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}"
@@ -76,7 +79,13 @@ def comm_table(run: CommRun) -> Table:
         f"median of {spec['repeats']} timed repeats after {spec['warmup']} warm-up, "
         "each after a barrier; a repeat is `iter` back-to-back all-reduces and lasts as long "
         "as its slowest rank. busbw = algbw × 2(n−1)/n (NCCL-tests)"
-        + (f"\n{SCOPE_NOTE}" if scoped else ""),
+        + (f"\n{SCOPE_NOTE}" if scoped else "")
+        + (
+            f"\noversubscribed: {run.workers} workers on {run.cores} cores, so the times "
+            "include workers waiting for a core"
+            if crowded
+            else ""
+        ),
     )
     if scoped:  # an emulated cluster: across nodes, within each node, two levels
         table.add_column("scope")
