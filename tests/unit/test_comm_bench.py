@@ -177,3 +177,11 @@ def test_an_all_reduce_on_more_workers_than_cores_says_so(
     console.print(comm_table(run))
     said = console.export_text()
     assert ("oversubscribed: 4 workers on 2 cores" in said) is crowded
+    # the report's table stars the run and says why, as its scaling tables do
+    from dmlbench.report.html import _comm_table, comm_section
+
+    section = comm_section([run])
+    assert section is not None
+    table = _comm_table(section)
+    assert ("* oversubscribed" in table.caption) is crowded
+    assert table.rows[0].cells[2] == f"{workers}{'*' if crowded else ''}"

@@ -495,5 +495,5 @@ def _scale(
 def comm_frame(comm_runs: Sequence[CommRun]) -> pd.DataFrame:
     """One row per (micro-benchmark run, message size), with the run's identity."""
     columns = ("run_id", "op", "backend", "workers", "nodes", "network", "status", "cores")
-    identity = {column: attrgetter(column) for column in (*columns, "created_at")}
+    identity = {c: attrgetter(c) for c in (*columns, "oversubscribed", "created_at")}
     return _per_item(comm_runs, "results", identity, CommResult)

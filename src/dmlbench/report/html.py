@@ -328,13 +328,16 @@ def _comm_table(section: Section) -> TableView:
     for _, r in runs.iterrows():
         nodes = int(r.get("nodes") or 1)
         on = formats.layout(nodes, r["workers"] // nodes, compact=True)
-        cells: list[str | Link] = [r["run_id"], r["backend"], f"{r['workers']}{on}"]
+        star = "*" * bool(r["oversubscribed"])  # more CPU workers than cores
+        cells: list[str | Link] = [r["run_id"], r["backend"], f"{r['workers']}{on}{star}"]
         cells += [r["network"], *([SCOPES.get(r["scope"] or "", "")] if scoped else [])]
         cells += [f"{r['bytes']:,}", str(r["iterations"])]
         cells += [microseconds(r[key]) for key in ("latency_s", "latency_min_s", "latency_max_s")]
         cells += [f"{r['algbw'] / 1e6:,.2f}", f"{r['busbw'] / 1e6:,.2f}"]
         rows.append(Row(cells))
-    return TableView(head, rows, SCOPE_NOTE if scoped else "")
+    over = "* oversubscribed: more workers than cores, so the times include waiting for one."
+    notes = (SCOPE_NOTE if scoped else "", over if runs["oversubscribed"].any() else "")
+    return TableView(head, rows, " ".join(filter(None, notes)))
 
 
 def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:

@@ -372,3 +372,10 @@ class CommRun(_Stored):
     git_revision: str | None = None
     launcher_pid: int | None = None
     results: list[CommResult] = field(default_factory=list)
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More CPU workers than the host's cores (a benchmark's workers all run on its
+        host, an emulated cluster's nodes too): its times include waiting for a core."""
+        on_cpu = self.spec.get("device") == "cpu" or not self.environment.get("gpus")
+        return on_cpu and self.cores is not None and self.workers > self.cores

@@ -67,9 +67,6 @@ def comm_table(run: CommRun) -> Table:
     spec = run.spec
     nodes = run.nodes
     scoped = any(row.scope for row in run.results)
-    # every worker runs on this host (an emulated cluster's nodes too); on its CPUs
-    on_cpu = spec.get("device") == "cpu" or not run.environment.get("gpus")
-    crowded = on_cpu and run.cores is not None and run.workers > run.cores
     table = figures_table(
         escape(
             f"{run.op} · {run.backend} · {plural(run.workers, 'worker')}"
@@ -83,7 +80,7 @@ def comm_table(run: CommRun) -> Table:
         + (
             f"\noversubscribed: {run.workers} workers on {run.cores} cores, so the times "
             "include workers waiting for a core"
-            if crowded
+            if run.oversubscribed
             else ""
         ),
     )
