@@ -20,10 +20,15 @@ from dmlbench.strict import (
     WorkersSpec,
 )
 
-DEFAULT_DATA_DIR = Path(
-    os.path.abspath(
-        Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench")).expanduser()
-    )
+
+def absolute_folder(folder: Path) -> Path:
+    """``folder`` as where it was named means it, not where a worker, a re-run from the
+    stored spec or a Slurm job starts: ``~`` expanded, a relative folder made absolute."""
+    return Path(os.path.abspath(folder.expanduser()))
+
+
+DEFAULT_DATA_DIR = absolute_folder(
+    Path(os.environ.get("DMLBENCH_DATA", Path.home() / ".cache" / "dmlbench"))
 )
 
 
@@ -184,9 +189,8 @@ class RunSpec(WorkersSpec):
     @field_validator("data_dir")
     @classmethod
     def _absolute_data_dir(cls, folder: Path) -> Path:
-        """Where the spec is resolved, not where a worker, a re-run from the stored spec
-        or a Slurm job starts: ``~`` expanded, a relative folder made absolute."""
-        return Path(os.path.abspath(folder.expanduser()))
+        """Where the spec is resolved (see :func:`absolute_folder`)."""
+        return absolute_folder(folder)
 
     @model_validator(mode="after")
     def _derive_layout(self) -> RunSpec:
