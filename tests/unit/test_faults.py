@@ -212,6 +212,10 @@ def test_a_run_folder_copied_under_another_name_is_imported_as_its_run(
     code, _, err = dmlbench("results", "--store", target, "--import", str(folder))
     assert code == 2 and f"run {run_id} is already in" in err
     assert [r.run_id for r in ResultsStore(Path(target)).runs()] == [run_id]
+    # a folder of run folders: the copy is that run, already stored, and nothing else is
+    code, out, err = dmlbench("results", "--store", target, "--import", str(tmp_path))
+    assert code == 0 and out.startswith(f"{Path(target) / 'dmlbench.sqlite'} has every run"), err
+    assert err == ""
     # a recorded id that would be a path is refused, not used
     record = json.loads((copied / "run.json").read_text())
     (copied / "run.json").write_text(json.dumps({**record, "run_id": "../x"}))

@@ -142,23 +142,23 @@ def _import(store: Path, import_dirs: list[Path]) -> None:
     """Store each run folder given, or each of a folder of run folders the store lacks."""
     from dmlbench.errors import StoreError
     from dmlbench.resolve import recorded_deviations
-    from dmlbench.results.recover import import_run_dir
+    from dmlbench.results.recover import AlreadyStored, import_run_dir
 
     target = open_store(store)
     for given in import_dirs:
-        # a folder of run folders (a store's runs/): each one the store lacks
+        # a folder of run folders (a store's runs/): each one the store lacks, by the id
+        # the folder recorded (a copy under another name is the same run)
         many = not (given / "spec.json").exists() and any(given.glob("*/spec.json"))
         folders = sorted(p.parent for p in given.glob("*/spec.json")) if many else [given]
-        lacking = [
-            f
-            for f in folders
-            if not many or target.status_of(f.name) in (None, "running", "interrupted")
-        ]
-        if many and not lacking:
-            console.print(f"{target.path} has every run in {given}", markup=False, soft_wrap=True)
-        for folder in lacking:
+        present = 0
+        for folder in folders:
             try:
                 done = import_run_dir(target, folder, division=recorded_deviations)
+            except AlreadyStored:
+                if not many:
+                    raise
+                present += 1
+                continue
             except StoreError as error:
                 if not many:
                     raise
@@ -175,6 +175,8 @@ def _import(store: Path, import_dirs: list[Path]) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+        if many and present == len(folders):
+            console.print(f"{target.path} has every run in {given}", markup=False, soft_wrap=True)
 
 
 def _import_mlperf(store: Path, given: list[Path]) -> None:

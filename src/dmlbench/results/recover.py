@@ -33,6 +33,10 @@ from dmlbench.results.summary import eval_history, summarize
 _REPLACEABLE = ("running", "interrupted")  # rows whose launcher never completed them
 
 
+class AlreadyStored(StoreError):
+    """The store has the folder's run completed, under the id the folder recorded."""
+
+
 @dataclass(frozen=True)
 class Imported:
     run_id: str
@@ -120,14 +124,14 @@ def import_run_dir(
     counts the lines left out.
     """
     run_dir = run_dir.resolve()
-    spec = read_json(run_dir / SPEC_FILE)
-    if not isinstance(spec, dict):
-        raise StoreError(f"{run_dir} holds no {SPEC_FILE}: it is not a dmlbench run folder")
     record = _mapping(read_json(run_dir / RECORD_FILE))
     run_id = _recorded_id(record, run_dir)
     stored = store.status_of(run_id)
     if stored is not None and stored not in _REPLACEABLE:
-        raise StoreError(f"run {run_id} is already in {store.path} ({stored}); nothing to do")
+        raise AlreadyStored(f"run {run_id} is already in {store.path} ({stored}); nothing to do")
+    spec = read_json(run_dir / SPEC_FILE)
+    if not isinstance(spec, dict):
+        raise StoreError(f"{run_dir} holds no {SPEC_FILE}: it is not a dmlbench run folder")
     outcome = _mapping(read_json(run_dir / OUTCOME_FILE))
     if "op" in spec:
         return _import_comm(store, run_dir, run_id, spec, record, outcome, stored)
