@@ -188,7 +188,6 @@ def test_a_curve_of_another_kind_of_device_is_refused_in_one_line(tmp_path: Path
     taken for an H200's is off a hundredfold. Now refused, naming both and what to do;
     a CPU profile of one's own (kind: cpu) takes it, and a curve that does not say its
     kind (written before) is used with the note, as before."""
-    from dmlbench.perfmodel.curve import compute_on
     from dmlbench.perfmodel.hardware import Accelerator, load_hardware
 
     cpu = Curve.of(H200, device="AMD EPYC 9654", precision="fp32", kind="cpu")
@@ -204,11 +203,11 @@ def test_a_curve_of_another_kind_of_device_is_refused_in_one_line(tmp_path: Path
         kind="cpu",
         source="a user's own",
     )
-    seconds, source, notes = compute_on(cpu, epyc, "fp32", 64)
+    seconds, source, notes = epyc.step_from(cpu, "fp32", 64)
     assert seconds == pytest.approx(0.0332) and notes == [] and "not measured" not in source
     unsaid = dataclasses.replace(cpu, kind=None)
     h200 = load_hardware().cluster("dgx-h200").accelerator
-    assert compute_on(unsaid, h200, "fp32", 64)[2]  # the note, as before
+    assert h200.step_from(unsaid, "fp32", 64)[2]  # the note, as before
     # the file says it, and reads it back; a kind it does not know is refused
     path = tmp_path / "curve.json"
     path.write_text(json.dumps(cpu.to_json()))

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from dmlbench.errors import SpecError
-from dmlbench.perfmodel.curve import Curve, compute_on
+from dmlbench.perfmodel.curve import Curve
 from dmlbench.perfmodel.hardware import (
     DEFAULT_EFFICIENCY,
     Accelerator,
@@ -312,7 +312,7 @@ def simulate_cluster(
                 f"--curve: measured on {read.task}'s step, not {task}'s; measure "
                 f"{task}'s with `dmlbench bench curve {task}`"
             )
-        compute, source, notes = compute_on(read, cluster.accelerator, dtype, cost.local_batch)
+        compute, source, notes = cluster.accelerator.step_from(read, dtype, cost.local_batch)
     elif samples_per_s is not None:
         compute = cost.local_batch / samples_per_s
         source = f"measured: {samples_per_s:,.0f} samples/s a device (given)"

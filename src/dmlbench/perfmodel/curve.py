@@ -32,18 +32,16 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, get_args
 
 from dmlbench.errors import SpecError
-
-if TYPE_CHECKING:
-    from dmlbench.perfmodel.hardware import Accelerator
 
 FORMAT = "dmlbench step curve"
 VERSION = 1
 MAX_POINTS = 1000
 MAX_BYTES = 1 << 20
-KINDS = ("gpu", "cpu")  # what a curve's device is, and an accelerator profile's
+Kind = Literal["gpu", "cpu"]  # what a curve's device is, and an accelerator profile's
+KINDS: tuple[str, ...] = get_args(Kind)
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,7 @@ class Curve:
     runs: tuple[str, ...] = ()
     missing: tuple[int, ...] = ()  # local batches asked for that no run measured
     compiled: str | None = None  # torch.compile's mode ("default", "reduce-overhead"), if any
-    kind: str | None = None  # the device: "gpu" or "cpu" (see KINDS)
+    kind: Kind | None = None  # the device's
 
     def __post_init__(self) -> None:
         if not self.points or any(not (b > 0 and s > 0) for b, s in self.points):
@@ -276,32 +274,3 @@ def curve_from_runs(runs: Sequence[Any], precision: str | None = None) -> tuple[
         kind=device_kind(newest),
     )
     return curve, elsewhere
-
-
-def compute_on(
-    curve: Curve, accelerator: Accelerator, dtype: str, batch: int
-) -> tuple[float, str, list[str]]:
-    """A step's compute at ``batch`` read off a measured curve, where it came from, and
-    notes: with a word, and a note of its own, where the curve was measured on another
-    device than the profile's (a word where at another precision): it is used as
-    measured. A curve of another kind of device (a CPU's on a GPU profile) is refused."""
-    compute, source = curve.step_at(batch)
-    notes: list[str] = []
-    if curve.kind and curve.kind != accelerator.kind:  # a CPU's step is no GPU's, off by 100×
-        measured = (
-            f"{curve.device}, a {curve.kind.upper()}" if curve.device else f"a {curve.kind.upper()}"
-        )
-        raise SpecError(
-            f"--curve was measured on {measured}; {accelerator.name} is a "
-            f"{accelerator.kind.upper()}: measure the curve there (`dmlbench bench curve`), or "
-            f"describe your own device with --hardware FILE (an accelerator of kind: {curve.kind})"
-        )
-    if curve.device and not accelerator.names(curve.device):
-        source += f"; not measured on this profile's {accelerator.name}"
-        notes.append(
-            f"the --curve was measured on {curve.device}, not on {accelerator.name}: "
-            "its step times are that device's, used as they are"
-        )
-    if curve.precision and curve.precision != dtype:
-        source += f"; the peak here is {dtype}'s"
-    return compute, source, notes

@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError, model_validator
 from dmlbench.errors import SpecError, unknown
 from dmlbench.files import load_mapping_file
 from dmlbench.names import shorten
+from dmlbench.perfmodel.curve import Curve, Kind
 from dmlbench.perfmodel.model import Between, CommCalibration, Link
 from dmlbench.strict import StrictModel
 
@@ -48,7 +49,7 @@ class Accelerator(StrictModel):
     memory_gb: float = Field(gt=0, le=BOUND)
     memory_bandwidth_gbs: float = Field(gt=0, le=BOUND)
     matches: list[str] = Field(default_factory=list, description="in torch's device name")
-    kind: Literal["gpu", "cpu"] = Field(
+    kind: Kind = Field(
         "gpu", description="what the device is: a curve measured on the other kind is refused"
     )
     source: str = Field(min_length=1, description="the data sheet the figures come from")
@@ -71,6 +72,31 @@ class Accelerator(StrictModel):
         of its ``matches`` the name holds, 0 for none (``NVIDIA A100-SXM4-40GB`` names the
         40 GB A100 by ``A100-SXM4-40GB``, the 80 GB one only by ``A100``)."""
         return max((len(token) for token in self.matches if token in device), default=0)
+
+    def step_from(self, curve: Curve, dtype: str, batch: int) -> tuple[float, str, list[str]]:
+        """A step's compute at ``batch`` read off a measured curve, where it came from, and
+        notes: with a word, and a note of its own, where the curve was measured on another
+        device than this one (a word where at another precision): it is used as measured.
+        A curve of another kind of device (a CPU's on a GPU) is refused."""
+        compute, source = curve.step_at(batch)
+        notes: list[str] = []
+        if curve.kind and curve.kind != self.kind:  # a CPU's step is no GPU's, off by 100×
+            what = curve.kind.upper()
+            measured = f"{curve.device}, a {what}" if curve.device else f"a {what}"
+            raise SpecError(
+                f"--curve was measured on {measured}; {self.name} is a {self.kind.upper()}: "
+                "measure the curve there (`dmlbench bench curve`), or describe your own "
+                f"device with --hardware FILE (an accelerator of kind: {curve.kind})"
+            )
+        if curve.device and not self.names(curve.device):
+            source += f"; not measured on this profile's {self.name}"
+            notes.append(
+                f"the --curve was measured on {curve.device}, not on {self.name}: "
+                "its step times are that device's, used as they are"
+            )
+        if curve.precision and curve.precision != dtype:
+            source += f"; the peak here is {dtype}'s"
+        return compute, source, notes
 
     def peak_flops(self, dtype: str) -> float:
         if dtype not in self.peak_tflops:
