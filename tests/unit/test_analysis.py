@@ -15,7 +15,7 @@ from rich.console import Console
 
 from dmlbench.errors import SpecError
 from dmlbench.prices import Price, load_prices
-from dmlbench.report import analysis, notes, variants
+from dmlbench.report import analysis, frames, notes, variants
 from dmlbench.results.records import Evaluation, RunRecord, RunSummary
 
 
@@ -150,7 +150,7 @@ def strong_runs() -> list[dict[str, Any]]:
 
 
 def test_scaling_table_aggregates_repeats_and_computes_strong_scaling() -> None:
-    table = analysis.scaling_table(analysis.runs_frame(strong_runs()), price=Price("p", 2.0))
+    table = analysis.scaling_table(frames.runs_frame(strong_runs()), price=Price("p", 2.0))
     one, two = table.iloc[0], table.iloc[1]
     assert list(table["workers"]) == [1, 2]
     assert (one["runs"], one["converged"], two["runs"], two["finished"], two["converged"]) == (
@@ -186,7 +186,7 @@ def test_a_price_costs_only_the_runs_on_the_device_it_is_for(tmp_path) -> None:
         summary=RunSummary(device="cuda:0"),
         gpus=["NVIDIA A100-SXM4-80GB"],
     )
-    frame = analysis.runs_frame([cpu, gpu, local])
+    frame = frames.runs_frame([cpu, gpu, local])
     assert list(frame["device"]) == ["cpu", "NVIDIA A100-SXM4-40GB (400W)", "NVIDIA A100-SXM4-80GB"]
     builtin = load_prices()["gcp-n1-standard-4"]
     table = analysis.scaling_table(frame, price=builtin).set_index("sweep")
@@ -219,7 +219,7 @@ def test_weak_scaling_and_baseline_is_the_smallest_count() -> None:
         stored_run("b", 4, tta=8.0, step_time=0.0125),
         stored_run("c", 8, tta=None),
     ]
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     assert list(table["scaling"]) == ["weak"] * 3  # local batch fixed: inferred as weak
     assert list(table["baseline_workers"]) == [2, 2, 2]
     assert table["efficiency_step"].iloc[1] == pytest.approx(0.01 / 0.0125)
@@ -233,7 +233,7 @@ def test_recorded_scaling_mode_wins_over_inference() -> None:
         stored_run("a", 1, tta=10.0, scaling="strong", global_batch=32),
         stored_run("b", 2, tta=5.0, scaling="strong", global_batch=32),
     ]
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     assert list(table["scaling"]) == ["strong", "strong"]
     assert table["efficiency_tta"].iloc[1] == pytest.approx(1.0)
 
@@ -244,7 +244,7 @@ def test_variants_separate_what_else_differs() -> None:
         for e in ("allreduce", "ddp")
         for w in (1, 2)
     ]
-    frame = analysis.runs_frame(runs)
+    frame = frames.runs_frame(runs)
     assert sorted(set(frame["variant"])) == ["exchange=allreduce", "exchange=ddp"]
     table = analysis.scaling_table(frame)
     assert len(table) == 4 and set(table["speedup_tta"]) == {1.0, 2.0}
@@ -258,9 +258,9 @@ def test_an_option_older_runs_lack_is_no_variant_at_its_default() -> None:
     old = stored_run("old", 2, tta=5.0)
     new = stored_run("new", 2, tta=5.0, seed=1)
     new = dataclasses.replace(new, spec={**new.spec, "noise_scale": "auto"})
-    assert set(analysis.runs_frame([old, new])["variant"]) == {""}
+    assert set(frames.runs_frame([old, new])["variant"]) == {""}
     off = dataclasses.replace(new, run_id="off", spec={**new.spec, "noise_scale": False})
-    labels = analysis.runs_frame([old, new, off]).set_index("run_id")["variant"]
+    labels = frames.runs_frame([old, new, off]).set_index("run_id")["variant"]
     assert labels["off"] == "noise_scale=false" and labels["old"] == "noise_scale=null"
 
 
@@ -365,7 +365,7 @@ def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:
     fit = stored_run("fit", 2, tta=6.0, seed=1, exchange="dask-centralised")
     dask = {"engine": "centralised", "damper": {"name": "GeoDamp", "delay": 2.0}}
     fit = dataclasses.replace(fit, spec={**fit.spec, "dask": dask})
-    labels = analysis.runs_frame([torch_run, fit]).set_index("run_id")["variant"]
+    labels = frames.runs_frame([torch_run, fit]).set_index("run_id")["variant"]
     assert labels["torch"] == "exchange=allreduce"
     assert labels["fit"] == "exchange=dask-centralised"
     # two fits beside it: what tells the fits apart, not every key of their section
@@ -373,14 +373,14 @@ def test_a_section_a_runs_spec_lacks_is_no_part_of_its_label() -> None:
     other = stored_run("other", 2, tta=7.0, seed=2, exchange="dask-centralised")
     constant = {"engine": "centralised", "damper": {"name": "Constant", "delay": None}}
     other = dataclasses.replace(other, spec={**other.spec, "dask": constant})
-    labels = analysis.runs_frame([torch_run, fit, other]).set_index("run_id")["variant"]
+    labels = frames.runs_frame([torch_run, fit, other]).set_index("run_id")["variant"]
     assert labels["torch"] == "exchange=allreduce"
     assert labels["fit"] == "exchange=dask-centralised delay=2.0 name=GeoDamp"
     assert labels["other"] == "exchange=dask-centralised delay=null name=Constant"
     # a fit's spec names its global batch, a torch run's leaves it to follow (null): the
     # torch run read "exchange=allreduce global_batch=null"
     torch_run = dataclasses.replace(torch_run, spec={**torch_run.spec, "global_batch": None})
-    labels = analysis.runs_frame([torch_run, fit]).set_index("run_id")["variant"]
+    labels = frames.runs_frame([torch_run, fit]).set_index("run_id")["variant"]
     assert labels["torch"] == "exchange=allreduce"
 
 
@@ -392,20 +392,20 @@ def test_disturbed_runs_are_left_out_of_timings_and_speedup_unless_asked() -> No
         stored_run("b1", 2, tta=30.0, step_time=0.06, seed=1, disturbed=True),
         stored_run("c0", 4, tta=4.0, step_time=0.016),
     ]
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     one, two = table.iloc[0], table.iloc[1]
     assert (one["disturbed"], one["timed_disturbed"]) == (1, True)
     assert one["tta_mean"] == pytest.approx(50.0)  # no quiet repeat: shown, daggered
     assert (two["disturbed"], two["timed_disturbed"]) == (1, False)
     assert two["tta_mean"] == pytest.approx(6.0) and two["runs"] == 2  # the quiet repeat
     assert table["speedup_tta"].isna().all() and table["efficiency_step"].isna().all()
-    counted = analysis.scaling_table(analysis.runs_frame(runs), include_disturbed=True)
+    counted = analysis.scaling_table(frames.runs_frame(runs), include_disturbed=True)
     assert counted["tta_mean"].iloc[1] == pytest.approx(18.0)
     assert counted["speedup_tta"].iloc[2] == pytest.approx(50.0 / 4.0)
     # with a quiet baseline the quiet points get their speedup, the disturbed one none
     runs[0] = stored_run("a0", 1, tta=10.0, step_time=0.01)
     runs[3] = stored_run("c0", 4, tta=40.0, step_time=0.05, disturbed=True)
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     assert table["speedup_tta"].iloc[1] == pytest.approx(10 / 6)
     assert math.isnan(table["speedup_tta"].iloc[2])
     from dmlbench.report.tables import disturbed_note
@@ -419,22 +419,22 @@ def test_accuracy_after_time_uses_only_evaluations_within_the_budget() -> None:
         stored_run("a", 1, tta=3.0, evals=[(1.0, 0.5), (2.0, 0.7), (3.0, 0.91)]),
         stored_run("b", 2, tta=None, evals=[(4.0, 0.6)]),
     ]
-    evals = analysis.evals_frame(runs)
+    evals = frames.evals_frame(runs)
     aat = analysis.accuracy_after_time(evals, 2.5)
     assert aat["a"] == pytest.approx(0.7) and math.isnan(aat["b"])
-    table = analysis.scaling_table(analysis.runs_frame(runs), budget_s=10, evals=evals)
+    table = analysis.scaling_table(frames.runs_frame(runs), budget_s=10, evals=evals)
     assert list(table["aat_mean"]) == pytest.approx([0.91, 0.6])
 
 
 def test_oversubscription_is_read_from_the_recorded_cores() -> None:
-    frame = analysis.runs_frame([stored_run("a", 2, tta=1.0), stored_run("b", 4, tta=1.0)])
+    frame = frames.runs_frame([stored_run("a", 2, tta=1.0), stored_run("b", 4, tta=1.0)])
     assert list(frame["oversubscribed"]) == [False, True]
     assert isinstance(frame, pd.DataFrame)
 
 
 def test_worker_counts_sort_as_numbers() -> None:
     runs = [stored_run(f"r{w}", w, tta=10.0, cores=64) for w in (16, 2, 4)]
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     assert list(table["workers"]) == [2, 4, 16]  # as strings this would be 16, 2, 4
     assert list(table["baseline_workers"]) == [2, 2, 2]
 
@@ -442,7 +442,7 @@ def test_worker_counts_sort_as_numbers() -> None:
 def test_variants_sort_by_the_numbers_in_them() -> None:
     """A local-batch sweep (`bench curve`) listed 16 before 4 and 8."""
     runs = [stored_run(f"b{b}", 1, tta=1.0, local_batch=b) for b in (16, 4, 128, 8)]
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     assert list(table["variant"]) == [f"global_batch={b} local_batch={b}" for b in (4, 8, 16, 128)]
 
 
@@ -533,7 +533,7 @@ def test_runs_that_failed_or_were_interrupted_are_said_under_the_table() -> None
     def note(*statuses: str) -> str | None:
         runs = [stored_run("a", 1, tta=1.0)]
         runs += [stored_run(f"x{i}", 2, tta=None, status=s) for i, s in enumerate(statuses)]
-        return notes.unfinished_note(analysis.runs_frame(runs))
+        return notes.unfinished_note(frames.runs_frame(runs))
 
     assert note() is None
     assert note("target_not_reached") is None  # finished: timed, not converged
@@ -544,7 +544,7 @@ def test_runs_that_failed_or_were_interrupted_are_said_under_the_table() -> None
         "1 run failed and 2 were interrupted; they count"
     )
     runs = [stored_run("a", 1, tta=1.0), stored_run("b", 2, tta=None, status="interrupted")]
-    row = analysis.scaling_table(analysis.runs_frame(runs)).set_index("workers").loc[2]
+    row = analysis.scaling_table(frames.runs_frame(runs)).set_index("workers").loc[2]
     assert (row["runs"], row["finished"], row["converged"]) == (1, 0, 0)
     (section,) = build_sections(runs)
     assert f"{interrupted} It is listed below." in section.notes
@@ -559,12 +559,12 @@ def test_runs_still_running_are_not_counted_and_the_report_says_so() -> None:
 
     running = [stored_run(r, w, tta=None, status="running") for r, w in (("b", 1), ("c", 2))]
     runs = [stored_run("a", 1, tta=1.0), *running]
-    frame = analysis.runs_frame(runs)
+    frame = frames.runs_frame(runs)
     table = analysis.scaling_table(frame)
     assert list(table["workers"]) == [1] and list(table["runs"]) == [1]  # not 2, not a row at 2
     assert notes.running_note(frame) == "2 runs are still running and not counted yet."
-    assert notes.running_note(analysis.runs_frame(runs[:2])).startswith("1 run is still")
-    assert notes.running_note(analysis.runs_frame(runs[:1])) is None
+    assert notes.running_note(frames.runs_frame(runs[:2])).startswith("1 run is still")
+    assert notes.running_note(frames.runs_frame(runs[:1])) is None
     (section,) = build_sections(runs)
     assert "2 runs are still running and not counted yet." in section.notes
     assert not any("failed or" in note for note in section.notes)  # running is not failed
@@ -617,7 +617,7 @@ def test_compare_marks_a_dask_fit_as_results_does() -> None:
     fit = stored_run("fit", 2, tta=2.0, seed=1, exchange="dask-centralised", evals=[(2.0, 0.95)])
     grown = fit.summary.model_copy(update={"engine": "dask", "largest_batch": 128})
     fit = replace(fit, summary=grown)
-    frame = analysis.runs_frame([torch_run, fit])
+    frame = frames.runs_frame([torch_run, fit])
     table = analysis.scaling_table(frame)
     console = Console(width=80, record=True)
     for rich_table in scaling_tables(table):
@@ -630,18 +630,18 @@ def test_compare_marks_a_dask_fit_as_results_does() -> None:
     plain = by_variant.loc["exchange=allreduce"]
     assert (cells["N"](fitted), cells["b / B"](fitted)) == ("≤2", "32 / 64→128")
     assert (cells["N"](plain), cells["b / B"](plain)) == ("2", "32 / 64")
-    from dmlbench.report.html import _runs_table  # the report's list of runs, too
+    from dmlbench.report.html_tables import runs_view  # the report's list of runs, too
 
-    listed = {row.cells[0].text: row.cells[1] for row in _runs_table(frame).rows}
+    listed = {row.cells[0].text: row.cells[1] for row in runs_view(frame).rows}
     assert listed == {"torch": "2", "fit": "≤2"}
     from dmlbench.report.figures import curves  # and the curves' legend
 
-    evals = analysis.evals_frame([torch_run, fit]).merge(frame[["run_id", "variant"]])
+    evals = frames.evals_frame([torch_run, fit]).merge(frame[["run_id", "variant"]])
     legend = {line.get_label() for line in curves(evals, table, 0.9, "t").axes[0].get_lines()}
     assert {"exchange=allreduce · 2 workers", "exchange=dask-centralised · ≤2 workers"} <= legend
     # a fit whose batch did not grow shows none
     still = fit.summary.model_copy(update={"largest_batch": 64})
-    table = analysis.scaling_table(analysis.runs_frame([replace(fit, summary=still)]))
+    table = analysis.scaling_table(frames.runs_frame([replace(fit, summary=still)]))
     assert cells["b / B"](table.iloc[0]) == "32 / 64"
 
 
@@ -831,7 +831,7 @@ def test_letters_past_z_are_named_as_spreadsheet_columns() -> None:
 
 
 def test_long_variant_labels_become_letters_with_a_legend_table() -> None:
-    frame = analysis.runs_frame(_adhoc_runs())
+    frame = frames.runs_frame(_adhoc_runs())
     assert list(frame["variant"]) == [
         "exchange=allreduce max_epochs=40.0 stop_at_target=true network=none",
         "exchange=ddp max_epochs=3.0 stop_at_target=false network=wan-20ms",
@@ -1000,7 +1000,7 @@ def test_best_of_keeps_each_worker_counts_fastest_variant() -> None:
         for (e, w), ts in times.items()
         for s, t in enumerate(ts)
     ]
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     best = analysis.best_of(table, "time_to_accuracy", ["workers"])
     assert list(best["workers"]) == [1, 2]
     # 2 workers: allreduce's mean over its converged runs is 9, but one run missed: its
@@ -1013,10 +1013,10 @@ def test_best_of_keeps_each_worker_counts_fastest_variant() -> None:
     assert len(everything) == 1 and everything["tta_olympic"].iloc[0] == pytest.approx(7.0)
     # a baseline timed by disturbed runs only gives no speedup here either (it did)
     busy = [dataclasses.replace(r, disturbed=r.workers == 1) for r in runs]
-    table = analysis.scaling_table(analysis.runs_frame(busy))
+    table = analysis.scaling_table(frames.runs_frame(busy))
     assert table["speedup_tta"].isna().all()
     assert analysis.best_of(table, "time_to_accuracy", ["workers"])["speedup_tta"].isna().all()
-    counted = analysis.scaling_table(analysis.runs_frame(busy), include_disturbed=True)
+    counted = analysis.scaling_table(frames.runs_frame(busy), include_disturbed=True)
     picked = analysis.best_of(counted, "time_to_accuracy", ["workers"], include_disturbed=True)
     assert picked["speedup_tta"].iloc[1] == pytest.approx(11.0 / 7.0)
 
@@ -1032,8 +1032,8 @@ def test_training_accuracy_and_a_target_loss_are_drawn_where_present() -> None:
             for e, m in zip(run.evals, (0.85, 0.99), strict=True)
         ],
     )
-    frame = analysis.runs_frame([trained])
-    evals = analysis.evals_frame([trained]).merge(frame[["run_id", "variant"]], on="run_id")
+    frame = frames.runs_frame([trained])
+    evals = frames.evals_frame([trained]).merge(frame[["run_id", "variant"]], on="run_id")
     table = analysis.scaling_table(frame)
     fig = curves(evals, table, 0.9, "t", target_loss=0.2828)
     accuracy, loss = fig.axes[:2]
@@ -1046,8 +1046,8 @@ def test_training_accuracy_and_a_target_loss_are_drawn_where_present() -> None:
     assert len(plain.axes[1].get_lines()) == 1 and not plain.axes[1].texts
     # a run at 100% from its first evaluation: the axis read 96% to 104%
     perfect = stored_run("p", 1, tta=1.0, evals=[(1.0, 1.0)])
-    frame = analysis.runs_frame([perfect])
-    evals = analysis.evals_frame([perfect]).merge(frame[["run_id", "variant"]], on="run_id")
+    frame = frames.runs_frame([perfect])
+    evals = frames.evals_frame([perfect]).merge(frame[["run_id", "variant"]], on="run_id")
     top = curves(evals, analysis.scaling_table(frame), 0.95, "t").axes[0].get_ylim()[1]
     assert 1.0 < top <= 1.01
 
@@ -1058,7 +1058,7 @@ def test_a_variant_of_a_table_entry_names_the_table() -> None:
         run = stored_run(f"a{alpha}", 1, tta=5.0, seed=i)
         recipe = {**run.spec["recipe"], "schedule": {"alpha_by_workers": {"1": alpha}}}
         runs.append(dataclasses.replace(run, spec={**run.spec, "recipe": recipe}))
-    labels = list(analysis.runs_frame(runs)["variant"])
+    labels = list(frames.runs_frame(runs)["variant"])
     assert labels == ["alpha_by_workers.1=25", "alpha_by_workers.1=200"]  # not "1=25"
     assert variants.variant_pairs(labels[0]) == {"alpha_by_workers.1": "25"}
     # an imported run's network is its system, with a space: the report's variants table
@@ -1079,7 +1079,7 @@ def test_throughput_runs_stay_out_of_time_to_accuracy_and_cost() -> None:
         stored_run("acc", 2, tta=5.0),
         stored_run("thr", 4, tta=None, status="throughput"),
     ]
-    table = analysis.scaling_table(analysis.runs_frame(runs), price=Price("p", 1.0))
+    table = analysis.scaling_table(frames.runs_frame(runs), price=Price("p", 1.0))
     accuracy, throughput = table.iloc[0], table.iloc[1]
     assert accuracy["tta_olympic"] == pytest.approx(5.0) and accuracy["cost_mean"] > 0
     assert throughput["throughput_only"] and math.isnan(throughput["tta_olympic"])
@@ -1099,7 +1099,7 @@ def test_a_run_of_another_model_is_labelled_by_its_model_alone() -> None:
         run = stored_run(f"m{i}", 1, tta=5.0, seed=i)
         recipe = {**run.spec["recipe"], "model": model}
         runs.append(dataclasses.replace(run, spec={**run.spec, "recipe": recipe}))
-    labels = list(analysis.runs_frame(runs)["variant"])
+    labels = list(frames.runs_frame(runs)["variant"])
     assert labels == ["model=imagenet-resnet depth=50 zero_init_residual=true", "model=vgg16"]
 
 
@@ -1111,7 +1111,7 @@ def test_a_run_of_another_exchange_is_labelled_without_the_others_options() -> N
     ):
         run = stored_run(f"x{i}", 2, tta=5.0, seed=i, exchange=exchange)
         runs.append(dataclasses.replace(run, spec={**run.spec, "exchange_options": options}))
-    labels = list(analysis.runs_frame(runs)["variant"])
+    labels = list(frames.runs_frame(runs)["variant"])
     assert labels == ["exchange=allreduce", "exchange=topk ratio=0.01", "exchange=powersgd rank=4"]
 
 
@@ -1143,7 +1143,7 @@ def test_a_loss_goals_best_is_its_lowest_loss_in_every_view() -> None:
     assert accuracy.best_eval is None  # no evaluation stored
     climbing = stored_run("d", 1, tta=None, evals=[(10.0, 0.7), (20.0, 0.5)])
     assert climbing.best_eval is climbing.evals[0]  # an accuracy goal's: the highest
-    frame = analysis.runs_frame(runs)
+    frame = frames.runs_frame(runs)
     table = analysis.scaling_table(frame)
     assert list(table["best_mean"]) == [4.2, 4.4] and set(table["goal"]) == {"loss"}
     (show,) = [show for key, _, show in tables.SCALING_COLUMNS if key == "best"]
@@ -1174,10 +1174,10 @@ def test_a_loss_goals_accuracy_after_time_is_its_least_loss_within_the_budget() 
         _loss_goal(stored_run("b", 2, tta=None, evals=evals), [4.5, 4.4, 4.1]),
         stored_run("c", 1, tta=None, evals=[(10.0, 0.5), (20.0, 0.7), (30.0, 0.9)]),
     ]
-    aat = analysis.accuracy_after_time(analysis.evals_frame(runs), 25.0)
+    aat = analysis.accuracy_after_time(frames.evals_frame(runs), 25.0)
     assert list(aat) == pytest.approx([4.2, 4.4, 0.7])  # not 3.0 (too late), not 0.16
-    frame = analysis.runs_frame(runs[:2])
-    table = analysis.scaling_table(frame, budget_s=25, evals=analysis.evals_frame(runs[:2]))
+    frame = frames.runs_frame(runs[:2])
+    table = analysis.scaling_table(frame, budget_s=25, evals=frames.evals_frame(runs[:2]))
     (show,) = [show for key, _, show in tables.SCALING_COLUMNS if key == "aat"]
     assert [show(row) for _, row in table.iterrows()] == ["4.200", "4.400"]
     chosen = analysis.best_of(table.assign(workers=1), "accuracy_after_time", ["workers"])
@@ -1207,8 +1207,8 @@ def test_a_run_of_another_model_is_titled_with_it() -> None:
     console = Console(width=200, record=True)
     console.print(run_summary(other))
     assert "t (model vgg16) · 1 worker" in console.export_text()
-    assert section_title(analysis.runs_frame([other])).startswith("t (model vgg16) · ")
-    assert section_title(analysis.runs_frame([own, other])).startswith("t · ")  # mixed
+    assert section_title(frames.runs_frame([other])).startswith("t (model vgg16) · ")
+    assert section_title(frames.runs_frame([own, other])).startswith("t · ")  # mixed
 
 
 def test_a_sections_title_names_the_gpus_and_calls_imported_systems_systems() -> None:
@@ -1220,17 +1220,17 @@ def test_a_sections_title_names_the_gpus_and_calls_imported_systems_systems() ->
     gpu = dataclasses.replace(
         cpu, run_id="b", summary=RunSummary.model_validate({"device": "cuda:0"}), gpus=["H200"]
     )
-    assert section_title(analysis.runs_frame([cpu])).endswith(
+    assert section_title(frames.runs_frame([cpu])).endswith(
         " · cpu, 2 cores · " + cpu.created_at[:10]
     )
-    assert " · H200 · cpu, 2 cores · " in section_title(analysis.runs_frame([gpu]))
+    assert " · H200 · cpu, 2 cores · " in section_title(frames.runs_frame([gpu]))
     elsewhere = dataclasses.replace(gpu, run_id="c", host="h2", gpus=["A100"])
-    assert " · 2 kinds of GPU · 2 hosts · " in section_title(analysis.runs_frame([gpu, elsewhere]))
+    assert " · 2 kinds of GPU · 2 hosts · " in section_title(frames.runs_frame([gpu, elsewhere]))
     origin = {"source": "mlperf", "system": "dgx1"}
     imported = [
         dataclasses.replace(run, origin={**origin, "system": run.host}) for run in (gpu, elsewhere)
     ]
-    assert " · 2 systems · " in section_title(analysis.runs_frame(imported))
+    assert " · 2 systems · " in section_title(frames.runs_frame(imported))
 
 
 def test_the_memory_line_says_when_the_tuned_allocators_cache_is_in_the_peak() -> None:
@@ -1300,7 +1300,7 @@ def test_tables_show_a_noise_scale_only_from_runs_long_enough_to_advise_on() -> 
             run, summary=run.summary.model_copy(update={"noise_scale": noise})
         )
 
-    frame = analysis.runs_frame([measured("short", 40), measured("long", MIN_ADVICE_STEPS)])
+    frame = frames.runs_frame([measured("short", 40), measured("long", MIN_ADVICE_STEPS)])
     scales = dict(zip(frame["run_id"], frame["noise_scale"], strict=True))
     assert math.isnan(scales["short"]) and scales["long"] == 120.0
 
@@ -1417,7 +1417,7 @@ def test_long_variant_labels_become_letters_where_a_row_would_not_fit() -> None:
             schedule = {"alpha_by_workers": {"1": alpha}}
             spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": schedule}}
             runs.append(replace(run, spec=spec))
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     assert "alpha_by_workers.1=100.0" in set(table["variant"])
 
     def shown(width: int, budget_s: float | None = None) -> str:
@@ -1456,7 +1456,7 @@ def test_the_phases_figure_names_its_bars_by_letter_where_their_labels_would_ove
                 schedule = {"alpha_by_workers": {"1": alpha}}
                 spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": schedule}}
                 runs.append(replace(run, spec=spec))
-        return analysis.scaling_table(analysis.runs_frame(runs))
+        return analysis.scaling_table(frames.runs_frame(runs))
 
     crowded = phases(table((12.5, 25.0, 50.0, 100.0, 200.0, 400.0)), "t")
     (ax,) = crowded.axes
@@ -1467,7 +1467,7 @@ def test_the_phases_figure_names_its_bars_by_letter_where_their_labels_would_ove
     two = [
         stored_run(f"{e}{n}", n, tta=0.06, exchange=e) for e in ("allreduce", "ddp") for n in (1, 2)
     ]
-    (ax,) = phases(analysis.scaling_table(analysis.runs_frame(two)), "t").axes
+    (ax,) = phases(analysis.scaling_table(frames.runs_frame(two)), "t").axes
     assert "comm 10%/20%\nexchange=allreduce" in {text.get_text() for text in ax.texts}
 
 
@@ -1482,8 +1482,8 @@ def test_the_curves_legend_follows_the_numbers_in_the_labels() -> None:
         run = stored_run(f"r{alpha}", 1, tta=0.06, evals=[(0.06, 0.95)])
         spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": {"alpha": alpha}}}
         runs.append(replace(run, spec=spec))
-    frame = analysis.runs_frame(runs)
-    evals = analysis.evals_frame(runs).merge(frame[["run_id", "variant"]])
+    frame = frames.runs_frame(runs)
+    evals = frames.evals_frame(runs).merge(frame[["run_id", "variant"]])
     table = analysis.scaling_table(frame)
     labels = [line.get_label() for line in curves(evals, table, 0.9, "t").axes[0].get_lines()]
     assert labels[:2] == ["alpha=12.5 · 1 worker", "alpha=100.0 · 1 worker"]
@@ -1502,7 +1502,7 @@ def test_one_key_that_varies_heads_the_variant_column_where_labels_would_not_fit
         stored_run(f"{e}{n}", n, tta=0.2, exchange=e, **shape)
         for e, n in itertools.product(exchanges, (2, 4))
     ]
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     console = Console(width=80, record=True)
     for rich_table in scaling_tables(table, width=80):
         console.print(rich_table)
@@ -1533,7 +1533,7 @@ def test_labels_longer_than_the_terminal_are_letters_spelt_below() -> None:
         }
         spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": schedule}}
         runs.append(replace(run, spec=spec))
-    table = analysis.scaling_table(analysis.runs_frame(runs))
+    table = analysis.scaling_table(frames.runs_frame(runs))
     assert min(len(label) for label in table["variant"]) > 80
     console = Console(width=80, record=True)
     for rich_table in scaling_tables(table, width=80):
@@ -1560,7 +1560,7 @@ def test_the_bytes_figure_keeps_its_legend_inside_the_figure() -> None:
         run = stored_run(f"{exchange}{n}", n, tta=0.2, exchange=exchange)
         sent = run.summary.model_copy(update={"bytes_per_step": 1000.0 * (i + 1)})
         runs.append(replace(run, summary=sent))
-    figure = bytes_and_step_time(analysis.scaling_table(analysis.runs_frame(runs)), "t")
+    figure = bytes_and_step_time(analysis.scaling_table(frames.runs_frame(runs)), "t")
     FigureCanvasAgg(figure).draw()
     (legend,) = figure.legends
     box = legend.get_window_extent()
@@ -1586,7 +1586,7 @@ def test_the_cost_figure_marks_worker_counts_where_their_labels_would_crowd() ->
             stored_run(f"{e}{n}", n, tta=0.2 + 0.01 * i, exchange=e)
             for i, (e, n) in enumerate(itertools.product(names, (2, 4)))
         ]
-        table = analysis.scaling_table(analysis.runs_frame(runs), price=price)
+        table = analysis.scaling_table(frames.runs_frame(runs), price=price)
         return cost(table, "p", "t")
 
     crowded = figure(exchanges)
@@ -1600,7 +1600,7 @@ def test_the_cost_figure_marks_worker_counts_where_their_labels_would_crowd() ->
     fit = stored_run("fit", 2, tta=0.3, exchange="dask-centralised")
     fit = dataclasses.replace(fit, summary=RunSummary.model_validate({"engine": "dask"}))
     runs = [stored_run("a2", 2, tta=0.2), fit]
-    table = analysis.scaling_table(analysis.runs_frame(runs), price=price)
+    table = analysis.scaling_table(frames.runs_frame(runs), price=price)
     (ax,) = cost(table, "p", "t").axes
     assert sorted(text.get_text() for text in ax.texts) == ["N=2", "N≤2"]
 
@@ -1613,11 +1613,11 @@ def test_a_dask_fit_costs_the_worker_hours_it_scaled_its_cluster_to() -> None:
     fit = stored_run("fit", 4, tta=10.0, exchange="dask-centralised")
     held = {"engine": "dask", "worker_s": 18.0, "worker_s_to_target": 14.0}
     fit = dataclasses.replace(fit, summary=RunSummary.model_validate(held))
-    (row,) = analysis.scaling_table(analysis.runs_frame([fit]), price=Price("p", 3600.0)).iloc
+    (row,) = analysis.scaling_table(frames.runs_frame([fit]), price=Price("p", 3600.0)).iloc
     assert (row["cost_to_target"], row["cost_mean"]) == (pytest.approx(14.0), pytest.approx(18.0))
     # stored before fits counted their worker-seconds: every worker, the whole time
     fit = dataclasses.replace(fit, summary=RunSummary.model_validate({"engine": "dask"}))
-    (row,) = analysis.scaling_table(analysis.runs_frame([fit]), price=Price("p", 3600.0)).iloc
+    (row,) = analysis.scaling_table(frames.runs_frame([fit]), price=Price("p", 3600.0)).iloc
     assert row["cost_to_target"] == pytest.approx(40.0)
     assert row["cost_mean"] == pytest.approx(4 * fit.elapsed_s)
 
@@ -1636,7 +1636,7 @@ def test_upright_bar_labels_and_long_y_labels_stay_off_the_titles() -> None:
         stored_run(f"{e}{n}", n, tta=0.2 + 0.3 * (e == "powersgd") + 0.1 * (n == 4), exchange=e)
         for e, n in itertools.product(exchanges, (2, 4))
     ]
-    figure = fit_labels(time_to_accuracy(analysis.scaling_table(analysis.runs_frame(runs)), "t"))
+    figure = fit_labels(time_to_accuracy(analysis.scaling_table(frames.runs_frame(runs)), "t"))
     FigureCanvasAgg(figure).draw()
     (ax,) = figure.axes
     top = ax.get_window_extent().y1
@@ -1659,7 +1659,7 @@ def test_accuracy_bars_keep_their_upright_labels_inside_and_no_tick_past_100() -
         stored_run(f"{e}{n}", n, tta=None, exchange=e)
         for e, n in itertools.product(exchanges, (2, 4))
     ]
-    figure = time_to_accuracy(analysis.scaling_table(analysis.runs_frame(runs)), "t")
+    figure = time_to_accuracy(analysis.scaling_table(frames.runs_frame(runs)), "t")
     FigureCanvasAgg(figure).draw()
     (ax,) = figure.axes
     labels = [text for text in ax.texts if text.get_text().endswith("reached")]
@@ -1685,7 +1685,7 @@ def test_a_whole_rounds_times_stand_on_a_log_axis_in_bars_as_wide_as_their_group
         for n, ttas in times.items()
         for i, tta in enumerate(ttas)
     ]
-    figure = time_to_accuracy(analysis.scaling_table(analysis.runs_frame(runs)), "t")
+    figure = time_to_accuracy(analysis.scaling_table(frames.runs_frame(runs)), "t")
     FigureCanvasAgg(figure).draw()
     (ax,) = figure.axes
     assert ax.get_yscale() == "log" and "log scale" in ax.get_ylabel()
@@ -1708,19 +1708,19 @@ def test_a_whole_rounds_times_stand_on_a_log_axis_in_bars_as_wide_as_their_group
     looks = [(bar.get_facecolor(), (bar.get_hatch() or "").replace("//", "")) for bar in ax.patches]
     assert len(set(looks)) == 15 and {hatch for _, hatch in looks} == {"", ".."}
     few = [stored_run(f"r{n}", n, tta=100.0 * n) for n in (1, 2)]  # 100 s and 200 s
-    (ax,) = time_to_accuracy(analysis.scaling_table(analysis.runs_frame(few)), "t").axes
+    (ax,) = time_to_accuracy(analysis.scaling_table(frames.runs_frame(few)), "t").axes
     assert ax.get_yscale() == "linear" and "log" not in ax.get_ylabel()
 
 
 def test_the_reports_scaling_table_marks_oversubscribed_only_where_a_row_is() -> None:
     """The report's caption said "* oversubscribed." under tables whose rows had no star."""
-    from dmlbench.report.html import _scaling_table
+    from dmlbench.report.html_tables import scaling_view
 
     fits = [stored_run(f"f{n}", n, tta=1.0) for n in (1, 2)]
-    view = _scaling_table(analysis.scaling_table(analysis.runs_frame(fits)), None)
+    view = scaling_view(analysis.scaling_table(frames.runs_frame(fits)), None)
     assert "oversubscribed" not in view.caption and not any("*" in r.cells[0] for r in view.rows)
     over = [*fits, stored_run("f4", 4, tta=1.0)]  # 4 workers on 2 cores
-    view = _scaling_table(analysis.scaling_table(analysis.runs_frame(over)), None)
+    view = scaling_view(analysis.scaling_table(frames.runs_frame(over)), None)
     assert "* oversubscribed." in view.caption and view.rows[-1].cells[0] == "4*"
 
 
@@ -1732,7 +1732,7 @@ def test_a_table_grouped_without_workers_keeps_its_oversubscribed_caption() -> N
     from dmlbench.cli.views.tables import scaling_tables
 
     runs = [stored_run(f"{e}{n}", n, tta=0.2, exchange=e) for e in ("fp16", "ddp") for n in (4, 8)]
-    table = analysis.scaling_table(analysis.runs_frame(runs), by=("exchange",))
+    table = analysis.scaling_table(frames.runs_frame(runs), by=("exchange",))
     assert "workers" not in table
     assert list(table["exchange"]) == ["ddp", "fp16"]  # in the order of its groups, not the runs
     console = Console(width=120, record=True)
@@ -1746,6 +1746,22 @@ def test_a_table_grouped_without_workers_keeps_its_oversubscribed_caption() -> N
     assert cells == ["ddp*", "fp16*"]  # the rows the caption speaks of are starred
     header = next(line for line in shown.splitlines() if line.lstrip().startswith("exchange"))
     assert "conv" in header and " N " not in header
+
+
+def test_a_row_of_several_worker_counts_costs_each_run_at_its_own_and_says_its_batches() -> None:
+    """`compare --by exchange` puts 1 and 4 workers in one row: its cost was every run at
+    the first run's worker count, and its b/B the first run's alone."""
+    from dmlbench.report.tables import batch_text
+
+    runs = [stored_run("a1", 1, tta=10.0), stored_run("a4", 4, tta=4.0)]
+    price = Price("p", 3600.0)  # a worker-second costs 1
+    (row,) = analysis.scaling_table(frames.runs_frame(runs), by=("exchange",), price=price).iloc
+    assert row["cost_to_target"] == pytest.approx((1 * 10.0 + 4 * 4.0) / 2)
+    assert row["cost_mean"] == pytest.approx((1 * 10.0 + 4 * 4.0) / 2)
+    assert batch_text(row) == "32 / 32–128"
+    by_workers = analysis.scaling_table(frames.runs_frame(runs), price=price)
+    assert list(by_workers["cost_to_target"]) == [pytest.approx(10.0), pytest.approx(16.0)]
+    assert [batch_text(r) for _, r in by_workers.iterrows()] == ["32 / 32", "32 / 128"]
 
 
 def test_curves_of_runs_far_apart_in_length_are_drawn_on_a_log_time_axis() -> None:
@@ -1762,8 +1778,8 @@ def test_curves_of_runs_far_apart_in_length_are_drawn_on_a_log_time_axis() -> No
             run = stored_run(f"r{i}", 8, tta=length, evals=evals)
             spec = {**run.spec, "recipe": {**run.spec["recipe"], "schedule": {"system": i}}}
             runs.append(replace(run, spec=spec))
-        frame = analysis.runs_frame(runs)
-        evals = analysis.evals_frame(runs).merge(frame[["run_id", "variant"]])
+        frame = frames.runs_frame(runs)
+        evals = frames.evals_frame(runs).merge(frame[["run_id", "variant"]])
         return curves(evals, analysis.scaling_table(frame), 0.9, "t").axes[0]  # accuracy
 
     ax = drawn([25.0 + i for i in range(10)] + [68_000.0])  # eleven systems

@@ -89,7 +89,8 @@ def test_an_emulated_clusters_scopes_are_drawn_and_tabled_apart() -> None:
     the legend's long labels ran past both edges of the figure."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from dmlbench.report.html import _comm_table, comm_section
+    from dmlbench.report.html import comm_section
+    from dmlbench.report.html_tables import comm_view
     from dmlbench.results.records import CommResult, CommRun
 
     def result(size: int, scope: str | None) -> CommResult:
@@ -134,7 +135,7 @@ def test_an_emulated_clusters_scopes_are_drawn_and_tabled_apart() -> None:
     (legend,) = figure.legends
     box = legend.get_window_extent()
     assert box.x0 >= 0 and box.x1 <= figure.bbox.width
-    table = _comm_table(section)
+    table = comm_view(section.runs)
     assert table.head[4] == "scope" and "2-level" in table.caption
     cells = [row.cells for row in table.rows]
     assert [c[4] for c in cells if c[0] == cluster.run_id][::3] == list(SCOPE_WORDS)
@@ -178,10 +179,11 @@ def test_an_all_reduce_on_more_workers_than_cores_says_so(
     said = console.export_text()
     assert ("oversubscribed: 4 workers on 2 cores" in said) is crowded
     # the report's table stars the run and says why, as its scaling tables do
-    from dmlbench.report.html import _comm_table, comm_section
+    from dmlbench.report.html import comm_section
+    from dmlbench.report.html_tables import comm_view
 
     section = comm_section([run])
     assert section is not None
-    table = _comm_table(section)
+    table = comm_view(section.runs)
     assert ("* oversubscribed" in table.caption) is crowded
     assert table.rows[0].cells[2] == f"{workers}{'*' if crowded else ''}"

@@ -310,7 +310,8 @@ def test_simulate_and_advise_cost_only_what_the_price_is_for(tmp_path) -> None:
     from rich.console import Console
 
     from dmlbench.cli.views.predictions import prediction_table
-    from dmlbench.report.html import _prediction_table, prediction_sections
+    from dmlbench.report.html import prediction_sections
+    from dmlbench.report.html_tables import prediction_view
 
     euro = Price("h200-eu", 3.7, currency="EUR", device="H200")
     result = simulate(store, "synthetic-mlp", [1, 2], ["10gbit"], ["ring"], price=euro).to_json()
@@ -325,13 +326,13 @@ def test_simulate_and_advise_cost_only_what_the_price_is_for(tmp_path) -> None:
     console.print(prediction_table(later))
     assert "speedup: time to the target against N=2;" in console.export_text()
     (section,) = prediction_sections([result])
-    assert _prediction_table(section).head[-1] == "cost, EUR"
+    assert prediction_view(section.runs).head[-1] == "cost, EUR"
     assert "Cost at h200-eu at 3.7 EUR/worker-hour." in section.notes
     (unpriced,) = prediction_sections([predicted.to_json()])
     assert any(note.startswith("No cost: gcp-n1-standard-4 prices") for note in unpriced.notes)
     stored_before = {key: v for key, v in result.items() if key != "currency"}
     (older,) = prediction_sections([stored_before])  # kept before the currency was
-    assert _prediction_table(older).head[-1] == "cost"
+    assert prediction_view(older.runs).head[-1] == "cost"
     advice = advise_from_store(store, "synthetic-mlp", max_workers=2, network="10gbit", price=cpu)
     assert advice.best.cost is None and advice.unpriced == predicted.unpriced
     advice = advise_from_store(store, "synthetic-mlp", max_workers=2, network="10gbit", price=h200)

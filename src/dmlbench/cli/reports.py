@@ -148,7 +148,7 @@ def compare(
     runs = selected_runs(store, filter_names(sweep, "--sweep"), filter_names(task, "--task"))
     from dmlbench.cli.views.tables import scaling_tables
     from dmlbench.prices import choose_price
-    from dmlbench.report import analysis, notes
+    from dmlbench.report import analysis, frames, notes
 
     if best_by is not None and best_by not in analysis.BEST_BY:
         raise DmlbenchError(f"--best-by {best_by}: choose {', '.join(analysis.BEST_BY)}")
@@ -156,7 +156,7 @@ def compare(
         raise DmlbenchError("--best-by accuracy_after_time needs --budget SECONDS")
     if group is not None and best_by is None:
         raise DmlbenchError("--group picks the best within groups: give --best-by too")
-    frame = analysis.runs_frame(runs)
+    frame = frames.runs_frame(runs)
     columns = comma_list(by)
     within = comma_list(group) if group else columns
     columns += [c for c in within if c not in columns]
@@ -172,7 +172,7 @@ def compare(
         frame,
         by=columns,
         budget_s=budget,
-        evals=analysis.evals_frame(runs),
+        evals=frames.evals_frame(runs),
         price=chosen,
         include_disturbed=include_disturbed,
     )

@@ -124,9 +124,9 @@ def run_sweep(
         print_json(runs)
     elif table:
         from dmlbench.cli.views.tables import scaling_tables
-        from dmlbench.report import analysis, notes
+        from dmlbench.report import analysis, frames, notes
 
-        frame = analysis.runs_frame(runs)
+        frame = frames.runs_frame(runs)
         for rich_table in scaling_tables(analysis.scaling_table(frame), width=console.width):
             console.print(rich_table)
         # still running: another task of a job array's

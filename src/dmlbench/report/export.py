@@ -13,7 +13,7 @@ import pandas as pd
 
 from dmlbench.errors import DmlbenchError, chosen
 from dmlbench.files import check_output_file, check_output_folder, write_file
-from dmlbench.report import analysis
+from dmlbench.report import frames
 from dmlbench.results.records import CommRun, RunRecord
 
 Format = Literal["csv", "parquet"]
@@ -44,14 +44,14 @@ def check_formats(formats: Sequence[str]) -> list[Format]:
 
 def tables(runs: Sequence[RunRecord], comm_runs: Sequence[CommRun] = ()) -> dict[str, pd.DataFrame]:
     """The tables a store exports; ``comm`` only where it holds micro-benchmarks."""
-    frames = {
-        "runs": analysis.runs_frame(runs),
-        "evals": analysis.evals_frame(runs),
-        "phases": analysis.phases_frame(runs),
+    exported = {
+        "runs": frames.runs_frame(runs),
+        "evals": frames.evals_frame(runs),
+        "phases": frames.phases_frame(runs),
     }
     if comm_runs:
-        frames["comm"] = analysis.comm_frame(comm_runs)
-    return frames
+        exported["comm"] = frames.comm_frame(comm_runs)
+    return exported
 
 
 # A spreadsheet reads a cell that starts with one of these as a formula

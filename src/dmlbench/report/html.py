@@ -24,28 +24,31 @@ from matplotlib.figure import Figure
 import dmlbench
 from dmlbench.files import check_output_folder, write_file
 from dmlbench.prices import Price
-from dmlbench.report import analysis, breakdown_figures, figures, formats, prediction_figures
+from dmlbench.report import (
+    analysis,
+    breakdown_figures,
+    figures,
+    formats,
+    frames,
+    prediction_figures,
+)
 from dmlbench.report.drawing import WIDTH, fit_labels
 from dmlbench.report.export import to_csv
 from dmlbench.report.formats import (
-    SCOPE_NOTE,
-    SCOPES,
-    fmt,
-    goal_value,
-    microseconds,
-    milliseconds,
     plural,
-    seconds,
+)
+from dmlbench.report.html_tables import (
+    comm_view,
+    prediction_view,
+    runs_view,
+    scaling_view,
+    variant_legend_view,
 )
 from dmlbench.report.notes import section_notes
 from dmlbench.report.tables import (
-    aat_note,
     calibration_text,
-    elastic_note,
-    prediction_columns,
-    scaling_columns,
 )
-from dmlbench.report.variants import short_labels, variant_legend
+from dmlbench.report.variants import variant_legend
 from dmlbench.results.records import CommRun, RunRecord
 from dmlbench.results.schema import PHASES
 
@@ -98,10 +101,10 @@ def build_sections(
     price: Price | None = None,
     include_disturbed: bool = False,
 ) -> list[Section]:
-    frame = analysis.runs_frame(runs)
+    frame = frames.runs_frame(runs)
     if frame.empty:
         return []
-    evals = analysis.evals_frame(runs)
+    evals = frames.evals_frame(runs)
     table = analysis.scaling_table(
         frame,
         budget_s=budget_s,
@@ -110,7 +113,7 @@ def build_sections(
         include_disturbed=include_disturbed,
     )
     sections = []
-    for (task, sweep), members in frame.groupby(analysis.GROUP, sort=False):
+    for (task, sweep), members in frame.groupby(frames.GROUP, sort=False):
         # none when every run of the section is still running (not a result yet)
         rows = table[(table["task"] == task) & (table["sweep"] == sweep)] if len(table) else table
         section = Section(
@@ -211,97 +214,9 @@ def save_pngs(sections: Sequence[Section], folder: Path, dpi: int = 200) -> list
     return paths
 
 
-@dataclass(frozen=True)
-class Link:
-    text: str
-    href: str
-
-
-@dataclass
-class Row:
-    cells: list[str | Link]
-    css: str = ""
-
-
-@dataclass
-class TableView:
-    """A table as the template draws it: every cell already written as text."""
-
-    head: list[str]
-    rows: list[Row]
-    caption: str = ""
-
-
-def _scaling_table(table: pd.DataFrame, budget_s: float | None) -> TableView:
-    names = short_labels(table["variant"])  # as the figures and the legend name them
-    table = table.assign(variant=table["variant"].map(names))
-    columns = scaling_columns(table, budget_s)
-    aat = f" {note}." if (note := aat_note(table, budget_s)) else ""
-    return TableView(
-        [title for title, _ in columns],
-        [Row([str(cell(row)) for _, cell in columns]) for _, row in table.iterrows()],
-        f"Means over finished runs; TTA over runs that reached the target.{aat}"
-        + (" * oversubscribed." if table["oversubscribed"].any() else "")
-        + (" † timed by disturbed runs only." if table["timed_disturbed"].any() else "")
-        + (f" {note}." if (note := elastic_note(table)) else ""),
-    )
-
-
-def _variant_legend(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """The table that spells out the figures' variant letters (none when labels are short)."""
-    legend = variant_legend(table["variant"])
-    if legend.empty:
-        return []
-    rows = [Row([str(cell) for cell in row]) for row in legend.itertuples(index=False)]
-    view = TableView(
-        list(legend.columns), rows, "What differs between the variants the figures name by letter."
-    )
-    return [{"title": "Variants", "table": view}]
-
-
-def _runs_table(runs: pd.DataFrame) -> TableView:
-    names = short_labels(runs["variant"])
-    varied = len(names) > 1
-    head = [
-        "run",
-        "N",
-        *(["variant"] if varied else []),
-        "seed",
-        "status",
-        "TTA s",
-        "best",
-        "epochs",
-        "step ms",
-        "comm max",
-        "started",
-    ]
-    rows = []
-    for _, run in runs.sort_values(["workers", "seed", "created_at"]).iterrows():
-        cells: list[str | Link] = [Link(run["run_id"], f"#run-{run['run_id']}")]
-        workers = f"{'≤' * bool(run['elastic'])}{run['workers']}"  # a Dask fit: up to N
-        cells += [workers, *([names[run["variant"]]] if varied else [])]
-        cells += [
-            str(run["seed"]),
-            run["status"] + ("†" if run["disturbed"] else ""),
-            seconds(run["tta_s"]),
-            goal_value(run["goal"], run["best"], 2, run["task"]),
-            fmt(run["epochs"], ".1f"),
-            milliseconds(run["step_time_s"]),
-            fmt(run["comm_ratio_max"], ".1%"),
-            str(run["created_at"]),
-        ]
-        rows.append(Row(cells, css=f"status-{run['status']}"))
-    caption = (
-        "† disturbed: other processes took CPU its workers asked for, or a hypervisor did."
-        if runs["disturbed"].any()
-        else ""
-    )
-    return TableView(head, rows, caption)
-
-
 def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
     """The communication micro-benchmarks as one section (figure + table)."""
-    frame = analysis.comm_frame(comm_runs)
+    frame = frames.comm_frame(comm_runs)
     if frame.empty:
         return None
     first = comm_runs[0]
@@ -317,27 +232,6 @@ def comm_section(comm_runs: Sequence[CommRun]) -> Section | None:
     )
     section.figures = {"allreduce": prediction_figures.comm_bandwidth(frame, title)}
     return section
-
-
-def _comm_table(section: Section) -> TableView:
-    runs = section.runs
-    scoped = "scope" in runs and runs["scope"].notna().any()
-    head = ["run", "backend", "N", "network", *(["scope"] if scoped else []), "size B", "iter"]
-    head += ["latency µs", "min µs", "max µs", "algbw MB/s", "busbw MB/s"]
-    rows = []
-    for _, r in runs.iterrows():
-        nodes = int(r.get("nodes") or 1)
-        on = formats.layout(nodes, r["workers"] // nodes, compact=True)
-        star = "*" * bool(r["oversubscribed"])  # more CPU workers than cores
-        cells: list[str | Link] = [r["run_id"], r["backend"], f"{r['workers']}{on}{star}"]
-        cells += [r["network"], *([SCOPES.get(r["scope"] or "", "")] if scoped else [])]
-        cells += [f"{r['bytes']:,}", str(r["iterations"])]
-        cells += [microseconds(r[key]) for key in ("latency_s", "latency_min_s", "latency_max_s")]
-        cells += [f"{r['algbw'] / 1e6:,.2f}", f"{r['busbw'] / 1e6:,.2f}"]
-        rows.append(Row(cells))
-    over = "* oversubscribed: more workers than cores, so the times include waiting for one."
-    notes = (SCOPE_NOTE if scoped else "", over if runs["oversubscribed"].any() else "")
-    return TableView(head, rows, " ".join(filter(None, notes)))
 
 
 def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
@@ -373,12 +267,6 @@ def prediction_sections(predictions: Sequence[dict[str, Any]]) -> list[Section]:
     return sections
 
 
-def _prediction_table(section: Section) -> TableView:
-    columns = prediction_columns(section.runs["currency"].iloc[0])
-    rows = [Row([cell(r) for _, cell in columns]) for _, r in section.runs.iterrows()]
-    return TableView([title for title, _ in columns], rows)
-
-
 def _figures_view(section: Section) -> list[dict[str, Any]]:
     """The section's figures; one of panels side by side (drawn :data:`WIDE`) takes the
     page's whole row, so every figure's fonts are shown at one size."""
@@ -401,14 +289,14 @@ def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
             meta=f"{section.title}. busbw = algbw × 2(n−1)/n (NCCL-tests' definition); "
             "latency is the median over repeats, a repeat lasting as long as its slowest rank.",
             figures=_figures_view(section),
-            tables=[{"title": "", "table": _comm_table(section)}],
+            tables=[{"title": "", "table": comm_view(section.runs)}],
         )
     elif section.kind == "predicted":
         view.update(
             heading=f"{section.task} · predicted scaling",
             meta=section.title,
             figures=_figures_view(section),
-            tables=[{"title": "", "table": _prediction_table(section)}],
+            tables=[{"title": "", "table": prediction_view(section.runs)}],
         )
     else:
         view.update(
@@ -416,12 +304,12 @@ def _section_view(section: Section, budget_s: float | None) -> dict[str, Any]:
             meta=section.title,
             figures=_figures_view(section),
             tables=[
-                *_variant_legend(section.table),
-                {"title": "Scaling table", "table": _scaling_table(section.table, budget_s)},
-                {"title": "Runs", "table": _runs_table(section.runs)},
+                *variant_legend_view(section.table),
+                {"title": "Scaling table", "table": scaling_view(section.table, budget_s)},
+                {"title": "Runs", "table": runs_view(section.runs)},
             ]
             if len(section.table)  # else every run of it is still running
-            else [{"title": "Runs", "table": _runs_table(section.runs)}],
+            else [{"title": "Runs", "table": runs_view(section.runs)}],
         )
     return view
 

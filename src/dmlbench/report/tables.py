@@ -38,10 +38,18 @@ def batch_text(row: pd.Series | Mapping[str, Any], between: str = " / ") -> str:
     """``b / B``, and ``→B'`` after it where a Dask fit's batch grew to B' (a scaling
     table's row, or a run's numbers under the same names)."""
     local, global_ = int(row["local_batch"]), int(row["global_batch"])
-    batch, grown = f"{local}{between}{global_}", row.get("largest_batch")
+    local_top = int(row.get("local_batch_max", local))
+    global_top = int(row.get("global_batch_max", global_))
+    batch = f"{_span(local, local_top)}{between}{_span(global_, global_top)}"
+    grown = row.get("largest_batch")
     if not row.get("elastic") or grown is None or missing(grown) or grown <= global_:
         return batch
     return f"{batch}→{int(grown)}"
+
+
+def _span(low: int, high: int) -> str:
+    """``32``, or ``32–64`` where a row's runs span batches (grouped without N)."""
+    return str(low) if high == low else f"{low}–{high}"
 
 
 ELASTIC = "≤N, B→B': a Dask fit, on up to N workers, its batch grown from B to B'"
