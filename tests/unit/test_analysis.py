@@ -337,6 +337,18 @@ def test_a_one_step_run_s_summary_says_step_not_steps() -> None:
     assert "phases mean/max over 1 rank " in shown
 
 
+def test_a_throughput_runs_step_and_batch_are_written_as_every_count_is() -> None:
+    """ImageNet's step on a CPU read "2409.11 ms per step (global batch 4096", where
+    every table writes 2,409.11 and 4,096."""
+    from dmlbench.cli.views.summary import run_summary
+
+    run = stored_run("slow", 1, tta=None, local_batch=4096, step_time=2.40911)
+    summary = run.summary.model_copy(update={"warmup_steps_excluded": 5, "throughput": 1700.2})
+    console = Console(width=200, record=True)
+    console.print(run_summary(dataclasses.replace(run, summary=summary)))
+    assert "1,700 samples/s, 2,409.11 ms per step (global batch 4,096;" in console.export_text()
+
+
 def test_a_dask_fit_s_start_up_says_it_started_the_workers() -> None:
     """A Dask fit's start-up starts its cluster's workers and sends them the data; its
     summary called that "data load + model build", as a torch run's (whose workers
@@ -673,7 +685,7 @@ def test_results_table_keeps_every_column_at_80_columns_beside_imported_runs() -
     header = next(line for line in shown.splitlines() if line.startswith("run"))
     assert header.split() == ["run", "task", "N", "b/B", "status", "TTA", "best", "ep."]
     assert "20261128-091818-50323c" in shown and "0.329 s" in shown  # this machine's whole
-    assert "2,115 s" in shown and "56.0" in shown and "65/33280" in shown
+    assert "2,115 s" in shown and "56.0" in shown and "65/33,280" in shown  # a count as every count
     assert "DGX-2H" not in shown  # an imported run's system is its name, not a network
     lines = shown.splitlines()
     width = header.index("task")  # the run column's, where it folds

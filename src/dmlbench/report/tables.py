@@ -44,12 +44,13 @@ def batch_text(row: pd.Series | Mapping[str, Any], between: str = " / ") -> str:
     grown = row.get("largest_batch")
     if not row.get("elastic") or grown is None or missing(grown) or grown <= global_:
         return batch
-    return f"{batch}→{int(grown)}"
+    return f"{batch}→{int(grown):,}"
 
 
 def _span(low: int, high: int) -> str:
-    """``32``, or ``32–64`` where a row's runs span batches (grouped without N)."""
-    return str(low) if high == low else f"{low}–{high}"
+    """``32``, or ``32–64`` where a row's runs span batches (grouped without N); with
+    thousands separators, as every count is written (``65/33,280``)."""
+    return f"{low:,}" if high == low else f"{low:,}–{high:,}"
 
 
 ELASTIC = "≤N, B→B': a Dask fit, on up to N workers, its batch grown from B to B'"

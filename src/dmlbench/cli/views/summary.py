@@ -15,7 +15,7 @@ from dmlbench.cli.views.machine import (
 )
 from dmlbench.cli.views.memory import memory_text
 from dmlbench.qualities import quality_of
-from dmlbench.report.formats import layout, percent, plural, seconds
+from dmlbench.report.formats import layout, milliseconds, percent, plural, seconds
 from dmlbench.results.records import RunRecord, RunSummary
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import target_text
@@ -108,8 +108,8 @@ def run_summary(run: RunRecord) -> Table:
         excluded = f"first {plural(warmup, 'step')}" if warmup else "no step"
         table.add_row(
             "throughput",
-            f"{summary.throughput:,.0f} samples/s, {1000 * (summary.step_time_s or 0.0):.2f} ms "
-            f"per step (global batch {run.global_batch}; {excluded} excluded as warm-up)",
+            f"{summary.throughput:,.0f} samples/s, {milliseconds(summary.step_time_s)} ms "
+            f"per step (global batch {run.global_batch:,}; {excluded} excluded as warm-up)",
         )
     hardware = hardware_text(summary)
     if hardware:
