@@ -349,6 +349,30 @@ def test_a_throughput_runs_step_and_batch_are_written_as_every_count_is() -> Non
     assert "1,700 samples/s, 2,409.11 ms per step (global batch 4,096;" in console.export_text()
 
 
+def test_the_report_and_the_summary_star_the_same_runs_oversubscribed() -> None:
+    """The report starred any run of more workers than one host's cores; the summary
+    counted a node's. Two real nodes of 2 workers on 2-core hosts shared no core, and a
+    GPU run's workers wait for their GPU, not a core: the report starred both."""
+    from dmlbench.cli.views.summary import run_summary
+
+    def on(run: RunRecord, **summary: Any) -> RunRecord:
+        spec = {**run.spec, "nodes": 2, "nproc_per_node": 2}
+        return dataclasses.replace(run, spec=spec, summary=RunSummary.model_validate(summary))
+
+    two_nodes = on(stored_run("real", 4, tta=1.0), nodes=2, nproc_per_node=2)
+    emulated = on(stored_run("emul", 4, tta=1.0), nodes=2, nproc_per_node=2, emulated_nodes=True)
+    gpu = dataclasses.replace(
+        stored_run("gpu", 4, tta=1.0), summary=RunSummary.model_validate({"device": "cuda:0"})
+    )
+    runs = [two_nodes, emulated, gpu]
+    starred = frames.runs_frame(runs).set_index("run_id")["oversubscribed"].to_dict()
+    assert starred == {"real": False, "emul": True, "gpu": False}
+    for run in runs:
+        console = Console(width=200, record=True)
+        console.print(run_summary(run))
+        assert ("oversubscribed" in console.export_text()) is starred[run.run_id]
+
+
 def test_a_dask_fit_s_start_up_says_it_started_the_workers() -> None:
     """A Dask fit's start-up starts its cluster's workers and sends them the data; its
     summary called that "data load + model build", as a torch run's (whose workers

@@ -101,7 +101,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "cpu_allocator": run.summary.cpu_allocator,
                 **_per_step_phases(run),
                 "cores": run.cores,
-                "oversubscribed": bool(run.cores) and run.workers > (run.cores or 0),
+                "oversubscribed": run.oversubscribed,
                 "disturbed": run.disturbed is True,
                 "cpu_wait_max": contention.get("wait_share_max"),
                 "contention": contention.get("reason"),

@@ -275,6 +275,20 @@ class RunRecord(_Stored):
         return self.summary.engine == "dask"
 
     @property
+    def workers_per_host(self) -> int:
+        """The workers that shared a host's cores: all of them on one host or on an
+        emulated cluster (its nodes are this host's namespaces), a node's on a real one."""
+        if self.summary.emulated_nodes or (self.summary.nodes or self.nodes) == 1:
+            return self.workers
+        return self.summary.nproc_per_node or self.workers
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More CPU workers on a host than its cores: its times include waiting for one."""
+        cores = self.cores or 0
+        return self.device == "cpu" and cores > 0 and self.workers_per_host > cores
+
+    @property
     def sweep_title(self) -> str:
         """Its sweep as tables name it (``single runs``: no sweep's)."""
         return self.sweep or SINGLE_RUNS

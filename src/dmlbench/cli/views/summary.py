@@ -153,13 +153,10 @@ def run_summary(run: RunRecord) -> Table:
         )
     if noise := summary.noise_scale:
         table.add_row("noise scale", escape(noise_text(noise)))
-    cores = run.cores
-    emulated = summary.emulated_nodes or nodes == 1  # every worker on this host
-    here = run.workers if emulated else summary.nproc_per_node or run.workers
-    if cores and here > cores:
+    if run.oversubscribed:
         table.add_row(
             "[yellow]note[/yellow]",
-            f"{here} workers on {cores} cores: "
+            f"{run.workers_per_host} workers on {run.cores} cores: "
             "oversubscribed, so times include workers sharing cores",
         )
     fit_notes = summary.notes or []  # a Dask fit's: a lost worker, workers that never joined
