@@ -239,6 +239,9 @@ def test_a_failed_run_does_not_stop_the_sweep(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "1 failed" in done.stdout and "Traceback" not in done.stderr
     assert engine_text in unwrapped(done.stdout)  # printed literally
+    # the run short of its target says by how much, in the words the results table uses
+    short = r"no target \S+: best [\d.]+%, short of the [\d.]+% target"
+    assert re.search(short, unwrapped(done.stdout))
     assert "sweep x[/] [bold]y:" in done.stdout and "--sweep 'x[/] [bold]y'" in done.stdout
     runs = stored(store)
     assert [(r["workers"], r["status"]) for r in runs] == [(2, "failed"), (1, "target_not_reached")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -26,6 +26,9 @@ from dmlbench.cli.options import (
 )
 from dmlbench.report.formats import plural
 from dmlbench.results.store import Rerun
+
+if TYPE_CHECKING:
+    from dmlbench.results.records import RunSummary
 
 
 def sweep(
@@ -101,9 +104,14 @@ def run_sweep(
         _print_plan(plan, {r.key for r in skipped}, json_out)
         return []
     out = err_console if json_out else console
+    kept = (  # --rerun always looks for none: "0 already in" read as if the store had none
+        "all to run"
+        if rerun == Rerun.always
+        else f"{len(skipped)} already in {escape(str(store))}, {len(to_run)} to run"
+    )
     out.print(
         f"sweep [bold]{escape(plan.sweep.name)}[/bold]: {plural(len(plan.runs), 'run')} planned, "
-        f"{len(skipped)} already in {escape(str(store))} (--rerun {rerun}), {len(to_run)} to run"
+        f"{kept} (--rerun {rerun})"
     )
     bars = _Bars(out, plan, json_out)
     outcome = run_planned(
@@ -178,6 +186,7 @@ class _Bars:
     def done(self, run: Any, result: Any, error: Exception | None) -> None:
         """A run's end: its outcome, or why it did not run (another launcher ran the
         point, as the sweep's last line counts it; an error)."""
+        from dmlbench.cli.views.summary import STATUS_WORDS
         from dmlbench.errors import AlreadyClaimed
 
         self.close()
@@ -189,14 +198,28 @@ class _Bars:
             out.print(f"  [red]error[/red]: {escape(str(error))}")
             return
         colour = {"success": "green", "failed": "red"}.get(result.status, "yellow")
-        tta = result.summary.time_to_accuracy_s
-        detail = f"TTA {tta:.1f} s" if tta is not None else "target not reached"
+        detail = _short_of_target(result.summary)
+        if (tta := result.summary.time_to_accuracy_s) is not None:
+            detail = f"TTA {tta:.1f} s"
         if result.status == "throughput":
             throughput = result.summary.throughput
             detail = f"{throughput:,.1f} samples/s" if throughput else "synthetic data"
         if result.status in ("failed", "interrupted"):
             detail = result.error or ""
-        out.print(f"  [{colour}]{result.status}[/{colour}] {result.run_id}: {escape(detail)}")
+        status = STATUS_WORDS.get(result.status, result.status)
+        out.print(f"  [{colour}]{status}[/{colour}] {result.run_id}: {escape(detail)}")
+
+
+def _short_of_target(summary: RunSummary) -> str:
+    """How far a run stopped from its target: ``best 93.3% short of the 97.0% target``
+    (a loss goal's best loss is not in the summary: its target alone)."""
+    from dmlbench.spec.recipe import target_text
+
+    goal = summary.goal or "accuracy"
+    target = f"the {target_text(goal, summary.target)} target"
+    if goal == "loss" or summary.best_metric is None:
+        return f"short of {target}"
+    return f"best {summary.best_metric:.1%}, short of {target}"
 
 
 def _print_plan(plan: Any, stored: set[str], json_out: bool) -> None:
