@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,12 +35,26 @@ def matching_ids(fragment: str, ids: Iterable[str]) -> list[str]:
     return [i for i in ids if i.startswith(fragment) or i.endswith(fragment)]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _Stored:
-    """What every stored record answers: its layout and its JSON form."""
+    """What every stored run has, a training run or a micro-benchmark: who it is, how it
+    ended, where it ran and with what; and what it answers: its layout, its JSON form."""
 
-    __slots__ = ()
-    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+    run_id: str
+    status: str  # running | success | target_not_reached | throughput | failed | interrupted
+    created_at: str
+    workers: int
     spec: dict[str, Any]
+    environment: dict[str, Any]
+    run_dir: str
+    finished_at: str | None = None
+    error: str | None = None
+    host: str | None = None
+    cpu_model: str | None = None
+    cores: int | None = None
+    torch_version: str | None = None
+    git_revision: str | None = None
+    launcher_pid: int | None = None
 
     @property
     def nodes(self) -> int:
@@ -210,22 +224,14 @@ class PhaseTotal:
 class RunRecord(_Stored):
     """A training run as stored: identity, outcome, where it ran, and its records."""
 
-    run_id: str
     task: str
-    status: str  # running | success | target_not_reached | throughput | failed | interrupted
     division: str  # closed: the reference recipe; open: it differs (see deviations)
-    created_at: str
-    workers: int
     local_batch: int
     global_batch: int
     seed: int
     exchange: str
-    spec: dict[str, Any]
     deviations: dict[str, Any]
-    environment: dict[str, Any]
-    run_dir: str
     stop_reason: str | None = None
-    finished_at: str | None = None
     target: float | None = None
     best_metric: float | None = None
     time_to_accuracy_s: float | None = None
@@ -235,15 +241,8 @@ class RunRecord(_Stored):
     samples: int | None = None
     elapsed_s: float | None = None
     throughput: float | None = None
-    error: str | None = None
-    host: str | None = None
-    cpu_model: str | None = None
-    cores: int | None = None
     gpus: list[str] = field(default_factory=list)
-    torch_version: str | None = None
-    git_revision: str | None = None
     summary: RunSummary = field(default_factory=RunSummary)
-    launcher_pid: int | None = None
     sweep: str | None = None  # the sweep it belongs to; None for a single run
     scaling: str | None = None
     repeat: int | None = None
@@ -367,24 +366,9 @@ class CommResult:
 class CommRun(_Stored):
     """A communication micro-benchmark as stored, with its per-size results."""
 
-    run_id: str
     op: str
     backend: str
-    workers: int
     network: str
-    status: str
-    created_at: str
-    spec: dict[str, Any]
-    environment: dict[str, Any]
-    run_dir: str
-    finished_at: str | None = None
-    error: str | None = None
-    host: str | None = None
-    cpu_model: str | None = None
-    cores: int | None = None
-    torch_version: str | None = None
-    git_revision: str | None = None
-    launcher_pid: int | None = None
     results: list[CommResult] = field(default_factory=list)
 
     @property
