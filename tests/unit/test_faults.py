@@ -192,6 +192,27 @@ def test_import_reads_what_a_damaged_run_folder_holds(tmp_path: Path, dmlbench) 
     assert [r.run_id for r in ResultsStore(store).runs()] == ["damaged"]
 
 
+def test_a_run_whose_launcher_was_killed_is_imported_as_interrupted(
+    tmp_path: Path, dmlbench
+) -> None:
+    """A launcher killed mid-run leaves no outcome. Its run was listed "interrupted"
+    ("the launching process ended"), then imported as "failed", for "the event log ends
+    before the run": a sentence cut short, and another status for the same run."""
+    store = tmp_path / "s"
+    events = b"\n".join(
+        json.dumps(e).encode()
+        for e in ({"key": "run_start", "value": None, "time_ms": 0.0, "metadata": {}}, GOOD_EVAL)
+    )
+    folder = _run_folder(store, "killed", events=events)
+    (folder / "outcome.json").unlink()  # what a killed launcher leaves
+    code, out, err = dmlbench("results", "--store", str(store), "--import", str(folder))
+    assert code == 0, err
+    assert "imported run killed (interrupted)" in out
+    (row,) = ResultsStore(store).runs("killed")
+    assert row.status == "interrupted" and [e.metric for e in row.evals] == [0.5]
+    assert row.error and row.error.endswith("the event log holds what the run reached")
+
+
 def test_a_run_folder_copied_under_another_name_is_imported_as_its_run(
     tmp_path: Path, dmlbench
 ) -> None:

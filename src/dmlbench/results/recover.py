@@ -4,7 +4,9 @@ A run whose store was full, broken or unreachable when it finished keeps everyth
 its folder (see :mod:`dmlbench.results.rundir`); ``dmlbench results --import RUN_DIR``
 calls :func:`import_run_dir` once the store can be written again. The row it makes is
 the one the launcher would have made: status and error from ``outcome.json`` (or from
-the event log when even that could not be written), every number from the events.
+the event log when even that could not be written), every number from the events. A
+folder with neither an outcome nor a stop in its log is a run whose launcher ended
+before it did (killed, its machine lost): ``interrupted``, as the store lists it.
 """
 
 from __future__ import annotations
@@ -148,8 +150,14 @@ def import_run_dir(
     status = outcome.get("status") if isinstance(outcome.get("status"), str) else None
     status = status or (summary.status or "failed")
     error = outcome.get("error") if isinstance(outcome.get("error"), str) else None
-    if not outcome and not summary.finished:
-        status, error = "failed", "imported from its folder: the event log ends before the run"
+    if not outcome and not summary.finished:  # its launcher ended before the run did
+        status, error = (
+            "interrupted",
+            (
+                "imported from its folder: its launcher ended before the run did; the event "
+                "log holds what the run reached"
+            ),
+        )
     if stored is None:
         deviations = record["deviations"] if "deviations" in record else division(spec)
         sweep = record.get("sweep") if isinstance(record.get("sweep"), dict) else None
