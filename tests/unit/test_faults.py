@@ -211,6 +211,8 @@ def test_a_run_whose_launcher_was_killed_is_imported_as_interrupted(
     (row,) = ResultsStore(store).runs("killed")
     assert row.status == "interrupted" and [e.metric for e in row.evals] == [0.5]
     assert row.error and row.error.endswith("the event log holds what the run reached")
+    code, _, err = dmlbench("results", "--store", str(store), "--import", str(folder))
+    assert code == 2 and "run killed is already in" in err  # the import completed it
 
 
 def test_a_run_folder_copied_under_another_name_is_imported_as_its_run(

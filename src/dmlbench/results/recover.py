@@ -32,8 +32,6 @@ from dmlbench.results.rundir import (
 from dmlbench.results.store import ResultsStore
 from dmlbench.results.summary import eval_history, summarize
 
-_REPLACEABLE = ("running", "interrupted")  # rows whose launcher never completed them
-
 
 class AlreadyStored(StoreError):
     """The store has the folder's run completed, under the id the folder recorded."""
@@ -128,9 +126,9 @@ def import_run_dir(
     run_dir = run_dir.resolve()
     record = _mapping(read_json(run_dir / RECORD_FILE))
     run_id = _recorded_id(record, run_dir)
-    stored = store.status_of(run_id)
-    if stored is not None and stored not in _REPLACEABLE:
-        raise AlreadyStored(f"run {run_id} is already in {store.path} ({stored}); nothing to do")
+    if (completed := store.completed_status(run_id)) is not None:
+        raise AlreadyStored(f"run {run_id} is already in {store.path} ({completed}); nothing to do")
+    stored = store.status_of(run_id)  # a row its launcher began and never completed
     spec = read_json(run_dir / SPEC_FILE)
     if not isinstance(spec, dict):
         raise StoreError(f"{run_dir} holds no {SPEC_FILE}: it is not a dmlbench run folder")

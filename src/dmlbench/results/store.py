@@ -279,12 +279,25 @@ class ResultsStore:
 
     def status_of(self, run_id: str) -> str | None:
         """A training or communication run's stored status; None when it is not stored."""
+        found = self._status_row(run_id)
+        return None if found is None else str(found["status"])
+
+    def completed_status(self, run_id: str) -> str | None:
+        """The status a run was completed with, by its launcher or an import; None where
+        it is not stored, or nobody completed it (still running, or its launcher died:
+        such a row reads as interrupted, and its folder's import completes it)."""
+        found = self._status_row(run_id)
+        return None if found is None or found["finished_at"] is None else str(found["status"])
+
+    def _status_row(self, run_id: str) -> sqlite3.Row | None:
         with self._connect() as db:
             for table in ("runs", "comm_runs"):
-                row = db.execute(f"SELECT status FROM {table} WHERE run_id=?", (run_id,))
-                found = row.fetchone()
+                row = db.execute(
+                    f"SELECT status, finished_at FROM {table} WHERE run_id=?", (run_id,)
+                )
+                found: sqlite3.Row | None = row.fetchone()
                 if found is not None:
-                    return str(found["status"])
+                    return found
         return None
 
     def add_external(
