@@ -247,7 +247,7 @@ PREDICTION_COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
     ("network", lambda r: str(r["network"])),
     ("algorithm", lambda r: str(r["algorithm"])),
     ("N", _shape),
-    ("B", lambda r: str(r["global_batch"])),
+    ("B", lambda r: f"{int(r['global_batch']):,}"),
     ("step ms", lambda r: milliseconds(r["step_s"])),
     ("comm", lambda r: fmt(r["comm_ratio"], ".0%")),
     ("epochs", lambda r: f"{r['epochs']:.1f}{'' if r['epochs_measured'] else '*'}"),

@@ -41,7 +41,7 @@ def advice_table(advice: Any, price: str, currency: str = "USD") -> Group:
         table.add_row(
             mark,
             str(c.workers),
-            f"{c.local_batch} / {c.global_batch}",
+            f"{c.local_batch:,} / {c.global_batch:,}",
             f"{c.epochs:.1f}",
             escape(c.epochs_source.split(":")[0]),
             f"{1e3 * c.step_s:.2f} ms",

@@ -63,7 +63,7 @@ def dry_run_view(spec: RunSpec, derived: dict[str, Any], differ: dict[str, Any])
 
     table.add_row("model", named(recipe.model.name, recipe.model.options))
     table.add_row("exchange", named(spec.exchange, spec.exchange_options))
-    table.add_row("batch", f"{spec.local_batch} a worker, {derived['global_batch']} in all")
+    table.add_row("batch", f"{spec.local_batch:,} a worker, {derived['global_batch']:,} in all")
     l2 = f", L2 {recipe.l2:g} in the loss" if recipe.l2 else ""
     table.add_row("optimizer", escape(describe_optimizer(recipe.optimizer) + l2))
     first, peak = derived["lr_first_step"], derived["lr_after_warmup"]

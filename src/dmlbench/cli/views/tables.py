@@ -240,7 +240,7 @@ def plan_table(plan: Any, stored: set[str]) -> Table:
             str(index),
             escape(plan.describe(run)),
             str(spec.workers),
-            f"{spec.local_batch} / {spec.effective_global_batch}",
+            f"{spec.local_batch:,} / {spec.effective_global_batch:,}",
             str(spec.seed),
             "open" if deviations(spec) else "closed",
             "yes" if run.key in stored else "",
