@@ -325,6 +325,10 @@ def test_simulate_and_advise_cost_only_what_the_price_is_for(tmp_path) -> None:
     console = Console(width=200, record=True)
     console.print(prediction_table(later))
     assert "speedup: time to the target against N=2;" in console.export_text()
+    many = simulate(store, "synthetic-mlp", [256], ["10gbit"], ["ring"], price=euro).to_json()
+    console = Console(width=200, record=True)
+    console.print(prediction_table(many))
+    assert f"{16 * 256:,}" in console.export_text()  # B as every count: 4,096
     (section,) = prediction_sections([result])
     assert prediction_view(section.runs).head[-1] == "cost, EUR"
     assert "Cost at h200-eu at 3.7 EUR/worker-hour." in section.notes
