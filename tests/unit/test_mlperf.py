@@ -256,6 +256,20 @@ def test_imported_runs_compare_beside_each_other(tmp_path: Path) -> None:
     shown = inside("compare", "--store", str(store), "--task", "mlperf/resnet").stdout
     words = " ".join(shown.split())  # the legend wraps where the terminal ends
     assert "olympic" in words and "a run short of the target counts as ∞" in words
+    # no price asked: no cost column, and no note on what the example price leaves out
+    header = next(line for line in shown.splitlines() if line.lstrip().startswith("N "))
+    assert "cost" not in header and "No cost" not in words
+    # --price: the terminal's table shows the cost --json has had all along (it had none)
+    from dmlbench.report.formats import money
+
+    asked = ("compare", "--store", str(store), "--task", "mlperf/resnet", "--price", "3600")
+    (row,) = json.loads(inside(*asked, "--json").stdout)
+    shown = inside(*asked).stdout
+    header = next(line for line in shown.splitlines() if line.lstrip().startswith("N "))
+    cells = next(line for line in shown.splitlines() if line.lstrip().startswith("8 ")).split()
+    assert header.split()[-1] == "cost" and cells[-1] == money(row["cost_to_target"])
+    assert row["cost_to_target"] == pytest.approx(8 * row["tta_mean"])  # a worker-second: 1
+    assert "cost: USD to the target" in " ".join(shown.split())
 
 
 def test_a_report_of_imported_systems_draws_only_what_their_logs_hold(tmp_path: Path) -> None:

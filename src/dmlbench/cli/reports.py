@@ -191,17 +191,16 @@ def compare(
         from dmlbench.report.export import to_csv
 
         sys.stdout.write(to_csv(table))
-    elif "workers" in columns:
-        for rich_table in scaling_tables(table, budget, console.width):
+    else:  # the terminal's cost column, and what it leaves unpriced, where one was asked
+        asked = price is not None or prices is not None
+        shown = table if asked else table.drop(columns=["cost_to_target"], errors="ignore")
+        grouped = () if "workers" in columns else columns
+        for rich_table in scaling_tables(shown, budget, console.width, by=grouped):
             console.print(rich_table)
-    else:
-        for rich_table in scaling_tables(table, budget, console.width, by=columns):
-            console.print(rich_table)
-    if not (json_out or csv_out):
         for note in (
             notes.unfinished_note(frame),
             notes.running_note(frame),
-            analysis.unpriced_note(table, chosen),
+            analysis.unpriced_note(table, chosen) if asked else None,
         ):
             if note:
                 console.print(f"[yellow]note[/yellow] {escape(note)}")

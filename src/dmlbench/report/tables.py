@@ -152,6 +152,7 @@ TERMINAL_COLUMNS = {
     "sp": "speedup",
     "eff": "effic.",
     "comm": "comm",
+    "cost": "cost",  # to the target, in the currency the legend says
 }
 
 

@@ -123,6 +123,7 @@ def scaling_tables(
         )
         columns, names = _fitted_columns(rows, budget_s, width, by)
         scaled = any(title == "speedup" for title, _ in columns)
+        priced = any(title == "cost" for title, _ in columns)
         accuracy = not ("throughput_only" in rows and rows["throughput_only"].all())
         legend = (
             (
@@ -134,6 +135,7 @@ def scaling_tables(
             + (f"{aat}; " if accuracy and (aat := aat_note(rows, budget_s)) else "")
             + ("speedup and effic.: TTA/step time; " if scaled else "")
             + "comm: max over ranks"
+            + (f"; cost: {rows['currency'].iloc[0]} to the target" if priced else "")
         )
         spelt = [f"{short}: {label}" for label, short in names.items() if short != label]
         said = (caption, disturbed_note(rows), elastic_note(rows))
