@@ -221,6 +221,10 @@ def test_the_advice_table_keys_each_compute_source_and_fits_80_columns() -> None
     below = [line for line in lines[lines.index("from:") + 1 :] if line]
     starts = {len(re.match(r"(  \w[\w ]*:)?\s*", line).group(0)) for line in below}
     assert len(below) > len(spelt) and len(starts) == 1
+    # so do the rules the plan breaks: a wrapped rule ran on at the left margin
+    rules = lines[lines.index("your plan breaks:") + 1 : lines.index("from:")]
+    assert small.broken and len(rules) > len(small.broken)  # at least one wraps at 80
+    assert all(line.startswith(("  - ", "    ")) for line in rules), rules
 
 
 def test_local_batches_below_the_measured_ones_are_worth_measuring_not_recommended() -> None:

@@ -68,14 +68,22 @@ def advice_table(advice: Any, price: str, currency: str = "USD") -> Group:
         )
     if advice.current is not None:
         lines.append("your plan breaks:" if advice.broken else "your plan breaks no guideline")
-        lines += [f"  - {rule}" for rule in advice.broken]
-    lines.append("from:")
-    sources = Table.grid(padding=(0, 1))  # a line that wraps stays under its own text
-    sources.add_column(no_wrap=True)
-    sources.add_column()
-    for name, text in [*advice.sources.items(), *((f"compute {k}", s) for s, k in keys.items())]:
-        sources.add_row(Text(f"  {name}:"), Text(text))
-    return Group(table, Text("\n".join(lines)), sources)
+    broken = _hanging([("  -", rule) for rule in advice.broken])
+    sources = _hanging(
+        [(f"  {name}:", text) for name, text in advice.sources.items()]
+        + [(f"  compute {key}:", source) for source, key in keys.items()]
+    )
+    return Group(table, Text("\n".join(lines)), broken, Text("from:"), sources)
+
+
+def _hanging(rows: list[tuple[str, str]]) -> Table:
+    """Labelled lines whose text, where it wraps, stays under its own start."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for label, text in rows:
+        grid.add_row(Text(label), Text(text))
+    return grid
 
 
 def prediction_table(result: dict[str, Any]) -> Table:
