@@ -211,7 +211,7 @@ class _Bars:
 
 
 def _short_of_target(summary: RunSummary) -> str:
-    """How far a run stopped from its target: ``best 93.3% short of the 97.0% target``
+    """How far a run stopped from its target: ``best 93.3%, short of the 97.0% target``
     (a loss goal's best loss is not in the summary: its target alone)."""
     from dmlbench.spec.recipe import target_text
 
