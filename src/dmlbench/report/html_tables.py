@@ -28,12 +28,16 @@ from dmlbench.report.variants import short_labels, variant_legend
 
 @dataclass(frozen=True)
 class Link:
+    """A cell that links within the page (a run's id, to its spec at the end)."""
+
     text: str
     href: str
 
 
 @dataclass
 class Row:
+    """A row's cells, and the CSS class that colours it (a run's status)."""
+
     cells: list[str | Link]
     css: str = ""
 
@@ -48,6 +52,8 @@ class TableView:
 
 
 def scaling_view(table: pd.DataFrame, budget_s: float | None) -> TableView:
+    """A section's scaling table (``analysis.scaling_table``'s rows), its variants named
+    as the figures name them, and a caption for its marks."""
     names = short_labels(table["variant"])  # as the figures and the legend name them
     table = table.assign(variant=table["variant"].map(names))
     columns = scaling_columns(table, budget_s)
@@ -75,6 +81,7 @@ def variant_legend_view(table: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def runs_view(runs: pd.DataFrame) -> TableView:
+    """A section's runs (``frames.runs_frame``'s rows), each linked to its spec."""
     names = short_labels(runs["variant"])
     varied = len(names) > 1
     head = [
