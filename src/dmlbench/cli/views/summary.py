@@ -54,9 +54,9 @@ def run_summary(run: RunRecord) -> Table:
         f"{run.division} division · run {run.run_id}"
     )
     table = fields_table(title)
-    status = run.status
+    status = run.status.replace("_", " ")  # in words: "target not reached (max steps reached)"
     reason = REASONS.get(run.stop_reason or "", run.stop_reason or "")
-    colour = STATUS_STYLE.get(status, "yellow")
+    colour = STATUS_STYLE.get(run.status, "yellow")
     table.add_row("status", f"[{colour}]{status}[/{colour}]" + (f" ({reason})" if reason else ""))
     if run.error:
         table.add_row("error", escape(run.error))
