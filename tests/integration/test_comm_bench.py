@@ -30,6 +30,8 @@ def test_allreduce_benchmark_runs_on_real_gloo_workers(tmp_path: Path) -> None:
     )
     (run,) = json.loads(done.stdout)
     assert run["status"] == "success" and run["workers"] == 2 and run["network"] == "none"
+    # its sizes as its table writes them ("65,536 bytes …" wrapped its "…" at 80 columns)
+    assert "8 sizes up to 64 KiB …" in done.stderr
     sizes = [r["bytes"] for r in run["results"]]
     assert sizes == [4, 16, 64, 256, 1024, 4096, 16384, 65536]
     for row in run["results"]:

@@ -70,7 +70,7 @@ def allreduce(
     from dmlbench.launch.bench import resolve_bench, run_comm_bench
     from dmlbench.launch.request import worker_counts
     from dmlbench.netem.profiles import network_option
-    from dmlbench.report.formats import layout, plural
+    from dmlbench.report.formats import human_bytes, layout, plural
     from dmlbench.spec.bench import CommBenchSpec
     from dmlbench.spec.overrides import apply_overrides, deep_merge
 
@@ -99,7 +99,7 @@ def allreduce(
             f"all-reduce · {spec.backend} · {plural(spec.workers, 'worker')}"
             f"{layout(spec.nodes, spec.per_node)} · network "
             f"{spec.network.label()} · {plural(len(spec.sizes()), 'size')} up to "
-            f"{spec.max_bytes:,} bytes …",
+            f"{human_bytes(spec.sizes()[-1])} …",  # as the table writes it: 95.4 MiB
             markup=False,
         )
         try:
