@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,7 +74,11 @@ def test_a_dask_fit_is_stored_and_compared_beside_a_torch_run(tmp_path: Path) ->
     assert {"engine", "batch_schedule"} <= set(run["deviations"])
     assert run["deviations"]["batch_schedule"]["actual"].startswith("GeoDamp(initial=32, delay=1")
     assert "epoch 3:" in fit.stderr and "Traceback" not in fit.stderr
-    assert f"starting Dask (up to 2 workers) on {DIGITS_TRAIN:,} training" in fit.stderr
+    assert f"starting Dask, up to 2 workers, on {DIGITS_TRAIN:,} training" in fit.stderr
+    # a line an epoch, each within 80 columns (they ran to 95, wrapping every one)
+    epochs = [line for line in fit.stderr.splitlines() if line.startswith("epoch ")]
+    assert len(epochs) == 3 and all(len(line) <= 80 for line in epochs), epochs
+    assert re.match(r"epoch 3: [\d,]+ updates, batch 128 on [12] workers?, train loss ", epochs[2])
 
     dmlbench("run", "digits-mlp", "--set", "recipe.max_epochs=1", "--store", store, "--quiet")
     compared = json.loads(dmlbench("compare", "--store", store, "--json", "--price", "3600").stdout)

@@ -111,12 +111,12 @@ def fit(
     except ValueError as error:
         raise DmlbenchError(str(error)) from None
 
-    def progress(epoch: dict[str, Any]) -> None:
+    def progress(epoch: dict[str, Any]) -> None:  # a line that fits 80 columns
         accuracy = epoch.get("test_accuracy")
-        shown = f", best test accuracy {accuracy:.2%}" if accuracy is not None else ""
+        shown = f", best {accuracy:.2%}" if accuracy is not None else ""
         err_console.print(
-            f"epoch {epoch['epoch']}: {epoch['n_updates']:,} updates so far, batch "
-            f"{epoch['batch_size']}, {plural(epoch['workers'], 'worker')}, training loss "
+            f"epoch {epoch['epoch']}: {epoch['n_updates']:,} updates, batch "
+            f"{epoch['batch_size']:,} on {plural(epoch['workers'], 'worker')}, train loss "
             f"{epoch['train_loss']:.4f}{shown}",
             highlight=False,
             soft_wrap=True,
@@ -126,8 +126,8 @@ def fit(
 
     def starting(examples: int) -> None:  # an epoch of a real dataset takes minutes
         err_console.print(
-            f"{spec.task}: starting Dask (up to {plural(fit.max_workers, 'worker')}) on "
-            f"{examples:,} training examples; a line an epoch follows",
+            f"{spec.task}: starting Dask, up to {plural(fit.max_workers, 'worker')}, on "
+            f"{examples:,} training examples",
             highlight=False,
             soft_wrap=True,
         )
