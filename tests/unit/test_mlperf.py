@@ -504,6 +504,38 @@ def test_imported_systems_are_listed_by_their_scale_not_their_names(tmp_path: Pa
     ]
 
 
+def test_compare_by_a_long_value_folds_it_and_cuts_no_figure(tmp_path: Path) -> None:
+    """`compare --by device` of v0.7's BERT systems at 80 columns cut every figure short
+    ("2,972.1±149…", "20/5,1…") to make room for "NVIDIA A100-SXM4-40GB (400W)"."""
+    store = tmp_path / "store"
+    for name, nodes, gpu in (("big_n32", 32, "A100-SXM4-40GB (400W)"), ("one", 1, "V100")):
+        sub = submission(
+            tmp_path / name,
+            times=(2972.1, 3120.5),
+            name=name,
+            nodes=nodes,
+            batch=5120,
+            accelerator_model_name=f"NVIDIA {gpu}",
+        )
+        inside("results", "--store", str(store), "--import-mlperf", str(sub))
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import scaling_tables
+    from dmlbench.report import analysis, frames
+
+    frame = frames.runs_frame(ResultsStore(store).runs())
+    console = Console(width=80, record=True)
+    for table in scaling_tables(analysis.scaling_table(frame, by=["device"]), by=["device"]):
+        console.print(table)
+    shown = console.export_text()
+    lines = shown.splitlines()
+    assert "…" not in shown and all(len(line) <= 80 for line in lines), shown
+    assert shown.count("3,046.3±104.9") == 2 and "40/5,120" in shown and "1,280/5,120" in shown
+    rows = [line for line in lines if line[:1].isalnum() and "·" not in line]
+    rows = rows[1 : rows.index(next(r for r in rows if r.startswith("conv:")))]  # below titles
+    assert len(rows) > 2 and "A100-SXM4" in "".join(r.split()[0] for r in rows)  # folded
+
+
 def test_compare_by_another_column_than_workers_prints_a_table(tmp_path: Path) -> None:
     """`compare --by nodes` printed pandas' dump of the table: fifty columns, folded."""
     store = tmp_path / "store"

@@ -146,10 +146,14 @@ def scaling_tables(
         )
         for title, fn in columns:
             widest = max(len(fn(row)) for _, row in rows.iterrows())
+            # a long value (a GPU's name) folds, left-aligned, where every figure was cut
+            folds = title in by and widest > GROUP_WIDTH
             rich_table.add_column(
                 title,
-                justify="right",
-                no_wrap=True,
+                justify="left" if folds else "right",
+                no_wrap=not folds,
+                overflow="fold" if folds else "ellipsis",
+                max_width=GROUP_WIDTH if folds else None,
                 min_width=widest if title == "variant" else None,
             )
         for _, row in rows.iterrows():
@@ -157,6 +161,9 @@ def scaling_tables(
         tables.append(rich_table)
     return tables
 
+
+# A grouped-by column's cells fold at this width (`compare --by device`: a GPU's name)
+GROUP_WIDTH = 16
 
 # Two-line titles, and a shorter one for a column of letters, where even letters leave a
 # row wider than the terminal (`compare --budget` adds the AAT column)
@@ -178,6 +185,8 @@ def _fitted_columns(
         for title, cell in columns:
             lines = [len(line) for line in title.split("\n")]
             widths[title] = max(lines + [len(cell(row)) for _, row in rows.iterrows()])
+            if title in by:  # folds at GROUP_WIDTH
+                widths[title] = min(widths[title], max(GROUP_WIDTH, len(title)))
         return widths
 
     def overflow(columns: list[Any]) -> int:
