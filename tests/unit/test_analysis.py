@@ -335,8 +335,13 @@ def test_a_one_step_run_s_summary_says_step_not_steps() -> None:
     assert "0.05 epochs, 1 step, 1 sample in" in shown
     assert "no step excluded as warm-up" in shown and "first 0" not in shown
     assert "phases mean/max over 1 rank " in shown
-    # its status in words, as the results table words it (it read "target_not_reached")
+    # its status in words, as the results table words it (it read "target_not_reached"),
+    # in the report's list of runs too
     assert "target not reached" in shown and "target_not_reached" not in shown
+    from dmlbench.report.html_tables import runs_view
+
+    (listed,) = runs_view(frames.runs_frame([run])).rows
+    assert "target not reached" in listed.cells
 
 
 def test_a_throughput_runs_step_and_batch_are_written_as_every_count_is() -> None:

@@ -104,7 +104,7 @@ def runs_view(runs: pd.DataFrame) -> TableView:
         cells += [workers, *([names[run["variant"]]] if varied else [])]
         cells += [
             str(run["seed"]),
-            run["status"] + ("†" if run["disturbed"] else ""),
+            run["status"].replace("_", " ") + ("†" if run["disturbed"] else ""),  # in words
             seconds(run["tta_s"]),
             goal_value(run["goal"], run["best"], 2, run["task"]),
             fmt(run["epochs"], ".1f"),
