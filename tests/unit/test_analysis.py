@@ -342,6 +342,10 @@ def test_a_one_step_run_s_summary_says_step_not_steps() -> None:
 
     (listed,) = runs_view(frames.runs_frame([run])).rows
     assert "target not reached" in listed.cells
+    from dmlbench.report.html import render_html  # and its spec's heading, at the end
+
+    page = render_html([], [run], store="s", budget_s=None, price=None)
+    assert "seed 0 · target not reached</summary>" in page
 
 
 def test_a_throughput_runs_step_and_batch_are_written_as_every_count_is() -> None:
