@@ -1,5 +1,6 @@
 """What the store writes: each table's row as ``{column: value}``, built from a run's
-spec, environment, summary and evaluations, and the two statements that write rows.
+spec, environment, summary and evaluations, and the two statements that write rows; and
+what it reads back: a row as its typed record (:func:`read_run`, :func:`read_comm_run`).
 :class:`~dmlbench.results.store.ResultsStore` decides when; this module decides what.
 
 Column names come from this module, never from outside data; values always travel as
@@ -17,7 +18,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dmlbench.results.records import CommResult, Evaluation, RunSummary
+from dmlbench.results.records import (
+    CommResult,
+    CommRun,
+    Evaluation,
+    PhaseTotal,
+    RunRecord,
+    RunSummary,
+)
 
 Row = Mapping[str, Any]
 
@@ -216,3 +224,50 @@ def comm_results(run_id: str, results: Sequence[Mapping[str, Any]]) -> list[dict
 
 def without_run_id(row: sqlite3.Row) -> dict[str, Any]:
     return {key: value for key, value in dict(row).items() if key != "run_id"}
+
+
+_JSON_COLUMNS = (
+    "spec_json",
+    "deviations_json",
+    "environment_json",
+    "summary_json",
+    "point_json",
+    "origin_json",
+)
+
+
+def read_run(db: sqlite3.Connection, row: sqlite3.Row, abandoned: str | None) -> RunRecord:
+    """A ``runs`` row as its record, with its evaluations and phase totals; ``abandoned``:
+    the error of a run whose launcher died, which reads as interrupted (None: as stored)."""
+    fields = dict(row)
+    for key in _JSON_COLUMNS:
+        value = fields.pop(key)
+        fields[key.removesuffix("_json")] = json.loads(value) if value else None
+    # the store's own JSON, validated when it was made: built, not checked again
+    fields["summary"] = RunSummary.model_construct(**(fields["summary"] or {}))
+    fields["gpus"] = json.loads(fields["gpus"]) if fields["gpus"] else []
+    if fields["disturbed"] is not None:
+        fields["disturbed"] = bool(fields["disturbed"])
+    if abandoned is not None:
+        fields["status"], fields["error"] = "interrupted", abandoned
+    run_id = (row["run_id"],)
+    evals = db.execute("SELECT * FROM evals WHERE run_id=? ORDER BY step, rowid", run_id)
+    phases = db.execute("SELECT * FROM phases WHERE run_id=? ORDER BY rank", run_id)
+    fields["evals"] = [Evaluation(**without_run_id(r)) for r in evals]
+    fields["phases"] = [PhaseTotal(**without_run_id(r)) for r in phases]
+    return RunRecord(**fields)
+
+
+def read_comm_run(db: sqlite3.Connection, row: sqlite3.Row, abandoned: str | None) -> CommRun:
+    """A ``comm_runs`` row as its record, with its per-size results (``abandoned``: as
+    :func:`read_run`'s)."""
+    fields = dict(row)
+    if abandoned is not None:
+        fields["status"], fields["error"] = "interrupted", abandoned
+    fields["spec"] = json.loads(fields.pop("spec_json"))
+    fields["environment"] = json.loads(fields.pop("environment_json"))
+    results = db.execute(
+        "SELECT * FROM comm_results WHERE run_id=? ORDER BY rowid", (row["run_id"],)
+    )
+    fields["results"] = [CommResult(**without_run_id(r)) for r in results]
+    return CommRun(**fields)

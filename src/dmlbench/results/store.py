@@ -19,7 +19,6 @@ imported from its folder later (:func:`dmlbench.results.recover.import_run_dir`)
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 import os
 import socket
@@ -44,10 +43,8 @@ from dmlbench.results.database import (
 from dmlbench.results.records import (
     FINISHED,
     SINGLE_RUNS,
-    CommResult,
     CommRun,
     Evaluation,
-    PhaseTotal,
     RunRecord,
     RunSummary,
     matching_ids,
@@ -58,14 +55,6 @@ from dmlbench.system import pid_alive
 LOG = logging.getLogger(__name__)
 STORE_ENV = "DMLBENCH_STORE"
 DB_FILE = "dmlbench.sqlite"
-_JSON_COLUMNS = (
-    "spec_json",
-    "deviations_json",
-    "environment_json",
-    "summary_json",
-    "point_json",
-    "origin_json",
-)
 
 
 Names = str | Sequence[str] | None
@@ -108,6 +97,11 @@ def _abandoned(row: Mapping[str, Any]) -> bool:
     """A row left ``running`` by a launcher that is gone: it reads as interrupted, and
     the next write stores it so."""
     return bool(row["status"] == "running" and not _launcher_alive(row))
+
+
+def _abandoned_error(row: Mapping[str, Any]) -> str | None:
+    """The error a row reads with where its launcher died (as the next write stores it)."""
+    return ABANDONED if _abandoned(row) else None
 
 
 def default_store() -> Path:
@@ -398,20 +392,9 @@ class ResultsStore:
     def comm_runs(self, run_id: str | None = None) -> list[CommRun]:
         """Communication micro-benchmarks, oldest first, each with its per-size results."""
         query = "SELECT * FROM comm_runs" + (" WHERE run_id=?" if run_id else "")
-        found = []
         with self._connect() as db:
-            for row in db.execute(query + " ORDER BY rowid", (run_id,) if run_id else ()):
-                fields = dict(row)
-                if _abandoned(row):
-                    fields["status"], fields["error"] = "interrupted", ABANDONED
-                fields["spec"] = json.loads(fields.pop("spec_json"))
-                fields["environment"] = json.loads(fields.pop("environment_json"))
-                results = db.execute(
-                    "SELECT * FROM comm_results WHERE run_id=? ORDER BY rowid", (row["run_id"],)
-                )
-                fields["results"] = [CommResult(**rows.without_run_id(r)) for r in results]
-                found.append(CommRun(**fields))
-        return found
+            found = db.execute(query + " ORDER BY rowid", (run_id,) if run_id else ()).fetchall()
+            return [rows.read_comm_run(db, row, _abandoned_error(row)) for row in found]
 
     def missed(self, sweep: Names, task: Names) -> str:
         """What a filter that matched no run asked for, with the nearest sweep or task
@@ -466,27 +449,6 @@ class ResultsStore:
             values += listed
         clause = " AND ".join(clauses)
         query = "SELECT * FROM runs" + (f" WHERE {clause}" if clause else "") + " ORDER BY rowid"
-        found = []
         with self._connect() as db:
-            for row in db.execute(query, values).fetchall():
-                fields = dict(row)
-                for key in _JSON_COLUMNS:
-                    value = fields.pop(key)
-                    fields[key.removesuffix("_json")] = json.loads(value) if value else None
-                # the store's own JSON, validated when it was made: built, not checked again
-                fields["summary"] = RunSummary.model_construct(**(fields["summary"] or {}))
-                fields["gpus"] = json.loads(fields["gpus"]) if fields["gpus"] else []
-                if fields["disturbed"] is not None:
-                    fields["disturbed"] = bool(fields["disturbed"])
-                if _abandoned(row):  # read as the next write will store it
-                    fields["status"], fields["error"] = "interrupted", ABANDONED
-                evals = db.execute(
-                    "SELECT * FROM evals WHERE run_id=? ORDER BY step, rowid", (row["run_id"],)
-                )
-                phases = db.execute(
-                    "SELECT * FROM phases WHERE run_id=? ORDER BY rank", (row["run_id"],)
-                )
-                fields["evals"] = [Evaluation(**rows.without_run_id(r)) for r in evals]
-                fields["phases"] = [PhaseTotal(**rows.without_run_id(r)) for r in phases]
-                found.append(RunRecord(**fields))
-        return found
+            found = db.execute(query, values).fetchall()
+            return [rows.read_run(db, row, _abandoned_error(row)) for row in found]
