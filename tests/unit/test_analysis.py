@@ -1713,6 +1713,10 @@ def test_accuracy_bars_keep_their_upright_labels_inside_and_no_tick_past_100() -
     assert len(labels) == 14 and all(text.get_rotation() == 90 for text in labels)
     assert all(text.get_window_extent().y1 <= ax.get_window_extent().y1 + 1 for text in labels)
     assert max(ax.get_yticks()) <= 1.0  # the axis runs higher for the labels, its ticks not
+    # the target's line ran through the labels under it: they stand over it, on white
+    (target,) = [line for line in ax.get_lines() if line.get_label().startswith("target")]
+    assert all(text.get_zorder() > target.get_zorder() for text in labels)
+    assert all(text.get_bbox_patch().get_facecolor()[:3] == (1, 1, 1) for text in labels)
 
 
 def test_a_whole_rounds_times_stand_on_a_log_axis_in_bars_as_wide_as_their_group() -> None:
