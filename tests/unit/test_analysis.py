@@ -211,6 +211,16 @@ def test_a_price_costs_only_the_runs_on_the_device_it_is_for(tmp_path) -> None:
     mine.write_text("a100: {per_worker_hour: 4.0, device: [a100]}\n")
     with pytest.raises(SpecError, match="device must be cpu or a part of an accelerator"):
         load_prices(mine)
+    # the cost figure names only the variants it drew: v0.7's ResNet section listed all
+    # six systems under three points, the V100s' left unpriced
+    from dmlbench.report.breakdown_figures import cost
+
+    v100 = dataclasses.replace(
+        stored_run("v100", 2, tta=3600.0, exchange="ddp"), summary=RunSummary(device="V100")
+    )
+    table = analysis.scaling_table(frames.runs_frame([cpu, v100]), price=builtin)
+    (legend,) = cost(table, "p", "t").legends  # below the axes, as every figure's
+    assert [text.get_text() for text in legend.get_texts()] == ["exchange=allreduce"]
 
 
 def test_weak_scaling_and_baseline_is_the_smallest_count() -> None:

@@ -190,7 +190,8 @@ def cost(table: pd.DataFrame, price_label: str, title: str, currency: str = "USD
     counts = _count_keys(table)
     shape = {n: "o" if labelled else marker for n, (marker, _) in counts.items()}
     for colour, variant, rows in coloured_variants(table):
-        ax.plot(rows[x_col], rows[y_col], "-", color=colour, label=variant or None)
+        drawn = bool(rows[[x_col, y_col]].notna().all(axis=1).any())  # else unpriced: no name
+        ax.plot(rows[x_col], rows[y_col], "-", color=colour, label=variant if drawn else None)
         for _, row in rows.iterrows():
             if pd.isna(row[x_col]) or pd.isna(row[y_col]):
                 continue
