@@ -358,6 +358,22 @@ def test_a_one_step_run_s_summary_says_step_not_steps() -> None:
     assert "seed 0 · target not reached</summary>" in page
 
 
+def test_the_reports_runs_keep_a_variants_repeats_together() -> None:
+    """v0.7's systems at 8 devices were listed by seed: A, B, A, B, ... ."""
+    from dmlbench.report.html_tables import runs_view
+
+    runs = [
+        stored_run(name, 2, tta=1.0, seed=seed, exchange=exchange)
+        for name, seed, exchange in (
+            ("a0", 0, "allreduce"),
+            ("d1", 1, "ddp"),
+            ("a2", 2, "allreduce"),
+        )
+    ]
+    listed = [row.cells[0].text for row in runs_view(frames.runs_frame(runs)).rows]
+    assert listed == ["a0", "a2", "d1"]
+
+
 def test_a_throughput_runs_step_and_batch_are_written_as_every_count_is() -> None:
     """ImageNet's step on a CPU read "2409.11 ms per step (global batch 4096", where
     every table writes 2,409.11 and 4,096."""

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from dmlbench.report import formats
+from dmlbench.report.analysis import in_number_order
 from dmlbench.report.formats import (
     SCOPE_NOTE,
     SCOPES,
@@ -98,7 +99,9 @@ def runs_view(runs: pd.DataFrame) -> TableView:
         "started",
     ]
     rows = []
-    for _, run in runs.sort_values(["workers", "seed", "created_at"]).iterrows():
+    # a variant's repeats together (v0.7's systems at 8 devices read A, B, A, B, ...)
+    order = ["workers", "variant", "seed", "created_at"]
+    for _, run in runs.sort_values(order, kind="stable", key=in_number_order).iterrows():
         cells: list[str | Link] = [Link(run["run_id"], f"#run-{run['run_id']}")]
         workers = f"{'≤' * bool(run['elastic'])}{run['workers']}"  # a Dask fit: up to N
         cells += [workers, *([names[run["variant"]]] if varied else [])]
