@@ -60,6 +60,23 @@ class _Stored:
     def nodes(self) -> int:
         return int(self.spec.get("nodes") or 1)
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether its workers ran on CPUs: each kind of record knows from what it keeps."""
+        raise NotImplementedError
+
+    @property
+    def workers_per_host(self) -> int:
+        """The workers that shared a host's cores: all of them (a micro-benchmark's run
+        on its host, an emulated cluster's nodes too)."""
+        return self.workers
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More CPU workers on a host than its cores: its times include waiting for one."""
+        cores = self.cores or 0
+        return self.on_cpu and cores > 0 and self.workers_per_host > cores
+
     def as_dict(self) -> dict[str, Any]:
         fields = dataclasses.asdict(self)
         summary = getattr(self, "summary", None)
@@ -275,17 +292,15 @@ class RunRecord(_Stored):
 
     @property
     def workers_per_host(self) -> int:
-        """The workers that shared a host's cores: all of them on one host or on an
-        emulated cluster (its nodes are this host's namespaces), a node's on a real one."""
+        """All of its workers on one host or on an emulated cluster (its nodes are this
+        host's namespaces), a node's on a real one."""
         if self.summary.emulated_nodes or (self.summary.nodes or self.nodes) == 1:
             return self.workers
         return self.summary.nproc_per_node or self.workers
 
     @property
-    def oversubscribed(self) -> bool:
-        """More CPU workers on a host than its cores: its times include waiting for one."""
-        cores = self.cores or 0
-        return self.device == "cpu" and cores > 0 and self.workers_per_host > cores
+    def on_cpu(self) -> bool:
+        return self.device == "cpu"
 
     @property
     def sweep_title(self) -> str:
@@ -372,8 +387,5 @@ class CommRun(_Stored):
     results: list[CommResult] = field(default_factory=list)
 
     @property
-    def oversubscribed(self) -> bool:
-        """More CPU workers than the host's cores (a benchmark's workers all run on its
-        host, an emulated cluster's nodes too): its times include waiting for a core."""
-        on_cpu = self.spec.get("device") == "cpu" or not self.environment.get("gpus")
-        return on_cpu and self.cores is not None and self.workers > self.cores
+    def on_cpu(self) -> bool:
+        return self.spec.get("device") == "cpu" or not self.environment.get("gpus")
