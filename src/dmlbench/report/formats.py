@@ -145,6 +145,11 @@ def plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
+def status_words(status: str) -> str:
+    """A stored status in words: ``target not reached`` for ``target_not_reached``."""
+    return status.replace("_", " ")
+
+
 def sentence(phrase: str) -> str:
     """A phrase made a note's sentence: ``no cost: …`` → ``No cost: ….``"""
     return f"{phrase[:1].upper()}{phrase[1:]}."

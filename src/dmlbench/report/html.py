@@ -34,9 +34,7 @@ from dmlbench.report import (
 )
 from dmlbench.report.drawing import WIDTH, fit_labels
 from dmlbench.report.export import to_csv
-from dmlbench.report.formats import (
-    plural,
-)
+from dmlbench.report.formats import plural, status_words
 from dmlbench.report.html_tables import (
     comm_view,
     prediction_view,
@@ -323,6 +321,7 @@ def _template() -> jinja2.Template:
         trim_blocks=True,
     )
     env.filters["plural"] = plural
+    env.filters["status_words"] = status_words
     return env.get_template("report.html.j2")
 
 

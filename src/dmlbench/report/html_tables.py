@@ -17,6 +17,7 @@ from dmlbench.report.formats import (
     microseconds,
     milliseconds,
     seconds,
+    status_words,
 )
 from dmlbench.report.tables import (
     aat_note,
@@ -107,7 +108,7 @@ def runs_view(runs: pd.DataFrame) -> TableView:
         cells += [workers, *([names[run["variant"]]] if varied else [])]
         cells += [
             str(run["seed"]),
-            run["status"].replace("_", " ") + ("†" if run["disturbed"] else ""),  # in words
+            status_words(run["status"]) + ("†" if run["disturbed"] else ""),
             seconds(run["tta_s"]),
             goal_value(run["goal"], run["best"], 2, run["task"]),
             fmt(run["epochs"], ".1f"),

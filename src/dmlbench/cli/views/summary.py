@@ -15,7 +15,14 @@ from dmlbench.cli.views.machine import (
 )
 from dmlbench.cli.views.memory import memory_text
 from dmlbench.qualities import quality_of
-from dmlbench.report.formats import layout, milliseconds, percent, plural, seconds
+from dmlbench.report.formats import (
+    layout,
+    milliseconds,
+    percent,
+    plural,
+    seconds,
+    status_words,
+)
 from dmlbench.results.records import RunRecord, RunSummary
 from dmlbench.results.schema import PHASES
 from dmlbench.spec.recipe import target_text
@@ -54,7 +61,7 @@ def run_summary(run: RunRecord) -> Table:
         f"{run.division} division · run {run.run_id}"
     )
     table = fields_table(title)
-    status = run.status.replace("_", " ")  # in words: "target not reached (max steps reached)"
+    status = status_words(run.status)  # "target not reached (max steps reached)"
     reason = REASONS.get(run.stop_reason or "", run.stop_reason or "")
     colour = STATUS_STYLE.get(run.status, "yellow")
     table.add_row("status", f"[{colour}]{status}[/{colour}]" + (f" ({reason})" if reason else ""))
