@@ -126,9 +126,12 @@ def import_run_dir(
     run_dir = run_dir.resolve()
     record = _mapping(read_json(run_dir / RECORD_FILE))
     run_id = _recorded_id(record, run_dir)
-    if (completed := store.completed_status(run_id)) is not None:
-        raise AlreadyStored(f"run {run_id} is already in {store.path} ({completed}); nothing to do")
-    stored = store.status_of(run_id)  # a row its launcher began and never completed
+    found = store.stored_as(run_id)
+    if found is not None and found.completed:
+        raise AlreadyStored(
+            f"run {run_id} is already in {store.path} ({found.status}); nothing to do"
+        )
+    stored = found.status if found is not None else None  # begun, never completed
     spec = read_json(run_dir / SPEC_FILE)
     if not isinstance(spec, dict):
         raise StoreError(f"{run_dir} holds no {SPEC_FILE}: it is not a dmlbench run folder")

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dmlbench.errors import AlreadyClaimed, StoreError
 from dmlbench.names import first_few, shorten
@@ -97,6 +97,13 @@ def _abandoned(row: Mapping[str, Any]) -> bool:
     """A row left ``running`` by a launcher that is gone: it reads as interrupted, and
     the next write stores it so."""
     return bool(row["status"] == "running" and not _launcher_alive(row))
+
+
+class StoredAs(NamedTuple):
+    """A stored run's status, and whether its launcher or an import completed it."""
+
+    status: str
+    completed: bool
 
 
 def _abandoned_error(row: Mapping[str, Any]) -> str | None:
@@ -273,25 +280,22 @@ class ResultsStore:
 
     def status_of(self, run_id: str) -> str | None:
         """A training or communication run's stored status; None when it is not stored."""
-        found = self._status_row(run_id)
-        return None if found is None else str(found["status"])
+        found = self.stored_as(run_id)
+        return None if found is None else found.status
 
-    def completed_status(self, run_id: str) -> str | None:
-        """The status a run was completed with, by its launcher or an import; None where
-        it is not stored, or nobody completed it (still running, or its launcher died:
-        such a row reads as interrupted, and its folder's import completes it)."""
-        found = self._status_row(run_id)
-        return None if found is None or found["finished_at"] is None else str(found["status"])
-
-    def _status_row(self, run_id: str) -> sqlite3.Row | None:
+    def stored_as(self, run_id: str) -> StoredAs | None:
+        """A training or communication run's stored status, and whether its launcher or
+        an import completed it (not so one still running, or one whose launcher died: it
+        reads as interrupted, and its folder's import completes it); None when it is not
+        stored."""
         with self._connect() as db:
             for table in ("runs", "comm_runs"):
                 row = db.execute(
                     f"SELECT status, finished_at FROM {table} WHERE run_id=?", (run_id,)
                 )
-                found: sqlite3.Row | None = row.fetchone()
+                found = row.fetchone()
                 if found is not None:
-                    return found
+                    return StoredAs(str(found["status"]), found["finished_at"] is not None)
         return None
 
     def add_external(
