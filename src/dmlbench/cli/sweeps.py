@@ -198,9 +198,8 @@ class _Bars:
             out.print(f"  [red]error[/red]: {escape(str(error))}")
             return
         colour = {"success": "green", "failed": "red"}.get(result.status, "yellow")
-        detail = _short_of_target(result.summary)
-        if (tta := result.summary.time_to_accuracy_s) is not None:
-            detail = f"TTA {tta:.1f} s"
+        tta = result.summary.time_to_accuracy_s
+        detail = f"TTA {tta:.1f} s" if tta is not None else _short_of_target(result.summary)
         if result.status == "throughput":
             throughput = result.summary.throughput
             detail = f"{throughput:,.1f} samples/s" if throughput else "synthetic data"
