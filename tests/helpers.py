@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from slurm_cluster import SlurmCluster
 
     from dmlbench.dask.estimator import DaskClassifier
+    from dmlbench.results.records import CommRun
 
 
 # ------------------------------------------------------------ processes
@@ -251,6 +252,26 @@ EXAMPLES = REPO / "examples"
 # of a run id or of a number (issue 53: "1 figure," broke between "(1" and "figure,"
 # with pytest's counter at one digit). Set for every process the tests start, too.
 COLUMNS = "4096"
+
+
+def comm_record(**fields: Any) -> CommRun:
+    """A micro-benchmark as ``ResultsStore.comm_runs`` returns it: an all-reduce on this
+    host's gloo, finished, with ``fields`` in place of those defaults."""
+    from dmlbench.results.records import CommRun
+
+    stored = {
+        "run_id": "c",
+        "op": "allreduce",
+        "backend": "gloo",
+        "workers": 2,
+        "network": "none",
+        "status": "success",
+        "created_at": "2026-11-28",
+        "spec": {},
+        "environment": {},
+        "run_dir": "d",
+    }
+    return CommRun(**{**stored, **fields})
 
 
 def cli(

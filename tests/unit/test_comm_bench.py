@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import comm_record
 
 from dmlbench.comm.bench import bus_factor, summarize_size
 from dmlbench.errors import SpecError
@@ -100,17 +101,11 @@ def test_an_emulated_clusters_scopes_are_drawn_and_tabled_apart() -> None:
     def run(
         run_id: str, nodes: int, scopes: list[str | None], network: str = "1gbit · 1000 Mbit/s"
     ) -> CommRun:
-        return CommRun(
+        return comm_record(
             run_id=run_id,
-            op="allreduce",
-            backend="gloo",
             workers=4,
             network=network,
-            status="success",
-            created_at="2026-11-28",
             spec={"nodes": nodes},
-            environment={},
-            run_dir="d",
             results=[result(size, scope) for scope in scopes for size in (4, 64, 1024)],
         )
 
@@ -157,20 +152,13 @@ def test_an_all_reduce_on_more_workers_than_cores_says_so(
     from rich.console import Console
 
     from dmlbench.cli.views.comm import comm_table
-    from dmlbench.results.records import CommResult, CommRun
+    from dmlbench.results.records import CommResult
 
     row = CommResult(4, 10, 1, 1e-3, 1e-3, 1e-3, 0.0, 4e3, 6e3)
-    run = CommRun(
-        run_id="c",
-        op="allreduce",
-        backend="gloo",
+    run = comm_record(
         workers=workers,
-        network="none",
-        status="success",
-        created_at="2026-11-29",
         spec={"nodes": 1, "repeats": 10, "warmup": 3, "device": "auto"},
         environment=environment,
-        run_dir="d",
         cores=2,
         results=[row],
     )

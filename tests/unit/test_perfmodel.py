@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from helpers import comm_record
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.perfmodel import (
@@ -116,17 +117,11 @@ def test_prediction_by_hand() -> None:
 
 
 def comm_run(workers: int, rows: list[tuple[int, float, float, float]], **spec) -> CommRun:
-    return CommRun(
+    return comm_record(
         run_id=f"c{workers}",
-        op="allreduce",
-        backend="gloo",
         workers=workers,
-        network="none",
-        status="success",
         created_at="2026-11-23",
         spec={"network": spec.get("network", {})},
-        environment={},
-        run_dir="d",
         results=[
             CommResult(
                 bytes=b,
