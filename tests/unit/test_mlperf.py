@@ -759,14 +759,14 @@ def test_open_division_runs_are_left_out_of_the_fit_where_closed_ones_suffice(
 
 
 def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
-    """Issue 54, item 4: advise --cluster uses simulate's time to train to choose the
+    """Issue 54, item 4: advise-cluster uses simulate's time to train to choose the
     node count: the cheapest that meets the deadline at the band's slow end, or the
     fastest within the budget."""
     submission(tmp_path, times=(100.0, 110.0, 120.0))
     submission(tmp_path, times=(60.0, 61.0, 62.0), name="box_n32", nodes=32, batch=4096, blocks=5)
     store = tmp_path / "store"
     inside("results", "--store", str(store), "--import-mlperf", str(tmp_path))
-    args = ("advise", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,2,4,8")
+    args = ("advise-cluster", "imagenet-resnet50", "--cluster", "dgx-a100", "--nodes", "1,2,4,8")
     common = ("--store", str(store), "--converge-from", "mlperf/resnet", "--price", "2", "--json")
     everything = json.loads(inside(*args, *common, "--deadline", "1e9").stdout)
     rows = everything["rows"]
@@ -794,7 +794,7 @@ def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
     assert plain["price"]["name"] == "aws-capacity-block-a100"
     for row in plain["rows"]:
         assert row["slow_cost"] == pytest.approx(row["slow_s"] * row["devices"] * 1.844 / 3600)
-    v100 = ("advise", "imagenet-resnet50", "--cluster", "dgx2h-v100", "--nodes", "1,2")
+    v100 = ("advise-cluster", "imagenet-resnet50", "--cluster", "dgx2h-v100", "--nodes", "1,2")
     refused = inside(*v100, *common[:4], "--deadline", "1e9", check=False)
     assert refused.returncode != 0 and "the price table has no entry for" in refused.stderr
     cpu_price = ("--price", "gcp-n1-standard-4")
@@ -816,8 +816,28 @@ def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
     assert "compute at local batch 128 a device" in " ".join(shown.stdout.split())
     # the costs name their currency (the choice read "7.60 (at most 8.25)")
     assert "cost, USD" in shown.stdout and " USD (at most " in " ".join(shown.stdout.split())
-    one = inside("advise", "imagenet-resnet50", "--local-batch", "32,64", check=False)
-    assert one.returncode == 2 and "several go with --cluster" in one.stderr
+    # a measured speed is at one local batch: it cannot price several
+    speed = ("--samples-per-s", "900", "--local-batch", "32,128", "--deadline", "1e9")
+    several = inside(*args, *common, *speed, check=False)
+    assert several.returncode == 2 and "give --curve" in several.stderr
+    measured = json.loads(inside(*args, *common, *speed[:2], "--deadline", "1e9").stdout)
+    assert "900 samples/s a device (given)" in str(measured["compute"])
+
+
+def test_advise_and_advise_cluster_take_only_their_own_options() -> None:
+    """`advise --cluster` took 14 options, and silently dropped the cluster plan's five
+    without --cluster and the store advice's five with it: a --deadline, a --dtype or a
+    --curve file that does not exist were read as nothing. Each is its own command now."""
+    for option in ("--deadline", "--cluster", "--dtype", "--curve", "--nodes"):
+        dropped = inside("advise", "imagenet-resnet50", option, "1", check=False)
+        assert dropped.returncode == 2 and f"No such option: {option}" in dropped.stderr
+    for option in ("--memory-per-worker", "--network", "--workers", "--max-workers"):
+        plan = ("advise-cluster", "imagenet-resnet50", "--cluster", "dgx-a100")
+        dropped = inside(*plan, "--deadline", "60", option, "1", check=False)
+        assert dropped.returncode == 2 and f"No such option: {option}" in dropped.stderr
+    several = inside("advise", "imagenet-resnet50", "--local-batch", "32,64", check=False)
+    assert several.returncode == 2 and "'--local-batch'" in several.stderr
+    assert "valid integer" in several.stderr  # one batch to check: several are the plan's
 
 
 def test_a_compact_copys_header_becomes_the_origin_only_in_its_form(tmp_path: Path) -> None:

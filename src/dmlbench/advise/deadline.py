@@ -1,4 +1,4 @@
-"""`advise TASK --cluster PROFILE --deadline S | --budget X`: the node count and local
+"""`advise-cluster TASK --cluster PROFILE --deadline S | --budget X`: the node count and local
 batch (so the global batch) to train at, from the cluster model's time to train
 (:mod:`dmlbench.perfmodel.cluster`) and a device's price."""
 
@@ -17,7 +17,7 @@ def plan_cluster(
     deadline_s: float | None = None,
     budget: float | None = None,
 ) -> dict[str, Any]:
-    """`advise --cluster`: each node count's time to train and cost (devices × hours ×
+    """`advise-cluster`: each node count's time to train and cost (devices × hours ×
     price) at each local batch (a :func:`simulate_cluster` result each, with time to
     train added), judged at the band's slow end (a plan that meets the deadline only
     when training converges early is no plan), and the choice among them all: with a

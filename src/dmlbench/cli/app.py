@@ -23,6 +23,7 @@ import typer
 from rich.markup import escape
 
 from dmlbench.cli import (
+    advise,
     bench,
     cluster,
     dask,
@@ -59,7 +60,8 @@ COMMANDS: dict[str, Callable[..., None]] = {
     "export": reports.export,
     "simulate": predict.simulate,
     "simulate-cluster": cluster.simulate_cluster,
-    "advise": predict.advise,
+    "advise": advise.advise,
+    "advise-cluster": advise.advise_cluster,
     "slurm": jobs.slurm,
     "k8s": jobs.k8s,
 }

@@ -153,7 +153,7 @@ def curve(
 
     A one-worker run on synthetic data (DLBS's throughput mode) at each --local-batch,
     each stored; running it again reuses the runs the store has, and Ctrl-C keeps them.
-    `advise --cluster --curve` reads the curve too.
+    `advise-cluster --curve` reads the curve too.
     """
     from dmlbench.cli.sweeps import run_sweep
     from dmlbench.cli.views.clusters import curve_table

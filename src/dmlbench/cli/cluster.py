@@ -1,5 +1,5 @@
 """`dmlbench simulate-cluster`: a task on a cluster you do not have, from its hardware
-profile, with time to train; and `advise --cluster`'s plan on the same model."""
+profile, with time to train; and the model `advise-cluster` plans on."""
 
 from __future__ import annotations
 
@@ -26,7 +26,28 @@ from dmlbench.qualities import imported_benchmark
 if TYPE_CHECKING:
     from dmlbench.perfmodel.cluster import ClusterSimulation
 
-# The options `simulate-cluster` and `advise --cluster` share.
+# The options `simulate-cluster` and `advise-cluster` share: the same model's inputs.
+DevicesPerNodeOption = Annotated[
+    int | None, typer.Option(help="devices per node (default: the profile's)", min=1, max=1024)
+]
+EfficiencyOption = Annotated[
+    float | None,
+    typer.Option(
+        help="the share of the peak a step achieves (default: a run of "
+        "the task on that device in the store, else 40%)",
+        min=0.001,
+        max=1.0,
+    ),
+]
+HardwareOption = Annotated[Path | None, typer.Option(help="your own hardware YAML, added")]
+SamplesPerSOption = Annotated[
+    float | None,
+    typer.Option(
+        help="one device's measured samples/s at the local batch, in place of --efficiency",
+        min=1e-6,
+        max=1e12,
+    ),
+]
 CurveOption = Annotated[
     Path | None,
     typer.Option(
@@ -47,7 +68,7 @@ AlgorithmOption = Annotated[
     str | None,
     typer.Option(
         help="the all-reduce: ring (flat, gloo's) or hierarchical (reduced in each node "
-        "first: NCCL's shape); default: the profile's (`--cluster list`)"
+        "first: NCCL's shape); default: the profile's (`simulate-cluster --cluster list`)"
     ),
 ]
 
@@ -65,33 +86,15 @@ def simulate_cluster(
         str | None,
         typer.Argument(help="task to predict (none with --cluster list)", show_default=False),
     ] = None,
-    devices_per_node: Annotated[
-        int | None,
-        typer.Option(help="devices per node (default: the profile's)", min=1, max=1024),
-    ] = None,
-    efficiency: Annotated[
-        float | None,
-        typer.Option(
-            help="the share of the peak a step achieves (default: a run of "
-            "the task on that device in the store, else 40%)",
-            min=0.001,
-            max=1.0,
-        ),
-    ] = None,
+    devices_per_node: DevicesPerNodeOption = None,
+    efficiency: EfficiencyOption = None,
     dtype: DtypeOption = "fp32",
-    hardware: Annotated[Path | None, typer.Option(help="your own hardware YAML, added")] = None,
+    hardware: HardwareOption = None,
     local_batch: Annotated[
         int | None,
         typer.Option(help="each device's batch (default: the recipe's)", min=1, max=2**20),
     ] = None,
-    samples_per_s: Annotated[
-        float | None,
-        typer.Option(
-            help="one device's measured samples/s at the local batch, in place of --efficiency",
-            min=1e-6,
-            max=1e12,
-        ),
-    ] = None,
+    samples_per_s: SamplesPerSOption = None,
     curve: CurveOption = None,
     converge_from: ConvergeFromOption = None,
     nodes: Annotated[str, typer.Option(help="node counts, e.g. 1,2,4,8")] = "1,2,4,8",
@@ -119,7 +122,7 @@ def simulate_cluster(
         return
     if task is None:
         raise SpecError(f"which task? dmlbench simulate-cluster TASK --cluster {cluster}")
-    (result,) = _cluster_time_to_train(
+    (result,) = cluster_time_to_train(
         task,
         cluster,
         nodes,
@@ -148,7 +151,7 @@ def simulate_cluster(
         console.print(f"scaling plot: {png}", markup=False, soft_wrap=True)
 
 
-def _cluster_time_to_train(
+def cluster_time_to_train(
     task: str,
     cluster: str,
     nodes: str,
@@ -158,7 +161,7 @@ def _cluster_time_to_train(
     local_batches: Sequence[int | None] = (None,),
     **options: Any,
 ) -> list[ClusterSimulation]:
-    """`simulate-cluster` and `advise --cluster`: the task on the profile at each of
+    """`simulate-cluster` and `advise-cluster`: the task on the profile at each of
     ``local_batches`` (None: the recipe's), calibrated from its runs in ``store``, with
     time to train fitted on ``converge_from``'s runs (the task's own by default); the
     store and the curve are read once for them all."""
@@ -217,73 +220,3 @@ def _fittable_elsewhere(runs: Sequence[Any]) -> str:
         if len({b for b, _ in convergence_points([r for r in runs if r.task == name])}) > 1
     ]
     return f" (published runs in the store: {', '.join(fittable)})" if fittable else ""
-
-
-def advise_cluster(
-    task: str,
-    cluster: str,
-    nodes: str,
-    deadline: float | None,
-    budget: float | None,
-    converge_from: str | None,
-    curve: Path | None,
-    dtype: str,
-    local_batches: list[int] | None,
-    store: Path,
-    price: str | None,
-    prices: Path | None,
-    json_out: bool,
-    algorithm: str | None = None,
-) -> None:
-    """`advise TASK --cluster PROFILE --deadline S | --budget X`: the same model as
-    `simulate-cluster` with time to train, a row per node count and local batch (the
-    recipe's, or each of ``local_batches``), and the choice."""
-    from dmlbench.advise.deadline import plan_cluster
-    from dmlbench.cli.views.clusters import plan_table
-    from dmlbench.prices import choose_price
-
-    if deadline is None and budget is None:
-        raise SpecError("advise --cluster plans for a --deadline (seconds), a --budget, or both")
-    chosen = choose_price(price, prices)  # a bad price is refused before any model is built
-    results = _cluster_time_to_train(
-        task,
-        cluster,
-        nodes,
-        store,
-        converge_from,
-        curve=curve,
-        local_batches=local_batches or [None],
-        dtype=dtype,
-        algorithm=algorithm,
-    )
-    first = results[0]
-    accelerator = str(first.cluster["accelerator"])
-    if price is None:  # the table's price for these devices, where it has one
-        chosen = choose_price(None, prices, device=accelerator)
-    if not chosen.covers(accelerator):  # an A100's hour at a CPU machine's price
-        said = (
-            f"{chosen.name} prices {chosen.what}, and"
-            if price
-            else f"the price table{f' {prices}' if prices else ''} has no entry for"
-        )
-        raise SpecError(
-            f"{said} this cluster's devices, {accelerator}: give --price (a device-hour's) "
-            "or --prices FILE with an entry whose device names them (e.g. device: V100)"
-        )
-    plan = plan_cluster(results, chosen.per_worker_hour, deadline, budget)
-    plan.update(
-        task=task,
-        cluster=first.cluster,
-        price={
-            "name": chosen.name,
-            "per_device_hour": chosen.per_worker_hour,
-            "currency": chosen.currency,
-        },
-        compute={result.local_batch: result.efficiency_source for result in results},
-        convergence=first.convergence,
-        algorithm=first.algorithm,
-    )
-    if json_out:
-        print_json(plan)
-    else:
-        console.print(plan_table(plan))

@@ -1,4 +1,4 @@
-"""`dmlbench simulate` and `dmlbench advise`: predictions and advice for clusters
+"""`dmlbench simulate`: step time, time to accuracy and cost at N workers on a network,
 calibrated from the store's runs."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from dmlbench.cli.cluster import AlgorithmOption, ConvergeFromOption, CurveOption, DtypeOption
 from dmlbench.cli.options import (
     STORE,
     EpochsOption,
@@ -112,126 +111,3 @@ def simulate(
         title = f"{task} · predicted · calibrated on {runs}"
         write_figure(predicted_speedup(simulation.rows, title), png, "--png file")
         console.print(f"speedup plot: {png}", markup=False, soft_wrap=True)
-
-
-def advise(
-    task: Annotated[str, typer.Argument(help="task to advise on (calibrated from its runs)")],
-    max_workers: Annotated[int, typer.Option(help="the most workers to consider", min=1)] = 8,
-    network: Annotated[
-        str, typer.Option(help="a profile or a rate (none = the measured host network)")
-    ] = "10gbit",
-    workers: Annotated[
-        int | None,
-        typer.Option(help="the worker count you plan (checked against guidelines)", min=1),
-    ] = None,
-    local_batch: Annotated[
-        str | None,
-        typer.Option(
-            help="the local batch you plan (default: the recipe's); with --cluster, "
-            "several to choose among, e.g. 32,64,128"
-        ),
-    ] = None,
-    epochs: EpochsOption = None,
-    store: StoreOption = STORE,
-    price: PriceOption = None,
-    prices: PricesOption = None,
-    memory_per_worker: Annotated[
-        str | None,
-        typer.Option(
-            help="a worker's memory (16GiB, 500MB): say which of ddp, zero1 and fsdp fits "
-            "and what it costs in step time, instead of the batch advice"
-        ),
-    ] = None,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            help="plan on a hardware profile instead (`simulate-cluster --cluster list`): the node "
-            "count that trains to the target within --deadline at the least cost, or "
-            "fastest within --budget"
-        ),
-    ] = None,
-    nodes: Annotated[
-        str, typer.Option(help="with --cluster: the node counts to consider")
-    ] = "1,2,4,8,16,32,64",
-    deadline: Annotated[
-        float | None,
-        typer.Option(help="with --cluster: seconds by which training must reach the target", min=1),
-    ] = None,
-    budget: Annotated[
-        float | None,
-        typer.Option(help="with --cluster: the most to spend on the training run", min=0),
-    ] = None,
-    converge_from: ConvergeFromOption = None,
-    curve: CurveOption = None,
-    dtype: DtypeOption = "fp32",
-    algorithm: AlgorithmOption = None,
-    json_out: JsonOption = False,
-) -> None:
-    """Recommend workers, local batch and learning-rate rule for a task.
-
-    Joins the gradient noise scale the task's runs measured, the store's epochs to the
-    target by global batch, and the performance model's step time on the network;
-    every number says where it came from. Needs runs of the task (one with 2+ workers
-    for the noise scale) and `dmlbench bench allreduce` in the same store. With
-    --cluster, the plan on a hardware profile (--nodes, --deadline, --budget,
-    --converge-from, --curve, --dtype and --algorithm go with it).
-    """
-    from dmlbench.errors import SpecError
-    from dmlbench.launch.request import worker_counts
-
-    batches = worker_counts(local_batch, "--local-batch", "local batches") if local_batch else None
-    if cluster is not None:
-        from dmlbench.cli.cluster import advise_cluster
-
-        advise_cluster(
-            task,
-            cluster,
-            nodes,
-            deadline,
-            budget,
-            converge_from,
-            curve,
-            dtype,
-            batches,
-            store,
-            price,
-            prices,
-            json_out,
-            algorithm,
-        )
-        return
-    if batches is not None and len(batches) > 1:
-        raise SpecError(f"--local-batch {local_batch}: one batch (several go with --cluster)")
-    planned = batches[0] if batches else None
-    if memory_per_worker is not None:
-        from dmlbench.advise.memory import advise_memory, parse_bytes
-        from dmlbench.cli.views.memory import memory_advice_table
-
-        budget = parse_bytes(memory_per_worker)
-        runs = open_store(store, existing=True).runs(task=task)
-        fit = advise_memory(runs, task, budget, workers or max_workers, planned)
-        if json_out:
-            print_json(fit.to_json())
-        else:
-            console.print(memory_advice_table(fit))
-        return
-    from dmlbench.advise.recommend import advise_from_store
-    from dmlbench.prices import choose_price
-
-    chosen = choose_price(price, prices)
-    advice = advise_from_store(
-        open_store(store, existing=True),
-        task,
-        max_workers=max_workers,
-        network=network,
-        price=chosen,
-        workers=workers,
-        local_batch=planned,
-        assume_epochs=epochs,
-    )
-    if json_out:
-        print_json({**advice.to_json(), "price": chosen.label, "unpriced": advice.unpriced})
-        return
-    from dmlbench.cli.views.predictions import advice_table
-
-    console.print(advice_table(advice, chosen.label, chosen.currency))

@@ -324,7 +324,7 @@ def simulate_cluster(
             raise SpecError(
                 f"the task's runs on {cluster.accelerator.name} reached {share:.0%} of its "
                 f"{dtype} peak: they ran on tensor cores (torch runs float32 convolutions in "
-                "TF32 by default); simulate-cluster with --dtype tf32"
+                "TF32 by default); give --dtype tf32"
             )
     else:
         share = DEFAULT_EFFICIENCY

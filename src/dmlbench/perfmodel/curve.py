@@ -1,5 +1,5 @@
 """One device's step time against its local batch: the measured curve that gives
-``simulate-cluster`` and ``advise --cluster`` the compute at any local batch (at scale
+``simulate-cluster`` and ``advise-cluster`` the compute at any local batch (at scale
 the per-device batch shrinks, and a step's fixed part does not).
 
 ``dmlbench bench curve TASK`` measures one: a one-worker run on synthetic data (DLBS's

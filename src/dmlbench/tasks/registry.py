@@ -73,7 +73,7 @@ def get_task(name: str) -> TaskDefinition:
         raise SpecError(
             f"'{shorten(name)}' names imported MLPerf runs, not a task dmlbench trains: give "
             f"one of `dmlbench tasks`, and --converge-from {shorten(name)} to fit time to "
-            "train on those runs (simulate-cluster, advise --cluster)"
+            "train on those runs (simulate-cluster, advise-cluster)"
         )
     listed = (
         "`dmlbench tasks` lists them; a task of your own: --plugin MODULE (run, sweep), or "

@@ -1,4 +1,4 @@
-"""What `dmlbench simulate-cluster`, `advise --cluster` and `bench curve` print: a
+"""What `dmlbench simulate-cluster`, `advise-cluster` and `bench curve` print: a
 task on a hardware profile, the profiles, a device's curve and the plan for a deadline
 or a budget."""
 
@@ -195,7 +195,7 @@ def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
 
 
 def plan_table(plan: dict[str, Any]) -> Group:
-    """`advise TASK --cluster PROFILE --deadline/--budget`: each node count and local
+    """`advise-cluster TASK --cluster PROFILE --deadline/--budget`: each node count and local
     batch, the choice."""
     info, currency = plan["cluster"], plan["price"]["currency"]
     wanted = []
