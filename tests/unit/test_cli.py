@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import EXAMPLES, REPO, cli
@@ -363,6 +364,28 @@ def test_help_shows_no_value_beside_a_flag(dmlbench) -> None:
     assert "<bool>" not in out  # typer's default: as if a flag took a value
 
 
+def test_no_flag_offers_a_switch_that_turns_it_off() -> None:
+    """A flag without a name of its own becomes typer's ``--quiet/--no-quiet``: `sweep
+    --help` offered a --no-quiet that is the default, beside flags that name one switch."""
+    import typer.main
+
+    from dmlbench.cli.app import app
+
+    def commands(group: Any, path: str) -> list[tuple[str, Any]]:
+        found = [(path, group)]
+        for name, sub in getattr(group, "commands", {}).items():
+            found += commands(sub, f"{path} {name}")
+        return found
+
+    both = [
+        f"{path}: {'/'.join(option.opts + option.secondary_opts)}"
+        for path, command in commands(typer.main.get_command(app), "dmlbench")
+        for option in command.params
+        if getattr(option, "secondary_opts", None)  # typer's options are not click's
+    ]
+    assert len(commands(typer.main.get_command(app), "dmlbench")) > 20 and not both, both
+
+
 def test_version_comes_from_the_package_metadata(dmlbench) -> None:
     from importlib.metadata import version
 
@@ -393,7 +416,6 @@ def test_no_help_is_cut_short_at_80_columns() -> None:
     """`run --help` at 80 columns cut "--set recipe.model.options.KEY=VALUE" to
     "recipe.model.optio…": a word longer than rich's help column loses its end. Every
     command's help may hold only the ellipses its own text writes."""
-    from typing import Any
 
     import typer
     from typer.testing import CliRunner

@@ -126,7 +126,7 @@ NprocPerNodeOption = Annotated[
         "job asks for GPUs)",
     ),
 ]
-QuietOption = Annotated[bool, flag(help="keep worker output in the run folders only")]
+QuietOption = Annotated[bool, flag("--quiet", help="keep worker output in the run folders only")]
 BudgetOption = Annotated[
     float | None,
     typer.Option(
