@@ -110,6 +110,8 @@ def test_a_fit_is_billed_for_the_workers_it_asked_its_cluster_for() -> None:
     [
         (["synthetic-logreg"], "classification tasks with cross-entropy; synthetic-logreg uses"),
         (["--damper", "geodamp", "--rate", "3"], "GeoDamp does not take --rate"),
+        # the options it names are the command's: --max-batch, not the damper's field
+        (["--delay", "3"], "Constant does not take --delay (it takes --max-batch)"),
         (["--device", "gpu"], "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
         (["--engine", "gossip"], "engine must be one of centralised, ddp"),
         (["--min-workers", "3", "--max-workers", "2"], "--min-workers 3 is above --max-workers"),

@@ -96,7 +96,7 @@ def fit(
         "max_batch_size": max_batch,
     }
     fit = DaskFit(
-        make_damper(damper, first, options),
+        make_damper(damper, first, options, flags={"max_batch_size": "--max-batch"}),
         engine=engine,
         grads_per_worker=grads_per_worker or first,
         min_workers=min_workers,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,9 +51,16 @@ DAMPER_NAMES = {name.lower(): cls for name, cls in DAMPERS.items()}
 ProgressFn = Callable[[dict[str, Any]], None]
 
 
-def make_damper(name: str, initial: int, options: dict[str, float | int | None]) -> Damper:
+def make_damper(
+    name: str,
+    initial: int,
+    options: dict[str, float | int | None],
+    flags: Mapping[str, str] | None = None,
+) -> Damper:
     """A damper from its (case-insensitive) name, its first batch and the options given
-    (``None``: not given); an option the damper does not take is refused in one line."""
+    (``None``: not given); an option the damper does not take is refused in one line,
+    which names each option as ``flags`` says the caller takes it (by default
+    ``--field-name``)."""
     cls = DAMPER_NAMES.get(name.lower())
     if cls is None:
         raise SpecError(f"unknown damper {name!r}: choose {', '.join(DAMPER_NAMES)}")
@@ -61,9 +68,13 @@ def make_damper(name: str, initial: int, options: dict[str, float | int | None])
     takes = set(cls.__dataclass_fields__) - {"initial"}
     extra = sorted(set(given) - takes)
     if extra:
-        flags = ", ".join("--" + key.replace("_", "-") for key in extra)
-        allowed = ", ".join("--" + key.replace("_", "-") for key in sorted(takes)) or "none"
-        raise SpecError(f"damper {cls.__name__} does not take {flags} (it takes {allowed})")
+
+        def flag(field: str) -> str:
+            return (flags or {}).get(field) or "--" + field.replace("_", "-")
+
+        said = ", ".join(map(flag, extra))
+        allowed = ", ".join(map(flag, sorted(takes))) or "none"
+        raise SpecError(f"damper {cls.__name__} does not take {said} (it takes {allowed})")
     try:
         return cls(**{"initial": initial, **given})
     except (TypeError, ValueError) as error:
