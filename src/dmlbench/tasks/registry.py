@@ -37,7 +37,13 @@ def import_plugins(modules: Iterable[str], *, named_in: str = "") -> None:
             importlib.import_module(module)
         except Exception as error:  # any failure in user code is reported the same way
             where = f" ({named_in})" if named_in else ""
-            raise SpecError(f"plugin module '{module}'{where} failed to import: {error}") from None
+            said = f"plugin module '{module}'{where} failed to import: {error}"
+            if isinstance(error, ModuleNotFoundError) and error.name == module.split(".")[0]:
+                said += (
+                    ": install it, or put its folder on PYTHONPATH (PYTHONPATH=examples for "
+                    "examples/my_tasks.py); a plugin is never imported from the current folder"
+                )
+            raise SpecError(said) from None
 
 
 def env_plugins() -> list[str]:
