@@ -106,10 +106,18 @@ def _epoch_ends(sizes: list[int], n: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_sigterm_stores_a_fit_as_interrupted_with_what_it_reached(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [("kill", "stopped by SIGTERM"), ("ctrl-c", "interrupted by the user")],
+)
+def test_a_signal_stores_a_fit_as_interrupted_with_what_it_reached(
+    tmp_path: Path, how: str, said: str
+) -> None:
     """`kill` (or a job's time limit) ended `dask fit` on the spot: its row was left
     running, later read "the launching process ended without finishing the run", and
-    its evaluations were not stored. It is stored as a torch run's is on SIGTERM."""
+    its evaluations were not stored. It is stored as a torch run's is on SIGTERM.
+    Ctrl-C signals the terminal's whole process group, the LocalCluster's worker
+    processes too, and each printed a KeyboardInterrupt traceback from inside Dask."""
     store = tmp_path / "store"
     endless = ["--set", "recipe.max_epochs=100000", "--set", "stop_at_target=false"]
     proc = subprocess.Popen(
@@ -118,14 +126,18 @@ def test_sigterm_stores_a_fit_as_interrupted_with_what_it_reached(tmp_path: Path
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,  # a process group of its own, as a terminal's job is
     )
     wait_for_evaluation(proc, store, timeout=120)
-    proc.send_signal(signal.SIGTERM)
+    if how == "kill":
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     (run,) = json.loads(dmlbench("results", "--json", "--store", str(store)).stdout)
-    assert (run["status"], run["error"]) == ("interrupted", "stopped by SIGTERM")
+    assert (run["status"], run["error"]) == ("interrupted", said)
     assert len(run["evals"]) >= 1  # what it reached is kept
 
 

@@ -39,6 +39,7 @@ def _start_local_cluster(workers: int) -> LocalCluster:
                 host="127.0.0.1",  # loopback unless the user brings their own cluster
                 dashboard_address="127.0.0.1:0",  # its HTTP server runs even without bokeh
                 env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+                preload=["dmlbench.dask.worker"],  # its dask_setup: Ctrl-C is ours to handle
             )
         except (RuntimeError, OSError, TimeoutError) as error:
             if attempt == LOCAL_START_ATTEMPTS:
