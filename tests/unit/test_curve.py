@@ -183,6 +183,25 @@ def test_a_curve_from_another_device_or_precision_is_used_but_said() -> None:
         simulate_cluster(GOYAL_TASK, "dgx-a100", [1], curve=another_task)
 
 
+def test_the_shipped_curves_say_where_they_were_measured() -> None:
+    """The H200 curves that BENCHMARKS.md and the docs use were bare lists: one given on
+    an A100 profile (the docs' own `advise-cluster` example did) was read as an A100's
+    steps without a word. Each now says its task, device, kind and precision, and a
+    profile of another device is told so."""
+    from helpers import REPO
+
+    shipped = sorted((REPO / "benchmarks/results").rglob("*-curve.json"))
+    assert len(shipped) >= 4
+    for path in shipped:
+        curve = read_curve(path)
+        assert None not in (curve.task, curve.device, curve.kind, curve.precision), path
+        assert curve.task is not None and path.name.startswith(curve.task), path
+        assert f"-{curve.precision}-" in path.name, path
+        if curve.kind == "gpu":  # a CPU's is refused on a GPU's profile (below)
+            on_a100 = simulate_cluster(curve.task, "dgx-a100", [1], curve=curve, dtype="bf16")
+            assert on_a100.notes and "not on NVIDIA A100" in on_a100.notes[0], path
+
+
 def test_a_curve_of_another_kind_of_device_is_refused_in_one_line(tmp_path: Path) -> None:
     """A CPU's curve on a GPU profile was used as measured, with a note: a CPU's step
     taken for an H200's is off a hundredfold. Now refused, naming both and what to do;
