@@ -28,6 +28,50 @@ def pid_alive(pid: int | None) -> bool:
     return True
 
 
+# The interrupt a signal handler raised that nothing has caught yet (None: none; "":
+# Ctrl-C's, whose KeyboardInterrupt says nothing). Python drops an exception raised
+# where a garbage-collector callback or a __del__ runs ("Exception ignored in ...": Dask
+# registers one), so a Ctrl-C could vanish and a Dask fit, whose workers leave SIGINT
+# to it, ran on; its loops call raise_unhandled() between steps.
+_unhandled: str | None = None
+_deferring = 0  # blocks of interrupts_deferred() open
+
+
+def _interrupt(reason: str) -> None:
+    global _unhandled
+    again, _unhandled = _unhandled is not None, reason
+    if again or not _deferring:
+        raise KeyboardInterrupt(*([reason] if reason else []))
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """A Ctrl-C (or a SIGTERM that acts as one) in this block is raised as it ends, a
+    second one at once: for a step a KeyboardInterrupt would leave half done (a Dask
+    LocalCluster interrupted as it starts is closed at exit with an AssertionError of
+    Dask's own). Only where this process's handlers are dmlbench's (:func:`interruptible`)."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    if not _deferring:
+        raise_unhandled()
+
+
+def raise_unhandled() -> None:
+    """Raise again an interrupt that Python dropped where the signal landed."""
+    if _unhandled is not None:
+        _interrupt(_unhandled)
+
+
+def interrupt_handled() -> None:
+    """The interrupt was caught where it is acted on (the run stored as interrupted)."""
+    global _unhandled
+    _unhandled = None
+
+
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM (``kill``, ``scancel``, a scheduler's stop) acts as Ctrl-C in this block:
@@ -37,7 +81,7 @@ def sigterm_interrupts() -> Iterator[None]:
         # once: Slurm signals every process of the step, and bash passes it on too; a
         # second one must not cut short the recording of the first
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt("stopped by SIGTERM")
+        _interrupt("stopped by SIGTERM")
 
     try:
         previous = signal.signal(signal.SIGTERM, interrupt)
@@ -84,9 +128,22 @@ def signal_handlers_kept() -> Iterator[None]:
 
 def interruptible() -> None:
     """Ctrl-C and ``kill -INT`` reach this process as KeyboardInterrupt even when it was
-    started with SIGINT ignored (a background job of a script: ``dmlbench run … &``)."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    started with SIGINT ignored (a background job of a script: ``dmlbench run … &``),
+    and one that Python drops is raised again by :func:`raise_unhandled`."""
+    global _shown
+    signal.signal(signal.SIGINT, lambda signum, frame: _interrupt(""))
+    if sys.unraisablehook is not _unraisable:
+        _shown, sys.unraisablehook = sys.unraisablehook, _unraisable
+
+
+_shown = sys.unraisablehook
+
+
+def _unraisable(dropped: Any) -> None:
+    """Python's report of an exception it dropped, but for an interrupt that
+    :func:`raise_unhandled` raises again ("Exception ignored in ...: KeyboardInterrupt")."""
+    if not (isinstance(dropped.exc_value, KeyboardInterrupt) and _unhandled is not None):
+        _shown(dropped)
 
 
 def die_with_parent(parent: int, *, via_server: bool = False) -> None:

@@ -335,3 +335,44 @@ def test_a_dmlbench_bug_in_the_launcher_is_reported_as_one(tmp_path: Path) -> No
     assert "Traceback" in kept and "in environment" in kept  # the frame that failed
     # what was set before the bad value is taken back: later runs must not inherit it
     assert "DMLBENCH_NODE_ADDRESS" not in os.environ and "BROKEN" not in os.environ
+
+
+def test_an_interrupt_python_drops_is_raised_again_at_the_next_step(monkeypatch) -> None:
+    """Ctrl-C during a garbage-collector callback (Dask registers one) or a __del__:
+    Python drops the KeyboardInterrupt ("Exception ignored in ...") and goes on, and a
+    Dask fit, whose workers leave SIGINT to it, trained on. The handler remembers it
+    until the run is stored as interrupted; the fit's loops raise it again."""
+    import signal
+
+    from dmlbench.system import interrupt_handled, interruptible, raise_unhandled
+
+    shown: list[BaseException | None] = []  # what Python reports it dropped
+    monkeypatch.setattr("sys.unraisablehook", lambda seen: shown.append(seen.exc_value))
+
+    class SignalledWhileCollected:
+        def __init__(self, signalled: bool = True) -> None:
+            self.signalled = signalled
+
+        def __del__(self) -> None:
+            if self.signalled:
+                signal.raise_signal(signal.SIGINT)
+            else:
+                raise ValueError("not an interrupt")
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        interruptible()
+        raise_unhandled()  # nothing pending: nothing raised
+        SignalledWhileCollected(signalled=False)  # another exception dropped: reported
+        assert len(shown) == 1 and isinstance(shown[0], ValueError)
+        SignalledWhileCollected()  # collected at once, the handler raising inside __del__
+        assert len(shown) == 1  # dropped, and not reported: it is raised again below
+        with pytest.raises(KeyboardInterrupt):
+            raise_unhandled()
+        with pytest.raises(KeyboardInterrupt):  # until something acts on it
+            raise_unhandled()
+        interrupt_handled()
+        raise_unhandled()
+    finally:
+        interrupt_handled()
+        signal.signal(signal.SIGINT, previous)

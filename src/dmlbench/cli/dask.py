@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Annotated, Any
 
@@ -76,6 +77,11 @@ def fit(
     # terminal: what failed is the run's one-line error, kept in the store too
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
     from dmlbench.dask.run import DaskFit, fit_task, make_damper
+
+    # and its client's event loop's: Ctrl-C in the middle of a call to the scheduler
+    # had distributed's callback that cancels the call log a NameError traceback of its
+    # own (distributed 2026.8's sync(), interrupted before its future exists)
+    logging.getLogger("tornado.application").setLevel(logging.CRITICAL)
 
     spec = spec_from(
         task, config, overrides, seed=seed, data_dir=str(data_dir) if data_dir else None

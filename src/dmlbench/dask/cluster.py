@@ -19,6 +19,9 @@ from typing import Any
 
 from distributed import Client, Future, LocalCluster, wait
 from distributed.client import default_client
+from distributed.gc import disable_gc_diagnosis
+
+from dmlbench.system import interrupts_deferred
 
 _LOCAL: Client | None = None
 _LOCAL_LOCK = threading.Lock()
@@ -39,7 +42,7 @@ def _start_local_cluster(workers: int) -> LocalCluster:
                 host="127.0.0.1",  # loopback unless the user brings their own cluster
                 dashboard_address="127.0.0.1:0",  # its HTTP server runs even without bokeh
                 env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
-                preload=["dmlbench.dask.worker"],  # its dask_setup: Ctrl-C is ours to handle
+                preload=[__name__],  # its dask_setup: Ctrl-C is the driver's to handle
             )
         except (RuntimeError, OSError, TimeoutError) as error:
             if attempt == LOCAL_START_ATTEMPTS:
@@ -51,13 +54,31 @@ def _start_local_cluster(workers: int) -> LocalCluster:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def dask_setup(worker: Any) -> None:
+    """Dask's preload hook, run in each worker process of the LocalCluster as it starts.
+    Ctrl-C in a terminal signals its whole foreground process group, the workers too,
+    and each printed a KeyboardInterrupt traceback from deep in Dask; the process that
+    started them handles it and closes them (a worker whose parent is gone exits by
+    itself). A worker still starting when Ctrl-C comes has not got here yet."""
+    import signal
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def local_client(workers: int = 1) -> Client:
-    """The process-wide LocalCluster's client (started on first use)."""
+    """The process-wide LocalCluster's client (started on first use). A Ctrl-C while it
+    starts is raised once it has (a second one at once): Dask cannot close a cluster cut
+    short in its start. Its workers leave Ctrl-C to this process (:func:`dask_setup`).
+    The scheduler's garbage-collection timer is off: a Ctrl-C that landed in its
+    callback was dropped by Python and left it asserting at every collection."""
     global _LOCAL
     with _LOCAL_LOCK:
         if _LOCAL is None or _LOCAL.status not in ("running", "connecting"):
-            _LOCAL = Client(_start_local_cluster(workers), set_as_default=False)
-            atexit.register(close_local)
+            with interrupts_deferred():
+                _LOCAL = Client(_start_local_cluster(workers), set_as_default=False)
+                atexit.register(close_local)
+                disable_gc_diagnosis(force=True)  # it only logs, and Dask's logs are off
         return _LOCAL
 
 

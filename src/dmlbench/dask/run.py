@@ -45,6 +45,7 @@ from dmlbench.results.events import EventLog
 from dmlbench.results.records import RunStop
 from dmlbench.spec import RunSpec
 from dmlbench.spec.recipe import OptimizerSpec
+from dmlbench.system import raise_unhandled
 from dmlbench.tasks import get_task
 
 DAMPER_NAMES = {name.lower(): cls for name, cls in DAMPERS.items()}
@@ -358,6 +359,7 @@ def _train(
     held = HeldWorkers(start)
     epochs = math.ceil(recipe.max_epochs)
     for epoch in range(1, epochs + 1):
+        raise_unhandled()
         log.log("epoch_start", epoch_num=epoch)
         est.partial_fit(x_train, y_train)
         record = est.history_[-1]

@@ -27,19 +27,6 @@ from torch import nn
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def dask_setup(worker: Any) -> None:
-    """Dask's preload hook, run in each worker process of dmlbench's own LocalCluster as
-    it starts. Ctrl-C in a terminal signals its whole foreground process group, the
-    worker processes too, and each printed a KeyboardInterrupt traceback from deep in
-    Dask; the process that started them handles the interrupt and closes them (and a
-    worker whose parent is gone exits on its own)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 @dataclass(frozen=True)
 class TrainData:
     """The training set as workers hold it: ``x`` float32, ``y`` int64 class indices

@@ -39,7 +39,7 @@ from dmlbench.results.rundir import (
 from dmlbench.results.store import Rerun
 from dmlbench.results.summary import eval_history, summarize
 from dmlbench.spec import RunSpec
-from dmlbench.system import sigterm_interrupts
+from dmlbench.system import interrupt_handled, sigterm_interrupts
 from dmlbench.tasks import get_task
 
 ProgressFn = Callable[[list[Event]], None]
@@ -172,6 +172,7 @@ def launched(
         attempt.status, attempt.error = "failed", str(failure)
     except KeyboardInterrupt as interrupt:
         # Ctrl-C, or the signal that stopped it ("stopped by SIGTERM": kill, a time limit)
+        interrupt_handled()
         attempt.status, attempt.error = "interrupted", str(interrupt) or "interrupted by the user"
         stop()
         raise

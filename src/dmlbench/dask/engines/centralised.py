@@ -18,6 +18,7 @@ from dmlbench.dask import worker as remote
 from dmlbench.dask.cluster import tasks_for
 from dmlbench.dask.engines.base import DaskEstimator, Engine, Session, batch_at, lost_work
 from dmlbench.dask.history import Record, Update
+from dmlbench.system import raise_unhandled
 
 
 class Centralised(Engine):
@@ -45,6 +46,7 @@ class Centralised(Engine):
         record = est.history_.new_epoch(engine=self.name)
         start, position = time.perf_counter(), 0
         while position < n:
+            raise_unhandled()  # an interrupt Python dropped (see dmlbench.system)
             damping = est.damping()
             index = order[position : position + batch_at(position, n, damping.batch_size)]
             position += len(index)
