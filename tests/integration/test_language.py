@@ -165,3 +165,7 @@ def test_advise_says_which_strategy_fits_a_memory_budget(store: ResultsStore) ->
         "advise", "kjv-gpt", "--memory-per-worker", "lots", "--store", str(store.root), check=False
     )
     assert bad.returncode == 2 and "say a size like 16GiB" in bad.stderr
+    # the batch advice's options are refused, not dropped without a word
+    mixed = ("--memory-per-worker", "16GiB", "--network", "1gbit", "--epochs", "3")
+    refused = inside("advise", "kjv-gpt", *mixed, "--store", str(store.root), check=False)
+    assert refused.returncode == 2 and "drop --network, --epochs" in refused.stderr

@@ -37,8 +37,9 @@ def advise(
     task: Annotated[str, typer.Argument(help="task to advise on (calibrated from its runs)")],
     max_workers: Annotated[int, typer.Option(help="the most workers to consider", min=1)] = 8,
     network: Annotated[
-        str, typer.Option(help="a profile or a rate (none = the measured host network)")
-    ] = "10gbit",
+        str | None,
+        typer.Option(help="a profile or a rate (none = the measured host network); default 10gbit"),
+    ] = None,
     workers: Annotated[
         int | None,
         typer.Option(help="the worker count you plan (checked against guidelines)", min=1),
@@ -69,6 +70,13 @@ def advise(
     """
     if memory_per_worker is not None:
         from dmlbench.advise.memory import advise_memory, parse_bytes
+
+        given = {"--network": network, "--epochs": epochs, "--price": price, "--prices": prices}
+        if ignored := [name for name, value in given.items() if value is not None]:
+            raise SpecError(
+                f"--memory-per-worker advises on memory alone, from the task's runs: drop "
+                f"{', '.join(ignored)} (the batch advice's, without --memory-per-worker)"
+            )
         from dmlbench.cli.views.memory import memory_advice_table
 
         budget = parse_bytes(memory_per_worker)
@@ -87,7 +95,7 @@ def advise(
         open_store(store, existing=True),
         task,
         max_workers=max_workers,
-        network=network,
+        network=network or "10gbit",
         price=chosen,
         workers=workers,
         local_batch=local_batch,
