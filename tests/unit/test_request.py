@@ -47,6 +47,16 @@ def test_a_list_scaling_or_repeats_make_a_sweep_named_after_its_mode() -> None:
     assert (weak.scaling, weak.name, weak.workers) == ("weak", "mine", [1])
     assert plan(repeats=3).sweep.repeats == 3
     assert plan(repeats=1).sweep is None
+    assert plan(workers="1,2", name="mine", rerun="always").sweep.name == "mine"
+
+
+def test_a_sweeps_options_on_one_run_are_refused_not_dropped() -> None:
+    """`run --name X` and `run --rerun always` of one run were accepted and did nothing:
+    one run is stored under an id of its own, and there is nothing stored to skip."""
+    with pytest.raises(DmlbenchError, match=r"^--name goes with a sweep"):
+        plan(name="mine")
+    with pytest.raises(DmlbenchError, match=r"^--name and --rerun go with a sweep"):
+        plan(workers="2", name="mine", rerun="never")
 
 
 def test_worker_lists_are_refused_in_one_line() -> None:

@@ -103,13 +103,18 @@ SetOption = Annotated[
 PluginOption = Annotated[
     list[str] | None, typer.Option("--plugin", help="module that registers tasks")
 ]
+_RERUN_HELP = (
+    "runs the store already has: never (skip all), failed (redo the failed and "
+    "interrupted ones), always (run everything again)"
+)
 RerunOption = Annotated[
     Rerun,
-    typer.Option(
-        metavar="<when>",  # the choices, as <never|failed|always>, broke mid-word at 80 columns
-        help="runs the store already has: never (skip all), failed (redo the failed and "
-        "interrupted ones), always (run everything again)",
-    ),
+    # the choices, as <never|failed|always>, broke mid-word at 80 columns
+    typer.Option(metavar="<when>", help=_RERUN_HELP),
+]
+SweepRerunOption = Annotated[  # `run`'s: only a sweep has runs to skip
+    Rerun | None,
+    typer.Option(metavar="<when>", help=f"a sweep's {_RERUN_HELP}; default failed"),
 ]
 NetworkOption = Annotated[
     str | None,

@@ -22,10 +22,10 @@ from dmlbench.cli.options import (
     NprocPerNodeOption,
     PluginOption,
     QuietOption,
-    RerunOption,
     SeedOption,
     SetOption,
     StoreOption,
+    SweepRerunOption,
     TaskArgument,
     console,
     err_console,
@@ -87,7 +87,7 @@ def run(
     repeats: Annotated[
         int | None, typer.Option(min=1, help="runs per worker count (seeds seed, seed+1, ...)")
     ] = None,
-    rerun: RerunOption = Rerun.failed,
+    rerun: SweepRerunOption = None,
     name: Annotated[
         str | None, typer.Option(help="sweep name runs are stored under (resume key)")
     ] = None,
@@ -148,6 +148,7 @@ def run(
         repeats=repeats,
         global_batch=global_batch,
         name=name,
+        rerun=rerun,
         nodes=nodes,
         nproc_per_node=nproc_per_node,
         nnodes=nnodes,
@@ -175,7 +176,7 @@ def run(
                 **request.layout,
             },
             store=request.store,
-            rerun=rerun,
+            rerun=rerun or Rerun.failed,
             plan_only=dry_run,
             json_out=json_out,
             quiet=quiet,

@@ -82,6 +82,7 @@ class RunFlags:
     repeats: int | None = None
     global_batch: int | None = None
     name: str | None = None
+    rerun: str | None = None
     nodes: int | None = None
     nproc_per_node: int | None = None
     nnodes: int | None = None
@@ -214,6 +215,13 @@ def plan_run(
     if nodes and per_node is None and not given:
         per_node = 1  # torchrun's default
     sweep = None
+    sweeps_only = [f for f, value in (("--name", flags.name), ("--rerun", flags.rerun)) if value]
+    if sweeps_only and not is_sweep:
+        raise DmlbenchError(
+            f"{' and '.join(sweeps_only)} go{'es' if len(sweeps_only) == 1 else ''} with a "
+            "sweep (a list of worker counts, --scaling or --repeats); one run is stored "
+            "under an id of its own"
+        )
     if is_sweep:
         if endpoint is not None:
             raise DmlbenchError(
