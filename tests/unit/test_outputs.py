@@ -124,6 +124,9 @@ def test_csv_cells_a_spreadsheet_would_run_are_quoted(
     code, text, err = dmlbench("compare", "--store", str(stored), "--csv")
     assert code == 0 and "'=HYPERLINK" in text, err
     assert not any(cell.startswith(("=", "@", '"=')) for cell in text.replace("\n", ",").split(","))
+    # both forms asked: the JSON was written and the CSV dropped without a word
+    code, text, err = dmlbench("compare", "--store", str(stored), "--csv", "--json")
+    assert code == 2 and text == "" and "--json or --csv" in err
 
 
 def test_markup_in_user_text_is_printed_literally_by_every_command(

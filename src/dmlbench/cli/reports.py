@@ -156,6 +156,8 @@ def compare(
         raise DmlbenchError("--best-by accuracy_after_time needs --budget SECONDS")
     if group is not None and best_by is None:
         raise DmlbenchError("--group picks the best within groups: give --best-by too")
+    if json_out and csv_out:
+        raise DmlbenchError("--json or --csv: one table on stdout, in one form")
     frame = frames.runs_frame(runs)
     columns = comma_list(by)
     within = comma_list(group) if group else columns
