@@ -126,7 +126,10 @@ def test_csv_cells_a_spreadsheet_would_run_are_quoted(
     assert not any(cell.startswith(("=", "@", '"=')) for cell in text.replace("\n", ",").split(","))
     # both forms asked: the JSON was written and the CSV dropped without a word
     code, text, err = dmlbench("compare", "--store", str(stored), "--csv", "--json")
-    assert code == 2 and text == "" and "--json or --csv" in err
+    assert code == 2 and text == "" and "--json or --csv: one form" in err
+    for command in ("tasks", "spec"):  # and the docs page beside the JSON
+        code, text, err = dmlbench(command, "--markdown", "--json")
+        assert code == 2 and text == "" and "--json or --markdown: one form" in err
 
 
 def test_markup_in_user_text_is_printed_literally_by_every_command(

@@ -197,6 +197,14 @@ class OutputCheck:
         return value
 
 
+def one_form(**asked: bool) -> None:
+    """Refuse two forms of one output on stdout (``json=True, csv=True``): one was
+    written and the other dropped without a word."""
+    given = [f"--{name}" for name, on in asked.items() if on]
+    if len(given) > 1:
+        raise DmlbenchError(f"{' or '.join(given)}: one form of the output on stdout")
+
+
 def print_json(data: Any) -> None:
     """``data`` as strict JSON on stdout; stored records in their ``as_dict()`` form. A
     float that is not finite (a diverged run's loss) is ``null``: JSON has no NaN, and

@@ -20,6 +20,7 @@ from dmlbench.cli.options import (
     StoreOption,
     console,
     flag,
+    one_form,
     open_store,
     output_option,
 )
@@ -156,8 +157,7 @@ def compare(
         raise DmlbenchError("--best-by accuracy_after_time needs --budget SECONDS")
     if group is not None and best_by is None:
         raise DmlbenchError("--group picks the best within groups: give --best-by too")
-    if json_out and csv_out:
-        raise DmlbenchError("--json or --csv: one table on stdout, in one form")
+    one_form(json=json_out, csv=csv_out)
     frame = frames.runs_frame(runs)
     columns = comma_list(by)
     within = comma_list(group) if group else columns

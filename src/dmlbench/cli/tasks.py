@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from dmlbench.cli.options import JsonOption, console, flag, print_json
+from dmlbench.cli.options import JsonOption, console, flag, one_form, print_json
 
 
 def tasks(
@@ -17,6 +17,7 @@ def tasks(
     markdown: Annotated[bool, flag("--markdown", help="the docs page")] = False,
 ) -> None:
     """List every task: dataset, model, goal and reference recipe."""
+    one_form(json=json_out, markdown=markdown)
     from dmlbench.cli.views.catalogue import tasks_table
     from dmlbench.report.docs import tasks_markdown
     from dmlbench.tasks import all_tasks
@@ -91,6 +92,7 @@ def spec(
     markdown: Annotated[bool, flag("--markdown", help="the docs page")] = False,
 ) -> None:
     """Every key of a run spec: type, default and meaning (what --set and spec files take)."""
+    one_form(json=json_out, markdown=markdown)
     from dmlbench.report.docs import spec_markdown
     from dmlbench.spec.run import RunSpec
 
