@@ -69,14 +69,13 @@ def advise(
     cluster you do not have, by a deadline or within a budget: `dmlbench advise-cluster`.
     """
     if memory_per_worker is not None:
-        from dmlbench.advise.memory import advise_memory, parse_bytes
-
         given = {"--network": network, "--epochs": epochs, "--price": price, "--prices": prices}
         if ignored := [name for name, value in given.items() if value is not None]:
             raise SpecError(
                 f"--memory-per-worker advises on memory alone, from the task's runs: drop "
                 f"{', '.join(ignored)} (the batch advice's, without --memory-per-worker)"
             )
+        from dmlbench.advise.memory import advise_memory, parse_bytes
         from dmlbench.cli.views.memory import memory_advice_table
 
         budget = parse_bytes(memory_per_worker)
