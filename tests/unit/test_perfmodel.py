@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -156,6 +157,25 @@ def test_calibration_reads_overhead_and_host_bandwidth() -> None:
     assert calibrate_comm([*runs, alone]).keys() == {2}
     with pytest.raises(DmlbenchError, match="at 2 or more workers"):
         calibrate_comm([alone])
+
+
+def test_calibration_leaves_out_benchmarks_that_measured_no_bandwidth() -> None:
+    """`bench allreduce --max-bytes 1KB` measures the per-message overhead alone, and 3
+    workers on 2 cores measure them waiting for a core: such a run at 3 workers put
+    0.6 MB/s in the model, and `simulate` then predicted 93 ms steps at 4 workers on
+    10gbit where the 2-worker benchmark gave 1.4 ms."""
+    full = [(4, 1e-4, 5e-5, 0), (64, 2e-3, 4e-4, 0), (2**24, 0.01, 0.009, 2e9)]
+    tiny = [(4, 1e-4, 5e-5, 0), (64, 2e-3, 4e-4, 0), (1000, 1e-4, 6e-5, 1.6e7)]
+    both = calibrate_comm([comm_run(2, full), comm_run(2, tiny)])
+    assert both[2].host_busbw == 2e9  # the median of the two was 1.0e9
+    with pytest.raises(DmlbenchError, match="too small to measure bandwidth"):
+        calibrate_comm([comm_run(2, tiny)])
+    # more workers than the host's cores: left out where a run with fewer was not
+    crowded = dataclasses.replace(comm_run(3, full), cores=2)
+    fits = dataclasses.replace(comm_run(2, full), cores=2)
+    assert crowded.oversubscribed and not fits.oversubscribed
+    assert calibrate_comm([fits, crowded]).keys() == {2}
+    assert calibrate_comm([crowded]).keys() == {3}  # the only measurement there is
 
 
 def task_run(run_id: str, compute_s: float, workers: int = 1) -> RunRecord:

@@ -24,6 +24,10 @@ from dmlbench.results.records import CommRun, RunRecord, RunSummary, matching_id
 from dmlbench.spec.recipe import goal_reached
 
 SMALL = (64, 4096)  # bytes: messages small enough that only the overhead counts
+# The smallest largest message a benchmark measures bandwidth with: below it the
+# per-message overhead sets the time (on loopback gloo's 1-2 ms artifact outlasts a
+# 256 KiB message's bytes as it is; a 1 KB one's "bandwidth" is a thousandth of a link's).
+BANDWIDTH_BYTES = 2**18
 
 
 def _network_of(run: CommRun) -> tuple[float | None, float]:
@@ -34,25 +38,43 @@ def _network_of(run: CommRun) -> tuple[float | None, float]:
     return resolved.rate_bps, resolved.delay_s
 
 
+def _measures_bandwidth(run: CommRun) -> bool:
+    """Whether ``run`` sent a message of :data:`BANDWIDTH_BYTES` or more
+    (``--max-bytes 1KB`` measures the per-message overhead alone)."""
+    return max(r.bytes for r in run.results) >= BANDWIDTH_BYTES
+
+
 def calibrate_comm(comm_runs: Sequence[CommRun]) -> dict[int, CommCalibration]:
     """One calibration per worker count measured on the unshaped host network; a run at
-    one worker is left out (an all-reduce of one rank crosses no link: no steps)."""
-    by_workers: dict[int, list[CommRun]] = {}
-    for run in comm_runs:
-        one_host = run.nodes == 1  # not an emulated cluster
-        if (
-            run.status == "success"
-            and _network_of(run) == (None, 0.0)
-            and one_host
-            and run.results
-            and run.workers > 1
-        ):
-            by_workers.setdefault(run.workers, []).append(run)
-    if not by_workers:
+    one worker is left out (an all-reduce of one rank crosses no link: no steps), and so
+    is one whose messages were too small to measure bandwidth, and, where others were
+    not, one with more workers than the host's cores (it measured them waiting for a
+    core, not the link: 3 workers on 2 cores put 0.6 MB/s in the model)."""
+    candidates = [
+        run
+        for run in comm_runs
+        if run.status == "success"
+        and _network_of(run) == (None, 0.0)
+        and run.nodes == 1  # not an emulated cluster
+        and run.results
+        and run.workers > 1
+    ]
+    if not candidates:
         raise DmlbenchError(
             "no unshaped all-reduce benchmark at 2 or more workers in the store to "
             "calibrate from; run `dmlbench bench allreduce --workers 2` (same --store) first"
         )
+    measured = [run for run in candidates if _measures_bandwidth(run)]
+    if not measured:
+        raise DmlbenchError(
+            "the all-reduce benchmarks in the store stop at messages too small to measure "
+            f"bandwidth (below {BANDWIDTH_BYTES // 1024} KiB: --max-bytes); run `dmlbench "
+            "bench allreduce --workers 2` (up to 100MB by default, same --store)"
+        )
+    undisturbed = [run for run in measured if not run.oversubscribed]
+    by_workers: dict[int, list[CommRun]] = {}
+    for run in undisturbed or measured:
+        by_workers.setdefault(run.workers, []).append(run)
     calibrations = {}
     for workers, runs in by_workers.items():
         steps = 2 * (workers - 1)
