@@ -93,6 +93,10 @@ def test_simulate_from_a_real_store(tmp_path: Path) -> None:
     # a flat ring is as slow as its slowest hop: from 2 nodes on, every step crosses one
     assert flat[1] < flat[2] == pytest.approx(flat[4])
     assert levels[2] < flat[2]  # two levels: one stream per node crosses, fewer times
+    # a list of worker counts beside layouts was dropped without a word: refused
+    both = ("--workers", "1,8", "--nodes", "1,2")
+    refused = inside("simulate", "synthetic-mlp", *both, "--store", store, check=False)
+    assert refused.returncode == 2 and "--workers or --nodes/--nproc-per-node" in refused.stderr
 
 
 def _groups(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:

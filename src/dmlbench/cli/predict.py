@@ -20,13 +20,17 @@ from dmlbench.cli.options import (
     output_option,
     print_json,
 )
+from dmlbench.errors import DmlbenchError
 from dmlbench.names import comma_list
 from dmlbench.report.formats import plural
 
 
 def simulate(
     task: Annotated[str, typer.Argument(help="task to predict (calibrated from its runs)")],
-    workers: Annotated[str, typer.Option("--workers", "-w", help="e.g. 1,8,64,512")] = "1,2,4,8",
+    workers: Annotated[
+        str | None,
+        typer.Option("--workers", "-w", help="e.g. 1,8,64,512 (default 1,2,4,8; not with --nodes)"),
+    ] = None,
     network: Annotated[
         str, typer.Option(help="profiles, comma-separated (none = the measured host network)")
     ] = "10gbit",
@@ -81,15 +85,20 @@ def simulate(
     from dmlbench.prices import choose_price
     from dmlbench.report.predictions import save_predictions
 
-    counts = worker_counts(workers)
+    placed = layouts(nodes, nproc_per_node)
+    if placed and workers is not None:  # the layouts' counts were used, the list dropped
+        raise DmlbenchError(
+            "--workers or --nodes/--nproc-per-node: with them, each count is nodes × "
+            "workers per node"
+        )
     simulation = predict_scaling(
         open_store(store, existing=True),
         task,
-        counts,
+        worker_counts(workers or "1,2,4,8"),
         comma_list(network),
         comma_list(algorithm),
         price=choose_price(price, prices),
-        layouts=layouts(nodes, nproc_per_node),
+        layouts=placed,
         epochs=epochs,
         host_bandwidth=host_bandwidth,
         calibrate_from=calibrate_from or [],
