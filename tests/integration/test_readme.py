@@ -116,7 +116,7 @@ def shortened(command: str, tasks_run: set[str]) -> str:
     if verb == "bench" and words[words.index("bench") + 1] == "curve":  # the last one counts
         return command + " --local-batch 2,4 --steps 1 --warmup 0"
     if verb == "bench":
-        return command + " --max-bytes 4096 --repeats 3"
+        return command + " --max-bytes 256KiB --repeats 3"  # enough to measure bandwidth
     if verb == "sweep" and "--plan" not in words:
         return command + " --repeats 1 --set max_steps=30"
     if verb in CLUSTER_VERBS:  # generated, printed: no cluster to submit to here
