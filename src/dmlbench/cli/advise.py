@@ -32,13 +32,19 @@ from dmlbench.cli.options import (
 )
 from dmlbench.errors import SpecError
 
+# The network the batch advice prices steps on where --network is not given (None
+# tells --memory-per-worker's refusal that it was not)
+ADVICE_NETWORK = "10gbit"
+
 
 def advise(
     task: Annotated[str, typer.Argument(help="task to advise on (calibrated from its runs)")],
     max_workers: Annotated[int, typer.Option(help="the most workers to consider", min=1)] = 8,
     network: Annotated[
         str | None,
-        typer.Option(help="a profile or a rate (none = the measured host network); default 10gbit"),
+        typer.Option(
+            help="a profile or a rate (none = the measured host network); default " + ADVICE_NETWORK
+        ),
     ] = None,
     workers: Annotated[
         int | None,
@@ -94,7 +100,7 @@ def advise(
         open_store(store, existing=True),
         task,
         max_workers=max_workers,
-        network=network or "10gbit",
+        network=network or ADVICE_NETWORK,
         price=chosen,
         workers=workers,
         local_batch=local_batch,

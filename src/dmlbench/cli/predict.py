@@ -24,12 +24,20 @@ from dmlbench.errors import DmlbenchError
 from dmlbench.names import comma_list
 from dmlbench.report.formats import plural
 
+# The worker counts predicted where neither --workers nor --nodes is given (None tells
+# that --workers was not, beside --nodes)
+SIMULATED_WORKERS = "1,2,4,8"
+
 
 def simulate(
     task: Annotated[str, typer.Argument(help="task to predict (calibrated from its runs)")],
     workers: Annotated[
         str | None,
-        typer.Option("--workers", "-w", help="e.g. 1,8,64,512 (default 1,2,4,8; not with --nodes)"),
+        typer.Option(
+            "--workers",
+            "-w",
+            help=f"e.g. 1,8,64,512 (default {SIMULATED_WORKERS}; not with --nodes)",
+        ),
     ] = None,
     network: Annotated[
         str, typer.Option(help="profiles, comma-separated (none = the measured host network)")
@@ -94,7 +102,7 @@ def simulate(
     simulation = predict_scaling(
         open_store(store, existing=True),
         task,
-        worker_counts(workers or "1,2,4,8"),
+        worker_counts(workers or SIMULATED_WORKERS),
         comma_list(network),
         comma_list(algorithm),
         price=choose_price(price, prices),
