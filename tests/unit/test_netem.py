@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,38 @@ def test_the_name_prefix_is_four_safe_characters(monkeypatch: pytest.MonkeyPatch
             prefix()
     monkeypatch.delenv(PREFIX_ENV)
     assert prefix() == "dmlb"
+
+
+def _planned(out: str) -> list[tuple[dict, dict]]:
+    """Each planned run's network and model, from a `--json` plan."""
+    return [(r["spec"]["network"], r["spec"]["recipe"]["model"]) for r in json.loads(out)["runs"]]
+
+
+def test_a_network_or_a_model_is_named_as_its_option_takes_it(dmlbench, tmp_path) -> None:
+    """`--set network=1gbit`, and `network: [1gbit, 100mbit]` as a sweep's axis, were
+    refused ("Input should be a valid dictionary or instance of NetworkSpec"), and
+    `model: linear` likewise: they take what --network and --model take, keeping the
+    network's other keys and, for the recipe's own model, its options."""
+    lists = ["--network", "1gbit,250mbit", "--model", "mlp,linear"]
+    code, out, err = dmlbench(
+        "run", "-w", "2", *lists, "--set", "network.latency=5ms", "--dry-run", "--json"
+    )
+    assert code == 0, err
+    link = {"intra_bandwidth": None, "intra_latency": None, "profiles_file": None}
+    gbit = {"profile": "1gbit", "bandwidth": None, "latency": "5ms", **link}
+    rate = {"profile": "none", "bandwidth": "250mbit", "latency": "5ms", **link}
+    mlp, linear = {"name": "mlp", "options": {"hidden": [128]}}, {"name": "linear", "options": {}}
+    assert _planned(out) == [(gbit, mlp), (gbit, linear), (rate, mlp), (rate, linear)]
+    sweep = tmp_path / "nets.yaml"
+    sweep.write_text("task: digits-mlp\naxes: {network: [1gbit, 250mbit], model: [linear]}\n")
+    code, out, err = dmlbench("sweep", str(sweep), "--plan", "--json")
+    assert code == 0, err
+    assert _planned(out) == [({**link_, "latency": None}, linear) for link_ in (gbit, rate)]
+    for key, value, shown in (
+        ("network", "100mbit", "100mbit · 100 Mbit/s"),
+        ("model", "mlp", "closed division"),
+    ):
+        code, out, err = dmlbench("run", "--set", f"{key}={value}", "--dry-run")
+        assert code == 0 and shown in out, err
+    code, _, err = dmlbench("run", "--set", "network=nope", "--dry-run")
+    assert code == 2 and "unknown network profile 'nope'" in err

@@ -167,3 +167,23 @@ def test_an_inline_sweep_is_the_sweep_file_it_stands_for() -> None:
     assert (sweep.global_batch, sweep.repeats, sweep.seed) == (64, 2, 3)
     assert sweep.axes == {"workers": [1, 2]} and sweep.plugins == ["my_tasks"]
     assert sweep.set == {"exchange": "ddp"}  # the file's keys, every run
+
+
+def test_a_list_of_exchanges_networks_or_models_is_a_sweeps_axis() -> None:
+    """`run --network 1gbit,100mbit` was refused as an unknown profile ("did you mean
+    '100mbit'?"), and so were lists of exchanges and models, where a list of worker
+    counts makes a sweep."""
+    from dmlbench.spec.sweep import validate_sweep
+
+    request = plan(workers="2", exchange="allreduce, ddp,allreduce", network="1gbit")
+    assert request.sweep.name == "digits-mlp-exchange" and request.sweep.workers == [2]
+    assert request.sweep.axes == {"exchange": ["allreduce", "ddp"]}  # repeats dropped
+    assert request.chosen == {"network": "1gbit"}  # one value: every run's
+    sweep = validate_sweep(request.sweep_file(None, 0, {}))
+    assert sweep.axes == {"workers": [2], "exchange": ["allreduce", "ddp"]}
+    both = plan(workers="1,2", network="1gbit,250mbit", model="mlp,linear", scaling="weak")
+    assert both.sweep.name == "digits-mlp-weak-network-model" and both.chosen == {}
+    assert plan(workers="1,2", model="mlp,linear").sweep.name == "digits-mlp-workers-model"
+    one = plan(exchange="ddp", model="linear")
+    assert one.sweep is None and one.chosen == {"exchange": "ddp", "model": "linear"}
+    assert plan(exchange="ddp,zero1", name="mine").sweep.name == "mine"  # a sweep's option

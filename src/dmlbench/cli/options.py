@@ -116,13 +116,11 @@ SweepRerunOption = Annotated[  # `run`'s: only a sweep has runs to skip
     Rerun | None,
     typer.Option(metavar="<when>", help=f"a sweep's {_RERUN_HELP}; default failed"),
 ]
-NetworkOption = Annotated[
-    str | None,
-    typer.Option(
-        help="network profile (`dmlbench networks` lists them) or a rate (250mbit): each "
-        "worker in its own namespace, shaped (root)"
-    ),
-]
+NETWORK_HELP = (
+    "network profile (`dmlbench networks` lists them) or a rate (250mbit): each worker in "
+    "its own namespace, shaped (root)"
+)
+NetworkOption = Annotated[str | None, typer.Option(help=NETWORK_HELP)]
 NprocPerNodeOption = Annotated[
     int | None,
     typer.Option(

@@ -4,6 +4,7 @@ cluster, or one node of a job across hosts. What to do is decided by
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import TYPE_CHECKING, Annotated, Any
@@ -14,11 +15,11 @@ from rich.markup import escape
 from dmlbench.catalogue import OPEN_EXCHANGES, SYNC_EXCHANGES
 from dmlbench.cli.options import (
     DEFAULT_TASK,
+    NETWORK_HELP,
     STORE,
     ConfigOption,
     DataDirOption,
     JsonOption,
-    NetworkOption,
     NprocPerNodeOption,
     PluginOption,
     QuietOption,
@@ -57,18 +58,21 @@ def run(
         str | None,
         typer.Option(
             help=f"gradient exchange: {', '.join(SYNC_EXCHANGES)} (synchronous SGD), or "
-            f"{', '.join(OPEN_EXCHANGES)}; `dmlbench exchanges` lists their options"
+            f"{', '.join(OPEN_EXCHANGES)}; `dmlbench exchanges` lists their options; a "
+            "list (allreduce,powersgd) makes a sweep"
         ),
     ] = None,
     model: Annotated[
         str | None,
         typer.Option(
             help="another model than the recipe's (`dmlbench models`); its options start at "
-            "their defaults, and --set OPTION=VALUE sets one"
+            "their defaults, and --set OPTION=VALUE sets one; a list makes a sweep"
         ),
     ] = None,
     data_dir: DataDirOption = None,
-    network: NetworkOption = None,
+    network: Annotated[
+        str | None, typer.Option(help=f"{NETWORK_HELP}; a list (1gbit,100mbit) makes a sweep")
+    ] = None,
     store: StoreOption = STORE,
     dry_run: Annotated[bool, flag("--dry-run", help="resolve the spec, start nothing")] = False,
     json_out: JsonOption = False,
@@ -130,16 +134,15 @@ def run(
 ) -> None:
     """Run one benchmark task on worker processes and store the result.
 
-    A list of worker counts, --scaling or --repeats turns the run into a sweep.
+    A list of worker counts, exchanges, networks or models, --scaling or --repeats
+    turns the run into a sweep.
     --nnodes with --rdzv-endpoint makes this one node of a job over several hosts;
     --nodes emulates such a cluster on this machine.
     """
     from dmlbench.launch.forkserver import start_early
-    from dmlbench.launch.request import RunFlags, early_allocator, plan_run
+    from dmlbench.launch.request import SWEPT_OPTIONS, RunFlags, early_allocator, plan_run
 
     config_task, config_data = load_config(config)
-    if model is not None:  # as --set recipe.model.name=MODEL, before the other --set
-        overrides = [f"recipe.model.name={json.dumps(model)}", *(overrides or [])]
     flags = RunFlags(
         store=store,
         task=task or config_task,
@@ -154,8 +157,14 @@ def run(
         nnodes=nnodes,
         rdzv_endpoint=rdzv_endpoint,
         rdzv_id=rdzv_id,
+        exchange=exchange,
+        network=network,
+        model=model,
     )
     request = plan_run(flags, config_data, os.environ, DEFAULT_TASK)
+    exchange, network, model = (request.chosen.get(key) for key in SWEPT_OPTIONS)
+    if model is not None:  # as --set recipe.model.name=MODEL, before the other --set
+        overrides = [f"recipe.model.name={json.dumps(model)}", *(overrides or [])]
     if not dry_run:  # the workers' fork server imports while the spec resolves
         start_early(early_allocator(request, config_data, overrides or []))
     from dmlbench.netem.profiles import network_option
@@ -227,23 +236,17 @@ def _start(
             request.rdzv_endpoint, request.rdzv_id, spec.nodes, rdzv_timeout, local_addr
         )
     results = open_store(request.store)
-    out_console = err_console if json_out else console
     title = escape(f"{spec.task} × {spec.layout if spec.nodes > 1 else spec.workers}")
-    try:
-        if json_out:
+    try:  # --json: no progress bar, and the workers' output only in the run folder
+        with contextlib.nullcontext() if json_out else RunProgress(console, title) as progress:
             outcome = run_benchmark(
-                spec, results, echo=False, rendezvous=rendezvous, slurm=request.slurm
+                spec,
+                results,
+                echo=not (quiet or json_out),
+                progress=progress,
+                rendezvous=rendezvous,
+                slurm=request.slurm,
             )
-        else:
-            with RunProgress(out_console, title) as progress:
-                outcome = run_benchmark(
-                    spec,
-                    results,
-                    echo=not quiet,
-                    progress=progress,
-                    rendezvous=rendezvous,
-                    slurm=request.slurm,
-                )
     except KeyboardInterrupt:
         err_console.print("interrupted: the run is stored as interrupted")
         raise typer.Exit(130) from None

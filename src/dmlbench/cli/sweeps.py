@@ -1,5 +1,6 @@
-"""`dmlbench sweep`, and the sweep loop `dmlbench run` uses for a list of worker counts:
-plan, skip what the store has, run the rest with a bar each, print the scaling table."""
+"""`dmlbench sweep`, and the sweep loop `dmlbench run` uses for its lists (worker counts,
+exchanges, networks, models): plan, skip what the store has, run the rest with a bar
+each, print the scaling table."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ no file and starts nothing, so every rule is tested in-process.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -26,6 +26,8 @@ LaunchPath = Literal["local", "cluster", "slurm", "node"]
 
 MAX_COUNT = 1 << 20  # workers or nodes a count may name: 1,048,576
 MAX_VALUES = 1_000  # values in one list
+# The options of `dmlbench run` a list turns into a sweep's axis, as --workers
+SWEPT_OPTIONS = ("exchange", "network", "model")
 
 
 def worker_counts(
@@ -88,16 +90,21 @@ class RunFlags:
     nnodes: int | None = None
     rdzv_endpoint: str | None = None
     rdzv_id: str = DEFAULT_RDZV_ID
+    exchange: str | None = None  # one name, or a list: a sweep's axis (SWEPT_OPTIONS)
+    network: str | None = None
+    model: str | None = None
 
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """A sweep of worker counts (or repeats) the flags asked for."""
+    """A sweep of worker counts (or repeats, or of a list of exchanges, networks or
+    models) the flags asked for."""
 
     name: str
     scaling: Scaling
     workers: list[int]
     repeats: int
+    axes: dict[str, list[str]] = field(default_factory=dict)  # SWEPT_OPTIONS given as lists
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,7 @@ class RunRequest:
     rdzv_id: str = DEFAULT_RDZV_ID
     sweep: SweepRequest | None = None
     slurm: SlurmJob | None = None  # the Slurm job this runs in, read once from the environment
+    chosen: dict[str, str] = field(default_factory=dict)  # SWEPT_OPTIONS given one value
 
     @property
     def layout(self) -> dict[str, int | None]:
@@ -121,8 +129,9 @@ class RunRequest:
     def sweep_file(
         self, global_batch: int | None, seed: int, config: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """The sweep file an inline sweep stands for: the worker counts as its one axis,
-        the spec file's keys as the values every run sets."""
+        """The sweep file an inline sweep stands for: the worker counts as an axis, and
+        the exchanges, networks or models given as lists; the spec file's keys as the
+        values every run sets."""
         assert self.sweep is not None
         return {
             "name": self.sweep.name,
@@ -132,7 +141,7 @@ class RunRequest:
             "repeats": self.sweep.repeats,
             "seed": seed,
             "set": {k: v for k, v in config.items() if k != "plugins"},
-            "axes": {"workers": self.sweep.workers},
+            "axes": {"workers": self.sweep.workers, **self.sweep.axes},
             "plugins": config.get("plugins", []),
         }
 
@@ -183,8 +192,10 @@ def plan_run(
 
     task = flags.task or config.get("task") or default_task  # the argument wins
     counts = worker_counts(flags.workers)
+    given_values = {key: _option_values(key, getattr(flags, key)) for key in SWEPT_OPTIONS}
+    axes = {key: values for key, values in given_values.items() if len(values) > 1}
     repeats = flags.repeats or 1
-    is_sweep = len(counts) > 1 or bool(flags.scaling) or repeats > 1
+    is_sweep = len(counts) > 1 or bool(flags.scaling) or repeats > 1 or bool(axes)
     store, nodes, nnodes = flags.store, flags.nodes, flags.nnodes
     endpoint, rdzv_id, per_node = flags.rdzv_endpoint, flags.rdzv_id, flags.nproc_per_node
     slurm = SlurmJob.from_env(env)
@@ -219,7 +230,8 @@ def plan_run(
     if sweeps_only and not is_sweep:
         raise DmlbenchError(
             f"{' and '.join(sweeps_only)} go{'es' if len(sweeps_only) == 1 else ''} with a "
-            "sweep (a list of worker counts, --scaling or --repeats); one run is stored "
+            "sweep (a list of worker counts, exchanges, networks or models, --scaling or "
+            "--repeats); one run is stored "
             "under an id of its own"
         )
     if is_sweep:
@@ -231,8 +243,11 @@ def plan_run(
         mode: Scaling = "strong" if flags.global_batch is not None else "none"
         if flags.scaling:
             mode = chosen("--scaling", [flags.scaling], get_args(Scaling))[0]
-        name = flags.name or f"{task}-{mode if mode != 'none' else 'workers'}"
-        sweep = SweepRequest(name, mode, counts or [1], repeats)
+        varied = list(axes)  # and what else varies, as a sweep without them was named
+        if mode != "none" or len(counts) > 1 or not axes:
+            varied.insert(0, mode if mode != "none" else "workers")
+        name = flags.name or "-".join([task, *varied])
+        sweep = SweepRequest(name, mode, counts or [1], repeats, axes)
     return RunRequest(
         task=task,
         store=store,
@@ -243,4 +258,16 @@ def plan_run(
         rdzv_id=rdzv_id,
         sweep=sweep,
         slurm=slurm,
+        chosen={key: values[0] for key, values in given_values.items() if len(values) == 1},
     )
+
+
+def _option_values(key: str, text: str | None) -> list[str]:
+    """``--exchange ddp,zero1`` → ["ddp", "zero1"]: one value, a list (a sweep's axis,
+    repeats dropped), or none."""
+    if text is None:
+        return []
+    values = list(dict.fromkeys(comma_list(text)))
+    if len(values) > MAX_VALUES:
+        raise DmlbenchError(f"--{key} {shorten(text)!r}: at most {MAX_VALUES:,} values")
+    return values

@@ -145,8 +145,25 @@ def assign(tree: dict[str, Any], key: str, value: Any) -> str:
     node, leaf = _parent(tree, path)
     if leaf == "name" and _another(node, {"name": value}, "name"):
         node["options"] = {}
-    node[leaf] = value
+    current = node.get(leaf)
+    node[leaf] = _named(current, value) if isinstance(current, dict) else value
     return path
+
+
+def _named(current: dict[str, Any], value: Any) -> Any:
+    """A bare name given for a whole mapping, as --model and --network take it (``model:
+    [mlp, linear]`` as a sweep's axis, ``--set network=1gbit``): the model of that name
+    (its options kept where it is the same model, at their defaults where another), or
+    the network's link, a profile or a rate (its other keys kept)."""
+    if not isinstance(value, str):
+        return value
+    if "name" in current and "options" in current:
+        return {"name": value, "options": current["options"] if value == current["name"] else {}}
+    if "profile" in current:
+        from dmlbench.netem.profiles import network_option
+
+        return {**current, "profile": "none", "bandwidth": None, **(network_option(value) or {})}
+    return value
 
 
 def apply_overrides(tree: dict[str, Any], assignments: Iterable[str]) -> list[str]:

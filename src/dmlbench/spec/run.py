@@ -183,7 +183,8 @@ class RunSpec(WorkersSpec):
     )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
-        description="emulated network: each worker in its own namespace, shaped with tc",
+        description="emulated network: each worker in its own namespace, shaped with tc; "
+        "a profile or a rate alone (network: 1gbit) sets its link, as --network does",
     )
 
     @field_validator("data_dir")
