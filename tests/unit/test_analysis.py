@@ -1825,6 +1825,31 @@ def test_a_table_grouped_without_workers_keeps_its_oversubscribed_caption() -> N
     assert "conv" in header and " N " not in header
 
 
+def test_a_disturbed_row_grouped_without_workers_is_daggered_and_said_once() -> None:
+    """`compare --by exchange` of a sweep with a disturbed run ended in pandas's KeyError:
+    'workers' (the dagger's note counted the disturbed rows' workers), and its variant
+    column said `exchange=topk` beside the exchange column's `topk`."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.tables import scaling_tables
+
+    runs = [stored_run(e, 2, tta=0.2, exchange=e, disturbed=e == "topk") for e in ("ddp", "topk")]
+    table = analysis.scaling_table(frames.runs_frame(runs), by=("exchange",))
+    assert list(table["variant"]) == ["exchange=ddp", "exchange=topk"]
+    console = Console(width=120, record=True)
+    for rich_table in scaling_tables(table, width=120, by=("exchange",)):
+        console.print(rich_table)
+    lines = console.export_text().splitlines()
+    assert [line.split()[0] for line in lines if line.split()[:1] in (["ddp"], ["topk†"])] == [
+        "ddp",
+        "topk†",
+    ]
+    assert not any("exchange=" in line for line in lines)  # the group says it
+    said = " ".join(lines)
+    assert "† disturbed: only runs whose workers waited" in said
+    assert "no speedup" not in said  # a table without worker counts gives none anyway
+
+
 def test_a_row_of_several_worker_counts_costs_each_run_at_its_own_and_says_its_batches() -> None:
     """`compare --by exchange` puts 1 and 4 workers in one row: its cost was every run at
     the first run's worker count, and its b/B the first run's alone."""

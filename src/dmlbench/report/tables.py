@@ -74,13 +74,15 @@ def disturbed_note(table: pd.DataFrame) -> str | None:
     """What the dagger means, for the rows of ``table`` that carry one (None: none do)."""
     if "timed_disturbed" not in table or not table["timed_disturbed"].any():
         return None
-    counts = ", ".join(
-        str(int(n)) for n in sorted(set(table.loc[table["timed_disturbed"], "workers"]))
-    )
+    disturbed = table[table["timed_disturbed"]]
+    counts = ", ".join(str(int(n)) for n in sorted(set(disturbed.get("workers", []))))
+    where = f"at {counts} workers " if counts else ""  # none where grouped by another key
     left_out = table["speedup_tta"].isna() & table["speedup_throughput"].isna()
+    if "workers" not in table or table["workers"].nunique() < 2:  # no speedup to give
+        left_out &= False
     note = (
-        f"† disturbed: at {counts} workers only runs whose workers waited for cores other "
-        "processes took were timed"
+        f"† disturbed: {where}only runs whose workers waited for cores other processes "
+        "took were timed"
     )
     if left_out.any():
         note += "; no speedup or efficiency is given against them (--include-disturbed counts them)"

@@ -178,7 +178,7 @@ def _fitted_columns(
     (titles folded if need be); letters (titles folded if need be). And each variant
     label with the letter that stands for it, where letters do."""
     from dmlbench.report.tables import scaling_columns
-    from dmlbench.report.variants import short_labels
+    from dmlbench.report.variants import short_labels, variant_pairs
 
     def spans(columns: list[Any]) -> dict[str, int]:  # a title's longest line, or a cell
         widths = {}
@@ -195,14 +195,17 @@ def _fitted_columns(
     def folded(columns: list[Any]) -> list[Any]:
         return [(_FOLDED.get(title, title), cell) for title, cell in columns]
 
-    def group_cell(row: Any, key: str, first: bool) -> str:  # starred, as N is
-        return f"{row[key]}{'*' if first and row.get('oversubscribed') else ''}"
+    def group_cell(row: Any, key: str, first: bool) -> str:  # starred and daggered, as N is
+        marks = "*" * bool(row.get("oversubscribed")) + "†" * bool(row.get("timed_disturbed"))
+        return f"{row[key]}{marks if first else ''}"
 
     grouped = [
         (key, lambda row, key=key, first=i == 0: group_cell(row, key, first))
         for i, key in enumerate(by)
     ]
     whole = grouped + scaling_columns(rows, budget_s, terminal=True, label_width=width)
+    if by and all(variant_pairs(label).keys() <= set(by) for label in rows["variant"]):
+        whole = [(title, cell) for title, cell in whole if title != "variant"]  # said by them
     if overflow(whole) <= 0:  # a label longer than the terminal itself is a letter here
         return whole, short_labels(rows["variant"], width)
     room = spans(whole).get("variant", 0) - overflow(whole)
