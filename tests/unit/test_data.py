@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -109,9 +110,36 @@ def test_archive_unpacks_to_cache_leaving_data_folder_untouched(tmp_path: Path) 
     shared.mkdir()
     tar_folder(source, "cifar-10-batches-bin", shared / "cifar-10-binary.tar.gz")
     found = cifar.locate(shared)
-    assert found.parent == tmp_path / "cache" / "cifar10"
+    assert found.parent.parent == tmp_path / "cache" / "cifar10"
     assert sorted(p.name for p in shared.iterdir()) == ["cifar-10-binary.tar.gz"]
     assert cifar.load(shared)[0][0].shape[0] == 200
+
+
+def test_each_archive_is_unpacked_apart_and_a_damaged_one_is_read(tmp_path: Path) -> None:
+    """The cache answered for any archive of the official name with the first one it had
+    unpacked: the official CIFAR-10 was trained on as a rebuilt copy unpacked before, and
+    a truncated archive was never read."""
+    archives = {}
+    for per_batch in (40, 30):
+        source = tmp_path / f"src{per_batch}"
+        write_cifar_binary(source, per_batch=per_batch)
+        folder = tmp_path / f"data{per_batch}"
+        folder.mkdir()
+        archives[per_batch] = tar_folder(
+            source, "cifar-10-batches-bin", folder / "cifar-10-binary.tar.gz"
+        )
+    assert cifar.count(tmp_path / "data40") == (200, 40)
+    assert cifar.count(tmp_path / "data30") == (150, 30)  # its own, not the first one's
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(archives[30], copy)  # the same archive elsewhere: unpacked once
+    assert cifar.locate(copy) == cifar.locate(tmp_path / "data30")
+    cache = tmp_path / "cache" / "cifar10"
+    assert len(list(cache.iterdir())) == 2
+    archives[40].write_bytes(archives[40].read_bytes()[:2000])
+    with pytest.raises(DatasetError, match=r"could not be unpacked.*truncated"):
+        cifar.locate(tmp_path / "data40")
+    assert len(list(cache.iterdir())) == 2  # the failed unpacking left no folder
 
 
 def test_truncated_archive_is_reported(tmp_path: Path) -> None:

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dmlbench.data.download import cache_root, download, extract_tar, writable_dir
+from dmlbench.data.download import (
+    archive_key,
+    cache_root,
+    download,
+    extract_tar,
+    writable_dir,
+)
 from dmlbench.errors import DatasetError
 
 BINARY_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"
@@ -116,19 +122,19 @@ def locate(data_dir: Path, *, download_missing: bool = False) -> Path:
     """Find (or unpack, or download and unpack) the CIFAR-10 batches under ``data_dir``.
 
     Archives are unpacked into the cache (``DMLBENCH_CACHE``), never beside the archive:
-    the data folder may be shared and read-only.
+    the data folder may be shared and read-only. Each archive into a folder of its own
+    (:func:`archive_key`): an archive is not checked against the official checksum (a
+    rebuilt CIFAR-10 is welcome), so the cache must not answer for another one.
     """
     cache = cache_root() / "cifar10"
-    roots = (data_dir, data_dir / "cifar10", cache)
-    for root in roots:
-        for name in (BINARY_DIR, PYTHON_DIR):
-            if (root / name).is_dir():
-                return root / name
-        if (root / f"{TRAIN_FILES[0]}.bin").is_file():
-            return root
-    for root in roots:
-        if (root / BINARY_ARCHIVE).is_file():
-            return extract_tar(root / BINARY_ARCHIVE, cache, BINARY_DIR)
+    for root in (data_dir, data_dir / "cifar10"):
+        if (found := _unpacked(root)) is not None:
+            return found
+    for root in (data_dir, data_dir / "cifar10", cache):
+        if (archive := root / BINARY_ARCHIVE).is_file():
+            return extract_tar(archive, cache / archive_key(archive), BINARY_DIR)
+    if (found := _unpacked(cache)) is not None:  # an older dmlbench's, its archive gone
+        return found
     if not download_missing:
         raise DatasetError(
             f"CIFAR-10 not found under {data_dir}: put {BINARY_ARCHIVE} or {BINARY_DIR}/ there "
@@ -136,7 +142,16 @@ def locate(data_dir: Path, *, download_missing: bool = False) -> Path:
         )
     target = writable_dir(data_dir / "cifar10", cache)
     archive = download(BINARY_URL, target / BINARY_ARCHIVE, checksum=BINARY_MD5, algorithm="md5")
-    return extract_tar(archive, cache, BINARY_DIR)
+    return extract_tar(archive, cache / archive_key(archive), BINARY_DIR)
+
+
+def _unpacked(root: Path) -> Path | None:
+    """The CIFAR-10 batches in ``root``: a folder of either layout, or the binary
+    layout's files themselves; None where it holds neither."""
+    for name in (BINARY_DIR, PYTHON_DIR):
+        if (root / name).is_dir():
+            return root / name
+    return root if (root / f"{TRAIN_FILES[0]}.bin").is_file() else None
 
 
 def _examples(folder: Path, name: str) -> int:

@@ -75,6 +75,7 @@ def extract_tar(archive: Path, dest: Path, member_dir: str) -> Path:
     final = dest / member_dir
     if final.is_dir() and not final.is_symlink():
         return final
+    made = not dest.exists()  # removed again where nothing is unpacked into it
     dest.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=dest, prefix=".extract-"))
     try:
@@ -98,7 +99,26 @@ def extract_tar(archive: Path, dest: Path, member_dir: str) -> Path:
         raise DatasetError(f"{archive} could not be unpacked: {error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if made and not final.exists():
+            shutil.rmtree(dest, ignore_errors=True)
     return final
+
+
+def archive_key(archive: Path) -> str:
+    """A name for what ``archive`` unpacks to in the cache, from its size and its first
+    and last MiB: another archive of the same name (the official one beside a rebuilt
+    copy, or a damaged one) is unpacked apart, not served the first one's folder, and a
+    copy of the same archive finds its folder without reading it whole."""
+    digest = hashlib.sha256()
+    try:
+        with archive.open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            digest.update(size.to_bytes(8, "little") + file.read(CHUNK))
+            file.seek(max(size - CHUNK, 0))
+            digest.update(file.read(CHUNK))
+    except OSError as error:
+        raise DatasetError(f"cannot read {archive}: {error}") from None
+    return digest.hexdigest()[:16]
 
 
 def cache_root() -> Path:
