@@ -3,6 +3,7 @@ layer), and one device's step against its local batch (the compute)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -11,10 +12,10 @@ from typing import Annotated, Any
 import typer
 
 from dmlbench.cli.options import (
+    NETWORK_HELP,
     STORE,
     Command,
     JsonOption,
-    NetworkOption,
     NprocPerNodeOption,
     QuietOption,
     SetOption,
@@ -26,6 +27,7 @@ from dmlbench.cli.options import (
     output_option,
     print_json,
 )
+from dmlbench.names import comma_list
 
 bench_app = command_group(
     "Micro-benchmarks: all-reduce over message sizes (mlbench's task 0), and one device's "
@@ -49,7 +51,10 @@ def allreduce(
     factor: Annotated[int, typer.Option(help="size step between messages")] = 4,
     repeats: Annotated[int, typer.Option(help="timed repeats per size")] = 10,
     warmup: Annotated[int, typer.Option(help="untimed all-reduces per size first")] = 3,
-    network: NetworkOption = None,
+    network: Annotated[
+        str | None,
+        typer.Option(help=f"{NETWORK_HELP}; a list (1gbit,10gbit) benchmarks on each"),
+    ] = None,
     nodes: Annotated[
         int,
         typer.Option(
@@ -76,8 +81,9 @@ def allreduce(
 
     specs = []
     counts = [nodes * nproc_per_node] if nproc_per_node else worker_counts(workers)
-    link = network_option(network) or {}  # the profiles file read once, not a count each
-    for count in counts:
+    # the profiles file read once, not a count each
+    links = [network_option(name) or {} for name in comma_list(network or "")] or [{}]
+    for link, count in itertools.product(links, counts):
         tree: dict[str, Any] = {
             "workers": count,
             "nodes": nodes,

@@ -120,7 +120,6 @@ NETWORK_HELP = (
     "network profile (`dmlbench networks` lists them) or a rate (250mbit): each worker in "
     "its own namespace, shaped (root)"
 )
-NetworkOption = Annotated[str | None, typer.Option(help=NETWORK_HELP)]
 NprocPerNodeOption = Annotated[
     int | None,
     typer.Option(
