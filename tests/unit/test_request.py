@@ -187,3 +187,5 @@ def test_a_list_of_exchanges_networks_or_models_is_a_sweeps_axis() -> None:
     one = plan(exchange="ddp", model="linear")
     assert one.sweep is None and one.chosen == {"exchange": "ddp", "model": "linear"}
     assert plan(exchange="ddp,zero1", name="mine").sweep.name == "mine"  # a sweep's option
+    with pytest.raises(DmlbenchError, match=r"^--model ', ,': give a name, or a list"):
+        plan(model=", ,")  # not the recipe's model without a word

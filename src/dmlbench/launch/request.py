@@ -268,6 +268,8 @@ def _option_values(key: str, text: str | None) -> list[str]:
     if text is None:
         return []
     values = list(dict.fromkeys(comma_list(text)))
+    if not values and text.strip():
+        raise DmlbenchError(f"--{key} {shorten(text)!r}: give a name, or a list like a,b")
     if len(values) > MAX_VALUES:
         raise DmlbenchError(f"--{key} {shorten(text)!r}: at most {MAX_VALUES:,} values")
     return values
