@@ -163,7 +163,8 @@ def test_bench_curve_names_the_profile_of_the_device_it_measured(
 
 def test_a_curve_from_another_device_or_precision_is_used_but_said() -> None:
     """The MLPerf replay moves a curve between devices on purpose; a user who does so
-    by mistake is told, in the line that says where the compute came from."""
+    by mistake is told, in the line that says where the compute came from. A bare list
+    of points, which names no device, was taken as any profile's without a word."""
     h200 = Curve.of(H200, device="NVIDIA H200", precision="bf16")
     same = simulate_cluster(GOYAL_TASK, "dgx-h200", [1], local_batch=64, curve=h200, dtype="bf16")
     assert same.rows[0]["compute_s"] == pytest.approx(0.0332)
@@ -177,6 +178,14 @@ def test_a_curve_from_another_device_or_precision_is_used_but_said() -> None:
     assert same.notes == [] and other.notes == [
         "the --curve was measured on NVIDIA H200, not on NVIDIA A100 SXM4 80 GB (2020): its "
         "step times are that device's, used as they are"
+    ]
+    # a bare list of points says no device: taken as the profile's, and said so
+    bare = simulate_cluster(GOYAL_TASK, "dgx-a100", [1], local_batch=64, curve=Curve.of(H200))
+    assert bare.rows[0]["compute_s"] == pytest.approx(0.0332)
+    assert "the curve names no device, taken as NVIDIA A100" in bare.efficiency_source
+    assert bare.notes == [
+        "the --curve names no device: its step times are taken as NVIDIA A100 SXM4 80 GB "
+        "(2020)'s (`dmlbench bench curve` writes a curve that says where it was measured)"
     ]
     another_task = Curve.of(H200, task="cifar10-resnet20")
     with pytest.raises(SpecError, match="measured on cifar10-resnet20's step, not"):

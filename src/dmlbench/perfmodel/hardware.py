@@ -76,7 +76,8 @@ class Accelerator(StrictModel):
     def step_from(self, curve: Curve, dtype: str, batch: int) -> tuple[float, str, list[str]]:
         """A step's compute at ``batch`` read off a measured curve, where it came from, and
         notes: with a word, and a note of its own, where the curve was measured on another
-        device than this one (a word where at another precision): it is used as measured.
+        device than this one, or names none (a word where at another precision): it is
+        used as measured.
         A curve of another kind of device (a CPU's on a GPU) is refused."""
         compute, source = curve.step_at(batch)
         notes: list[str] = []
@@ -93,6 +94,12 @@ class Accelerator(StrictModel):
             notes.append(
                 f"the --curve was measured on {curve.device}, not on {self.name}: "
                 "its step times are that device's, used as they are"
+            )
+        elif not curve.device:  # a bare list of points: nothing to check it against
+            source += f"; the curve names no device, taken as {self.name}'s"
+            notes.append(
+                f"the --curve names no device: its step times are taken as {self.name}'s "
+                "(`dmlbench bench curve` writes a curve that says where it was measured)"
             )
         if curve.precision and curve.precision != dtype:
             source += f"; the peak here is {dtype}'s"
