@@ -1825,6 +1825,27 @@ def test_a_table_grouped_without_workers_keeps_its_oversubscribed_caption() -> N
     assert "conv" in header and " N " not in header
 
 
+def test_runs_group_by_their_model_network_and_precision() -> None:
+    """`run --model mlp,linear` sweeps models, and `compare --by model` was refused
+    ("choose from workers, …, device"): the runs frame had no model column, and the
+    refusal did not name network, which it had."""
+    from dataclasses import replace
+
+    def ran(run_id: str, model: str, precision: str) -> RunRecord:
+        run = stored_run(run_id, 2, tta=1.0)
+        recipe = {**run.spec["recipe"], "model": {"name": model}, "precision": precision}
+        return replace(run, spec={**run.spec, "recipe": recipe})
+
+    runs = [ran("a", "mlp", "fp32"), ran("b", "linear", "fp32"), ran("c", "mlp", "bf16")]
+    frame = frames.runs_frame(runs)
+    assert list(frame["model"]) == ["mlp", "linear", "mlp"]
+    assert list(frame["precision"]) == ["fp32", "fp32", "bf16"]
+    for column, values in (("model", {"mlp", "linear"}), ("precision", {"fp32", "bf16"})):
+        assert set(analysis.scaling_table(frame, by=(column,))[column]) == values
+    for column in ("network", "model", "precision"):
+        assert column in frame and f" {column}," in frames.GROUPABLE
+
+
 def test_a_disturbed_row_grouped_without_workers_is_daggered_and_said_once() -> None:
     """`compare --by exchange` of a sweep with a disturbed run ended in pandas's KeyError:
     'workers' (the dagger's note counted the disturbed rows' workers), and its variant

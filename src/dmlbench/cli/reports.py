@@ -120,7 +120,11 @@ def report(
 
 def compare(
     by: Annotated[
-        str, typer.Option(help="columns to group by, comma-separated (e.g. workers,exchange)")
+        str,
+        typer.Option(
+            help="columns to group by, comma-separated (e.g. workers,exchange; or network, "
+            "model, precision, local_batch, …)"
+        ),
     ] = "workers",
     store: StoreOption = STORE,
     sweep: SweepFilter = None,
@@ -164,11 +168,7 @@ def compare(
     columns += [c for c in within if c not in columns]
     unknown = [c for c in columns if c not in frame.columns]
     if unknown:
-        raise DmlbenchError(
-            f"cannot group by {', '.join(unknown)}; choose from workers, layout, nodes, "
-            "nproc_per_node, exchange, local_batch, global_batch, variant, status, division, "
-            "device, and an imported run's submitter and system"
-        )
+        raise DmlbenchError(f"cannot group by {', '.join(unknown)}; choose from {frames.GROUPABLE}")
     chosen = choose_price(price, prices)
     table = analysis.scaling_table(
         frame,

@@ -31,6 +31,12 @@ from dmlbench.results.records import CommResult, CommRun, Evaluation, RunRecord
 from dmlbench.results.schema import PHASES
 
 GROUP = ["task", "sweep"]
+# The columns a comparison may group by (`compare --by`), as a user names them
+GROUPABLE = (
+    "workers, layout, nodes, nproc_per_node, exchange, network, model, precision, "
+    "local_batch, global_batch, variant, status, division, device, and an imported run's "
+    "submitter and system"
+)
 
 
 def _per_step_phases(run: RunRecord) -> dict[str, float]:
@@ -73,6 +79,8 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "repeat": run.repeat,
                 "exchange": run.exchange,
                 "network": (run.network or "none").split(" · ")[0],
+                "model": run.model,
+                "precision": run.precision,
                 "target": run.target,
                 "goal": run.goal,
                 "best_metric": run.best_metric,

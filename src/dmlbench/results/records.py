@@ -328,10 +328,16 @@ class RunRecord(_Stored):
         return str((self.spec.get("recipe") or {}).get("precision", "fp32"))
 
     @property
+    def model(self) -> str | None:
+        """The recipe's model by name (``resnet``); None where the spec names none (an
+        imported run's)."""
+        name = ((self.spec.get("recipe") or {}).get("model") or {}).get("name")
+        return None if name is None else str(name)
+
+    @property
     def title(self) -> str:
         """Its task, with the model it ran where that is not the task's own."""
-        model = (self.spec.get("recipe") or {}).get("model") or {}
-        return run_title(self.task, model.get("name"), self.deviations)
+        return run_title(self.task, self.model, self.deviations)
 
     @property
     def measured_memory(self) -> int | None:
