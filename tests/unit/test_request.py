@@ -44,7 +44,7 @@ def test_a_list_scaling_or_repeats_make_a_sweep_named_after_its_mode() -> None:
     strong = plan(workers="1,2", global_batch=64).sweep
     assert (strong.scaling, strong.name) == ("strong", "digits-mlp-strong")
     weak = plan(scaling="weak", name="mine").sweep
-    assert (weak.scaling, weak.name, weak.workers) == ("weak", "mine", [1])
+    assert (weak.scaling, weak.name, weak.workers) == ("weak", "mine", [])
     assert plan(repeats=3).sweep.repeats == 3
     assert plan(repeats=1).sweep is None
     assert plan(workers="1,2", name="mine", rerun="always").sweep.name == "mine"
@@ -189,3 +189,20 @@ def test_a_list_of_exchanges_networks_or_models_is_a_sweeps_axis() -> None:
     assert plan(exchange="ddp,zero1", name="mine").sweep.name == "mine"  # a sweep's option
     with pytest.raises(DmlbenchError, match=r"^--model ', ,': give a name, or a list"):
         plan(model=", ,")  # not the recipe's model without a word
+
+
+def test_a_sweep_without_worker_counts_keeps_the_spec_files_count() -> None:
+    """`run -c spec.yaml --repeats 2` (or `--exchange a,b`) with `workers: 2` in the file
+    ran every point on 1 worker: the inline sweep's worker axis was [1] where none was
+    given, and an axis is set over the file's keys."""
+    from dmlbench.spec.sweep import validate_sweep
+    from dmlbench.sweep import plan_sweep
+
+    config = {"task": "digits-mlp", "workers": 2}
+    for flags in ({"repeats": 2}, {"exchange": "allreduce,ddp"}, {"scaling": "weak"}):
+        request = plan(config, **flags)
+        sweep = validate_sweep(request.sweep_file(None, 0, config))
+        assert "workers" not in sweep.axes, flags
+        assert {run.spec.workers for run in plan_sweep(sweep).runs} == {2}, flags
+    listed = plan(config, workers="1,4", repeats=2)
+    assert validate_sweep(listed.sweep_file(None, 0, config)).axes == {"workers": [1, 4]}

@@ -102,7 +102,7 @@ class SweepRequest:
 
     name: str
     scaling: Scaling
-    workers: list[int]
+    workers: list[int]  # none given: the spec's count, as one run takes it
     repeats: int
     axes: dict[str, list[str]] = field(default_factory=dict)  # SWEPT_OPTIONS given as lists
 
@@ -129,10 +129,11 @@ class RunRequest:
     def sweep_file(
         self, global_batch: int | None, seed: int, config: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """The sweep file an inline sweep stands for: the worker counts as an axis, and
-        the exchanges, networks or models given as lists; the spec file's keys as the
-        values every run sets."""
+        """The sweep file an inline sweep stands for: the worker counts given as an axis,
+        and the exchanges, networks or models given as lists; the spec file's keys as the
+        values every run sets (its worker count where none was given)."""
         assert self.sweep is not None
+        counts = {"workers": self.sweep.workers} if self.sweep.workers else {}  # else the spec's
         return {
             "name": self.sweep.name,
             "task": self.task,
@@ -141,7 +142,7 @@ class RunRequest:
             "repeats": self.sweep.repeats,
             "seed": seed,
             "set": {k: v for k, v in config.items() if k != "plugins"},
-            "axes": {"workers": self.sweep.workers, **self.sweep.axes},
+            "axes": counts | self.sweep.axes,
             "plugins": config.get("plugins", []),
         }
 
@@ -247,7 +248,7 @@ def plan_run(
         if mode != "none" or len(counts) > 1 or not axes:
             varied.insert(0, mode if mode != "none" else "workers")
         name = flags.name or "-".join([task, *varied])
-        sweep = SweepRequest(name, mode, counts or [1], repeats, axes)
+        sweep = SweepRequest(name, mode, counts, repeats, axes)
     return RunRequest(
         task=task,
         store=store,
