@@ -184,6 +184,7 @@ def test_k8s_writes_parseable_yaml_and_refuses_bad_input(dmlbench, tmp_path: Pat
         (("--image", "i", "--name", "Bench_1"), "is not a Kubernetes name"),
         (("--image", "i", "--memory", "lots"), "not a Kubernetes quantity"),
         (("--image", "i", "--set", "network.profile=1gbit"), "drop it"),
+        (("--image", "i", "--set", "network=250mbit"), "network (custom · 250 Mbit/s) is emu"),
         (("--image", "i", "--out", str(tmp_path / "no" / "such" / "x.yaml")), "cannot write"),
         # a GPU worker takes a GPU of its own: two of four found none on their node
         (("--image", "i", "--gpus", "2", "--nproc-per-node", "4"), "give --nproc-per-node 2"),

@@ -104,6 +104,7 @@ def test_slurm_command_writes_scripts_and_refuses_bad_input(
         (("synthetic-mlp", "--array", "2"), "give a sweep file"),
         ((str(sweep), "--set", "seed=1"), "put them in the sweep file"),
         (("synthetic-mlp", "--set", "network.profile=1gbit"), "drop it"),
+        (("synthetic-mlp", "--set", "network=1gbit"), "network (1gbit · 1000 Mbit/s) is emu"),
         (("synthetic-mlp", "--submit", "--store", str(tmp_path / "t")), "sbatch is not on PATH"),
         (("no-such-task",), "no-such-task"),
         (("synthetic-mlp", "--gpus-per-node", "1", "--nproc-per-node", "2"), "1 or fewer"),

@@ -50,8 +50,8 @@ def _cluster_spec(
         )
     if spec.network.enabled:
         raise DmlbenchError(
-            f"--network emulates a cluster on one machine; on {engine} the "
-            "hosts' own network is measured: drop it"
+            f"the spec's network ({spec.network.label()}) is emulated on one machine; on "
+            f"{engine} the hosts' own network is measured: drop it from --set or the spec file"
         )
     return spec
 
