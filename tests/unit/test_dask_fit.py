@@ -116,6 +116,9 @@ def test_a_fit_is_billed_for_the_workers_it_asked_its_cluster_for() -> None:
         (["--engine", "gossip"], "engine must be one of centralised, ddp"),
         (["--min-workers", "3", "--max-workers", "2"], "--min-workers 3 is above --max-workers"),
         (["--set", "workers=2"], "sizes its cluster with --min-workers/--max-workers"),
+        # was trained with the centralised engine and stored as such, without a word
+        (["--set", "exchange=ddp"], "exchanges through its --engine (centralised or ddp)"),
+        (["--set", "nodes=2", "--set", "nproc_per_node=1"], "drop workers=, nodes="),
     ],
 )
 def test_impossible_fits_are_refused_in_one_line_before_anything_starts(

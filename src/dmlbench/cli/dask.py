@@ -77,6 +77,7 @@ def fit(
     # terminal: what failed is the run's one-line error, kept in the store too
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
     from dmlbench.dask.run import DaskFit, fit_task, make_damper
+    from dmlbench.spec.run import RunSpec
 
     # and its client's event loop's: Ctrl-C in the middle of a call to the scheduler
     # had distributed's callback that cancels the call log a NameError traceback of its
@@ -86,10 +87,18 @@ def fit(
     spec = spec_from(
         task, config, overrides, seed=seed, data_dir=str(data_dir) if data_dir else None
     )
-    if spec.network.enabled or spec.workers > 1:
+    kept = RunSpec.model_fields["exchange"].default  # the engine exchanges: --engine
+    given = {
+        "workers=": spec.workers > 1,
+        "nodes=": spec.nodes > 1,
+        "network=": spec.network.enabled,
+        "exchange=": spec.exchange != kept,
+    }
+    if dropped := [key for key, on in given.items() if on]:
         raise DmlbenchError(
-            "dask fit sizes its cluster with --min-workers/--max-workers and "
-            "runs on the hosts' network: drop workers= and network="
+            "dask fit sizes its cluster with --min-workers/--max-workers, exchanges "
+            "through its --engine (centralised or ddp) and runs on the hosts' network: "
+            f"drop {', '.join(dropped)}"
         )
     if min_workers > max_workers:
         raise DmlbenchError(f"--min-workers {min_workers} is above --max-workers {max_workers}")
