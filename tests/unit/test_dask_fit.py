@@ -13,12 +13,11 @@ from helpers import COLUMNS
 from typer.testing import CliRunner
 
 from dmlbench.cli.app import app
-from dmlbench.dask.dampers import Constant, GeoDamp
+from dmlbench.dask.dampers import Constant, GeoDamp, make_damper
 from dmlbench.dask.run import (
     DaskFit,
     HeldWorkers,
     first_rate,
-    make_damper,
     short_of_workers,
     stored_spec,
 )
@@ -115,10 +114,11 @@ def test_a_fit_is_billed_for_the_workers_it_asked_its_cluster_for() -> None:
         (["--device", "gpu"], "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
         (["--engine", "gossip"], "engine must be one of centralised, ddp"),
         (["--min-workers", "3", "--max-workers", "2"], "--min-workers 3 is above --max-workers"),
-        (["--set", "workers=2"], "sizes its cluster with --min-workers/--max-workers"),
-        # was trained with the centralised engine and stored as such, without a word
-        (["--set", "exchange=ddp"], "exchanges through its --engine (centralised or ddp)"),
-        (["--set", "nodes=2", "--set", "nproc_per_node=1"], "drop workers=, nodes="),
+        (["--set", "workers=2"], "workers=2 (give --min-workers/--max-workers)"),
+        # each was trained without, and stored as if it had been, without a word
+        (["--set", "exchange=ddp"], 'exchange="ddp" (give --engine (centralised or ddp))'),
+        (["--set", "network=1gbit"], "not train with network: drop it, or train with `dml"),
+        (["--set", "recipe.precision=bf16", "--set", "channels_last=true"], "them, or"),
     ],
 )
 def test_impossible_fits_are_refused_in_one_line_before_anything_starts(

@@ -76,8 +76,8 @@ def fit(
     # Dask's own logs (a worker's traceback, its chatter at shutdown) stay out of the
     # terminal: what failed is the run's one-line error, kept in the store too
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "critical")
-    from dmlbench.dask.run import DaskFit, fit_task, make_damper
-    from dmlbench.spec.run import RunSpec
+    from dmlbench.dask.dampers import make_damper
+    from dmlbench.dask.run import DaskFit, fit_task
 
     # and its client's event loop's: Ctrl-C in the middle of a call to the scheduler
     # had distributed's callback that cancels the call log a NameError traceback of its
@@ -87,19 +87,6 @@ def fit(
     spec = spec_from(
         task, config, overrides, seed=seed, data_dir=str(data_dir) if data_dir else None
     )
-    kept = RunSpec.model_fields["exchange"].default  # the engine exchanges: --engine
-    given = {
-        "workers=": spec.workers > 1,
-        "nodes=": spec.nodes > 1,
-        "network=": spec.network.enabled,
-        "exchange=": spec.exchange != kept,
-    }
-    if dropped := [key for key, on in given.items() if on]:
-        raise DmlbenchError(
-            "dask fit sizes its cluster with --min-workers/--max-workers, exchanges "
-            "through its --engine (centralised or ddp) and runs on the hosts' network: "
-            f"drop {', '.join(dropped)}"
-        )
     if min_workers > max_workers:
         raise DmlbenchError(f"--min-workers {min_workers} is above --max-workers {max_workers}")
     first = batch or spec.recipe.local_batch

@@ -25,8 +25,11 @@ increase the batch size").
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import Field, dataclass, fields
 from typing import Any, ClassVar
+
+from dmlbench.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -190,3 +193,36 @@ PAPER_SCHEDULES: dict[str, Damper] = {
     "128 → 16,000": GeoDamp(initial=128, delay=60, factor=5, max_batch_size=16_000),
     "256 → 5,120 (*2)": GeoDamp(initial=256, delay=60, factor=5, max_batch_size=5_120),
 }
+
+
+DAMPER_NAMES = {name.lower(): cls for name, cls in DAMPERS.items()}
+
+
+def make_damper(
+    name: str,
+    initial: int,
+    options: dict[str, float | int | None],
+    flags: Mapping[str, str] | None = None,
+) -> Damper:
+    """A damper from its (case-insensitive) name, its first batch and the options given
+    (``None``: not given); an option the damper does not take is refused in one line,
+    which names each option as ``flags`` says the caller takes it (by default
+    ``--field-name``)."""
+    cls = DAMPER_NAMES.get(name.lower())
+    if cls is None:
+        raise SpecError(f"unknown damper {name!r}: choose {', '.join(DAMPER_NAMES)}")
+    given = {key: value for key, value in options.items() if value is not None}
+    takes = set(cls.__dataclass_fields__) - {"initial"}
+    extra = sorted(set(given) - takes)
+    if extra:
+
+        def flag(field: str) -> str:
+            return (flags or {}).get(field) or "--" + field.replace("_", "-")
+
+        said = ", ".join(map(flag, extra))
+        allowed = ", ".join(map(flag, sorted(takes))) or "none"
+        raise SpecError(f"damper {cls.__name__} does not take {said} (it takes {allowed})")
+    try:
+        return cls(**{"initial": initial, **given})
+    except (TypeError, ValueError) as error:
+        raise SpecError(str(error)) from None

@@ -16,9 +16,10 @@ A Dask fit stops between epochs: at the target (``stop_at_target``), past
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ import torch
 from torch import nn
 
 from dmlbench.dask.cluster import connect
-from dmlbench.dask.dampers import DAMPERS, Damper
+from dmlbench.dask.dampers import Damper
 from dmlbench.dask.estimator import DaskClassifier
 from dmlbench.errors import SpecError, WorkerFailed
 from dmlbench.launch.lifecycle import (
@@ -48,38 +49,7 @@ from dmlbench.spec.recipe import OptimizerSpec
 from dmlbench.system import raise_unhandled
 from dmlbench.tasks import get_task
 
-DAMPER_NAMES = {name.lower(): cls for name, cls in DAMPERS.items()}
 ProgressFn = Callable[[dict[str, Any]], None]
-
-
-def make_damper(
-    name: str,
-    initial: int,
-    options: dict[str, float | int | None],
-    flags: Mapping[str, str] | None = None,
-) -> Damper:
-    """A damper from its (case-insensitive) name, its first batch and the options given
-    (``None``: not given); an option the damper does not take is refused in one line,
-    which names each option as ``flags`` says the caller takes it (by default
-    ``--field-name``)."""
-    cls = DAMPER_NAMES.get(name.lower())
-    if cls is None:
-        raise SpecError(f"unknown damper {name!r}: choose {', '.join(DAMPER_NAMES)}")
-    given = {key: value for key, value in options.items() if value is not None}
-    takes = set(cls.__dataclass_fields__) - {"initial"}
-    extra = sorted(set(given) - takes)
-    if extra:
-
-        def flag(field: str) -> str:
-            return (flags or {}).get(field) or "--" + field.replace("_", "-")
-
-        said = ", ".join(map(flag, extra))
-        allowed = ", ".join(map(flag, sorted(takes))) or "none"
-        raise SpecError(f"damper {cls.__name__} does not take {said} (it takes {allowed})")
-    try:
-        return cls(**{"initial": initial, **given})
-    except (TypeError, ValueError) as error:
-        raise SpecError(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -105,6 +75,57 @@ class DaskFit:
             "scheduler": self.scheduler or "local",
             "device": self.device,
         }
+
+
+# What a spec may set that a Dask fit does not train with, and what to give instead
+# (the empty string: nothing). Its cluster is --min-workers/--max-workers on the hosts'
+# network, its exchange its engine, its batch its damper's.
+_NOT_FOR_DASK = {
+    "workers": "--min-workers/--max-workers",
+    "nodes": "--min-workers/--max-workers",
+    "network": "",
+    "exchange": "--engine (centralised or ddp)",
+    "exchange_options": "",
+    "global_batch": "--batch and --damper",
+    "device": "--device",
+    "backend": "",
+    "noise_scale": "--damper noisescaledamp",
+    "channels_last": "",
+    "compile": "",
+    "cpu_allocator": "",
+    "peak_tflops": "",
+    "warmup_steps_excluded": "",
+    "loader_processes": "",
+    "save_model": "",
+    "recipe.precision": "",
+    "recipe.l2": "",
+    "recipe.clip_grad_norm": "",
+}
+
+
+def refuse_what_a_fit_ignores(spec: RunSpec) -> None:
+    """Refuse in one line every key ``spec`` sets that a Dask fit would not train with
+    (:data:`_NOT_FOR_DASK`), naming what to give instead; trained without a word, each
+    was stored as if it had been."""
+    recipe = get_task(spec.task).recipe.model_dump(mode="json")
+    actual = spec.model_dump(mode="json")
+    given = []
+    for key, instead in _NOT_FOR_DASK.items():
+        section, _, name = key.rpartition(".")
+        if section:  # the task's recipe's
+            ours, theirs = actual[section][name], recipe[name]
+        else:  # the spec's default
+            default = RunSpec.model_fields[key].get_default(call_default_factory=True)
+            ours = actual[key]
+            theirs = default.model_dump(mode="json") if hasattr(default, "model_dump") else default
+        if ours != theirs:
+            shown = "" if isinstance(ours, dict | list) else f"={json.dumps(ours)}"
+            given.append(f"{key}{shown}" + (f" (give {instead})" if instead else ""))
+    if given:
+        raise SpecError(
+            f"dask fit does not train with {'; '.join(given)}: drop "
+            f"{'it' if len(given) == 1 else 'them'}, or train with `dmlbench run`"
+        )
 
 
 def recipe_optimizer(
@@ -226,6 +247,7 @@ def fit_task(
     """Train ``spec.task`` with the Dask estimator as ``fit`` says; store it as a run.
     ``starting(examples)`` is called once the task's data passed its checks, before the
     cluster starts; ``progress`` after every epoch."""
+    refuse_what_a_fit_ignores(spec)
     task = get_task(spec.task)
     if task.loss != "cross_entropy":
         raise SpecError(
