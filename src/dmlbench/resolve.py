@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from dmlbench.comm.exchange import EXCHANGES, check_options, is_exact, is_sharded
 from dmlbench.errors import DmlbenchError, SpecError, StoreError, unknown
-from dmlbench.models import validate_model_spec
+from dmlbench.models import check_model_inputs, validate_model_spec
 from dmlbench.optim import learning_rate
 from dmlbench.optim.build import OPTIMIZERS
 from dmlbench.spec.overrides import apply_overrides, assign, deep_merge, flatten
@@ -71,6 +71,7 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
     check_names(spec)
     task = get_task(spec.task)
     validate_model_spec(spec.recipe.model)
+    check_model_inputs(spec.recipe.model.name, task)
     try:
         check_options(spec.exchange, spec.exchange_options)
     except ValidationError as error:

@@ -367,3 +367,32 @@ def test_a_loader_that_returns_no_dataset_is_named_in_one_line(tmp_path: Path) -
     wrong = replace(digits, name="mine", load=lambda folder: {"x": [1]})
     with pytest.raises(DatasetError, match=r"^task mine: its load returned dict, not a dmlbench"):
         wrong.read(tmp_path)
+
+
+def test_a_model_that_does_not_take_the_tasks_examples_is_refused_before_it_starts(
+    dmlbench,
+) -> None:
+    """`run --model resnet` on digits failed in every worker, inside conv2d ("Expected
+    3D (unbatched) or 4D (batched) input to conv2d, but got input of size: [32, 64]"),
+    and `kjv-gpt --model mlp` likewise: each model says what it takes, each built-in task
+    what its examples are, and a mismatch is one line before anything starts."""
+    from dataclasses import replace
+
+    from dmlbench.models import check_model_inputs
+    from dmlbench.tasks import get_task
+
+    refused = {
+        ("digits-mlp", "resnet"): "model resnet takes images; digits-mlp's examples are flat "
+        "features: choose linear, mlp (`dmlbench models`)",
+        ("kjv-gpt", "mlp"): "kjv-gpt's examples are token ids: choose gpt",
+        ("cifar10-resnet20", "gpt"): "model gpt takes token ids; cifar10-resnet20's",
+    }
+    for (task, model), said in refused.items():
+        code, _, err = dmlbench("run", task, "--model", model, "--dry-run")
+        assert code == 2 and said in err and len(err.strip().splitlines()) == 1, err
+    for task, model in (("cifar10-resnet20", "mlp"), ("epsilon-logreg", "linear")):
+        code, _, err = dmlbench("run", task, "--model", model, "--dry-run")
+        assert code == 0, err  # an image flattened, features as they are
+    unsaid = replace(get_task("digits-mlp"), inputs=None)  # a plugin's task that says none
+    assert unsaid.example_inputs() is None
+    check_model_inputs("resnet", unsaid)  # nothing to check against: not refused

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, ValidationError
 from torch import nn
@@ -21,7 +21,10 @@ from dmlbench.models.mlp import MLP, Linear
 from dmlbench.models.resnet import CifarResNet
 from dmlbench.models.wide_resnet import WideResNet
 from dmlbench.spec.overrides import MODEL_OPTIONS
-from dmlbench.spec.recipe import ModelSpec, StrictModel
+from dmlbench.spec.recipe import Inputs, ModelSpec, StrictModel
+
+if TYPE_CHECKING:
+    from dmlbench.tasks.base import TaskDefinition
 
 
 class ResNetOptions(StrictModel):
@@ -85,9 +88,11 @@ class ModelEntry:
     build: Callable[[StrictModel, tuple[int, ...], int], nn.Module]
     """(options, input shape of one example, number of outputs) → module"""
     summary: str = ""  # one line for `dmlbench models`
+    inputs: tuple[Inputs, ...] = ("features", "image")  # what it takes (an image flattened)
 
 
 MODELS: dict[str, ModelEntry] = {}
+IMAGES: tuple[Inputs, ...] = ("image",)  # a convolutional model's, or a ViT's patches
 
 
 def register_model(name: str, entry: ModelEntry) -> None:
@@ -140,17 +145,19 @@ def _build_linear(options: StrictModel, shape: tuple[int, ...], outputs: int) ->
 
 
 for _name, _entry in {
-    "resnet": ModelEntry(ResNetOptions, _build_resnet, "CIFAR ResNet (He et al. 2015)"),
+    "resnet": ModelEntry(ResNetOptions, _build_resnet, "CIFAR ResNet (He et al. 2015)", IMAGES),
     "wide-resnet": ModelEntry(
-        WideResNetOptions, _build_wide_resnet, "wide ResNet (Zagoruyko and Komodakis 2016)"
+        WideResNetOptions, _build_wide_resnet, "wide ResNet (Zagoruyko and Komodakis 2016)", IMAGES
     ),
     "imagenet-resnet": ModelEntry(
-        ImageNetResNetOptions, _build_imagenet_resnet, "ImageNet ResNet-18 to 152, ResNeXt"
+        ImageNetResNetOptions, _build_imagenet_resnet, "ImageNet ResNet-18 to 152, ResNeXt", IMAGES
     ),
-    "vgg16": ModelEntry(NoOptions, _build_vgg16, "VGG-16 (Simonyan and Zisserman 2015)"),
-    "alexnet": ModelEntry(NoOptions, _build_alexnet, "AlexNet (Krizhevsky et al. 2012)"),
-    "vit": ModelEntry(ViTOptions, _build_vit, "vision transformer (Dosovitskiy et al. 2021)"),
-    "gpt": ModelEntry(GPTOptions, _build_gpt, "GPT-2-style decoder on token ids"),
+    "vgg16": ModelEntry(NoOptions, _build_vgg16, "VGG-16 (Simonyan and Zisserman 2015)", IMAGES),
+    "alexnet": ModelEntry(NoOptions, _build_alexnet, "AlexNet (Krizhevsky et al. 2012)", IMAGES),
+    "vit": ModelEntry(
+        ViTOptions, _build_vit, "vision transformer (Dosovitskiy et al. 2021)", IMAGES
+    ),
+    "gpt": ModelEntry(GPTOptions, _build_gpt, "GPT-2-style decoder on token ids", ("tokens",)),
     "mlp": ModelEntry(MLPOptions, _build_mlp, "multi-layer perceptron on flat features"),
     "linear": ModelEntry(LinearOptions, _build_linear, "a linear model (logistic regression)"),
 }.items():
@@ -177,6 +184,29 @@ def validate_model_spec(spec: ModelSpec) -> StrictModel:
             f"{options.heads} heads; choose heads that divide it"
         )
     return options
+
+
+_INPUT_WORDS = {"features": "flat features", "image": "images", "tokens": "token ids"}
+
+
+def inputs_text(kinds: tuple[Inputs, ...]) -> str:
+    """``("features", "image")`` → ``flat features or images``."""
+    return " or ".join(_INPUT_WORDS[kind] for kind in kinds)
+
+
+def check_model_inputs(name: str, task: TaskDefinition) -> None:
+    """Refuse, before any worker starts, a model that does not take the task's examples
+    (a ResNet on digits' 64 features failed in every worker, inside conv2d)."""
+    gives = task.example_inputs()
+    takes = MODELS[name].inputs
+    if gives is None or gives in takes:
+        return
+    fits = sorted(model for model, entry in MODELS.items() if gives in entry.inputs)
+    raise SpecError(
+        f"model {name} takes {inputs_text(takes)}; "
+        f"{task.name}'s examples are {_INPUT_WORDS[gives]}: choose {', '.join(fits)} "
+        "(`dmlbench models`)"
+    )
 
 
 def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:

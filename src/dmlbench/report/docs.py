@@ -227,9 +227,14 @@ def exchanges_described() -> list[dict[str, Any]]:
 
 def models_described() -> list[dict[str, Any]]:
     """Every registered model with its options (``recipe.model.options``)."""
-    from dmlbench.models import MODELS
+    from dmlbench.models import MODELS, inputs_text
 
     return [
-        {"name": name, "summary": entry.summary, "options": options_of(entry.options)}
+        {
+            "name": name,
+            "summary": f"{entry.summary}; takes {inputs_text(entry.inputs)}",
+            "takes": list(entry.inputs),
+            "options": options_of(entry.options),
+        }
         for name, entry in MODELS.items()
     ]

@@ -16,6 +16,8 @@ from pydantic import Field, model_validator
 from dmlbench.strict import MAX_COUNT, StrictModel
 
 Precision = Literal["fp32", "tf32", "bf16"]
+# What one example is: what a model takes (``models.ModelEntry.inputs``), a task gives
+Inputs = Literal["features", "image", "tokens"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dmlbench.errors import DatasetError
 from dmlbench.qualities import imported_task
-from dmlbench.spec.recipe import Recipe
+from dmlbench.spec.recipe import Inputs, Recipe
 
 if TYPE_CHECKING:  # tasks register without torch; their loaders import it
     from dmlbench.data import Dataset
@@ -57,6 +57,10 @@ class TaskDefinition:
     ``synthetic_data=true`` runs the task's model on random inputs of that shape (DLBS's
     throughput mode)."""
     num_outputs: int | None = None
+    inputs: Inputs | None = None
+    """What one example is: flat ``features``, an ``image`` (C×H×W) or ``tokens``; None
+    where the task does not say (a plugin's), else read from its loss and input shape.
+    A model that does not take them is refused before any worker starts."""
     augmentation: str = "pad 4 + random 32×32 crop, horizontal flip"
     """What ``recipe.augment`` does to this task's images, in words (``dmlbench tasks``)."""
     mlperf_benchmark: str | None = None
@@ -68,6 +72,15 @@ class TaskDefinition:
         """The task name `results --import-mlperf` gives its benchmark's published runs
         (``mlperf/resnet``), where it is one of MLPerf's."""
         return imported_task(self.mlperf_benchmark) if self.mlperf_benchmark else None
+
+    def example_inputs(self) -> Inputs | None:
+        """What one example is (:attr:`inputs`): said, or read from the loss (tokens)
+        and the input shape (an image's three dimensions); None where neither says."""
+        if self.inputs is not None:
+            return self.inputs
+        if self.loss == "next_token":
+            return "tokens"
+        return "image" if self.input_shape is not None and len(self.input_shape) == 3 else None
 
     def read(self, data_dir: Path) -> Dataset:
         """``load``'s dataset, checked: a plugin's loader that returns something else

@@ -102,6 +102,7 @@ register_task(
         name="epsilon-logreg",
         summary="L2-regularised logistic regression on epsilon to 89% test accuracy",
         dataset="epsilon (PASCAL 2008), 400,000 train / 100,000 test, 2,000 dense features",
+        inputs="features",
         recipe=epsilon_recipe(),
         load=load_epsilon,
         prepare=prepare_epsilon,

@@ -91,6 +91,7 @@ register_task(
         name="digits-mlp",
         summary="MLP on scikit-learn's handwritten digits to 97% test accuracy (the default)",
         dataset="digits (scikit-learn, bundled), 1,437 train / 360 test, 8×8 grey, 10 classes",
+        inputs="features",
         recipe=Recipe(
             model=ModelSpec(name="mlp", options={"hidden": [128]}),
             local_batch=32,
@@ -112,6 +113,7 @@ register_task(
         name="synthetic-mlp",
         summary="Gaussian blobs, small MLP: for tests and quick checks",
         dataset="synthetic, 2,048 train / 512 test, 32 features, 8 classes",
+        inputs="features",
         recipe=Recipe(
             model=ModelSpec(name="mlp", options={"hidden": [64]}),
             local_batch=16,
