@@ -45,6 +45,7 @@ register_task(
         name="breast-cancer-logreg",
         summary="L2-regularised logistic regression on scikit-learn's breast cancer data",
         dataset="breast cancer (scikit-learn, bundled), 426 train / 143 test, 30 features",
+        inputs="features",  # what an example is: a model that takes none is refused
         recipe=Recipe(
             model=ModelSpec(name="linear"),
             local_batch=16,
