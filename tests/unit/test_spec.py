@@ -393,6 +393,10 @@ def test_a_model_that_does_not_take_the_tasks_examples_is_refused_before_it_star
     for task, model in (("cifar10-resnet20", "mlp"), ("epsilon-logreg", "linear")):
         code, _, err = dmlbench("run", task, "--model", model, "--dry-run")
         assert code == 0, err  # an image flattened, features as they are
+    from dmlbench.tasks import all_tasks
+
+    built_in = [task for task in all_tasks() if task.load.__module__.startswith("dmlbench.")]
+    assert len(built_in) >= 11 and all(task.example_inputs() for task in built_in)
     unsaid = replace(get_task("digits-mlp"), inputs=None)  # a plugin's task that says none
     assert unsaid.example_inputs() is None
     check_model_inputs("resnet", unsaid)  # nothing to check against: not refused

@@ -134,6 +134,7 @@ class TaskDefinition:
             "target": self.recipe.target,
             "target_loss": self.target_loss,
             "loss": self.loss,
+            "inputs": self.example_inputs(),
             "reference": self.reference,
             "free_choices": {k: list(v) for k, v in self.free_choices.items()},
             "recipe": self.recipe.model_dump(mode="json"),

@@ -133,6 +133,7 @@ register_task(
         name="synthetic-logreg",
         summary="epsilon-logreg's recipe on a small synthetic binary problem",
         dataset="synthetic, 4,000 train / 1,000 test, 64 unit-norm features, labels ±1",
+        inputs="features",
         recipe=epsilon_recipe(max_epochs=5, target=0.9),
         load=load_synthetic_binary,
         loss="logistic",
