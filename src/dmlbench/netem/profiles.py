@@ -62,7 +62,7 @@ class NetworkSpec(StrictModel):
     def _named(cls, value: Any) -> Any:
         """A bare name or rate, as ``--network`` takes it (``network: 1gbit`` in a spec
         or a sweep's axis, ``--set network=250mbit``)."""
-        return network_option(value) or {} if isinstance(value, str) else value
+        return (network_option(value) or {}) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _units(self) -> NetworkSpec:
