@@ -305,8 +305,9 @@ def test_the_curve_of_stored_runs_takes_the_newest_runs_device_and_medians() -> 
 def test_bench_curve_refuses_before_any_run_what_it_could_not_finish(
     dmlbench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An unknown task, a bad batch list, or a default output name that is taken by a
-    folder: one line each, and no run is started (the store is not even made)."""
+    """An unknown task, a bad batch list, a default output name that is taken by a
+    folder, or a --set of what the curve sets itself: one line each, and no run is
+    started (the store is not even made)."""
     monkeypatch.chdir(tmp_path)
     store = str(tmp_path / "store")
     (tmp_path / "curve-cifar10-resnet20-bf16.json").mkdir()
@@ -315,6 +316,10 @@ def test_bench_curve_refuses_before_any_run_what_it_could_not_finish(
         (("cifar10-resnet20", "--local-batch", "8,x"), "--local-batch '8,x'"),
         (("cifar10-resnet20", "--precision", "../../x"), "one of fp32, tf32, bf16"),
         (("cifar10-resnet20", "--precision", "bf16"), "is a folder"),
+        # ran every batch on 4 workers, then found no one-worker run to draw a curve from
+        (("cifar10-resnet20", "--set", "workers=4"), "drop workers=4 from --set"),
+        (("cifar10-resnet20", "--set", "max_steps=9"), "drop max_steps=9 from --set"),
+        (("cifar10-resnet20", "--set", "network=1gbit"), "drop network from --set"),
     ] + [(("cifar10-resnet20", "--device", "cuda"), "sees no CUDA device on this host")] * (
         not torch.cuda.is_available()
     ):
@@ -334,6 +339,23 @@ def test_a_run_on_cuda_where_there_is_none_is_refused_before_anything_starts(
     assert code == 2 and "device=cuda: torch" in err and "device=auto or cpu" in err, err
     assert len(err.strip().splitlines()) == 1
     assert not list(store.glob("runs/*"))
+
+
+def test_a_falling_line_through_a_curve_is_said_to_be_noise() -> None:
+    """Two noisy steps printed "least-squares line: 41.59 ms fixed + -864 µs a sample"."""
+    from rich.console import Console
+
+    from dmlbench.cli.views.clusters import curve_table
+
+    def said(points: list[list[float]]) -> str:
+        console = Console(width=200, record=True)
+        console.print(curve_table(Curve.of(points, task="t"), 0))
+        return console.export_text()
+
+    assert "ms fixed + 500 µs a sample" in said([[8, 0.006], [16, 0.010]])
+    falling = said([[8, 0.048], [16, 0.041]])
+    assert "falling 875 µs a sample, which is noise: time more --steps" in falling
+    assert "+ -" not in falling
 
 
 def test_each_device_model_measures_its_own_curve_in_a_shared_store() -> None:

@@ -195,7 +195,9 @@ def curve(
             "axes": {"recipe.local_batch": batches},
         }
     )
-    compiled = plan_sweep(sweep, overrides=overrides or ()).runs[0].spec.compile
+    first = plan_sweep(sweep, overrides=overrides or ()).runs[0].spec
+    _refuse_what_the_curve_sets(first, fixed)
+    compiled = first.compile
     mode = "" if not compiled else "-compiled" if compiled is True else f"-{compiled}"
     path = out or Path(f"curve-{task}-{precision}{mode}.json")
     check_output_file(path, "--out file")  # before any run, not after them all
@@ -224,6 +226,24 @@ def curve(
             "curve leaves them out (their runs: dmlbench results)[/yellow]"
         )
         raise typer.Exit(1)
+
+
+def _refuse_what_the_curve_sets(spec: Any, fixed: dict[str, Any]) -> None:
+    """A --set of what `bench curve` sets itself (one worker on one node, synthetic data,
+    its --device, --warmup, --steps and --precision) is refused before any run: `--set
+    workers=4` ran every batch on 4 workers, then found no one-worker run to draw."""
+    from dmlbench.errors import SpecError
+    from dmlbench.spec.overrides import flatten
+
+    tree = flatten(spec.to_json_dict())
+    clash = [f"{key}={tree.get(key)}" for key, value in fixed.items() if tree.get(key) != value]
+    clash += [f"nodes={spec.nodes}"] * (spec.nodes != 1) + ["network"] * spec.network.enabled
+    if clash:
+        raise SpecError(
+            "bench curve times one device at each --local-batch, on synthetic data: drop "
+            f"{', '.join(clash)} from --set (--device, --warmup, --steps and --precision "
+            "set theirs)"
+        )
 
 
 def _curve_use(task: str, path: Path, device: str | None, kind: str | None = None) -> str:

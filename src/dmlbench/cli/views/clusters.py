@@ -181,12 +181,12 @@ def curve_table(curve: Curve, elsewhere: int = 0) -> Group:
     lines = [Text(f"measured{curve.measured_on()}: {plural(len(curve.runs), 'run')}")]
     if len(curve.points) > 1:
         fixed, slope = step_line(curve)
-        lines.append(
-            Text(
-                f"least-squares line: {milliseconds(fixed)} ms fixed + "
-                f"{microseconds(slope)} µs a sample"
-            )
+        per_sample = (  # a falling line is noise: more work does not take less time
+            f"+ {microseconds(slope)} µs a sample"
+            if slope >= 0
+            else f"falling {microseconds(-slope)} µs a sample, which is noise: time more --steps"
         )
+        lines.append(Text(f"least-squares line: {milliseconds(fixed)} ms fixed {per_sample}"))
     if elsewhere:
         lines.append(
             Text(f"left out: {plural(elsewhere, 'run')} on another device or compiled otherwise")
