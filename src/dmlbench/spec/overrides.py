@@ -143,27 +143,24 @@ def assign(tree: dict[str, Any], key: str, value: Any) -> str:
     Naming another model drops the old one's options (set new ones after it)."""
     path = resolve_key(tree, key)
     node, leaf = _parent(tree, path)
+    current = node.get(leaf)
+    if isinstance(value, str) and isinstance(current, dict):  # a bare name for a mapping
+        if "name" in current and "options" in current:  # a model's, as --model takes it
+            node, leaf = current, "name"  # the rule below for its options
+        elif "profile" in current:  # a network's link, as --network takes it
+            value = _network_link(current, value)
     if leaf == "name" and _another(node, {"name": value}, "name"):
         node["options"] = {}
-    current = node.get(leaf)
-    node[leaf] = _named(current, value) if isinstance(current, dict) else value
+    node[leaf] = value
     return path
 
 
-def _named(current: dict[str, Any], value: Any) -> Any:
-    """A bare name given for a whole mapping, as --model and --network take it (``model:
-    [mlp, linear]`` as a sweep's axis, ``--set network=1gbit``): the model of that name
-    (its options kept where it is the same model, at their defaults where another), or
-    the network's link, a profile or a rate (its other keys kept)."""
-    if not isinstance(value, str):
-        return value
-    if "name" in current and "options" in current:
-        return {"name": value, "options": current["options"] if value == current["name"] else {}}
-    if "profile" in current:
-        from dmlbench.netem.profiles import network_option
+def _network_link(current: dict[str, Any], value: str) -> dict[str, Any]:
+    """``network: 1gbit`` (a sweep's axis, ``--set network=250mbit``): the network with
+    its link the profile or rate ``value`` names, its other keys (latency) kept."""
+    from dmlbench.netem.profiles import network_option
 
-        return {**current, "profile": "none", "bandwidth": None, **(network_option(value) or {})}
-    return value
+    return {**current, "profile": "none", "bandwidth": None, **(network_option(value) or {})}
 
 
 def apply_overrides(tree: dict[str, Any], assignments: Iterable[str]) -> list[str]:
