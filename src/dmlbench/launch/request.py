@@ -232,8 +232,7 @@ def plan_run(
         raise DmlbenchError(
             f"{' and '.join(sweeps_only)} go{'es' if len(sweeps_only) == 1 else ''} with a "
             "sweep (a list of worker counts, exchanges, networks or models, --scaling or "
-            "--repeats); one run is stored "
-            "under an id of its own"
+            "--repeats); one run is stored under an id of its own"
         )
     if is_sweep:
         if endpoint is not None:

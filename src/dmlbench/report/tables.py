@@ -77,14 +77,14 @@ def disturbed_note(table: pd.DataFrame) -> str | None:
     disturbed = table[table["timed_disturbed"]]
     counts = ", ".join(str(int(n)) for n in sorted(set(disturbed.get("workers", []))))
     where = f"at {counts} workers " if counts else ""  # none where grouped by another key
-    left_out = table["speedup_tta"].isna() & table["speedup_throughput"].isna()
-    if "workers" not in table or table["workers"].nunique() < 2:  # no speedup to give
-        left_out &= False
+    # a table of one worker count, or grouped by another key, has no speedup to give
+    scaled = "workers" in table and table["workers"].nunique() > 1
+    left_out = scaled and (table["speedup_tta"].isna() & table["speedup_throughput"].isna()).any()
     note = (
         f"† disturbed: {where}only runs whose workers waited for cores other processes "
         "took were timed"
     )
-    if left_out.any():
+    if left_out:
         note += "; no speedup or efficiency is given against them (--include-disturbed counts them)"
     return note
 
