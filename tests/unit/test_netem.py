@@ -114,3 +114,25 @@ def test_a_network_or_a_model_is_named_as_its_option_takes_it(dmlbench, tmp_path
         assert code == 0 and shown in out, err
     code, _, err = dmlbench("run", "--set", "network=nope", "--dry-run")
     assert code == 2 and "unknown network profile 'nope'" in err
+
+
+def test_a_spec_file_names_a_model_or_a_network_as_set_does(dmlbench, tmp_path) -> None:
+    """A spec file's `recipe: {model: mlp}` dropped the recipe's own options (an open
+    run, hidden=None), and after `network: 100mbit` a `--set network.latency=5ms` was
+    an unknown key: a spec file's bare name takes the rule --set has."""
+    model = tmp_path / "model.yaml"
+    model.write_text("task: digits-mlp\nrecipe: {model: mlp}\n")
+    network = tmp_path / "network.yaml"
+    network.write_text("task: digits-mlp\nnetwork: 100mbit\n")
+    code, out, err = dmlbench(
+        "run", "-c", str(model), "-c", str(network), "--set", "network.latency=5ms",
+        "--dry-run", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    spec = json.loads(out)["spec"]
+    assert spec["recipe"]["model"] == {"name": "mlp", "options": {"hidden": [128]}}
+    assert (spec["network"]["profile"], spec["network"]["latency"]) == ("100mbit", "5ms")
+    model.write_text("task: digits-mlp\nrecipe: {model: linear}\n")
+    code, out, err = dmlbench("run", "-c", str(model), "--dry-run", "--json")
+    assert code == 0, err
+    assert json.loads(out)["spec"]["recipe"]["model"] == {"name": "linear", "options": {}}

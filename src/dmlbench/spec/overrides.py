@@ -114,7 +114,7 @@ def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
 
     A mapping that changes the schedule ``kind``, or the model's ``name``, replaces it
     wholesale, since the fields of one kind (one model's options) mean nothing to
-    another.
+    another. A bare name for a model or a network is taken as ``--set`` takes it.
     """
     for key, value in extra.items():
         current = base.get(key)
@@ -126,7 +126,7 @@ def deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]
         if isinstance(value, Mapping) and isinstance(current, dict) and same_kind:
             deep_merge(current, value)
         else:
-            base[key] = dict(value) if isinstance(value, Mapping) else value
+            _put(base, key, dict(value) if isinstance(value, Mapping) else value)
     return base
 
 
@@ -142,7 +142,14 @@ def assign(tree: dict[str, Any], key: str, value: Any) -> str:
     """Set spec key ``key`` (full path or unique suffix) to an already parsed ``value``.
     Naming another model drops the old one's options (set new ones after it)."""
     path = resolve_key(tree, key)
-    node, leaf = _parent(tree, path)
+    _put(*_parent(tree, path), value)
+    return path
+
+
+def _put(node: dict[str, Any], leaf: str, value: Any) -> None:
+    """``node[leaf] = value``, where a bare name given for a whole mapping takes what its
+    option takes (a spec file's ``model: mlp`` as ``--model mlp``, ``network: 1gbit`` as
+    ``--network 1gbit``), and naming another model drops the old one's options."""
     current = node.get(leaf)
     if isinstance(value, str) and isinstance(current, dict):  # a bare name for a mapping
         if "name" in current and "options" in current:  # a model's, as --model takes it
@@ -152,7 +159,6 @@ def assign(tree: dict[str, Any], key: str, value: Any) -> str:
     if leaf == "name" and _another(node, {"name": value}, "name"):
         node["options"] = {}
     node[leaf] = value
-    return path
 
 
 def _network_link(current: dict[str, Any], value: str) -> dict[str, Any]:
