@@ -18,7 +18,15 @@ from dmlbench.errors import DmlbenchError, SpecError, StoreError, unknown
 from dmlbench.models import check_model_inputs, validate_model_spec
 from dmlbench.optim import learning_rate
 from dmlbench.optim.build import OPTIMIZERS
-from dmlbench.spec.overrides import apply_overrides, assign, deep_merge, flatten
+from dmlbench.spec.overrides import (
+    apply_overrides,
+    assign,
+    deep_merge,
+    flatten,
+    refuse_set_twice,
+    resolve_key,
+    written,
+)
 from dmlbench.spec.run import RunSpec, one_line
 from dmlbench.strict import StrictModel
 from dmlbench.tasks import env_plugins, get_task, import_plugins
@@ -104,15 +112,18 @@ def spec_tree(
     config: Mapping[str, Any] | None = None,
     overrides: Iterable[str] = (),
     plugins: Iterable[str] = (),
+    axes: Mapping[str, Iterable[Any]] | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
     """The unvalidated spec dictionary: the task's reference recipe, then ``config``, then
-    ``fields`` (explicit top-level values; ``None`` is ignored so CLI defaults do not mask a
-    config file), then ``overrides``. Sweeps edit this tree before validating it.
+    ``fields`` (explicit top-level values, the command's options; ``None`` is ignored so
+    CLI defaults do not mask a config file), then ``overrides``. Sweeps edit this tree
+    before validating it, setting each of their ``axes``: an override of what an option
+    or an axis sets is refused.
     """
     # DMLBENCH_PLUGINS' too: the spec carries them to nodes whose environment lacks it
-    given = [*env_plugins(), *(config or {}).get("plugins", []), *plugins]
-    plugin_list = list(dict.fromkeys(given))
+    named = [*env_plugins(), *(config or {}).get("plugins", []), *plugins]
+    plugin_list = list(dict.fromkeys(named))
     import_plugins(plugin_list)
     definition = get_task(task)
     tree: dict[str, Any] = {"task": definition.name, "recipe": definition.recipe.model_dump()}
@@ -128,8 +139,15 @@ def spec_tree(
         for key, value in config.items():
             if key not in tree and key != "plugins":
                 assign(tree, key, value)
-    deep_merge(tree, {k: v for k, v in fields.items() if v is not None})
-    apply_overrides(tree, overrides)
+    given = {k: v for k, v in fields.items() if v is not None}
+    deep_merge(tree, given)
+    touched = apply_overrides(tree, overrides)
+    axis = {  # a sweep's seeds are its --seed and those after it (repeats)
+        leaf: "--seed" if key == "seed" else f"the sweep's {key} axis"
+        for key, values in (axes or {}).items()
+        for leaf in written(tree, resolve_key(tree, key), values)
+    }
+    refuse_set_twice(touched, given, axis)
     return tree
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -341,3 +342,39 @@ def test_validation_errors_stay_short() -> None:
             }
         )
     assert len(str(error.value)) < 1000 and "more" in str(error.value)
+
+
+def test_a_set_of_what_an_option_or_an_axis_sets_is_refused(dmlbench, tmp_path) -> None:
+    """One of the two won without a word: `--workers 2 --set workers=3` ran 3 workers,
+    a sweep's axis and its seeds silently replaced a `--set` of them, and in a sweep a
+    spec file's exchange won over `--exchange` (a single run took the option's)."""
+    refused = {
+        ("run", "-w", "2", "--set", "workers=3"): "--set workers and --workers",
+        ("run", "-w", "1,2", "--set", "workers=3"): "--set workers and the sweep's workers axis",
+        ("run", "-w", "1,2", "--set", "seed=4"): "--set seed and --seed",
+        ("run", "--network", "1gbit", "--set", "network=100mbit"): "--set network and --network",
+        ("run", "--model", "mlp,linear", "--set", "model.name=mlp"): "the sweep's model axis",
+        ("bench", "allreduce", "-w", "2,4", "--set", "workers=3"): "--set workers and --workers",
+    }
+    for args, said in refused.items():
+        code, _, err = dmlbench(*args, *(["--dry-run"] if args[0] == "run" else []))
+        assert code == 2 and said in err and "give one of them" in err, (args, err)
+    # what an axis or an option leaves alone is still set: a link's latency, a model's option
+    code, out, err = dmlbench(
+        "run", "-w", "1,2", "--network", "1gbit,10gbit", "--model", "mlp,linear",
+        "--set", "latency=5ms", "--set", "hidden=[64]", "--dry-run", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    specs = [run["spec"] for run in json.loads(out)["runs"]]
+    assert {spec["network"]["latency"] for spec in specs} == {"5ms"}
+    models = {spec["recipe"]["model"]["name"]: spec["recipe"]["model"]["options"] for spec in specs}
+    assert models == {"mlp": {"hidden": [64]}, "linear": {}}
+    config = tmp_path / "spec.yaml"
+    config.write_text("task: digits-mlp\nexchange: powersgd\n")
+    for workers in ("2", "1,2"):
+        code, out, err = dmlbench(
+            "run", "-w", workers, "-c", str(config), "--exchange", "fp16", "--dry-run", "--json"
+        )
+        assert code == 0, err
+        plan = json.loads(out)
+        assert {s["exchange"] for s in [r["spec"] for r in plan.get("runs", [plan])]} == {"fp16"}

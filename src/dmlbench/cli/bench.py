@@ -77,7 +77,7 @@ def allreduce(
     from dmlbench.netem.profiles import network_option
     from dmlbench.report.formats import human_bytes, layout, plural
     from dmlbench.spec.bench import CommBenchSpec
-    from dmlbench.spec.overrides import apply_overrides, deep_merge
+    from dmlbench.spec.overrides import apply_overrides, deep_merge, refuse_set_twice
 
     specs = []
     counts = [nodes * nproc_per_node] if nproc_per_node else worker_counts(workers)
@@ -95,7 +95,8 @@ def allreduce(
             "network": link,
         }
         full = deep_merge(CommBenchSpec().to_json_dict(), tree)
-        apply_overrides(full, overrides or [])
+        touched = apply_overrides(full, overrides or [])
+        refuse_set_twice(touched, tree)
         specs.append(resolve_bench(full))
     results = open_store(store)
     runs, failed = [], False

@@ -7,6 +7,7 @@ suffix of one (``momentum``). Values are read as YAML scalars or lists, so ``0.1
 
 from __future__ import annotations
 
+import copy
 import difflib
 import sys
 from collections.abc import Iterable, Mapping
@@ -172,6 +173,36 @@ def _network_link(current: dict[str, Any], value: str) -> dict[str, Any]:
 def apply_overrides(tree: dict[str, Any], assignments: Iterable[str]) -> list[str]:
     """Apply ``key=value`` strings to ``tree`` in order; return the full paths touched."""
     return [assign(tree, *parse_assignment(text)) for text in assignments]
+
+
+def refuse_set_twice(
+    touched: Iterable[str], options: Mapping[str, Any], axes: Mapping[str, str] | None = None
+) -> None:
+    """Refuse a ``--set`` (its full paths ``touched``) of a key that the command's
+    ``options`` (the values they set, by top-level key) or a sweep's ``axes`` (the leaves
+    they write → what to call them) set too, where one of the two would win without a
+    word: ``--workers 2 --set workers=3`` ran 3, and a sweep over ``workers`` its own."""
+    given = {path: f"--{path.split('.')[0].replace('_', '-')}" for path in flatten(options)}
+    given |= axes or {}
+    for path in touched:
+        for other, by in given.items():
+            if path == other or other.startswith(f"{path}.") or path.startswith(f"{other}."):
+                key = min(path, other, key=len)
+                raise SpecError(f"--set {key} and {by} both set {key}: give one of them")
+
+
+def written(tree: dict[str, Any], path: str, values: Iterable[Any]) -> set[str]:
+    """The leaves of ``tree`` that setting ``path`` to each of ``values`` writes: a
+    sweep's axis ``network: [1gbit, 10gbit]`` writes the link, not the latency, and a
+    model's name the name, not the options it drops."""
+    before = flatten(tree)
+    leaves: set[str] = set()
+    for value in values:
+        scratch = copy.deepcopy(tree)
+        assign(scratch, path, value)
+        after = flatten(scratch)
+        leaves |= {k for k, v in after.items() if v != {} and (k not in before or before[k] != v)}
+    return leaves
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

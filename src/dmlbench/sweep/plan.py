@@ -17,7 +17,7 @@ from typing import Any
 
 from dmlbench.errors import SpecError
 from dmlbench.resolve import spec_tree, validate_spec
-from dmlbench.spec.overrides import apply_overrides, assign, flatten, resolve_key
+from dmlbench.spec.overrides import assign, flatten, resolve_key
 from dmlbench.spec.run import RunSpec
 from dmlbench.spec.sweep import SweepSpec
 from dmlbench.sweep.expressions import Expression
@@ -174,16 +174,22 @@ def plan_sweep(
     repeats: int | None = None,
 ) -> SweepPlan:
     """Expand ``sweep``; ``overrides``/``fields`` apply to every run (CLI ``--set``, paths)."""
-    base = spec_tree(
-        sweep.task, config={"plugins": sweep.plugins}, plugins=plugins, **(fields or {})
-    )
-    for key, value in sweep.set.items():
-        assign(base, key, value)
+    config = {"plugins": sweep.plugins, **sweep.set}  # as a run's spec file: below the options
     if sweep.local_batch is not None:  # weak scaling's, below what the command line sets
-        base["recipe"]["local_batch"] = sweep.local_batch
-    apply_overrides(base, overrides)
-    axis_paths = [resolve_key(base, key) for key in sweep.axes]
+        config["recipe.local_batch"] = sweep.local_batch
     repeat_count = repeats or sweep.repeats
+    cli_seed = (fields or {}).get("seed")
+    first_seed = sweep.seed if cli_seed is None else cli_seed
+    seeds = [first_seed + repeat for repeat in range(repeat_count)]  # set last, as an axis
+    base = spec_tree(
+        sweep.task,
+        config=config,
+        overrides=overrides,
+        plugins=plugins,
+        axes={**sweep.axes, "seed": seeds},
+        **(fields or {}),
+    )
+    axis_paths = [resolve_key(base, key) for key in sweep.axes]
     _bounded(sweep, math.prod(len(v) for v in sweep.axes.values()), repeat_count, "of its axes")
     trees: list[tuple[dict[str, Any], dict[str, Any]]] = []
     for combo in itertools.product(*sweep.axes.values()):
@@ -220,12 +226,10 @@ def plan_sweep(
     runs: list[PlannedRun] = []
     seen: set[str] = set()
     duplicates = 0
-    cli_seed = (fields or {}).get("seed")
-    first_seed = sweep.seed if cli_seed is None else cli_seed
-    for repeat in range(repeat_count):  # repeat-major: repeats interleave
+    for repeat, seed in enumerate(seeds):  # repeat-major: repeats interleave
         for tree, point in trees:
             tree = copy.deepcopy(tree)
-            tree["seed"] = first_seed + repeat
+            tree["seed"] = seed
             try:
                 spec = validate_spec(tree)
             except SpecError as error:
