@@ -378,3 +378,6 @@ def test_a_set_of_what_an_option_or_an_axis_sets_is_refused(dmlbench, tmp_path) 
         assert code == 0, err
         plan = json.loads(out)
         assert {s["exchange"] for s in [r["spec"] for r in plan.get("runs", [plan])]} == {"fp16"}
+    # an option that sets none of a mapping's keys (no --network) leaves them to --set
+    code, _, err = dmlbench("bench", "allreduce", "-s", "latency=5ms", "-s", "max_iterations=0")
+    assert code == 2 and "max_iterations" in err and "both set" not in err, err

@@ -182,7 +182,8 @@ def refuse_set_twice(
     ``options`` (the values they set, by top-level key) or a sweep's ``axes`` (the leaves
     they write → what to call them) set too, where one of the two would win without a
     word: ``--workers 2 --set workers=3`` ran 3, and a sweep over ``workers`` its own."""
-    given = {path: f"--{path.split('.')[0].replace('_', '-')}" for path in flatten(options)}
+    set_by_options = [path for path, value in flatten(options).items() if value != {}]
+    given = {path: f"--{path.split('.')[0].replace('_', '-')}" for path in set_by_options}
     given |= axes or {}
     for path in touched:
         for other, by in given.items():
