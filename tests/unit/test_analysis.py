@@ -1911,3 +1911,17 @@ def test_curves_of_runs_far_apart_in_length_are_drawn_on_a_log_time_axis() -> No
     assert len(set(looks)) == 11 and looks[0][0] == looks[10][0]  # colour alike, marker not
     ax = drawn([100.0, 800.0])
     assert ax.get_xscale() == "linear" and "log" not in ax.get_xlabel()
+
+
+def test_throughput_over_repeats_agrees_with_their_mean_step_time() -> None:
+    """Two repeats at 1 and 9 ms a step of 32 samples were shown as 5 ms a step beside
+    17,778 samples/s (the mean of their rates), which is 1.8 ms a step: the rate is now
+    the harmonic mean, the rate of the mean step, and speedup follows it."""
+    runs = [
+        stored_run(f"a{s}", 1, tta=1.0, seed=s, step_time=t) for s, t in enumerate([1e-3, 9e-3])
+    ]
+    runs += [stored_run(f"b{s}", 2, tta=1.0, seed=s, step_time=2e-3) for s in range(2)]
+    one, two = analysis.scaling_table(frames.runs_frame(runs)).itertuples(index=False)
+    assert one.step_time_mean == pytest.approx(5e-3)
+    assert one.throughput_mean == pytest.approx(32 / 5e-3)
+    assert two.speedup_throughput == pytest.approx((64 / 2e-3) / (32 / 5e-3))

@@ -16,6 +16,9 @@ Definitions (the glossary's):
 - accuracy after time (AAT): best metric among evaluations made within a budget.
 - speedup: ``t0 / tN`` for a time, ``thrN / thr0`` for throughput, against the smallest
   worker count present (``baseline_workers``; 1 when there is a 1-worker run).
+- throughput over repeats: their harmonic mean, the rate of the mean time a sample took,
+  so that it agrees with the mean step time (a mean of rates would count a disturbed
+  repeat's slow steps for less than they took).
 - efficiency: weak scaling ``t0 / tN``; strong scaling ``n0·t0 / (N·tN)``.
 - comm ratio: ``comm / (comm + compute)`` per rank, mean and max over ranks.
 - cost: each run's worker-hours × price per worker-hour: hours × workers, or a Dask
@@ -142,7 +145,7 @@ def scaling_table(
             step_time_mean=finished["step_time_s"].mean(),
             step_time_std=finished["step_time_s"].std(ddof=1),
             epoch_time_mean=finished["epoch_time_s"].mean(),
-            throughput_mean=finished["throughput"].mean(),
+            throughput_mean=_harmonic_mean(finished["throughput"]),
             comm_ratio_mean=finished["comm_ratio_mean"].mean(),
             comm_ratio_max=finished["comm_ratio_max"].max(),
             bytes_per_step_mean=finished["bytes_per_step"].mean(),
@@ -178,6 +181,13 @@ def scaling_table(
         rows.append(row)
     table = pd.DataFrame(rows)
     return _add_scaling(table, frame, keys, include_disturbed)
+
+
+def _harmonic_mean(rates: pd.Series) -> float:
+    """The repeats' rate as the mean of the time each took a sample; NaN where none has
+    one (a rate of 0 or less is not a measured rate)."""
+    measured = rates[rates > 0]
+    return float(len(measured) / (1 / measured).sum()) if len(measured) else math.nan
 
 
 def unpriced_note(table: pd.DataFrame, price: Price) -> str | None:
