@@ -1,8 +1,10 @@
 """A user's task module, as a plugin: tasks whose model misbehaves on purpose.
 
 ``crash-kill`` SIGKILLs rank 1 during its 6th forward pass; ``crash-raise`` raises
-there instead; ``crash-hang`` sleeps there for an hour; ``user-blobs`` is an ordinary
-user task (open division).
+there instead; ``crash-hang`` sleeps there for an hour; ``crash-memory`` joins the
+memory cgroup named by ``DMLBENCH_TEST_CGROUP`` there and fills more than its limit, so
+that the kernel's out-of-memory killer kills it; ``user-blobs`` is an ordinary user
+task (open division).
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ class Faulty(nn.Module):
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.options.how == "hang":
                 time.sleep(3600)
+            if self.options.how == "memory":
+                cgroup = os.environ["DMLBENCH_TEST_CGROUP"]
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
+                    procs.write(str(os.getpid()))
+                kept = [torch.ones(2**20) for _ in range(1024)]  # 4 MiB each, written
+                raise ValueError(f"{len(kept)} MiB held under the cgroup's limit")
             raise ValueError(self.options.message)
         return self.net(x)
 
@@ -52,7 +60,7 @@ def _build(options, shape, outputs):
 register_model("faulty", ModelEntry(FaultyOptions, _build))
 
 _blobs = get_task("synthetic-mlp")
-for how in ("kill", "raise", "hang"):
+for how in ("kill", "raise", "hang", "memory"):
     register_task(
         TaskDefinition(
             name=f"crash-{how}",

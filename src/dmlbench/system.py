@@ -260,3 +260,18 @@ def machine_id() -> float:
             return float(int(handle.read().strip().replace("-", "")[:12], 16))
     except (OSError, ValueError):
         return NAN
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's out-of-memory killer has killed since boot (the
+    machine's, a container's memory limit included: /proc/vmstat's ``oom_kill``, Linux
+    4.13 and later); None where unknown."""
+    try:
+        with open("/proc/vmstat") as handle:
+            for line in handle:
+                name, _, value = line.partition(" ")
+                if name == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -162,10 +163,56 @@ def test_a_dying_worker_fails_the_run_fast(store: ResultsStore, task: str, reaso
     assert outcome.status == row.status == "failed"
     assert f"worker rank 1 failed: {reason}" in row.error
     assert "\n" not in row.error
+    assert "for memory" not in row.error  # a SIGKILL is not said to be the kernel's for memory
     if task == "crash-raise":  # the worker's traceback is kept, and the line says where
         kept = row.error.split("(traceback: ")[1].removesuffix(" in the run folder)")
         path = Path(row.run_dir) / kept  # a path in the run folder: it holds from anywhere
         assert kept.startswith("logs/") and "in forward" in path.read_text()
+
+
+def _memory_cgroup() -> Path | None:
+    """A new memory cgroup of 64 MiB below this process's own (root, cgroup v1 or v2),
+    or None where none can be made."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            base, limit = Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"
+        elif controllers == "" and Path("/sys/fs/cgroup/cgroup.controllers").is_file():
+            base, limit = Path("/sys/fs/cgroup"), "memory.max"
+        else:
+            continue
+        made = base / path.lstrip("/") / f"dmlbench-test-{os.getpid()}"
+        try:
+            made.mkdir()
+            (made / limit).write_text(str(64 * 2**20))
+        except OSError:
+            with contextlib.suppress(OSError):
+                made.rmdir()
+            return None
+        return made
+    return None
+
+
+def test_a_worker_the_kernel_kills_for_memory_is_said_to_be(
+    store: ResultsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker out of memory failed as "Signal 9 (SIGKILL) received by PID 1770", which
+    does not say why: its rank 1 here fills a memory cgroup of 64 MiB."""
+    cgroup = _memory_cgroup()
+    if cgroup is None:
+        pytest.skip("no memory cgroup can be made here (needs root and cgroup v1 or v2)")
+    monkeypatch.setenv("DMLBENCH_TEST_CGROUP", str(cgroup))
+    try:
+        outcome, row = _run(store, "crash-memory", 2, plugins=["dmlbench_test_plugins"])
+    finally:
+        deadline = time.monotonic() + 10  # the killed worker leaves it in a moment
+        while cgroup.exists() and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+            time.sleep(0.1)
+    assert outcome.status == row.status == "failed"
+    assert "worker rank 1 failed: Signal 9 (SIGKILL)" in row.error
+    assert "the kernel killed it for memory" in row.error and "\n" not in row.error
 
 
 def test_user_task_from_a_plugin_module(store: ResultsStore) -> None:

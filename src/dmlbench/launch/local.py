@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -52,7 +53,7 @@ from dmlbench.launch.watchdog import REMOTE_GRACE_S, Watchdog
 from dmlbench.listeners import LOOPBACK, NODE_ADDRESS_ENV, interface_of
 from dmlbench.netem.topology import Topology
 from dmlbench.spec import RunSpec
-from dmlbench.system import environment, signal_handlers_kept
+from dmlbench.system import environment, oom_kills, signal_handlers_kept
 from dmlbench.train.worker import run_worker
 
 
@@ -118,6 +119,12 @@ def _failure_message(failure: ProcessFailure, log_dir: Path) -> str:
         where = f" (traceback: {shown})"
     return text.splitlines()[-1] + where
 
+
+# said of a worker SIGKILLed while the kernel's out-of-memory killer killed a process
+OUT_OF_MEMORY = (
+    "the kernel killed it for memory (out of memory, the machine's or its container's "
+    "limit): a smaller model or batch, fewer workers a host, or exchange=fsdp needs less"
+)
 
 # What torch raises when workers cannot be started for a reason outside dmlbench: the
 # rendezvous, a port, a process that cannot be spawned, a timeout.
@@ -232,6 +239,7 @@ def launch_workers(
         heartbeats, stall_timeout_s, stuck_s=stall_timeout_s + (REMOTE_GRACE_S if remote else 0.0)
     )
     watchdog.start()
+    killed_before = oom_kills()
     try:
         start_log = log_dir / "start-up.log"
         with environment(values), signal_handlers_kept(), _start_up_output(start_log):
@@ -240,9 +248,10 @@ def launch_workers(
         if watchdog.verdict is not None:
             raise WorkerFailed(f"{watchdog.verdict.message}; it was stopped") from None
         rank, failure = error.get_first_failure()
-        raise WorkerFailed(
-            f"worker rank {rank} failed: {_failure_message(failure, log_dir)}"
-        ) from None
+        said = _failure_message(failure, log_dir)
+        if failure.exitcode == -signal.SIGKILL and (oom_kills() or 0) > (killed_before or 0):
+            said += f"; {OUT_OF_MEMORY}"
+        raise WorkerFailed(f"worker rank {rank} failed: {said}") from None
     except SignalException as error:  # Ctrl-C is the user's; another, who sent it
         name = error.sigval.name
         raise KeyboardInterrupt("" if name == "SIGINT" else f"stopped by {name}") from None
