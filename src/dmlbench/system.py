@@ -275,3 +275,18 @@ def oom_kills() -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can still give processes without the out-of-memory killer:
+    /proc/meminfo's MemAvailable and SwapFree; None where unknown."""
+    found: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                name, _, value = line.partition(":")
+                if name in ("MemAvailable", "SwapFree"):
+                    found[name] = int(value.split()[0]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return sum(found.values()) if "MemAvailable" in found else None

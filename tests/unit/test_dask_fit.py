@@ -119,6 +119,8 @@ def test_a_fit_is_billed_for_the_workers_it_asked_its_cluster_for() -> None:
         (["--set", "exchange=ddp"], 'exchange="ddp" (give --engine (centralised or ddp))'),
         (["--set", "network=1gbit"], "not train with network: drop it, or train with `dml"),
         (["--set", "recipe.precision=bf16", "--set", "channels_last=true"], "them, or"),
+        # 2.6 TiB of weights: the out-of-memory killer took the driver and said nothing
+        (["--set", "hidden=[10000000000]"], "the driver and 2 local workers hold at least"),
     ],
 )
 def test_impossible_fits_are_refused_in_one_line_before_anything_starts(

@@ -299,3 +299,25 @@ def gather(
             future.cancel()
         raise
     return client.gather(list(futures), direct=True)
+
+
+def refuse_too_large(size: int, state: int, local_workers: int) -> None:
+    """A model of ``size`` bytes of parameters whose copies on this machine cannot hold
+    what they must is refused: the driver's weights, gradient and ``state`` tensors of
+    optimizer state, and each of a local cluster's ``local_workers``' weights and
+    gradient. The out-of-memory killer took the driver, and the fit with it, without a
+    word."""
+    from dmlbench.errors import SpecError
+    from dmlbench.system import available_memory
+
+    available, need = available_memory(), size * (2 + state + 2 * local_workers)
+    if available is None or need <= available:
+        return
+    holders = "the driver" + (f" and {local_workers} local workers" * (local_workers > 1))
+    holders += " and its local worker" * (local_workers == 1)
+    raise SpecError(
+        f"the model's {size / 2**30:.2f} GiB of parameters do not fit here: with their "
+        f"gradients and optimizer state, {holders} hold at least {need / 2**30:.2f} GiB, "
+        f"and {available / 2**30:.2f} GiB is available; take a smaller model, fewer "
+        "--max-workers, or --scheduler a cluster of its own"
+    )

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dmlbench.dask.cluster import connect
+from dmlbench.dask.cluster import connect, refuse_too_large
 from dmlbench.dask.dampers import Damper
 from dmlbench.dask.estimator import DaskClassifier
 from dmlbench.errors import SpecError, WorkerFailed
@@ -270,8 +270,12 @@ def fit_task(
     x_test = np.ascontiguousarray(data.plain.eval(test).numpy(), dtype=np.float32)
     y_train, y_test = data.train_y.numpy(), data.test_y.numpy()
     torch.manual_seed(spec.seed)
-    from dmlbench.models import build_model
+    from dmlbench.models import build_model, parameter_bytes
+    from dmlbench.optim.build import state_tensors
 
+    size = parameter_bytes(spec.recipe.model, data.input_shape, data.num_outputs)
+    state = state_tensors(spec.recipe.optimizer)
+    refuse_too_large(size, state, fit.max_workers if fit.scheduler is None else 0)
     module = build_model(spec.recipe.model, data.input_shape, data.num_outputs)
     est = DaskClassifier(
         module,

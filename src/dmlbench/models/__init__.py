@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Literal
 
+import torch
 from pydantic import Field, ValidationError
 from torch import nn
 
@@ -207,6 +208,14 @@ def check_model_inputs(name: str, task: TaskDefinition) -> None:
         f"{task.name}'s examples are {_INPUT_WORDS[gives]}: choose {', '.join(fits)} "
         "(`dmlbench models`)"
     )
+
+
+def parameter_bytes(spec: ModelSpec, input_shape: tuple[int, ...], num_outputs: int) -> int:
+    """The bytes of the parameters the spec's model has, from a build on the meta device:
+    none of them allocated, so a model larger than the machine is measured too."""
+    with torch.device("meta"):
+        model = build_model(spec, input_shape, num_outputs)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def build_model(spec: ModelSpec, input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:

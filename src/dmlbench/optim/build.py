@@ -143,6 +143,15 @@ USES = {
 }
 
 
+def state_tensors(spec: OptimizerSpec) -> int:
+    """The parameter-sized tensors of state the optimizer keeps once it has stepped:
+    Adam's, AdamW's and LAMB's two moments, SGD's and LARS's momentum buffer (none
+    without momentum); 0 for one a plugin registers (nothing known of it)."""
+    if spec.name in ("adam", "adamw", "lamb"):
+        return 2
+    return int(spec.name in ("sgd", "lars") and spec.momentum > 0)
+
+
 def describe_optimizer(spec: OptimizerSpec) -> str:
     """The optimizer in words, naming only the settings it reads (``dmlbench tasks``,
     docs/tasks.md)."""
