@@ -106,6 +106,10 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
     return spec
 
 
+# what sets a sweep's seeds, as a refused --set of them names it
+SEEDS = "the sweep's seeds (its first: run's --seed, a sweep file's seed:)"
+
+
 def spec_tree(
     task: str,
     *,
@@ -143,7 +147,7 @@ def spec_tree(
     deep_merge(tree, given)
     touched = apply_overrides(tree, overrides)
     axis = {  # a sweep's seeds are its --seed and those after it (repeats)
-        leaf: "--seed" if key == "seed" else f"the sweep's {key} axis"
+        leaf: SEEDS if key == "seed" else f"the sweep's {key} axis"
         for key, values in (axes or {}).items()
         for leaf in written(tree, resolve_key(tree, key), values)
     }

@@ -351,7 +351,7 @@ def test_a_set_of_what_an_option_or_an_axis_sets_is_refused(dmlbench, tmp_path) 
     refused = {
         ("run", "-w", "2", "--set", "workers=3"): "--set workers and --workers",
         ("run", "-w", "1,2", "--set", "workers=3"): "--set workers and the sweep's workers axis",
-        ("run", "-w", "1,2", "--set", "seed=4"): "--set seed and --seed",
+        ("run", "-w", "1,2", "--set", "seed=4"): "--set seed and the sweep's seeds (its first",
         ("run", "--network", "1gbit", "--set", "network=100mbit"): "--set network and --network",
         ("run", "--model", "mlp,linear", "--set", "model.name=mlp"): "the sweep's model axis",
         ("bench", "allreduce", "-w", "2,4", "--set", "workers=3"): "--set workers and --workers",
