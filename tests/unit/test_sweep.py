@@ -235,6 +235,9 @@ def test_sweep_file_name_defaults_to_its_stem(tmp_path: Path) -> None:
     (tmp_path / "no-task.yaml").write_text("axes: {workers: [1]}\n")
     with pytest.raises(SpecError, match="names no task"):
         load_sweep_file(tmp_path / "no-task.yaml")
+    (tmp_path / "list.yaml").write_text("[1, 2]\n")  # it was called a config file
+    with pytest.raises(SpecError, match=r"^sweep file .*list\.yaml must hold a mapping of its"):
+        load_sweep_file(tmp_path / "list.yaml")
 
 
 def test_example_sweeps_expand() -> None:

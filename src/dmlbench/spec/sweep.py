@@ -131,9 +131,9 @@ def validate_sweep(data: dict[str, Any]) -> SweepSpec:
 
 def load_sweep_file(path: Path) -> SweepSpec:
     """Read a YAML or TOML sweep file; its name defaults to the file's stem."""
-    from dmlbench.spec.run import load_config_file
+    from dmlbench.files import load_mapping_file
 
-    data = load_config_file(path)
+    data = load_mapping_file(path, "sweep file", "its keys (task, axes, set, rules, …)")
     data.setdefault("name", path.stem)
     if "task" not in data:
         raise SpecError(f"sweep file {path} names no task: add e.g. 'task: digits-mlp'")
