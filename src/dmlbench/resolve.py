@@ -152,6 +152,11 @@ def spec_tree(
         for leaf in written(tree, resolve_key(tree, key), values)
     }
     refuse_set_twice(touched, given, axis)
+    if tree.get("global_batch") is not None and "recipe.local_batch" in touched:
+        raise SpecError(  # the spec's check sets it to global_batch / workers
+            "--set recipe.local_batch and global_batch both set the local batch "
+            "(global_batch / workers): give one of them"
+        )
     return tree
 
 

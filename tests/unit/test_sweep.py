@@ -358,6 +358,8 @@ def test_a_set_of_what_an_option_or_an_axis_sets_is_refused(dmlbench, tmp_path) 
         ("run", "--network", "1gbit", "--set", "network=100mbit"): "--set network and --network",
         ("run", "--model", "mlp,linear", "--set", "model.name=mlp"): "the sweep's model axis",
         ("bench", "allreduce", "-w", "2,4", "--set", "workers=3"): "--set workers and --workers",
+        # the spec sets the local batch to global_batch / workers: 32 ran, not 16
+        ("run", "-w", "2", "--global-batch", "64", "--set", "local_batch=16"): "global_batch both",
     }
     for args, said in refused.items():
         code, _, err = dmlbench(*args, *(["--dry-run"] if args[0] == "run" else []))
