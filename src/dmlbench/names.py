@@ -10,10 +10,12 @@
 - :func:`shorten`: what an error message echoes of a value, cut to a readable length.
 - :func:`comma_list`: the items of a comma-separated option (``--network 10gbit, wan``).
 - :func:`first_few`: the first of many names a message lists (``a, b, c, …``).
+- :func:`duration_seconds`: a time given as seconds, with a unit (``8h``) or H:MM:SS.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -68,3 +70,34 @@ def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text):,} characters)"
+
+
+# a duration's units, in seconds: `90s`, `30min`, `1.5h`, `2d`, `8 hours`
+DURATION_UNITS = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3600),
+    **dict.fromkeys(("d", "day", "days"), 86400),
+}
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds from ``3600``, ``90s``, ``30min``, ``1.5h``, ``2d``, or ``2:00:00`` (H:MM:SS,
+    or MM:SS): a deadline is said in hours, and was refused as not a number. A
+    ValueError says why not (a typer ``parser=`` turns it into the option's error)."""
+    words = text.strip().lower()
+    found = re.fullmatch(r"((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([a-df-z][a-z]*)?", words)
+    if found and (found[2] or "s") in DURATION_UNITS:
+        seconds = float(found[1]) * DURATION_UNITS[found[2] or "s"]
+    elif re.fullmatch(r"\d+(:\d{1,2}){1,2}", words) and all(
+        int(part) < 60 for part in words.split(":")[1:]
+    ):
+        seconds = float(sum(int(part) * 60**i for i, part in enumerate(words.split(":")[::-1])))
+    else:
+        raise ValueError(
+            f"{shorten(text)!r} is no duration: give seconds (3600), a number with a unit "
+            "(90s, 30min, 1.5h, 2d) or H:MM:SS"
+        )
+    if not math.isfinite(seconds):
+        raise ValueError(f"{shorten(text)!r} is no finite duration")
+    return seconds

@@ -458,3 +458,24 @@ def test_a_share_there_is_never_reads_zero_percent() -> None:
 
     assert [share(v) for v in (0.003, 0.0949, 0.33, 1.0)] == ["0.3%", "9.5%", "33%", "100%"]
     assert share(None) == share(float("nan")) == MISSING
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("600", 600), ("1e9", 1e9), ("90s", 90), ("10min", 600), ("1.5h", 5400), ("2d", 172800),
+     ("2:00:00", 7200), ("5:30", 330), ("1.5 h", 5400), ("8 hours", 28800)],
+)  # fmt: skip
+def test_a_deadline_or_a_budget_takes_a_duration(text: str, seconds: float) -> None:
+    """`advise-cluster --deadline 8h` was refused: "Input should be a valid number"."""
+    from dmlbench.names import duration_seconds
+
+    assert duration_seconds(text) == seconds
+
+
+def test_what_is_no_duration_is_refused_in_one_line(dmlbench) -> None:
+    for text in ("8 hous", "-5", "1:75", "inf", "9" * 400):
+        code, _, err = dmlbench("advise-cluster", "t", "--cluster", "dgx-a100", "--deadline", text)
+        assert code == 2 and "no" in err and "duration" in err, (text, err)
+        assert len(err.strip().splitlines()) == 1, err
+    code, _, err = dmlbench("report", "--budget", "2 weeks")
+    assert code == 2 and "is no duration" in err, err

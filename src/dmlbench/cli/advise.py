@@ -27,6 +27,7 @@ from dmlbench.cli.options import (
     PricesOption,
     StoreOption,
     console,
+    duration,
     open_store,
     print_json,
 )
@@ -121,7 +122,11 @@ def advise_cluster(
     ],
     deadline: Annotated[
         float | None,
-        typer.Option(help="seconds by which training must reach the target", min=1),
+        typer.Option(
+            parser=duration,
+            metavar="<duration>",
+            help="time by which training must reach the target: seconds, or 30min, 8h, H:MM:SS",
+        ),
     ] = None,
     budget: Annotated[
         float | None, typer.Option(help="the most to spend on the training run", min=0)
@@ -166,7 +171,9 @@ def advise_cluster(
     from dmlbench.prices import choose_price
 
     if deadline is None and budget is None:
-        raise SpecError("advise-cluster plans for a --deadline (seconds), a --budget, or both")
+        raise SpecError("advise-cluster plans for a --deadline (a time), a --budget, or both")
+    if deadline is not None and deadline < 1:
+        raise SpecError(f"--deadline {deadline:g} s: give a time of a second or more")
     batches = worker_counts(local_batch, "--local-batch", "local batches") if local_batch else None
     if samples_per_s is not None and batches is not None and len(batches) > 1:
         raise SpecError(

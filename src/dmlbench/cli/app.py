@@ -35,7 +35,7 @@ from dmlbench.cli import (
     sweeps,
     tasks,
 )
-from dmlbench.cli.options import Command, command_group, err_console, flag, show_logs
+from dmlbench.cli.options import Command, command_group, err_console, flag
 from dmlbench.errors import DmlbenchError
 from dmlbench.names import shorten
 
@@ -98,6 +98,19 @@ def _root(
     """Benchmark distributed data-parallel training: time to accuracy, phases, scaling."""
     if verbose:
         show_logs(logging.INFO if verbose == 1 else logging.DEBUG)
+
+
+def show_logs(level: int) -> None:
+    """The library's log records (``logging``, under ``dmlbench``) on stderr at
+    ``level``; what the CLI prints for people stays on the consoles."""
+    from rich.logging import RichHandler
+
+    handler = RichHandler(console=err_console, show_path=False, markup=False)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger = logging.getLogger("dmlbench")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.names import duration_seconds
 from dmlbench.report.formats import plural, reflowed
 from dmlbench.results.store import DEFAULT_STORE, STORE_ENV, Rerun
 
@@ -23,21 +24,6 @@ if TYPE_CHECKING:
 
 console = Console()
 err_console = Console(stderr=True)
-
-
-def show_logs(level: int) -> None:
-    """The library's log records (``logging``, under ``dmlbench``) on stderr at
-    ``level``; what the CLI prints for people stays on the consoles."""
-    import logging
-
-    from rich.logging import RichHandler
-
-    handler = RichHandler(console=err_console, show_path=False, markup=False)
-    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-    logger = logging.getLogger("dmlbench")
-    logger.handlers[:] = [handler]
-    logger.setLevel(level)
-    logger.propagate = False
 
 
 def flag(*names: str, **options: Any) -> Any:
@@ -129,12 +115,23 @@ NprocPerNodeOption = Annotated[
     ),
 ]
 QuietOption = Annotated[bool, flag("--quiet", help="keep worker output in the run folders only")]
+
+
+def duration(text: str) -> float:
+    """An option's time (`--deadline 8h`): :func:`duration_seconds`, refused as typer's."""
+    try:
+        return duration_seconds(text)
+    except ValueError as error:  # typer let through as "Value error, …"
+        raise typer.BadParameter(str(error)) from None
+
+
 BudgetOption = Annotated[
     float | None,
     typer.Option(
+        parser=duration,
+        metavar="<duration>",
         help="accuracy after time (AAT): the best accuracy, or least test loss, within "
-        "this many seconds",
-        min=0,
+        "this time (seconds, or 90s, 30min, 1.5h, H:MM:SS)",
     ),
 ]
 PriceOption = Annotated[
