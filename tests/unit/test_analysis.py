@@ -1925,3 +1925,29 @@ def test_throughput_over_repeats_agrees_with_their_mean_step_time() -> None:
     assert one.step_time_mean == pytest.approx(5e-3)
     assert one.throughput_mean == pytest.approx(32 / 5e-3)
     assert two.speedup_throughput == pytest.approx((64 / 2e-3) / (32 / 5e-3))
+
+
+def test_a_run_that_a_resumed_sweep_redid_is_no_repeat_that_missed() -> None:
+    """A sweep interrupted by Ctrl-C, then resumed: its point was run again to the
+    target, yet the table read 3/4 reached and the note counted the interrupted run."""
+    point = {"sweep": "s", "run_key": "k2"}
+    runs = [
+        dataclasses.replace(stored_run("a", 1, tta=1.0), run_key="k1"),
+        dataclasses.replace(stored_run("b0", 2, tta=None, status="interrupted"), **point),
+        dataclasses.replace(stored_run("b1", 2, tta=0.6), **point),
+        dataclasses.replace(stored_run("c", 2, tta=None, seed=1, status="failed"), run_key="k3"),
+    ]
+    frame = frames.runs_frame(runs)
+    assert list(frame["redone"]) == [False, True, False, False]
+    two = analysis.scaling_table(frame).iloc[1]
+    assert (two["runs"], two["converged"]) == (2, 1)  # b1 and c; b0 was redone
+    assert notes.unfinished_note(frame) == (
+        "1 run failed; it counts as not reached (k/n) and not in the timings. "
+        "1 interrupted run, since redone, is left out."
+    )
+    # the latest attempt stands, whatever it is: a run redone that failed again counts once
+    again = [
+        *runs[:2],
+        dataclasses.replace(stored_run("b2", 2, tta=None, status="failed"), **point),
+    ]
+    assert list(frames.runs_frame(again)["redone"]) == [False, True, False]

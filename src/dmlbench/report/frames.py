@@ -50,6 +50,7 @@ def _per_step_phases(run: RunRecord) -> dict[str, float]:
 def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
     """One row per stored run (records of ``ResultsStore.runs``)."""
     rows = []
+    redone = _redone(runs)
     for run in runs:
         comm = (run.summary.phase_shares or {}).get("comm", {})
         contention = run.summary.contention or {}
@@ -66,6 +67,7 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
                 "division": run.division,
                 **{key: (run.origin or {}).get(key) for key in ("submitter", "system")},
                 "status": run.status,
+                "redone": run.run_id in redone,
                 "converged": run.status == "success",
                 "stop_reason": run.stop_reason,
                 "workers": run.workers,
@@ -155,6 +157,22 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
         frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     frame["variant"] = variant_labels(frame, GROUP)
     return frame
+
+
+def _redone(runs: Sequence[RunRecord]) -> set[str]:
+    """The failed or interrupted runs of a sweep's point that a later run of the same
+    point replaced (the sweep resumed, ``--rerun failed``): the point's result is the
+    later run's, and the one it replaced is no repeat that missed the target."""
+    later: set[tuple[str, str]] = set()
+    redone = set()
+    for run in reversed(sorted(runs, key=lambda r: r.created_at)):  # newest first
+        if not (run.sweep and run.run_key):
+            continue
+        point = (run.sweep, run.run_key)
+        if point in later and run.status in ("failed", "interrupted"):
+            redone.add(run.run_id)
+        later.add(point)
+    return redone
 
 
 def _worker_seconds(run: RunRecord) -> dict[str, float | None]:

@@ -55,15 +55,25 @@ def section_notes(runs: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     return notes
 
 
+UNFINISHED = ("failed", "interrupted")
+
+
 def unfinished_note(runs: pd.DataFrame, *, listed: bool = False) -> str | None:
     """One line on the runs of ``runs`` (``runs_frame``'s) that failed or were
     interrupted: counted in the scaling table's ``runs``, not in its timings; None if
     none was. A point with only such runs reads ``0/1`` and dashes. ``listed``: the
     report, which lists them below."""
     status = runs["status"] if not runs.empty else pd.Series(dtype=str)
+    redone = runs["redone"] if "redone" in runs else pd.Series(False, index=status.index)
+    replaced = [plural(int((status[redone] == s).sum()), f"{s} run") for s in UNFINISHED]
+    kinds = [words for words in replaced if not words.startswith("0 ")]
+    one_redone = int(redone.sum()) == 1
+    left_out = f"{' and '.join(kinds)}, since redone, {'is' if one_redone else 'are'} left out."
+    left_out = left_out if kinds else ""
+    status = status[~redone]
     failed, stopped = int((status == "failed").sum()), int((status == "interrupted").sum())
     if not failed and not stopped:
-        return None
+        return left_out or None
     said = [f"{plural(failed, 'run')} failed"] if failed else []
     if stopped:
         was = "was" if stopped == 1 else "were"
@@ -71,7 +81,8 @@ def unfinished_note(runs: pd.DataFrame, *, listed: bool = False) -> str | None:
     one = failed + stopped == 1
     note = f"{' and '.join(said)}; {'it counts' if one else 'they count'} as not reached (k/n) "
     note += "and not in the timings."
-    return f"{note} {'It is' if one else 'They are'} listed below." if listed else note
+    note = f"{note} {'It is' if one else 'They are'} listed below." if listed else note
+    return f"{note} {left_out}".strip()
 
 
 def running_note(runs: pd.DataFrame) -> str | None:
