@@ -1951,3 +1951,9 @@ def test_a_run_that_a_resumed_sweep_redid_is_no_repeat_that_missed() -> None:
         dataclasses.replace(stored_run("b2", 2, tta=None, status="failed"), **point),
     ]
     assert list(frames.runs_frame(again)["redone"]) == [False, True, False]
+    # `--rerun always`: a finished point finished again counts once, the later run
+    twice = [runs[0], dataclasses.replace(stored_run("a2", 1, tta=2.0), run_key="k1")]
+    frame = frames.runs_frame(twice)
+    assert list(frame["redone"]) == [True, False]
+    assert analysis.scaling_table(frame).iloc[0]["tta_mean"] == 2.0
+    assert notes.unfinished_note(frame) == "1 finished run, since redone, is left out."

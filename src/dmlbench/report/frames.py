@@ -27,7 +27,7 @@ import pandas as pd
 
 from dmlbench.noise import advisable_noise_scale
 from dmlbench.report.variants import variant_labels
-from dmlbench.results.records import CommResult, CommRun, Evaluation, RunRecord
+from dmlbench.results.records import FINISHED, CommResult, CommRun, Evaluation, RunRecord
 from dmlbench.results.schema import PHASES
 
 GROUP = ["task", "sweep"]
@@ -160,18 +160,22 @@ def runs_frame(runs: Sequence[RunRecord]) -> pd.DataFrame:
 
 
 def _redone(runs: Sequence[RunRecord]) -> set[str]:
-    """The failed or interrupted runs of a sweep's point that a later run of the same
-    point replaced (the sweep resumed, ``--rerun failed``): the point's result is the
-    later run's, and the one it replaced is no repeat that missed the target."""
-    later: set[tuple[str, str]] = set()
+    """The runs of a sweep's point that a later run of the same point replaced: a failed
+    or interrupted one that the resumed sweep ran again (``--rerun failed``), or a
+    finished one that a later one finished again (``--rerun always``). The point's result
+    is the later run's; the one it replaced is no repeat (it had the same seed)."""
+    tried: set[tuple[str, str]] = set()  # points with a later run
+    finished: set[tuple[str, str]] = set()  # points with a later finished run
     redone = set()
-    for run in reversed(sorted(runs, key=lambda r: r.created_at)):  # newest first
+    for run in reversed(sorted(runs, key=attrgetter("created_at"))):  # newest first
         if not (run.sweep and run.run_key):
             continue
         point = (run.sweep, run.run_key)
-        if point in later and run.status in ("failed", "interrupted"):
+        if point in (finished if run.status in FINISHED else tried) and run.status != "running":
             redone.add(run.run_id)
-        later.add(point)
+        tried.add(point)
+        if run.status in FINISHED:
+            finished.add(point)
     return redone
 
 

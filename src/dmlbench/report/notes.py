@@ -65,8 +65,9 @@ def unfinished_note(runs: pd.DataFrame, *, listed: bool = False) -> str | None:
     report, which lists them below."""
     status = runs["status"] if not runs.empty else pd.Series(dtype=str)
     redone = runs["redone"] if "redone" in runs else pd.Series(False, index=status.index)
-    replaced = [plural(int((status[redone] == s).sum()), f"{s} run") for s in UNFINISHED]
-    kinds = [words for words in replaced if not words.startswith("0 ")]
+    replaced = status[redone].where(status[redone].isin(UNFINISHED), "finished")
+    kinds = [plural(int((replaced == s).sum()), f"{s} run") for s in (*UNFINISHED, "finished")]
+    kinds = [words for words in kinds if not words.startswith("0 ")]
     one_redone = int(redone.sum()) == 1
     left_out = f"{' and '.join(kinds)}, since redone, {'is' if one_redone else 'are'} left out."
     left_out = left_out if kinds else ""
