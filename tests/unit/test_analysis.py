@@ -1945,6 +1945,11 @@ def test_a_run_that_a_resumed_sweep_redid_is_no_repeat_that_missed() -> None:
         "1 run failed; it counts as not reached (k/n) and not in the timings. "
         "1 interrupted run, since redone, is left out."
     )
+    from dmlbench.report.html_tables import runs_view
+
+    listed = runs_view(frame)  # the report lists it, and says why the tables do not count it
+    assert [c for row in listed.rows for c in row.cells if c == "interrupted, redone"]
+    assert "Redone: a later run of the same point replaced it" in listed.caption
     # the latest attempt stands, whatever it is: a run redone that failed again counts once
     again = [
         *runs[:2],

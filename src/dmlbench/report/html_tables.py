@@ -108,7 +108,9 @@ def runs_view(runs: pd.DataFrame) -> TableView:
         cells += [workers, *([names[run["variant"]]] if varied else [])]
         cells += [
             str(run["seed"]),
-            status_words(run["status"]) + ("†" if run["disturbed"] else ""),
+            status_words(run["status"])
+            + ("†" if run["disturbed"] else "")
+            + (", redone" if bool(run.get("redone", False)) else ""),
             seconds(run["tta_s"]),
             goal_value(run["goal"], run["best"], 2, run["task"]),
             fmt(run["epochs"], ".1f"),
@@ -122,7 +124,9 @@ def runs_view(runs: pd.DataFrame) -> TableView:
         if runs["disturbed"].any()
         else ""
     )
-    return TableView(head, rows, caption)
+    if "redone" in runs and runs["redone"].any():  # the tables count the later run
+        caption += " Redone: a later run of the same point replaced it in the tables."
+    return TableView(head, rows, caption.strip())
 
 
 def comm_view(runs: pd.DataFrame) -> TableView:
