@@ -386,3 +386,16 @@ def test_a_set_of_what_an_option_or_an_axis_sets_is_refused(dmlbench, tmp_path) 
     # an option that sets none of a mapping's keys (no --network) leaves them to --set
     code, _, err = dmlbench("bench", "allreduce", "-s", "latency=5ms", "-s", "max_iterations=0")
     assert code == 2 and "max_iterations" in err and "both set" not in err, err
+
+
+def test_a_spec_files_seed_is_an_inline_sweeps_first(dmlbench, tmp_path) -> None:
+    """`run --workers 1,2 --config spec.yaml` with `seed: 3` in the spec file was refused:
+    "invalid sweep: set: give the first seed as the sweep's own 'seed:'", of a sweep file
+    the user never wrote."""
+    config = tmp_path / "spec.yaml"
+    config.write_text("task: digits-mlp\nseed: 3\n")
+    for more, seeds in (((), [3, 3, 4, 4]), (("--seed", "7"), [7, 7, 8, 8])):
+        args = ("run", "-w", "1,2", "--repeats", "2", "-c", str(config), *more)
+        code, out, err = dmlbench(*args, "--dry-run", "--json")
+        assert code == 0, err
+        assert [run["spec"]["seed"] for run in json.loads(out)["runs"]] == seeds

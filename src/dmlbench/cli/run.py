@@ -175,7 +175,7 @@ def run(
         from dmlbench.spec.sweep import validate_sweep
 
         run_sweep(
-            validate_sweep(request.sweep_file(global_batch, seed or 0, config_data)),
+            validate_sweep(request.sweep_file(global_batch, seed, config_data)),
             overrides=overrides or [],
             plugins=plugins or [],
             fields={

@@ -127,11 +127,12 @@ class RunRequest:
         return {"nodes": self.nodes, "nproc_per_node": self.nproc_per_node}
 
     def sweep_file(
-        self, global_batch: int | None, seed: int, config: Mapping[str, Any]
+        self, global_batch: int | None, seed: int | None, config: Mapping[str, Any]
     ) -> dict[str, Any]:
         """The sweep file an inline sweep stands for: the worker counts given as an axis,
         and the exchanges, networks or models given as lists; the spec file's keys as the
-        values every run sets (its worker count where none was given)."""
+        values every run sets (its worker count where none was given), its seed as the
+        sweep's first where --seed was not given."""
         assert self.sweep is not None
         counts = {"workers": self.sweep.workers} if self.sweep.workers else {}  # else the spec's
         return {
@@ -140,8 +141,8 @@ class RunRequest:
             "scaling": self.sweep.scaling,
             "global_batch": global_batch,
             "repeats": self.sweep.repeats,
-            "seed": seed,
-            "set": {k: v for k, v in config.items() if k != "plugins"},
+            "seed": seed if seed is not None else config.get("seed", 0),
+            "set": {k: v for k, v in config.items() if k not in ("plugins", "seed")},
             "axes": counts | self.sweep.axes,
             "plugins": config.get("plugins", []),
         }
