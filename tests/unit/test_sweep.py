@@ -399,3 +399,42 @@ def test_a_spec_files_seed_is_an_inline_sweeps_first(dmlbench, tmp_path) -> None
         code, out, err = dmlbench(*args, "--dry-run", "--json")
         assert code == 0, err
         assert [run["spec"]["seed"] for run in json.loads(out)["runs"]] == seeds
+
+
+def test_a_sweep_files_set_that_one_of_its_axes_sets_is_refused(tmp_path: Path) -> None:
+    """`set: {max_epochs: 3}` beside `axes: {recipe.max_epochs: [1, 2]}`: the axis won
+    without a word."""
+    path = tmp_path / "both.yaml"
+    for set_, axis in (
+        ("max_epochs: 3", "recipe.max_epochs"),
+        ("recipe: {max_epochs: 3}", "max_epochs"),
+    ):
+        path.write_text(f"task: synthetic-mlp\nset: {{{set_}}}\naxes: {{{axis}: [1, 2]}}\n")
+        with pytest.raises(SpecError, match=f"is under set: and is the axis {axis}, whose"):
+            load_sweep_file(path)
+    path.write_text("task: synthetic-mlp\nset: {max_epochs: 3}\naxes: {workers: [1, 2]}\n")
+    assert load_sweep_file(path).set == {"max_epochs": 3}
+
+
+def test_a_spec_files_batch_is_an_inline_scaling_sweeps_own(dmlbench, tmp_path) -> None:
+    """`run --workers 1,2 --scaling weak --config spec.yaml` with a local batch in the spec
+    file (or strong with a global batch) was refused: "remove local_batch/global_batch
+    from set, axes and derived", of a sweep file the user never wrote."""
+    config = tmp_path / "spec.yaml"
+    cases = [
+        ("recipe: {local_batch: 16}", "weak", "1,2", [(16, 16), (16, 32)]),
+        ("local_batch: 16", "weak", "1,2", [(16, 16), (16, 32)]),
+        ("global_batch: 64", "strong", "1,2", [(64, 64), (32, 64)]),
+        ("local_batch: 16", "strong", "2,4", [(16, 32), (8, 32)]),  # at the fewest workers
+    ]
+    for line, scaling, workers, batches in cases:
+        config.write_text(f"task: digits-mlp\n{line}\n")
+        args = ("run", "-w", workers, "--scaling", scaling, "-c", str(config), "--dry-run")
+        code, out, err = dmlbench(*args, "--json")
+        assert code == 0, (line, err)
+        specs = [run["spec"] for run in json.loads(out)["runs"]]
+        local = [spec["recipe"]["local_batch"] for spec in specs]
+        assert [(b, b * spec["workers"]) for b, spec in zip(local, specs, strict=True)] == batches
+    config.write_text("task: digits-mlp\nglobal_batch: 64\n")
+    code, _, err = dmlbench("run", "-w", "1,2", "--scaling", "weak", "-c", str(config), "--dry-run")
+    assert code == 2 and "weak scaling keeps each worker's local batch" in err, err

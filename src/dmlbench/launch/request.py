@@ -135,17 +135,59 @@ class RunRequest:
         sweep's first where --seed was not given."""
         assert self.sweep is not None
         counts = {"workers": self.sweep.workers} if self.sweep.workers else {}  # else the spec's
+        kept = {k: v for k, v in config.items() if k not in ("plugins", "seed")}
+        batches: dict[str, int | None] = {"global_batch": global_batch}
+        if self.sweep.scaling != "none":  # the spec file's batch is the scaling's own
+            kept, found = _without_batches(kept)
+            batches = _scaling_batches(self.sweep, global_batch, found, config.get("workers", 1))
         return {
             "name": self.sweep.name,
             "task": self.task,
             "scaling": self.sweep.scaling,
-            "global_batch": global_batch,
+            **batches,
             "repeats": self.sweep.repeats,
             "seed": seed if seed is not None else config.get("seed", 0),
-            "set": {k: v for k, v in config.items() if k not in ("plugins", "seed")},
+            "set": kept,
             "axes": counts | self.sweep.axes,
             "plugins": config.get("plugins", []),
         }
+
+
+def _without_batches(config: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A spec file's keys less its local and global batch (``local_batch``,
+    ``recipe.local_batch``, ``recipe: {local_batch: …}``, ``global_batch``), and those."""
+    import copy
+
+    kept, found = copy.deepcopy(dict(config)), {}
+    for key in list(kept):
+        if (name := key.rpartition(".")[2]) in ("local_batch", "global_batch"):
+            found[name] = kept.pop(key)
+    if isinstance(recipe := kept.get("recipe"), dict) and "local_batch" in recipe:
+        found["local_batch"] = recipe.pop("local_batch")
+    return kept, found
+
+
+def _scaling_batches(
+    sweep: SweepRequest, global_batch: int | None, found: Mapping[str, Any], workers: Any
+) -> dict[str, int | None]:
+    """An inline sweep's batch under weak or strong scaling, from the spec file's: weak
+    keeps its local batch; strong fixes its global batch (--global-batch first), or its
+    local batch at the fewest workers. Its spec file's were refused as a sweep file's
+    ``set:`` ("remove local_batch/global_batch from set")."""
+    if sweep.scaling == "weak":
+        if "global_batch" in found:
+            raise DmlbenchError(
+                "weak scaling keeps each worker's local batch: drop global_batch from the "
+                "spec file, or use --scaling strong"
+            )
+        local = {"local_batch": found["local_batch"]} if "local_batch" in found else {}
+        return {"global_batch": global_batch, **local}  # --global-batch: refused below
+    if global_batch is None and "global_batch" in found:
+        global_batch = found["global_batch"]
+    elif global_batch is None and "local_batch" in found:
+        fewest = min(sweep.workers or [workers if isinstance(workers, int) else 1])
+        global_batch = found["local_batch"] * fewest
+    return {"global_batch": global_batch}
 
 
 def early_allocator(

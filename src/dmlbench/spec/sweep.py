@@ -137,4 +137,20 @@ def load_sweep_file(path: Path) -> SweepSpec:
     data.setdefault("name", path.stem)
     if "task" not in data:
         raise SpecError(f"sweep file {path} names no task: add e.g. 'task: digits-mlp'")
-    return validate_sweep(data)
+    sweep = validate_sweep(data)
+    _refuse_set_and_axis(sweep, path)
+    return sweep
+
+
+def _refuse_set_and_axis(sweep: SweepSpec, path: Path) -> None:
+    """A key under a sweep file's ``set:`` that one of its axes sets too (the same key,
+    or one a suffix of the other: ``max_epochs``, ``recipe.max_epochs``): the axis won
+    without a word. (An inline sweep's ``set:`` is a spec file's keys, which its lists
+    rightly win over.)"""
+    for key in flatten(sweep.set):
+        for axis in sweep.axes:
+            if key == axis or key.endswith(f".{axis}") or axis.endswith(f".{key}"):
+                raise SpecError(
+                    f"sweep file {path}: {key} is under set: and is the axis {axis}, "
+                    "whose values win: drop one of them"
+                )
