@@ -174,6 +174,10 @@ def _scaling_batches(
     keeps its local batch; strong fixes its global batch (--global-batch first), or its
     local batch at the fewest workers. Its spec file's were refused as a sweep file's
     ``set:`` ("remove local_batch/global_batch from set")."""
+    wrong = {k: v for k, v in found.items() if type(v) is not int or v < 1}
+    if wrong:
+        key, value = next(iter(wrong.items()))
+        raise DmlbenchError(f"the spec file's {key} {shorten(repr(value))}: give a whole number")
     if sweep.scaling == "weak":
         if "global_batch" in found:
             raise DmlbenchError(
