@@ -168,7 +168,7 @@ def test_a_sweep_plans_with_dry_run_as_a_run_does(dmlbench, tmp_path: Path) -> N
         ),
         (
             ["run", "--workers", "1,2", "--scaling", "weak", "--global-batch", "64", "--dry-run"],
-            "global_batch belongs to strong scaling",
+            "weak scaling keeps each worker's local batch: drop --global-batch, or use --scal",
         ),
         (
             ["run", "--workers", "1,2", "--scaling", "sideways", "--dry-run"],

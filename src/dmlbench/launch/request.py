@@ -179,13 +179,13 @@ def _scaling_batches(
         key, value = next(iter(wrong.items()))
         raise DmlbenchError(f"the spec file's {key} {shorten(repr(value))}: give a whole number")
     if sweep.scaling == "weak":
-        if "global_batch" in found:
-            raise DmlbenchError(
-                "weak scaling keeps each worker's local batch: drop global_batch from the "
-                "spec file, or use --scaling strong"
-            )
-        local = {"local_batch": found["local_batch"]} if "local_batch" in found else {}
-        return {"global_batch": global_batch, **local}  # --global-batch: refused below
+        for given, where in ((global_batch, "--global-batch"), (found.get("global_batch"), "")):
+            if given is not None:
+                raise DmlbenchError(
+                    "weak scaling keeps each worker's local batch: drop "
+                    f"{where or 'global_batch from the spec file'}, or use --scaling strong"
+                )
+        return {"local_batch": found["local_batch"]} if "local_batch" in found else {}
     if global_batch is None and "global_batch" in found:
         global_batch = found["global_batch"]
     elif global_batch is None and "local_batch" in found:
