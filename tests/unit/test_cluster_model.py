@@ -269,6 +269,10 @@ def test_the_simulate_command_on_a_cluster_profile(dmlbench, tmp_path: Path) -> 
     assert code == 0 and "dgx-h100" in out and "goyal2017-bigbasin" in out
     code, listed, _ = dmlbench("simulate-cluster", "--cluster", "list")  # no task needed
     assert code == 0 and listed == out
+    code, listed, _ = dmlbench("simulate-cluster", "list")  # was "Missing option '--cluster'"
+    assert code == 0 and listed == out
+    code, _, err = dmlbench("simulate-cluster", GOYAL_TASK)
+    assert code == 2 and "which cluster? --cluster PROFILE" in err and err.count("\n") == 1
     code, _, err = dmlbench("simulate-cluster", "--cluster", "dgx-a100")
     assert code == 2 and "which task?" in err and err.count("\n") == 1
     code, _, err = dmlbench("simulate-cluster", GOYAL_TASK, "--cluster", "dgx-h10")

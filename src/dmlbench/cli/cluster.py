@@ -75,13 +75,14 @@ AlgorithmOption = Annotated[
 
 def simulate_cluster(
     cluster: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="a hardware profile (dgx-a100, goyal2017-bigbasin, …; `--cluster list`): "
             "compute from the task's FLOPs and the device's peak, links from the profile, "
-            "DDP's overlap; no store needed"
+            "DDP's overlap; no store needed",
+            show_default=False,
         ),
-    ],
+    ] = None,
     task: Annotated[
         str | None,
         typer.Argument(help="task to predict (none with --cluster list)", show_default=False),
@@ -117,9 +118,13 @@ def simulate_cluster(
     from dmlbench.perfmodel.hardware import load_hardware
     from dmlbench.perfmodel.replays import published_points
 
-    if cluster == "list":
+    if cluster == "list" or (cluster is None and task == "list"):  # `simulate-cluster list`
         console.print(hardware_table(load_hardware(hardware)))
         return
+    if cluster is None:
+        raise SpecError(
+            "which cluster? --cluster PROFILE (`dmlbench simulate-cluster list` lists them)"
+        )
     if task is None:
         raise SpecError(f"which task? dmlbench simulate-cluster TASK --cluster {cluster}")
     (result,) = cluster_time_to_train(
