@@ -439,5 +439,7 @@ def test_a_spec_files_batch_is_an_inline_scaling_sweeps_own(dmlbench, tmp_path) 
     code, _, err = dmlbench("run", "-w", "1,2", "--scaling", "weak", "-c", str(config), "--dry-run")
     assert code == 2 and "weak scaling keeps each worker's local batch" in err, err
     config.write_text("task: digits-mlp\nlocal_batch: true\n")  # True * 2 workers was 2
-    code, _, err = dmlbench("run", "-w", "2,4", "--scaling", "strong", "-c", str(config))
+    code, _, err = dmlbench(
+        "run", "-w", "2,4", "--scaling", "strong", "-c", str(config), "--dry-run"
+    )
     assert code == 2 and "local_batch True: give a whole number" in err, err
