@@ -57,13 +57,6 @@ class NetworkSpec(StrictModel):
     intra_latency: str | None = Field(None, description="one-way delay inside a node")
     profiles_file: str | None = Field(None, description="your own profiles YAML")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _named(cls, value: Any) -> Any:
-        """A bare name or rate, as ``--network`` takes it (``network: 1gbit`` in a spec
-        or a sweep's axis, ``--set network=250mbit``)."""
-        return (network_option(value) or {}) if isinstance(value, str) else value
-
     @model_validator(mode="after")
     def _units(self) -> NetworkSpec:
         for rate in (self.bandwidth, self.intra_bandwidth):

@@ -27,13 +27,6 @@ class ModelSpec(StrictModel):
     name: str = Field(description="registered model builder, e.g. 'resnet', 'mlp', 'linear'")
     options: dict[str, Any] = Field(default_factory=dict, description="builder options")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _named(cls, value: Any) -> Any:
-        """A bare name, as ``--model`` takes it (``model: linear`` in a spec or a sweep's
-        axis): that model with its options at their defaults."""
-        return {"name": value} if isinstance(value, str) else value
-
 
 class OptimizerSpec(StrictModel):
     """Per-worker optimizer applied after the gradient exchange."""
