@@ -313,8 +313,11 @@ def refuse_too_large(size: int, state: int, local_workers: int) -> None:
     available, need = available_memory(), size * (2 + state + 2 * local_workers)
     if available is None or need <= available:
         return
-    holders = "the driver" + (f" and {local_workers} local workers" * (local_workers > 1))
-    holders += " and its local worker" * (local_workers == 1)
+    holders = "the driver"
+    if local_workers == 1:
+        holders += " and its local worker"
+    elif local_workers > 1:
+        holders += f" and {local_workers} local workers"
     raise SpecError(
         f"the model's {size / 2**30:.2f} GiB of parameters do not fit here: with their "
         f"gradients and optimizer state, {holders} hold at least {need / 2**30:.2f} GiB, "

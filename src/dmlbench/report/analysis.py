@@ -100,15 +100,15 @@ def scaling_table(
     names its device).
 
     Runs still running (their launcher alive, e.g. another task of a Slurm job array)
-    are not results yet and are left out, and so are failed and interrupted runs that a
-    later run of their point replaced (``redone``: a resumed sweep). Other failed and
+    are not results yet and are left out, and so are runs that a later run of their point
+    replaced (``redone``: a resumed sweep, ``--rerun always``). Other failed and
     interrupted runs are counted in ``runs`` but not in the timings (``report.notes``
     has a line for each kind); runs that finished without reaching the target count as
     not converged. Disturbed runs are counted in ``disturbed``; their timings are used
     only where no undisturbed run finished (``timed_disturbed``), and such a row takes
     no part in speedup and efficiency, unless ``include_disturbed``.
     """
-    if not frame.empty:  # and a failed or interrupted run a rerun of its point replaced
+    if not frame.empty:  # and a run a later run of its point replaced
         redone = frame["redone"] if "redone" in frame else pd.Series(False, index=frame.index)
         frame = frame[(frame["status"] != "running") & ~redone]
     if frame.empty:

@@ -60,7 +60,8 @@ UNFINISHED = ("failed", "interrupted")
 
 def unfinished_note(runs: pd.DataFrame, *, listed: bool = False) -> str | None:
     """One line on the runs of ``runs`` (``runs_frame``'s) that failed or were
-    interrupted: counted in the scaling table's ``runs``, not in its timings; None if
+    interrupted: counted in the scaling table's ``runs``, not in its timings; and on the
+    runs a later run of their point replaced (``redone``), left out of it; None if
     none was. A point with only such runs reads ``0/1`` and dashes. ``listed``: the
     report, which lists them below."""
     status = runs["status"] if not runs.empty else pd.Series(dtype=str)
