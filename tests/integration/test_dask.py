@@ -469,7 +469,7 @@ def test_an_address_that_is_no_scheduler_is_refused_within_the_timeout(
 @pytest.mark.slow
 def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
     """The nanny fails the whole start when a worker dies during it: start again."""
-    from helpers import command_line, process_tree
+    from helpers import is_worker, process_tree
 
     from dmlbench.dask.cluster import _start_local_cluster
 
@@ -480,7 +480,7 @@ def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
         deadline = time.monotonic() + 60
         while not killed and time.monotonic() < deadline:
             for pid in process_tree(me) - before:
-                if "spawn_main" in command_line(pid):
+                if is_worker(pid):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
                     break

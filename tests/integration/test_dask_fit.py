@@ -3,17 +3,26 @@ LocalCluster and stored beside torch.distributed runs, and its refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import COLUMNS, DMLBENCH, mlperf_common_messages, wait_for_evaluation
+from helpers import (
+    COLUMNS,
+    DMLBENCH,
+    is_worker,
+    mlperf_common_messages,
+    process_tree,
+    wait_for_evaluation,
+)
 
 from dmlbench.dask.dampers import GeoDamp
 from dmlbench.dask.simulate import schedule
@@ -139,6 +148,41 @@ def test_a_signal_stores_a_fit_as_interrupted_with_what_it_reached(
     (run,) = json.loads(dmlbench("results", "--json", "--store", str(store)).stdout)
     assert (run["status"], run["error"]) == ("interrupted", said)
     assert len(run["evals"]) >= 1  # what it reached is kept
+
+
+@pytest.mark.slow
+def test_ctrl_c_as_the_workers_start_is_one_line(tmp_path: Path) -> None:
+    """Ctrl-C while the LocalCluster's worker processes were still starting (before
+    their preload ignores it) printed a KeyboardInterrupt traceback of 40 to 80 lines
+    from each, from deep in Dask. Forked by a fork server that ignores it, they leave
+    it to `dask fit`, which stores the fit as interrupted."""
+    store = tmp_path / "store"
+    proc = subprocess.Popen(
+        [*DMLBENCH, "dask", "fit", "digits-mlp", "--store", str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,  # a process group of its own, as a terminal's job is
+    )
+    deadline, workers = time.monotonic() + 120, []
+    while proc.poll() is None and not workers:
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("no Dask worker process started")
+        time.sleep(0.01)
+        workers = [pid for pid in process_tree(proc.pid) if is_worker(pid)]
+    time.sleep(0.3)  # into its imports: Ctrl-C before them ended a spawned one silently
+    with contextlib.suppress(ProcessLookupError):  # checked below: it should still run
+        os.killpg(proc.pid, signal.SIGINT)
+    # a forked worker's environment is its fork server's: Dask's, set before a spawn
+    with contextlib.suppress(OSError):  # a worker that has already exited
+        assert b"MALLOC_TRIM_THRESHOLD_=65536" in Path(f"/proc/{workers[0]}/environ").read_bytes()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    (run,) = json.loads(dmlbench("results", "--json", "--store", str(store)).stdout)
+    assert (run["status"], run["error"]) == ("interrupted", "interrupted by the user")
 
 
 @pytest.mark.slow

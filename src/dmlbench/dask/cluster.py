@@ -3,7 +3,8 @@
 Which cluster: the ``client`` parameter (a ``distributed.Client`` or a scheduler address),
 else the current default client (``Client(...)`` made in this process), else one
 process-wide ``LocalCluster`` started on first use, listening on loopback only, with one
-thread per worker and one torch thread per worker process, and closed at exit.
+thread per worker and one torch thread per worker process, its workers forked by a fork
+server that leaves Ctrl-C to this process, and closed at exit.
 """
 
 from __future__ import annotations
@@ -11,17 +12,21 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import os
+import signal
 import socket
 import threading
 import time
 from collections.abc import Sequence
+from multiprocessing import get_all_start_methods
 from typing import Any
 
+import dask
 from distributed import Client, Future, LocalCluster, wait
 from distributed.client import default_client
 from distributed.gc import disable_gc_diagnosis
 
-from dmlbench.system import interrupts_deferred
+from dmlbench.system import environment, interrupts_deferred
 
 _LOCAL: Client | None = None
 _LOCAL_LOCK = threading.Lock()
@@ -33,17 +38,20 @@ LOCAL_START_ATTEMPTS = 3
 def _start_local_cluster(workers: int) -> LocalCluster:
     """A LocalCluster on loopback; started again when a worker dies while it starts (the
     nanny then fails the whole start), up to ``LOCAL_START_ATTEMPTS`` times."""
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            return LocalCluster(
-                n_workers=workers,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",  # loopback unless the user brings their own cluster
-                dashboard_address="127.0.0.1:0",  # its HTTP server runs even without bokeh
-                env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
-                preload=[__name__],  # its dask_setup: Ctrl-C is the driver's to handle
-            )
+            method = _worker_start_method(env)
+            with dask.config.set({"distributed.worker.multiprocessing-method": method}):
+                return LocalCluster(
+                    n_workers=workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",  # loopback unless the user brings their own cluster
+                    dashboard_address="127.0.0.1:0",  # its HTTP server runs even without bokeh
+                    env=env,
+                    preload=[__name__],  # its dask_setup: Ctrl-C is the driver's to handle
+                )
         except (RuntimeError, OSError, TimeoutError) as error:
             if attempt == LOCAL_START_ATTEMPTS:
                 raise RuntimeError(
@@ -52,6 +60,50 @@ def _start_local_cluster(workers: int) -> LocalCluster:
                     "or pass client= a running cluster"
                 ) from None
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+_SERVER: int | None = None  # the pid of the fork server this module started
+
+
+def _worker_start_method(env: dict[str, str]) -> str:
+    """How the local workers start: forked by a fork server that ignores Ctrl-C, which
+    each worker then does from its first instruction. Spawned, as Dask does by default,
+    a worker that Ctrl-C reached while it started printed a KeyboardInterrupt traceback
+    of 40 to 80 lines from deep in Dask (:func:`dask_setup` comes later).
+
+    The server starts with the environment Dask sets before it spawns a worker, since
+    its workers inherit the server's, not this process's. This process ignores Ctrl-C
+    only while it forks and execs the server (milliseconds). Workers are spawned, as
+    before, off the main thread (Python cannot change a handler there), where the
+    platform has no fork server, and where this process runs one for something else
+    (the launcher's, which preloads torch): it is process-wide."""
+    global _SERVER
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    running = getattr(server, "_forkserver_pid", None)
+    if running is not None and running == _SERVER:
+        return "forkserver"
+    main = threading.current_thread() is threading.main_thread()
+    if running is not None or not main or "forkserver" not in get_all_start_methods():
+        return "spawn"
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with environment(_pre_spawn_environment() | env):
+            forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    _SERVER = getattr(server, "_forkserver_pid", None)
+    return "forkserver"
+
+
+def _pre_spawn_environment() -> dict[str, str]:
+    """``distributed.nanny.pre-spawn-environ`` as a nanny reads it: the variables a
+    worker must have from its start (the process's own value first; None unsets)."""
+    wanted = dask.config.get("distributed.nanny.pre-spawn-environ")
+    return {
+        key: os.environ.get(key, str(value)) for key, value in wanted.items() if value is not None
+    }
 
 
 def dask_setup(worker: Any) -> None:
