@@ -106,24 +106,21 @@ def validate_spec(data: Mapping[str, Any]) -> RunSpec:
     return spec
 
 
-# what sets a sweep's seeds, as a refused --set of them names it
-SEEDS = "the sweep's seeds (its first: run's --seed, a sweep file's seed:)"
-
-
 def spec_tree(
     task: str,
     *,
     config: Mapping[str, Any] | None = None,
     overrides: Iterable[str] = (),
     plugins: Iterable[str] = (),
-    axes: Mapping[str, Iterable[Any]] | None = None,
+    later: Iterable[tuple[str, Iterable[Any] | None, str]] = (),
     **fields: Any,
 ) -> dict[str, Any]:
     """The unvalidated spec dictionary: the task's reference recipe, then ``config``, then
     ``fields`` (explicit top-level values, the command's options; ``None`` is ignored so
     CLI defaults do not mask a config file), then ``overrides``. Sweeps edit this tree
-    before validating it, setting each of their ``axes``: an override of what an option
-    or an axis sets is refused.
+    before validating it, setting what they list in ``later`` (a key, the values it
+    takes or None where each run computes its own, and what to call that): an override
+    of what an option or ``later`` sets is refused.
     """
     # DMLBENCH_PLUGINS' too: the spec carries them to nodes whose environment lacks it
     named = [*env_plugins(), *(config or {}).get("plugins", []), *plugins]
@@ -146,12 +143,16 @@ def spec_tree(
     given = {k: v for k, v in fields.items() if v is not None}
     deep_merge(tree, given)
     touched = apply_overrides(tree, overrides)
-    axis = {  # a sweep's seeds are its --seed and those after it (repeats)
-        leaf: SEEDS if key == "seed" else f"the sweep's {key} axis"
-        for key, values in (axes or {}).items()
-        for leaf in written(tree, resolve_key(tree, key), values)
+    set_later = {
+        leaf: what
+        for key, values, what in later
+        for leaf in (
+            written(tree, resolve_key(tree, key), values)
+            if values is not None
+            else [resolve_key(tree, key)]
+        )
     }
-    refuse_set_twice(touched, given, axis)
+    refuse_set_twice(touched, given, set_later)
     if tree.get("global_batch") is not None and "recipe.local_batch" in touched:
         raise SpecError(  # the spec's check sets it to global_batch / workers
             "--set recipe.local_batch and global_batch both set the local batch "

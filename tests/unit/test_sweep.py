@@ -412,8 +412,41 @@ def test_a_sweep_files_set_that_one_of_its_axes_sets_is_refused(tmp_path: Path) 
         path.write_text(f"task: synthetic-mlp\nset: {{{set_}}}\naxes: {{{axis}: [1, 2]}}\n")
         with pytest.raises(SpecError, match=f"is under set: and is the axis {axis}, whose"):
             load_sweep_file(path)
+    path.write_text("task: synthetic-mlp\nset: {max_epochs: 3}\nderived: {max_epochs: '1'}\n")
+    with pytest.raises(SpecError, match="max_epochs is under set: and is derived as max_epochs"):
+        load_sweep_file(path)
     path.write_text("task: synthetic-mlp\nset: {max_epochs: 3}\naxes: {workers: [1, 2]}\n")
     assert load_sweep_file(path).set == {"max_epochs": 3}
+
+
+def test_a_set_of_what_a_sweep_files_rules_or_derived_values_set_is_refused(
+    dmlbench, tmp_path: Path
+) -> None:
+    """`dmlbench sweep FILE --set local_batch=8` lost without a word where a rule of the
+    file set or forked the local batch, and `--set max_epochs=5` where the file derived
+    it: a run's plan read 32, or the derived epochs."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "task: synthetic-mlp\nscaling: none\naxes: {workers: [1, 2]}\n"
+        "rules:\n"
+        "  - {when: 'workers == 2', set: {local_batch: 32}}\n"
+        "  - {when: 'workers == 1', fork: {momentum: [0.0, 0.9]}}\n"
+        "derived: {recipe.max_epochs: '3 if workers == 1 else 2'}\n"
+    )
+    plan = ("sweep", str(path), "--plan", "--store", str(tmp_path / "store"))
+    refused = {
+        "local_batch=8": "--set recipe.local_batch and the sweep's rule 'workers == 2'",
+        "momentum=0.5": "the sweep's rule 'workers == 1' both set recipe.optimizer.momentum",
+        "max_epochs=5": "--set recipe.max_epochs and the sweep's derived recipe.max_epochs",
+    }
+    for assignment, said in refused.items():
+        code, _, err = dmlbench(*plan, "--set", assignment)
+        assert code == 2 and said in err and "give one of them" in err, (assignment, err)
+    code, out, err = dmlbench(*plan, "--set", "weight_decay=0.001", "--json")  # left alone
+    assert code == 0, err
+    specs = [run["spec"]["recipe"] for run in json.loads(out)["runs"]]
+    assert {spec["optimizer"]["weight_decay"] for spec in specs} == {0.001}
+    assert sorted(spec["local_batch"] for spec in specs) == [16, 16, 32]
 
 
 def test_a_spec_files_batch_is_an_inline_scaling_sweeps_own(dmlbench, tmp_path) -> None:

@@ -143,14 +143,16 @@ def load_sweep_file(path: Path) -> SweepSpec:
 
 
 def _refuse_set_and_axis(sweep: SweepSpec, path: Path) -> None:
-    """A key under a sweep file's ``set:`` that one of its axes sets too (the same key,
-    or one a suffix of the other: ``max_epochs``, ``recipe.max_epochs``): the axis won
-    without a word. (An inline sweep's ``set:`` is a spec file's keys, which its lists
-    rightly win over.)"""
+    """A key under a sweep file's ``set:`` that one of its axes or derived values sets
+    too (the same key, or one a suffix of the other: ``max_epochs``,
+    ``recipe.max_epochs``): the axis or the derived value won without a word. (An inline
+    sweep's ``set:`` is a spec file's keys, which its lists rightly win over; a rule's
+    ``set:`` refines the file's where its condition holds.)"""
+    later = [(axis, f"the axis {axis}, whose values win") for axis in sweep.axes]
+    later += [(key, f"derived as {key}, which wins") for key in sweep.derived]
     for key in flatten(sweep.set):
-        for axis in sweep.axes:
-            if key == axis or key.endswith(f".{axis}") or axis.endswith(f".{key}"):
+        for other, what in later:
+            if key == other or key.endswith(f".{other}") or other.endswith(f".{key}"):
                 raise SpecError(
-                    f"sweep file {path}: {key} is under set: and is the axis {axis}, "
-                    "whose values win: drop one of them"
+                    f"sweep file {path}: {key} is under set: and is {what}: drop one of them"
                 )

@@ -165,6 +165,25 @@ def _strong_global_batch(sweep: SweepSpec, trees: list[dict[str, Any]]) -> int:
     return int(smallest["recipe"]["local_batch"]) * _world(smallest)
 
 
+# what sets a sweep's seeds, as a refused --set of them names it
+SEEDS = "the sweep's seeds (its first: run's --seed, a sweep file's seed:)"
+
+
+def _set_later(sweep: SweepSpec, seeds: list[int]) -> list[tuple[str, Iterable[Any] | None, str]]:
+    """What the sweep sets after the command line's ``--set``, with the values it takes
+    (None: computed per run) and what to call it: its axes, its rules' set and fork, its
+    derived values, its seeds. A ``--set`` of one of them would lose without a word."""
+    later: list[tuple[str, Iterable[Any] | None, str]] = [
+        (key, values, f"the sweep's {key} axis") for key, values in sweep.axes.items()
+    ]
+    for rule in sweep.rules:
+        what = f"the sweep's rule '{rule.when}'"
+        later += [(key, [value], what) for key, value in rule.set.items()]
+        later += [(key, values, what) for key, values in rule.fork.items()]
+    later += [(key, None, f"the sweep's derived {key}") for key in sweep.derived]
+    return [*later, ("seed", seeds, SEEDS)]
+
+
 def plan_sweep(
     sweep: SweepSpec,
     *,
@@ -186,7 +205,7 @@ def plan_sweep(
         config=config,
         overrides=overrides,
         plugins=plugins,
-        axes={**sweep.axes, "seed": seeds},
+        later=_set_later(sweep, seeds),
         **(fields or {}),
     )
     axis_paths = [resolve_key(base, key) for key in sweep.axes]
