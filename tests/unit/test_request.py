@@ -3,6 +3,9 @@ environment: one run or a sweep, which cluster path, where this node stores its 
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +158,48 @@ def test_the_launch_takes_the_fork_server_started_early(monkeypatch) -> None:
     finally:
         running._stop()
         server._SERVED = None  # no server now: the next launch starts one
+
+
+def test_dask_and_the_launcher_share_the_fork_server_without_breaking_each_other(
+    monkeypatch,
+) -> None:
+    """Dask's local workers fork from a server that ignores Ctrl-C, started in the
+    environment they need. A process has one server: the launcher stopped whatever server
+    ran to start its own, which would have left a live Dask cluster's nannies reading
+    their workers as dead; it spawns its workers instead until the cluster is closed."""
+    from multiprocessing import forkserver
+
+    from dmlbench.launch import forkserver as server
+
+    monkeypatch.setattr(server, "PRELOAD", ("json",))  # a light server: no torch
+    monkeypatch.delenv(server.START_METHOD_ENV, raising=False)
+    running = forkserver._forkserver
+    if running._forkserver_pid is not None:  # another test's: start from none
+        running._stop()
+    try:
+        assert server.quiet_start_method({"DMLBENCH_TEST_MARK": "quiet"}) == "forkserver"
+        quiet = running._forkserver_pid
+        environ, deadline = b"", time.monotonic() + 30
+        while not environ and time.monotonic() < deadline:  # empty until its exec is done
+            environ = Path(f"/proc/{quiet}/environ").read_bytes()
+            time.sleep(0.01)
+        assert b"DMLBENCH_TEST_MARK=quiet" in environ
+        status = Path(f"/proc/{quiet}/status").read_text()
+        ignored = int(
+            next(line for line in status.splitlines() if line.startswith("SigIgn:"))[7:], 16
+        )
+        assert ignored & (1 << (signal.SIGINT - 1))  # and so do the workers it forks
+        assert "DMLBENCH_TEST_MARK" not in os.environ  # only the server's
+        assert server.quiet_start_method({}) == "forkserver" and running._forkserver_pid == quiet
+        # a launch while the Dask cluster lives: its workers are spawned, the server kept
+        assert server.start_method({}) == "spawn" and running._forkserver_pid == quiet
+        server.quiet_released()  # the cluster closed: the launcher takes the server over
+        assert server.start_method({}) == "forkserver"
+        assert running._forkserver_pid not in (None, quiet)
+        assert server.quiet_start_method({}) == "spawn"  # not the launcher's, with torch
+    finally:
+        running._stop()
+        server._SERVED, server._QUIET_BUSY = None, False
 
 
 def test_an_inline_sweep_is_the_sweep_file_it_stands_for() -> None:

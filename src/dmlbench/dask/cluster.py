@@ -18,7 +18,6 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from multiprocessing import get_all_start_methods
 from typing import Any
 
 import dask
@@ -26,7 +25,8 @@ from distributed import Client, Future, LocalCluster, wait
 from distributed.client import default_client
 from distributed.gc import disable_gc_diagnosis
 
-from dmlbench.system import environment, interrupts_deferred
+from dmlbench.launch.forkserver import quiet_released, quiet_start_method
+from dmlbench.system import interrupts_deferred
 
 _LOCAL: Client | None = None
 _LOCAL_LOCK = threading.Lock()
@@ -41,7 +41,7 @@ def _start_local_cluster(workers: int) -> LocalCluster:
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            method = _worker_start_method(env)
+            method = quiet_start_method(_pre_spawn_environment() | env)
             with dask.config.set({"distributed.worker.multiprocessing-method": method}):
                 return LocalCluster(
                     n_workers=workers,
@@ -62,41 +62,6 @@ def _start_local_cluster(workers: int) -> LocalCluster:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-_SERVER: int | None = None  # the pid of the fork server this module started
-
-
-def _worker_start_method(env: dict[str, str]) -> str:
-    """How the local workers start: forked by a fork server that ignores Ctrl-C, which
-    each worker then does from its first instruction. Spawned, as Dask does by default,
-    a worker that Ctrl-C reached while it started printed a KeyboardInterrupt traceback
-    of 40 to 80 lines from deep in Dask (:func:`dask_setup` comes later).
-
-    The server starts with the environment Dask sets before it spawns a worker, since
-    its workers inherit the server's, not this process's. This process ignores Ctrl-C
-    only while it forks and execs the server (milliseconds). Workers are spawned, as
-    before, off the main thread (Python cannot change a handler there), where the
-    platform has no fork server, and where this process runs one for something else
-    (the launcher's, which preloads torch): it is process-wide."""
-    global _SERVER
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    running = getattr(server, "_forkserver_pid", None)
-    if running is not None and running == _SERVER:
-        return "forkserver"
-    main = threading.current_thread() is threading.main_thread()
-    if running is not None or not main or "forkserver" not in get_all_start_methods():
-        return "spawn"
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        with environment(_pre_spawn_environment() | env):
-            forkserver.ensure_running()
-    finally:
-        signal.signal(signal.SIGINT, handler)
-    _SERVER = getattr(server, "_forkserver_pid", None)
-    return "forkserver"
-
-
 def _pre_spawn_environment() -> dict[str, str]:
     """``distributed.nanny.pre-spawn-environ`` as a nanny reads it: the variables a
     worker must have from its start (the process's own value first; None unsets)."""
@@ -112,7 +77,6 @@ def dask_setup(worker: Any) -> None:
     and each printed a KeyboardInterrupt traceback from deep in Dask; the process that
     started them handles it and closes them (a worker whose parent is gone exits by
     itself). A worker still starting when Ctrl-C comes has not got here yet."""
-    import signal
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -151,6 +115,7 @@ def close_local() -> None:
         finally:
             nanny.setLevel(level)
             _LOCAL = None
+            quiet_released()
 
 
 HANDSHAKE_WAIT_S = 10.0  # a scheduler greets a new connection at once; allow for load
