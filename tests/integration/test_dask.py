@@ -472,6 +472,7 @@ def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
     from helpers import is_worker, process_tree
 
     from dmlbench.dask.cluster import _start_local_cluster
+    from dmlbench.launch.forkserver import quiet_released
 
     me, killed = os.getpid(), []
     before = process_tree(me)  # other tests' clusters are not this test's to kill
@@ -488,10 +489,13 @@ def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
 
     killer = threading.Thread(target=kill_the_first_worker, daemon=True)
     killer.start()
-    with _start_local_cluster(2) as local, Client(local, set_as_default=False) as client:
-        killer.join()
-        assert killed  # one worker did die while the cluster started
-        client.wait_for_workers(2, timeout=30)
+    try:
+        with _start_local_cluster(2) as local, Client(local, set_as_default=False) as client:
+            killer.join()
+            assert killed  # one worker did die while the cluster started
+            client.wait_for_workers(2, timeout=30)
+    finally:  # as close_local does: later launches in this process may take the server
+        quiet_released()
 
 
 @pytest.mark.slow
