@@ -193,12 +193,15 @@ def test_bad_input_is_one_line_and_exit_code_2(dmlbench, args: list[str], messag
 def test_a_start_method_that_is_none_is_refused_before_anything_is_stored(
     dmlbench, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """`run`, and `dask fit` on a local cluster (whose workers it starts too: it had
+    stored a failed fit)."""
     monkeypatch.setenv("DMLBENCH_START_METHOD", "fork")
-    code, _, err = dmlbench("run", "--workers", "1", "--store", str(tmp_path / "store"))
-    assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "DMLBENCH_START_METHOD='fork' is not a way to start workers" in err
-    assert "forkserver or spawn" in err
-    assert ResultsStore(tmp_path / "store").runs() == []
+    for command in (["run", "--workers", "1"], ["dask", "fit", "synthetic-mlp"]):
+        code, _, err = dmlbench(*command, "--store", str(tmp_path / "store"))
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "DMLBENCH_START_METHOD='fork' is not a way to start workers" in err
+        assert "forkserver or spawn" in err
+        assert ResultsStore(tmp_path / "store").runs() == []
 
 
 def test_a_run_id_fragment_shows_one_run_or_says_which_match(dmlbench, tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from dmlbench.dask.cluster import connect, refuse_too_large
 from dmlbench.dask.dampers import Damper
 from dmlbench.dask.estimator import DaskClassifier
 from dmlbench.errors import SpecError, WorkerFailed
+from dmlbench.launch.forkserver import chosen_start_method
 from dmlbench.launch.lifecycle import (
     Attempt,
     Launcher,
@@ -248,6 +249,8 @@ def fit_task(
     ``starting(examples)`` is called once the task's data passed its checks, before the
     cluster starts; ``progress`` after every epoch."""
     refuse_what_a_fit_ignores(spec)
+    if fit.scheduler is None:  # a bad DMLBENCH_START_METHOD is refused before anything runs
+        chosen_start_method()
     task = get_task(spec.task)
     if task.loss != "cross_entropy":
         raise SpecError(
