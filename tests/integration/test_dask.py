@@ -520,6 +520,37 @@ def test_the_docs_dask_snippet_runs_as_a_script_and_grows_its_batch(tmp_path: Pa
     assert len(batches) == 10 and batches[0] < batches[-1], done.stdout
 
 
+@pytest.mark.slow
+def test_a_script_that_fits_unguarded_is_told_to_guard_it(tmp_path: Path) -> None:
+    """A script that fits at its top level: each worker process imports it and tried to
+    start a cluster of its own, three times, and the user read hundreds of lines of
+    nested tracebacks that ended in "Nanny failed to start". Each worker now says what
+    happened, and so does the script's last line."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from dmlbench.dask import DaskClassifier\n"
+        "from dmlbench.models.mlp import MLP\n"
+        "x = np.zeros((16, 4), dtype=np.float32)\n"
+        "y = np.arange(16) % 2\n"
+        "DaskClassifier(MLP, module__in_features=4, module__hidden=[4], module__num_outputs=2,"
+        " max_epochs=1, max_workers=1).fit(x, y)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert done.returncode != 0
+    guard = "under `if __name__ == '__main__':`"
+    said = "a Dask worker process is importing this script, which fits at its top level"
+    assert f"{said}: put the fit {guard}" in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("RuntimeError: could not start a local Dask cluster") and guard in last
+    assert "No clients found" not in done.stderr  # what led there, not what happened
+
+
 def test_the_workers_are_asked_of_the_scheduler_not_of_the_clients_cache(client: Client) -> None:
     """distributed's client keeps one identity that its periodic update rewrites with no
     workers listed; read between a fetch and its return, the workers were gone (a DDP fit

@@ -15,9 +15,11 @@ import math
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Sequence
+from types import FrameType
 from typing import Any
 
 import dask
@@ -38,6 +40,7 @@ LOCAL_START_ATTEMPTS = 3
 def _start_local_cluster(workers: int) -> LocalCluster:
     """A LocalCluster on loopback; started again when a worker dies while it starts (the
     nanny then fails the whole start), up to ``LOCAL_START_ATTEMPTS`` times."""
+    _refuse_from_a_worker_importing_main()
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
@@ -57,9 +60,33 @@ def _start_local_cluster(workers: int) -> LocalCluster:
                 raise RuntimeError(
                     f"could not start a local Dask cluster ({attempt} attempts; last: "
                     f"{type(error).__name__}: {error!s:.120}): check memory and processes, "
-                    "or pass client= a running cluster"
+                    f"{UNGUARDED if _main_is_a_script() else ''}or pass client= a running "
+                    "cluster"
                 ) from None
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+# each worker process imports the main script, as multiprocessing's spawn does
+UNGUARDED = "that a script's fit is under `if __name__ == '__main__':` (its workers import it), "
+
+
+def _main_is_a_script() -> bool:
+    return hasattr(sys.modules.get("__main__"), "__file__")
+
+
+def _refuse_from_a_worker_importing_main() -> None:
+    """A local cluster started while a worker process imports the main script (as
+    ``__mp_main__``): a script that fits at its top level, unguarded. Each worker tried
+    to start a cluster of its own, three times, and the script's user read hundreds of
+    lines of nested tracebacks ending in "Nanny failed to start"."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "__mp_main__":
+            raise RuntimeError(
+                "a Dask worker process is importing this script, which fits at its top "
+                "level: put the fit under `if __name__ == '__main__':`"
+            ) from None  # not "No clients found", which led here
+        frame = frame.f_back
 
 
 def _pre_spawn_environment() -> dict[str, str]:
