@@ -103,8 +103,8 @@ def dask_setup(worker: Any) -> None:
     Ctrl-C in a terminal signals its whole foreground process group, the workers too,
     and each printed a KeyboardInterrupt traceback from deep in Dask; the process that
     started them handles it and closes them (a worker whose parent is gone exits by
-    itself). A worker still starting when Ctrl-C comes has not got here yet."""
-
+    itself). A worker still starting when Ctrl-C comes has not got here yet: forked by
+    the quiet fork server (:func:`quiet_start_method`), it ignores Ctrl-C from its start."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 

@@ -138,11 +138,11 @@ def load_sweep_file(path: Path) -> SweepSpec:
     if "task" not in data:
         raise SpecError(f"sweep file {path} names no task: add e.g. 'task: digits-mlp'")
     sweep = validate_sweep(data)
-    _refuse_set_and_axis(sweep, path)
+    _refuse_set_that_loses(sweep, path)
     return sweep
 
 
-def _refuse_set_and_axis(sweep: SweepSpec, path: Path) -> None:
+def _refuse_set_that_loses(sweep: SweepSpec, path: Path) -> None:
     """A key under a sweep file's ``set:`` that one of its axes or derived values sets
     too (the same key, or one a suffix of the other: ``max_epochs``,
     ``recipe.max_epochs``): the axis or the derived value won without a word. (An inline
