@@ -471,8 +471,7 @@ def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
     """The nanny fails the whole start when a worker dies during it: start again."""
     from helpers import is_worker, process_tree
 
-    from dmlbench.dask.cluster import _start_local_cluster
-    from dmlbench.launch.forkserver import quiet_released
+    from dmlbench.dask.cluster import _start_local_cluster, _workers_forked_no_more
 
     me, killed = os.getpid(), []
     before = process_tree(me)  # other tests' clusters are not this test's to kill
@@ -495,7 +494,38 @@ def test_a_worker_killed_while_the_local_cluster_starts_is_survived() -> None:
             assert killed  # one worker did die while the cluster started
             client.wait_for_workers(2, timeout=30)
     finally:  # as close_local does: later launches in this process may take the server
-        quiet_released()
+        _workers_forked_no_more()
+
+
+@pytest.mark.slow
+def test_the_workers_a_local_cluster_scales_up_to_are_forked_too() -> None:
+    """A fit whose batch grows scales its local cluster up: the workers that join were
+    spawned as Dask does by default, and one that Ctrl-C reached while it started
+    printed the traceback the quiet fork server spares the first ones. They are forked
+    from it too, until the cluster is closed."""
+    from multiprocessing import forkserver
+
+    import dask
+    from helpers import command_line
+
+    from dmlbench.dask.cluster import METHOD, close_local, local_client
+    from dmlbench.launch import forkserver as server
+
+    if forkserver._forkserver._forkserver_pid is not None:  # a launch's, in this process
+        forkserver._forkserver._stop()
+    server._SERVED = None
+    before = dask.config.get(METHOD)
+    try:
+        client = local_client(1)
+        client.cluster.scale(2)
+        client.wait_for_workers(2, timeout=60)
+        pids = client.run(lambda: (os.getpid(), os.getppid()))
+        assert len(pids) == 2
+        for pid, parent in pids.values():
+            assert "forkserver" in command_line(parent), (pid, command_line(parent))
+    finally:
+        close_local()
+    assert dask.config.get(METHOD) == before  # a cluster of the user's own spawns again
 
 
 @pytest.mark.slow

@@ -44,17 +44,17 @@ def _start_local_cluster(workers: int) -> LocalCluster:
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            method = quiet_start_method(_pre_spawn_environment() | env)
-            with dask.config.set({"distributed.worker.multiprocessing-method": method}):
-                return LocalCluster(
-                    n_workers=workers,
-                    threads_per_worker=1,
-                    processes=True,
-                    host="127.0.0.1",  # loopback unless the user brings their own cluster
-                    dashboard_address="127.0.0.1:0",  # its HTTP server runs even without bokeh
-                    env=env,
-                    preload=[__name__],  # its dask_setup: Ctrl-C is the driver's to handle
-                )
+            if quiet_start_method(_pre_spawn_environment() | env) == "forkserver":
+                _fork_workers()
+            return LocalCluster(
+                n_workers=workers,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",  # loopback unless the user brings their own cluster
+                dashboard_address="127.0.0.1:0",  # its HTTP server runs even without bokeh
+                env=env,
+                preload=[__name__],  # its dask_setup: Ctrl-C is the driver's to handle
+            )
         except (RuntimeError, OSError, TimeoutError) as error:
             if attempt == LOCAL_START_ATTEMPTS:
                 raise RuntimeError(
@@ -64,6 +64,29 @@ def _start_local_cluster(workers: int) -> LocalCluster:
                     "cluster"
                 ) from None
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+METHOD = "distributed.worker.multiprocessing-method"
+_METHOD_BEFORE: list[str] = []  # Dask's start method before the local cluster's
+
+
+def _fork_workers() -> None:
+    """Dask's nannies fork their workers from the quiet fork server from now until
+    :func:`close_local`: those the cluster starts with and those it scales up to as a
+    fit's batch grows (a nanny reads the method as it starts a worker). Dask's setting
+    is process-wide: a cluster of the user's own started meanwhile forks its workers
+    from that server too."""
+    if not _METHOD_BEFORE:
+        _METHOD_BEFORE.append(dask.config.get(METHOD))
+    dask.config.set({METHOD: "forkserver"})
+
+
+def _workers_forked_no_more() -> None:
+    """The local cluster is closed: Dask's start method is what it was, and the launcher
+    may take the fork server over."""
+    if _METHOD_BEFORE:
+        dask.config.set({METHOD: _METHOD_BEFORE.pop()})
+    quiet_released()
 
 
 # each worker process imports the main script, as multiprocessing's spawn does
@@ -142,7 +165,7 @@ def close_local() -> None:
         finally:
             nanny.setLevel(level)
             _LOCAL = None
-            quiet_released()
+            _workers_forked_no_more()
 
 
 HANDSHAKE_WAIT_S = 10.0  # a scheduler greets a new connection at once; allow for load
