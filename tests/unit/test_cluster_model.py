@@ -113,6 +113,8 @@ def test_a_hardware_file_is_read_within_bounds_and_never_echoed(dmlbench, tmp_pa
         (("--hardware", "/dev/null"), "is a device, not a regular file"),
         (("--hardware", str(huge)), "at most 1,000,000"),
         (("--nodes", "1" + "0" * 21), "node counts of at most 1,048,576"),
+        # a step of more examples than an epoch has: predicted, it took less than a step
+        (("--nodes", "1,65536"), "--nodes 65536: a global batch of 16,777,216 is larger than"),
         (("--cluster", "nope"), "see `dmlbench simulate-cluster --cluster list`"),
     ]
     for args, message in cases:

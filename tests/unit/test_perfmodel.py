@@ -8,7 +8,7 @@ import math
 import pytest
 from helpers import comm_record
 
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import DmlbenchError, SpecError
 from dmlbench.perfmodel import (
     CommCalibration,
     Layout,
@@ -340,10 +340,14 @@ def test_simulate_and_advise_cost_only_what_the_price_is_for(tmp_path) -> None:
     console = Console(width=200, record=True)
     console.print(prediction_table(later))
     assert "speedup: time to the target against N=2;" in console.export_text()
-    many = simulate(store, "synthetic-mlp", [256], ["10gbit"], ["ring"], price=euro).to_json()
+    many = simulate(store, "synthetic-mlp", [128], ["10gbit"], ["ring"], price=euro).to_json()
     console = Console(width=200, record=True)
     console.print(prediction_table(many))
-    assert f"{16 * 256:,}" in console.export_text()  # B as every count: 4,096
+    assert f"{16 * 128:,}" in console.export_text()  # B as every count: 2,048
+    # a global batch past the task's 2,048 training examples was predicted: an epoch in
+    # less time than one step
+    with pytest.raises(SpecError, match="--workers 256: a global batch of 4,096 is larger "):
+        simulate(store, "synthetic-mlp", [1, 256], ["10gbit"], ["ring"], price=euro)
     (section,) = prediction_sections([result])
     assert prediction_view(section.runs).head[-1] == "cost, EUR"
     assert "Cost at h200-eu at 3.7 EUR/worker-hour." in section.notes

@@ -117,6 +117,8 @@ def simulate_cluster(
     from dmlbench.cli.views.clusters import cluster_table, hardware_table
     from dmlbench.perfmodel.hardware import load_hardware
     from dmlbench.perfmodel.replays import published_points
+    from dmlbench.perfmodel.simulate import refuse_batches_past_the_data
+    from dmlbench.tasks import get_task
 
     if cluster == "list" or (cluster is None and task == "list"):  # `simulate-cluster list`
         console.print(hardware_table(load_hardware(hardware)))
@@ -141,6 +143,12 @@ def simulate_cluster(
         dtype=dtype,
         samples_per_s=samples_per_s,
         algorithm=algorithm,
+    )
+    first = result.rows[0]  # a step takes this many examples a node
+    per_node = first["workers"] // first["nodes"] * result.local_batch
+    examples = get_task(task).train_examples
+    refuse_batches_past_the_data(
+        task, [row["nodes"] for row in result.rows], per_node, examples, "--nodes", "nodes"
     )
     result.published = published_points(task, cluster)
     if json_out:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import DmlbenchError, SpecError
 from dmlbench.perfmodel.calibrate import TaskCalibration, calibrate_comm, calibrate_task, comm_for
 from dmlbench.perfmodel.model import (
     TWO_LEVEL,
@@ -75,6 +75,28 @@ def resolve_links(names: Sequence[str]) -> tuple[dict[str, Link], dict[str, Link
     return links, intra
 
 
+def refuse_batches_past_the_data(
+    task: str,
+    counts: Sequence[int],
+    per_count: int,
+    examples: int | None,
+    option: str,
+    unit: str,
+) -> None:
+    """Refuse the ``counts`` (of workers or nodes, ``per_count`` examples a step each)
+    whose global batch is larger than the task's ``examples`` (None or 0: unknown): a
+    step cannot take more examples than an epoch has, and `dmlbench run` refuses such a
+    batch. Predicted anyway, an epoch took less time than one step."""
+    too_many = [count for count in counts if examples and count * per_count > examples]
+    if too_many and examples:
+        count = too_many[0]
+        raise SpecError(
+            f"{option} {count}: a global batch of {count * per_count:,} is larger than the "
+            f"{examples:,} training examples of {task}; the most {unit} at this local batch "
+            f"is {examples // per_count:,}"
+        )
+
+
 def simulate(
     store: ResultsStore,
     task: str,
@@ -104,6 +126,11 @@ def simulate(
         faster = parse_rate(host_bandwidth) / 8
         comm = {n: dataclasses.replace(c, host_busbw=faster) for n, c in comm.items()}
     calibration = calibrate_task(store.runs(task=task), task, calibrate_from=calibrate_from)
+    option = "--nodes × --nproc-per-node" if layouts else "--workers"
+    from dmlbench.tasks import get_task
+
+    examples = get_task(task).train_examples or calibration.train_examples  # the whole set's
+    refuse_batches_past_the_data(task, counts, calibration.local_batch, examples, option, "workers")
     priced = price.covers(calibration.device)  # a CPU machine's price is no GPU's
     rows = []
     for name, link in links.items():
