@@ -786,6 +786,15 @@ def test_advise_plans_nodes_for_a_deadline_or_a_budget(tmp_path: Path) -> None:
     assert json.loads(flat)["algorithm"] == "ring" and everything["algorithm"] == "hierarchical"
     none = inside(*args, *common[:-1], "--deadline", "1")
     assert "no node count meets what was asked" in none.stdout
+    # a node count whose global batch is past ImageNet's training set was planned too
+    past = ("--nodes", "1,8,16384", "--deadline", "1e9")
+    plan = json.loads(inside(*args[:-2], *past, *common).stdout)
+    assert [row["nodes"] for row in plan["rows"]] == [1, 8]
+    assert plan["past_data"]["left_out"] == [
+        {"nodes": 16384, "local_batch": 32, "global_batch": 4_194_304}
+    ]
+    said = " ".join(inside(*args[:-2], *past, *common[:-1]).stdout.split())
+    assert "left out: 16,384 nodes at b = 32 (B = 4,194,304): a global batch larger than" in said
     asked = inside(*args, *common, check=False)
     assert asked.returncode != 0 and "--deadline" in asked.stderr
     # the default price is a CPU machine's: an A100's hour is not priced at it, but at

@@ -16,18 +16,33 @@ def plan_cluster(
     price_per_device_hour: float,
     deadline_s: float | None = None,
     budget: float | None = None,
+    train_examples: int | None = None,
 ) -> dict[str, Any]:
     """`advise-cluster`: each node count's time to train and cost (devices × hours ×
     price) at each local batch (a :func:`simulate_cluster` result each, with time to
     train added), judged at the band's slow end (a plan that meets the deadline only
     when training converges early is no plan), and the choice among them all: with a
     deadline the cheapest row that meets it, with a budget the fastest that fits it,
-    with both the cheapest that meets both."""
-    rows = [
-        _row(result, row, price_per_device_hour, deadline_s, budget)
+    with both the cheapest that meets both. A node count whose global batch is larger
+    than the task's ``train_examples`` is left out (``past_data``): no step can take
+    more examples than an epoch has, and `dmlbench run` refuses it."""
+    within = [
+        (result, row)
         for result in results
         for row in result.rows
+        if not train_examples or row["global_batch"] <= train_examples
     ]
+    past = [
+        {
+            "nodes": row["nodes"],
+            "local_batch": result.local_batch,
+            "global_batch": row["global_batch"],
+        }
+        for result in results
+        for row in result.rows
+        if train_examples and row["global_batch"] > train_examples
+    ]
+    rows = [_row(result, row, price_per_device_hour, deadline_s, budget) for result, row in within]
     fitting = [r for r in rows if r["meets_deadline"] and r["fits_budget"]]
     choice = None
     if fitting:
@@ -37,7 +52,10 @@ def plan_cluster(
             else (lambda r: (r["slow_s"], r["slow_cost"]))
         )
         choice = min(fitting, key=key)
-    return {"rows": rows, "choice": choice, "deadline_s": deadline_s, "budget": budget}
+    plan = {"rows": rows, "choice": choice, "deadline_s": deadline_s, "budget": budget}
+    if past:
+        plan["past_data"] = {"train_examples": train_examples, "left_out": past}
+    return plan
 
 
 def _row(

@@ -169,6 +169,7 @@ def advise_cluster(
     from dmlbench.cli.views.clusters import plan_table
     from dmlbench.launch.request import worker_counts
     from dmlbench.prices import choose_price
+    from dmlbench.tasks import get_task
 
     if deadline is None and budget is None:
         raise SpecError("advise-cluster plans for a --deadline (a time), a --budget, or both")
@@ -210,7 +211,8 @@ def advise_cluster(
             f"{said} this cluster's devices, {accelerator}: give --price (a device-hour's) "
             "or --prices FILE with an entry whose device names them (e.g. device: V100)"
         )
-    plan = plan_cluster(results, chosen.per_worker_hour, deadline, budget)
+    examples = get_task(task).train_examples  # a node count past them is left out
+    plan = plan_cluster(results, chosen.per_worker_hour, deadline, budget, examples)
     plan.update(
         task=task,
         cluster=first.cluster,

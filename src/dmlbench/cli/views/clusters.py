@@ -238,6 +238,16 @@ def plan_table(plan: dict[str, Any]) -> Group:
         f"samples to the target: {fitted_on(convergence)}"
         + ("; † extrapolated past them" if any(r["extrapolated"] for r in plan["rows"]) else ""),
     ]
+    if "past_data" in plan:  # B past the training set: no such run can be made
+        past = plan["past_data"]
+        counts = ", ".join(
+            f"{plural(p['nodes'], 'node')} at b = {p['local_batch']} (B = {p['global_batch']:,})"
+            for p in past["left_out"]
+        )
+        lines.append(
+            f"left out: {counts}: a global batch larger than the task's "
+            f"{past['train_examples']:,} training examples"
+        )
     if choice is None:
         lines.insert(0, "no node count meets what was asked: raise the deadline or the budget")
     else:
