@@ -26,23 +26,19 @@ def plan_cluster(
     with both the cheapest that meets both. A node count whose global batch is larger
     than the task's ``train_examples`` is left out (``past_data``): no step can take
     more examples than an epoch has, and `dmlbench run` refuses it."""
-    within = [
-        (result, row)
-        for result in results
-        for row in result.rows
-        if not train_examples or row["global_batch"] <= train_examples
-    ]
-    past = [
-        {
-            "nodes": row["nodes"],
-            "local_batch": result.local_batch,
-            "global_batch": row["global_batch"],
-        }
-        for result in results
-        for row in result.rows
-        if train_examples and row["global_batch"] > train_examples
-    ]
-    rows = [_row(result, row, price_per_device_hour, deadline_s, budget) for result, row in within]
+    rows, past = [], []
+    for result in results:
+        for row in result.rows:
+            if train_examples and row["global_batch"] > train_examples:
+                past.append(
+                    {
+                        "nodes": row["nodes"],
+                        "local_batch": result.local_batch,
+                        "global_batch": row["global_batch"],
+                    }
+                )
+            else:
+                rows.append(_row(result, row, price_per_device_hour, deadline_s, budget))
     fitting = [r for r in rows if r["meets_deadline"] and r["fits_budget"]]
     choice = None
     if fitting:

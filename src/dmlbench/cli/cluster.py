@@ -144,12 +144,8 @@ def simulate_cluster(
         samples_per_s=samples_per_s,
         algorithm=algorithm,
     )
-    first = result.rows[0]  # a step takes this many examples a node
-    per_node = first["workers"] // first["nodes"] * result.local_batch
-    examples = get_task(task).train_examples
-    refuse_batches_past_the_data(
-        task, [row["nodes"] for row in result.rows], per_node, examples, "--nodes", "nodes"
-    )
+    batches = {row["nodes"]: row["global_batch"] for row in result.rows}
+    refuse_batches_past_the_data(task, batches, get_task(task).train_examples, "--nodes", "nodes")
     result.published = published_points(task, cluster)
     if json_out:
         print_json(result.to_json())

@@ -67,7 +67,7 @@ def _start_local_cluster(workers: int) -> LocalCluster:
 
 
 METHOD = "distributed.worker.multiprocessing-method"
-_METHOD_BEFORE: list[str] = []  # Dask's start method before the local cluster's
+_METHOD_BEFORE: str | None = None  # Dask's start method before the local cluster's
 
 
 def _fork_workers() -> None:
@@ -76,16 +76,19 @@ def _fork_workers() -> None:
     fit's batch grows (a nanny reads the method as it starts a worker). Dask's setting
     is process-wide: a cluster of the user's own started meanwhile forks its workers
     from that server too."""
-    if not _METHOD_BEFORE:
-        _METHOD_BEFORE.append(dask.config.get(METHOD))
+    global _METHOD_BEFORE
+    if _METHOD_BEFORE is None:
+        _METHOD_BEFORE = dask.config.get(METHOD)
     dask.config.set({METHOD: "forkserver"})
 
 
 def _workers_forked_no_more() -> None:
     """The local cluster is closed: Dask's start method is what it was, and the launcher
     may take the fork server over."""
-    if _METHOD_BEFORE:
-        dask.config.set({METHOD: _METHOD_BEFORE.pop()})
+    global _METHOD_BEFORE
+    if _METHOD_BEFORE is not None:
+        dask.config.set({METHOD: _METHOD_BEFORE})
+        _METHOD_BEFORE = None
     quiet_released()
 
 

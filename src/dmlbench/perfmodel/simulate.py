@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,25 +76,21 @@ def resolve_links(names: Sequence[str]) -> tuple[dict[str, Link], dict[str, Link
 
 
 def refuse_batches_past_the_data(
-    task: str,
-    counts: Sequence[int],
-    per_count: int,
-    examples: int | None,
-    option: str,
-    unit: str,
+    task: str, batches: Mapping[int, int], examples: int | None, option: str, unit: str
 ) -> None:
-    """Refuse the ``counts`` (of workers or nodes, ``per_count`` examples a step each)
-    whose global batch is larger than the task's ``examples`` (None or 0: unknown): a
-    step cannot take more examples than an epoch has, and `dmlbench run` refuses such a
+    """Refuse the counts (of workers or nodes) whose global batch (``batches``: count →
+    global batch) is larger than the task's ``examples`` (None or 0: unknown): a step
+    cannot take more examples than an epoch has, and `dmlbench run` refuses such a
     batch. Predicted anyway, an epoch took less time than one step."""
-    too_many = [count for count in counts if examples and count * per_count > examples]
-    if too_many and examples:
-        count = too_many[0]
-        raise SpecError(
-            f"{option} {count}: a global batch of {count * per_count:,} is larger than the "
-            f"{examples:,} training examples of {task}; the most {unit} at this local batch "
-            f"is {examples // per_count:,}"
-        )
+    if not examples:
+        return
+    for count, batch in batches.items():
+        if batch > examples:
+            raise SpecError(
+                f"{option} {count}: a global batch of {batch:,} is larger than the "
+                f"{examples:,} training examples of {task}; the most {unit} at this local "
+                f"batch is {examples // (batch // count):,}"
+            )
 
 
 def simulate(
@@ -126,11 +122,12 @@ def simulate(
         faster = parse_rate(host_bandwidth) / 8
         comm = {n: dataclasses.replace(c, host_busbw=faster) for n, c in comm.items()}
     calibration = calibrate_task(store.runs(task=task), task, calibrate_from=calibrate_from)
-    option = "--nodes × --nproc-per-node" if layouts else "--workers"
     from dmlbench.tasks import get_task
 
     examples = get_task(task).train_examples or calibration.train_examples  # the whole set's
-    refuse_batches_past_the_data(task, counts, calibration.local_batch, examples, option, "workers")
+    batches = {count: count * calibration.local_batch for count in counts}
+    option = "--nodes × --nproc-per-node" if layouts else "--workers"
+    refuse_batches_past_the_data(task, batches, examples, option, "workers")
     priced = price.covers(calibration.device)  # a CPU machine's price is no GPU's
     rows = []
     for name, link in links.items():
